@@ -1,0 +1,403 @@
+//! The kforge wire protocol: length-prefixed JSON frames over a Unix stream socket.
+//!
+//! Every frame is a little-endian `u32` byte length followed by that many bytes of UTF-8 JSON.
+//! Frames larger than [`MAX_FRAME`] are rejected before their body is read. The first request on
+//! a connection must be [`Request::Hello`] carrying [`PROTOCOL_VERSION`]; the daemon answers
+//! [`Reply::Welcome`] or an [`Reply::Error`] with [`ErrorCode::VersionMismatch`] and closes.
+//!
+//! This crate is the single source of truth for message shapes; `docs/protocol.md` documents them
+//! for other clients (the Python package implements the same frames).
+
+use serde::{Deserialize, Serialize};
+use std::io::{self, Read, Write};
+
+/// Version of the message set. Bumped on any incompatible change.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Largest accepted frame body, in bytes.
+pub const MAX_FRAME: usize = 1 << 20;
+
+/// Errors of framing and decoding.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtoError {
+    #[error("frame of {0} bytes exceeds the {MAX_FRAME}-byte limit")]
+    Oversized(usize),
+    #[error("malformed message: {0}")]
+    Malformed(#[from] serde_json::Error),
+    #[error("connection closed")]
+    Closed,
+    #[error("i/o error: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Benchmark isolation policy of a job.
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum Policy {
+    /// No exclusivity at all: regions are recorded but granted at once.
+    None,
+    /// The job holds its device exclusively from start to exit.
+    Command,
+    /// Jobs run concurrently; only their timed regions are exclusive.
+    Region,
+}
+
+impl Policy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Policy::None => "none",
+            Policy::Command => "command",
+            Policy::Region => "region",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Policy> {
+        match s {
+            "none" => Some(Policy::None),
+            "command" => Some(Policy::Command),
+            "region" => Some(Policy::Region),
+            _ => None,
+        }
+    }
+}
+
+/// What to run and where.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct SubmitSpec {
+    /// Program and arguments; `argv[0]` is looked up on `PATH`.
+    pub argv: Vec<String>,
+    /// Working directory of the command.
+    pub cwd: String,
+    /// Complete environment of the command (the daemon adds the `KFORGE_*` variables).
+    pub env: Vec<(String, String)>,
+    /// `"auto"`, `"cpu"` or a GPU index such as `"0"`.
+    pub device: String,
+    /// Isolation policy; the daemon's default when absent.
+    #[serde(default)]
+    pub policy: Option<Policy>,
+    /// Free-form label stored with the job (the demo uses it to group runs).
+    #[serde(default)]
+    pub label: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Request {
+    /// First message of every connection.
+    Hello { protocol: u32, client: String },
+    /// Ask for a [`Reply::Status`].
+    Status,
+    /// Run a command; the connection then receives its queue/start/output/end messages.
+    /// Closing the connection before `job_ended` cancels the job.
+    Submit(SubmitSpec),
+    /// Cancel a job (queued or running).
+    Cancel { job: u64 },
+    /// Ask for the exclusive region of a device. `job` names the calling job (from `KFORGE_JOB`);
+    /// without it `device` must be given. `tid` is the measuring thread to pin.
+    RegionEnter {
+        #[serde(default)]
+        job: Option<u64>,
+        #[serde(default)]
+        device: Option<String>,
+        name: String,
+        pid: u32,
+        tid: u32,
+        #[serde(default)]
+        lease_ms: Option<u64>,
+    },
+    /// Leave a region previously granted on this connection.
+    RegionExit { region: u64 },
+    /// Record timing samples (milliseconds), optionally tied to a region.
+    Measurement {
+        #[serde(default)]
+        region: Option<u64>,
+        #[serde(default)]
+        job: Option<u64>,
+        name: String,
+        samples_ms: Vec<f64>,
+    },
+    /// Dump the store as JSON (jobs, regions and measurements, optionally only jobs with a label).
+    Report {
+        #[serde(default)]
+        label: Option<String>,
+    },
+    /// Stop the daemon: running jobs are killed, queued jobs fail.
+    Shutdown,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    VersionMismatch,
+    Malformed,
+    Oversized,
+    OutOfOrder,
+    BadRequest,
+    NoSuchJob,
+    NoSuchRegion,
+    NoSuchDevice,
+    SpawnFailed,
+    ShuttingDown,
+    Internal,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// How a job ended.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+pub struct JobExit {
+    /// Exit code when it exited normally.
+    pub code: Option<i32>,
+    /// Signal number when it was killed by a signal.
+    pub signal: Option<i32>,
+    /// Why the daemon ended it, when it did (cancelled, shutdown, spawn failure).
+    pub reason: Option<String>,
+}
+
+impl JobExit {
+    /// The exit status a shell would report: code, or 128 + signal, or 1 when unknown.
+    pub fn shell_code(&self) -> i32 {
+        match (self.code, self.signal) {
+            (Some(c), _) => c,
+            (None, Some(s)) => 128 + s,
+            _ => 1,
+        }
+    }
+}
+
+/// What the daemon did to grant a region, with each step's duration.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct Grant {
+    pub region: u64,
+    pub device: String,
+    /// False under the `none` policy (nothing was made exclusive) and for `command` jobs
+    /// (already exclusive).
+    pub exclusive: bool,
+    pub wait_ms: f64,
+    pub gate_ms: f64,
+    pub drain_ms: f64,
+    pub drain_timed_out: bool,
+    pub freeze_ms: f64,
+    pub frozen_jobs: u32,
+    pub isolate_ms: f64,
+    /// Reserved core the measuring thread was pinned to, if core isolation is on.
+    pub core: Option<u32>,
+    pub tainted: bool,
+    pub lease_ms: u64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct DeviceStatus {
+    pub name: String,
+    pub kind: String,
+    pub description: String,
+    pub running: Vec<u64>,
+    pub queued: Vec<u64>,
+    pub region_holder: Option<RegionStatus>,
+    pub region_queue: Vec<RegionStatus>,
+    pub max_concurrent: usize,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct RegionStatus {
+    pub region: u64,
+    pub name: String,
+    pub job: Option<u64>,
+    pub pid: u32,
+    pub since_ms: f64,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct JobStatus {
+    pub job: u64,
+    pub device: String,
+    pub policy: Policy,
+    pub state: String,
+    pub pid: Option<u32>,
+    pub argv: Vec<String>,
+    pub frozen: bool,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+pub struct StatusReport {
+    pub daemon_pid: u32,
+    pub protocol: u32,
+    pub socket: String,
+    pub db: String,
+    pub default_policy: Policy,
+    pub freeze_mechanism: String,
+    pub freeze_scope: String,
+    pub isolation: String,
+    pub reserved_cores: Vec<u32>,
+    pub job_cores: Vec<u32>,
+    pub devices: Vec<DeviceStatus>,
+    pub jobs: Vec<JobStatus>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Reply {
+    Welcome { protocol: u32, daemon_pid: u32 },
+    Error { code: ErrorCode, message: String },
+    Status(StatusReport),
+    JobQueued { job: u64, device: String, policy: Policy, position: usize },
+    JobStarted { job: u64, pid: u32 },
+    /// Output bytes, base64-encoded (standard alphabet, padded).
+    Output { job: u64, stream: Stream, data: String },
+    JobEnded { job: u64, exit: JobExit },
+    RegionGranted(Grant),
+    /// The region's lease ran out: its measurements are invalid. Sent unprompted.
+    RegionRevoked { region: u64, reason: String },
+    RegionReleased { region: u64, valid: bool, revoked: bool, tainted: bool, held_ms: f64 },
+    Recorded { measurement: u64, valid: bool },
+    Report { report: serde_json::Value },
+    Ok,
+}
+
+/// Encode one message as a frame (length prefix + JSON).
+pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, ProtoError> {
+    let body = serde_json::to_vec(msg)?;
+    if body.len() > MAX_FRAME {
+        return Err(ProtoError::Oversized(body.len()));
+    }
+    let mut out = Vec::with_capacity(body.len() + 4);
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&body);
+    Ok(out)
+}
+
+/// Write one message as a frame.
+pub fn write_msg<T: Serialize, W: Write>(w: &mut W, msg: &T) -> Result<(), ProtoError> {
+    let frame = encode(msg)?;
+    w.write_all(&frame)?;
+    w.flush()?;
+    Ok(())
+}
+
+/// Read one frame body. `Closed` on a clean end of stream between frames.
+pub fn read_frame<R: Read>(r: &mut R) -> Result<Vec<u8>, ProtoError> {
+    let mut len = [0u8; 4];
+    let mut got = 0;
+    while got < 4 {
+        match r.read(&mut len[got..]) {
+            Ok(0) if got == 0 => return Err(ProtoError::Closed),
+            Ok(0) => return Err(ProtoError::Io(io::ErrorKind::UnexpectedEof.into())),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_FRAME {
+        return Err(ProtoError::Oversized(len));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)?;
+    Ok(body)
+}
+
+/// Read and decode one message.
+pub fn read_msg<T: for<'de> Deserialize<'de>, R: Read>(r: &mut R) -> Result<T, ProtoError> {
+    let body = read_frame(r)?;
+    decode(&body)
+}
+
+/// Decode a frame body.
+pub fn decode<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ProtoError> {
+    Ok(serde_json::from_slice(body)?)
+}
+
+/// Base64 helpers for [`Reply::Output`].
+pub mod b64 {
+    use base64::Engine;
+    pub fn encode(data: &[u8]) -> String {
+        base64::engine::general_purpose::STANDARD.encode(data)
+    }
+    pub fn decode(s: &str) -> Option<Vec<u8>> {
+        base64::engine::general_purpose::STANDARD.decode(s).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn hello_round_trips() {
+        let m = Request::Hello { protocol: PROTOCOL_VERSION, client: "t".into() };
+        let f = encode(&m).unwrap();
+        let back: Request = read_msg(&mut &f[..]).unwrap();
+        assert_eq!(back, m);
+        assert_eq!(&f[..4], &((f.len() - 4) as u32).to_le_bytes());
+    }
+
+    #[test]
+    fn json_shape_is_tagged() {
+        let v = serde_json::to_value(Request::RegionExit { region: 7 }).unwrap();
+        assert_eq!(v, serde_json::json!({"type": "region_exit", "region": 7}));
+        let r: Request = decode(br#"{"type":"region_enter","name":"x","pid":1,"tid":2}"#).unwrap();
+        assert!(matches!(r, Request::RegionEnter { job: None, lease_ms: None, .. }));
+    }
+
+    #[test]
+    fn oversized_length_is_rejected_before_reading_body() {
+        let mut f = ((MAX_FRAME + 1) as u32).to_le_bytes().to_vec();
+        f.extend_from_slice(b"{}");
+        assert!(matches!(read_frame(&mut &f[..]), Err(ProtoError::Oversized(_))));
+    }
+
+    #[test]
+    fn truncated_frame_is_an_error_not_closed() {
+        let f = encode(&Request::Status).unwrap();
+        let cut = &f[..f.len() - 1];
+        assert!(matches!(read_frame(&mut &cut[..]), Err(ProtoError::Io(_))));
+        assert!(matches!(read_frame(&mut &f[..2]), Err(ProtoError::Io(_))));
+        assert!(matches!(read_frame(&mut &[][..]), Err(ProtoError::Closed)));
+    }
+
+    #[test]
+    fn unknown_type_is_malformed() {
+        assert!(matches!(decode::<Request>(br#"{"type":"nope"}"#), Err(ProtoError::Malformed(_))));
+        assert!(matches!(decode::<Request>(b"\xff\xfe"), Err(ProtoError::Malformed(_))));
+    }
+
+    #[test]
+    fn shell_code() {
+        assert_eq!(JobExit { code: Some(3), signal: None, reason: None }.shell_code(), 3);
+        assert_eq!(JobExit { code: None, signal: Some(9), reason: None }.shell_code(), 137);
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..2048)) {
+            let mut cur = &bytes[..];
+            // Read frames until error; must terminate without panicking.
+            for _ in 0..64 {
+                match read_msg::<Request, _>(&mut cur) {
+                    Ok(_) => continue,
+                    Err(_) => break,
+                }
+            }
+        }
+
+        #[test]
+        fn garbage_bodies_decode_to_error_or_valid(body in proptest::collection::vec(any::<u8>(), 0..512)) {
+            if let Ok(m) = decode::<Request>(&body) {
+                // Anything accepted must re-encode and decode to the same message.
+                let f = encode(&m).unwrap();
+                prop_assert_eq!(read_msg::<Request, _>(&mut &f[..]).unwrap(), m);
+            }
+        }
+
+        #[test]
+        fn submit_round_trips(argv in proptest::collection::vec(".{0,20}", 1..5), dev in "[a-z0-9]{1,5}") {
+            let m = Request::Submit(SubmitSpec { argv, cwd: "/".into(), env: vec![("A".into(), "b".into())], device: dev, policy: Some(Policy::Region), label: None });
+            let f = encode(&m).unwrap();
+            prop_assert_eq!(read_msg::<Request, _>(&mut &f[..]).unwrap(), m);
+        }
+    }
+}
