@@ -1,14 +1,56 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
+//! The kforge daemon: runs benchmark commands as managed jobs and grants exclusive regions.
+//!
+//! Structure (see ARCHITECTURE.md): [`server`] accepts connections and turns frames into
+//! [`state::Event`]s; one thread runs the [`state::Daemon`] state machine over those events and
+//! is the only place that changes job and region state; [`worker`] threads (one per device)
+//! carry out the slow steps of entering and leaving a region (gate, drain, freeze, isolate) and
+//! report back as events; [`jobs`] spawns commands and pumps their output; [`store`] is the
+//! single writer of the SQLite file; [`guardian`] makes sure nothing stays frozen if the daemon dies.
+
+pub mod config;
+pub mod devices;
+pub mod guardian;
+pub mod jobs;
+pub mod server;
+pub mod state;
+pub mod store;
+pub mod worker;
+
+pub use config::{Config, FreezeScope};
+pub use devices::GpuSelection;
+pub use server::{run, DaemonHandle};
+
+mod py {
+    include!(concat!(env!("OUT_DIR"), "/py_files.rs"));
+}
+pub use py::PY_FILES;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error("configuration: {0}")]
+    Config(String),
+    #[error("{what} {path}: {source}")]
+    Io { what: &'static str, path: String, source: std::io::Error },
+    #[error("a daemon already listens at {0}")]
+    AlreadyRunning(String),
+    #[error(transparent)]
+    Store(#[from] kforge_store::StoreError),
+    #[error(transparent)]
+    Freeze(#[from] kforge_freeze::FreezeError),
+    #[error(transparent)]
+    Gate(#[from] kforge_gate::GateError),
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
+impl DaemonError {
+    pub fn io(what: &'static str, path: impl AsRef<std::path::Path>, source: std::io::Error) -> DaemonError {
+        DaemonError::Io { what, path: path.as_ref().display().to_string(), source }
     }
+}
+
+/// Wall-clock time in nanoseconds since the Unix epoch (what the store records).
+pub fn now_ns() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
 }

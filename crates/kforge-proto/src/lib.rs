@@ -173,8 +173,8 @@ impl JobExit {
 pub struct Grant {
     pub region: u64,
     pub device: String,
-    /// False under the `none` policy (nothing was made exclusive) and for `command` jobs
-    /// (already exclusive).
+    /// Whether the device is exclusively the holder's for the region: false under the `none`
+    /// policy; true under `region` (the daemon made it so) and `command` (the job holds the device).
     pub exclusive: bool,
     pub wait_ms: f64,
     pub gate_ms: f64,
@@ -400,4 +400,33 @@ mod tests {
             prop_assert_eq!(read_msg::<Request, _>(&mut &f[..]).unwrap(), m);
         }
     }
+}
+
+/// Where clients look for the daemon: `explicit`, else `$KFORGE_SOCKET`, else the default path
+/// `$XDG_RUNTIME_DIR/kforge/kforge.sock`, else `/tmp/kforge-<uid>/kforge.sock`.
+pub fn resolve_socket(explicit: Option<&std::path::Path>) -> std::path::PathBuf {
+    if let Some(p) = explicit {
+        return p.to_path_buf();
+    }
+    if let Some(p) = std::env::var_os("KFORGE_SOCKET").filter(|v| !v.is_empty()) {
+        return p.into();
+    }
+    default_socket_path()
+}
+
+/// The default socket path (see [`resolve_socket`]).
+pub fn default_socket_path() -> std::path::PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        Some(d) => std::path::PathBuf::from(d).join("kforge").join("kforge.sock"),
+        None => {
+            // SAFETY: getuid has no preconditions and cannot fail.
+            let uid = unsafe { libc_getuid() };
+            std::path::PathBuf::from(format!("/tmp/kforge-{uid}")).join("kforge.sock")
+        }
+    }
+}
+
+extern "C" {
+    #[link_name = "getuid"]
+    fn libc_getuid() -> u32;
 }

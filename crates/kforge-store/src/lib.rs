@@ -1,14 +1,471 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
+//! The kforge store: one SQLite file holding jobs, regions and measurements.
+//!
+//! Rows are written as events happen (a job queued, started, ended; a region granted, released;
+//! a measurement reported), each in its own transaction, so whatever was recorded before a client
+//! or the daemon died stays recorded. The daemon owns one [`Store`] on a dedicated writer thread;
+//! nothing else writes the file while the daemon runs.
+
+use rusqlite::{params, Connection, OptionalExtension};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// Schema version written to `meta`; opening a file with another version is an error.
+pub const SCHEMA_VERSION: i64 = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("sqlite error on {path}: {source}")]
+    Sqlite { path: String, source: rusqlite::Error },
+    #[error("store {path} has schema version {found}, this kforge expects {expected}")]
+    SchemaVersion { path: String, found: i64, expected: i64 },
+    #[error("no such {what} {id} in the store")]
+    Missing { what: &'static str, id: u64 },
+}
+
+/// A job as queued.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JobRow {
+    pub id: u64,
+    pub label: Option<String>,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub device: String,
+    pub policy: String,
+    pub queued_ns: i64,
+    pub started_ns: Option<i64>,
+    pub ended_ns: Option<i64>,
+    pub pid: Option<u32>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub reason: Option<String>,
+}
+
+/// A region as granted (release fields filled in later).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RegionRow {
+    pub id: u64,
+    pub job: Option<u64>,
+    pub device: String,
+    pub name: String,
+    pub pid: u32,
+    pub tid: u32,
+    pub policy: String,
+    pub exclusive: bool,
+    pub requested_ns: i64,
+    pub granted_ns: i64,
+    pub released_ns: Option<i64>,
+    pub wait_ms: f64,
+    pub gate_ms: f64,
+    pub drain_ms: f64,
+    pub drain_timed_out: bool,
+    pub freeze_ms: f64,
+    pub frozen_jobs: u32,
+    pub isolate_ms: f64,
+    pub core: Option<u32>,
+    pub lease_ms: u64,
+    pub revoked: bool,
+    pub tainted: bool,
+}
+
+impl RegionRow {
+    /// Measurements taken in a region are valid unless it was revoked.
+    pub fn valid(&self) -> bool {
+        !self.revoked
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct MeasurementRow {
+    pub id: u64,
+    pub job: Option<u64>,
+    pub region: Option<u64>,
+    pub name: String,
+    pub recorded_ns: i64,
+    pub samples_ms: Vec<f64>,
+    pub valid: bool,
+}
+
+/// Everything recorded for a set of jobs.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct Report {
+    pub jobs: Vec<JobRow>,
+    pub regions: Vec<RegionRow>,
+    pub measurements: Vec<MeasurementRow>,
+}
+
+pub struct Store {
+    conn: Connection,
+    path: String,
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS jobs (
+  id INTEGER PRIMARY KEY, label TEXT, argv TEXT NOT NULL, cwd TEXT NOT NULL, device TEXT NOT NULL,
+  policy TEXT NOT NULL, queued_ns INTEGER NOT NULL, started_ns INTEGER, ended_ns INTEGER, pid INTEGER,
+  exit_code INTEGER, signal INTEGER, reason TEXT);
+CREATE TABLE IF NOT EXISTS regions (
+  id INTEGER PRIMARY KEY, job INTEGER, device TEXT NOT NULL, name TEXT NOT NULL, pid INTEGER NOT NULL,
+  tid INTEGER NOT NULL, policy TEXT NOT NULL, exclusive INTEGER NOT NULL, requested_ns INTEGER NOT NULL,
+  granted_ns INTEGER NOT NULL, released_ns INTEGER, wait_ms REAL NOT NULL, gate_ms REAL NOT NULL,
+  drain_ms REAL NOT NULL, drain_timed_out INTEGER NOT NULL, freeze_ms REAL NOT NULL,
+  frozen_jobs INTEGER NOT NULL, isolate_ms REAL NOT NULL, core INTEGER, lease_ms INTEGER NOT NULL,
+  revoked INTEGER NOT NULL DEFAULT 0, tainted INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS measurements (
+  id INTEGER PRIMARY KEY, job INTEGER, region INTEGER, name TEXT NOT NULL, recorded_ns INTEGER NOT NULL,
+  samples_ms TEXT NOT NULL, valid INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS regions_job ON regions(job);
+CREATE INDEX IF NOT EXISTS measurements_job ON measurements(job);
+CREATE INDEX IF NOT EXISTS jobs_label ON jobs(label);
+";
+
+impl Store {
+    /// Open (creating if needed) the store at `path`.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let p = path.display().to_string();
+        let conn = Connection::open(path).map_err(|source| StoreError::Sqlite { path: p.clone(), source })?;
+        Self::init(conn, p)
+    }
+
+    /// An in-memory store (tests, `--db :memory:`).
+    pub fn open_in_memory() -> Result<Store, StoreError> {
+        let conn = Connection::open_in_memory()
+            .map_err(|source| StoreError::Sqlite { path: ":memory:".into(), source })?;
+        Self::init(conn, ":memory:".into())
+    }
+
+    fn init(conn: Connection, path: String) -> Result<Store, StoreError> {
+        let s = Store { conn, path };
+        s.conn
+            .execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;")
+            .map_err(|e| s.err(e))?;
+        s.conn.execute_batch(SCHEMA).map_err(|e| s.err(e))?;
+        let found: Option<String> = s
+            .conn
+            .query_row("SELECT value FROM meta WHERE key='schema_version'", [], |r| r.get(0))
+            .optional()
+            .map_err(|e| s.err(e))?;
+        match found {
+            None => {
+                s.conn
+                    .execute("INSERT INTO meta(key, value) VALUES('schema_version', ?1)", [SCHEMA_VERSION.to_string()])
+                    .map_err(|e| s.err(e))?;
+            }
+            Some(v) => {
+                let found = v.parse::<i64>().unwrap_or(-1);
+                if found != SCHEMA_VERSION {
+                    return Err(StoreError::SchemaVersion { path: s.path.clone(), found, expected: SCHEMA_VERSION });
+                }
+            }
+        }
+        Ok(s)
+    }
+
+    fn err(&self, source: rusqlite::Error) -> StoreError {
+        StoreError::Sqlite { path: self.path.clone(), source }
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Highest job, region and measurement ids in the file (0 when empty), so a restarted
+    /// daemon keeps numbering where the last one stopped.
+    pub fn max_ids(&self) -> Result<(u64, u64, u64), StoreError> {
+        let q = |t: &str| -> Result<u64, StoreError> {
+            self.conn
+                .query_row(&format!("SELECT COALESCE(MAX(id), 0) FROM {t}"), [], |r| r.get::<_, i64>(0))
+                .map(|v| v as u64)
+                .map_err(|e| self.err(e))
+        };
+        Ok((q("jobs")?, q("regions")?, q("measurements")?))
+    }
+
+    pub fn insert_job(&self, j: &JobRow) -> Result<(), StoreError> {
+        let argv = serde_json::to_string(&j.argv).expect("argv serializes");
+        self.conn
+            .execute(
+                "INSERT INTO jobs(id,label,argv,cwd,device,policy,queued_ns,started_ns,ended_ns,pid,exit_code,signal,reason)
+                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
+                params![j.id as i64, j.label, argv, j.cwd, j.device, j.policy, j.queued_ns, j.started_ns, j.ended_ns,
+                        j.pid, j.exit_code, j.signal, j.reason],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    pub fn job_started(&self, id: u64, pid: u32, started_ns: i64) -> Result<(), StoreError> {
+        self.update("UPDATE jobs SET pid=?2, started_ns=?3 WHERE id=?1", "job", id, params![id as i64, pid, started_ns])
+    }
+
+    pub fn job_ended(
+        &self,
+        id: u64,
+        ended_ns: i64,
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        reason: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.update(
+            "UPDATE jobs SET ended_ns=?2, exit_code=?3, signal=?4, reason=?5 WHERE id=?1",
+            "job",
+            id,
+            params![id as i64, ended_ns, exit_code, signal, reason],
+        )
+    }
+
+    pub fn insert_region(&self, r: &RegionRow) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "INSERT INTO regions(id,job,device,name,pid,tid,policy,exclusive,requested_ns,granted_ns,released_ns,
+                   wait_ms,gate_ms,drain_ms,drain_timed_out,freeze_ms,frozen_jobs,isolate_ms,core,lease_ms,revoked,tainted)
+                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22)",
+                params![
+                    r.id as i64, r.job.map(|j| j as i64), r.device, r.name, r.pid, r.tid, r.policy, r.exclusive,
+                    r.requested_ns, r.granted_ns, r.released_ns, r.wait_ms, r.gate_ms, r.drain_ms, r.drain_timed_out,
+                    r.freeze_ms, r.frozen_jobs, r.isolate_ms, r.core, r.lease_ms as i64, r.revoked, r.tainted
+                ],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Record the end of a region; `revoked` also invalidates measurements already tied to it.
+    pub fn region_released(&self, id: u64, released_ns: i64, revoked: bool, tainted: bool) -> Result<(), StoreError> {
+        self.update(
+            "UPDATE regions SET released_ns=?2, revoked=?3, tainted=?4 WHERE id=?1",
+            "region",
+            id,
+            params![id as i64, released_ns, revoked, tainted],
+        )?;
+        if revoked {
+            self.conn
+                .execute("UPDATE measurements SET valid=0 WHERE region=?1", [id as i64])
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
+    pub fn insert_measurement(&self, m: &MeasurementRow) -> Result<(), StoreError> {
+        let samples = serde_json::to_string(&m.samples_ms).expect("samples serialize");
+        self.conn
+            .execute(
+                "INSERT INTO measurements(id,job,region,name,recorded_ns,samples_ms,valid) VALUES(?1,?2,?3,?4,?5,?6,?7)",
+                params![m.id as i64, m.job.map(|j| j as i64), m.region.map(|r| r as i64), m.name, m.recorded_ns, samples, m.valid],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    fn update(&self, sql: &str, what: &'static str, id: u64, p: impl rusqlite::Params) -> Result<(), StoreError> {
+        let n = self.conn.execute(sql, p).map_err(|e| self.err(e))?;
+        if n == 0 {
+            return Err(StoreError::Missing { what, id });
+        }
+        Ok(())
+    }
+
+    /// Jobs (all, or those with `label`), their regions and measurements, in id order.
+    pub fn report(&self, label: Option<&str>) -> Result<Report, StoreError> {
+        let jobs = self.jobs(label)?;
+        let (rsql, msql) = if label.is_some() {
+            (
+                "SELECT * FROM regions WHERE job IN (SELECT id FROM jobs WHERE label=?1) ORDER BY id",
+                "SELECT * FROM measurements WHERE job IN (SELECT id FROM jobs WHERE label=?1) ORDER BY id",
+            )
+        } else {
+            ("SELECT * FROM regions WHERE ?1 IS NULL ORDER BY id", "SELECT * FROM measurements WHERE ?1 IS NULL ORDER BY id")
+        };
+        let mut st = self.conn.prepare(rsql).map_err(|e| self.err(e))?;
+        let regions = st
+            .query_map([label], |r| {
+                Ok(RegionRow {
+                    id: r.get::<_, i64>("id")? as u64,
+                    job: r.get::<_, Option<i64>>("job")?.map(|v| v as u64),
+                    device: r.get("device")?,
+                    name: r.get("name")?,
+                    pid: r.get("pid")?,
+                    tid: r.get("tid")?,
+                    policy: r.get("policy")?,
+                    exclusive: r.get("exclusive")?,
+                    requested_ns: r.get("requested_ns")?,
+                    granted_ns: r.get("granted_ns")?,
+                    released_ns: r.get("released_ns")?,
+                    wait_ms: r.get("wait_ms")?,
+                    gate_ms: r.get("gate_ms")?,
+                    drain_ms: r.get("drain_ms")?,
+                    drain_timed_out: r.get("drain_timed_out")?,
+                    freeze_ms: r.get("freeze_ms")?,
+                    frozen_jobs: r.get("frozen_jobs")?,
+                    isolate_ms: r.get("isolate_ms")?,
+                    core: r.get("core")?,
+                    lease_ms: r.get::<_, i64>("lease_ms")? as u64,
+                    revoked: r.get("revoked")?,
+                    tainted: r.get("tainted")?,
+                })
+            })
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| self.err(e))?;
+        let mut st = self.conn.prepare(msql).map_err(|e| self.err(e))?;
+        let measurements = st
+            .query_map([label], |r| {
+                let s: String = r.get("samples_ms")?;
+                Ok(MeasurementRow {
+                    id: r.get::<_, i64>("id")? as u64,
+                    job: r.get::<_, Option<i64>>("job")?.map(|v| v as u64),
+                    region: r.get::<_, Option<i64>>("region")?.map(|v| v as u64),
+                    name: r.get("name")?,
+                    recorded_ns: r.get("recorded_ns")?,
+                    samples_ms: serde_json::from_str(&s).unwrap_or_default(),
+                    valid: r.get("valid")?,
+                })
+            })
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| self.err(e))?;
+        Ok(Report { jobs, regions, measurements })
+    }
+
+    fn jobs(&self, label: Option<&str>) -> Result<Vec<JobRow>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare("SELECT * FROM jobs WHERE (?1 IS NULL OR label = ?1) ORDER BY id")
+            .map_err(|e| self.err(e))?;
+        let rows = st
+            .query_map([label], |r| {
+                let argv: String = r.get("argv")?;
+                Ok(JobRow {
+                    id: r.get::<_, i64>("id")? as u64,
+                    label: r.get("label")?,
+                    argv: serde_json::from_str(&argv).unwrap_or_default(),
+                    cwd: r.get("cwd")?,
+                    device: r.get("device")?,
+                    policy: r.get("policy")?,
+                    queued_ns: r.get("queued_ns")?,
+                    started_ns: r.get("started_ns")?,
+                    ended_ns: r.get("ended_ns")?,
+                    pid: r.get("pid")?,
+                    exit_code: r.get("exit_code")?,
+                    signal: r.get("signal")?,
+                    reason: r.get("reason")?,
+                })
+            })
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| self.err(e))?;
+        Ok(rows)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn job(id: u64, label: Option<&str>) -> JobRow {
+        JobRow {
+            id,
+            label: label.map(String::from),
+            argv: vec!["echo".into(), "hi there".into()],
+            cwd: "/tmp".into(),
+            device: "cpu".into(),
+            policy: "region".into(),
+            queued_ns: 10,
+            started_ns: None,
+            ended_ns: None,
+            pid: None,
+            exit_code: None,
+            signal: None,
+            reason: None,
+        }
+    }
+
+    fn region(id: u64, job: u64) -> RegionRow {
+        RegionRow {
+            id,
+            job: Some(job),
+            device: "cpu".into(),
+            name: "r".into(),
+            pid: 1,
+            tid: 2,
+            policy: "region".into(),
+            exclusive: true,
+            requested_ns: 100,
+            granted_ns: 110,
+            released_ns: None,
+            wait_ms: 0.01,
+            gate_ms: 0.0,
+            drain_ms: 0.0,
+            drain_timed_out: false,
+            freeze_ms: 0.5,
+            frozen_jobs: 1,
+            isolate_ms: 0.1,
+            core: Some(0),
+            lease_ms: 60000,
+            revoked: false,
+            tainted: false,
+        }
+    }
+
     #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
+    fn job_lifecycle_and_report_filter() {
+        let s = Store::open_in_memory().unwrap();
+        s.insert_job(&job(1, Some("a"))).unwrap();
+        s.insert_job(&job(2, Some("b"))).unwrap();
+        s.job_started(1, 42, 20).unwrap();
+        s.job_ended(1, 30, Some(3), None, None).unwrap();
+        s.insert_region(&region(1, 1)).unwrap();
+        s.insert_region(&region(2, 2)).unwrap();
+        s.insert_measurement(&MeasurementRow { id: 1, job: Some(1), region: Some(1), name: "k".into(), recorded_ns: 5, samples_ms: vec![1.5, 2.5], valid: true }).unwrap();
+        let r = s.report(Some("a")).unwrap();
+        assert_eq!(r.jobs.len(), 1);
+        assert_eq!(r.jobs[0].argv, vec!["echo", "hi there"]);
+        assert_eq!(r.jobs[0].exit_code, Some(3));
+        assert_eq!(r.jobs[0].pid, Some(42));
+        assert_eq!(r.regions.iter().map(|r| r.id).collect::<Vec<_>>(), vec![1]);
+        assert_eq!(r.measurements[0].samples_ms, vec![1.5, 2.5]);
+        let all = s.report(None).unwrap();
+        assert_eq!((all.jobs.len(), all.regions.len()), (2, 2));
+        assert_eq!(s.max_ids().unwrap(), (2, 2, 1));
+    }
+
+    #[test]
+    fn revocation_invalidates_measurements() {
+        let s = Store::open_in_memory().unwrap();
+        s.insert_job(&job(1, None)).unwrap();
+        s.insert_region(&region(7, 1)).unwrap();
+        s.insert_measurement(&MeasurementRow { id: 1, job: Some(1), region: Some(7), name: "k".into(), recorded_ns: 5, samples_ms: vec![1.0], valid: true }).unwrap();
+        s.region_released(7, 200, true, false).unwrap();
+        let r = s.report(None).unwrap();
+        assert!(r.regions[0].revoked);
+        assert!(!r.measurements[0].valid);
+    }
+
+    #[test]
+    fn updates_of_missing_rows_are_errors() {
+        let s = Store::open_in_memory().unwrap();
+        assert!(matches!(s.job_started(9, 1, 1), Err(StoreError::Missing { what: "job", id: 9 })));
+        assert!(matches!(s.region_released(9, 1, false, false), Err(StoreError::Missing { what: "region", .. })));
+    }
+
+    #[test]
+    fn survives_reopen_and_checks_schema_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("k.db");
+        {
+            let s = Store::open(&p).unwrap();
+            s.insert_job(&job(5, None)).unwrap();
+        }
+        let s = Store::open(&p).unwrap();
+        assert_eq!(s.max_ids().unwrap().0, 5);
+        s.conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'", []).unwrap();
+        drop(s);
+        assert!(matches!(Store::open(&p), Err(StoreError::SchemaVersion { found: 99, .. })));
+    }
+
+    #[test]
+    fn garbage_file_is_a_clear_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bad.db");
+        std::fs::write(&p, b"this is not a database at all, not even close................................").unwrap();
+        let e = Store::open(&p).err().expect("must fail");
+        assert!(e.to_string().contains("bad.db"), "{e}");
     }
 }

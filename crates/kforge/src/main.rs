@@ -1,3 +1,291 @@
+//! `kforge`: the command-line front of the kforge libraries. Thin: argument parsing, printing,
+//! exit codes. Everything else lives in the library crates.
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use kforge_client::{resolve_socket, Client};
+use kforge_proto::{b64, Policy, Reply, Request, Stream, SubmitSpec};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(name = "kforge", version, about = "Benchmark GPU kernels concurrently on shared GPUs; only timed regions are exclusive.")]
+struct Cli {
+    /// Daemon socket (else $KFORGE_SOCKET, else $XDG_RUNTIME_DIR/kforge/kforge.sock or /tmp/kforge-<uid>/kforge.sock).
+    #[arg(long, global = true)]
+    socket: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run the node daemon: manages devices, runs submitted commands, grants exclusive regions.
+    Daemon(DaemonArgs),
+    /// Submit a benchmark command and stream its output; exits with the command's exit code.
+    Run(RunArgs),
+    /// Show devices, freeze and isolation mechanisms, jobs, region queues and holders.
+    Status {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Dump what the store recorded (jobs, regions, measurements) as JSON.
+    Report {
+        /// Only jobs with this label.
+        #[arg(long)]
+        label: Option<String>,
+        /// Print JSON (the only format for now; accepted for scripts).
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a queued or running job (kills its process tree).
+    Cancel { job: u64 },
+    /// Stop the daemon: running jobs are killed, queued jobs fail.
+    Shutdown,
+    /// The main demo: a private daemon, a generated workload of short CPU benchmark commands under
+    /// the none, command and region policies, plus ground truth; prints a table. No GPU needed.
+    Demo(kforge_demo::DemoArgs),
+    /// Benchmark the runtime itself: uncontended region round trip and contended hand-over.
+    BenchRuntime(kforge_demo::BenchArgs),
+    /// Internal: the guardian process a daemon starts (kills its jobs if it dies).
+    #[command(name = "__guardian", hide = true)]
+    Guardian {
+        #[arg(long)]
+        ledger: PathBuf,
+    },
+    /// Debugging and test helpers.
+    #[command(hide = true)]
+    Debug {
+        #[command(subcommand)]
+        cmd: DebugCmd,
+    },
+}
+
+#[derive(Subcommand)]
+enum DebugCmd {
+    /// A process that submits fake work honouring a gate segment (as the CUDA shim will).
+    Submitter {
+        #[arg(long, env = "KFORGE_GATE")]
+        gate: PathBuf,
+        #[arg(long)]
+        log: PathBuf,
+        /// Submissions to make (0 = until killed).
+        #[arg(long, default_value_t = 0)]
+        count: u64,
+        /// How long each fake submission stays in flight, in microseconds.
+        #[arg(long, default_value_t = 2000)]
+        in_flight_us: u64,
+    },
+}
+
+#[derive(clap::Args)]
+struct DaemonArgs {
+    /// SQLite store (`:memory:` keeps nothing).
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// GPUs to manage: all, none, or indices such as 0,2.
+    #[arg(long, default_value = "all")]
+    gpus: String,
+    /// Default isolation policy for jobs that do not choose one.
+    #[arg(long, default_value = "region", value_parser = ["region", "command", "none"])]
+    policy: String,
+    /// Which sibling jobs a region freezes.
+    #[arg(long, default_value = "device", value_parser = ["none", "device", "node"])]
+    freeze: String,
+    /// Freeze mechanism; auto picks cgroup2, then cgroup1, then signals.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "cgroup2", "cgroup1", "signals"])]
+    freeze_mechanism: String,
+    /// Cores kept for region holders' measuring threads (jobs run on the others).
+    #[arg(long, default_value_t = 0)]
+    reserve_cores: usize,
+    /// Concurrent commands per device (default: cpu 2 per job core, GPU 4).
+    #[arg(long)]
+    max_concurrent: Option<usize>,
+    /// Default region lease in milliseconds; a region held longer is revoked.
+    #[arg(long, default_value_t = 60_000)]
+    lease_ms: u64,
+    /// Longest wait for managed processes to drain their GPU work, in milliseconds.
+    #[arg(long, default_value_t = 2_000)]
+    drain_timeout_ms: u64,
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// auto, cpu, or a GPU index.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Isolation policy (default: the daemon's).
+    #[arg(long, value_parser = ["region", "command", "none"])]
+    policy: Option<String>,
+    /// Label stored with the job (to group a run in reports).
+    #[arg(long)]
+    label: Option<String>,
+    /// The command and its arguments.
+    #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
+    command: Vec<String>,
+}
+
 fn main() {
-    println!("Hello, world!");
+    let cli = Cli::parse();
+    match real_main(cli) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("kforge: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn real_main(cli: Cli) -> Result<i32> {
+    let socket = resolve_socket(cli.socket.as_deref());
+    match cli.cmd {
+        Cmd::Daemon(a) => daemon(socket, a),
+        Cmd::Run(a) => run(socket, a),
+        Cmd::Status { json } => status(socket, json),
+        Cmd::Report { label, json: _ } => {
+            let mut c = Client::connect(&socket)?;
+            match c.request(&Request::Report { label })? {
+                Reply::Report { report } => println!("{}", serde_json::to_string_pretty(&report)?),
+                other => bail!("unexpected reply {other:?}"),
+            }
+            Ok(0)
+        }
+        Cmd::Cancel { job } => {
+            Client::connect(&socket)?.request(&Request::Cancel { job })?;
+            println!("job {job} cancelled");
+            Ok(0)
+        }
+        Cmd::Shutdown => {
+            Client::connect(&socket)?.request(&Request::Shutdown)?;
+            Ok(0)
+        }
+        Cmd::Demo(a) => kforge_demo::demo(&std::env::current_exe().context("locating the kforge binary")?, a),
+        Cmd::BenchRuntime(a) => kforge_demo::bench_runtime(&std::env::current_exe().context("locating the kforge binary")?, a),
+        Cmd::Guardian { ledger } => {
+            kforge_daemon::guardian::run_guardian(&ledger).with_context(|| format!("guardian for {}", ledger.display()))?;
+            Ok(0)
+        }
+        Cmd::Debug { cmd: DebugCmd::Submitter { gate, log, count, in_flight_us } } => {
+            kforge_gate::run_test_submitter(&gate, &log, count, Duration::from_micros(in_flight_us))
+                .with_context(|| format!("test submitter on {}", gate.display()))?;
+            Ok(0)
+        }
+    }
+}
+
+fn daemon(socket: PathBuf, a: DaemonArgs) -> Result<i32> {
+    let mut cfg = kforge_daemon::Config::new(socket);
+    if let Some(db) = a.db {
+        cfg.db = db;
+    }
+    cfg.gpus = kforge_daemon::GpuSelection::parse(&a.gpus)?;
+    cfg.default_policy = Policy::parse(&a.policy).expect("clap checked");
+    cfg.freeze_scope = kforge_daemon::FreezeScope::parse(&a.freeze).expect("clap checked");
+    cfg.freeze_mechanism = match a.freeze_mechanism.as_str() {
+        "auto" => None,
+        m => Some(kforge_freeze::MechanismKind::parse(m).expect("clap checked")),
+    };
+    cfg.reserve_cores = a.reserve_cores;
+    if a.max_concurrent == Some(0) {
+        bail!("--max-concurrent must be at least 1");
+    }
+    cfg.max_concurrent = a.max_concurrent;
+    if a.lease_ms == 0 {
+        bail!("--lease-ms must be positive");
+    }
+    cfg.lease = Duration::from_millis(a.lease_ms);
+    cfg.drain_timeout = Duration::from_millis(a.drain_timeout_ms);
+    // SIGINT/SIGTERM are taken by a thread that asks the daemon to stop cleanly.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    unsafe {
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+    let exe = std::env::current_exe().context("locating the kforge binary for the guardian")?;
+    let handle = kforge_daemon::server::start(cfg.clone(), Some(vec![exe.into_os_string(), "__guardian".into()]))
+        .with_context(|| format!("starting the daemon on {}", cfg.socket.display()))?;
+    eprintln!("kforge daemon: listening on {} (pid {}, store {}, freezing with {})", handle.socket.display(), std::process::id(), cfg.db.display(), handle.freeze_mechanism);
+    let stopper = handle.shutdown_sender();
+    std::thread::spawn(move || {
+        let mut sig: libc::c_int = 0;
+        // SAFETY: set is initialized; sigwait writes the signal number.
+        if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
+            let _ = stopper.send(kforge_daemon::state::Event::Shutdown);
+        }
+    });
+    handle.wait().context("daemon stopped with an error")?;
+    eprintln!("kforge daemon: stopped");
+    Ok(0)
+}
+
+fn run(socket: PathBuf, a: RunArgs) -> Result<i32> {
+    let mut c = Client::connect(&socket)?;
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    let spec = SubmitSpec {
+        argv: a.command,
+        cwd: cwd.display().to_string(),
+        env: std::env::vars().collect(),
+        device: a.device,
+        policy: a.policy.as_deref().and_then(Policy::parse),
+        label: a.label,
+    };
+    c.send(&Request::Submit(spec))?;
+    let mut out = std::io::stdout().lock();
+    let mut err = std::io::stderr();
+    loop {
+        match c.recv()? {
+            Reply::JobQueued { .. } | Reply::JobStarted { .. } => {}
+            Reply::Output { stream, data, .. } => {
+                let bytes = b64::decode(&data).context("daemon sent undecodable output")?;
+                match stream {
+                    Stream::Stdout => {
+                        out.write_all(&bytes).context("writing stdout")?;
+                        out.flush().context("flushing stdout")?;
+                    }
+                    Stream::Stderr => err.write_all(&bytes).context("writing stderr")?,
+                }
+            }
+            Reply::JobEnded { exit, .. } => {
+                if let Some(r) = &exit.reason {
+                    eprintln!("kforge: job ended: {r}");
+                }
+                return Ok(exit.shell_code());
+            }
+            other => bail!("unexpected reply while running: {other:?}"),
+        }
+    }
+}
+
+fn status(socket: PathBuf, json: bool) -> Result<i32> {
+    let mut c = Client::connect(&socket)?;
+    let Reply::Status(s) = c.request(&Request::Status)? else { bail!("unexpected reply to status") };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(0);
+    }
+    println!("daemon pid {}  protocol {}  socket {}", s.daemon_pid, s.protocol, s.socket);
+    println!("store      {}", s.db);
+    println!("policy     {} (default)", s.default_policy.as_str());
+    println!("freeze     {} (scope {})", s.freeze_mechanism, s.freeze_scope);
+    println!("isolation  {}", s.isolation);
+    println!();
+    println!("{:<6} {:<5} {:>4} {:>7} {:>6}  {:<24} {}", "DEVICE", "KIND", "MAX", "RUNNING", "QUEUED", "REGION HOLDER", "REGION QUEUE");
+    for d in &s.devices {
+        let holder = d.region_holder.as_ref().map(|r| format!("#{} {} (job {}) {:.0} ms", r.region, r.name, r.job.map(|j| j.to_string()).unwrap_or("-".into()), r.since_ms)).unwrap_or("-".into());
+        let queue: Vec<String> = d.region_queue.iter().map(|r| format!("#{}", r.region)).collect();
+        println!("{:<6} {:<5} {:>4} {:>7} {:>6}  {:<24} {}", d.name, d.kind, d.max_concurrent, d.running.len(), d.queued.len(), holder, if queue.is_empty() { "-".into() } else { queue.join(" ") });
+        println!("       {}", d.description);
+    }
+    if !s.jobs.is_empty() {
+        println!();
+        println!("{:>6} {:<6} {:<8} {:<8} {:>8} {:<6} {}", "JOB", "DEVICE", "POLICY", "STATE", "PID", "FROZEN", "COMMAND");
+        for j in &s.jobs {
+            println!("{:>6} {:<6} {:<8} {:<8} {:>8} {:<6} {}", j.job, j.device, j.policy.as_str(), j.state, j.pid.map(|p| p.to_string()).unwrap_or("-".into()), if j.frozen { "yes" } else { "no" }, j.argv.join(" "));
+        }
+    }
+    Ok(0)
 }

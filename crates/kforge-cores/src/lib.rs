@@ -1,0 +1,256 @@
+//! CPU core isolation: keep region holders on reserved cores and everything else off them.
+//!
+//! CPUs are identified by their kernel number (`u32`). Lists returned by this crate are sorted
+//! ascending without duplicates. CPU numbers up to [`MAX_CPUS`]` - 1` are supported.
+
+use std::fs;
+use std::io;
+
+/// Number of CPU ids supported (CPU numbers `0..MAX_CPUS`), the kernel's largest `NR_CPUS`.
+pub const MAX_CPUS: u32 = 8192;
+const MASK_WORDS: usize = MAX_CPUS as usize / 64;
+
+/// Errors of this crate.
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    /// `sched_getaffinity`/`sched_setaffinity` failed for thread `tid` (ESRCH: no such
+    /// thread, EINVAL: no usable cpu in the mask, EPERM: not allowed).
+    #[error("{op} of thread {tid}: {source}")]
+    Syscall {
+        op: &'static str,
+        tid: i32,
+        #[source]
+        source: io::Error,
+    },
+    /// Reading a file failed.
+    #[error("reading {path}: {source}")]
+    Io {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    /// A cpu list string could not be parsed.
+    #[error("bad cpu list {input:?}: {reason}")]
+    Parse { input: String, reason: String },
+    /// A cpu number is `>= MAX_CPUS`.
+    #[error("cpu {0} out of range (max {max})", max = MAX_CPUS - 1)]
+    CpuOutOfRange(u32),
+    /// An empty cpu set was given where at least one cpu is needed.
+    #[error("empty cpu set")]
+    Empty,
+    /// [`split`] was asked to reserve all (or more than all) cpus.
+    #[error("cannot reserve {reserve} of {available} cpus: at least one must stay for jobs")]
+    TooManyReserved { reserve: usize, available: usize },
+    /// The process does not exist (or has no readable threads).
+    #[error("no such process {0}")]
+    NoSuchProcess(i32),
+}
+
+fn sorted(cpus: &[u32]) -> Vec<u32> {
+    let mut v = cpus.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// The cpus this process may run on: the affinity mask of the calling thread, or, if that
+/// cannot be read, `/sys/devices/system/cpu/online`. Errors only if both fail.
+pub fn online_cpus() -> Result<Vec<u32>, CoreError> {
+    affinity(0).or_else(|_| {
+        let path = "/sys/devices/system/cpu/online";
+        let text = fs::read_to_string(path).map_err(|source| CoreError::Io {
+            path: path.into(),
+            source,
+        })?;
+        parse_cpu_list(&text)
+    })
+}
+
+/// Pin thread `tid` (0 = the calling thread) to `cpus` with `sched_setaffinity`.
+///
+/// Errors: [`CoreError::Empty`] for no cpus, [`CoreError::CpuOutOfRange`], and
+/// [`CoreError::Syscall`] (e.g. ESRCH for a thread that does not exist, EINVAL when none of
+/// `cpus` is online or allowed by the thread's cpuset).
+pub fn set_affinity(tid: i32, cpus: &[u32]) -> Result<(), CoreError> {
+    if cpus.is_empty() {
+        return Err(CoreError::Empty);
+    }
+    let mut mask = [0u64; MASK_WORDS];
+    for &cpu in cpus {
+        if cpu >= MAX_CPUS {
+            return Err(CoreError::CpuOutOfRange(cpu));
+        }
+        mask[cpu as usize / 64] |= 1 << (cpu % 64);
+    }
+    // SAFETY: the kernel reads size_of_val(&mask) bytes from a live buffer; cpu_set_t is just
+    // a bit array, so a larger buffer is a valid (bigger) cpu set.
+    let rc =
+        unsafe { libc::sched_setaffinity(tid, std::mem::size_of_val(&mask), mask.as_ptr().cast()) };
+    if rc != 0 {
+        return Err(CoreError::Syscall {
+            op: "sched_setaffinity",
+            tid,
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok(())
+}
+
+/// The affinity of thread `tid` (0 = the calling thread), sorted. Fails with
+/// [`CoreError::Syscall`] (ESRCH for a thread that does not exist).
+pub fn affinity(tid: i32) -> Result<Vec<u32>, CoreError> {
+    let mut mask = [0u64; MASK_WORDS];
+    // SAFETY: the kernel writes at most size_of_val(&mask) bytes into the live buffer.
+    let rc = unsafe {
+        libc::sched_getaffinity(tid, std::mem::size_of_val(&mask), mask.as_mut_ptr().cast())
+    };
+    if rc != 0 {
+        return Err(CoreError::Syscall {
+            op: "sched_getaffinity",
+            tid,
+            source: io::Error::last_os_error(),
+        });
+    }
+    Ok((0..MAX_CPUS)
+        .filter(|&c| mask[c as usize / 64] & (1 << (c % 64)) != 0)
+        .collect())
+}
+
+/// Split usable `cpus` into `(reserved, rest)`: the `reserve` LOWEST-numbered cpus go to
+/// region holders, the others to jobs. Input order and duplicates do not matter; both parts
+/// come back sorted. `reserve == 0` gives `(vec![], all)`. Fails with
+/// [`CoreError::TooManyReserved`] if `reserve >= ` the number of distinct cpus, since at
+/// least one cpu must stay for jobs (so an empty `cpus` always fails).
+pub fn split(cpus: &[u32], reserve: usize) -> Result<(Vec<u32>, Vec<u32>), CoreError> {
+    let mut all = sorted(cpus);
+    if reserve >= all.len() {
+        return Err(CoreError::TooManyReserved {
+            reserve,
+            available: all.len(),
+        });
+    }
+    let rest = all.split_off(reserve);
+    Ok((all, rest))
+}
+
+/// Thread ids of process `pid` (0 = this process) from `/proc/<pid>/task`, sorted. Empty if
+/// the process does not exist (or is not visible).
+pub fn threads(pid: i32) -> Vec<i32> {
+    let dir = if pid == 0 {
+        "/proc/self/task".to_string()
+    } else {
+        format!("/proc/{pid}/task")
+    };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut tids: Vec<i32> = entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    tids
+}
+
+/// Set the affinity of every thread of process `pid` to `cpus` (used to move a job off the
+/// reserved cores). Threads that exit meanwhile are skipped; the thread list is re-read until
+/// it shows no new thread, so threads created during the call are covered too (a new thread
+/// inherits its creator's mask). Returns the number of threads updated.
+///
+/// Errors: [`CoreError::NoSuchProcess`] if the process has no threads (gone), otherwise as
+/// [`set_affinity`] (the first failure other than a vanished thread).
+pub fn set_process_affinity(pid: i32, cpus: &[u32]) -> Result<usize, CoreError> {
+    let mut done: Vec<i32> = Vec::new();
+    // Bounded: a process spawning threads faster than we can pin them is not chased forever.
+    for _ in 0..16 {
+        let new: Vec<i32> = threads(pid)
+            .into_iter()
+            .filter(|t| !done.contains(t))
+            .collect();
+        if new.is_empty() {
+            break;
+        }
+        for tid in new {
+            match set_affinity(tid, cpus) {
+                Ok(()) => done.push(tid),
+                Err(CoreError::Syscall { source, .. })
+                    if source.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    if done.is_empty() {
+        return Err(CoreError::NoSuchProcess(pid));
+    }
+    Ok(done.len())
+}
+
+/// Format cpus in the kernel's list syntax, e.g. `[0, 1, 2, 3, 6]` → `"0-3,6"`. Order and
+/// duplicates in the input do not matter; an empty slice gives `""`.
+pub fn format_cpu_list(cpus: &[u32]) -> String {
+    let mut parts = Vec::new();
+    let cpus = sorted(cpus);
+    let mut i = 0;
+    while i < cpus.len() {
+        let start = cpus[i];
+        while i + 1 < cpus.len() && cpus[i + 1] == cpus[i] + 1 {
+            i += 1;
+        }
+        parts.push(if cpus[i] == start {
+            start.to_string()
+        } else {
+            format!("{start}-{}", cpus[i])
+        });
+        i += 1;
+    }
+    parts.join(",")
+}
+
+/// Parse the kernel's cpu list syntax (`"0-3,6"`, as in `/sys/devices/system/cpu/online`),
+/// ignoring surrounding whitespace; the blank string is the empty list. Result is sorted and
+/// deduplicated. Fails with [`CoreError::Parse`] for anything else (empty items, reversed
+/// ranges, non-numbers, strides) and [`CoreError::CpuOutOfRange`] for cpus `>= MAX_CPUS`.
+pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, CoreError> {
+    let input = s.trim();
+    if input.is_empty() {
+        return Ok(Vec::new());
+    }
+    let bad = |reason: String| CoreError::Parse {
+        input: input.to_string(),
+        reason,
+    };
+    let num = |t: &str| -> Result<u32, CoreError> {
+        let t = t.trim();
+        if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(bad(format!("{t:?} is not a cpu number")));
+        }
+        match t.parse::<u32>() {
+            Ok(n) if n < MAX_CPUS => Ok(n),
+            _ => Err(CoreError::CpuOutOfRange(t.parse().unwrap_or(u32::MAX))),
+        }
+    };
+    let mut cpus = Vec::new();
+    for item in input.split(',') {
+        let (lo, hi) = match item.split_once('-') {
+            Some((a, b)) => (num(a)?, num(b)?),
+            None => (num(item)?, num(item)?),
+        };
+        if lo > hi {
+            return Err(bad(format!("reversed range {:?}", item.trim())));
+        }
+        cpus.extend(lo..=hi);
+    }
+    Ok(sorted(&cpus))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn format_examples() {
+        assert_eq!(format_cpu_list(&[]), "");
+        assert_eq!(format_cpu_list(&[6, 0, 1, 2, 3, 3]), "0-3,6");
+        assert_eq!(format_cpu_list(&[5]), "5");
+        assert_eq!(format_cpu_list(&[1, 3, 4]), "1,3-4");
+    }
+}

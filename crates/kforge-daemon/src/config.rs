@@ -1,0 +1,95 @@
+//! Daemon configuration (what `kforge daemon` flags set).
+
+use crate::devices::GpuSelection;
+use kforge_freeze::MechanismKind;
+use kforge_proto::Policy;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Which sibling jobs a region freezes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FreezeScope {
+    /// Nothing is frozen.
+    None,
+    /// Other jobs on the region's device.
+    Device,
+    /// Every other job on the node; regions are then granted one at a time node-wide.
+    Node,
+}
+
+impl FreezeScope {
+    pub fn parse(s: &str) -> Option<FreezeScope> {
+        match s {
+            "none" => Some(FreezeScope::None),
+            "device" => Some(FreezeScope::Device),
+            "node" => Some(FreezeScope::Node),
+            _ => None,
+        }
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FreezeScope::None => "none",
+            FreezeScope::Device => "device",
+            FreezeScope::Node => "node",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub socket: PathBuf,
+    /// SQLite file; `:memory:` keeps nothing.
+    pub db: PathBuf,
+    pub gpus: GpuSelection,
+    pub default_policy: Policy,
+    pub freeze_scope: FreezeScope,
+    /// Force a freeze mechanism; auto-detected when None.
+    pub freeze_mechanism: Option<MechanismKind>,
+    /// Cores kept for region holders' measuring threads.
+    pub reserve_cores: usize,
+    /// Concurrent commands per device; None = default (cpu: number of job cores, GPU: 4).
+    pub max_concurrent: Option<usize>,
+    pub lease: Duration,
+    pub drain_timeout: Duration,
+    pub freeze_timeout: Duration,
+    /// Inject the gate shim into GPU jobs (LD_PRELOAD) when it is found next to the binary.
+    pub inject_shim: bool,
+}
+
+impl Config {
+    /// Defaults for a socket path.
+    pub fn new(socket: PathBuf) -> Config {
+        Config {
+            socket,
+            db: default_db_path(),
+            gpus: GpuSelection::All,
+            default_policy: Policy::Region,
+            freeze_scope: FreezeScope::Device,
+            freeze_mechanism: None,
+            reserve_cores: 0,
+            max_concurrent: None,
+            lease: Duration::from_secs(60),
+            drain_timeout: Duration::from_secs(2),
+            freeze_timeout: Duration::from_secs(2),
+            inject_shim: true,
+        }
+    }
+
+    /// Directory beside the socket holding this daemon's private state (python package, ledger).
+    pub fn state_dir(&self) -> PathBuf {
+        let mut s = self.socket.as_os_str().to_owned();
+        s.push(".d");
+        PathBuf::from(s)
+    }
+}
+
+/// `$XDG_STATE_HOME/kforge/kforge.db`, else `~/.local/state/kforge/kforge.db`, else `/tmp`.
+pub fn default_db_path() -> PathBuf {
+    if let Some(d) = std::env::var_os("XDG_STATE_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(d).join("kforge/kforge.db");
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(h).join(".local/state/kforge/kforge.db");
+    }
+    PathBuf::from("/tmp/kforge.db")
+}

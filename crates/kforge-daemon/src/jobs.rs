@@ -1,0 +1,127 @@
+//! Starting a job's command: its own process group and cgroup, its cores, its environment, and
+//! threads that pump its output to the submitting connection and report its exit.
+
+use crate::state::{Event, Outgoing};
+use kforge_freeze::{Freezer, JobTarget};
+use kforge_proto::{b64, Reply, Stream};
+use std::ffi::CString;
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+
+pub struct SpawnSpec {
+    pub job: u64,
+    pub argv: Vec<String>,
+    pub cwd: String,
+    pub env: Vec<(String, String)>,
+    /// File the child writes "0" into to join its cgroup before exec.
+    pub cgroup_procs: Option<PathBuf>,
+    /// Cores the job may run on.
+    pub cpus: Vec<u32>,
+}
+
+/// Start the command. On success returns its pid (= its process group id); the exit arrives
+/// later as [`Event::JobExited`], after all its output was sent.
+pub fn spawn(
+    spec: SpawnSpec,
+    out: Sender<Outgoing>,
+    events: Sender<Event>,
+    freezer: Arc<Freezer>,
+    cgroup: Option<PathBuf>,
+) -> std::io::Result<u32> {
+    let Some((prog, args)) = spec.argv.split_first() else {
+        return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command"));
+    };
+    let mut cmd = Command::new(prog);
+    cmd.args(args)
+        .current_dir(&spec.cwd)
+        .env_clear()
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let procs = match &spec.cgroup_procs {
+        Some(p) => Some(CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other)?),
+        None => None,
+    };
+    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write into it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in &spec.cpus {
+        unsafe { libc::CPU_SET(c as usize, &mut set) };
+    }
+    let pin = !spec.cpus.is_empty();
+    // SAFETY: the closure only makes async-signal-safe system calls on data prepared before fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(p) = &procs {
+                let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let r = libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::close(fd);
+                if r != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if pin && libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn()?;
+    let pid = child.id();
+    let job = spec.job;
+    let pumps: Vec<_> = [
+        (child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>), Stream::Stdout),
+        (child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>), Stream::Stderr),
+    ]
+    .into_iter()
+    .filter_map(|(r, stream)| r.map(|r| (r, stream)))
+    .map(|(mut r, stream)| {
+        let out = out.clone();
+        std::thread::Builder::new()
+            .name(format!("kforge-pump-{job}"))
+            .spawn(move || {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    match r.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            // A gone client must not block the job: keep draining the pipe.
+                            let _ = out.send(Outgoing::Msg(Reply::Output { job, stream, data: b64::encode(&buf[..n]) }));
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(_) => break,
+                    }
+                }
+            })
+            .expect("spawn pump thread")
+    })
+    .collect();
+    std::thread::Builder::new()
+        .name(format!("kforge-wait-{job}"))
+        .spawn(move || {
+            let status = child.wait();
+            // The command is done: whatever it left behind in its group or cgroup goes too,
+            // so that background processes cannot escape management or hold the output pipes.
+            let _ = freezer.kill(&JobTarget { job, pgid: pid as i32, cgroup });
+            for p in pumps {
+                let _ = p.join();
+            }
+            let (code, signal) = match status {
+                Ok(s) => (s.code(), s.signal()),
+                Err(_) => (None, None),
+            };
+            let _ = events.send(Event::JobExited { job, code, signal });
+        })
+        .expect("spawn waiter thread");
+    Ok(pid)
+}

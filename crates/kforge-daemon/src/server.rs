@@ -1,0 +1,297 @@
+//! Start-up, the socket, the connection threads and the event loop.
+
+use crate::config::Config;
+use crate::guardian::{recover_stale, Ledger};
+use crate::state::{ConnId, Daemon, DaemonParts, Event, Outgoing};
+use crate::store::StoreHandle;
+use crate::worker::{self, WorkerConfig};
+use crate::{devices, DaemonError, PY_FILES};
+use kforge_freeze::Freezer;
+use kforge_gate::Gate;
+use kforge_proto::{ErrorCode, ProtoError, Request};
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Slots per gate segment: the most GPU processes one device can have registered.
+pub const GATE_SLOTS: u32 = 256;
+
+/// A running daemon (in this process).
+pub struct DaemonHandle {
+    pub socket: PathBuf,
+    pub freeze_mechanism: String,
+    events: Sender<Event>,
+    thread: Option<JoinHandle<Result<(), DaemonError>>>,
+}
+
+impl DaemonHandle {
+    /// Ask the daemon to stop (as SIGTERM does).
+    pub fn shutdown(&self) {
+        let _ = self.events.send(Event::Shutdown);
+    }
+    pub fn shutdown_sender(&self) -> Sender<Event> {
+        self.events.clone()
+    }
+    /// Wait until the daemon has stopped.
+    pub fn wait(mut self) -> Result<(), DaemonError> {
+        match self.thread.take().map(|t| t.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(DaemonError::Config("the daemon's event loop panicked".into())),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Run a daemon until it is shut down.
+pub fn run(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<(), DaemonError> {
+    start(cfg, guardian)?.wait()
+}
+
+fn mkdir_private(p: &Path) -> Result<(), DaemonError> {
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(p).map_err(|e| DaemonError::io("creating directory", p, e))
+}
+
+/// Bind the socket and start all threads. `guardian` is the command line of the guardian
+/// process (`kforge __guardian`); None runs without one (tests that kill nothing).
+pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandle, DaemonError> {
+    let pid = std::process::id();
+    let sock_dir = cfg.socket.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    mkdir_private(&sock_dir)?;
+    if UnixStream::connect(&cfg.socket).is_ok() {
+        return Err(DaemonError::AlreadyRunning(cfg.socket.display().to_string()));
+    }
+    let state_dir = cfg.state_dir();
+    mkdir_private(&state_dir)?;
+    let ledger_path = state_dir.join("ledger.json");
+    if let Some(r) = recover_stale(&ledger_path, false)? {
+        eprintln!(
+            "kforge daemon: recovered after a dead daemon: killed {} process groups, removed {} cgroups",
+            r.process_groups_killed, r.cgroups_removed
+        );
+    }
+    let _ = std::fs::remove_file(&cfg.socket);
+
+    let freezer_name = format!("kforge-{pid}");
+    let freezer = Arc::new(Freezer::detect(&freezer_name, cfg.freeze_mechanism)?);
+    let cpus = kforge_cores::online_cpus().map_err(|e| DaemonError::Config(e.to_string()))?;
+    let (reserved, job_cores) = kforge_cores::split(&cpus, cfg.reserve_cores).map_err(|e| DaemonError::Config(format!("--reserve-cores: {e}")))?;
+    let devs = devices::discover(&cfg.gpus)?;
+
+    let store = if cfg.db.as_os_str() == ":memory:" {
+        kforge_store::Store::open_in_memory()?
+    } else {
+        if let Some(parent) = cfg.db.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| DaemonError::io("creating store directory", parent, e))?;
+        }
+        kforge_store::Store::open(&cfg.db)?
+    };
+    let first_ids = store.max_ids()?;
+
+    let python_dir = state_dir.join("python");
+    let pkg = python_dir.join("kforge");
+    std::fs::create_dir_all(&pkg).map_err(|e| DaemonError::io("creating", &pkg, e))?;
+    for (name, body) in PY_FILES {
+        let p = pkg.join(name);
+        std::fs::write(&p, body).map_err(|e| DaemonError::io("writing python package", &p, e))?;
+    }
+
+    let (events_tx, events_rx) = channel::<Event>();
+    let mut gates = Vec::new();
+    let mut dev_parts = Vec::new();
+    for d in devs {
+        let gate_path = PathBuf::from(format!("/dev/shm/kforge-{pid}-gate-{}", d.name));
+        let _ = std::fs::remove_file(&gate_path);
+        let gate = Arc::new(Gate::create(&gate_path, GATE_SLOTS)?);
+        gates.push(gate_path.clone());
+        let w = worker::spawn(
+            d.name.clone(),
+            WorkerConfig { gate: Some(gate), freezer: freezer.clone(), drain_timeout: cfg.drain_timeout, freeze_timeout: cfg.freeze_timeout },
+            events_tx.clone(),
+        );
+        dev_parts.push((d, w, Some(gate_path)));
+    }
+    let ledger = Ledger::new(ledger_path, pid, &freezer, &freezer_name, gates);
+    ledger.write(&[])?;
+
+    // Bind owner-only: no moment exists where the socket is reachable with wider permissions.
+    // SAFETY: umask only changes this process's file creation mask.
+    let old = unsafe { libc::umask(0o177) };
+    let bound = UnixListener::bind(&cfg.socket);
+    unsafe { libc::umask(old) };
+    let listener = bound.map_err(|e| DaemonError::io("binding socket", &cfg.socket, e))?;
+    std::fs::set_permissions(&cfg.socket, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| DaemonError::io("chmod socket", &cfg.socket, e))?;
+
+    let guardian_child = match guardian {
+        Some(argv) => Some(spawn_guardian(&argv, ledger.path())?),
+        None => None,
+    };
+
+    let daemon = Daemon::new(DaemonParts {
+        cfg: cfg.clone(),
+        freezer: freezer.clone(),
+        store: StoreHandle::spawn(store),
+        ledger,
+        events: events_tx.clone(),
+        python_dir,
+        devices: dev_parts,
+        reserved_cores: reserved,
+        job_cores,
+        first_ids,
+    });
+
+    let stop_accept = Arc::new(AtomicBool::new(false));
+    {
+        let events = events_tx.clone();
+        let stop = stop_accept.clone();
+        std::thread::Builder::new()
+            .name("kforge-accept".into())
+            .spawn(move || accept_loop(listener, events, stop))
+            .map_err(|e| DaemonError::io("spawning accept thread", &cfg.socket, e))?;
+    }
+    let socket = cfg.socket.clone();
+    let describe = freezer.describe();
+    let thread = std::thread::Builder::new()
+        .name("kforge-daemon".into())
+        .spawn(move || {
+            let r = event_loop(daemon, events_rx);
+            stop_accept.store(true, Ordering::SeqCst);
+            let _ = UnixStream::connect(&cfg.socket);
+            let _ = std::fs::remove_file(&cfg.socket);
+            if let Err(e) = freezer.recover() {
+                eprintln!("kforge daemon: final cleanup: {e}");
+            }
+            if let Some(mut g) = guardian_child {
+                drop(g.stdin.take());
+                let _ = g.wait();
+            }
+            r
+        })
+        .map_err(|e| DaemonError::io("spawning daemon thread", &socket, e))?;
+    Ok(DaemonHandle { socket, freeze_mechanism: describe, events: events_tx, thread: Some(thread) })
+}
+
+fn spawn_guardian(argv: &[OsString], ledger: &Path) -> Result<Child, DaemonError> {
+    let (prog, args) = argv.split_first().ok_or_else(|| DaemonError::Config("empty guardian command".into()))?;
+    let mut cmd = Command::new(prog);
+    cmd.args(args).arg("--ledger").arg(ledger).stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::inherit());
+    // Its own session: a terminal's Ctrl-C to the daemon must not take the guardian with it.
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    cmd.spawn().map_err(|e| DaemonError::io("starting guardian", prog, e))
+}
+
+fn event_loop(mut d: Daemon, rx: Receiver<Event>) -> Result<(), DaemonError> {
+    let mut stop_deadline: Option<Instant> = None;
+    loop {
+        if d.stopping() {
+            let dl = *stop_deadline.get_or_insert_with(|| Instant::now() + Duration::from_secs(5));
+            if d.quiescent() || Instant::now() >= dl {
+                break;
+            }
+        }
+        let timeout = match (d.next_deadline(), stop_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let ev = match timeout {
+            Some(t) => match rx.recv_timeout(t.saturating_duration_since(Instant::now())) {
+                Ok(ev) => Some(ev),
+                Err(RecvTimeoutError::Timeout) => None,
+                Err(RecvTimeoutError::Disconnected) => break,
+            },
+            None => match rx.recv() {
+                Ok(ev) => Some(ev),
+                Err(_) => break,
+            },
+        };
+        match ev {
+            Some(ev) => d.handle(ev),
+            None => d.on_tick(Instant::now()),
+        }
+        // Leases may also run out while events keep arriving.
+        if d.next_deadline().is_some_and(|t| t <= Instant::now()) {
+            d.on_tick(Instant::now());
+        }
+    }
+    d.close_all();
+    d.store().finish();
+    Ok(())
+}
+
+fn accept_loop(listener: UnixListener, events: Sender<Event>, stop: Arc<AtomicBool>) {
+    let mut next: ConnId = 1;
+    for stream in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let Ok(stream) = stream else { continue };
+        let conn = next;
+        next += 1;
+        let (Ok(reader), Ok(writer), Ok(ctl)) = (stream.try_clone(), stream.try_clone(), stream.try_clone()) else { continue };
+        let (tx, out_rx) = channel::<Outgoing>();
+        if events.send(Event::Connected { conn, tx, stream: ctl }).is_err() {
+            break;
+        }
+        let _ = std::thread::Builder::new().name(format!("kforge-w{conn}")).spawn(move || writer_loop(writer, out_rx));
+        let ev = events.clone();
+        let _ = std::thread::Builder::new().name(format!("kforge-r{conn}")).spawn(move || reader_loop(conn, reader, ev));
+    }
+}
+
+fn reader_loop(conn: ConnId, mut s: UnixStream, events: Sender<Event>) {
+    loop {
+        match kforge_proto::read_msg::<Request, _>(&mut s) {
+            Ok(req) => {
+                if events.send(Event::Request { conn, req }).is_err() {
+                    return;
+                }
+            }
+            Err(ProtoError::Closed) | Err(ProtoError::Io(_)) => break,
+            Err(e @ ProtoError::Oversized(_)) => {
+                let _ = events.send(Event::BadFrame { conn, code: ErrorCode::Oversized, message: e.to_string() });
+                break;
+            }
+            Err(e @ ProtoError::Malformed(_)) => {
+                let _ = events.send(Event::BadFrame { conn, code: ErrorCode::Malformed, message: e.to_string() });
+                break;
+            }
+        }
+    }
+    let _ = events.send(Event::Hangup { conn });
+}
+
+fn writer_loop(mut s: UnixStream, rx: Receiver<Outgoing>) {
+    for out in rx {
+        match out {
+            Outgoing::Msg(m) => {
+                let frame = match kforge_proto::encode(&m) {
+                    Ok(f) => f,
+                    Err(e) => match kforge_proto::encode(&kforge_proto::Reply::Error { code: ErrorCode::Internal, message: e.to_string() }) {
+                        Ok(f) => f,
+                        Err(_) => continue,
+                    },
+                };
+                if s.write_all(&frame).is_err() {
+                    break;
+                }
+            }
+            Outgoing::Close => break,
+        }
+    }
+    let _ = s.shutdown(std::net::Shutdown::Both);
+}

@@ -1,0 +1,76 @@
+//! The store thread: the only writer of the SQLite file while the daemon runs.
+//!
+//! The state machine hands it operations over a channel and never waits for SQLite, so a slow
+//! disk cannot stretch a region hand-over. Operations are applied in the order sent.
+
+use crate::state::Outgoing;
+use kforge_proto::Reply;
+use kforge_store::{JobRow, MeasurementRow, RegionRow, Store};
+use std::sync::mpsc::{channel, Sender};
+use std::thread::JoinHandle;
+
+pub enum StoreOp {
+    InsertJob(JobRow),
+    JobStarted { id: u64, pid: u32, ns: i64 },
+    JobEnded { id: u64, ns: i64, code: Option<i32>, signal: Option<i32>, reason: Option<String> },
+    InsertRegion(Box<RegionRow>),
+    RegionReleased { id: u64, ns: i64, revoked: bool, tainted: bool },
+    InsertMeasurement(MeasurementRow),
+    /// Answer a report request directly on the asking connection.
+    Report { label: Option<String>, reply: Sender<Outgoing> },
+}
+
+pub struct StoreHandle {
+    pub tx: Sender<StoreOp>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl StoreHandle {
+    pub fn spawn(store: Store) -> StoreHandle {
+        let (tx, rx) = channel::<StoreOp>();
+        let thread = std::thread::Builder::new()
+            .name("kforge-store".into())
+            .spawn(move || {
+                for op in rx {
+                    if let Err(e) = apply(&store, op) {
+                        eprintln!("kforge daemon: store {}: {e}", store.path());
+                    }
+                }
+            })
+            .expect("spawn store thread");
+        StoreHandle { tx, thread: Some(thread) }
+    }
+
+    pub fn send(&self, op: StoreOp) {
+        // The store thread only stops when this handle is dropped.
+        let _ = self.tx.send(op);
+    }
+
+    /// Apply everything sent so far and stop the thread.
+    pub fn finish(mut self) {
+        let (tx, _) = channel();
+        drop(std::mem::replace(&mut self.tx, tx));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn apply(s: &Store, op: StoreOp) -> Result<(), kforge_store::StoreError> {
+    match op {
+        StoreOp::InsertJob(j) => s.insert_job(&j),
+        StoreOp::JobStarted { id, pid, ns } => s.job_started(id, pid, ns),
+        StoreOp::JobEnded { id, ns, code, signal, reason } => s.job_ended(id, ns, code, signal, reason.as_deref()),
+        StoreOp::InsertRegion(r) => s.insert_region(&r),
+        StoreOp::RegionReleased { id, ns, revoked, tainted } => s.region_released(id, ns, revoked, tainted),
+        StoreOp::InsertMeasurement(m) => s.insert_measurement(&m),
+        StoreOp::Report { label, reply } => {
+            let msg = match s.report(label.as_deref()) {
+                Ok(r) => Reply::Report { report: serde_json::to_value(&r).unwrap_or_default() },
+                Err(e) => Reply::Error { code: kforge_proto::ErrorCode::Internal, message: e.to_string() },
+            };
+            let _ = reply.send(Outgoing::Msg(msg));
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! Device workers: one thread per device carries out the slow steps of entering a region
+//! (close the gate, drain, freeze siblings, isolate the measuring thread) and of leaving it (the
+//! same in reverse), then reports to the state machine. The state machine never blocks on them.
+
+use crate::state::Event;
+use kforge_freeze::{Freezer, JobTarget};
+use kforge_gate::Gate;
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub enum WorkerOp {
+    Enter {
+        region: u64,
+        holder_pid: u32,
+        tid: u32,
+        /// Sibling jobs to freeze.
+        targets: Vec<JobTarget>,
+        /// Reserved core to pin the measuring thread to.
+        core: Option<u32>,
+    },
+    Leave {
+        region: u64,
+    },
+}
+
+/// What entering a region took.
+#[derive(Debug, Clone, Default)]
+pub struct EnterSteps {
+    pub gate_ms: f64,
+    pub drain_ms: f64,
+    pub drain_timed_out: bool,
+    pub pending_pids: Vec<u32>,
+    pub freeze_ms: f64,
+    pub frozen_jobs: u32,
+    pub freeze_errors: Vec<String>,
+    pub isolate_ms: f64,
+    pub pinned: bool,
+}
+
+pub struct WorkerConfig {
+    pub gate: Option<Arc<Gate>>,
+    pub freezer: Arc<Freezer>,
+    pub drain_timeout: Duration,
+    pub freeze_timeout: Duration,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// Start the worker of one device.
+pub fn spawn(name: String, cfg: WorkerConfig, events: Sender<Event>) -> Sender<WorkerOp> {
+    let (tx, rx) = channel::<WorkerOp>();
+    std::thread::Builder::new()
+        .name(format!("kforge-dev-{name}"))
+        .spawn(move || {
+            // What the current region changed, to undo on leave.
+            let mut frozen: Vec<JobTarget> = Vec::new();
+            let mut pinned: Option<(i32, Vec<u32>)> = None;
+            let mut gate_closed = false;
+            for op in rx {
+                match op {
+                    WorkerOp::Enter { region, holder_pid, tid, targets, core } => {
+                        let mut s = EnterSteps::default();
+                        // a. close the gate
+                        let t = Instant::now();
+                        let epoch = cfg.gate.as_ref().map(|g| g.close(holder_pid));
+                        gate_closed = epoch.is_some();
+                        s.gate_ms = ms(t.elapsed());
+                        // b. drain
+                        if let (Some(g), Some(epoch)) = (&cfg.gate, epoch) {
+                            let d = g.wait_acks(epoch, cfg.drain_timeout);
+                            s.drain_ms = ms(d.elapsed);
+                            s.drain_timed_out = d.timed_out;
+                            s.pending_pids = d.pending_pids;
+                        }
+                        // c. freeze siblings
+                        let t = Instant::now();
+                        for target in targets {
+                            match cfg.freezer.freeze(&target, cfg.freeze_timeout) {
+                                Ok(()) => s.frozen_jobs += 1,
+                                Err(e) => s.freeze_errors.push(format!("job {}: {e}", target.job)),
+                            }
+                            // Thaw even a partial freeze on leave.
+                            frozen.push(target);
+                        }
+                        s.freeze_ms = ms(t.elapsed());
+                        // d. isolate the measuring thread on a reserved core
+                        let t = Instant::now();
+                        if let Some(core) = core {
+                            let tid = tid as i32;
+                            if let Ok(before) = kforge_cores::affinity(tid) {
+                                if kforge_cores::set_affinity(tid, &[core]).is_ok() {
+                                    pinned = Some((tid, before));
+                                    s.pinned = true;
+                                }
+                            }
+                        }
+                        s.isolate_ms = ms(t.elapsed());
+                        let _ = events.send(Event::RegionReady { region, steps: s });
+                    }
+                    WorkerOp::Leave { region } => {
+                        if let Some((tid, before)) = pinned.take() {
+                            let _ = kforge_cores::set_affinity(tid, &before);
+                        }
+                        for target in frozen.drain(..).rev() {
+                            let _ = cfg.freezer.thaw(&target);
+                        }
+                        if gate_closed {
+                            if let Some(g) = &cfg.gate {
+                                g.open_gate();
+                            }
+                            gate_closed = false;
+                        }
+                        let _ = events.send(Event::RegionLeft { region });
+                    }
+                }
+            }
+            // Channel closed (daemon stopping): undo whatever is still in force.
+            if let Some((tid, before)) = pinned.take() {
+                let _ = kforge_cores::set_affinity(tid, &before);
+            }
+            for target in frozen.drain(..) {
+                let _ = cfg.freezer.thaw(&target);
+            }
+            if let Some(g) = &cfg.gate {
+                g.open_gate();
+            }
+        })
+        .expect("spawn device worker");
+    tx
+}

@@ -1,0 +1,239 @@
+"""``kforge.do_bench``: ``triton.testing.do_bench`` inside an exclusive kforge region."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from typing import Any, Callable, Iterable, List, Optional, Sequence, Union
+
+from .client import MAX_FRAME
+from .region import region as _region
+from .region import report_measurement
+
+RETURN_MODES = ("min", "max", "mean", "median", "all")
+#: Size of the buffer zeroed before each GPU call to flush the L2 cache (as Triton does).
+CACHE_FLUSH_BYTES = 256 * 1024 * 1024
+#: Most samples sent in one measurement (JSON floats take up to ~24 bytes; one frame is 1 MiB).
+#: Longer runs (sub-microsecond CPU functions) are reported as an evenly strided subsample;
+#: the value returned by do_bench always uses every sample.
+MAX_REPORTED_SAMPLES = MAX_FRAME // 32
+# Lower bound of the per-call estimate, so a too-fast function cannot ask for unbounded calls.
+_MIN_ESTIMATE_MS = 1e-4
+
+Result = Union[float, List[float]]
+
+
+def quantile(samples: Sequence[float], q: float) -> float:
+    """The ``q``-quantile of ``samples`` with linear interpolation (as ``torch.quantile``)."""
+    if not samples:
+        raise ValueError("quantile of an empty sample set")
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantiles must lie in [0, 1], got {q!r}")
+    s = sorted(samples)
+    point = q * (len(s) - 1)
+    lo = math.floor(point)
+    hi = math.ceil(point)
+    t = point - lo
+    return (1.0 - t) * s[lo] + t * s[hi]
+
+
+def summarize(samples: Sequence[float], quantiles: Optional[Sequence[float]], return_mode: str) -> Result:
+    """Reduce samples the way ``triton.testing.do_bench`` does.
+
+    ``quantiles`` (if given) wins: a list of quantiles, or a single float for one quantile.
+    Otherwise ``return_mode``: ``"min"``, ``"max"``, ``"mean"``, ``"median"`` give a float and
+    ``"all"`` the list of samples.
+    """
+    times = [float(x) for x in samples]
+    if quantiles is not None:
+        out = [quantile(times, q) for q in quantiles]
+        return out[0] if len(out) == 1 else out
+    if return_mode == "all":
+        return times
+    if return_mode == "min":
+        return min(times)
+    if return_mode == "max":
+        return max(times)
+    if return_mode == "mean":
+        return statistics.fmean(times)
+    if return_mode == "median":
+        return float(statistics.median(times))
+    raise ValueError(f"return_mode must be one of {RETURN_MODES}, got {return_mode!r}")
+
+
+def _is_number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _validate(
+    fn: object, warmup: object, rep: object, quantiles: object, return_mode: object, grad_to_none: object
+) -> Optional[List[float]]:
+    if not callable(fn):
+        raise TypeError(f"do_bench: fn must be callable, got {fn!r}")
+    if not _is_number(warmup) or not math.isfinite(warmup) or warmup < 0:  # type: ignore[arg-type,operator]
+        raise ValueError(f"do_bench: warmup must be a finite number of milliseconds >= 0, got {warmup!r}")
+    if not _is_number(rep) or not math.isfinite(rep) or rep <= 0:  # type: ignore[arg-type,operator]
+        raise ValueError(f"do_bench: rep must be a finite number of milliseconds > 0, got {rep!r}")
+    if return_mode not in RETURN_MODES:
+        raise ValueError(f"do_bench: return_mode must be one of {RETURN_MODES}, got {return_mode!r}")
+    if grad_to_none is not None and not isinstance(grad_to_none, Iterable):
+        raise ValueError("do_bench: grad_to_none must be an iterable of tensors or None")
+    if quantiles is None:
+        return None
+    if isinstance(quantiles, (str, bytes)) or not isinstance(quantiles, Iterable):
+        raise ValueError(f"do_bench: quantiles must be a list of numbers in [0, 1], got {quantiles!r}")
+    qs = list(quantiles)
+    if not qs:
+        raise ValueError("do_bench: quantiles must not be empty")
+    for q in qs:
+        if not _is_number(q) or not 0.0 <= q <= 1.0:
+            raise ValueError(f"do_bench: quantiles must lie in [0, 1], got {q!r}")
+    return [float(q) for q in qs]
+
+
+def _torch_cuda_available() -> bool:
+    try:
+        import torch  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def resolve_device(device: Optional[str] = None) -> str:
+    """Pick the timing device: ``"cpu"`` or a torch CUDA device string such as ``"cuda:0"``.
+
+    ``device`` argument, else ``$KFORGE_DEVICE``, else ``"cuda"`` if torch sees a GPU, else
+    ``"cpu"``. A bare index (kforge's notation, e.g. ``"2"``) names a physical GPU: it is mapped
+    through ``$CUDA_VISIBLE_DEVICES`` to the index torch sees.
+    """
+    dev = str(device) if device is not None else os.environ.get("KFORGE_DEVICE", "")
+    dev = dev.strip().lower()
+    if dev in ("", "auto"):
+        return "cuda" if _torch_cuda_available() else "cpu"
+    if dev == "cpu":
+        return "cpu"
+    if dev.isdigit():
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None:
+            entries = [e.strip() for e in visible.split(",") if e.strip()]
+            if dev in entries:
+                return f"cuda:{entries.index(dev)}"
+        return f"cuda:{dev}"
+    if dev == "cuda" or (dev.startswith("cuda:") and dev[5:].isdigit()):
+        return dev
+    raise ValueError(f"do_bench: device must be 'cpu', 'cuda', 'cuda:N' or a GPU index, got {device!r}")
+
+
+def _counts(estimate_ms: float, warmup: float, rep: float) -> "tuple[int, int]":
+    est = max(estimate_ms, _MIN_ESTIMATE_MS)
+    return max(1, int(warmup / est)), max(1, int(rep / est))
+
+
+def _bench_cpu(fn: Callable[[], Any], warmup: float, rep: float, grad_to_none: Optional[Iterable[Any]]) -> List[float]:
+    fn()
+    t0 = time.perf_counter_ns()
+    for _ in range(5):
+        fn()
+    estimate_ms = (time.perf_counter_ns() - t0) / 5 / 1e6
+    n_warmup, n_repeat = _counts(estimate_ms, warmup, rep)
+    for _ in range(n_warmup):
+        fn()
+    grads = list(grad_to_none) if grad_to_none is not None else []
+    times: List[float] = []
+    clock = time.perf_counter_ns
+    for _ in range(n_repeat):
+        for x in grads:
+            x.grad = None
+        start = clock()
+        fn()
+        times.append((clock() - start) / 1e6)
+    return times
+
+
+def _bench_cuda(
+    fn: Callable[[], Any], warmup: float, rep: float, grad_to_none: Optional[Iterable[Any]], device: str
+) -> List[float]:
+    try:
+        import torch  # type: ignore[import-not-found, unused-ignore]
+    except ImportError as e:
+        raise RuntimeError(f"do_bench: timing on {device!r} needs torch, which is not importable") from e
+    dev = torch.device(device)
+    with torch.cuda.device(dev):
+        fn()
+        torch.cuda.synchronize()
+        cache = torch.empty(CACHE_FLUSH_BYTES // 4, dtype=torch.int, device=dev)
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            cache.zero_()
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        estimate_ms = start.elapsed_time(end) / 5
+        n_warmup, n_repeat = _counts(estimate_ms, warmup, rep)
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
+        for _ in range(n_warmup):
+            fn()
+        grads = list(grad_to_none) if grad_to_none is not None else []
+        for i in range(n_repeat):
+            # fn must not accumulate gradients if it contains a backward pass.
+            for x in grads:
+                x.grad = None
+            cache.zero_()  # flush L2 between calls
+            starts[i].record()
+            fn()
+            ends[i].record()
+        torch.cuda.synchronize()
+        return [float(s.elapsed_time(e)) for s, e in zip(starts, ends)]
+
+
+def _subsample(times: List[float], limit: int) -> List[float]:
+    if len(times) <= limit:
+        return times
+    step = len(times) / limit
+    return [times[int(i * step)] for i in range(limit)]
+
+
+def do_bench(
+    fn: Callable[[], Any],
+    warmup: float = 25,
+    rep: float = 100,
+    grad_to_none: Optional[Iterable[Any]] = None,
+    quantiles: Optional[Sequence[float]] = None,
+    return_mode: str = "mean",
+    *,
+    name: Optional[str] = None,
+    device: Optional[str] = None,
+) -> Result:
+    """Benchmark ``fn`` like ``triton.testing.do_bench``, inside an exclusive kforge region.
+
+    ``warmup`` and ``rep`` are milliseconds of run time: ``fn`` is called once, then 5 times to
+    estimate its duration, which sets the number of warm-up calls (``warmup / estimate``) and
+    timed calls (``rep / estimate``), at least 1 each. Returns milliseconds: the ``quantiles``
+    of the samples if given (a float for a single quantile, else a list), otherwise per
+    ``return_mode`` the ``"min"``, ``"max"``, ``"mean"`` or ``"median"`` sample, or ``"all"``
+    samples as a list.
+
+    ``device`` (else ``$KFORGE_DEVICE``, else CUDA if available, else CPU) picks the clock: on
+    a GPU each call is timed with CUDA events, a 256 MB buffer is zeroed before each timed call
+    to flush the L2 cache and the ``grad_to_none`` tensors' ``.grad`` is reset; on the CPU each
+    call is timed with ``time.perf_counter_ns`` (no flush). The whole measurement runs inside
+    ``kforge.region(name)`` (``name`` defaults to ``fn``'s name) and the samples are reported to
+    the daemon with the region id; without a daemon both are no-ops.
+    """
+    qs = _validate(fn, warmup, rep, quantiles, return_mode, grad_to_none)
+    dev = resolve_device(device)
+    label = name or getattr(fn, "__name__", None) or "do_bench"
+    if label == "<lambda>":
+        label = "do_bench"
+    with _region(label) as r:
+        if dev == "cpu":
+            times = _bench_cpu(fn, float(warmup), float(rep), grad_to_none)
+        else:
+            times = _bench_cuda(fn, float(warmup), float(rep), grad_to_none, dev)
+        report_measurement(label, _subsample(times, MAX_REPORTED_SAMPLES), region=r.region)
+    return summarize(times, qs, return_mode)

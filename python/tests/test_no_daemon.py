@@ -1,0 +1,200 @@
+"""Without a daemon: regions are no-ops with one warning, do_bench times on the CPU."""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import warnings
+from typing import Any, List, Optional
+
+import pytest
+
+import kforge
+from kforge import bench
+
+
+def _busy(ms: float) -> None:
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+
+def test_region_is_noop_with_exactly_one_warning() -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with kforge.region(name="a") as r:
+            ran = True
+        with kforge.region("b", lease_s=2.0):
+            pass
+        assert kforge.report_measurement("m", [1.0, 2.0]) is None
+        kforge.do_bench(lambda: None, warmup=0.1, rep=0.5, device="cpu")
+    assert ran
+    mine = [w for w in caught if issubclass(w.category, kforge.KforgeWarning)]
+    assert len(mine) == 1
+    text = str(mine[0].message)
+    assert "kforge: no daemon at" in text and "regions are not exclusive" in text
+    assert os.environ["XDG_RUNTIME_DIR"] in text
+    assert r.region is None and r.grant is None and r.exclusive is False
+    assert r.valid is None and r.revoked is False and r.tainted is False
+    assert r.held_ms is not None and r.held_ms >= 0
+
+
+def test_unreachable_socket_is_noop(monkeypatch: pytest.MonkeyPatch, clean_env: str) -> None:
+    monkeypatch.setenv("KFORGE_SOCKET", os.path.join(clean_env, "missing.sock"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with kforge.region("x"):
+            pass
+        with kforge.region("y"):
+            pass
+    mine = [w for w in caught if issubclass(w.category, kforge.KforgeWarning)]
+    assert len(mine) == 1
+    assert "missing.sock" in str(mine[0].message) and "cannot connect" in str(mine[0].message)
+
+
+def test_nested_region_rejected_without_daemon() -> None:
+    with pytest.warns(kforge.KforgeWarning):
+        with kforge.region("outer"):
+            with pytest.raises(kforge.KforgeError, match="not re-entrant"):
+                with kforge.region("inner"):
+                    pass
+    with kforge.region("again"):  # the outer one was left properly
+        pass
+
+
+def test_region_argument_validation() -> None:
+    with pytest.raises(ValueError, match="name"):
+        kforge.region("")
+    with pytest.raises(ValueError, match="lease_s"):
+        kforge.region("x", lease_s=0)
+    with pytest.raises(ValueError, match="lease_s"):
+        kforge.region("x", lease_s=float("inf"))
+
+
+def test_report_measurement_validation() -> None:
+    with pytest.raises(ValueError, match="finite"):
+        kforge.report_measurement("m", [1.0, float("nan")])
+    with pytest.raises(ValueError, match="name"):
+        kforge.report_measurement("", [1.0])
+    with pytest.raises(ValueError, match="region"):
+        kforge.report_measurement("m", [1.0], region="5")  # type: ignore[arg-type]
+
+
+@pytest.mark.filterwarnings("ignore::kforge.KforgeWarning")
+@pytest.mark.parametrize("mode", ["min", "max", "mean", "median"])
+def test_do_bench_cpu_scalar_modes(mode: str) -> None:
+    v = kforge.do_bench(lambda: _busy(0.05), warmup=1, rep=3, return_mode=mode, device="cpu")
+    assert isinstance(v, float)
+    assert 0.05 <= v < 50  # at least the busy time, in milliseconds
+
+
+@pytest.mark.filterwarnings("ignore::kforge.KforgeWarning")
+def test_do_bench_cpu_counts_follow_the_estimate() -> None:
+    calls: List[int] = []
+
+    def fn() -> None:
+        calls.append(1)
+        _busy(0.2)
+
+    samples = kforge.do_bench(fn, warmup=2, rep=4, return_mode="all", device="cpu")
+    assert isinstance(samples, list) and all(isinstance(s, float) for s in samples)
+    # estimate ~0.2 ms -> about 10 warm-up and 20 timed calls (fewer if the machine is slow)
+    assert 1 <= len(samples) <= 20
+    assert all(s >= 0.2 for s in samples)
+    n_warmup = len(calls) - 1 - 5 - len(samples)
+    assert 1 <= n_warmup <= 10
+
+
+@pytest.mark.filterwarnings("ignore::kforge.KforgeWarning")
+def test_do_bench_cpu_quantiles_and_modes_agree() -> None:
+    qs = kforge.do_bench(lambda: _busy(0.02), warmup=0.5, rep=2, quantiles=[0.0, 0.2, 0.5, 0.8, 1.0], device="cpu")
+    assert isinstance(qs, list) and len(qs) == 5
+    assert qs == sorted(qs) and qs[0] >= 0.02
+    one = kforge.do_bench(lambda: _busy(0.02), warmup=0.5, rep=2, quantiles=[0.5], device="cpu")
+    assert isinstance(one, float)
+
+
+@pytest.mark.filterwarnings("ignore::kforge.KforgeWarning")
+def test_do_bench_resets_grads_before_each_timed_call() -> None:
+    class T:
+        grad: Optional[int] = 1
+
+    t = T()
+    seen: List[Optional[int]] = []
+
+    def fn() -> None:
+        seen.append(t.grad)
+        t.grad = 1
+
+    samples = kforge.do_bench(fn, warmup=0.1, rep=0.3, grad_to_none=[t], return_mode="all", device="cpu")
+    assert isinstance(samples, list)
+    assert seen[-len(samples):] == [None] * len(samples)
+    assert seen[0] == 1  # not reset outside the timed calls
+
+
+def test_summarize_matches_triton_semantics() -> None:
+    s = [4.0, 1.0, 3.0, 2.0]
+    assert bench.summarize(s, None, "min") == 1.0
+    assert bench.summarize(s, None, "max") == 4.0
+    assert bench.summarize(s, None, "mean") == 2.5
+    assert bench.summarize(s, None, "median") == 2.5
+    assert bench.summarize(s, None, "all") == s
+    assert bench.summarize(s, [0.25, 0.5, 1.0], "mean") == [1.75, 2.5, 4.0]
+    assert bench.summarize(s, [0.1], "max") == pytest.approx(1.3)
+    assert bench.quantile([7.0], 0.9) == 7.0
+    assert bench.quantile([1.0, 2.0, 3.0, 4.0, 5.0], 0.5) == 3.0
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        (dict(fn=42), TypeError, "callable"),
+        (dict(warmup=-1), ValueError, "warmup"),
+        (dict(warmup=math.nan), ValueError, "warmup"),
+        (dict(rep=0), ValueError, "rep"),
+        (dict(rep="100"), ValueError, "rep"),
+        (dict(return_mode="avg"), ValueError, "return_mode"),
+        (dict(quantiles=[0.5, 1.5]), ValueError, r"\[0, 1\]"),
+        (dict(quantiles=[]), ValueError, "empty"),
+        (dict(quantiles="0.5"), ValueError, "quantiles"),
+        (dict(quantiles=[True]), ValueError, "quantiles"),
+        (dict(grad_to_none=3), ValueError, "grad_to_none"),
+        (dict(device="tpu"), ValueError, "device"),
+    ],
+)
+def test_do_bench_validation(kwargs: Any, exc: type, match: str) -> None:
+    called: List[int] = []
+    args: Any = dict(fn=lambda: called.append(1), warmup=1, rep=1, device="cpu")
+    args.update(kwargs)
+    fn = args.pop("fn")
+    with pytest.raises(exc, match=match):
+        kforge.do_bench(fn, **args)
+    assert called == []  # validated before anything runs
+
+
+def test_resolve_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bench, "_torch_cuda_available", lambda: False)
+    assert bench.resolve_device(None) == "cpu"
+    assert bench.resolve_device("auto") == "cpu"
+    monkeypatch.setattr(bench, "_torch_cuda_available", lambda: True)
+    assert bench.resolve_device(None) == "cuda"
+    monkeypatch.setenv("KFORGE_DEVICE", "cpu")
+    assert bench.resolve_device(None) == "cpu"
+    assert bench.resolve_device("cuda:1") == "cuda:1"
+    monkeypatch.setenv("KFORGE_DEVICE", "3")
+    assert bench.resolve_device(None) == "cuda:3"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    assert bench.resolve_device(None) == "cuda:0"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
+    assert bench.resolve_device("3") == "cuda:1"
+
+
+def test_subsample_fits_a_frame() -> None:
+    times = [float(i) for i in range(100_000)]
+    sub = bench._subsample(times, bench.MAX_REPORTED_SAMPLES)
+    assert len(sub) == bench.MAX_REPORTED_SAMPLES and sub[0] == 0.0 and sub == sorted(sub)
+    frame = kforge.encode_frame({"type": "measurement", "region": 2**40, "job": 2**40, "name": "n" * 200,
+                                 "samples_ms": [1.2345678901234567e-05] * len(sub)})
+    assert len(frame) <= kforge.MAX_FRAME + 4
+    assert bench._subsample(times[:10], 32) == times[:10]
