@@ -77,14 +77,14 @@ pub fn spawn(name: String, cfg: WorkerConfig, events: Sender<Event>) -> Sender<W
                         }
                         // c. freeze siblings
                         let t = Instant::now();
-                        for target in targets {
-                            match cfg.freezer.freeze(&target, cfg.freeze_timeout) {
+                        for (target, r) in targets.iter().zip(cfg.freezer.freeze_many(&targets, cfg.freeze_timeout)) {
+                            match r {
                                 Ok(()) => s.frozen_jobs += 1,
                                 Err(e) => s.freeze_errors.push(format!("job {}: {e}", target.job)),
                             }
-                            // Thaw even a partial freeze on leave.
-                            frozen.push(target);
                         }
+                        // Thaw even a partial freeze on leave.
+                        frozen.extend(targets);
                         s.freeze_ms = ms(t.elapsed());
                         // d. isolate the measuring thread on a reserved core
                         let t = Instant::now();

@@ -464,10 +464,38 @@ impl Freezer {
     /// (signals) or a cgroup path outside the base.
     pub fn freeze(&self, t: &JobTarget, timeout: Duration) -> Result<(), FreezeError> {
         let start = Instant::now();
+        self.request_freeze(t)?;
+        self.wait_frozen(t, start, timeout)
+    }
+
+    /// Freeze several jobs at once: every freeze is requested first, then each is waited for,
+    /// so the kernel freezes them in parallel and the total wait is about the slowest one's,
+    /// not the sum. Returns one result per target, in order (errors as for
+    /// [`freeze`](Self::freeze)); a target whose request failed is not waited for.
+    pub fn freeze_many(&self, targets: &[JobTarget], timeout: Duration) -> Vec<Result<(), FreezeError>> {
+        let start = Instant::now();
+        let requested: Vec<Result<(), FreezeError>> = targets.iter().map(|t| self.request_freeze(t)).collect();
+        targets
+            .iter()
+            .zip(requested)
+            .map(|(t, r)| r.and_then(|()| self.wait_frozen(t, start, timeout)))
+            .collect()
+    }
+
+    /// Ask for `t` to be frozen without waiting.
+    fn request_freeze(&self, t: &JobTarget) -> Result<(), FreezeError> {
+        match self.kind {
+            MechanismKind::CgroupV2 => write_file(&self.cgroup_of(t)?.join("cgroup.freeze"), "1"),
+            MechanismKind::CgroupV1 => write_file(&self.cgroup_of(t)?.join("freezer.state"), "FROZEN"),
+            MechanismKind::Signals => procfs::signal_group(procfs::check_pgid(t.pgid)?, libc::SIGSTOP),
+        }
+    }
+
+    /// Wait until `t`, whose freeze was requested at `start`, is frozen.
+    fn wait_frozen(&self, t: &JobTarget, start: Instant, timeout: Duration) -> Result<(), FreezeError> {
         match self.kind {
             MechanismKind::CgroupV2 => {
                 let dir = self.cgroup_of(t)?;
-                write_file(&dir.join("cgroup.freeze"), "1")?;
                 let events_path = dir.join("cgroup.events");
                 let events = fs::File::open(&events_path).map_err(io_err("open", &events_path))?;
                 let mut buf = [0u8; 256];
@@ -494,7 +522,6 @@ impl Freezer {
             }
             MechanismKind::CgroupV1 => {
                 let state = self.cgroup_of(t)?.join("freezer.state");
-                write_file(&state, "FROZEN")?;
                 let check = || {
                     let s = read_trimmed(&state)?;
                     Ok((s != "FROZEN").then(|| format!("freezer.state is {s}")))
@@ -503,7 +530,6 @@ impl Freezer {
             }
             MechanismKind::Signals => {
                 let pgid = procfs::check_pgid(t.pgid)?;
-                procfs::signal_group(pgid, libc::SIGSTOP)?;
                 let check = || {
                     let running = procfs::running_members(pgid);
                     if running.is_empty() {
