@@ -54,6 +54,8 @@ struct Conn {
     jobs: BTreeSet<u64>,
     /// The region this connection holds or waits for.
     region: Option<u64>,
+    /// Regions revoked and already left before the client asked to exit them.
+    revoked_left: BTreeSet<u64>,
 }
 
 enum JobState {
@@ -106,6 +108,8 @@ struct Region {
     core: Option<u32>,
     /// The connection went away while entering: leave as soon as entered.
     abandoned: bool,
+    /// The client asked to exit (it waits for `region_released`).
+    exit_requested: bool,
     revoked: bool,
     tainted: bool,
 }
@@ -254,7 +258,7 @@ impl Daemon {
                     let _ = tx.send(Outgoing::Close);
                     return;
                 }
-                self.conns.insert(conn, Conn { tx, stream, greeted: false, jobs: BTreeSet::new(), region: None });
+                self.conns.insert(conn, Conn { tx, stream, greeted: false, jobs: BTreeSet::new(), region: None, revoked_left: BTreeSet::new() });
             }
             Event::Request { conn, req } => self.on_request(conn, req),
             Event::BadFrame { conn, code, message } => self.fail(conn, code, message),
@@ -618,6 +622,7 @@ impl Daemon {
                 state: RegionState::Queued,
                 core: None,
                 abandoned: false,
+                exit_requested: false,
                 revoked: false,
                 tainted: false,
             },
@@ -736,11 +741,16 @@ impl Daemon {
     }
 
     fn on_region_exit(&mut self, conn: ConnId, id: u64) {
+        if self.conns.get_mut(&conn).is_some_and(|c| c.revoked_left.remove(&id)) {
+            let held_ms = 0.0;
+            return self.send(conn, Reply::RegionReleased { region: id, valid: false, revoked: true, tainted: false, held_ms });
+        }
         let held_here = self.regions.get(&id).is_some_and(|r| r.conn == conn);
         if !held_here {
             return self.fail(conn, ErrorCode::NoSuchRegion, format!("region_exit: region {id} is not held on this connection"));
         }
-        let r = &self.regions[&id];
+        let r = self.regions.get_mut(&id).expect("checked above");
+        r.exit_requested = true;
         match r.state {
             RegionState::Held => self.start_leave(id),
             // Revoked while the client was still measuring: its leave is under way.
@@ -778,8 +788,12 @@ impl Daemon {
             if c.region == Some(id) {
                 c.region = None;
             }
+            if r.revoked && !r.exit_requested && !r.abandoned {
+                // Revoked while the client still measures: answer its exit when it comes.
+                c.revoked_left.insert(id);
+            }
         }
-        if r.granted.is_some() && !r.abandoned {
+        if r.granted.is_some() && r.exit_requested && !r.abandoned {
             self.send(r.conn, Reply::RegionReleased { region: id, valid: !r.revoked, revoked: r.revoked, tainted: r.tainted, held_ms });
         }
         if r.policy == Policy::Region {
