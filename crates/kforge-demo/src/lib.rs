@@ -425,7 +425,7 @@ pub fn bench_runtime(kforge: &Path, a: BenchArgs) -> Result<i32> {
         bail!("--iterations and --rounds must be positive and --clients at least 2");
     }
     let tmp = tempfile::Builder::new().prefix("kforge-bench-").tempdir().context("creating a work directory")?;
-    let daemon = PrivateDaemon::start(kforge, tmp.path(), &["--db", ":memory:"])?;
+    let daemon = PrivateDaemon::start(kforge, tmp.path(), &[])?;
     let mut c = daemon.client()?;
     for _ in 0..100 {
         let r = enter(&mut c)?;
