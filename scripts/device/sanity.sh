@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# GPU sanity run of the region runtime (issue 2), one device call:
+#   1. a daemon managing the GPU (cgroup v2 freezer, 2 reserved cores), `kforge status`;
+#   2. the DESIGN-NOTES §1 kernels timed with kforge.do_bench under the daemon, alone;
+#   3. the same next to 3 competing matmul processes started with `kforge run`, --policy none;
+#   4. the same with --policy region (competitors frozen; no drain yet: the gate shim is issue 3).
+# Needs target/release/kforge carried. Writes JSON under $OUT and prints a table last.
+set -euo pipefail
+OUT=${OUT:-/tmp/kforge-out}
+mkdir -p "$OUT"
+K=$PWD/target/release/kforge
+W=$(mktemp -d /tmp/kforge-sanity.XXXXXX)
+S=$W/k.sock
+export PYTHONUNBUFFERED=1
+nvidia-smi -L | tee "$OUT/gpu.txt"
+setsid "$K" --socket "$S" daemon --db "$OUT/sanity.db" --reserve-cores 2 >"$OUT/daemon.log" 2>&1 &
+for _ in $(seq 200); do "$K" --socket "$S" status >/dev/null 2>&1 && break; sleep 0.05; done
+"$K" --socket "$S" status | tee "$OUT/status.txt"
+run() { "$K" --socket "$S" run --device 0 "$@"; }
+
+run --label alone -- python3 scripts/device/timed_kernels.py alone "$OUT/alone.json"
+
+for policy in none region; do
+  rm -f "$W"/ready.*
+  pids=()
+  for i in 1 2 3; do
+    run --policy "$policy" --label "competitor-$policy" -- python3 scripts/device/competitor.py "$W/ready.$i" >/dev/null 2>&1 &
+    pids+=($!)
+  done
+  for _ in $(seq 600); do [ "$(ls "$W"/ready.* 2>/dev/null | wc -l)" = 3 ] && break; sleep 0.1; done
+  run --policy "$policy" --label "timed-$policy" -- python3 scripts/device/timed_kernels.py "3-competitors-$policy" "$OUT/competing-$policy.json"
+  kill "${pids[@]}" 2>/dev/null || true
+  wait "${pids[@]}" 2>/dev/null || true
+done
+
+"$K" --socket "$S" report > "$OUT/report.json"
+"$K" --socket "$S" shutdown || true
+python3 - "$OUT" <<'PY'
+import json, sys
+out = sys.argv[1]
+rows = [("alone", "alone.json"), ("3 competing, policy none", "competing-none.json"), ("3 competing, policy region", "competing-region.json")]
+base = json.load(open(f"{out}/alone.json"))
+summary = {}
+print(f"{'SETTING':<30} {'KERNEL':<22} {'MEDIAN_MS':>10} {'P95_MS':>10} {'P95_INFL':>9}")
+for label, f in rows:
+    d = json.load(open(f"{out}/{f}"))
+    for k in ("matmul_bf16_4096", "elementwise_x2_256MB"):
+        infl = d[k]["p95_ms"] / base[k]["p95_ms"] - 1
+        summary.setdefault(label, {})[k] = {"median_ms": d[k]["median_ms"], "p95_ms": d[k]["p95_ms"], "p95_inflation": infl}
+        print(f"{label:<30} {k:<22} {d[k]['median_ms']:>10.4f} {d[k]['p95_ms']:>10.4f} {infl*100:>8.1f}%")
+rep = json.load(open(f"{out}/report.json"))
+regs = [r for r in rep["regions"] if r["name"].startswith("3-competitors-region")]
+for r in regs:
+    print(f"region {r['id']} {r['name']}: wait {r['wait_ms']:.2f} ms, freeze {r['freeze_ms']:.2f} ms ({r['frozen_jobs']} jobs), core {r['core']}")
+json.dump(summary, open(f"{out}/summary.json", "w"), indent=1)
+PY
