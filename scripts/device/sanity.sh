@@ -24,13 +24,15 @@ for policy in none region; do
   rm -f "$W"/ready.*
   pids=()
   for i in 1 2 3; do
-    run --policy "$policy" --label "competitor-$policy" -- python3 scripts/device/competitor.py "$W/ready.$i" >/dev/null 2>&1 &
+    # Started directly (not through the shell function) so that $! is the kforge client.
+    "$K" --socket "$S" run --device 0 --policy "$policy" --label "competitor-$policy" -- python3 scripts/device/competitor.py "$W/ready.$i" >/dev/null 2>&1 &
     pids+=($!)
   done
   for _ in $(seq 600); do [ "$(ls "$W"/ready.* 2>/dev/null | wc -l)" = 3 ] && break; sleep 0.1; done
   run --policy "$policy" --label "timed-$policy" -- python3 scripts/device/timed_kernels.py "3-competitors-$policy" "$OUT/competing-$policy.json"
-  kill "${pids[@]}" 2>/dev/null || true
+  kill "${pids[@]}" 2>/dev/null || true   # a lost client cancels its job
   wait "${pids[@]}" 2>/dev/null || true
+  for _ in $(seq 200); do "$K" --socket "$S" status | grep -q "^ *[0-9].*competitor" || break; sleep 0.05; done
 done
 
 "$K" --socket "$S" report > "$OUT/report.json"
