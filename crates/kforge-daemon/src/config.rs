@@ -52,8 +52,9 @@ pub struct Config {
     pub lease: Duration,
     pub drain_timeout: Duration,
     pub freeze_timeout: Duration,
-    /// Inject the gate shim into GPU jobs (LD_PRELOAD) when it is found next to the binary.
-    pub inject_shim: bool,
+    /// The gate shim (`libkforge_shim.so`) preloaded into every job on a GPU device; None runs
+    /// GPU jobs without it (their submissions are then neither gated nor drained).
+    pub shim: Option<PathBuf>,
 }
 
 impl Config {
@@ -71,7 +72,7 @@ impl Config {
             lease: Duration::from_secs(60),
             drain_timeout: Duration::from_secs(2),
             freeze_timeout: Duration::from_secs(2),
-            inject_shim: true,
+            shim: None,
         }
     }
 

@@ -113,7 +113,16 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
         gates.push(gate_path.clone());
         let w = worker::spawn(
             d.name.clone(),
-            WorkerConfig { gate: Some(gate), freezer: freezer.clone(), drain_timeout: cfg.drain_timeout, freeze_timeout: cfg.freeze_timeout },
+            WorkerConfig {
+                gate: Some(gate),
+                freezer: freezer.clone(),
+                drain_timeout: cfg.drain_timeout,
+                freeze_timeout: cfg.freeze_timeout,
+                nvml_index: match d.kind {
+                    devices::DeviceKind::Gpu => d.name.parse().ok(),
+                    devices::DeviceKind::Cpu => None,
+                },
+            },
             events_tx.clone(),
         );
         dev_parts.push((d, w, Some(gate_path)));

@@ -465,6 +465,15 @@ impl Daemon {
         if let Some(g) = &dev.gate_path {
             env.push(("KFORGE_GATE".into(), g.display().to_string()));
         }
+        if let (DeviceKind::Gpu, Some(shim)) = (dev.info.kind, self.cfg.shim.as_ref()) {
+            // The gate shim goes first, before whatever the job preloads itself.
+            let shim = shim.display().to_string();
+            match env.iter_mut().find(|(k, _)| k == "LD_PRELOAD") {
+                Some((_, v)) if !v.is_empty() => *v = format!("{shim}:{v}"),
+                Some((_, v)) => *v = shim,
+                None => env.push(("LD_PRELOAD".into(), shim)),
+            }
+        }
         let py = self.python_dir.display().to_string();
         match env.iter_mut().find(|(k, _)| k == "PYTHONPATH") {
             Some((_, v)) if !v.is_empty() => *v = format!("{py}:{v}"),
@@ -661,10 +670,11 @@ impl Daemon {
                 .collect(),
         };
         let core = self.take_core();
+        let managed_pgids: Vec<i32> = self.jobs.values().filter_map(|j| j.target()).map(|t| t.pgid).collect();
         let r = self.regions.get_mut(&id).expect("region exists");
         r.state = RegionState::Entering;
         r.core = core;
-        let _ = self.devices[dev].worker.send(WorkerOp::Enter { region: id, holder_pid: pid, tid, targets, core });
+        let _ = self.devices[dev].worker.send(WorkerOp::Enter { region: id, holder_pid: pid, tid, targets, core, managed_pgids });
     }
 
     fn take_core(&mut self) -> Option<u32> {
@@ -682,8 +692,14 @@ impl Daemon {
         for e in &steps.freeze_errors {
             eprintln!("kforge daemon: region {id}: freeze failed: {e}");
         }
-        if self.regions.get(&id).is_some_and(|r| r.abandoned) {
-            return self.start_leave(id);
+        if !steps.unmanaged_pids.is_empty() {
+            eprintln!("kforge daemon: region {id}: tainted: unmanaged GPU processes {:?}", steps.unmanaged_pids);
+        }
+        if let Some(r) = self.regions.get_mut(&id) {
+            r.tainted |= steps.tainted;
+            if r.abandoned {
+                return self.start_leave(id);
+            }
         }
         self.grant(id, steps);
     }
@@ -916,6 +932,7 @@ impl Daemon {
             } else {
                 format!("sched_setaffinity: region holders on {}, jobs on {}", kforge_cores::format_cpu_list(&self.reserved_cores), kforge_cores::format_cpu_list(&self.job_cores))
             },
+            gate_shim: self.cfg.shim.as_ref().map(|p| p.display().to_string()),
             reserved_cores: self.reserved_cores.clone(),
             job_cores: self.job_cores.clone(),
             devices,

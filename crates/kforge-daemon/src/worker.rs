@@ -18,6 +18,8 @@ pub enum WorkerOp {
         targets: Vec<JobTarget>,
         /// Reserved core to pin the measuring thread to.
         core: Option<u32>,
+        /// Process groups of every managed job (for the taint check).
+        managed_pgids: Vec<i32>,
     },
     Leave {
         region: u64,
@@ -36,6 +38,9 @@ pub struct EnterSteps {
     pub freeze_errors: Vec<String>,
     pub isolate_ms: f64,
     pub pinned: bool,
+    /// A process kforge does not manage uses the GPU (NVML): the region cannot be exclusive.
+    pub tainted: bool,
+    pub unmanaged_pids: Vec<u32>,
 }
 
 pub struct WorkerConfig {
@@ -43,6 +48,8 @@ pub struct WorkerConfig {
     pub freezer: Arc<Freezer>,
     pub drain_timeout: Duration,
     pub freeze_timeout: Duration,
+    /// NVML index of the device's GPU (None for the cpu device): enables the taint check.
+    pub nvml_index: Option<u32>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -59,10 +66,18 @@ pub fn spawn(name: String, cfg: WorkerConfig, events: Sender<Event>) -> Sender<W
             let mut frozen: Vec<JobTarget> = Vec::new();
             let mut pinned: Option<(i32, Vec<u32>)> = None;
             let mut gate_closed = false;
+            let mut nvml: Option<Option<nvml_wrapper::Nvml>> = None;
             for op in rx {
                 match op {
-                    WorkerOp::Enter { region, holder_pid, tid, targets, core } => {
+                    WorkerOp::Enter { region, holder_pid, tid, targets, core, managed_pgids } => {
                         let mut s = EnterSteps::default();
+                        if let Some(idx) = cfg.nvml_index {
+                            let nvml = nvml.get_or_insert_with(|| nvml_wrapper::Nvml::init().ok());
+                            if let Some(n) = nvml.as_ref() {
+                                s.unmanaged_pids = unmanaged_gpu_pids(n, idx, &managed_pgids);
+                                s.tainted = !s.unmanaged_pids.is_empty();
+                            }
+                        }
                         // a. close the gate
                         let t = Instant::now();
                         let epoch = cfg.gate.as_ref().map(|g| g.close(holder_pid));
@@ -130,4 +145,30 @@ pub fn spawn(name: String, cfg: WorkerConfig, events: Sender<Event>) -> Sender<W
         })
         .expect("spawn device worker");
     tx
+}
+
+/// Processes NVML sees on the GPU that are not in a managed job's process group (nor this
+/// daemon). Processes NVML names but this pid namespace cannot see (a container's host pids)
+/// cannot be told apart and are not counted.
+fn unmanaged_gpu_pids(nvml: &nvml_wrapper::Nvml, index: u32, managed_pgids: &[i32]) -> Vec<u32> {
+    let Ok(dev) = nvml.device_by_index(index) else { return vec![] };
+    let mut pids: Vec<u32> = Vec::new();
+    for list in [dev.running_compute_processes(), dev.running_graphics_processes()].into_iter().flatten() {
+        pids.extend(list.iter().map(|p| p.pid));
+    }
+    pids.sort_unstable();
+    pids.dedup();
+    let me = std::process::id();
+    pids.into_iter()
+        .filter(|&pid| pid != me)
+        .filter(|&pid| match pgid_of(pid) {
+            Some(g) => !managed_pgids.contains(&g),
+            None => false,
+        })
+        .collect()
+}
+
+fn pgid_of(pid: u32) -> Option<i32> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit(')').next()?.split_whitespace().nth(2)?.parse().ok()
 }

@@ -231,6 +231,9 @@ pub struct StatusReport {
     pub freeze_mechanism: String,
     pub freeze_scope: String,
     pub isolation: String,
+    /// The gate shim preloaded into GPU jobs, if any.
+    #[serde(default)]
+    pub gate_shim: Option<String>,
     pub reserved_cores: Vec<u32>,
     pub job_cores: Vec<u32>,
     pub devices: Vec<DeviceStatus>,

@@ -109,6 +109,12 @@ struct DaemonArgs {
     /// Longest wait for managed processes to drain their GPU work, in milliseconds.
     #[arg(long, default_value_t = 2_000)]
     drain_timeout_ms: u64,
+    /// The gate shim preloaded into GPU jobs (default: libkforge_shim.so next to this binary).
+    #[arg(long)]
+    shim: Option<PathBuf>,
+    /// Run GPU jobs without the gate shim (debugging: their work is then neither held nor drained).
+    #[arg(long)]
+    no_shim: bool,
 }
 
 #[derive(clap::Args)]
@@ -197,6 +203,18 @@ fn daemon(socket: PathBuf, a: DaemonArgs) -> Result<i32> {
     }
     cfg.lease = Duration::from_millis(a.lease_ms);
     cfg.drain_timeout = Duration::from_millis(a.drain_timeout_ms);
+    cfg.shim = if a.no_shim {
+        None
+    } else {
+        match a.shim {
+            Some(p) if p.is_file() => Some(p.canonicalize().with_context(|| format!("resolving --shim {}", p.display()))?),
+            Some(p) => bail!("--shim {}: no such file", p.display()),
+            None => {
+                let beside = std::env::current_exe().context("locating the kforge binary")?.with_file_name("libkforge_shim.so");
+                beside.is_file().then_some(beside)
+            }
+        }
+    };
     // SIGINT/SIGTERM are taken by a thread that asks the daemon to stop cleanly.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
     unsafe {
@@ -209,6 +227,10 @@ fn daemon(socket: PathBuf, a: DaemonArgs) -> Result<i32> {
     let handle = kforge_daemon::server::start(cfg.clone(), Some(vec![exe.into_os_string(), "__guardian".into()]))
         .with_context(|| format!("starting the daemon on {}", cfg.socket.display()))?;
     eprintln!("kforge daemon: listening on {} (pid {}, store {}, freezing with {})", handle.socket.display(), std::process::id(), cfg.db.display(), handle.freeze_mechanism);
+    match &cfg.shim {
+        Some(s) => eprintln!("kforge daemon: GPU jobs preload the gate shim {}", s.display()),
+        None => eprintln!("kforge daemon: no gate shim: GPU submissions of other jobs are not held or drained during regions"),
+    }
     let stopper = handle.shutdown_sender();
     std::thread::spawn(move || {
         let mut sig: libc::c_int = 0;
@@ -272,6 +294,7 @@ fn status(socket: PathBuf, json: bool) -> Result<i32> {
     println!("policy     {} (default)", s.default_policy.as_str());
     println!("freeze     {} (scope {})", s.freeze_mechanism, s.freeze_scope);
     println!("isolation  {}", s.isolation);
+    println!("gate shim  {}", s.gate_shim.as_deref().unwrap_or("none (GPU work of other jobs is not held or drained)"));
     println!();
     println!("{:<6} {:<5} {:>4} {:>7} {:>6}  {:<24} {}", "DEVICE", "KIND", "MAX", "RUNNING", "QUEUED", "REGION HOLDER", "REGION QUEUE");
     for d in &s.devices {
