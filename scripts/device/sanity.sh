@@ -6,7 +6,7 @@
 #   4. the same with --policy region (competitors frozen; no drain yet: the gate shim is issue 3).
 # Needs target/release/kforge carried. Writes JSON under $OUT and prints a table last.
 set -euo pipefail
-OUT=${OUT:-/tmp/kforge-out}
+OUT=${SANITY_OUT:-${OUT:-/tmp/kforge-out}}
 mkdir -p "$OUT"
 K=$PWD/target/release/kforge
 W=$(mktemp -d /tmp/kforge-sanity.XXXXXX)
