@@ -55,6 +55,20 @@ pub struct Config {
     /// The gate shim (`libkforge_shim.so`) preloaded into every job on a GPU device; None runs
     /// GPU jobs without it (their submissions are then neither gated nor drained).
     pub shim: Option<PathBuf>,
+    /// Warm workers per device; None = the default (GPU: its concurrency limit, cpu: 0).
+    pub warm_workers: Option<usize>,
+    /// Interpreter of warm workers.
+    pub worker_python: String,
+    /// Modules warm workers import at start (`auto`: torch and triton when importable).
+    pub worker_preload: String,
+    /// Recycle a worker after this many jobs.
+    pub worker_max_jobs: u32,
+    /// Recycle a worker whose resident memory exceeds this (MiB; 0 = no ceiling).
+    pub worker_max_rss_mb: u64,
+    /// Route every Python command to warm workers (where the command line allows).
+    pub warm_python: bool,
+    /// Default time limit of a job (None = none).
+    pub job_timeout: Option<Duration>,
 }
 
 impl Config {
@@ -73,6 +87,13 @@ impl Config {
             drain_timeout: Duration::from_secs(2),
             freeze_timeout: Duration::from_secs(2),
             shim: None,
+            warm_workers: None,
+            worker_python: "python3".into(),
+            worker_preload: "auto".into(),
+            worker_max_jobs: 100,
+            worker_max_rss_mb: 0,
+            warm_python: false,
+            job_timeout: None,
         }
     }
 

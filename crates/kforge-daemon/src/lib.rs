@@ -14,6 +14,7 @@ pub mod jobs;
 pub mod server;
 pub mod state;
 pub mod store;
+pub mod warm;
 pub mod worker;
 
 pub use config::{Config, FreezeScope};

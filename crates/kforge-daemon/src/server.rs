@@ -144,7 +144,7 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
         None => None,
     };
 
-    let daemon = Daemon::new(DaemonParts {
+    let mut daemon = Daemon::new(DaemonParts {
         cfg: cfg.clone(),
         freezer: freezer.clone(),
         store: StoreHandle::spawn(store),
@@ -157,6 +157,7 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
         first_ids,
     });
 
+    daemon.fill_pools();
     let stop_accept = Arc::new(AtomicBool::new(false));
     {
         let events = events_tx.clone();

@@ -8,11 +8,12 @@ use crate::devices::{DeviceInfo, DeviceKind};
 use crate::guardian::Ledger;
 use crate::jobs::{self, SpawnSpec};
 use crate::store::{StoreHandle, StoreOp};
+use crate::warm::{self, WorkerMsg, WorkerSpawn, WORKER_CGROUP_BASE};
 use crate::worker::{EnterSteps, WorkerOp};
 use crate::now_ns;
 use kforge_freeze::{Freezer, JobTarget};
 use kforge_proto::{
-    DeviceStatus, ErrorCode, Grant, JobExit, JobStatus, Policy, RegionStatus, Reply, Request, StatusReport,
+    DeviceStatus, ErrorCode, Grant, JobExit, JobStatus, Policy, PoolStatus, RegionStatus, Reply, Request, StatusReport,
     SubmitSpec, PROTOCOL_VERSION,
 };
 use kforge_store::{JobRow, MeasurementRow, RegionRow};
@@ -42,6 +43,12 @@ pub enum Event {
     JobExited { job: u64, code: Option<i32>, signal: Option<i32> },
     RegionReady { region: u64, steps: EnterSteps },
     RegionLeft { region: u64 },
+    /// A warm worker said something.
+    Worker { worker: u64, msg: WorkerMsg },
+    /// A warm worker process ended.
+    WorkerExited { worker: u64, code: Option<i32>, signal: Option<i32> },
+    /// Both output pipes of a warm job are closed.
+    WarmOutputClosed { job: u64 },
     /// Stop (a signal, or a `shutdown` request).
     Shutdown,
 }
@@ -71,6 +78,15 @@ struct Job {
     conn: Option<ConnId>,
     state: JobState,
     cancel_reason: Option<String>,
+    /// What a warm worker runs (the command line without the interpreter); None = cold.
+    warm_argv: Option<Vec<String>>,
+    /// The warm worker running the job.
+    worker: Option<u64>,
+    /// Kill the job at this moment (time limit).
+    deadline: Option<Instant>,
+    /// Exit code a warm worker reported.
+    warm_exit: Option<i32>,
+    warm_output_closed: bool,
 }
 
 impl Job {
@@ -122,6 +138,33 @@ struct Device {
     command_holder: Option<u64>,
     worker: Sender<WorkerOp>,
     gate_path: Option<PathBuf>,
+    pool: PoolStatus,
+    /// Workers that died before becoming ready, in a row.
+    pool_start_failures: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WorkerState {
+    Starting,
+    Idle,
+    Busy(u64),
+    /// Asked to go (recycled); its exit is expected.
+    Stopping,
+}
+
+struct WarmWorker {
+    id: u64,
+    device: usize,
+    pid: u32,
+    control: Arc<std::os::fd::OwnedFd>,
+    cgroup: Option<PathBuf>,
+    state: WorkerState,
+}
+
+impl WarmWorker {
+    fn target(&self) -> JobTarget {
+        JobTarget { job: WORKER_CGROUP_BASE + self.id, pgid: self.pid as i32, cgroup: self.cgroup.clone() }
+    }
 }
 
 /// Exclusive regions queue per device, or one queue for the node under `--freeze node`.
@@ -148,9 +191,11 @@ pub struct Daemon {
     reserved_cores: Vec<u32>,
     job_cores: Vec<u32>,
     busy_cores: BTreeSet<u32>,
+    workers: BTreeMap<u64, WarmWorker>,
     next_job: u64,
     next_region: u64,
     next_measurement: u64,
+    next_worker: u64,
     stopping: bool,
 }
 
@@ -183,7 +228,12 @@ impl Daemon {
                     DeviceKind::Cpu => p.job_cores.len().max(1) * 2,
                     DeviceKind::Gpu => 4,
                 });
-                Device { info, max_concurrent, running: BTreeSet::new(), queue: VecDeque::new(), command_holder: None, worker, gate_path }
+                let size = p.cfg.warm_workers.unwrap_or(match info.kind {
+                    DeviceKind::Cpu => 0,
+                    DeviceKind::Gpu => max_concurrent,
+                });
+                let pool = PoolStatus { size, ..Default::default() };
+                Device { info, max_concurrent, running: BTreeSet::new(), queue: VecDeque::new(), command_holder: None, worker, gate_path, pool, pool_start_failures: 0 }
             })
             .collect();
         let nlines = if scope == FreezeScope::Node { 1 } else { ndev };
@@ -203,6 +253,8 @@ impl Daemon {
             reserved_cores: p.reserved_cores,
             job_cores: p.job_cores,
             busy_cores: BTreeSet::new(),
+            workers: BTreeMap::new(),
+            next_worker: 1,
             next_job: p.first_ids.0 + 1,
             next_region: p.first_ids.1 + 1,
             next_measurement: p.first_ids.2 + 1,
@@ -225,7 +277,16 @@ impl Daemon {
 
     /// The earliest lease deadline, for the event loop's timeout.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.regions.values().filter(|r| r.state == RegionState::Held).filter_map(|r| r.deadline).min()
+        let leases = self.regions.values().filter(|r| r.state == RegionState::Held).filter_map(|r| r.deadline);
+        let limits = self.jobs.values().filter(|j| j.cancel_reason.is_none()).filter_map(|j| j.deadline);
+        leases.chain(limits).min()
+    }
+
+    /// Start the warm worker pools (at daemon start).
+    pub fn fill_pools(&mut self) {
+        for d in 0..self.devices.len() {
+            self.fill_pool(d);
+        }
     }
 
     fn line_of(&self, device: usize) -> usize {
@@ -266,12 +327,30 @@ impl Daemon {
             Event::JobExited { job, code, signal } => self.on_job_exited(job, code, signal),
             Event::RegionReady { region, steps } => self.on_region_ready(region, steps),
             Event::RegionLeft { region } => self.on_region_left(region),
+            Event::Worker { worker, msg } => self.on_worker_msg(worker, msg),
+            Event::WorkerExited { worker, code, signal } => self.on_worker_exited(worker, code, signal),
+            Event::WarmOutputClosed { job } => {
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    j.warm_output_closed = true;
+                }
+                self.maybe_finish_warm(job);
+            }
             Event::Shutdown => self.begin_shutdown(),
         }
     }
 
     /// Revoke regions whose lease ran out.
     pub fn on_tick(&mut self, now: Instant) {
+        let overdue: Vec<(u64, Option<u64>)> = self
+            .jobs
+            .values()
+            .filter(|j| j.cancel_reason.is_none() && j.deadline.is_some_and(|d| d <= now))
+            .map(|j| (j.id, j.spec.timeout_ms.or(self.cfg.job_timeout.map(|t| t.as_millis() as u64))))
+            .collect();
+        for (id, ms) in overdue {
+            let limit = ms.map(|m| format!("{:.3} s", m as f64 / 1e3)).unwrap_or_default();
+            self.cancel_job(id, &format!("time limit of {limit} exceeded"));
+        }
         let expired: Vec<u64> = self
             .regions
             .values()
@@ -382,6 +461,28 @@ impl Daemon {
             let names: Vec<&str> = self.devices.iter().map(|d| d.info.name.as_str()).collect();
             return self.fail(conn, ErrorCode::NoSuchDevice, format!("no device {:?}; this daemon has: auto, {}", spec.device, names.join(", ")));
         };
+        let warm_argv = if spec.warm || (self.cfg.warm_python && warm::is_python(&spec.argv[0])) {
+            let explicit = spec.warm;
+            if !warm::is_python(&spec.argv[0]) {
+                return self.fail(conn, ErrorCode::BadRequest, format!("--warm runs Python commands only; {:?} is not a Python interpreter", spec.argv[0]));
+            }
+            let d = &self.devices[device];
+            match warm::warm_argv(&spec.argv) {
+                Ok(_) if d.pool.size == 0 && explicit => {
+                    return self.fail(conn, ErrorCode::BadRequest, format!("device {} has no warm workers (start the daemon with --warm-workers N)", d.info.name));
+                }
+                Ok(_) if d.pool.disabled.is_some() && explicit => {
+                    let why = d.pool.disabled.clone().unwrap_or_default();
+                    return self.fail(conn, ErrorCode::BadRequest, format!("the warm pool of device {} is disabled: {why}", d.info.name));
+                }
+                Ok(a) if d.pool.size > 0 && d.pool.disabled.is_none() => Some(a),
+                Ok(_) => None,
+                Err(e) if explicit => return self.fail(conn, ErrorCode::BadRequest, format!("cannot run warm: {e}")),
+                Err(_) => None, // routed by --warm-python: this command line needs a real interpreter
+            }
+        } else {
+            None
+        };
         let id = self.next_job;
         self.next_job += 1;
         let policy = spec.policy.unwrap_or(self.cfg.default_policy);
@@ -400,7 +501,23 @@ impl Daemon {
             signal: None,
             reason: None,
         }));
-        self.jobs.insert(id, Job { id, device, policy, spec, conn: Some(conn), state: JobState::Queued, cancel_reason: None });
+        self.jobs.insert(
+            id,
+            Job {
+                id,
+                device,
+                policy,
+                spec,
+                conn: Some(conn),
+                state: JobState::Queued,
+                cancel_reason: None,
+                warm_argv,
+                worker: None,
+                deadline: None,
+                warm_exit: None,
+                warm_output_closed: false,
+            },
+        );
         self.devices[device].queue.push_back(id);
         if let Some(c) = self.conns.get_mut(&conn) {
             c.jobs.insert(id);
@@ -429,8 +546,11 @@ impl Daemon {
         }
         while let Some(&head) = self.devices[device].queue.front() {
             let policy = self.jobs[&head].policy;
+            let needs_worker = self.jobs[&head].warm_argv.is_some();
             let d = &self.devices[device];
-            let ok = if d.command_holder.is_some() {
+            let ok = if needs_worker && self.idle_worker(device).is_none() {
+                false
+            } else if d.command_holder.is_some() {
                 false
             } else if policy == Policy::Command {
                 d.running.is_empty()
@@ -445,20 +565,23 @@ impl Daemon {
         }
     }
 
-    fn start_job(&mut self, id: u64) {
-        let (device, policy, spec, conn) = {
-            let j = &self.jobs[&id];
-            (j.device, j.policy, j.spec.clone(), j.conn)
-        };
+    fn idle_worker(&self, device: usize) -> Option<u64> {
+        self.workers.values().find(|w| w.device == device && w.state == WorkerState::Idle).map(|w| w.id)
+    }
+
+    /// The environment of a job or worker on a device: `base` without kforge's own variables,
+    /// plus the `KFORGE_*` variables, CUDA_VISIBLE_DEVICES, PYTHONPATH and (GPU) the shim.
+    fn device_env(&self, device: usize, base: &[(String, String)], job: Option<u64>, policy: Policy) -> Vec<(String, String)> {
         let dev = &self.devices[device];
-        let mut env: Vec<(String, String)> = spec
-            .env
+        let mut env: Vec<(String, String)> = base
             .iter()
             .filter(|(k, _)| !k.starts_with("KFORGE_") && k != "CUDA_VISIBLE_DEVICES")
             .cloned()
             .collect();
         env.push(("KFORGE_SOCKET".into(), self.cfg.socket.display().to_string()));
-        env.push(("KFORGE_JOB".into(), id.to_string()));
+        if let Some(id) = job {
+            env.push(("KFORGE_JOB".into(), id.to_string()));
+        }
         env.push(("KFORGE_DEVICE".into(), dev.info.name.clone()));
         env.push(("KFORGE_POLICY".into(), policy.as_str().into()));
         env.push(("CUDA_VISIBLE_DEVICES".into(), dev.info.cuda_visible.clone()));
@@ -480,6 +603,22 @@ impl Daemon {
             Some((_, v)) => *v = py,
             None => env.push(("PYTHONPATH".into(), py)),
         }
+        env
+    }
+
+    fn start_job(&mut self, id: u64) {
+        let (device, policy, spec, conn) = {
+            let j = &self.jobs[&id];
+            (j.device, j.policy, j.spec.clone(), j.conn)
+        };
+        let limit = spec.timeout_ms.map(Duration::from_millis).or(self.cfg.job_timeout);
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.deadline = limit.map(|l| Instant::now() + l);
+        }
+        if self.jobs[&id].warm_argv.is_some() {
+            return self.start_warm_job(id);
+        }
+        let env = self.device_env(device, &spec.env, Some(id), policy);
         let (procs, cgroup) = match self.freezer.create_job(id) {
             Ok(Some(p)) => {
                 let dir = p.parent().map(|d| d.to_path_buf());
@@ -516,6 +655,182 @@ impl Daemon {
         }
     }
 
+    fn start_warm_job(&mut self, id: u64) {
+        let (device, policy, spec, conn, argv) = {
+            let j = &self.jobs[&id];
+            (j.device, j.policy, j.spec.clone(), j.conn, j.warm_argv.clone().unwrap_or_default())
+        };
+        let Some(wid) = self.idle_worker(device) else {
+            // admit() checked; a worker cannot vanish in between (single thread).
+            return self.finish_job(id, Some(1), None, Some("no warm worker was free".into()));
+        };
+        let env = self.device_env(device, &spec.env, Some(id), policy);
+        let out = conn.and_then(|c| self.conns.get(&c)).map(|c| c.tx.clone()).unwrap_or_else(|| std::sync::mpsc::channel().0);
+        let w = self.workers.get_mut(&wid).expect("idle worker exists");
+        match warm::start_job(&w.control, id, &argv, &spec.cwd, &env, out, self.events.clone()) {
+            Ok(()) => {
+                w.state = WorkerState::Busy(id);
+                let (pid, cgroup) = (w.pid, w.cgroup.clone());
+                let j = self.jobs.get_mut(&id).expect("job exists");
+                j.state = JobState::Running { pid, cgroup };
+                j.worker = Some(wid);
+                self.devices[device].running.insert(id);
+                if policy == Policy::Command {
+                    self.devices[device].command_holder = Some(id);
+                }
+                self.store.send(StoreOp::JobStarted { id, pid, ns: now_ns() });
+                if let Some(c) = conn {
+                    self.send(c, Reply::JobStarted { job: id, pid });
+                }
+            }
+            Err(e) => {
+                // The worker is unusable: replace it; the job fails with the reason.
+                let t = w.target();
+                w.state = WorkerState::Stopping;
+                let _ = self.freezer.kill(&t);
+                self.finish_job(id, Some(1), None, Some(format!("could not hand the job to warm worker {wid}: {e}")));
+            }
+        }
+    }
+
+    /// Start workers until the device's pool has its target size (not counting ones on their way out).
+    fn fill_pool(&mut self, device: usize) {
+        if self.stopping || self.devices[device].pool.disabled.is_some() {
+            return;
+        }
+        let alive = self.workers.values().filter(|w| w.device == device && w.state != WorkerState::Stopping).count();
+        for _ in alive..self.devices[device].pool.size {
+            if let Err(e) = self.spawn_worker(device) {
+                let why = format!("cannot start {}: {e}", self.cfg.worker_python);
+                eprintln!("kforge daemon: warm pool of device {}: {why}", self.devices[device].info.name);
+                self.disable_pool(device, why);
+                return;
+            }
+        }
+    }
+
+    fn spawn_worker(&mut self, device: usize) -> std::io::Result<()> {
+        let id = self.next_worker;
+        self.next_worker += 1;
+        let procs = self.freezer.create_job(WORKER_CGROUP_BASE + id).ok().flatten();
+        let cgroup = procs.as_ref().and_then(|p| p.parent().map(|d| d.to_path_buf()));
+        let base: Vec<(String, String)> = std::env::vars().collect();
+        let mut env = self.device_env(device, &base, None, self.cfg.default_policy);
+        env.push(("KFORGE_WORKER_PRELOAD".into(), self.cfg.worker_preload.clone()));
+        env.push(("KFORGE_WORKER_MAX_JOBS".into(), self.cfg.worker_max_jobs.to_string()));
+        env.push(("KFORGE_WORKER_MAX_RSS_MB".into(), self.cfg.worker_max_rss_mb.to_string()));
+        let log = self.python_dir.parent().unwrap_or(&self.python_dir).join(format!("worker-{id}.log"));
+        let spec = WorkerSpawn { id, python: self.cfg.worker_python.clone(), env, cgroup_procs: procs, cpus: self.job_cores.clone(), log };
+        let h = warm::spawn(spec, self.events.clone())?;
+        self.workers.insert(id, WarmWorker { id, device, pid: h.pid, control: h.control, cgroup, state: WorkerState::Starting });
+        self.write_ledger();
+        Ok(())
+    }
+
+    fn disable_pool(&mut self, device: usize, why: String) {
+        self.devices[device].pool.disabled = Some(why.clone());
+        // Warm jobs waiting for a worker of this pool would wait forever: fail them.
+        let waiting: Vec<u64> = self.devices[device].queue.iter().copied().filter(|j| self.jobs[j].warm_argv.is_some()).collect();
+        self.devices[device].queue.retain(|j| !waiting.contains(j));
+        for j in waiting {
+            self.finish_job(j, Some(1), None, Some(format!("warm pool of device {} disabled: {why}", self.devices[device].info.name)));
+        }
+    }
+
+    fn on_worker_msg(&mut self, wid: u64, msg: WorkerMsg) {
+        let Some(w) = self.workers.get_mut(&wid) else { return };
+        let device = w.device;
+        match msg {
+            WorkerMsg::Ready { pid: _, preloaded, cuda, startup_ms, error } => {
+                if w.state == WorkerState::Starting {
+                    w.state = WorkerState::Idle;
+                }
+                self.devices[device].pool_start_failures = 0;
+                if let Some(e) = error {
+                    eprintln!("kforge daemon: warm worker {wid}: {e}");
+                }
+                eprintln!("kforge daemon: warm worker {wid} ready on device {} in {startup_ms:.0} ms (preloaded {preloaded:?}, cuda {cuda})", self.devices[device].info.name);
+                self.admit(device);
+            }
+            WorkerMsg::Done { job, exit_code, recycle } => {
+                if w.state != WorkerState::Busy(job) {
+                    eprintln!("kforge daemon: warm worker {wid} reported job {job}, which it was not running");
+                    return;
+                }
+                self.devices[device].pool.jobs_served += 1;
+                if recycle.is_empty() {
+                    w.state = WorkerState::Idle;
+                } else {
+                    // The worker exits by itself after a recycle finding; replace it now.
+                    w.state = WorkerState::Stopping;
+                    for r in recycle {
+                        *self.devices[device].pool.recycled.entry(r).or_insert(0) += 1;
+                    }
+                    self.fill_pool(device);
+                }
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    j.warm_exit = Some(exit_code);
+                    j.worker = None;
+                }
+                self.maybe_finish_warm(job);
+                self.admit(device);
+            }
+        }
+    }
+
+    fn on_worker_exited(&mut self, wid: u64, code: Option<i32>, signal: Option<i32>) {
+        let Some(w) = self.workers.remove(&wid) else { return };
+        let device = w.device;
+        // Whatever the worker or its job left behind goes with it.
+        let _ = self.freezer.kill(&w.target());
+        let _ = self.freezer.remove_job(WORKER_CGROUP_BASE + wid);
+        let how = match (code, signal) {
+            (_, Some(sig)) => format!("killed by signal {sig}"),
+            (Some(c), None) => format!("exited with code {c}"),
+            _ => "ended".into(),
+        };
+        match w.state {
+            WorkerState::Busy(job) => {
+                let reason = self.jobs.get(&job).and_then(|j| j.cancel_reason.clone());
+                let key = reason.clone().map(|r| if r.starts_with("time limit") { "time limit".to_string() } else { r }).unwrap_or_else(|| "job killed its worker".into());
+                *self.devices[device].pool.recycled.entry(key).or_insert(0) += 1;
+                if let Some(j) = self.jobs.get_mut(&job) {
+                    j.warm_exit = Some(code.unwrap_or(128 + signal.unwrap_or(0)));
+                    j.worker = None;
+                    j.cancel_reason = Some(reason.unwrap_or_else(|| format!("the job's warm worker {wid} {how}")));
+                    // Its output pipes were closed with the worker's descriptors.
+                }
+                self.maybe_finish_warm(job);
+            }
+            WorkerState::Starting => {
+                let d = &mut self.devices[device];
+                d.pool_start_failures += 1;
+                *d.pool.recycled.entry("failed to start".into()).or_insert(0) += 1;
+                eprintln!("kforge daemon: warm worker {wid} {how} before it was ready (see its log)");
+                if d.pool_start_failures >= 3 {
+                    let why = format!("3 workers in a row {how} before becoming ready; see worker-{wid}.log");
+                    self.disable_pool(device, why);
+                }
+            }
+            WorkerState::Idle => {
+                *self.devices[device].pool.recycled.entry(format!("idle worker {how}")).or_insert(0) += 1;
+            }
+            WorkerState::Stopping => {}
+        }
+        self.write_ledger();
+        self.fill_pool(device);
+        self.admit(device);
+    }
+
+    /// A warm job ends when its worker reported (or died) and its output is fully sent.
+    fn maybe_finish_warm(&mut self, job: u64) {
+        let Some(j) = self.jobs.get(&job) else { return };
+        if let (Some(code), true) = (j.warm_exit, j.warm_output_closed) {
+            let reason = j.cancel_reason.clone();
+            self.finish_job(job, Some(code), None, reason);
+        }
+    }
+
     fn write_ledger(&self) {
         let pgids: Vec<(u64, i32)> = self
             .jobs
@@ -524,6 +839,7 @@ impl Daemon {
                 JobState::Running { pid, .. } => Some((j.id, pid as i32)),
                 JobState::Queued => None,
             })
+            .chain(self.workers.values().map(|w| (WORKER_CGROUP_BASE + w.id, w.pid as i32)))
             .collect();
         if let Err(e) = self.ledger.write(&pgids) {
             eprintln!("kforge daemon: {e}");
@@ -879,6 +1195,10 @@ impl Daemon {
         for id in held {
             self.start_leave(id);
         }
+        for w in self.workers.values_mut() {
+            w.state = WorkerState::Stopping;
+            let _ = self.freezer.kill(&w.target());
+        }
     }
 
     pub fn status(&self) -> StatusReport {
@@ -902,6 +1222,19 @@ impl Daemon {
                     region_holder: line.holder.filter(on_dev).map(region_status),
                     region_queue: line.waiting.iter().filter(|id| on_dev(id)).map(|&id| region_status(id)).collect(),
                     max_concurrent: d.max_concurrent,
+                    pool: {
+                        let mut p = d.pool.clone();
+                        let mine = self.workers.values().filter(|w| w.device == i);
+                        for w in mine {
+                            match w.state {
+                                WorkerState::Starting => p.starting += 1,
+                                WorkerState::Idle => p.warm += 1,
+                                WorkerState::Busy(_) => p.busy += 1,
+                                WorkerState::Stopping => {}
+                            }
+                        }
+                        p
+                    },
                 }
             })
             .collect();

@@ -249,6 +249,8 @@ fn spec(dir: &Path, python: &str, c: &DemoCommand, policy: Policy, label: &str, 
         device: "cpu".into(),
         policy: Some(policy),
         label: Some(label.into()),
+        warm: false,
+        timeout_ms: None,
     }
 }
 

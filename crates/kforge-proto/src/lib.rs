@@ -76,6 +76,13 @@ pub struct SubmitSpec {
     /// Free-form label stored with the job (the demo uses it to group runs).
     #[serde(default)]
     pub label: Option<String>,
+    /// Run this Python command in a warm worker of the device (no interpreter, torch or CUDA
+    /// start-up).
+    #[serde(default)]
+    pub warm: bool,
+    /// Kill the job (its process tree, or its warm worker) after this many milliseconds.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -199,6 +206,26 @@ pub struct DeviceStatus {
     pub region_holder: Option<RegionStatus>,
     pub region_queue: Vec<RegionStatus>,
     pub max_concurrent: usize,
+    /// The warm worker pool of the device.
+    #[serde(default)]
+    pub pool: PoolStatus,
+}
+
+/// A device's warm workers.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct PoolStatus {
+    /// Target number of workers.
+    pub size: usize,
+    pub starting: usize,
+    /// Warm and idle.
+    pub warm: usize,
+    pub busy: usize,
+    /// Jobs served by workers of this pool.
+    pub jobs_served: u64,
+    /// Workers recycled, by reason (hygiene findings, job limits, crashes, time limits).
+    pub recycled: std::collections::BTreeMap<String, u64>,
+    /// Why the pool stopped starting workers, if it did.
+    pub disabled: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -398,7 +425,7 @@ mod tests {
 
         #[test]
         fn submit_round_trips(argv in proptest::collection::vec(".{0,20}", 1..5), dev in "[a-z0-9]{1,5}") {
-            let m = Request::Submit(SubmitSpec { argv, cwd: "/".into(), env: vec![("A".into(), "b".into())], device: dev, policy: Some(Policy::Region), label: None });
+            let m = Request::Submit(SubmitSpec { argv, cwd: "/".into(), env: vec![("A".into(), "b".into())], device: dev, policy: Some(Policy::Region), label: None, warm: false, timeout_ms: Some(5) });
             let f = encode(&m).unwrap();
             prop_assert_eq!(read_msg::<Request, _>(&mut &f[..]).unwrap(), m);
         }

@@ -115,6 +115,27 @@ struct DaemonArgs {
     /// Run GPU jobs without the gate shim (debugging: their work is then neither held nor drained).
     #[arg(long)]
     no_shim: bool,
+    /// Warm workers per device (default: a GPU's concurrency limit; 0 on the cpu device).
+    #[arg(long)]
+    warm_workers: Option<usize>,
+    /// Interpreter of the warm workers.
+    #[arg(long, default_value = "python3")]
+    worker_python: String,
+    /// Modules warm workers import at start, comma-separated (`auto`: torch and triton when importable).
+    #[arg(long, default_value = "auto")]
+    worker_preload: String,
+    /// Recycle a warm worker after this many jobs.
+    #[arg(long, default_value_t = 100)]
+    worker_max_jobs: u32,
+    /// Recycle a warm worker whose resident memory exceeds this many MiB (0: no ceiling).
+    #[arg(long, default_value_t = 0)]
+    worker_max_rss_mb: u64,
+    /// Run every Python command in a warm worker when its command line allows (as `run --warm`).
+    #[arg(long)]
+    warm_python: bool,
+    /// Default time limit of a job in seconds (`run --timeout` overrides).
+    #[arg(long)]
+    job_timeout_s: Option<f64>,
 }
 
 #[derive(clap::Args)]
@@ -128,6 +149,12 @@ struct RunArgs {
     /// Label stored with the job (to group a run in reports).
     #[arg(long)]
     label: Option<String>,
+    /// Run the Python command in a warm worker (preloaded torch/triton, live CUDA context).
+    #[arg(long)]
+    warm: bool,
+    /// Kill the job after this many seconds.
+    #[arg(long)]
+    timeout: Option<f64>,
     /// The command and its arguments.
     #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
     command: Vec<String>,
@@ -203,6 +230,20 @@ fn daemon(socket: PathBuf, a: DaemonArgs) -> Result<i32> {
     }
     cfg.lease = Duration::from_millis(a.lease_ms);
     cfg.drain_timeout = Duration::from_millis(a.drain_timeout_ms);
+    cfg.warm_workers = a.warm_workers;
+    cfg.worker_python = a.worker_python;
+    cfg.worker_preload = a.worker_preload;
+    if a.worker_max_jobs == 0 {
+        bail!("--worker-max-jobs must be at least 1");
+    }
+    cfg.worker_max_jobs = a.worker_max_jobs;
+    cfg.worker_max_rss_mb = a.worker_max_rss_mb;
+    cfg.warm_python = a.warm_python;
+    cfg.job_timeout = match a.job_timeout_s {
+        Some(t) if !(t > 0.0 && t.is_finite()) => bail!("--job-timeout-s must be a positive number of seconds"),
+        Some(t) => Some(Duration::from_secs_f64(t)),
+        None => None,
+    };
     cfg.shim = if a.no_shim {
         None
     } else {
@@ -254,6 +295,12 @@ fn run(socket: PathBuf, a: RunArgs) -> Result<i32> {
         device: a.device,
         policy: a.policy.as_deref().and_then(Policy::parse),
         label: a.label,
+        warm: a.warm,
+        timeout_ms: match a.timeout {
+            Some(t) if !(t > 0.0 && t.is_finite()) => bail!("--timeout must be a positive number of seconds"),
+            Some(t) => Some((t * 1e3).ceil() as u64),
+            None => None,
+        },
     };
     c.send(&Request::Submit(spec))?;
     let mut out = std::io::stdout().lock();
@@ -302,6 +349,16 @@ fn status(socket: PathBuf, json: bool) -> Result<i32> {
         let queue: Vec<String> = d.region_queue.iter().map(|r| format!("#{}", r.region)).collect();
         println!("{:<6} {:<5} {:>4} {:>7} {:>6}  {:<24} {}", d.name, d.kind, d.max_concurrent, d.running.len(), d.queued.len(), holder, if queue.is_empty() { "-".into() } else { queue.join(" ") });
         println!("       {}", d.description);
+        let p = &d.pool;
+        if p.size > 0 || !p.recycled.is_empty() {
+            let recycled: Vec<String> = p.recycled.iter().map(|(k, v)| format!("{v}× {k}")).collect();
+            println!(
+                "       warm pool: size {}, warm {}, busy {}, starting {}, jobs served {}, recycled {}{}",
+                p.size, p.warm, p.busy, p.starting, p.jobs_served,
+                if recycled.is_empty() { "0".into() } else { recycled.join(", ") },
+                p.disabled.as_ref().map(|d| format!(" — DISABLED: {d}")).unwrap_or_default()
+            );
+        }
     }
     if !s.jobs.is_empty() {
         println!();
