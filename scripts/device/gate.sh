@@ -15,6 +15,11 @@ W=$(mktemp -d /tmp/kforge-gate.XXXXXX)
 export PYTHONUNBUFFERED=1
 D=scripts/device
 
+echo "== driver API signatures the shim declares from memory (checked against this machine's cuda.h)"
+H=$(ls /usr/local/cuda*/include/cuda.h 2>/dev/null | head -1 || true)
+[ -n "$H" ] && grep -n -A4 -E "CUresult CUDAAPI (cuMemPrefetchAsync_v2|cuMemcpyBatchAsync|cuMemcpy3DBatchAsync)" "$H" > "$W/cuda_h_signatures.txt" || true
+cat "$W/cuda_h_signatures.txt" 2>/dev/null | head -40 || true
+
 echo "== coverage"
 for mode in eager cublas triton compile-default compile-reduce-overhead; do
   python3 $D/shim_coverage.py $mode "$W/cov-$mode-plain"
@@ -37,6 +42,7 @@ SANITY_OUT=$W/fidelity bash $D/sanity.sh | tail -12
 cp "$W/fidelity/summary.json" "$OUT/fidelity-summary.json"
 cp "$W/fidelity/report.json" "$OUT/fidelity-report.json"
 cp "$W/fidelity/daemon.log" "$OUT/fidelity-daemon.log"
+cp "$W/cuda_h_signatures.txt" "$OUT/" 2>/dev/null || true
 
 python3 - "$W" "$OUT" <<'PY'
 import glob, json, statistics, sys
