@@ -13,6 +13,9 @@ W=$(mktemp -d /tmp/kforge-sanity.XXXXXX)
 S=$W/k.sock
 export PYTHONUNBUFFERED=1
 nvidia-smi -L | tee "$OUT/gpu.txt"
+# GPU clocks, power and temperature every 50 ms, to tell interference from throttling.
+nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active --format=csv,noheader,nounits -lms 50 >"$OUT/clocks.csv" 2>/dev/null &
+SMI=$!
 setsid "$K" --socket "$S" daemon --db "$OUT/sanity.db" --reserve-cores 2 >"$OUT/daemon.log" 2>&1 &
 for _ in $(seq 200); do "$K" --socket "$S" status >/dev/null 2>&1 && break; sleep 0.05; done
 "$K" --socket "$S" status | tee "$OUT/status.txt"
@@ -35,6 +38,7 @@ for policy in none region; do
   for _ in $(seq 200); do "$K" --socket "$S" status | grep -q "^ *[0-9].*competitor" || break; sleep 0.05; done
 done
 
+kill $SMI 2>/dev/null || true
 "$K" --socket "$S" report > "$OUT/report.json"
 "$K" --socket "$S" shutdown || true
 python3 - "$OUT" <<'PY'
@@ -54,5 +58,22 @@ rep = json.load(open(f"{out}/report.json"))
 regs = [r for r in rep["regions"] if r["name"].startswith("3-competitors-region")]
 for r in regs:
     print(f"region {r['id']} {r['name']}: wait {r['wait_ms']:.2f} ms, freeze {r['freeze_ms']:.2f} ms ({r['frozen_jobs']} jobs), core {r['core']}")
+import datetime
+clocks = []
+for line in open(f"{out}/clocks.csv"):
+    parts = [p.strip() for p in line.split(",")]
+    try:
+        t = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()
+        clocks.append((t, float(parts[1]), float(parts[2]), float(parts[3]), parts[4]))
+    except (ValueError, IndexError):
+        continue
+for label, f in rows:
+    d = json.load(open(f"{out}/{f}"))
+    for k in ("matmul_bf16_4096", "elementwise_x2_256MB"):
+        w = [c for c in clocks if d[k]["t_start"] <= c[0] <= d[k]["t_end"]]
+        if w:
+            sm = sum(c[1] for c in w) / len(w)
+            summary[label][k].update({"sm_clock_mhz_mean": sm, "power_w_max": max(c[2] for c in w), "temp_c_max": max(c[3] for c in w), "clock_event_reasons": sorted({c[4] for c in w})})
+            print(f"{label:<30} {k:<22} SM {sm:.0f} MHz, power max {max(c[2] for c in w):.0f} W, temp max {max(c[3] for c in w):.0f} C, reasons {sorted({c[4] for c in w})}")
 json.dump(summary, open(f"{out}/summary.json", "w"), indent=1)
 PY

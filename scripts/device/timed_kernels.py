@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import torch
 
@@ -31,8 +32,10 @@ def main() -> None:
     assert torch.equal(x * 2, x + x)
     res: dict[str, object] = {"label": label, "matmul_rel_err": rel}
     for name, fn in (("matmul_bf16_4096", lambda: a @ b), ("elementwise_x2_256MB", lambda: x * 2)):
+        t_start = time.time()
         samples = kforge.do_bench(fn, warmup=50, rep=300, return_mode="all", name=f"{label}:{name}")
-        res[name] = {"median_ms": q(samples, 0.5), "p95_ms": q(samples, 0.95), "n": len(samples), "samples_ms": samples}
+        res[name] = {"median_ms": q(samples, 0.5), "p95_ms": q(samples, 0.95), "n": len(samples), "samples_ms": samples,
+                     "t_start": t_start, "t_end": time.time()}
         print(f"{label:<16} {name:<22} median {q(samples, 0.5):.4f} ms  p95 {q(samples, 0.95):.4f} ms  n={len(samples)}", flush=True)
     with open(out, "w") as f:
         json.dump(res, f)

@@ -764,7 +764,10 @@ impl Daemon {
                     // The worker exits by itself after a recycle finding; replace it now.
                     w.state = WorkerState::Stopping;
                     for r in recycle {
-                        *self.devices[device].pool.recycled.entry(r).or_insert(0) += 1;
+                        eprintln!("kforge daemon: warm worker {wid} recycled after job {job}: {r}");
+                        // Count by kind ("thread left running"), not by the detail after the colon.
+                        let kind = r.split(':').next().unwrap_or(&r).trim().to_string();
+                        *self.devices[device].pool.recycled.entry(kind).or_insert(0) += 1;
                     }
                     self.fill_pool(device);
                 }
