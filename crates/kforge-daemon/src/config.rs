@@ -52,6 +52,9 @@ pub struct Config {
     pub lease: Duration,
     pub drain_timeout: Duration,
     pub freeze_timeout: Duration,
+    /// Longest wait, when entering a region on a GPU, for power-cap or thermal throttling left
+    /// by other jobs' load to clear (zero: do not wait).
+    pub settle_timeout: Duration,
     /// The gate shim (`libkforge_shim.so`) preloaded into every job on a GPU device; None runs
     /// GPU jobs without it (their submissions are then neither gated nor drained).
     pub shim: Option<PathBuf>,
@@ -86,6 +89,7 @@ impl Config {
             lease: Duration::from_secs(60),
             drain_timeout: Duration::from_secs(2),
             freeze_timeout: Duration::from_secs(2),
+            settle_timeout: Duration::from_millis(500),
             shim: None,
             warm_workers: None,
             worker_python: "python3".into(),

@@ -118,6 +118,7 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
                 freezer: freezer.clone(),
                 drain_timeout: cfg.drain_timeout,
                 freeze_timeout: cfg.freeze_timeout,
+                settle_timeout: cfg.settle_timeout,
                 nvml_index: match d.kind {
                     devices::DeviceKind::Gpu => d.name.parse().ok(),
                     devices::DeviceKind::Cpu => None,

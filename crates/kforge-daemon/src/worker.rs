@@ -38,6 +38,9 @@ pub struct EnterSteps {
     pub freeze_errors: Vec<String>,
     pub isolate_ms: f64,
     pub pinned: bool,
+    /// Waiting for the GPU to leave power-cap / thermal clock throttling after the drain.
+    pub settle_ms: f64,
+    pub settle_timed_out: bool,
     /// A process kforge does not manage uses the GPU (NVML): the region cannot be exclusive.
     pub tainted: bool,
     pub unmanaged_pids: Vec<u32>,
@@ -48,8 +51,11 @@ pub struct WorkerConfig {
     pub freezer: Arc<Freezer>,
     pub drain_timeout: Duration,
     pub freeze_timeout: Duration,
-    /// NVML index of the device's GPU (None for the cpu device): enables the taint check.
+    /// NVML index of the device's GPU (None for the cpu device): enables the taint check and
+    /// the settle step.
     pub nvml_index: Option<u32>,
+    /// Longest wait for throttling to clear (zero: no settle step).
+    pub settle_timeout: Duration,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -101,6 +107,15 @@ pub fn spawn(name: String, cfg: WorkerConfig, events: Sender<Event>) -> Sender<W
                         // Thaw even a partial freeze on leave.
                         frozen.extend(targets);
                         s.freeze_ms = ms(t.elapsed());
+                        // Settle: competitors' load can leave the GPU power-capped or thermally
+                        // throttled for a while after they stop; wait (bounded) until it clears.
+                        if let (Some(idx), false) = (cfg.nvml_index, cfg.settle_timeout.is_zero()) {
+                            if let Some(Some(n)) = nvml.as_ref() {
+                                let (waited, timed_out) = settle(n, idx, cfg.settle_timeout);
+                                s.settle_ms = ms(waited);
+                                s.settle_timed_out = timed_out;
+                            }
+                        }
                         // d. isolate the measuring thread on a reserved core
                         let t = Instant::now();
                         if let Some(core) = core {
@@ -171,4 +186,23 @@ fn unmanaged_gpu_pids(nvml: &nvml_wrapper::Nvml, index: u32, managed_pgids: &[i3
 fn pgid_of(pid: u32) -> Option<i32> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     s.rsplit(')').next()?.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// Clock-throttle reasons that make a timing unlike one on an idle, cool GPU.
+fn throttled(n: &nvml_wrapper::Nvml, index: u32) -> bool {
+    use nvml_wrapper::bitmasks::device::ThrottleReasons as R;
+    let bad = R::SW_POWER_CAP | R::HW_SLOWDOWN | R::SW_THERMAL_SLOWDOWN | R::HW_THERMAL_SLOWDOWN | R::HW_POWER_BRAKE_SLOWDOWN;
+    n.device_by_index(index).and_then(|d| d.current_throttle_reasons()).map(|r| r.intersects(bad)).unwrap_or(false)
+}
+
+/// Wait until the GPU is not throttled, polling every 2 ms, for at most `timeout`.
+fn settle(n: &nvml_wrapper::Nvml, index: u32, timeout: Duration) -> (Duration, bool) {
+    let t = Instant::now();
+    while throttled(n, index) {
+        if t.elapsed() >= timeout {
+            return (t.elapsed(), true);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    (t.elapsed(), false)
 }

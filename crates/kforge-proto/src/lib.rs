@@ -189,6 +189,11 @@ pub struct Grant {
     pub drain_timed_out: bool,
     pub freeze_ms: f64,
     pub frozen_jobs: u32,
+    /// Wait for GPU power-cap / thermal throttling to clear (GPU devices).
+    #[serde(default)]
+    pub settle_ms: f64,
+    #[serde(default)]
+    pub settle_timed_out: bool,
     pub isolate_ms: f64,
     /// Reserved core the measuring thread was pinned to, if core isolation is on.
     pub core: Option<u32>,

@@ -60,6 +60,10 @@ pub struct RegionRow {
     pub drain_timed_out: bool,
     pub freeze_ms: f64,
     pub frozen_jobs: u32,
+    #[serde(default)]
+    pub settle_ms: f64,
+    #[serde(default)]
+    pub settle_timed_out: bool,
     pub isolate_ms: f64,
     pub core: Option<u32>,
     pub lease_ms: u64,
@@ -109,7 +113,8 @@ CREATE TABLE IF NOT EXISTS regions (
   tid INTEGER NOT NULL, policy TEXT NOT NULL, exclusive INTEGER NOT NULL, requested_ns INTEGER NOT NULL,
   granted_ns INTEGER NOT NULL, released_ns INTEGER, wait_ms REAL NOT NULL, gate_ms REAL NOT NULL,
   drain_ms REAL NOT NULL, drain_timed_out INTEGER NOT NULL, freeze_ms REAL NOT NULL,
-  frozen_jobs INTEGER NOT NULL, isolate_ms REAL NOT NULL, core INTEGER, lease_ms INTEGER NOT NULL,
+  frozen_jobs INTEGER NOT NULL, settle_ms REAL NOT NULL DEFAULT 0, settle_timed_out INTEGER NOT NULL DEFAULT 0,
+  isolate_ms REAL NOT NULL, core INTEGER, lease_ms INTEGER NOT NULL,
   revoked INTEGER NOT NULL DEFAULT 0, tainted INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS measurements (
   id INTEGER PRIMARY KEY, job INTEGER, region INTEGER, name TEXT NOT NULL, recorded_ns INTEGER NOT NULL,
@@ -218,12 +223,14 @@ impl Store {
         self.conn
             .execute(
                 "INSERT INTO regions(id,job,device,name,pid,tid,policy,exclusive,requested_ns,granted_ns,released_ns,
-                   wait_ms,gate_ms,drain_ms,drain_timed_out,freeze_ms,frozen_jobs,isolate_ms,core,lease_ms,revoked,tainted)
-                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22)",
+                   wait_ms,gate_ms,drain_ms,drain_timed_out,freeze_ms,frozen_jobs,isolate_ms,core,lease_ms,revoked,tainted,
+                   settle_ms,settle_timed_out)
+                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24)",
                 params![
                     r.id as i64, r.job.map(|j| j as i64), r.device, r.name, r.pid, r.tid, r.policy, r.exclusive,
                     r.requested_ns, r.granted_ns, r.released_ns, r.wait_ms, r.gate_ms, r.drain_ms, r.drain_timed_out,
-                    r.freeze_ms, r.frozen_jobs, r.isolate_ms, r.core, r.lease_ms as i64, r.revoked, r.tainted
+                    r.freeze_ms, r.frozen_jobs, r.isolate_ms, r.core, r.lease_ms as i64, r.revoked, r.tainted,
+                    r.settle_ms, r.settle_timed_out
                 ],
             )
             .map_err(|e| self.err(e))?;
@@ -297,6 +304,8 @@ impl Store {
                     drain_timed_out: r.get("drain_timed_out")?,
                     freeze_ms: r.get("freeze_ms")?,
                     frozen_jobs: r.get("frozen_jobs")?,
+                    settle_ms: r.get("settle_ms")?,
+                    settle_timed_out: r.get("settle_timed_out")?,
                     isolate_ms: r.get("isolate_ms")?,
                     core: r.get("core")?,
                     lease_ms: r.get::<_, i64>("lease_ms")? as u64,
@@ -396,6 +405,8 @@ mod tests {
             drain_timed_out: false,
             freeze_ms: 0.5,
             frozen_jobs: 1,
+            settle_ms: 0.0,
+            settle_timed_out: false,
             isolate_ms: 0.1,
             core: Some(0),
             lease_ms: 60000,

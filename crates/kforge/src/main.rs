@@ -109,6 +109,10 @@ struct DaemonArgs {
     /// Longest wait for managed processes to drain their GPU work, in milliseconds.
     #[arg(long, default_value_t = 2_000)]
     drain_timeout_ms: u64,
+    /// Longest wait, entering a region on a GPU, for power-cap or thermal clock throttling left
+    /// by other jobs' load to clear, in milliseconds (0: do not wait).
+    #[arg(long, default_value_t = 500)]
+    settle_timeout_ms: u64,
     /// The gate shim preloaded into GPU jobs (default: libkforge_shim.so next to this binary).
     #[arg(long)]
     shim: Option<PathBuf>,
@@ -230,6 +234,7 @@ fn daemon(socket: PathBuf, a: DaemonArgs) -> Result<i32> {
     }
     cfg.lease = Duration::from_millis(a.lease_ms);
     cfg.drain_timeout = Duration::from_millis(a.drain_timeout_ms);
+    cfg.settle_timeout = Duration::from_millis(a.settle_timeout_ms);
     cfg.warm_workers = a.warm_workers;
     cfg.worker_python = a.worker_python;
     cfg.worker_preload = a.worker_preload;
