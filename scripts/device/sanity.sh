@@ -16,7 +16,8 @@ nvidia-smi -L | tee "$OUT/gpu.txt"
 # GPU clocks, power and temperature every 50 ms, to tell interference from throttling.
 nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active --format=csv,noheader,nounits -lms 50 >"$OUT/clocks.csv" 2>/dev/null &
 SMI=$!
-setsid "$K" --socket "$S" daemon --db "$OUT/sanity.db" --reserve-cores 2 >"$OUT/daemon.log" 2>&1 &
+# No warm workers: their start-up (CUDA contexts) would disturb the "alone" baseline.
+setsid "$K" --socket "$S" daemon --db "$OUT/sanity.db" --reserve-cores 2 --warm-workers 0 >"$OUT/daemon.log" 2>&1 &
 for _ in $(seq 200); do "$K" --socket "$S" status >/dev/null 2>&1 && break; sleep 0.05; done
 "$K" --socket "$S" status | tee "$OUT/status.txt"
 run() { "$K" --socket "$S" run --device 0 "$@"; }

@@ -989,7 +989,13 @@ impl Daemon {
                 .collect(),
         };
         let core = self.take_core();
-        let managed_pgids: Vec<i32> = self.jobs.values().filter_map(|j| j.target()).map(|t| t.pgid).collect();
+        let managed_pgids: Vec<i32> = self
+            .jobs
+            .values()
+            .filter_map(|j| j.target())
+            .map(|t| t.pgid)
+            .chain(self.workers.values().map(|w| w.pid as i32))
+            .collect();
         let r = self.regions.get_mut(&id).expect("region exists");
         r.state = RegionState::Entering;
         r.core = core;
