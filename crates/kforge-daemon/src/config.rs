@@ -51,6 +51,8 @@ pub struct Config {
     pub max_concurrent: Option<usize>,
     pub lease: Duration,
     pub drain_timeout: Duration,
+    /// Wait for managed processes to drain and acknowledge (`--no-drain` turns it off: ablation).
+    pub drain: bool,
     pub freeze_timeout: Duration,
     /// Longest wait, when entering a region on a GPU, for power-cap or thermal throttling left
     /// by other jobs' load to clear (zero: do not wait).
@@ -88,6 +90,7 @@ impl Config {
             max_concurrent: None,
             lease: Duration::from_secs(60),
             drain_timeout: Duration::from_secs(2),
+            drain: true,
             freeze_timeout: Duration::from_secs(2),
             settle_timeout: Duration::from_millis(500),
             shim: None,

@@ -117,6 +117,7 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
                 gate: Some(gate),
                 freezer: freezer.clone(),
                 drain_timeout: cfg.drain_timeout,
+                drain: cfg.drain,
                 freeze_timeout: cfg.freeze_timeout,
                 settle_timeout: cfg.settle_timeout,
                 nvml_index: match d.kind {

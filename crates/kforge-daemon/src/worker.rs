@@ -50,6 +50,7 @@ pub struct WorkerConfig {
     pub gate: Option<Arc<Gate>>,
     pub freezer: Arc<Freezer>,
     pub drain_timeout: Duration,
+    pub drain: bool,
     pub freeze_timeout: Duration,
     /// NVML index of the device's GPU (None for the cpu device): enables the taint check and
     /// the settle step.
@@ -90,7 +91,7 @@ pub fn spawn(name: String, cfg: WorkerConfig, events: Sender<Event>) -> Sender<W
                         gate_closed = epoch.is_some();
                         s.gate_ms = ms(t.elapsed());
                         // b. drain
-                        if let (Some(g), Some(epoch)) = (&cfg.gate, epoch) {
+                        if let (Some(g), Some(epoch), true) = (&cfg.gate, epoch, cfg.drain) {
                             let d = g.wait_acks(epoch, cfg.drain_timeout);
                             s.drain_ms = ms(d.elapsed);
                             s.drain_timed_out = d.timed_out;

@@ -1,7 +1,7 @@
 //! `kforge demo` and `kforge bench-runtime`: a private daemon, a generated workload, and the
 //! figures that show what regions buy (throughput vs `command`, inflation vs `none`).
 
-pub mod stats;
+pub use kforge_eval::stats;
 
 use anyhow::{bail, Context, Result};
 use kforge_client::Client;
@@ -10,8 +10,8 @@ use kforge_store::Report;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Instant;
 
 /// The benchmark command every demo job runs: untimed start-up, a CPU "compile" step and a
 /// wait outside the region, then a pure-Python kernel timed with `kforge.do_bench`.
@@ -112,94 +112,7 @@ pub fn generate(count: usize, seed: u64) -> Vec<DemoCommand> {
         .collect()
 }
 
-/// A daemon of our own on a private socket, stopped (and waited for) on drop.
-pub struct PrivateDaemon {
-    pub socket: PathBuf,
-    child: Child,
-}
-
-impl PrivateDaemon {
-    pub fn start(kforge: &Path, dir: &Path, extra: &[&str]) -> Result<PrivateDaemon> {
-        let socket = dir.join("kforge.sock");
-        let log = std::fs::File::create(dir.join("daemon.log")).context("creating daemon.log")?;
-        let child = Command::new(kforge)
-            .arg("--socket")
-            .arg(&socket)
-            .arg("daemon")
-            .arg("--db")
-            .arg(dir.join("kforge.db"))
-            .arg("--gpus")
-            .arg("none")
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {} daemon", kforge.display()))?;
-        let mut d = PrivateDaemon { socket, child };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if Client::connect(&d.socket).is_ok() {
-                return Ok(d);
-            }
-            if let Ok(Some(st)) = d.child.try_wait() {
-                let log = std::fs::read_to_string(dir.join("daemon.log")).unwrap_or_default();
-                bail!("the private daemon exited ({st}) before listening:\n{log}");
-            }
-            if Instant::now() > deadline {
-                bail!("the private daemon did not listen on {} within 20 s", d.socket.display());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    pub fn client(&self) -> Result<Client> {
-        Ok(Client::connect(&self.socket)?)
-    }
-
-    pub fn report(&self, label: &str) -> Result<Report> {
-        match self.client()?.request(&Request::Report { label: Some(label.into()) })? {
-            Reply::Report { report } => Ok(serde_json::from_value(report).context("decoding the daemon's report")?),
-            other => bail!("unexpected reply to report: {other:?}"),
-        }
-    }
-}
-
-impl Drop for PrivateDaemon {
-    fn drop(&mut self) {
-        if let Ok(mut c) = Client::connect(&self.socket) {
-            let _ = c.request(&Request::Shutdown);
-        }
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Run one command through the daemon and wait for it; returns (exit code, stdout+stderr).
-pub fn run_job(socket: &Path, spec: SubmitSpec) -> Result<(i32, String)> {
-    let mut c = Client::connect(socket)?;
-    c.send(&Request::Submit(spec))?;
-    let mut out = Vec::new();
-    loop {
-        match c.recv()? {
-            Reply::Output { data, .. } => out.extend(kforge_proto::b64::decode(&data).unwrap_or_default()),
-            Reply::JobEnded { exit, .. } => {
-                if let Some(r) = &exit.reason {
-                    out.extend(format!("\n[kforge: {r}]").bytes());
-                }
-                return Ok((exit.shell_code(), String::from_utf8_lossy(&out).into_owned()));
-            }
-            _ => {}
-        }
-    }
-}
+pub use kforge_eval::runner::{run_job, PrivateDaemon};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PolicyResult {
@@ -285,7 +198,8 @@ pub fn demo(kforge: &Path, a: DemoArgs) -> Result<i32> {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let reserve = if cores >= 2 { "1" } else { "0" };
     let max_conc = a.max_concurrent.to_string();
-    let daemon = PrivateDaemon::start(kforge, &dir, &["--reserve-cores", reserve, "--max-concurrent", &max_conc])?;
+    let flags: Vec<String> = ["--gpus", "none", "--reserve-cores", reserve, "--max-concurrent", &max_conc].iter().map(|s| s.to_string()).collect();
+    let daemon = PrivateDaemon::start(kforge, &dir, &dir.join("kforge.db"), &flags)?;
     let cmds = generate(a.commands, a.seed);
     eprintln!("kforge demo: {} commands per policy, {} host cores, private daemon at {}", cmds.len(), cores, daemon.socket.display());
 
@@ -427,7 +341,7 @@ pub fn bench_runtime(kforge: &Path, a: BenchArgs) -> Result<i32> {
         bail!("--iterations and --rounds must be positive and --clients at least 2");
     }
     let tmp = tempfile::Builder::new().prefix("kforge-bench-").tempdir().context("creating a work directory")?;
-    let daemon = PrivateDaemon::start(kforge, tmp.path(), &[])?;
+    let daemon = PrivateDaemon::start(kforge, tmp.path(), &tmp.path().join("kforge.db"), &["--gpus".into(), "none".into()])?;
     let mut c = daemon.client()?;
     for _ in 0..100 {
         let r = enter(&mut c)?;

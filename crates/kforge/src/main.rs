@@ -31,14 +31,26 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Dump what the store recorded (jobs, regions, measurements) as JSON.
+    /// Without RUN files: dump what the daemon's store recorded (jobs, regions, measurements) as
+    /// JSON. With run manifests (`*.run.json` from `kforge workload truth|run`): the evaluation
+    /// report — throughput, inflation per duration bucket, ranking fidelity, region statistics.
     Report {
-        /// Only jobs with this label.
+        /// Run manifests; exactly one must be the ground truth.
+        runs: Vec<PathBuf>,
+        /// Only jobs with this label (store dump).
         #[arg(long)]
         label: Option<String>,
-        /// Print JSON (the only format for now; accepted for scripts).
+        /// Write JSON to this file (`-` or no value: standard output).
+        #[arg(long, num_args = 0..=1, default_missing_value = "-")]
+        json: Option<String>,
+        /// Write a self-contained HTML page with plots (evaluation report).
         #[arg(long)]
-        json: bool,
+        html: Option<PathBuf>,
+    },
+    /// Agent-like benchmark workloads: generate, time in isolation, run under a policy.
+    Workload {
+        #[command(subcommand)]
+        cmd: WorkloadCmd,
     },
     /// Cancel a queued or running job (kills its process tree).
     Cancel { job: u64 },
@@ -61,6 +73,71 @@ enum Cmd {
         #[command(subcommand)]
         cmd: DebugCmd,
     },
+}
+
+#[derive(Subcommand)]
+enum WorkloadCmd {
+    /// Generate a workload (JSON Lines) and its candidate script next to it.
+    Gen {
+        #[arg(long)]
+        out: PathBuf,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// gpu: Triton candidates of six operators; cpu: stdlib-Python candidates (runs anywhere).
+        #[arg(long, value_enum, default_value = "gpu")]
+        profile: kforge_eval::workload::Profile,
+        /// Least commands per duration bucket (<0.1, 0.1-1, 1-10, >10 ms, by estimate).
+        #[arg(long, default_value_t = 50)]
+        per_bucket: usize,
+        /// Python used to list the gpu candidate space (no GPU needed).
+        #[arg(long, default_value = "python3")]
+        python: String,
+    },
+    /// Time every command alone, one at a time (the ground truth); writes truth.run.json.
+    Truth {
+        workload: PathBuf,
+        #[command(flatten)]
+        common: WorkloadCommon,
+    },
+    /// Run the workload concurrently under a policy; writes NAME.run.json.
+    Run {
+        workload: PathBuf,
+        #[arg(long, value_parser = ["region", "command", "none"])]
+        policy: String,
+        /// Ablation step under the region policy (each adds one mechanism).
+        #[arg(long, value_enum, default_value = "isolate")]
+        ablation: kforge_eval::runner::Ablation,
+        /// Same as --ablation warm.
+        #[arg(long)]
+        warm: bool,
+        /// Commands in flight.
+        #[arg(long, default_value_t = 8)]
+        concurrency: usize,
+        /// Run name (default: policy, plus ablation under region).
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        common: WorkloadCommon,
+    },
+}
+
+#[derive(clap::Args)]
+struct WorkloadCommon {
+    /// auto (the first GPU, else cpu), cpu, or a GPU index.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Store of all runs (default: kforge-eval.db beside the workload).
+    #[arg(long)]
+    db: Option<PathBuf>,
+    /// Cores reserved for measuring threads in the isolate and warm steps.
+    #[arg(long, default_value_t = 1)]
+    reserve_cores: usize,
+    /// Run only the first N commands.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Time limit per command, seconds.
+    #[arg(long, default_value_t = 600)]
+    timeout_s: u64,
 }
 
 #[derive(Subcommand)]
@@ -109,6 +186,9 @@ struct DaemonArgs {
     /// Longest wait for managed processes to drain their GPU work, in milliseconds.
     #[arg(long, default_value_t = 2_000)]
     drain_timeout_ms: u64,
+    /// Close the gate but do not wait for managed processes to drain (ablation studies only).
+    #[arg(long)]
+    no_drain: bool,
     /// Longest wait, entering a region on a GPU, for power-cap or thermal clock throttling left
     /// by other jobs' load to clear, in milliseconds (0: do not wait).
     #[arg(long, default_value_t = 500)]
@@ -181,14 +261,8 @@ fn real_main(cli: Cli) -> Result<i32> {
         Cmd::Daemon(a) => daemon(socket, a),
         Cmd::Run(a) => run(socket, a),
         Cmd::Status { json } => status(socket, json),
-        Cmd::Report { label, json: _ } => {
-            let mut c = Client::connect(&socket)?;
-            match c.request(&Request::Report { label })? {
-                Reply::Report { report } => println!("{}", serde_json::to_string_pretty(&report)?),
-                other => bail!("unexpected reply {other:?}"),
-            }
-            Ok(0)
-        }
+        Cmd::Report { runs, label, json, html } => report(socket, runs, label, json, html),
+        Cmd::Workload { cmd } => workload(cmd),
         Cmd::Cancel { job } => {
             Client::connect(&socket)?.request(&Request::Cancel { job })?;
             println!("job {job} cancelled");
@@ -208,6 +282,109 @@ fn real_main(cli: Cli) -> Result<i32> {
             kforge_gate::run_test_submitter(&gate, &log, count, Duration::from_micros(in_flight_us))
                 .with_context(|| format!("test submitter on {}", gate.display()))?;
             Ok(0)
+        }
+    }
+}
+
+fn write_out(dest: &str, body: &str) -> Result<()> {
+    if dest == "-" {
+        println!("{body}");
+        Ok(())
+    } else {
+        std::fs::write(dest, body).with_context(|| format!("writing {dest}"))
+    }
+}
+
+fn report(socket: PathBuf, runs: Vec<PathBuf>, label: Option<String>, json: Option<String>, html: Option<PathBuf>) -> Result<i32> {
+    if runs.is_empty() {
+        if html.is_some() {
+            bail!("--html needs run manifests (`kforge report truth.run.json region.run.json … --html out.html`)");
+        }
+        let mut c = Client::connect(&socket)?;
+        match c.request(&Request::Report { label })? {
+            Reply::Report { report } => write_out(json.as_deref().unwrap_or("-"), &serde_json::to_string_pretty(&report)?)?,
+            other => bail!("unexpected reply {other:?}"),
+        }
+        return Ok(0);
+    }
+    let manifests = runs.iter().map(|p| kforge_eval::runner::RunManifest::load(p)).collect::<Result<Vec<_>>>()?;
+    let r = kforge_eval::report::compute(&manifests)?;
+    if let Some(dest) = &json {
+        write_out(dest, &serde_json::to_string_pretty(&r)?)?;
+    }
+    if let Some(p) = &html {
+        std::fs::write(p, kforge_eval::html::render(&r)).with_context(|| format!("writing {}", p.display()))?;
+        eprintln!("kforge report: wrote {}", p.display());
+    }
+    if json.as_deref() != Some("-") {
+        print!("{}", kforge_eval::report::table(&r));
+    }
+    Ok(0)
+}
+
+fn workload(cmd: WorkloadCmd) -> Result<i32> {
+    use kforge_eval::runner::{Ablation, RunOptions};
+    use kforge_eval::workload::{self, Profile};
+    let exe = std::env::current_exe().context("locating the kforge binary")?;
+    let options = |w: &PathBuf, c: &WorkloadCommon, policy, ablation, concurrency, name: String, truth| -> RunOptions {
+        let db = c.db.clone().unwrap_or_else(|| w.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new(".")).join("kforge-eval.db"));
+        RunOptions {
+            kforge: exe.clone(),
+            workload: w.clone(),
+            policy,
+            ablation,
+            concurrency,
+            device: c.device.clone(),
+            name,
+            truth,
+            db,
+            reserve_cores: c.reserve_cores,
+            limit: c.limit,
+            timeout: Duration::from_secs(c.timeout_s),
+        }
+    };
+    match cmd {
+        WorkloadCmd::Gen { out, seed, profile, per_bucket, python } => {
+            let list = match profile {
+                Profile::Cpu => None,
+                Profile::Gpu => {
+                    let dir = tempfile::tempdir().context("creating a temporary directory")?;
+                    let script = dir.path().join("eval_gpu.py");
+                    std::fs::write(&script, workload::EVAL_GPU_PY).with_context(|| format!("writing {}", script.display()))?;
+                    let o = std::process::Command::new(&python).arg(&script).arg("--list").output().with_context(|| format!("running {python}"))?;
+                    if !o.status.success() {
+                        bail!("{python} eval_gpu.py --list failed: {}", String::from_utf8_lossy(&o.stderr));
+                    }
+                    Some(serde_json::from_slice(&o.stdout).context("reading the gpu candidate list")?)
+                }
+            };
+            let cmds = workload::generate(profile, seed, per_bucket, list.as_ref())?;
+            workload::write(&out, &cmds)?;
+            let mut counts = [0usize; 4];
+            for c in &cmds {
+                counts[kforge_eval::report::bucket_of(c.est_ms)] += 1;
+            }
+            println!("{} commands written to {} (seed {seed}); by estimated duration:", cmds.len(), out.display());
+            for (b, n) in kforge_eval::report::BUCKETS.iter().zip(counts) {
+                println!("  {b:<9} {n}");
+            }
+            Ok(0)
+        }
+        WorkloadCmd::Truth { workload, common } => {
+            let (m, path) = kforge_eval::runner::run(&options(&workload, &common, Policy::Command, Ablation::Isolate, 1, "truth".into(), true))?;
+            println!("ground truth: {} commands in {:.1} s, {} failed; manifest {}", m.commands, m.wall_s, m.failed.len(), path.display());
+            Ok(if m.failed.is_empty() { 0 } else { 1 })
+        }
+        WorkloadCmd::Run { workload, policy, ablation, warm, concurrency, name, common } => {
+            let policy = Policy::parse(&policy).expect("clap checked");
+            let ablation = if warm { Ablation::Warm } else { ablation };
+            let name = name.unwrap_or_else(|| if policy == Policy::Region { format!("region-{}", ablation.as_str()) } else { policy.as_str().to_string() });
+            let (m, path) = kforge_eval::runner::run(&options(&workload, &common, policy, ablation, concurrency, name, false))?;
+            println!(
+                "{}: {} commands in {:.1} s ({:.1}/min), {} failed; manifest {}",
+                m.name, m.commands, m.wall_s, m.commands as f64 / m.wall_s * 60.0, m.failed.len(), path.display()
+            );
+            Ok(if m.failed.is_empty() { 0 } else { 1 })
         }
     }
 }
@@ -235,6 +412,7 @@ fn daemon(socket: PathBuf, a: DaemonArgs) -> Result<i32> {
     cfg.lease = Duration::from_millis(a.lease_ms);
     cfg.drain_timeout = Duration::from_millis(a.drain_timeout_ms);
     cfg.settle_timeout = Duration::from_millis(a.settle_timeout_ms);
+    cfg.drain = !a.no_drain;
     cfg.warm_workers = a.warm_workers;
     cfg.worker_python = a.worker_python;
     cfg.worker_preload = a.worker_preload;

@@ -1,0 +1,282 @@
+//! The evaluation report: what `kforge report RUN… --json/--html` computes from run manifests
+//! and the store. [`compute`] fills these structures; `html::render` draws them.
+
+use serde::{Deserialize, Serialize};
+
+/// Duration buckets of the timed kernels (by their isolated median).
+pub const BUCKETS: [&str; 4] = ["<0.1 ms", "0.1-1 ms", "1-10 ms", ">10 ms"];
+
+/// Bucket index of an isolated median in milliseconds.
+pub fn bucket_of(ms: f64) -> usize {
+    if ms < 0.1 {
+        0
+    } else if ms < 1.0 {
+        1
+    } else if ms < 10.0 {
+        2
+    } else {
+        3
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct EvalReport {
+    /// Workload file the runs used.
+    pub workload: String,
+    /// Device description (from the manifests).
+    pub device: String,
+    /// Bucket labels, in order (see [`BUCKETS`]).
+    pub buckets: Vec<String>,
+    /// Commands of the ground-truth run with a valid isolated median.
+    pub isolated_commands: usize,
+    pub runs: Vec<RunSummary>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunSummary {
+    pub name: String,
+    pub policy: String,
+    /// Ablation step: `gate`, `drain`, `freeze`, `isolate`, `warm`, or `full`.
+    pub ablation: String,
+    pub warm: bool,
+    pub concurrency: usize,
+    pub commands: usize,
+    pub failed: usize,
+    pub wall_s: f64,
+    pub throughput_per_min: f64,
+    /// Throughput over the `command` run's, when there is one.
+    pub throughput_ratio_vs_command: Option<f64>,
+    /// One entry per bucket, in [`BUCKETS`] order.
+    pub inflation: Vec<BucketInflation>,
+    /// All commands together.
+    pub inflation_all: BucketInflation,
+    pub ranking: Vec<OperatorRanking>,
+    pub regions: RegionStats,
+    /// Share of the run's wall time during which some region was held (union of intervals).
+    pub busy_share: f64,
+    /// Regions of the run, relative to its start (at most 2000, evenly thinned).
+    pub timeline: Vec<TimelineEntry>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct BucketInflation {
+    pub bucket: String,
+    pub n: usize,
+    pub p50: f64,
+    pub p95: f64,
+    /// Sorted inflation values (measured / isolated − 1), for CDF plots.
+    pub values: Vec<f64>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct OperatorRanking {
+    pub operator: String,
+    /// Candidate groups (same operator, same problem size) compared.
+    pub groups: usize,
+    /// Candidate pairs compared over all groups.
+    pub pairs: usize,
+    /// Kendall tau-b between isolated and measured medians, pooled over groups by pair count.
+    pub kendall_tau: f64,
+    /// Share of pairs ordered differently than in isolation.
+    pub flip_rate: f64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct RegionStats {
+    pub count: usize,
+    pub wait_ms_p50: f64,
+    pub wait_ms_p95: f64,
+    pub drain_ms_p50: f64,
+    pub drain_ms_p95: f64,
+    pub freeze_ms_p50: f64,
+    pub freeze_ms_p95: f64,
+    pub settle_ms_p50: f64,
+    pub settle_ms_p95: f64,
+    pub drain_timeouts: usize,
+    pub revoked: usize,
+    pub tainted: usize,
+    pub overlapping_pairs: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TimelineEntry {
+    pub job: Option<u64>,
+    pub device: String,
+    pub start_s: f64,
+    pub end_s: f64,
+    pub revoked: bool,
+}
+
+use crate::runner::RunManifest;
+use crate::stats;
+use anyhow::{bail, Context, Result};
+use std::collections::BTreeMap;
+
+fn q(xs: &[f64], p: f64) -> f64 {
+    stats::quantile(xs, p).unwrap_or(f64::NAN)
+}
+
+fn medians(r: &kforge_store::Report) -> BTreeMap<String, f64> {
+    r.measurements
+        .iter()
+        .filter(|m| m.valid)
+        .filter_map(|m| stats::median(&m.samples_ms).map(|v| (m.name.clone(), v)))
+        .collect()
+}
+
+fn inflation_of(bucket: &str, mut values: Vec<f64>) -> BucketInflation {
+    values.sort_by(|a, b| a.total_cmp(b));
+    BucketInflation { bucket: bucket.into(), n: values.len(), p50: q(&values, 0.5), p95: q(&values, 0.95), values }
+}
+
+fn load(m: &RunManifest) -> Result<kforge_store::Report> {
+    let store = kforge_store::Store::open(std::path::Path::new(&m.db)).with_context(|| format!("opening the store of run {}", m.name))?;
+    Ok(store.report(Some(&m.label))?)
+}
+
+/// Compute the report of runs against the ground truth among `manifests` (exactly one of kind
+/// `truth`).
+pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
+    let truths: Vec<&RunManifest> = manifests.iter().filter(|m| m.kind == "truth").collect();
+    let truth = match truths.as_slice() {
+        [t] => *t,
+        [] => bail!("no ground-truth run among the manifests (make one with `kforge workload truth`)"),
+        _ => bail!("{} ground-truth runs given; pass one", truths.len()),
+    };
+    let cmds = crate::workload::read(std::path::Path::new(&truth.workload))?;
+    let by_id: BTreeMap<&str, &crate::workload::Command> = cmds.iter().map(|c| (c.id.as_str(), c)).collect();
+    let iso = medians(&load(truth)?);
+    let command_tp = manifests
+        .iter()
+        .find(|m| m.kind == "run" && m.policy == "command")
+        .map(|m| m.commands as f64 / m.wall_s * 60.0);
+    let mut runs = Vec::new();
+    for m in manifests.iter().filter(|m| m.kind == "run") {
+        if m.workload != truth.workload {
+            bail!("run {} used workload {}, the ground truth {}", m.name, m.workload, truth.workload);
+        }
+        let rep = load(m)?;
+        let meds = medians(&rep);
+        let mut per_bucket: Vec<Vec<f64>> = vec![Vec::new(); BUCKETS.len()];
+        let mut all = Vec::new();
+        for (id, v) in &meds {
+            if let Some(i) = iso.get(id) {
+                let x = stats::inflation(*v, *i);
+                per_bucket[bucket_of(*i)].push(x);
+                all.push(x);
+            }
+        }
+        // Ranking: candidate groups, pairs pooled per operator.
+        let mut groups: BTreeMap<(&str, &str), Vec<(f64, f64)>> = BTreeMap::new();
+        for (id, v) in &meds {
+            if let (Some(i), Some(c)) = (iso.get(id), by_id.get(id.as_str())) {
+                groups.entry((c.operator.as_str(), c.group.as_str())).or_default().push((*i, *v));
+            }
+        }
+        let mut per_op: BTreeMap<&str, (usize, usize, usize)> = BTreeMap::new(); // groups, concordant, discordant
+        for ((op, _), pts) in &groups {
+            if pts.len() < 2 {
+                continue;
+            }
+            let a: Vec<f64> = pts.iter().map(|p| p.0).collect();
+            let b: Vec<f64> = pts.iter().map(|p| p.1).collect();
+            let (c, d, _) = stats::pair_counts(&a, &b);
+            let e = per_op.entry(op).or_default();
+            e.0 += 1;
+            e.1 += c;
+            e.2 += d;
+        }
+        let ranking = per_op
+            .into_iter()
+            .map(|(op, (g, c, d))| OperatorRanking {
+                operator: op.into(),
+                groups: g,
+                pairs: c + d,
+                kendall_tau: if c + d == 0 { f64::NAN } else { (c as f64 - d as f64) / (c + d) as f64 },
+                flip_rate: if c + d == 0 { 0.0 } else { d as f64 / (c + d) as f64 },
+            })
+            .collect();
+        let col = |f: fn(&kforge_store::RegionRow) -> f64| rep.regions.iter().map(f).collect::<Vec<f64>>();
+        let (wait, drain, freeze, settle) = (col(|r| r.wait_ms), col(|r| r.drain_ms), col(|r| r.freeze_ms), col(|r| r.settle_ms));
+        let regions = RegionStats {
+            count: rep.regions.len(),
+            wait_ms_p50: q(&wait, 0.5),
+            wait_ms_p95: q(&wait, 0.95),
+            drain_ms_p50: q(&drain, 0.5),
+            drain_ms_p95: q(&drain, 0.95),
+            freeze_ms_p50: q(&freeze, 0.5),
+            freeze_ms_p95: q(&freeze, 0.95),
+            settle_ms_p50: q(&settle, 0.5),
+            settle_ms_p95: q(&settle, 0.95),
+            drain_timeouts: rep.regions.iter().filter(|r| r.drain_timed_out).count(),
+            revoked: rep.regions.iter().filter(|r| r.revoked).count(),
+            tainted: rep.regions.iter().filter(|r| r.tainted).count(),
+            overlapping_pairs: stats::overlapping_pairs(&rep.regions),
+        };
+        let rel = |ns: i64| ns as f64 / 1e9 - m.started_unix;
+        let intervals: Vec<(f64, f64)> = rep.regions.iter().filter_map(|r| Some((rel(r.granted_ns), rel(r.released_ns?)))).collect();
+        let busy_share = if m.wall_s > 0.0 { (stats::union_length(&intervals) / m.wall_s).min(1.0) } else { 0.0 };
+        let step = (rep.regions.len() / 2000).max(1);
+        let timeline = rep
+            .regions
+            .iter()
+            .step_by(step)
+            .filter_map(|r| Some(TimelineEntry { job: r.job, device: r.device.clone(), start_s: rel(r.granted_ns), end_s: rel(r.released_ns?), revoked: r.revoked }))
+            .collect();
+        let tp = if m.wall_s > 0.0 { m.commands as f64 / m.wall_s * 60.0 } else { 0.0 };
+        runs.push(RunSummary {
+            name: m.name.clone(),
+            policy: m.policy.clone(),
+            ablation: m.ablation.clone(),
+            warm: m.warm,
+            concurrency: m.concurrency,
+            commands: m.commands,
+            failed: m.failed.len(),
+            wall_s: m.wall_s,
+            throughput_per_min: tp,
+            throughput_ratio_vs_command: command_tp.filter(|c| *c > 0.0).map(|c| tp / c),
+            inflation: BUCKETS.iter().zip(per_bucket).map(|(b, v)| inflation_of(b, v)).collect(),
+            inflation_all: inflation_of("all", all),
+            ranking,
+            regions,
+            busy_share,
+            timeline,
+        });
+    }
+    Ok(EvalReport {
+        workload: truth.workload.clone(),
+        device: truth.device.clone(),
+        buckets: BUCKETS.iter().map(|s| s.to_string()).collect(),
+        isolated_commands: iso.len(),
+        runs,
+    })
+}
+
+/// The table printed last by `kforge report RUN…`.
+pub fn table(r: &EvalReport) -> String {
+    let pct = |x: f64| if x.is_finite() { format!("{:.2}%", x * 100.0) } else { "-".into() };
+    let mut s = format!(
+        "{:<16} {:<8} {:<8} {:>5} {:>8} {:>9} {:>6} {:>17} {:>17} {:>17} {:>17} {:>8}\n",
+        "RUN", "POLICY", "ABLATE", "CMDS", "CMDS/MIN", "VS_CMD", "FAILED", "<0.1ms p50/p95", "0.1-1ms p50/p95", "1-10ms p50/p95", ">10ms p50/p95", "MIN_TAU"
+    );
+    for run in &r.runs {
+        let b: Vec<String> = run.inflation.iter().map(|b| format!("{}/{}", pct(b.p50), pct(b.p95))).collect();
+        let tau = run.ranking.iter().map(|o| o.kendall_tau).filter(|t| t.is_finite()).fold(f64::NAN, f64::min);
+        s.push_str(&format!(
+            "{:<16} {:<8} {:<8} {:>5} {:>8.1} {:>9} {:>6} {:>17} {:>17} {:>17} {:>17} {:>8}\n",
+            run.name,
+            run.policy,
+            run.ablation,
+            run.commands,
+            run.throughput_per_min,
+            run.throughput_ratio_vs_command.map(|x| format!("{x:.2}x")).unwrap_or("-".into()),
+            run.failed,
+            b[0],
+            b[1],
+            b[2],
+            b[3],
+            if tau.is_finite() { format!("{tau:.3}") } else { "-".into() }
+        ));
+    }
+    s
+}

@@ -1,0 +1,297 @@
+//! Running a workload through a private daemon under one policy and ablation, and the run
+//! manifests the report reads.
+
+use crate::workload::{self, Command};
+use anyhow::{bail, Context, Result};
+use kforge_client::Client;
+use kforge_proto::{Policy, Reply, Request, SubmitSpec};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// A daemon of our own on a private socket, stopped (and waited for) on drop.
+pub struct PrivateDaemon {
+    pub socket: PathBuf,
+    child: Child,
+}
+
+impl PrivateDaemon {
+    /// Start `kforge daemon` with its socket and log in `dir`, its store at `db`.
+    pub fn start(kforge: &Path, dir: &Path, db: &Path, extra: &[String]) -> Result<PrivateDaemon> {
+        let socket = dir.join("kforge.sock");
+        let log_path = dir.join("daemon.log");
+        let log = std::fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
+        let child = std::process::Command::new(kforge)
+            .arg("--socket")
+            .arg(&socket)
+            .arg("daemon")
+            .arg("--db")
+            .arg(db)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {} daemon", kforge.display()))?;
+        let mut d = PrivateDaemon { socket, child };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if Client::connect(&d.socket).is_ok() {
+                return Ok(d);
+            }
+            if let Ok(Some(st)) = d.child.try_wait() {
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                bail!("the private daemon exited ({st}) before listening:\n{log}");
+            }
+            if Instant::now() > deadline {
+                bail!("the private daemon did not listen on {} within 30 s", d.socket.display());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn client(&self) -> Result<Client> {
+        Ok(Client::connect(&self.socket)?)
+    }
+
+    pub fn report(&self, label: &str) -> Result<kforge_store::Report> {
+        match self.client()?.request(&Request::Report { label: Some(label.into()) })? {
+            Reply::Report { report } => Ok(serde_json::from_value(report).context("decoding the daemon's report")?),
+            other => bail!("unexpected reply to report: {other:?}"),
+        }
+    }
+
+    pub fn status(&self) -> Result<kforge_proto::StatusReport> {
+        match self.client()?.request(&Request::Status)? {
+            Reply::Status(s) => Ok(s),
+            other => bail!("unexpected reply to status: {other:?}"),
+        }
+    }
+}
+
+impl Drop for PrivateDaemon {
+    fn drop(&mut self) {
+        if let Ok(mut c) = Client::connect(&self.socket) {
+            let _ = c.request(&Request::Shutdown);
+        }
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Run one command through the daemon and wait for it; returns (exit code, stdout+stderr).
+pub fn run_job(socket: &Path, spec: SubmitSpec) -> Result<(i32, String)> {
+    let mut c = Client::connect(socket)?;
+    c.send(&Request::Submit(spec))?;
+    let mut out = Vec::new();
+    loop {
+        match c.recv()? {
+            Reply::Output { data, .. } => out.extend(kforge_proto::b64::decode(&data).unwrap_or_default()),
+            Reply::JobEnded { exit, .. } => {
+                if let Some(r) = &exit.reason {
+                    out.extend(format!("\n[kforge: {r}]").bytes());
+                }
+                return Ok((exit.shell_code(), String::from_utf8_lossy(&out).into_owned()));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Steps of the ablation, each adding one mechanism to the previous (policy `region` only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Ablation {
+    /// Close the submission gate only: no drain, no freeze, no core isolation, no settle.
+    Gate,
+    /// + wait for managed processes to drain their in-flight GPU work.
+    Drain,
+    /// + freeze sibling jobs (and settle the GPU's clocks).
+    Freeze,
+    /// + pin the measuring thread to a reserved core (everything but warm workers).
+    Isolate,
+    /// + run commands in warm workers.
+    Warm,
+}
+
+impl Ablation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ablation::Gate => "gate",
+            Ablation::Drain => "drain",
+            Ablation::Freeze => "freeze",
+            Ablation::Isolate => "isolate",
+            Ablation::Warm => "warm",
+        }
+    }
+
+    /// Daemon flags of this step.
+    pub fn daemon_flags(self, reserve_cores: usize, concurrency: usize) -> Vec<String> {
+        let mut f: Vec<&str> = match self {
+            Ablation::Gate => vec!["--freeze", "none", "--no-drain", "--settle-timeout-ms", "0"],
+            Ablation::Drain => vec!["--freeze", "none", "--settle-timeout-ms", "0"],
+            Ablation::Freeze => vec!["--freeze", "device"],
+            Ablation::Isolate | Ablation::Warm => vec!["--freeze", "device"],
+        };
+        let reserve = if matches!(self, Ablation::Isolate | Ablation::Warm) { reserve_cores } else { 0 };
+        let r = reserve.to_string();
+        let w = if self == Ablation::Warm { concurrency.to_string() } else { "0".into() };
+        f.extend(["--reserve-cores", r.as_str(), "--warm-workers", w.as_str()]);
+        f.into_iter().map(String::from).collect()
+    }
+}
+
+/// What a run did; the report reads these.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RunManifest {
+    pub name: String,
+    /// `truth` for the isolated ground truth, `run` otherwise.
+    pub kind: String,
+    pub policy: String,
+    pub ablation: String,
+    pub warm: bool,
+    pub concurrency: usize,
+    pub workload: String,
+    pub db: String,
+    /// Store label of the run's jobs.
+    pub label: String,
+    pub device: String,
+    pub daemon_flags: Vec<String>,
+    pub started_unix: f64,
+    pub wall_s: f64,
+    pub commands: usize,
+    /// (command id, exit code, end of its output)
+    pub failed: Vec<(String, i32, String)>,
+}
+
+impl RunManifest {
+    pub fn load(path: &Path) -> Result<RunManifest> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading run manifest {}", path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("{} is not a kforge run manifest", path.display()))
+    }
+}
+
+pub struct RunOptions {
+    pub kforge: PathBuf,
+    pub workload: PathBuf,
+    pub policy: Policy,
+    pub ablation: Ablation,
+    pub concurrency: usize,
+    /// `auto`, `cpu` or a GPU index.
+    pub device: String,
+    pub name: String,
+    pub truth: bool,
+    pub db: PathBuf,
+    pub reserve_cores: usize,
+    /// Run only the first N commands.
+    pub limit: Option<usize>,
+    /// Time limit per command.
+    pub timeout: Duration,
+}
+
+/// Run a workload and write `<workload dir>/<name>.run.json`; returns the manifest and its path.
+pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
+    if o.concurrency == 0 {
+        bail!("--concurrency must be at least 1");
+    }
+    let mut cmds: Vec<Command> = workload::read(&o.workload)?;
+    if let Some(n) = o.limit {
+        cmds.truncate(n);
+    }
+    let workload_abs = o.workload.canonicalize().with_context(|| format!("resolving {}", o.workload.display()))?;
+    let dir = workload_abs.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    let (policy, concurrency, ablation) = if o.truth { (Policy::Command, 1, Ablation::Isolate) } else { (o.policy, o.concurrency, o.ablation) };
+    let warm = ablation == Ablation::Warm && policy == Policy::Region;
+    let mut flags = ablation.daemon_flags(o.reserve_cores, concurrency);
+    flags.extend(["--max-concurrent".into(), concurrency.to_string()]);
+    let tmp = tempfile::Builder::new().prefix("kforge-eval-").tempdir().context("creating a daemon directory")?;
+    let daemon = PrivateDaemon::start(&o.kforge, tmp.path(), &o.db, &flags)?;
+    let status = daemon.status()?;
+    let dev = if o.device == "auto" { status.devices.iter().find(|d| d.kind == "gpu").unwrap_or(&status.devices[0]).name.clone() } else { o.device.clone() };
+    let device = status.devices.iter().find(|d| d.name == dev).map(|d| format!("{} ({})", d.name, d.description)).unwrap_or_else(|| dev.clone());
+    let label = format!("eval:{}", o.name);
+    let env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR"].contains(&k.as_str())).collect();
+    let total = cmds.len();
+    eprintln!(
+        "kforge workload: {} — {} commands, policy {}, ablation {}, {} in flight, device {}",
+        o.name, total, policy.as_str(), ablation.as_str(), concurrency, device
+    );
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let failed = Mutex::new(Vec::new());
+    let started_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..concurrency {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::SeqCst);
+                let Some(c) = cmds.get(i) else { break };
+                let spec = SubmitSpec {
+                    argv: c.argv.clone(),
+                    cwd: dir.display().to_string(),
+                    env: env.clone(),
+                    device: dev.clone(),
+                    policy: Some(policy),
+                    label: Some(label.clone()),
+                    warm,
+                    timeout_ms: Some(o.timeout.as_millis() as u64),
+                };
+                let r = run_job(&daemon.socket, spec);
+                let fail = match r {
+                    Ok((0, _)) => None,
+                    Ok((code, out)) => Some((c.id.clone(), code, tail(&out))),
+                    Err(e) => Some((c.id.clone(), -1, e.to_string())),
+                };
+                if let Some(f) = fail {
+                    failed.lock().expect("failed list").push(f);
+                }
+                let n = done.fetch_add(1, Ordering::SeqCst) + 1;
+                if n % (total / 10).max(1) == 0 || n == total {
+                    eprintln!("  {n}/{total} commands, {:.1} s", t0.elapsed().as_secs_f64());
+                }
+            });
+        }
+    });
+    let wall_s = t0.elapsed().as_secs_f64();
+    drop(daemon);
+    let mut failed = failed.into_inner().expect("failed list");
+    failed.sort();
+    let m = RunManifest {
+        name: o.name.clone(),
+        kind: if o.truth { "truth".into() } else { "run".into() },
+        policy: policy.as_str().into(),
+        ablation: if policy == Policy::Region { ablation.as_str().into() } else { "-".into() },
+        warm,
+        concurrency,
+        workload: workload_abs.display().to_string(),
+        db: o.db.canonicalize().unwrap_or_else(|_| o.db.clone()).display().to_string(),
+        label,
+        device,
+        daemon_flags: flags,
+        started_unix,
+        wall_s,
+        commands: total,
+        failed,
+    };
+    let path = dir.join(format!("{}.run.json", o.name));
+    std::fs::write(&path, serde_json::to_vec_pretty(&m)?).with_context(|| format!("writing {}", path.display()))?;
+    if !m.failed.is_empty() {
+        eprintln!("  {} of {} commands failed; first: {} (exit {}): {}", m.failed.len(), total, m.failed[0].0, m.failed[0].1, m.failed[0].2);
+    }
+    Ok((m, path))
+}
+
+fn tail(s: &str) -> String {
+    let t: Vec<&str> = s.lines().rev().take(5).collect();
+    t.into_iter().rev().collect::<Vec<_>>().join("\n")
+}

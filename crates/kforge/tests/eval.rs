@@ -1,0 +1,58 @@
+//! The evaluation pipeline end to end on the cpu device: generate, ground truth, runs, report.
+
+mod common;
+use common::KFORGE;
+use std::process::Command;
+
+fn kforge(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let o = Command::new(KFORGE).args(args).current_dir(dir).output().unwrap();
+    assert!(o.status.success(), "kforge {args:?} failed: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    o
+}
+
+#[test]
+fn cpu_workload_runs_end_to_end_and_reports() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    kforge(d, &["workload", "gen", "--profile", "cpu", "--out", "w/w.jsonl", "--per-bucket", "2", "--seed", "9"]);
+    let lines = std::fs::read_to_string(d.join("w/w.jsonl")).unwrap();
+    let n = lines.lines().count();
+    assert!(n >= 8);
+    // Same seed, same workload.
+    kforge(d, &["workload", "gen", "--profile", "cpu", "--out", "w2/w.jsonl", "--per-bucket", "2", "--seed", "9"]);
+    assert_eq!(lines, std::fs::read_to_string(d.join("w2/w.jsonl")).unwrap());
+
+    kforge(d, &["workload", "truth", "w/w.jsonl", "--device", "cpu"]);
+    for policy in ["command", "region", "none"] {
+        kforge(d, &["workload", "run", "w/w.jsonl", "--policy", policy, "--concurrency", "3", "--device", "cpu"]);
+    }
+    kforge(d, &["workload", "run", "w/w.jsonl", "--policy", "region", "--ablation", "gate", "--concurrency", "3", "--device", "cpu"]);
+    let runs = ["truth", "command", "region-isolate", "none", "region-gate"].map(|r| format!("w/{r}.run.json"));
+    let mut args = vec!["report"];
+    args.extend(runs.iter().map(String::as_str));
+    args.extend(["--json", "r.json", "--html", "r.html"]);
+    let out = kforge(d, &args);
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.lines().next().unwrap().starts_with("RUN"), "{table}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("r.json")).unwrap()).unwrap();
+    assert_eq!(r["isolated_commands"].as_u64().unwrap() as usize, n);
+    let runs = r["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 4);
+    for run in runs {
+        assert_eq!(run["commands"].as_u64().unwrap() as usize, n);
+        assert_eq!(run["failed"], 0);
+        let total: u64 = run["inflation"].as_array().unwrap().iter().map(|b| b["n"].as_u64().unwrap()).sum();
+        assert_eq!(total as usize, n, "every command has an inflation value in some bucket");
+        assert_eq!(run["regions"]["count"].as_u64().unwrap() as usize, n);
+    }
+    let by_name = |name: &str| runs.iter().find(|x| x["name"] == name).unwrap();
+    assert_eq!(by_name("command")["throughput_ratio_vs_command"], 1.0);
+    assert_eq!(by_name("region-isolate")["regions"]["overlapping_pairs"], 0);
+    assert_eq!(by_name("command")["regions"]["overlapping_pairs"], 0);
+    let html = std::fs::read_to_string(d.join("r.html")).unwrap();
+    assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<svg") && !html.contains("<script"));
+    // A report without ground truth is refused with a clear error.
+    let o = Command::new(KFORGE).args(["report", "w/command.run.json"]).current_dir(d).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no ground-truth run"));
+}

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runtime evaluation on the GPU machine (issue 5), in steps that each fit one device call.
+# Builds nothing there: carry target/release/kforge and target/release/libkforge_shim.so, plus
+# the state directory of earlier calls (a folder ignored by git, e.g. .eval-state/).
+#
+#   bash scripts/device/eval.sh STATE_DIR STEP [STEP...]
+#     gen[:PER_BUCKET[:SEED]]     generate the gpu workload (default 50 per bucket, seed 1)
+#     truth[:LIMIT]               ground truth: each command alone (warm worker, one at a time)
+#     run:POLICY[:ABLATION[:N]]   run under none|command|region (ablation gate|drain|freeze|isolate|warm), N in flight (8)
+#     report                      report.json + report.html over every manifest in the state
+#
+# Every call writes $OUT/state.tgz (the updated state: workload, store, manifests) — unpack it
+# into STATE_DIR before the next call — and, after `report`, $OUT/report.{json,html}.
+set -euo pipefail
+OUT=${OUT:-/tmp/kforge-out}
+mkdir -p "$OUT"
+K=$PWD/target/release/kforge
+STATE=$1; shift
+W=$(mktemp -d /tmp/kforge-eval.XXXXXX)
+[ -d "$STATE" ] && cp -r "$STATE"/. "$W"/
+export PYTHONUNBUFFERED=1
+nvidia-smi -L
+for step in "$@"; do
+  IFS=: read -r what a b c <<<"$step"
+  echo "== $step ($(date +%T))"
+  case "$what" in
+    gen) "$K" workload gen --profile gpu --out "$W/w.jsonl" --per-bucket "${a:-50}" --seed "${b:-1}" ;;
+    truth) "$K" workload truth "$W/w.jsonl" --device 0 --reserve-cores 2 ${a:+--limit "$a"} ;;
+    run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device 0 --reserve-cores 2 || true ;;
+    report) "$K" report "$W"/*.run.json --json "$OUT/report.json" --html "$OUT/report.html" ;;
+    *) echo "unknown step $step"; exit 2 ;;
+  esac
+done
+tar -C "$W" -czf "$OUT/state.tgz" .
+ls -la "$W"
