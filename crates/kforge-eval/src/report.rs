@@ -280,3 +280,117 @@ pub fn table(r: &EvalReport) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::workload::{Command, Profile};
+    use kforge_store::{JobRow, MeasurementRow, RegionRow, Store};
+    use serde_json::json;
+
+    fn cmd(id: &str, group: &str, op: &str) -> Command {
+        Command {
+            id: id.into(),
+            profile: Profile::Cpu,
+            operator: op.into(),
+            group: group.into(),
+            candidate: id.into(),
+            spec: json!({"id": id}),
+            est_ms: 1.0,
+            argv: vec!["python3".into()],
+        }
+    }
+
+    fn manifest(name: &str, kind: &str, policy: &str, db: &str, workload: &str, wall_s: f64, commands: usize) -> RunManifest {
+        RunManifest {
+            name: name.into(),
+            kind: kind.into(),
+            policy: policy.into(),
+            ablation: "-".into(),
+            warm: false,
+            concurrency: 4,
+            workload: workload.into(),
+            db: db.into(),
+            label: format!("eval:{name}"),
+            device: "cpu".into(),
+            daemon_flags: vec![],
+            started_unix: 1000.0,
+            wall_s,
+            commands,
+            failed: vec![],
+        }
+    }
+
+    /// Record one job per (id, median) under `label`, with a region [start, end] seconds.
+    fn record(s: &Store, label: &str, first_id: u64, rows: &[(&str, f64, f64, f64)]) {
+        for (k, (name, ms, start, end)) in rows.iter().enumerate() {
+            let id = first_id + k as u64;
+            s.insert_job(&JobRow {
+                id, label: Some(label.into()), argv: vec![], cwd: "/".into(), device: "cpu".into(), policy: "region".into(),
+                queued_ns: 0, started_ns: None, ended_ns: None, pid: None, exit_code: Some(0), signal: None, reason: None,
+            }).unwrap();
+            let ns = |t: f64| ((1000.0 + t) * 1e9) as i64;
+            s.insert_region(&RegionRow {
+                id, job: Some(id), device: "cpu".into(), name: name.to_string(), pid: 1, tid: 1, policy: "region".into(), exclusive: true,
+                requested_ns: ns(*start), granted_ns: ns(*start), released_ns: Some(ns(*end)), wait_ms: 1.0, gate_ms: 0.0, drain_ms: 2.0,
+                drain_timed_out: false, freeze_ms: 0.5, frozen_jobs: 1, settle_ms: 0.0, settle_timed_out: false, isolate_ms: 0.1,
+                core: Some(0), lease_ms: 60000, revoked: false, tainted: false,
+            }).unwrap();
+            // Three samples whose median is `ms`.
+            s.insert_measurement(&MeasurementRow { id, job: Some(id), region: Some(id), name: name.to_string(), recorded_ns: 0, samples_ms: vec![ms * 0.9, *ms, ms * 1.5], valid: true }).unwrap();
+        }
+    }
+
+    #[test]
+    fn report_from_a_synthetic_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let wl = dir.path().join("w.jsonl");
+        let cmds = vec![cmd("a", "g1", "mm"), cmd("b", "g1", "mm"), cmd("c", "g1", "mm"), cmd("d", "g2", "sm")];
+        crate::workload::write(&wl, &cmds).unwrap();
+        let dbp = dir.path().join("e.db");
+        let s = Store::open(&dbp).unwrap();
+        // Ground truth: a < b < c in group g1 (ranking), d alone; buckets: 0.05, 0.5, 5, 50 ms.
+        record(&s, "eval:truth", 1, &[("a", 0.05, 0.0, 0.1), ("b", 0.5, 0.2, 0.3), ("c", 5.0, 0.4, 0.5), ("d", 50.0, 0.6, 0.7)]);
+        // Run: a +10%, b +0%, c slower than... keep order a<b<c except swap? b becomes 6.0 > c 5.5: one flip of 3 pairs.
+        record(&s, "eval:region", 11, &[("a", 0.055, 0.0, 1.0), ("b", 6.0, 2.0, 3.0), ("c", 5.5, 2.5, 4.0), ("d", 50.0, 9.0, 10.0)]);
+        record(&s, "eval:command", 21, &[("a", 0.05, 0.0, 1.0), ("b", 0.5, 1.0, 2.0), ("c", 5.0, 2.0, 3.0), ("d", 50.0, 3.0, 4.0)]);
+        drop(s);
+        let db = dbp.display().to_string();
+        let w = wl.display().to_string();
+        let ms = vec![
+            manifest("truth", "truth", "command", &db, &w, 10.0, 4),
+            manifest("region", "run", "region", &db, &w, 10.0, 4),
+            manifest("command", "run", "command", &db, &w, 20.0, 4),
+        ];
+        let r = compute(&ms).unwrap();
+        assert_eq!(r.isolated_commands, 4);
+        let region = r.runs.iter().find(|x| x.name == "region").unwrap();
+        assert_eq!(region.throughput_per_min, 24.0);
+        assert_eq!(region.throughput_ratio_vs_command, Some(2.0));
+        let infl: Vec<(usize, f64)> = region.inflation.iter().map(|b| (b.n, b.p50)).collect();
+        assert_eq!(infl[0].0, 1);
+        assert!((infl[0].1 - 0.1).abs() < 1e-9, "{infl:?}"); // a: 0.055 / 0.05 - 1
+        assert!((infl[1].1 - 11.0).abs() < 1e-9); // b: 6.0 / 0.5 - 1
+        assert!((infl[2].1 - 0.1).abs() < 1e-9); // c
+        assert!(infl[3].1.abs() < 1e-12); // d
+        assert_eq!(region.inflation_all.n, 4);
+        // Ranking: group g1 has pairs (a,b) (a,c) (b,c); (b,c) flipped. g2 has one candidate: not ranked.
+        let mm = region.ranking.iter().find(|o| o.operator == "mm").unwrap();
+        assert_eq!((mm.groups, mm.pairs), (1, 3));
+        assert!((mm.flip_rate - 1.0 / 3.0).abs() < 1e-12);
+        assert!((mm.kendall_tau - 1.0 / 3.0).abs() < 1e-12);
+        assert!(region.ranking.iter().all(|o| o.operator != "sm"));
+        // Regions [0,1] [2,3] [2.5,4] [9,10]: union 4 s of 10 s; one overlapping pair.
+        assert!((region.busy_share - 0.4).abs() < 1e-9, "{}", region.busy_share);
+        assert_eq!(region.regions.overlapping_pairs, 1);
+        assert_eq!(region.regions.count, 4);
+        assert!((region.regions.drain_ms_p50 - 2.0).abs() < 1e-12);
+        let command = r.runs.iter().find(|x| x.name == "command").unwrap();
+        assert!(command.ranking.iter().all(|o| o.flip_rate == 0.0 && o.kendall_tau == 1.0));
+        assert!(table(&r).contains("2.00x"));
+        // Two ground truths, or none, are errors.
+        assert!(compute(&ms[1..]).unwrap_err().to_string().contains("no ground-truth"));
+        let two = vec![ms[0].clone(), ms[0].clone()];
+        assert!(compute(&two).unwrap_err().to_string().contains("2 ground-truth"));
+    }
+}
