@@ -25,7 +25,7 @@ for step in "$@"; do
   echo "== $step ($(date +%T))"
   case "$what" in
     gen) "$K" workload gen --profile gpu --out "$W/w.jsonl" --per-bucket "${a:-50}" --seed "${b:-1}" ;;
-    truth) "$K" workload truth "$W/w.jsonl" --device 0 --reserve-cores 2 ${a:+--limit "$a"} ;;
+    truth) "$K" workload truth "$W/w.jsonl" --warm --device 0 --reserve-cores 2 ${a:+--limit "$a"} ;;
     run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device 0 --reserve-cores 2 || true ;;
     report) "$K" report "$W"/*.run.json --json "$OUT/report.json" --html "$OUT/report.html" ;;
     *) echo "unknown step $step"; exit 2 ;;

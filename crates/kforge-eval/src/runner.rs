@@ -210,8 +210,14 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
     }
     let workload_abs = o.workload.canonicalize().with_context(|| format!("resolving {}", o.workload.display()))?;
     let dir = workload_abs.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-    let (policy, concurrency, ablation) = if o.truth { (Policy::Command, 1, Ablation::Isolate) } else { (o.policy, o.concurrency, o.ablation) };
-    let warm = ablation == Ablation::Warm && policy == Policy::Region;
+    // The ground truth runs one command at a time on an otherwise idle device; with the warm
+    // step it runs them in one warm worker (same timing protocol, no start-up).
+    let (policy, concurrency, ablation) = if o.truth {
+        (Policy::Command, 1, if o.ablation == Ablation::Warm { Ablation::Warm } else { Ablation::Isolate })
+    } else {
+        (o.policy, o.concurrency, o.ablation)
+    };
+    let warm = ablation == Ablation::Warm && (policy == Policy::Region || o.truth);
     let mut flags = ablation.daemon_flags(o.reserve_cores, concurrency);
     flags.extend(["--max-concurrent".into(), concurrency.to_string()]);
     let tmp = tempfile::Builder::new().prefix("kforge-eval-").tempdir().context("creating a daemon directory")?;

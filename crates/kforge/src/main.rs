@@ -96,6 +96,9 @@ enum WorkloadCmd {
     /// Time every command alone, one at a time (the ground truth); writes truth.run.json.
     Truth {
         workload: PathBuf,
+        /// Run the commands in a warm worker (same timing protocol, no interpreter start-up).
+        #[arg(long)]
+        warm: bool,
         #[command(flatten)]
         common: WorkloadCommon,
     },
@@ -370,8 +373,9 @@ fn workload(cmd: WorkloadCmd) -> Result<i32> {
             }
             Ok(0)
         }
-        WorkloadCmd::Truth { workload, common } => {
-            let (m, path) = kforge_eval::runner::run(&options(&workload, &common, Policy::Command, Ablation::Isolate, 1, "truth".into(), true))?;
+        WorkloadCmd::Truth { workload, warm, common } => {
+            let ablation = if warm { Ablation::Warm } else { Ablation::Isolate };
+            let (m, path) = kforge_eval::runner::run(&options(&workload, &common, Policy::Command, ablation, 1, "truth".into(), true))?;
             println!("ground truth: {} commands in {:.1} s, {} failed; manifest {}", m.commands, m.wall_s, m.failed.len(), path.display());
             Ok(if m.failed.is_empty() { 0 } else { 1 })
         }
