@@ -6,6 +6,7 @@
 #   bash scripts/device/eval.sh STATE_DIR STEP [STEP...]
 #     gen[:PER_BUCKET[:SEED]]     generate the gpu workload (default 50 per bucket, seed 1)
 #     truth[:LIMIT]               ground truth: each command alone (warm worker, one at a time)
+#   (env LIMIT=N runs only the first N commands in truth and run steps)
 #     run:POLICY[:ABLATION[:N]]   run under none|command|region (ablation gate|drain|freeze|isolate|warm), N in flight (8)
 #     report                      report.json + report.html over every manifest in the state
 #
@@ -25,8 +26,8 @@ for step in "$@"; do
   echo "== $step ($(date +%T))"
   case "$what" in
     gen) "$K" workload gen --profile gpu --out "$W/w.jsonl" --per-bucket "${a:-50}" --seed "${b:-1}" ;;
-    truth) "$K" workload truth "$W/w.jsonl" --warm --device 0 --reserve-cores 2 ${a:+--limit "$a"} ;;
-    run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device 0 --reserve-cores 2 || true ;;
+    truth) "$K" workload truth "$W/w.jsonl" --warm --device 0 --reserve-cores 2 ${a:+--limit "$a"} ${LIMIT:+--limit "$LIMIT"} ;;
+    run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device 0 --reserve-cores 2 ${LIMIT:+--limit "$LIMIT"} || true ;;
     report) "$K" report "$W"/*.run.json --json "$OUT/report.json" --html "$OUT/report.html" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
