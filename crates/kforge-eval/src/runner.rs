@@ -175,9 +175,21 @@ pub struct RunManifest {
 }
 
 impl RunManifest {
+    /// Read a manifest. A workload or store path that no longer exists (the state directory was
+    /// moved, e.g. between machines) is looked up beside the manifest instead.
     pub fn load(path: &Path) -> Result<RunManifest> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading run manifest {}", path.display()))?;
-        serde_json::from_str(&text).with_context(|| format!("{} is not a kforge run manifest", path.display()))
+        let mut m: RunManifest = serde_json::from_str(&text).with_context(|| format!("{} is not a kforge run manifest", path.display()))?;
+        let beside = |p: &str| -> String {
+            let here = Path::new(p);
+            match (here.exists(), here.file_name(), path.parent()) {
+                (false, Some(name), Some(dir)) if dir.join(name).exists() => dir.join(name).canonicalize().unwrap_or_else(|_| dir.join(name)).display().to_string(),
+                _ => p.to_string(),
+            }
+        };
+        m.workload = beside(&m.workload);
+        m.db = beside(&m.db);
+        Ok(m)
     }
 }
 
