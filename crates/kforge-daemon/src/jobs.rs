@@ -8,7 +8,8 @@ use std::ffi::CString;
 use std::io::Read;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::PathBuf;
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
@@ -22,6 +23,50 @@ pub struct SpawnSpec {
     pub cgroup_procs: Option<PathBuf>,
     /// Cores the job may run on.
     pub cpus: Vec<u32>,
+}
+
+/// Set up a managed child before it runs (in the forked child, before exec): join the cgroup
+/// whose `cgroup.procs` is given, restrict it to `cpus`, die with the daemon (parent-death
+/// signal), and optionally make `fd3` its descriptor 3 (the warm workers' control socket).
+pub(crate) fn confine(cmd: &mut Command, cgroup_procs: Option<&Path>, cpus: &[u32], fd3: Option<RawFd>) -> std::io::Result<()> {
+    let procs = match cgroup_procs {
+        Some(p) => Some(CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other)?),
+        None => None,
+    };
+    // SAFETY: cpu_set_t is plain data; CPU_SET only writes into it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for &c in cpus {
+        unsafe { libc::CPU_SET(c as usize, &mut set) };
+    }
+    let pin = !cpus.is_empty();
+    // SAFETY: the closure only makes async-signal-safe system calls on data prepared before fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(p) = &procs {
+                let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let r = libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::close(fd);
+                if r != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if pin && libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // dup2 clears close-on-exec on the new descriptor: the child inherits fd 3.
+            if let Some(fd) = fd3 {
+                if libc::dup2(fd, 3) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+            Ok(())
+        });
+    }
+    Ok(())
 }
 
 /// Start the command. On success returns its pid (= its process group id); the exit arrives
@@ -45,37 +90,7 @@ pub fn spawn(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    let procs = match &spec.cgroup_procs {
-        Some(p) => Some(CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other)?),
-        None => None,
-    };
-    // SAFETY: cpu_set_t is plain data; CPU_ZERO/CPU_SET only write into it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in &spec.cpus {
-        unsafe { libc::CPU_SET(c as usize, &mut set) };
-    }
-    let pin = !spec.cpus.is_empty();
-    // SAFETY: the closure only makes async-signal-safe system calls on data prepared before fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            if let Some(p) = &procs {
-                let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let r = libc::write(fd, b"0".as_ptr().cast(), 1);
-                libc::close(fd);
-                if r != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            if pin && libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
-            Ok(())
-        });
-    }
+    confine(&mut cmd, spec.cgroup_procs.as_deref(), &spec.cpus, None)?;
     let mut child = cmd.spawn()?;
     let pid = child.id();
     let job = spec.job;

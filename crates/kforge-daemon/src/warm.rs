@@ -8,10 +8,8 @@
 use crate::state::{Event, Outgoing};
 use kforge_proto::{b64, Reply, Stream};
 use serde::{Deserialize, Serialize};
-use std::ffi::CString;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -91,38 +89,7 @@ pub fn spawn(w: WorkerSpawn, events: Sender<Event>) -> std::io::Result<WorkerHan
         .stdout(log.try_clone()?)
         .stderr(log)
         .process_group(0);
-    let procs = match &w.cgroup_procs {
-        Some(p) => Some(CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other)?),
-        None => None,
-    };
-    // SAFETY: plain data.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for &c in &w.cpus {
-        unsafe { libc::CPU_SET(c as usize, &mut set) };
-    }
-    let pin = !w.cpus.is_empty();
-    let child_fd = theirs.as_raw_fd();
-    // SAFETY: only async-signal-safe calls on data prepared before fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            if let Some(p) = &procs {
-                let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd >= 0 {
-                    libc::write(fd, b"0".as_ptr().cast(), 1);
-                    libc::close(fd);
-                }
-            }
-            if pin {
-                libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-            }
-            // dup2 clears close-on-exec on the new descriptor: the worker inherits fd 3.
-            if libc::dup2(child_fd, 3) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
-            Ok(())
-        });
-    }
+    crate::jobs::confine(&mut cmd, w.cgroup_procs.as_deref(), &w.cpus, Some(theirs.as_raw_fd()))?;
     let mut child = cmd.spawn()?;
     drop(theirs);
     let pid = child.id();

@@ -447,21 +447,13 @@ fn restart_after_daemon_and_guardian_died_recovers_frozen_jobs() {
     assert!(pid_alive(sib_pid));
     // A new daemon on the same socket recovers at start.
     let log = std::fs::File::create(d.path("daemon2.log")).unwrap();
-    let mut d2 = std::process::Command::new(KFORGE)
+    let d2 = std::process::Command::new(KFORGE)
         .arg("--socket").arg(&d.socket).args(["daemon", "--gpus", "none", "--db"]).arg(&d.db)
         .stderr(log).spawn().unwrap();
     wait_for("sibling killed by the new daemon's recovery", T, || (!pid_alive(sib_pid)).then_some(()));
     let text = wait_for("recovery logged", T, || std::fs::read_to_string(d.path("daemon2.log")).ok().filter(|s| s.contains("recovered")));
     assert!(text.contains("recovered after a dead daemon"), "{text}");
-    d.child = std::process::Command::new("true").spawn().unwrap();
-    let _ = Client::shutdown_via(&d.socket);
-    let _ = d2.wait();
-}
-
-struct Client;
-impl Client {
-    fn shutdown_via(p: &std::path::Path) -> Option<()> {
-        kforge_client::Client::connect(p).ok()?.request(&Request::Shutdown).ok()?;
-        Some(())
-    }
+    // The new daemon serves once recovery is done; hand it to the harness, which stops it.
+    wait_for("the new daemon listening", T, || kforge_client::Client::connect(&d.socket).ok().map(|_| ()));
+    d.child = d2;
 }
