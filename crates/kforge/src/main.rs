@@ -53,7 +53,10 @@ enum Cmd {
         cmd: WorkloadCmd,
     },
     /// Cancel a queued or running job (kills its process tree).
-    Cancel { job: u64 },
+    Cancel {
+        /// Job id (from `kforge status`).
+        job: u64,
+    },
     /// Stop the daemon: running jobs are killed, queued jobs fail.
     Shutdown,
     /// The main demo: a private daemon, a generated workload of short CPU benchmark commands under
@@ -95,6 +98,7 @@ enum WorkloadCmd {
     },
     /// Time every command alone, one at a time (the ground truth); writes truth.run.json.
     Truth {
+        /// The workload (JSON Lines from `kforge workload gen`).
         workload: PathBuf,
         /// Run the commands in a warm worker (same timing protocol, no interpreter start-up).
         #[arg(long)]
@@ -104,7 +108,9 @@ enum WorkloadCmd {
     },
     /// Run the workload concurrently under a policy; writes NAME.run.json.
     Run {
+        /// The workload (JSON Lines from `kforge workload gen`).
         workload: PathBuf,
+        /// Isolation policy of every command.
         #[arg(long, value_parser = ["region", "command", "none"])]
         policy: String,
         /// Ablation step under the region policy (each adds one mechanism).
