@@ -5,8 +5,11 @@
 #
 #   bash scripts/device/eval.sh STATE_DIR STEP [STEP...]
 #     gen[:PER_BUCKET[:SEED]]     generate the gpu workload (default 50 per bucket, seed 1)
-#     truth[:LIMIT]               ground truth: each command alone (warm worker, one at a time)
-#   (env LIMIT=N runs only the first N commands in truth and run steps)
+#     truth[:OFFSET:LIMIT]        ground truth: each command alone, one at a time, cold like the
+#                                 runs (split a long truth over calls with OFFSET/LIMIT)
+#     truth-warm[:OFFSET:LIMIT]   the same in one warm worker (faster; idle gaps between kernels —
+#                                 read bench/results/2026-11-30-issue5-eval-smoke before using it)
+#   (env LIMIT=N runs only the first N commands in run steps)
 #     run:POLICY[:ABLATION[:N]]   run under none|command|region (ablation gate|drain|freeze|isolate|warm), N in flight (8)
 #     report                      report.json + report.html over every manifest in the state
 #
@@ -26,7 +29,8 @@ for step in "$@"; do
   echo "== $step ($(date +%T))"
   case "$what" in
     gen) "$K" workload gen --profile gpu --out "$W/w.jsonl" --per-bucket "${a:-50}" --seed "${b:-1}" ;;
-    truth) "$K" workload truth "$W/w.jsonl" --warm --device 0 --reserve-cores 2 ${a:+--limit "$a"} ${LIMIT:+--limit "$LIMIT"} ;;
+    truth) "$K" workload truth "$W/w.jsonl" --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} ;;
+    truth-warm) "$K" workload truth "$W/w.jsonl" --warm --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} ;;
     run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device 0 --reserve-cores 2 ${LIMIT:+--limit "$LIMIT"} || true ;;
     report) "$K" report "$W"/*.run.json --json "$OUT/report.json" --html "$OUT/report.html" ;;
     *) echo "unknown step $step"; exit 2 ;;

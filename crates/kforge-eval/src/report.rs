@@ -134,18 +134,27 @@ fn load(m: &RunManifest) -> Result<kforge_store::Report> {
     Ok(store.report(Some(&m.label))?)
 }
 
-/// Compute the report of runs against the ground truth among `manifests` (exactly one of kind
-/// `truth`).
+/// Compute the report of runs against the ground truth among `manifests`: one or more manifests
+/// of kind `truth` (parts of one ground truth split with `--offset`/`--limit`; a command may be in
+/// only one of them).
 pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
     let truths: Vec<&RunManifest> = manifests.iter().filter(|m| m.kind == "truth").collect();
-    let truth = match truths.as_slice() {
-        [t] => *t,
-        [] => bail!("no ground-truth run among the manifests (make one with `kforge workload truth`)"),
-        _ => bail!("{} ground-truth runs given; pass one", truths.len()),
+    let Some(truth) = truths.first().copied() else {
+        bail!("no ground-truth run among the manifests (make one with `kforge workload truth`)");
     };
     let cmds = crate::workload::read(std::path::Path::new(&truth.workload))?;
     let by_id: BTreeMap<&str, &crate::workload::Command> = cmds.iter().map(|c| (c.id.as_str(), c)).collect();
-    let iso = medians(&load(truth)?);
+    let mut iso = BTreeMap::new();
+    for t in &truths {
+        if t.workload != truth.workload {
+            bail!("ground-truth parts {} and {} used different workloads", truth.name, t.name);
+        }
+        for (id, v) in medians(&load(t)?) {
+            if iso.insert(id.clone(), v).is_some() {
+                bail!("command {id} is in more than one ground-truth part (check --offset/--limit)");
+            }
+        }
+    }
     let command_tp = manifests
         .iter()
         .find(|m| m.kind == "run" && m.policy == "command")
@@ -388,9 +397,9 @@ mod tests {
         let command = r.runs.iter().find(|x| x.name == "command").unwrap();
         assert!(command.ranking.iter().all(|o| o.flip_rate == 0.0 && o.kendall_tau == 1.0));
         assert!(table(&r).contains("2.00x"));
-        // Two ground truths, or none, are errors.
+        // No ground truth, or one command in two truth parts, are errors.
         assert!(compute(&ms[1..]).unwrap_err().to_string().contains("no ground-truth"));
         let two = vec![ms[0].clone(), ms[0].clone()];
-        assert!(compute(&two).unwrap_err().to_string().contains("2 ground-truth"));
+        assert!(compute(&two).unwrap_err().to_string().contains("more than one ground-truth part"));
     }
 }

@@ -205,7 +205,9 @@ pub struct RunOptions {
     pub truth: bool,
     pub db: PathBuf,
     pub reserve_cores: usize,
-    /// Run only the first N commands.
+    /// Skip the first N commands (to split a long run, e.g. the ground truth, over several calls).
+    pub offset: usize,
+    /// Run only N commands (after the offset).
     pub limit: Option<usize>,
     /// Time limit per command.
     pub timeout: Duration,
@@ -217,6 +219,10 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
         bail!("--concurrency must be at least 1");
     }
     let mut cmds: Vec<Command> = workload::read(&o.workload)?;
+    if o.offset >= cmds.len() {
+        bail!("--offset {} skips all {} commands of {}", o.offset, cmds.len(), o.workload.display());
+    }
+    cmds.drain(..o.offset);
     if let Some(n) = o.limit {
         cmds.truncate(n);
     }

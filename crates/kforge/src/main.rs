@@ -141,7 +141,10 @@ struct WorkloadCommon {
     /// Cores reserved for measuring threads in the isolate and warm steps.
     #[arg(long, default_value_t = 1)]
     reserve_cores: usize,
-    /// Run only the first N commands.
+    /// Skip the first N commands (split a long run over several calls).
+    #[arg(long, default_value_t = 0)]
+    offset: usize,
+    /// Run only N commands (after --offset).
     #[arg(long)]
     limit: Option<usize>,
     /// Time limit per command, seconds.
@@ -348,6 +351,7 @@ fn workload(cmd: WorkloadCmd) -> Result<i32> {
             truth,
             db,
             reserve_cores: c.reserve_cores,
+            offset: c.offset,
             limit: c.limit,
             timeout: Duration::from_secs(c.timeout_s),
         }
@@ -381,7 +385,8 @@ fn workload(cmd: WorkloadCmd) -> Result<i32> {
         }
         WorkloadCmd::Truth { workload, warm, common } => {
             let ablation = if warm { Ablation::Warm } else { Ablation::Isolate };
-            let (m, path) = kforge_eval::runner::run(&options(&workload, &common, Policy::Command, ablation, 1, "truth".into(), true))?;
+            let name = if common.offset > 0 || common.limit.is_some() { format!("truth-{}", common.offset) } else { "truth".into() };
+            let (m, path) = kforge_eval::runner::run(&options(&workload, &common, Policy::Command, ablation, 1, name, true))?;
             println!("ground truth: {} commands in {:.1} s, {} failed; manifest {}", m.commands, m.wall_s, m.failed.len(), path.display());
             Ok(if m.failed.is_empty() { 0 } else { 1 })
         }
