@@ -58,7 +58,7 @@ for label, f in rows:
 rep = json.load(open(f"{out}/report.json"))
 regs = [r for r in rep["regions"] if r["name"].startswith("3-competitors-region")]
 for r in regs:
-    print(f"region {r['id']} {r['name']}: wait {r['wait_ms']:.2f} ms, drain {r['drain_ms']:.2f} ms, freeze {r['freeze_ms']:.2f} ms ({r['frozen_jobs']} jobs), settle {r.get('settle_ms', 0):.1f} ms (timed out: {r.get('settle_timed_out')}), core {r['core']}, tainted {r['tainted']}")
+    print(f"region {r['id']} {r['name']}: wait {r['wait_ms']:.2f} ms, drain {r['drain_ms']:.2f} ms, freeze {r['freeze_ms']:.2f} ms ({r['frozen_jobs']} jobs), settle {r.get('settle_ms', 0):.1f} ms (timed out: {r.get('settle_timed_out')}), core {r['core']}, tainted {r['tainted']}, GPU at grant {r.get('gpu_temp_c_granted')} C / {r.get('sm_clock_mhz_granted')} MHz, at release {r.get('gpu_temp_c_released')} C / {r.get('sm_clock_mhz_released')} MHz")
 import datetime
 clocks = []
 for line in open(f"{out}/clocks.csv"):

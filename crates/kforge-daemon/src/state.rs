@@ -42,7 +42,7 @@ pub enum Event {
     Hangup { conn: ConnId },
     JobExited { job: u64, code: Option<i32>, signal: Option<i32> },
     RegionReady { region: u64, steps: EnterSteps },
-    RegionLeft { region: u64 },
+    RegionLeft { region: u64, gpu: Option<kforge_proto::GpuSample> },
     /// A warm worker said something.
     Worker { worker: u64, msg: WorkerMsg },
     /// A warm worker process ended.
@@ -326,7 +326,7 @@ impl Daemon {
             Event::Hangup { conn } => self.on_hangup(conn),
             Event::JobExited { job, code, signal } => self.on_job_exited(job, code, signal),
             Event::RegionReady { region, steps } => self.on_region_ready(region, steps),
-            Event::RegionLeft { region } => self.on_region_left(region),
+            Event::RegionLeft { region, gpu } => self.on_region_left(region, gpu),
             Event::Worker { worker, msg } => self.on_worker_msg(worker, msg),
             Event::WorkerExited { worker, code, signal } => self.on_worker_exited(worker, code, signal),
             Event::WarmOutputClosed { job } => {
@@ -1050,6 +1050,7 @@ impl Daemon {
             frozen_jobs: steps.frozen_jobs,
             settle_ms: steps.settle_ms,
             settle_timed_out: steps.settle_timed_out,
+            gpu: steps.gpu,
             isolate_ms: steps.isolate_ms,
             core: if steps.pinned { r.core } else { None },
             tainted: r.tainted,
@@ -1075,6 +1076,10 @@ impl Daemon {
             frozen_jobs: steps.frozen_jobs,
             settle_ms: steps.settle_ms,
             settle_timed_out: steps.settle_timed_out,
+            gpu_temp_c_granted: steps.gpu.map(|g| g.temp_c),
+            sm_clock_mhz_granted: steps.gpu.map(|g| g.sm_clock_mhz),
+            gpu_temp_c_released: None,
+            sm_clock_mhz_released: None,
             isolate_ms: steps.isolate_ms,
             core: grant.core,
             lease_ms: grant.lease_ms,
@@ -1115,15 +1120,15 @@ impl Daemon {
             let dev = r.device;
             let _ = self.devices[dev].worker.send(WorkerOp::Leave { region: id });
         } else {
-            self.on_region_left(id);
+            self.on_region_left(id, None);
         }
     }
 
-    fn on_region_left(&mut self, id: u64) {
+    fn on_region_left(&mut self, id: u64, gpu: Option<kforge_proto::GpuSample>) {
         let Some(r) = self.regions.remove(&id) else { return };
         let held_ms = r.granted.map(|g| ms(g.elapsed())).unwrap_or(0.0);
         if r.granted.is_some() {
-            self.store.send(StoreOp::RegionReleased { id, ns: now_ns(), revoked: r.revoked, tainted: r.tainted });
+            self.store.send(StoreOp::RegionReleased { id, ns: now_ns(), revoked: r.revoked, tainted: r.tainted, gpu: gpu.map(|g| (g.temp_c, g.sm_clock_mhz)) });
         }
         self.finished_regions.insert(id, r.revoked);
         if let Some(core) = r.core {

@@ -14,7 +14,7 @@ pub enum StoreOp {
     JobStarted { id: u64, pid: u32, ns: i64 },
     JobEnded { id: u64, ns: i64, code: Option<i32>, signal: Option<i32>, reason: Option<String> },
     InsertRegion(Box<RegionRow>),
-    RegionReleased { id: u64, ns: i64, revoked: bool, tainted: bool },
+    RegionReleased { id: u64, ns: i64, revoked: bool, tainted: bool, gpu: Option<(u32, u32)> },
     InsertMeasurement(MeasurementRow),
     /// Answer a report request directly on the asking connection.
     Report { label: Option<String>, reply: Sender<Outgoing> },
@@ -62,7 +62,7 @@ fn apply(s: &Store, op: StoreOp) -> Result<(), kforge_store::StoreError> {
         StoreOp::JobStarted { id, pid, ns } => s.job_started(id, pid, ns),
         StoreOp::JobEnded { id, ns, code, signal, reason } => s.job_ended(id, ns, code, signal, reason.as_deref()),
         StoreOp::InsertRegion(r) => s.insert_region(&r),
-        StoreOp::RegionReleased { id, ns, revoked, tainted } => s.region_released(id, ns, revoked, tainted),
+        StoreOp::RegionReleased { id, ns, revoked, tainted, gpu } => s.region_released(id, ns, revoked, tainted, gpu),
         StoreOp::InsertMeasurement(m) => s.insert_measurement(&m),
         StoreOp::Report { label, reply } => {
             let msg = match s.report(label.as_deref()) {

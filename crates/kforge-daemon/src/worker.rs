@@ -41,6 +41,8 @@ pub struct EnterSteps {
     /// Waiting for the GPU to leave power-cap / thermal clock throttling after the drain.
     pub settle_ms: f64,
     pub settle_timed_out: bool,
+    /// The GPU when the region is handed over (after the settle step).
+    pub gpu: Option<kforge_proto::GpuSample>,
     /// A process kforge does not manage uses the GPU (NVML): the region cannot be exclusive.
     pub tainted: bool,
     pub unmanaged_pids: Vec<u32>,
@@ -129,6 +131,9 @@ pub fn spawn(name: String, cfg: WorkerConfig, events: Sender<Event>) -> Sender<W
                             }
                         }
                         s.isolate_ms = ms(t.elapsed());
+                        if let (Some(idx), Some(Some(n))) = (cfg.nvml_index, nvml.as_ref()) {
+                            s.gpu = sample(n, idx);
+                        }
                         let _ = events.send(Event::RegionReady { region, steps: s });
                     }
                     WorkerOp::Leave { region } => {
@@ -144,7 +149,11 @@ pub fn spawn(name: String, cfg: WorkerConfig, events: Sender<Event>) -> Sender<W
                             }
                             gate_closed = false;
                         }
-                        let _ = events.send(Event::RegionLeft { region });
+                        let gpu = match (cfg.nvml_index, nvml.as_ref()) {
+                            (Some(idx), Some(Some(n))) => sample(n, idx),
+                            _ => None,
+                        };
+                        let _ = events.send(Event::RegionLeft { region, gpu });
                     }
                 }
             }
@@ -206,4 +215,15 @@ fn settle(n: &nvml_wrapper::Nvml, index: u32, timeout: Duration) -> (Duration, b
         std::thread::sleep(Duration::from_millis(2));
     }
     (t.elapsed(), false)
+}
+
+/// Temperature, SM clock and throttle reasons of a GPU, when NVML answers.
+fn sample(n: &nvml_wrapper::Nvml, index: u32) -> Option<kforge_proto::GpuSample> {
+    use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
+    let d = n.device_by_index(index).ok()?;
+    Some(kforge_proto::GpuSample {
+        temp_c: d.temperature(TemperatureSensor::Gpu).ok()?,
+        sm_clock_mhz: d.clock_info(Clock::SM).ok()?,
+        throttle_reasons: d.current_throttle_reasons().map(|r| r.bits()).unwrap_or(0),
+    })
 }

@@ -342,7 +342,8 @@ mod tests {
             s.insert_region(&RegionRow {
                 id, job: Some(id), device: "cpu".into(), name: name.to_string(), pid: 1, tid: 1, policy: "region".into(), exclusive: true,
                 requested_ns: ns(*start), granted_ns: ns(*start), released_ns: Some(ns(*end)), wait_ms: 1.0, gate_ms: 0.0, drain_ms: 2.0,
-                drain_timed_out: false, freeze_ms: 0.5, frozen_jobs: 1, settle_ms: 0.0, settle_timed_out: false, isolate_ms: 0.1,
+                drain_timed_out: false, freeze_ms: 0.5, frozen_jobs: 1, settle_ms: 0.0, settle_timed_out: false, gpu_temp_c_granted: None,
+                sm_clock_mhz_granted: None, gpu_temp_c_released: None, sm_clock_mhz_released: None, isolate_ms: 0.1,
                 core: Some(0), lease_ms: 60000, revoked: false, tainted: false,
             }).unwrap();
             // Three samples whose median is `ms`.

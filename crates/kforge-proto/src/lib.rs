@@ -175,6 +175,14 @@ impl JobExit {
     }
 }
 
+/// The GPU's state read through NVML (temperature, SM clock, clock-throttle reason bits).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Default)]
+pub struct GpuSample {
+    pub temp_c: u32,
+    pub sm_clock_mhz: u32,
+    pub throttle_reasons: u64,
+}
+
 /// What the daemon did to grant a region, with each step's duration.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct Grant {
@@ -194,6 +202,9 @@ pub struct Grant {
     pub settle_ms: f64,
     #[serde(default)]
     pub settle_timed_out: bool,
+    /// The GPU when the region was granted (GPU devices).
+    #[serde(default)]
+    pub gpu: Option<GpuSample>,
     pub isolate_ms: f64,
     /// Reserved core the measuring thread was pinned to, if core isolation is on.
     pub core: Option<u32>,

@@ -64,6 +64,15 @@ pub struct RegionRow {
     pub settle_ms: f64,
     #[serde(default)]
     pub settle_timed_out: bool,
+    /// GPU temperature and SM clock when granted and when released (GPU devices).
+    #[serde(default)]
+    pub gpu_temp_c_granted: Option<u32>,
+    #[serde(default)]
+    pub sm_clock_mhz_granted: Option<u32>,
+    #[serde(default)]
+    pub gpu_temp_c_released: Option<u32>,
+    #[serde(default)]
+    pub sm_clock_mhz_released: Option<u32>,
     pub isolate_ms: f64,
     pub core: Option<u32>,
     pub lease_ms: u64,
@@ -114,6 +123,7 @@ CREATE TABLE IF NOT EXISTS regions (
   granted_ns INTEGER NOT NULL, released_ns INTEGER, wait_ms REAL NOT NULL, gate_ms REAL NOT NULL,
   drain_ms REAL NOT NULL, drain_timed_out INTEGER NOT NULL, freeze_ms REAL NOT NULL,
   frozen_jobs INTEGER NOT NULL, settle_ms REAL NOT NULL DEFAULT 0, settle_timed_out INTEGER NOT NULL DEFAULT 0,
+  gpu_temp_c_granted INTEGER, sm_clock_mhz_granted INTEGER, gpu_temp_c_released INTEGER, sm_clock_mhz_released INTEGER,
   isolate_ms REAL NOT NULL, core INTEGER, lease_ms INTEGER NOT NULL,
   revoked INTEGER NOT NULL DEFAULT 0, tainted INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS measurements (
@@ -224,13 +234,13 @@ impl Store {
             .execute(
                 "INSERT INTO regions(id,job,device,name,pid,tid,policy,exclusive,requested_ns,granted_ns,released_ns,
                    wait_ms,gate_ms,drain_ms,drain_timed_out,freeze_ms,frozen_jobs,isolate_ms,core,lease_ms,revoked,tainted,
-                   settle_ms,settle_timed_out)
-                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24)",
+                   settle_ms,settle_timed_out,gpu_temp_c_granted,sm_clock_mhz_granted)
+                 VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26)",
                 params![
                     r.id as i64, r.job.map(|j| j as i64), r.device, r.name, r.pid, r.tid, r.policy, r.exclusive,
                     r.requested_ns, r.granted_ns, r.released_ns, r.wait_ms, r.gate_ms, r.drain_ms, r.drain_timed_out,
                     r.freeze_ms, r.frozen_jobs, r.isolate_ms, r.core, r.lease_ms as i64, r.revoked, r.tainted,
-                    r.settle_ms, r.settle_timed_out
+                    r.settle_ms, r.settle_timed_out, r.gpu_temp_c_granted, r.sm_clock_mhz_granted
                 ],
             )
             .map_err(|e| self.err(e))?;
@@ -238,12 +248,13 @@ impl Store {
     }
 
     /// Record the end of a region; `revoked` also invalidates measurements already tied to it.
-    pub fn region_released(&self, id: u64, released_ns: i64, revoked: bool, tainted: bool) -> Result<(), StoreError> {
+    /// `gpu` is (temperature °C, SM clock MHz) read at release, on GPU devices.
+    pub fn region_released(&self, id: u64, released_ns: i64, revoked: bool, tainted: bool, gpu: Option<(u32, u32)>) -> Result<(), StoreError> {
         self.update(
-            "UPDATE regions SET released_ns=?2, revoked=?3, tainted=?4 WHERE id=?1",
+            "UPDATE regions SET released_ns=?2, revoked=?3, tainted=?4, gpu_temp_c_released=?5, sm_clock_mhz_released=?6 WHERE id=?1",
             "region",
             id,
-            params![id as i64, released_ns, revoked, tainted],
+            params![id as i64, released_ns, revoked, tainted, gpu.map(|g| g.0), gpu.map(|g| g.1)],
         )?;
         if revoked {
             self.conn
@@ -306,6 +317,10 @@ impl Store {
                     frozen_jobs: r.get("frozen_jobs")?,
                     settle_ms: r.get("settle_ms")?,
                     settle_timed_out: r.get("settle_timed_out")?,
+                    gpu_temp_c_granted: r.get("gpu_temp_c_granted")?,
+                    sm_clock_mhz_granted: r.get("sm_clock_mhz_granted")?,
+                    gpu_temp_c_released: r.get("gpu_temp_c_released")?,
+                    sm_clock_mhz_released: r.get("sm_clock_mhz_released")?,
                     isolate_ms: r.get("isolate_ms")?,
                     core: r.get("core")?,
                     lease_ms: r.get::<_, i64>("lease_ms")? as u64,
@@ -407,6 +422,10 @@ mod tests {
             frozen_jobs: 1,
             settle_ms: 0.0,
             settle_timed_out: false,
+            gpu_temp_c_granted: Some(40),
+            sm_clock_mhz_granted: Some(1980),
+            gpu_temp_c_released: None,
+            sm_clock_mhz_released: None,
             isolate_ms: 0.1,
             core: Some(0),
             lease_ms: 60000,
@@ -443,9 +462,10 @@ mod tests {
         s.insert_job(&job(1, None)).unwrap();
         s.insert_region(&region(7, 1)).unwrap();
         s.insert_measurement(&MeasurementRow { id: 1, job: Some(1), region: Some(7), name: "k".into(), recorded_ns: 5, samples_ms: vec![1.0], valid: true }).unwrap();
-        s.region_released(7, 200, true, false).unwrap();
+        s.region_released(7, 200, true, false, Some((55, 1755))).unwrap();
         let r = s.report(None).unwrap();
         assert!(r.regions[0].revoked);
+        assert_eq!((r.regions[0].gpu_temp_c_granted, r.regions[0].gpu_temp_c_released, r.regions[0].sm_clock_mhz_released), (Some(40), Some(55), Some(1755)));
         assert!(!r.measurements[0].valid);
     }
 
@@ -453,7 +473,7 @@ mod tests {
     fn updates_of_missing_rows_are_errors() {
         let s = Store::open_in_memory().unwrap();
         assert!(matches!(s.job_started(9, 1, 1), Err(StoreError::Missing { what: "job", id: 9 })));
-        assert!(matches!(s.region_released(9, 1, false, false), Err(StoreError::Missing { what: "region", .. })));
+        assert!(matches!(s.region_released(9, 1, false, false, None), Err(StoreError::Missing { what: "region", .. })));
     }
 
     #[test]

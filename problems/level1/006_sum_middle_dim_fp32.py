@@ -1,0 +1,27 @@
+"""Sum reduction over the middle dimension of a 3-D fp32 tensor: x has shape
+(BATCH, REDUCE, INNER) = (128, 4096, 128) and the output y[b, i] = sum_r x[b, r, i] has shape
+(128, 128). The reduced axis is strided, so a naive per-row reduction reads memory badly."""
+
+import torch
+import torch.nn as nn
+
+BATCH = 128
+REDUCE = 4096
+INNER = 128
+
+
+class Model(nn.Module):
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.sum(x, dim=self.dim)
+
+
+def get_inputs():
+    return [torch.randn(BATCH, REDUCE, INNER)]
+
+
+def get_init_inputs():
+    return [1]

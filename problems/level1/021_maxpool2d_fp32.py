@@ -1,0 +1,31 @@
+"""2-D max pooling in fp32 with a 3 x 3 window, stride 2, padding 1 (the ResNet stem pool) on
+NCHW input (32, 128, 112, 112), giving (32, 128, 56, 56). Overlapping windows: each input is
+read by up to four outputs."""
+
+import torch
+import torch.nn as nn
+
+BATCH = 32
+CHANNELS = 128
+HEIGHT = 112
+WIDTH = 112
+KERNEL = 3
+STRIDE = 2
+PADDING = 1
+
+
+class Model(nn.Module):
+    def __init__(self, kernel: int, stride: int, padding: int):
+        super().__init__()
+        self.pool = nn.MaxPool2d(kernel, stride=stride, padding=padding)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(x)
+
+
+def get_inputs():
+    return [torch.randn(BATCH, CHANNELS, HEIGHT, WIDTH)]
+
+
+def get_init_inputs():
+    return [KERNEL, STRIDE, PADDING]
