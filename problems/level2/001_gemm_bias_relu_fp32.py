@@ -1,0 +1,27 @@
+"""Linear layer followed by ReLU in fp32: y = relu(x @ W^T + b) with x of shape
+(BATCH, IN_FEATURES) = (4096, 4096) and W of shape (4096, 4096). The bias add and activation
+belong in the GEMM epilogue instead of two extra passes over the 64 MiB output."""
+
+import torch
+import torch.nn as nn
+
+BATCH = 4096
+IN_FEATURES = 4096
+OUT_FEATURES = 4096
+
+
+class Model(nn.Module):
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.linear(x))
+
+
+def get_inputs():
+    return [torch.randn(BATCH, IN_FEATURES)]
+
+
+def get_init_inputs():
+    return [IN_FEATURES, OUT_FEATURES]

@@ -1,0 +1,28 @@
+"""Transformer FFN up-projection in bf16: y = gelu_tanh(x @ W^T + b), x of shape
+(TOKENS, HIDDEN) = (8192, 4096), W of shape (FFN, HIDDEN) = (16384, 4096). About 1.1 TFLOP;
+the tanh-approximated GELU should run in the GEMM epilogue."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+TOKENS = 8192
+HIDDEN = 4096
+FFN = 16384
+
+
+class Model(nn.Module):
+    def __init__(self, hidden: int, ffn: int):
+        super().__init__()
+        self.linear = nn.Linear(hidden, ffn).to(torch.bfloat16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.gelu(self.linear(x), approximate="tanh")
+
+
+def get_inputs():
+    return [torch.randn(TOKENS, HIDDEN, dtype=torch.bfloat16)]
+
+
+def get_init_inputs():
+    return [HIDDEN, FFN]
