@@ -548,9 +548,7 @@ impl Daemon {
             let policy = self.jobs[&head].policy;
             let needs_worker = self.jobs[&head].warm_argv.is_some();
             let d = &self.devices[device];
-            let ok = if needs_worker && self.idle_worker(device).is_none() {
-                false
-            } else if d.command_holder.is_some() {
+            let ok = if (needs_worker && self.idle_worker(device).is_none()) || d.command_holder.is_some() {
                 false
             } else if policy == Policy::Command {
                 d.running.is_empty()

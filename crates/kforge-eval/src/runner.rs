@@ -280,7 +280,7 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
                     failed.lock().expect("failed list").push(f);
                 }
                 let n = done.fetch_add(1, Ordering::SeqCst) + 1;
-                if n % (total / 10).max(1) == 0 || n == total {
+                if n.is_multiple_of((total / 10).max(1)) || n == total {
                     eprintln!("  {n}/{total} commands, {:.1} s", t0.elapsed().as_secs_f64());
                 }
             });

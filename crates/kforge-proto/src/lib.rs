@@ -367,6 +367,35 @@ pub mod b64 {
     }
 }
 
+/// Where clients look for the daemon: `explicit`, else `$KFORGE_SOCKET`, else the default path
+/// `$XDG_RUNTIME_DIR/kforge/kforge.sock`, else `/tmp/kforge-<uid>/kforge.sock`.
+pub fn resolve_socket(explicit: Option<&std::path::Path>) -> std::path::PathBuf {
+    if let Some(p) = explicit {
+        return p.to_path_buf();
+    }
+    if let Some(p) = std::env::var_os("KFORGE_SOCKET").filter(|v| !v.is_empty()) {
+        return p.into();
+    }
+    default_socket_path()
+}
+
+/// The default socket path (see [`resolve_socket`]).
+pub fn default_socket_path() -> std::path::PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
+        Some(d) => std::path::PathBuf::from(d).join("kforge").join("kforge.sock"),
+        None => {
+            // SAFETY: getuid has no preconditions and cannot fail.
+            let uid = unsafe { libc_getuid() };
+            std::path::PathBuf::from(format!("/tmp/kforge-{uid}")).join("kforge.sock")
+        }
+    }
+}
+
+extern "C" {
+    #[link_name = "getuid"]
+    fn libc_getuid() -> u32;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -446,33 +475,4 @@ mod tests {
             prop_assert_eq!(read_msg::<Request, _>(&mut &f[..]).unwrap(), m);
         }
     }
-}
-
-/// Where clients look for the daemon: `explicit`, else `$KFORGE_SOCKET`, else the default path
-/// `$XDG_RUNTIME_DIR/kforge/kforge.sock`, else `/tmp/kforge-<uid>/kforge.sock`.
-pub fn resolve_socket(explicit: Option<&std::path::Path>) -> std::path::PathBuf {
-    if let Some(p) = explicit {
-        return p.to_path_buf();
-    }
-    if let Some(p) = std::env::var_os("KFORGE_SOCKET").filter(|v| !v.is_empty()) {
-        return p.into();
-    }
-    default_socket_path()
-}
-
-/// The default socket path (see [`resolve_socket`]).
-pub fn default_socket_path() -> std::path::PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()) {
-        Some(d) => std::path::PathBuf::from(d).join("kforge").join("kforge.sock"),
-        None => {
-            // SAFETY: getuid has no preconditions and cannot fail.
-            let uid = unsafe { libc_getuid() };
-            std::path::PathBuf::from(format!("/tmp/kforge-{uid}")).join("kforge.sock")
-        }
-    }
-}
-
-extern "C" {
-    #[link_name = "getuid"]
-    fn libc_getuid() -> u32;
 }

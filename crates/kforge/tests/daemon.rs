@@ -380,11 +380,7 @@ fn gate_holds_submitters_and_drain_acknowledges_the_epoch() {
         let t: u64 = parts[0].parse().unwrap();
         match parts[1] {
             "submit" => assert!(!(t > t_in && t < t_out), "submission at {t} inside the region [{t_in}, {t_out}]"),
-            "ack" => {
-                if t < t_in {
-                    acked = Some(parts[2].parse::<u64>().unwrap());
-                }
-            }
+            "ack" if t < t_in => acked = Some(parts[2].parse::<u64>().unwrap()),
             _ => {}
         }
     }
