@@ -187,6 +187,13 @@ macro_rules! gated_symbols {
             cuMemPrefetchAsync_ptsz => cuMemPrefetchAsync, prefetch, (dptr: CUdeviceptr, count: usize, dst_device: ::std::os::raw::c_int, stream: Handle);
             cuMemPrefetchAsync_v2 => cuMemPrefetchAsync, prefetch, (dptr: CUdeviceptr, count: usize, location: CUmemLocation, flags: ::std::os::raw::c_uint, stream: Handle);
             cuMemPrefetchAsync_v2_ptsz => cuMemPrefetchAsync, prefetch, (dptr: CUdeviceptr, count: usize, location: CUmemLocation, flags: ::std::os::raw::c_uint, stream: Handle);
+            // CUDA 13 batch prefetch / discard (signatures checked against CUDA 13.0's cuda.h on the H200)
+            cuMemPrefetchBatchAsync => cuMemPrefetchBatchAsync, prefetch, (dptrs: *mut CUdeviceptr, sizes: *mut usize, count: usize, locs: *mut CUmemLocation, loc_idxs: *mut usize, num_locs: usize, flags: u64, stream: Handle);
+            cuMemPrefetchBatchAsync_ptsz => cuMemPrefetchBatchAsync, prefetch, (dptrs: *mut CUdeviceptr, sizes: *mut usize, count: usize, locs: *mut CUmemLocation, loc_idxs: *mut usize, num_locs: usize, flags: u64, stream: Handle);
+            cuMemDiscardBatchAsync => cuMemDiscardBatchAsync, prefetch, (dptrs: *mut CUdeviceptr, sizes: *mut usize, count: usize, flags: u64, stream: Handle);
+            cuMemDiscardBatchAsync_ptsz => cuMemDiscardBatchAsync, prefetch, (dptrs: *mut CUdeviceptr, sizes: *mut usize, count: usize, flags: u64, stream: Handle);
+            cuMemDiscardAndPrefetchBatchAsync => cuMemDiscardAndPrefetchBatchAsync, prefetch, (dptrs: *mut CUdeviceptr, sizes: *mut usize, count: usize, locs: *mut CUmemLocation, loc_idxs: *mut usize, num_locs: usize, flags: u64, stream: Handle);
+            cuMemDiscardAndPrefetchBatchAsync_ptsz => cuMemDiscardAndPrefetchBatchAsync, prefetch, (dptrs: *mut CUdeviceptr, sizes: *mut usize, count: usize, locs: *mut CUmemLocation, loc_idxs: *mut usize, num_locs: usize, flags: u64, stream: Handle);
         }
     };
 }
