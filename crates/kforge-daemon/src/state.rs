@@ -1054,36 +1054,7 @@ impl Daemon {
             tainted: r.tainted,
             lease_ms: r.lease.as_millis() as u64,
         };
-        self.store.send(StoreOp::InsertRegion(Box::new(RegionRow {
-            id,
-            job: r.job,
-            device: grant.device.clone(),
-            name: r.name.clone(),
-            pid: r.pid,
-            tid: r.tid,
-            policy: r.policy.as_str().into(),
-            exclusive,
-            requested_ns: r.requested_ns,
-            granted_ns,
-            released_ns: None,
-            wait_ms,
-            gate_ms: steps.gate_ms,
-            drain_ms: steps.drain_ms,
-            drain_timed_out: steps.drain_timed_out,
-            freeze_ms: steps.freeze_ms,
-            frozen_jobs: steps.frozen_jobs,
-            settle_ms: steps.settle_ms,
-            settle_timed_out: steps.settle_timed_out,
-            gpu_temp_c_granted: steps.gpu.map(|g| g.temp_c),
-            sm_clock_mhz_granted: steps.gpu.map(|g| g.sm_clock_mhz),
-            gpu_temp_c_released: None,
-            sm_clock_mhz_released: None,
-            isolate_ms: steps.isolate_ms,
-            core: grant.core,
-            lease_ms: grant.lease_ms,
-            revoked: false,
-            tainted: r.tainted,
-        })));
+        self.store.send(StoreOp::InsertRegion(Box::new(region_row(&grant, r, granted_ns))));
         let conn = r.conn;
         self.send(conn, Reply::RegionGranted(grant));
     }
@@ -1313,5 +1284,39 @@ impl Daemon {
             let _ = c.tx.send(Outgoing::Close);
             let _ = c.stream.shutdown(std::net::Shutdown::Read);
         }
+    }
+}
+
+/// The store row of a region just granted: the grant's figures plus who asked and when.
+fn region_row(g: &Grant, r: &Region, granted_ns: i64) -> RegionRow {
+    RegionRow {
+        id: g.region,
+        job: r.job,
+        device: g.device.clone(),
+        name: r.name.clone(),
+        pid: r.pid,
+        tid: r.tid,
+        policy: r.policy.as_str().into(),
+        exclusive: g.exclusive,
+        requested_ns: r.requested_ns,
+        granted_ns,
+        released_ns: None,
+        wait_ms: g.wait_ms,
+        gate_ms: g.gate_ms,
+        drain_ms: g.drain_ms,
+        drain_timed_out: g.drain_timed_out,
+        freeze_ms: g.freeze_ms,
+        frozen_jobs: g.frozen_jobs,
+        settle_ms: g.settle_ms,
+        settle_timed_out: g.settle_timed_out,
+        gpu_temp_c_granted: g.gpu.map(|x| x.temp_c),
+        sm_clock_mhz_granted: g.gpu.map(|x| x.sm_clock_mhz),
+        gpu_temp_c_released: None,
+        sm_clock_mhz_released: None,
+        isolate_ms: g.isolate_ms,
+        core: g.core,
+        lease_ms: g.lease_ms,
+        revoked: false,
+        tainted: g.tainted,
     }
 }
