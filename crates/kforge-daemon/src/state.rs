@@ -126,6 +126,8 @@ struct Region {
     abandoned: bool,
     /// The client asked to exit (it waits for `region_released`).
     exit_requested: bool,
+    /// Jobs this region froze (what `status` reports as frozen).
+    frozen: Vec<u64>,
     revoked: bool,
     tainted: bool,
 }
@@ -949,6 +951,7 @@ impl Daemon {
                 core: None,
                 abandoned: false,
                 exit_requested: false,
+                frozen: Vec::new(),
                 revoked: false,
                 tainted: false,
             },
@@ -997,6 +1000,7 @@ impl Daemon {
         let r = self.regions.get_mut(&id).expect("region exists");
         r.state = RegionState::Entering;
         r.core = core;
+        r.frozen = targets.iter().map(|t| t.job).collect();
         let _ = self.devices[dev].worker.send(WorkerOp::Enter { region: id, holder_pid: pid, tid, targets, core, managed_pgids });
     }
 
@@ -1231,13 +1235,7 @@ impl Daemon {
             .filter_map(|l| l.holder)
             .filter_map(|h| self.regions.get(&h))
             .filter(|r| r.state == RegionState::Held)
-            .flat_map(|r| {
-                let scope = self.cfg.freeze_scope;
-                self.jobs
-                    .values()
-                    .filter(move |j| scope != FreezeScope::None && Some(j.id) != r.job && (scope == FreezeScope::Node || j.device == r.device))
-                    .map(|j| j.id)
-            })
+            .flat_map(|r| r.frozen.iter().copied())
             .collect();
         StatusReport {
             daemon_pid: std::process::id(),
