@@ -6,6 +6,7 @@ Writes median/p95 per kernel (ms) and the raw samples.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -31,6 +32,13 @@ def main() -> None:
     assert rel < 1e-2, f"matmul wrong: rel err {rel}"
     assert torch.equal(x * 2, x + x)
     res: dict[str, object] = {"label": label, "matmul_rel_err": rel}
+    # Optional start signal: set up (CUDA context, tensors, check) first, then wait for the file
+    # to appear, so a measurement can start right after an event of the calling script.
+    go = os.environ.get("KFORGE_TIMED_GO_FILE")
+    if go:
+        open(go + ".ready", "w").close()
+        while not os.path.exists(go):
+            time.sleep(0.01)
     for name, fn in (("matmul_bf16_4096", lambda: a @ b), ("elementwise_x2_256MB", lambda: x * 2)):
         t_start = time.time()
         samples = kforge.do_bench(fn, warmup=50, rep=300, return_mode="all", name=f"{label}:{name}")

@@ -749,6 +749,8 @@ fn section_regions(out: &mut String, r: &EvalReport) {
         "revoked",
         "tainted",
         "overlapping pairs",
+        "SM MHz at grant p50 / min",
+        "GPU °C at grant p50 / max",
     ];
     let rows: Vec<Vec<String>> = r
         .runs
@@ -770,11 +772,21 @@ fn section_regions(out: &mut String, r: &EvalReport) {
                 g.revoked.to_string(),
                 g.tainted.to_string(),
                 g.overlapping_pairs.to_string(),
+                pair(g.sm_clock_mhz_granted_p50, g.sm_clock_mhz_granted_min),
+                pair(g.gpu_temp_c_granted_p50, g.gpu_temp_c_granted_max),
             ]
         })
         .collect();
     out.push_str(&html_table(&headers, &rows, 1));
     out.push_str("<p class=\"note\">Times in milliseconds.</p>\n");
+}
+
+/// "a / b" of two optional figures without decimals, "—" where none were recorded.
+fn pair(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) => format!("{} / {}", fmt_f(a, 0), fmt_f(b, 0)),
+        _ => "—".to_string(),
+    }
 }
 
 fn section_timelines(out: &mut String, r: &EvalReport) {

@@ -96,6 +96,16 @@ pub struct RegionStats {
     pub revoked: usize,
     pub tainted: usize,
     pub overlapping_pairs: usize,
+    /// SM clock (MHz) when regions were granted (GPU regions that recorded one): median and lowest.
+    #[serde(default)]
+    pub sm_clock_mhz_granted_p50: Option<f64>,
+    #[serde(default)]
+    pub sm_clock_mhz_granted_min: Option<f64>,
+    /// GPU temperature (°C) when regions were granted: median and highest.
+    #[serde(default)]
+    pub gpu_temp_c_granted_p50: Option<f64>,
+    #[serde(default)]
+    pub gpu_temp_c_granted_max: Option<f64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -127,6 +137,17 @@ fn medians(r: &kforge_store::Report) -> BTreeMap<String, f64> {
 fn inflation_of(bucket: &str, mut values: Vec<f64>) -> BucketInflation {
     values.sort_by(|a, b| a.total_cmp(b));
     BucketInflation { bucket: bucket.into(), n: values.len(), p50: q(&values, 0.5), p95: q(&values, 0.95), values }
+}
+
+/// Fill the GPU clock and temperature statistics from the regions that recorded them.
+fn with_gpu_state(mut st: RegionStats, regions: &[kforge_store::RegionRow]) -> RegionStats {
+    let clocks: Vec<f64> = regions.iter().filter_map(|r| r.sm_clock_mhz_granted).map(f64::from).collect();
+    let temps: Vec<f64> = regions.iter().filter_map(|r| r.gpu_temp_c_granted).map(f64::from).collect();
+    st.sm_clock_mhz_granted_p50 = stats::quantile(&clocks, 0.5);
+    st.sm_clock_mhz_granted_min = clocks.iter().copied().reduce(f64::min);
+    st.gpu_temp_c_granted_p50 = stats::quantile(&temps, 0.5);
+    st.gpu_temp_c_granted_max = temps.iter().copied().reduce(f64::max);
+    st
 }
 
 fn load(m: &RunManifest) -> Result<kforge_store::Report> {
@@ -221,7 +242,12 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
             revoked: rep.regions.iter().filter(|r| r.revoked).count(),
             tainted: rep.regions.iter().filter(|r| r.tainted).count(),
             overlapping_pairs: stats::overlapping_pairs(&rep.regions),
+            sm_clock_mhz_granted_p50: None,
+            sm_clock_mhz_granted_min: None,
+            gpu_temp_c_granted_p50: None,
+            gpu_temp_c_granted_max: None,
         };
+        let regions = with_gpu_state(regions, &rep.regions);
         let rel = |ns: i64| ns as f64 / 1e9 - m.started_unix;
         let intervals: Vec<(f64, f64)> = rep.regions.iter().filter_map(|r| Some((rel(r.granted_ns), rel(r.released_ns?)))).collect();
         let busy_share = if m.wall_s > 0.0 { (stats::union_length(&intervals) / m.wall_s).min(1.0) } else { 0.0 };
