@@ -14,7 +14,7 @@
 #                                 N in flight (8), only the first LIMIT commands (env LIMIT, else all)
 #     report                      report.json + report.html over every manifest in the state
 #
-# Every call writes $OUT/state.tgz (the updated state: workload, store, manifests) — unpack it
+# Every step rewrites $OUT/state.tgz (the updated state: workload, store, manifests) — unpack it
 # into STATE_DIR before the next call — and, after `report`, $OUT/report.{json,html}.
 set -euo pipefail
 OUT=${OUT:-/tmp/kforge-out}
@@ -37,6 +37,6 @@ for step in "$@"; do
     report) "$K" report "$W"/*.run.json --json "$OUT/report.json" --html "$OUT/report.html" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
+  tar -C "$W" -czf "$OUT/state.tgz" .   # after every step: a call cut short keeps what it finished
 done
-tar -C "$W" -czf "$OUT/state.tgz" .
 ls -la "$W"

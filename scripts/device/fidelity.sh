@@ -6,8 +6,8 @@
 #   alone      the GPU idle (and cool) — the reference of this round;
 #   region     next to 3 competing bf16 8192^3 matmul loops (started with `kforge run`) that have
 #              run for HEAT_S seconds, under --policy region (gate, drain, freeze, settle, pin);
-#   hot-alone  alone again, started the moment the competitors are killed: the GPU as hot as in
-#              `region`, but nothing else resident — separates heat from interference.
+#   hot-alone  (HOT=1 only) alone again, timed the moment the competitors are gone: the GPU as
+#              hot as in `region`, nothing else resident — separates heat from interference.
 # Inflation is paired: each round's p95 over the same round's `alone`. Writes $OUT/fidelity.json,
 # $OUT/clocks.csv (nvidia-smi every 50 ms) and prints a table last.
 set -euo pipefail
@@ -49,6 +49,7 @@ for r in $(seq "$ROUNDS"); do
   competitors region
   sleep "$HEAT_S"
   "$K" --socket "$S" run --device 0 --policy region --label "region-$r" -- python3 $D/timed_kernels.py "region-$r" "$W/r$r-region.json"
+  if [ -z "${HOT:-}" ]; then stop_competitors; continue; fi
   # hot-alone: set up next to the competitors (policy none: no region), start timing when they are gone.
   rm -f "$W/go" "$W/go.ready"
   KFORGE_TIMED_GO_FILE="$W/go" "$K" --socket "$S" run --device 0 --policy none --label "hot-alone-$r" -- python3 $D/timed_kernels.py "hot-alone-$r" "$W/r$r-hot.json" &
@@ -62,9 +63,10 @@ kill $SMI 2>/dev/null || true
 "$K" --socket "$S" report > "$OUT/report.json"
 "$K" --socket "$S" shutdown || true
 cp "$W"/r*.json "$OUT"/
-python3 - "$OUT" "$ROUNDS" <<'PY'
+python3 - "$OUT" "$ROUNDS" "${HOT:-}" <<'PY'
 import datetime, json, statistics, sys
 out, rounds = sys.argv[1], int(sys.argv[2])
+settings = ("alone", "region", "hot-alone") if sys.argv[3] else ("alone", "region")
 kernels = ("matmul_bf16_4096", "elementwise_x2_256MB")
 clocks = []
 for line in open(f"{out}/clocks.csv"):
@@ -84,7 +86,7 @@ def env(d):
 res = {"rounds": [], "summary": {}}
 for r in range(1, rounds + 1):
     row = {}
-    for setting, f in (("alone", "alone"), ("region", "region"), ("hot-alone", "hot")):
+    for setting, f in (("alone", "alone"), ("region", "region"), ("hot-alone", "hot"))[: len(settings)]:
         d = json.load(open(f"{out}/r{r}-{f}.json"))
         row[setting] = {k: {"median_ms": d[k]["median_ms"], "p95_ms": d[k]["p95_ms"], **env(d[k])} for k in kernels}
     res["rounds"].append(row)
@@ -92,14 +94,14 @@ rep = json.load(open(f"{out}/report.json"))
 res["regions"] = [r for r in rep["regions"] if r["name"].startswith("region-")]
 print(f"{'ROUND':<6} {'SETTING':<10} {'KERNEL':<21} {'MED_MS':>8} {'P95_MS':>8} {'P95_INFL':>9} {'SM_MHZ':>7} {'TEMP_C':>6}")
 for i, row in enumerate(res["rounds"], 1):
-    for s in ("alone", "region", "hot-alone"):
+    for s in settings:
         for k in kernels:
             x = row[s][k]; base = row["alone"][k]["p95_ms"]
             x["p95_inflation"] = x["p95_ms"] / base - 1
             print(f"{i:<6} {s:<10} {k:<21} {x['median_ms']:>8.4f} {x['p95_ms']:>8.4f} {x['p95_inflation']*100:>8.2f}% {x.get('sm_mhz', 0):>7.0f} {x.get('temp_c', 0):>6.1f}")
 print()
 print(f"{'SETTING':<10} {'KERNEL':<21} {'P95_INFL median over rounds':>28} {'max':>8}   (paired with each round's alone)")
-for s in ("region", "hot-alone"):
+for s in settings[1:]:
     for k in kernels:
         v = [row[s][k]["p95_inflation"] for row in res["rounds"]]
         res["summary"].setdefault(s, {})[k] = {"p95_inflation_median": statistics.median(v), "p95_inflation_max": max(v), "per_round": v}
@@ -107,6 +109,6 @@ for s in ("region", "hot-alone"):
 a = [row["alone"][k]["p95_ms"] for row in res["rounds"] for k in kernels[:1]]
 print(f"alone matmul p95 across rounds: {min(a):.4f}-{max(a):.4f} ms (spread {(max(a)/min(a)-1)*100:.2f}%)")
 for r in res["regions"]:
-    print(f"region {r['name']}: drain {r['drain_ms']:.1f} ms, freeze {r['freeze_ms']:.2f} ms, settle {r.get('settle_ms', 0):.0f} ms, GPU {r.get('gpu_temp_c_granted')} C / {r.get('sm_clock_mhz_granted')} MHz at grant, tainted {r['tainted']}")
+    print(f"region {r['name']}: wait {r['wait_ms']:.0f} ms, drain {r['drain_ms']:.1f} ms, freeze {r['freeze_ms']:.2f} ms, settle {r.get('settle_ms', 0):.0f} ms, GPU {r.get('gpu_temp_c_granted')} C / {r.get('sm_clock_mhz_granted')} MHz at grant, tainted {r['tainted']}")
 json.dump(res, open(f"{out}/fidelity.json", "w"), indent=1)
 PY

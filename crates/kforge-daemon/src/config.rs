@@ -57,6 +57,8 @@ pub struct Config {
     /// Longest wait, when entering a region on a GPU, for power-cap or thermal throttling left
     /// by other jobs' load to clear (zero: do not wait).
     pub settle_timeout: Duration,
+    /// Settle until the GPU draws at most this fraction of its power limit (0: ignore power).
+    pub settle_power_fraction: f64,
     /// The gate shim (`libkforge_shim.so`) preloaded into every job on a GPU device; None runs
     /// GPU jobs without it (their submissions are then neither gated nor drained).
     pub shim: Option<PathBuf>,
@@ -92,7 +94,8 @@ impl Config {
             drain_timeout: Duration::from_secs(2),
             drain: true,
             freeze_timeout: Duration::from_secs(2),
-            settle_timeout: Duration::from_millis(500),
+            settle_timeout: Duration::from_millis(1500),
+            settle_power_fraction: 0.5,
             shim: None,
             warm_workers: None,
             worker_python: "python3".into(),

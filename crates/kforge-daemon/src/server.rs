@@ -120,6 +120,7 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
                 drain: cfg.drain,
                 freeze_timeout: cfg.freeze_timeout,
                 settle_timeout: cfg.settle_timeout,
+                settle_power_fraction: cfg.settle_power_fraction,
                 nvml_index: match d.kind {
                     devices::DeviceKind::Gpu => d.name.parse().ok(),
                     devices::DeviceKind::Cpu => None,

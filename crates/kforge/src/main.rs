@@ -203,8 +203,13 @@ struct DaemonArgs {
     no_drain: bool,
     /// Longest wait, entering a region on a GPU, for power-cap or thermal clock throttling left
     /// by other jobs' load to clear, in milliseconds (0: do not wait).
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 1_500)]
     settle_timeout_ms: u64,
+    /// Settle also waits until the GPU's (1 s averaged) power draw is at most this fraction of
+    /// its enforced power limit: right after other jobs' heavy load the power-cap controller
+    /// still counts their draw and clocks a power-bound kernel down (0: do not wait for power).
+    #[arg(long, default_value_t = 0.5)]
+    settle_power_fraction: f64,
     /// The gate shim preloaded into GPU jobs (default: libkforge_shim.so next to this binary).
     #[arg(long)]
     shim: Option<PathBuf>,
@@ -427,6 +432,10 @@ fn daemon(socket: PathBuf, a: DaemonArgs) -> Result<i32> {
     cfg.lease = Duration::from_millis(a.lease_ms);
     cfg.drain_timeout = Duration::from_millis(a.drain_timeout_ms);
     cfg.settle_timeout = Duration::from_millis(a.settle_timeout_ms);
+    if !(0.0..=1.0).contains(&a.settle_power_fraction) {
+        bail!("--settle-power-fraction must lie in [0, 1], got {}", a.settle_power_fraction);
+    }
+    cfg.settle_power_fraction = a.settle_power_fraction;
     cfg.drain = !a.no_drain;
     cfg.warm_workers = a.warm_workers;
     cfg.worker_python = a.worker_python;
