@@ -126,20 +126,47 @@ def resolve_device(device: Optional[str] = None) -> str:
     raise ValueError(f"do_bench: device must be 'cpu', 'cuda', 'cuda:N' or a GPU index, got {device!r}")
 
 
-def _counts(estimate_ms: float, warmup: float, rep: float) -> "tuple[int, int]":
-    est = max(estimate_ms, _MIN_ESTIMATE_MS)
-    return max(1, int(warmup / est)), max(1, int(rep / est))
+#: Calls per warm-up batch at least (the last batch gives the per-call estimate).
+_BATCH_MIN = 5
+
+
+def warm_up_and_estimate(run_batch: Callable[[int], float], warmup: float) -> float:
+    """Warm up, then estimate the per-call time in milliseconds.
+
+    ``run_batch(n)`` makes ``n`` calls and returns their total run time in milliseconds. Batches
+    (5 calls, then up to twice as many as the last, but no more than the warm-up time left needs)
+    run until their total reaches ``warmup`` ms; the per-call time of the *last* batch is the
+    estimate. Unlike ``triton.testing.do_bench``, which estimates from 5 calls before warming up,
+    the estimate is taken at the end of the warm-up: a GPU that was idle starts at a low clock
+    (345 MHz on the H200), and an estimate taken there made a cold process time half as many calls
+    as a warm one, which changed the median of kernels that slow down under sustained load.
+    """
+    n = _BATCH_MIN
+    elapsed = 0.0
+    while True:
+        ms = float(run_batch(n))
+        per = max(ms / n, _MIN_ESTIMATE_MS)
+        elapsed += max(ms, 0.0)
+        if elapsed >= warmup:
+            return per
+        n = max(_BATCH_MIN, min(2 * n, math.ceil((warmup - elapsed) / per)))
+
+
+def timed_calls(estimate_ms: float, rep: float) -> int:
+    """Timed calls for ``rep`` milliseconds of run time at ``estimate_ms`` per call (at least 1)."""
+    return max(1, int(rep / max(estimate_ms, _MIN_ESTIMATE_MS)))
 
 
 def _bench_cpu(fn: Callable[[], Any], warmup: float, rep: float, grad_to_none: Optional[Iterable[Any]]) -> List[float]:
     fn()
-    t0 = time.perf_counter_ns()
-    for _ in range(5):
-        fn()
-    estimate_ms = (time.perf_counter_ns() - t0) / 5 / 1e6
-    n_warmup, n_repeat = _counts(estimate_ms, warmup, rep)
-    for _ in range(n_warmup):
-        fn()
+
+    def batch(n: int) -> float:
+        t0 = time.perf_counter_ns()
+        for _ in range(n):
+            fn()
+        return (time.perf_counter_ns() - t0) / 1e6
+
+    n_repeat = timed_calls(warm_up_and_estimate(batch, warmup), rep)
     grads = list(grad_to_none) if grad_to_none is not None else []
     times: List[float] = []
     clock = time.perf_counter_ns
@@ -166,18 +193,19 @@ def _bench_cuda(
         cache = torch.empty(CACHE_FLUSH_BYTES // 4, dtype=torch.int, device=dev)
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(5):
-            cache.zero_()
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        estimate_ms = start.elapsed_time(end) / 5
-        n_warmup, n_repeat = _counts(estimate_ms, warmup, rep)
+
+        def batch(n: int) -> float:
+            start.record()
+            for _ in range(n):
+                cache.zero_()
+                fn()
+            end.record()
+            torch.cuda.synchronize()
+            return float(start.elapsed_time(end))
+
+        n_repeat = timed_calls(warm_up_and_estimate(batch, warmup), rep)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
-        for _ in range(n_warmup):
-            fn()
         grads = list(grad_to_none) if grad_to_none is not None else []
         for i in range(n_repeat):
             # fn must not accumulate gradients if it contains a backward pass.
@@ -211,9 +239,10 @@ def do_bench(
 ) -> Result:
     """Benchmark ``fn`` like ``triton.testing.do_bench``, inside an exclusive kforge region.
 
-    ``warmup`` and ``rep`` are milliseconds of run time: ``fn`` is called once, then 5 times to
-    estimate its duration, which sets the number of warm-up calls (``warmup / estimate``) and
-    timed calls (``rep / estimate``), at least 1 each. Returns milliseconds: the ``quantiles``
+    ``warmup`` and ``rep`` are milliseconds of run time: ``fn`` is called once, then in batches
+    until ``warmup`` ms have run (at least one batch of 5 calls); the last batch's per-call time
+    is the estimate that sets the number of timed calls (``rep / estimate``, at least 1). See
+    :func:`warm_up_and_estimate` for why the estimate follows the warm-up. Returns milliseconds: the ``quantiles``
     of the samples if given (a float for a single quantile, else a list), otherwise per
     ``return_mode`` the ``"min"``, ``"max"``, ``"mean"`` or ``"median"`` sample, or ``"all"``
     samples as a list.

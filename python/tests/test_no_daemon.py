@@ -99,11 +99,37 @@ def test_do_bench_cpu_counts_follow_the_estimate() -> None:
 
     samples = kforge.do_bench(fn, warmup=2, rep=4, return_mode="all", device="cpu")
     assert isinstance(samples, list) and all(isinstance(s, float) for s in samples)
-    # estimate ~0.2 ms -> about 10 warm-up and 20 timed calls (fewer if the machine is slow)
+    # estimate >= 0.2 ms -> at most 20 timed calls; warm-up: batches of >= 5 calls until 2 ms ran
     assert 1 <= len(samples) <= 20
     assert all(s >= 0.2 for s in samples)
-    n_warmup = len(calls) - 1 - 5 - len(samples)
-    assert 1 <= n_warmup <= 10
+    n_warmup = len(calls) - 1 - len(samples)
+    assert 5 <= n_warmup <= 15
+
+
+def test_estimate_follows_the_warm_up() -> None:
+    # A function slow for its first 8 calls (a GPU ramping up its clock), then steady at 0.5 ms.
+    made: List[int] = []
+
+    def batch(n: int) -> float:
+        ms = sum(2.0 if len(made) + i < 8 else 0.5 for i in range(n))
+        made.extend([1] * n)
+        return ms
+
+    est = bench.warm_up_and_estimate(batch, warmup=25.0)
+    assert est == 0.5  # the steady state, not the slow start (Triton's 5-call estimate: 2.0)
+    # batches of 5 (10 ms), 8 (3*2 + 5*0.5 = 8.5 ms), 7 (3.5 ms) and 6 calls (3 ms): 25 ms
+    assert len(made) == 26
+    assert bench.timed_calls(est, 100.0) == 200
+
+
+def test_warm_up_without_warmup_time_is_one_batch() -> None:
+    sizes: List[int] = []
+    assert bench.warm_up_and_estimate(lambda n: sizes.append(n) or 3.0 * n, warmup=0.0) == 3.0
+    assert sizes == [5]
+    # A function reporting no time at all still ends (estimate floored) and times >= 1 call.
+    assert bench.warm_up_and_estimate(lambda n: 0.0, warmup=0.0) > 0
+    assert bench.timed_calls(0.0, 1.0) >= 1
+    assert bench.timed_calls(1e9, 1.0) == 1
 
 
 @pytest.mark.filterwarnings("ignore::kforge.KforgeWarning")

@@ -9,9 +9,10 @@
 #                                 runs (split a long truth over calls with OFFSET/LIMIT)
 #     truth-warm[:OFFSET:LIMIT]   the same in one warm worker (faster; idle gaps between kernels —
 #                                 read bench/results/2026-11-30-issue5-eval-smoke before using it)
-#     run:POLICY[:ABLATION[:N[:LIMIT]]]
+#     run:POLICY[:ABLATION[:N[:LIMIT[:NAME]]]]
 #                                 run under none|command|region (ablation gate|drain|freeze|isolate|warm),
-#                                 N in flight (8), only the first LIMIT commands (env LIMIT, else all)
+#                                 N in flight (8), only the first LIMIT commands (env LIMIT, else all),
+#                                 manifest NAME.run.json (default POLICY-ABLATION)
 #     report                      report.json + report.html over every manifest in the state
 #
 # Every step rewrites $OUT/state.tgz (the updated state: workload, store, manifests) — unpack it
@@ -26,14 +27,14 @@ W=$(mktemp -d /tmp/kforge-eval.XXXXXX)
 export PYTHONUNBUFFERED=1
 nvidia-smi -L
 for step in "$@"; do
-  IFS=: read -r what a b c d <<<"$step"
+  IFS=: read -r what a b c d e <<<"$step"
   lim=${d:-${LIMIT:-}}
   echo "== $step ($(date +%T))"
   case "$what" in
     gen) "$K" workload gen --profile gpu --out "$W/w.jsonl" --per-bucket "${a:-50}" --seed "${b:-1}" ;;
     truth) "$K" workload truth "$W/w.jsonl" --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} ;;
     truth-warm) "$K" workload truth "$W/w.jsonl" --warm --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} ;;
-    run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device 0 --reserve-cores 2 ${lim:+--limit "$lim"} || true ;;
+    run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device 0 --reserve-cores 2 ${lim:+--limit "$lim"} ${e:+--name "$e"} || true ;;
     report) "$K" report "$W"/*.run.json --json "$OUT/report.json" --html "$OUT/report.html" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac

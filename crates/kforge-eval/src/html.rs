@@ -422,11 +422,23 @@ fn section_header(out: &mut String, r: &EvalReport) {
     );
     let _ = writeln!(out, "<dt>Runs</dt><dd>{}</dd>", r.runs.len());
     out.push_str("</dl>\n");
+    let across: Vec<&str> = r.runs.iter().filter(|x| x.compared_across_devices).map(|x| x.name.as_str()).collect();
+    if !across.is_empty() {
+        let _ = writeln!(
+            out,
+            "<p class=\"note\">Marked *: {} had no ground truth from their own GPU; their inflation and ranking compare with ground truth taken on another GPU of the same model.</p>",
+            esc(&across.join(", "))
+        );
+    }
+    let left_out = r.runs.iter().filter(|x| !x.compared_across_devices).map(|x| x.cross_device_commands).max().unwrap_or(0);
+    if left_out > 0 {
+        let _ = writeln!(out, "<p class=\"note\">Up to {left_out} commands per run are left out of inflation and ranking: their ground truth was taken on another GPU.</p>");
+    }
 }
 
 fn summary_row(run: &RunSummary) -> Vec<String> {
     vec![
-        esc(&run.name),
+        if run.compared_across_devices { esc(&format!("{}*", run.name)) } else { esc(&run.name) },
         esc(&run.policy),
         esc(&run.ablation),
         fmt_yes_no(run.warm).to_string(),
@@ -956,6 +968,8 @@ mod tests {
             throughput_ratio_vs_command: ratio,
             inflation,
             inflation_all: bucket("all", all),
+            cross_device_commands: 0,
+            compared_across_devices: false,
             ranking: vec![
                 OperatorRanking {
                     operator: "matmul".to_string(),

@@ -50,6 +50,13 @@ pub struct RunSummary {
     pub inflation: Vec<BucketInflation>,
     /// All commands together.
     pub inflation_all: BucketInflation,
+    /// Commands of this run whose ground truth was taken on another GPU (left out of inflation
+    /// and ranking unless the run has no same-GPU truth at all).
+    #[serde(default)]
+    pub cross_device_commands: usize,
+    /// Inflation and ranking compare with ground truth from another GPU (no same-GPU truth).
+    #[serde(default)]
+    pub compared_across_devices: bool,
     pub ranking: Vec<OperatorRanking>,
     pub regions: RegionStats,
     /// Share of the run's wall time during which some region was held (union of intervals).
@@ -150,6 +157,16 @@ fn with_gpu_state(mut st: RegionStats, regions: &[kforge_store::RegionRow]) -> R
     st
 }
 
+/// Whether two workload files are the same workload (same path, or byte-identical copies: a state
+/// directory moved between machines keeps its workload under another path).
+fn same_workload(a: &str, b: &str) -> Result<bool> {
+    if a == b {
+        return Ok(true);
+    }
+    let read = |p: &str| std::fs::read(p).with_context(|| format!("reading workload {p}"));
+    Ok(read(a)? == read(b)?)
+}
+
 fn load(m: &RunManifest) -> Result<kforge_store::Report> {
     let store = kforge_store::Store::open(std::path::Path::new(&m.db)).with_context(|| format!("opening the store of run {}", m.name))?;
     Ok(store.report(Some(&m.label))?)
@@ -166,11 +183,14 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
     let cmds = crate::workload::read(std::path::Path::new(&truth.workload))?;
     let by_id: BTreeMap<&str, &crate::workload::Command> = cmds.iter().map(|c| (c.id.as_str(), c)).collect();
     let mut iso = BTreeMap::new();
+    // The GPU each command's ground truth was taken on (parts can come from different machines).
+    let mut iso_device: BTreeMap<String, String> = BTreeMap::new();
     for t in &truths {
-        if t.workload != truth.workload {
+        if !same_workload(&t.workload, &truth.workload)? {
             bail!("ground-truth parts {} and {} used different workloads", truth.name, t.name);
         }
         for (id, v) in medians(&load(t)?) {
+            iso_device.insert(id.clone(), t.device.clone());
             if iso.insert(id.clone(), v).is_some() {
                 bail!("command {id} is in more than one ground-truth part (check --offset/--limit)");
             }
@@ -182,15 +202,21 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
         .map(|m| m.commands as f64 / m.wall_s * 60.0);
     let mut runs = Vec::new();
     for m in manifests.iter().filter(|m| m.kind == "run") {
-        if m.workload != truth.workload {
+        if !same_workload(&m.workload, &truth.workload)? {
             bail!("run {} used workload {}, the ground truth {}", m.name, m.workload, truth.workload);
         }
         let rep = load(m)?;
         let meds = medians(&rep);
+        // Inflation compares a run with ground truth from the same GPU: two GPUs of one model differ
+        // by more than the goals allow. Only when a run has no same-GPU truth at all is it compared
+        // across GPUs, and marked so.
+        let same_gpu = |id: &String| iso_device.get(id).is_some_and(|d| *d == m.device);
+        let cross_device_commands = meds.keys().filter(|id| iso.contains_key(*id) && !same_gpu(id)).count();
+        let compared_across = meds.keys().any(|id| iso.contains_key(id)) && !meds.keys().any(same_gpu);
         let mut per_bucket: Vec<Vec<f64>> = vec![Vec::new(); BUCKETS.len()];
         let mut all = Vec::new();
         for (id, v) in &meds {
-            if let Some(i) = iso.get(id) {
+            if let (Some(i), true) = (iso.get(id), compared_across || same_gpu(id)) {
                 let x = stats::inflation(*v, *i);
                 per_bucket[bucket_of(*i)].push(x);
                 all.push(x);
@@ -199,6 +225,9 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
         // Ranking: candidate groups, pairs pooled per operator.
         let mut groups: BTreeMap<(&str, &str), Vec<(f64, f64)>> = BTreeMap::new();
         for (id, v) in &meds {
+            if !(compared_across || same_gpu(id)) {
+                continue;
+            }
             if let (Some(i), Some(c)) = (iso.get(id), by_id.get(id.as_str())) {
                 groups.entry((c.operator.as_str(), c.group.as_str())).or_default().push((*i, *v));
             }
@@ -272,6 +301,8 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
             throughput_ratio_vs_command: command_tp.filter(|c| *c > 0.0).map(|c| tp / c),
             inflation: BUCKETS.iter().zip(per_bucket).map(|(b, v)| inflation_of(b, v)).collect(),
             inflation_all: inflation_of("all", all),
+            cross_device_commands,
+            compared_across_devices: compared_across,
             ranking,
             regions,
             busy_share,
@@ -299,7 +330,7 @@ pub fn table(r: &EvalReport) -> String {
         let tau = run.ranking.iter().map(|o| o.kendall_tau).filter(|t| t.is_finite()).fold(f64::NAN, f64::min);
         s.push_str(&format!(
             "{:<16} {:<8} {:<8} {:>5} {:>8.1} {:>9} {:>6} {:>17} {:>17} {:>17} {:>17} {:>8}\n",
-            run.name,
+            if run.compared_across_devices { format!("{}*", run.name) } else { run.name.clone() },
             run.policy,
             run.ablation,
             run.commands,
@@ -312,6 +343,12 @@ pub fn table(r: &EvalReport) -> String {
             b[3],
             if tau.is_finite() { format!("{tau:.3}") } else { "-".into() }
         ));
+    }
+    if r.runs.iter().any(|x| x.compared_across_devices) {
+        s.push_str("* inflation and ranking against ground truth taken on another GPU (no same-GPU truth for these commands)\n");
+    }
+    if let Some(x) = r.runs.iter().filter(|x| !x.compared_across_devices && x.cross_device_commands > 0).map(|x| x.cross_device_commands).max() {
+        s.push_str(&format!("(up to {x} commands per run left out of inflation: their ground truth is from another GPU)\n"));
     }
     s
 }
@@ -428,5 +465,49 @@ mod tests {
         assert!(compute(&ms[1..]).unwrap_err().to_string().contains("no ground-truth"));
         let two = vec![ms[0].clone(), ms[0].clone()];
         assert!(compute(&two).unwrap_err().to_string().contains("more than one ground-truth part"));
+    }
+
+    #[test]
+    fn inflation_uses_ground_truth_from_the_same_gpu() {
+        let dir = tempfile::tempdir().unwrap();
+        let wl = dir.path().join("w.jsonl");
+        let cmds = vec![cmd("a", "g1", "mm"), cmd("b", "g1", "mm"), cmd("c", "g2", "mm")];
+        crate::workload::write(&wl, &cmds).unwrap();
+        // A byte-identical copy of the workload elsewhere (a state directory from another call).
+        let other = tempfile::tempdir().unwrap();
+        let wl2 = other.path().join("w.jsonl");
+        std::fs::copy(&wl, &wl2).unwrap();
+        let dbp = dir.path().join("e.db");
+        let s = Store::open(&dbp).unwrap();
+        record(&s, "eval:t0", 1, &[("a", 1.0, 0.0, 0.1)]); // part 0 on GPU A
+        record(&s, "eval:t1", 2, &[("b", 2.0, 0.0, 0.1), ("c", 3.0, 0.2, 0.3)]); // part 1 on GPU B
+        record(&s, "eval:run", 11, &[("a", 1.5, 0.0, 1.0), ("b", 2.2, 1.0, 2.0), ("c", 3.3, 2.0, 3.0)]); // on GPU B
+        record(&s, "eval:sub", 21, &[("a", 1.2, 0.0, 1.0)]); // on GPU B, only command a
+        drop(s);
+        let db = dbp.display().to_string();
+        let on = |mut m: RunManifest, dev: &str| {
+            m.device = dev.into();
+            m
+        };
+        let ms = vec![
+            on(manifest("t0", "truth", "command", &db, &wl.display().to_string(), 1.0, 1), "A"),
+            on(manifest("t1", "truth", "command", &db, &wl2.display().to_string(), 1.0, 2), "B"),
+            on(manifest("run", "run", "region", &db, &wl.display().to_string(), 1.0, 3), "B"),
+            on(manifest("sub", "run", "region", &db, &wl.display().to_string(), 1.0, 1), "B"),
+        ];
+        let r = compute(&ms).unwrap();
+        let run = r.runs.iter().find(|x| x.name == "run").unwrap();
+        // a (truth on A) is left out: +10% for b and c only.
+        assert_eq!(run.inflation_all.n, 2);
+        assert!((run.inflation_all.p50 - 0.1).abs() < 1e-9, "{:?}", run.inflation_all);
+        assert_eq!((run.cross_device_commands, run.compared_across_devices), (1, false));
+        // A run with no same-GPU truth at all is compared across GPUs, and marked.
+        let sub = r.runs.iter().find(|x| x.name == "sub").unwrap();
+        assert_eq!((sub.inflation_all.n, sub.compared_across_devices), (1, true));
+        assert!((sub.inflation_all.p50 - 0.2).abs() < 1e-9);
+        assert!(table(&r).contains("sub*"));
+        // A workload that differs is still refused.
+        std::fs::write(&wl2, "{}\n").unwrap();
+        assert!(compute(&ms).unwrap_err().to_string().contains("different workloads"));
     }
 }

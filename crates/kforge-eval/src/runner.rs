@@ -175,15 +175,16 @@ pub struct RunManifest {
 }
 
 impl RunManifest {
-    /// Read a manifest. A workload or store path that no longer exists (the state directory was
-    /// moved, e.g. between machines) is looked up beside the manifest instead.
+    /// Read a manifest. A workload or store file found beside the manifest (its state directory,
+    /// possibly moved between machines) is used instead of the recorded path.
     pub fn load(path: &Path) -> Result<RunManifest> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading run manifest {}", path.display()))?;
         let mut m: RunManifest = serde_json::from_str(&text).with_context(|| format!("{} is not a kforge run manifest", path.display()))?;
+        // A state directory holds the workload and store next to its manifests; prefer those
+        // copies, so that manifests written in other directories (or on other machines) agree.
         let beside = |p: &str| -> String {
-            let here = Path::new(p);
-            match (here.exists(), here.file_name(), path.parent()) {
-                (false, Some(name), Some(dir)) if dir.join(name).exists() => dir.join(name).canonicalize().unwrap_or_else(|_| dir.join(name)).display().to_string(),
+            match (Path::new(p).file_name(), path.parent()) {
+                (Some(name), Some(dir)) if dir.join(name).is_file() => dir.join(name).canonicalize().unwrap_or_else(|_| dir.join(name)).display().to_string(),
                 _ => p.to_string(),
             }
         };
