@@ -49,6 +49,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+pub mod profile;
+
 use rustpython_parser::ast::{self, Constant, Expr, Ranged, Stmt};
 use rustpython_parser::Parse;
 use serde::{Deserialize, Serialize};
