@@ -49,6 +49,7 @@
 
 use std::collections::{HashMap, HashSet};
 
+pub mod inspect;
 pub mod profile;
 
 use rustpython_parser::ast::{self, Constant, Expr, Ranged, Stmt};

@@ -1,6 +1,7 @@
 //! `kforge`: the command-line front of the kforge libraries. Thin: argument parsing, printing,
 //! exit codes. Everything else lives in the library crates.
 
+mod inspect;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use kforge_client::{resolve_socket, Client};
@@ -47,6 +48,10 @@ enum Cmd {
         #[arg(long)]
         html: Option<PathBuf>,
     },
+    /// Inventory a problem compiled with torch.compile: its Triton kernels and vendor-library
+    /// calls in launch order, GPU time per entry, which are replaceable, per-kernel replay and a
+    /// re-stitch round trip. Runs the capture on a GPU (Python, torch, Triton), or reads a saved one.
+    Inspect(inspect::InspectArgs),
     /// Agent-like benchmark workloads: generate, time in isolation, run under a policy.
     Workload {
         #[command(subcommand)]
@@ -280,6 +285,7 @@ fn real_main(cli: Cli) -> Result<i32> {
         Cmd::Status { json } => status(socket, json),
         Cmd::Report { runs, label, json, html } => report(socket, runs, label, json, html),
         Cmd::Workload { cmd } => workload(cmd),
+        Cmd::Inspect(a) => inspect::inspect(a),
         Cmd::Cancel { job } => {
             Client::connect(&socket)?.request(&Request::Cancel { job })?;
             println!("job {job} cancelled");

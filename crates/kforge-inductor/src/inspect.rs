@@ -1,0 +1,151 @@
+//! The `kforge inspect` report: a capture (written by `python/kforge/capture.py` on a GPU) turned
+//! into inventories, GPU-time attribution and the replay / re-stitch results, plus the table.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::profile::{attribute, Attribution, KernelEvent};
+use crate::{parse_wrapper, Inventory, KernelCategory, ParseError};
+
+/// Capture format version this crate reads.
+pub const CAPTURE_VERSION: u64 = 1;
+
+/// What `python3 -m kforge.capture` writes (the boundary format; see that module).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Capture {
+    pub kforge_capture: u64,
+    pub source: String,
+    /// `problem` or `triton`.
+    pub kind: String,
+    pub mode: String,
+    #[serde(default)]
+    pub torch: Option<String>,
+    #[serde(default)]
+    pub triton: Option<String>,
+    #[serde(default)]
+    pub device: Option<String>,
+    /// Inductor wrapper modules, in load (= execution) order.
+    pub wrappers: Vec<String>,
+    /// GPU kernels of each profiled iteration, in order.
+    #[serde(default)]
+    pub iterations: Vec<Vec<KernelEvent>>,
+    #[serde(default)]
+    pub check: Option<Value>,
+    #[serde(default)]
+    pub replay: Vec<Value>,
+    #[serde(default)]
+    pub restitch: Option<Value>,
+}
+
+/// Why a capture could not be reported.
+#[derive(Debug, thiserror::Error)]
+pub enum InspectError {
+    #[error("capture format {found} is not the one this kforge reads ({CAPTURE_VERSION})")]
+    Version { found: u64 },
+    #[error("wrapper {index} of the capture: {source}")]
+    Wrapper { index: usize, source: ParseError },
+}
+
+/// The report of one inspected problem.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InspectReport {
+    pub source: String,
+    pub kind: String,
+    pub mode: String,
+    pub torch: Option<String>,
+    pub triton: Option<String>,
+    pub device: Option<String>,
+    /// All wrappers' inventories merged in execution order.
+    pub inventory: Inventory,
+    /// Number of wrapper modules (graphs) merged.
+    pub graphs: usize,
+    pub triton_kernels: usize,
+    pub template_kernels: usize,
+    pub vendor_calls: usize,
+    pub attribution: Attribution,
+    pub check: Option<Value>,
+    pub replay: Vec<Value>,
+    pub restitch: Option<Value>,
+}
+
+/// Parse every wrapper of `cap`, merge them in order and attribute the profiled GPU time.
+pub fn report(cap: &Capture) -> Result<InspectReport, InspectError> {
+    if cap.kforge_capture != CAPTURE_VERSION {
+        return Err(InspectError::Version { found: cap.kforge_capture });
+    }
+    let mut inv = Inventory { kernels: Vec::new(), launches: Vec::new(), buffers: Vec::new() };
+    for (index, w) in cap.wrappers.iter().enumerate() {
+        let one = parse_wrapper(w).map_err(|source| InspectError::Wrapper { index, source })?;
+        inv.kernels.extend(one.kernels);
+        inv.launches.extend(one.launches);
+        inv.buffers.extend(one.buffers);
+    }
+    let attribution = attribute(&inv, &cap.iterations);
+    let vendor_calls = inv.launches.iter().filter(|l| !matches!(l, crate::Launch::Triton { .. })).count();
+    Ok(InspectReport {
+        source: cap.source.clone(),
+        kind: cap.kind.clone(),
+        mode: cap.mode.clone(),
+        torch: cap.torch.clone(),
+        triton: cap.triton.clone(),
+        device: cap.device.clone(),
+        graphs: cap.wrappers.len(),
+        triton_kernels: inv.kernels.len(),
+        template_kernels: inv.kernels.iter().filter(|k| k.category == KernelCategory::Template).count(),
+        vendor_calls,
+        inventory: inv,
+        attribution,
+        check: cap.check.clone(),
+        replay: cap.replay.clone(),
+        restitch: cap.restitch.clone(),
+    })
+}
+
+fn pct(x: f64) -> String {
+    if x.is_finite() {
+        format!("{:.1}%", x * 100.0)
+    } else {
+        "-".into()
+    }
+}
+
+/// The table `kforge inspect` prints last: one row per launch (GPU time, share, replaceable and
+/// why), then unattributed kernels and the replay / re-stitch summary.
+pub fn table(r: &InspectReport) -> String {
+    let mut s = format!(
+        "{} ({}, mode {}): {} graph(s), {} Triton kernels ({} templates), {} vendor/fallback calls, {:.1} µs GPU per run\n",
+        r.source, r.kind, r.mode, r.graphs, r.triton_kernels, r.template_kernels, r.vendor_calls, r.attribution.total_us
+    );
+    s.push_str(&format!("{:>3} {:<7} {:<44} {:>10} {:>7}  {}\n", "#", "KIND", "ENTRY", "GPU_US", "SHARE", "REPLACEABLE"));
+    for l in &r.attribution.launches {
+        let label: String = if l.label.chars().count() > 44 { l.label.chars().take(43).collect::<String>() + "…" } else { l.label.clone() };
+        s.push_str(&format!(
+            "{:>3} {:<7} {:<44} {:>10.1} {:>7}  {} ({})\n",
+            l.launch,
+            l.kind,
+            label,
+            l.gpu_us,
+            pct(l.share),
+            if l.replaceable { "yes" } else { "no" },
+            l.why
+        ));
+    }
+    for (name, us) in &r.attribution.unattributed {
+        s.push_str(&format!("  -  {:<7} {:<44} {:>10.1} {:>7}  (no launch in call() matches it)\n", "gpu", name, us, pct(us / r.attribution.total_us)));
+    }
+    if r.attribution.missing_triton_launches > 0 {
+        s.push_str(&format!("{} Triton launch(es) of call() never appeared in the profile\n", r.attribution.missing_triton_launches));
+    }
+    let ok = r.replay.iter().filter(|v| v["ok"] == Value::Bool(true)).count();
+    if !r.replay.is_empty() {
+        s.push_str(&format!("replay: {ok}/{} kernels reproduced their in-model results alone\n", r.replay.len()));
+    }
+    if let Some(x) = &r.restitch {
+        s.push_str(&format!(
+            "re-stitch round trip: {} kernels replaced by their own source, outputs identical: {}, {} ms vs {} ms compiled\n",
+            x["kernels_replaced"], x["identical"], x["restitched_ms"], x["baseline_ms"]
+        ));
+    }
+    s.push_str(&format!("replaceable Triton share of GPU time: {}\n", pct(r.attribution.replaceable_share)));
+    s
+}

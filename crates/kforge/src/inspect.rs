@@ -1,0 +1,113 @@
+//! `kforge inspect`: run the capture (`python3 -m kforge.capture`, the embedded package) or read a
+//! saved capture, then print the inventory table and write the JSON report.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use kforge_inductor::inspect::{report, table, Capture};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+#[derive(Args)]
+pub struct InspectArgs {
+    /// A KernelBench-format problem (class Model, get_inputs(), get_init_inputs()), a standalone
+    /// Triton kernel file (kernel_function(*inputs), get_inputs()), or with --from-capture a
+    /// capture JSON saved earlier (--capture-out).
+    source: PathBuf,
+    /// torch.compile mode: default, reduce-overhead (CUDA graphs), max-autotune,
+    /// max-autotune-no-cudagraphs.
+    #[arg(long, default_value = "default")]
+    mode: String,
+    /// SOURCE is a saved capture: build the report from it (no GPU, no Python needed).
+    #[arg(long)]
+    from_capture: bool,
+    /// Profiled runs of the compiled model.
+    #[arg(long, default_value_t = 5)]
+    iterations: u32,
+    /// Skip the re-stitch round trip (a second compile).
+    #[arg(long)]
+    no_restitch: bool,
+    /// GPU index to capture on (sets CUDA_VISIBLE_DEVICES; default: what the environment says).
+    #[arg(long)]
+    device: Option<String>,
+    /// Python interpreter with torch and Triton.
+    #[arg(long, default_value = "python3")]
+    python: String,
+    /// Also keep the raw capture here (reusable with --from-capture).
+    #[arg(long)]
+    capture_out: Option<PathBuf>,
+    /// Write the JSON report to this file (`-`: standard output).
+    #[arg(long)]
+    json: Option<String>,
+}
+
+const MODES: [&str; 4] = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"];
+
+fn read_capture(path: &Path) -> Result<Capture> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading capture {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not a kforge capture", path.display()))
+}
+
+/// Write the embedded Python package into `dir/kforge/`.
+fn write_package(dir: &Path) -> Result<()> {
+    let pkg = dir.join("kforge");
+    std::fs::create_dir_all(&pkg).with_context(|| format!("creating {}", pkg.display()))?;
+    for (name, body) in kforge_daemon::PY_FILES {
+        std::fs::write(pkg.join(name), body).with_context(|| format!("writing {}", pkg.join(name).display()))?;
+    }
+    Ok(())
+}
+
+fn run_capture(a: &InspectArgs, out: &Path) -> Result<()> {
+    if !a.source.is_file() {
+        bail!("{}: no such file", a.source.display());
+    }
+    let tmp = tempfile::tempdir().context("creating a temporary directory")?;
+    write_package(tmp.path())?;
+    let mut cmd = Command::new(&a.python);
+    cmd.arg("-m").arg("kforge.capture").arg(&a.source).arg("--out").arg(out).arg("--mode").arg(&a.mode);
+    cmd.arg("--iterations").arg(a.iterations.to_string());
+    if a.no_restitch {
+        cmd.arg("--no-restitch");
+    }
+    let pp = std::env::var_os("PYTHONPATH").map(|p| format!("{}:{}", tmp.path().display(), p.to_string_lossy()));
+    cmd.env("PYTHONPATH", pp.unwrap_or_else(|| tmp.path().display().to_string()));
+    if let Some(d) = &a.device {
+        cmd.env("CUDA_VISIBLE_DEVICES", d);
+    }
+    eprintln!("kforge inspect: compiling {} (mode {}) and profiling {} runs…", a.source.display(), a.mode, a.iterations);
+    let status = cmd.status().with_context(|| format!("starting {}", a.python))?;
+    match status.code() {
+        Some(0) => Ok(()),
+        // The capture printed the reason (file and cause) on stderr already.
+        Some(2) => bail!("capture of {} failed (reason above)", a.source.display()),
+        _ => bail!("capture of {} ended with {status}", a.source.display()),
+    }
+}
+
+pub fn inspect(a: InspectArgs) -> Result<i32> {
+    if !MODES.contains(&a.mode.as_str()) {
+        bail!("--mode must be one of {}, got {:?}", MODES.join(", "), a.mode);
+    }
+    if a.iterations == 0 {
+        bail!("--iterations must be at least 1");
+    }
+    let cap = if a.from_capture {
+        read_capture(&a.source)?
+    } else {
+        let tmp = tempfile::tempdir().context("creating a temporary directory")?;
+        let out = a.capture_out.clone().unwrap_or_else(|| tmp.path().join("capture.json"));
+        run_capture(&a, &out)?;
+        read_capture(&out)?
+    };
+    let r = report(&cap).with_context(|| format!("inventory of {}", cap.source))?;
+    if let Some(j) = &a.json {
+        let text = serde_json::to_string_pretty(&r).context("serializing the report")?;
+        if j == "-" {
+            println!("{text}");
+        } else {
+            std::fs::write(j, text).with_context(|| format!("writing {j}"))?;
+        }
+    }
+    print!("{}", table(&r));
+    Ok(0)
+}

@@ -1,0 +1,96 @@
+//! `kforge inspect` end to end without a GPU: a capture assembled from a wrapper fixture (the
+//! shape `python3 -m kforge.capture` writes), and the errors for bad input.
+
+use serde_json::{json, Value};
+use std::process::Command;
+
+fn kforge() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_kforge"))
+}
+
+fn wrapper() -> String {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kforge-inductor/tests/fixtures/mlp_softmax_t210.py");
+    std::fs::read_to_string(p).unwrap()
+}
+
+fn capture() -> Value {
+    let it = json!([
+        {"name": "sm90_xmma_gemm", "dur_us": 100.0},
+        {"name": "triton_poi_fused_addmm_relu_0", "dur_us": 20.0},
+        {"name": "nvjet_gemm", "dur_us": 70.0},
+        {"name": "triton_per_fused__softmax_1", "dur_us": 10.0}
+    ]);
+    json!({
+        "kforge_capture": 1, "source": "problems/level3/mlp.py", "kind": "problem", "mode": "default",
+        "torch": "2.11.0", "triton": "3.6.0", "device": "synthetic",
+        "wrappers": [wrapper()], "iterations": [it.clone(), it],
+        "check": {"max_abs_diff_vs_eager": 0.0},
+        "replay": [{"kernel": "triton_poi_fused_addmm_relu_0", "ok": true}, {"kernel": "triton_per_fused__softmax_1", "ok": false}],
+        "restitch": {"kernels_replaced": 2, "identical": true, "baseline_ms": 0.2, "restitched_ms": 0.2}
+    })
+}
+
+#[test]
+fn report_from_a_capture() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("c.json");
+    std::fs::write(&cap, capture().to_string()).unwrap();
+    let out = dir.path().join("r.json");
+    let o = kforge().args(["inspect", "--from-capture"]).arg(&cap).arg("--json").arg(&out).output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout.contains("2 Triton kernels (0 templates), 2 vendor/fallback calls, 200.0 µs GPU per run"), "{stdout}");
+    assert!(stdout.contains("replay: 1/2 kernels"), "{stdout}");
+    assert!(stdout.contains("replaceable Triton share of GPU time: 15.0%"), "{stdout}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let l = &r["attribution"]["launches"];
+    assert_eq!(l.as_array().unwrap().len(), 4);
+    assert_eq!(l[0]["label"], "extern_kernels.mm");
+    assert_eq!(l[0]["gpu_us"], 100.0);
+    assert_eq!(l[1]["replaceable"], true);
+    assert_eq!(l[2]["gpu_us"], 70.0);
+    assert_eq!(r["inventory"]["kernels"][1]["category"], "PersistentReduction");
+}
+
+#[test]
+fn bad_input_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    // Not JSON.
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, "nope").unwrap();
+    let o = kforge().args(["inspect", "--from-capture"]).arg(&bad).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("is not a kforge capture"));
+    // Another capture version.
+    let mut c = capture();
+    c["kforge_capture"] = json!(99);
+    std::fs::write(&bad, c.to_string()).unwrap();
+    let o = kforge().args(["inspect", "--from-capture"]).arg(&bad).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("capture format 99"), "{}", String::from_utf8_lossy(&o.stderr));
+    // A wrapper that does not parse: the error names the wrapper and the line.
+    let mut c = capture();
+    c["wrappers"] = json!(["def call(args):\n    x = (\n"]);
+    std::fs::write(&bad, c.to_string()).unwrap();
+    let o = kforge().args(["inspect", "--from-capture"]).arg(&bad).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("wrapper 0 of the capture") && err.contains("line"), "{err}");
+    // Missing problem file, unknown mode.
+    let o = kforge().args(["inspect"]).arg(dir.path().join("none.py")).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("none.py: no such file"));
+    let o = kforge().args(["inspect", "--mode", "fast"]).arg(&bad).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--mode must be one of"));
+}
+
+#[test]
+fn a_file_that_is_no_problem_is_refused_by_the_capture() {
+    // Runs the embedded capture module with the machine's python3; the file is rejected before
+    // torch is needed, with the file named.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("notaproblem.py");
+    std::fs::write(&f, "x = 1\n").unwrap();
+    let o = kforge().arg("inspect").arg(&f).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("notaproblem.py: no get_inputs()"), "{err}");
+    assert!(err.contains("capture of"), "{err}");
+}

@@ -1,0 +1,384 @@
+"""Capture a ``torch.compile``d problem for ``kforge inspect`` (runs on a GPU).
+
+``python3 -m kforge.capture SOURCE.py --out CAPTURE.json [--mode default] [--iterations 5]``
+
+SOURCE is a KernelBench-format problem (``class Model``, ``get_inputs()``,
+``get_init_inputs()``) or a standalone Triton kernel file (``kernel_function(*inputs)``,
+``get_inputs()``). For a problem the capture holds:
+
+* ``wrappers``: the Inductor wrapper modules' code (parsed into an inventory by the Rust side,
+  ``kforge-inductor``);
+* ``iterations``: the GPU kernels of a few profiled runs of the compiled model, in order, with
+  durations (``kforge_inductor::profile::attribute`` attributes them to the inventory);
+* ``check``: compiled vs eager output;
+* ``replay``: every Triton kernel launch's real arguments recorded on one run, then the kernel
+  run alone on copies of them and compared with what it produced inside the model;
+* ``restitch``: a fresh compile in which every Triton kernel is replaced by a kernel compiled
+  from its own source (``restitch``; the same CUDA-graph setting as the mode), outputs compared
+  with the unmodified compiled model and both timed.
+
+Bad input gives one line on stderr naming the file and the cause, and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+CAPTURE_VERSION = 1
+MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+class CaptureError(Exception):
+    """An input that cannot be inspected; the message names the file and the cause."""
+
+
+def load_source(path: str) -> Tuple[str, Any]:
+    """Import SOURCE and tell what it is: ``("problem", module)`` or ``("triton", module)``."""
+    if not os.path.isfile(path):
+        raise CaptureError(f"{path}: no such file")
+    name = "kforge_inspect_" + "".join(c if c.isalnum() else "_" for c in os.path.basename(path))
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise CaptureError(f"{path}: not a Python file")
+    mod = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(mod)
+    except SyntaxError as e:
+        raise CaptureError(f"{path}: syntax error at line {e.lineno}: {e.msg}") from e
+    except Exception as e:  # the file's own import-time failure, whatever it is
+        raise CaptureError(f"{path}: importing it failed: {type(e).__name__}: {e}") from e
+
+    def has(fn: str) -> bool:
+        return callable(getattr(mod, fn, None))
+
+    if not has("get_inputs"):
+        raise CaptureError(f"{path}: no get_inputs() function (a problem needs class Model, get_inputs() "
+                           "and get_init_inputs(); a Triton kernel file kernel_function(*inputs) and get_inputs())")
+    if isinstance(getattr(mod, "Model", None), type):
+        if not has("get_init_inputs"):
+            raise CaptureError(f"{path}: class Model but no get_init_inputs() function")
+        return "problem", mod
+    if has("kernel_function"):
+        return "triton", mod
+    raise CaptureError(f"{path}: neither a problem (no class Model) nor a Triton kernel file (no kernel_function)")
+
+
+def kernel_sources(wrapper_code: str) -> Dict[str, str]:
+    """``name = async_compile.triton('name', '''source''', ...)`` definitions of a wrapper."""
+    out: Dict[str, str] = {}
+    for node in ast.parse(wrapper_code).body:
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)):
+            continue
+        call = node.value
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "triton"):
+            continue
+        if len(call.args) >= 2 and isinstance(call.args[1], ast.Constant) and isinstance(call.args[1].value, str):
+            out[node.targets[0].id] = call.args[1].value
+    return out
+
+
+def group_iterations(events: Sequence[Dict[str, Any]], iterations: int) -> List[List[Dict[str, Any]]]:
+    """Split a chrome trace's events into per-iteration kernel lists.
+
+    Kernels (``cat == "kernel"``) are grouped by the GPU-side ``kforge_iter_N`` annotations that
+    contain them; without annotations, kernels sorted by start are split into equal parts (the
+    capture synchronizes after every iteration, so each iteration's kernels are contiguous).
+    """
+    kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: float(e.get("ts", 0)))
+    marks = sorted(
+        (e for e in events if e.get("cat") == "gpu_user_annotation" and str(e.get("name", "")).startswith("kforge_iter_")),
+        key=lambda e: float(e.get("ts", 0)),
+    )
+    out: List[List[Dict[str, Any]]] = []
+    if not kernels:
+        return out
+    if len(marks) == iterations:
+        for m in marks:
+            lo, hi = float(m["ts"]), float(m["ts"]) + float(m.get("dur", 0))
+            out.append([{"name": k["name"], "dur_us": float(k.get("dur", 0))} for k in kernels if lo <= float(k["ts"]) <= hi])
+        return out
+    if iterations <= 0 or len(kernels) % iterations != 0:
+        return [[{"name": k["name"], "dur_us": float(k.get("dur", 0))} for k in kernels]]
+    per = len(kernels) // iterations
+    for i in range(iterations):
+        out.append([{"name": k["name"], "dur_us": float(k.get("dur", 0))} for k in kernels[i * per:(i + 1) * per]])
+    return out
+
+
+# --- torch side (GPU) --------------------------------------------------------------------------
+
+
+def _to_device(x: Any, dev: Any) -> Any:
+    import torch
+
+    return x.to(dev) if isinstance(x, torch.Tensor) else x
+
+
+def _max_abs_diff(a: Any, b: Any) -> float:
+    import torch
+
+    if isinstance(a, (list, tuple)):
+        return max([_max_abs_diff(x, y) for x, y in zip(a, b)] or [0.0])
+    if isinstance(a, torch.Tensor):
+        if a.shape != b.shape:
+            return float("inf")
+        if a.numel() == 0:
+            return 0.0
+        return float((a.double() - b.double()).abs().max().item())
+    return 0.0 if a == b else float("inf")
+
+
+def _identical(a: Any, b: Any) -> bool:
+    import torch
+
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+    return bool(a == b)
+
+
+class _WrapperHook:
+    """Collects the Inductor wrapper modules loaded while active (``PyCodeCache.load_by_key_path``)."""
+
+    def __init__(self) -> None:
+        self.modules: List[Any] = []
+        self._orig: Optional[Callable[..., Any]] = None
+
+    def __enter__(self) -> "_WrapperHook":
+        from torch._inductor.codecache import PyCodeCache
+
+        orig = PyCodeCache.load_by_key_path
+        self._orig = orig
+
+        def load(*args: Any, **kwargs: Any) -> Any:
+            m = orig(*args, **kwargs)
+            if hasattr(m, "call") and hasattr(m, "async_compile"):
+                self.modules.append(m)
+            return m
+
+        PyCodeCache.load_by_key_path = staticmethod(load)  # type: ignore[method-assign, assignment]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        from torch._inductor.codecache import PyCodeCache
+
+        if self._orig is not None:
+            PyCodeCache.load_by_key_path = self._orig  # type: ignore[method-assign]
+
+
+def _triton_globals(mod: Any) -> Dict[str, Any]:
+    return {n: o for n, o in vars(mod).items() if n.startswith("triton_") and hasattr(o, "run") and hasattr(o, "fn")}
+
+
+def _clone(args: Sequence[Any]) -> List[Any]:
+    import torch
+
+    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def _compile(problem: Any, mode: str, dev: Any) -> Tuple[Any, Any, List[Any]]:
+    import torch
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = problem.Model(*[_to_device(x, dev) for x in problem.get_init_inputs()]).to(dev).eval()
+    torch.manual_seed(1)
+    inputs = [_to_device(x, dev) for x in problem.get_inputs()]
+    return model, torch.compile(model, mode=mode), inputs
+
+
+def _time_ms(fn: Callable[[], Any]) -> float:
+    from .bench import do_bench
+
+    return float(do_bench(fn, warmup=25, rep=200, return_mode="median", name="inspect"))
+
+
+def capture_problem(path: str, problem: Any, mode: str, iterations: int, restitch: bool) -> Dict[str, Any]:
+    import torch
+    import torch._inductor.config as icfg
+    from torch._inductor.utils import run_and_get_code
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    if not torch.cuda.is_available():
+        raise CaptureError(f"{path}: no CUDA GPU visible (kforge inspect profiles on a GPU)")
+    dev = torch.device("cuda")
+    icfg.fx_graph_cache = False  # wrapper modules must be generated (and loaded) in this process
+    result: Dict[str, Any] = {"mode": mode}
+    model, compiled, inputs = _compile(problem, mode, dev)
+    with torch.no_grad():
+        ref = model(*[_clone([x])[0] for x in inputs])
+        with _WrapperHook() as hook:
+            try:
+                out, codes = run_and_get_code(compiled, *inputs)
+            except Exception as e:
+                raise CaptureError(f"{path}: torch.compile(mode={mode!r}) failed: {type(e).__name__}: {e}") from e
+        result["wrappers"] = list(codes)
+        result["check"] = {"max_abs_diff_vs_eager": _max_abs_diff(out, ref)}
+
+        # Replay: record each Triton launch's arguments before and after it ran, once.
+        recorded: Dict[str, Dict[str, Any]] = {}
+        restore: List[Tuple[Any, Any]] = []
+        for mod in hook.modules:
+            for name, obj in _triton_globals(mod).items():
+                orig = obj.run
+
+                def run(*args: Any, _orig: Any = orig, _name: str = name, **kw: Any) -> Any:
+                    if _name in recorded:
+                        return _orig(*args, **kw)
+                    before = _clone(args)
+                    r = _orig(*args, **kw)
+                    recorded[_name] = {"before": before, "after": _clone(args), "kwargs": kw, "run": _orig}
+                    return r
+
+                obj.run = run
+                restore.append((obj, orig))
+        compiled(*inputs)
+        torch.cuda.synchronize()
+        for obj, orig in restore:
+            obj.run = orig
+        replay = []
+        for name, rec in recorded.items():
+            args = _clone(rec["before"])
+            kw = dict(rec["kwargs"])
+            if "stream" in kw:
+                kw["stream"] = torch.cuda.current_stream().cuda_stream
+            try:
+                rec["run"](*args, **kw)
+                torch.cuda.synchronize()
+                diff = _max_abs_diff(args, rec["after"])
+                ms = _time_ms(lambda: rec["run"](*_clone(rec["before"]), **kw))
+                replay.append({"kernel": name, "ok": _identical(args, rec["after"]), "max_abs_diff": diff, "time_ms_with_arg_copy": ms})
+            except Exception as e:
+                replay.append({"kernel": name, "ok": False, "error": f"{type(e).__name__}: {e}"})
+        result["replay"] = replay
+
+        for _ in range(3):
+            compiled(*inputs)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for i in range(iterations):
+                with record_function(f"kforge_iter_{i}"):
+                    compiled(*inputs)
+                torch.cuda.synchronize()
+        with tempfile.TemporaryDirectory() as d:
+            trace = os.path.join(d, "trace.json")
+            prof.export_chrome_trace(trace)
+            with open(trace) as f:
+                events = json.load(f).get("traceEvents", [])
+        result["iterations"] = group_iterations(events, iterations)
+
+        if restitch:
+            result["restitch"] = restitch_round_trip(path, problem, mode, dev, out)
+    return result
+
+
+def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: Any) -> Dict[str, Any]:
+    """Fresh compile; after its first call (which loads the wrapper and, with CUDA graphs, only
+    warms up) every Triton kernel is replaced by one compiled from its own source, restricted to
+    the configuration the original autotuned to; the next calls (and any CUDA graph recorded
+    then) use the replacements. Outputs must equal the unmodified compiled model's."""
+    import torch
+
+    base_model, base, inputs = _compile(problem, mode, dev)
+    with torch.no_grad():
+        base(*inputs)
+        base_ms = _time_ms(lambda: base(*inputs))
+        _model, compiled, inputs2 = _compile(problem, mode, dev)
+        with _WrapperHook() as hook:
+            compiled(*inputs2)
+        swapped = 0
+        for mod in hook.modules:
+            sources = kernel_sources(open(mod.__file__).read())
+            for name, old in _triton_globals(mod).items():
+                if name not in sources:
+                    continue
+                new = mod.async_compile.triton(name, sources[name], device_str="cuda")
+                new = new.result() if hasattr(new, "result") else new
+                best = [ln.config for ln in getattr(old, "launchers", [])][:1]
+                if best and hasattr(new, "configs"):
+                    new.configs = best  # same launch configuration as the original's choice
+                    if getattr(new, "launchers", None):
+                        new.launchers = [ln for ln in new.launchers if repr(ln.config) == repr(best[0])] or new.launchers
+                setattr(mod, name, new)
+                swapped += 1
+        for _ in range(3):
+            out = compiled(*inputs2)  # cudagraph trees record here, with the replacements
+        torch.cuda.synchronize()
+        ms = _time_ms(lambda: compiled(*inputs2))
+    return {"kernels_replaced": swapped, "identical": _identical(out, expected), "max_abs_diff": _max_abs_diff(out, expected),
+            "baseline_ms": base_ms, "restitched_ms": ms, "ratio": ms / base_ms if base_ms > 0 else None}
+
+
+def capture_triton(path: str, mod: Any, iterations: int) -> Dict[str, Any]:
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    if not torch.cuda.is_available():
+        raise CaptureError(f"{path}: no CUDA GPU visible (kforge inspect profiles on a GPU)")
+    torch.manual_seed(1)
+    inputs = [_to_device(x, torch.device("cuda")) for x in mod.get_inputs()]
+    try:
+        mod.kernel_function(*inputs)
+        torch.cuda.synchronize()
+    except Exception as e:
+        raise CaptureError(f"{path}: kernel_function failed: {type(e).__name__}: {e}") from e
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i in range(iterations):
+            with record_function(f"kforge_iter_{i}"):
+                mod.kernel_function(*inputs)
+            torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as d:
+        trace = os.path.join(d, "trace.json")
+        prof.export_chrome_trace(trace)
+        with open(trace) as f:
+            events = json.load(f).get("traceEvents", [])
+    return {"mode": "none", "wrappers": [], "iterations": group_iterations(events, iterations)}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m kforge.capture", description=__doc__.split("\n\n")[0])
+    ap.add_argument("source")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--mode", default="default", choices=MODES)
+    ap.add_argument("--iterations", type=int, default=5)
+    ap.add_argument("--no-restitch", action="store_true")
+    a = ap.parse_args(argv)
+    if a.iterations < 1:
+        print(f"kforge capture: --iterations must be at least 1, got {a.iterations}", file=sys.stderr)
+        return 2
+    try:
+        kind, mod = load_source(a.source)
+        try:
+            import torch
+        except ImportError as e:
+            raise CaptureError(f"{a.source}: torch is not importable here ({e})") from e
+        if kind == "problem":
+            res = capture_problem(a.source, mod, a.mode, a.iterations, not a.no_restitch)
+        else:
+            res = capture_triton(a.source, mod, a.iterations)
+        res.update({"kforge_capture": CAPTURE_VERSION, "source": a.source, "kind": kind, "torch": torch.__version__,
+                    "device": torch.cuda.get_device_name()})
+        try:
+            import triton
+
+            res["triton"] = triton.__version__
+        except ImportError:
+            res["triton"] = None
+    except CaptureError as e:
+        print(f"kforge capture: {e}", file=sys.stderr)
+        return 2
+    with open(a.out, "w") as f:
+        json.dump(res, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

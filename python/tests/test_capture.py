@@ -1,0 +1,90 @@
+"""kforge.capture without a GPU: input classification, clear errors, wrapper and trace helpers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Dict, List
+
+import pytest
+
+from kforge import capture
+
+FIXTURES = Path(__file__).resolve().parents[2] / "crates" / "kforge-inductor" / "tests" / "fixtures"
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_problem_and_triton_files_are_told_apart(tmp_path: Path) -> None:
+    prob = write(tmp_path, "p.py", "class Model:\n    pass\ndef get_inputs():\n    return []\ndef get_init_inputs():\n    return []\n")
+    kind, mod = capture.load_source(prob)
+    assert kind == "problem" and mod.get_inputs() == []
+    tri = write(tmp_path, "k.py", "def kernel_function(*a):\n    return a\ndef get_inputs():\n    return [1]\n")
+    assert capture.load_source(tri)[0] == "triton"
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("def get_init_inputs():\n    return []\n", "no get_inputs()"),
+        ("class Model:\n    pass\ndef get_inputs():\n    return []\n", "no get_init_inputs()"),
+        ("def get_inputs():\n    return []\n", "neither a problem"),
+        ("import no_such_module_kforge\n", "importing it failed: ModuleNotFoundError"),
+        ("def f(:\n", "syntax error at line 1"),
+        ("raise RuntimeError('boom')\n", "RuntimeError: boom"),
+    ],
+)
+def test_bad_input_names_file_and_cause(tmp_path: Path, text: str, message: str) -> None:
+    path = write(tmp_path, "bad.py", text)
+    with pytest.raises(capture.CaptureError) as e:
+        capture.load_source(path)
+    assert str(e.value).startswith(path) and message in str(e.value)
+
+
+def test_missing_file_and_main_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    missing = str(tmp_path / "nope.py")
+    with pytest.raises(capture.CaptureError, match="no such file"):
+        capture.load_source(missing)
+    out = tmp_path / "c.json"
+    assert capture.main([missing, "--out", str(out)]) == 2
+    assert "nope.py: no such file" in capsys.readouterr().err
+    assert not out.exists()
+    assert capture.main([missing, "--out", str(out), "--iterations", "0"]) == 2
+
+
+def test_kernel_sources_of_a_real_wrapper() -> None:
+    src = capture.kernel_sources((FIXTURES / "mlp_softmax_t210.py").read_text())
+    assert sorted(src) == ["triton_per_fused__softmax_1", "triton_poi_fused_addmm_relu_0"]
+    assert "def triton_poi_fused_addmm_relu_0(" in src["triton_poi_fused_addmm_relu_0"]
+    assert "@triton.jit" in src["triton_per_fused__softmax_1"]
+
+
+def ev(cat: str, name: str, ts: float, dur: float) -> Dict[str, Any]:
+    return {"cat": cat, "name": name, "ts": ts, "dur": dur}
+
+
+def test_iterations_grouped_by_gpu_annotations() -> None:
+    events: List[Dict[str, Any]] = [
+        ev("gpu_user_annotation", "kforge_iter_1", 100, 50),
+        ev("gpu_user_annotation", "kforge_iter_0", 0, 50),
+        ev("kernel", "b", 20, 5),
+        ev("kernel", "a", 10, 5),
+        ev("kernel", "c", 110, 5),
+        ev("cpu_op", "aten::mm", 0, 1),
+    ]
+    it = capture.group_iterations(events, 2)
+    assert [[k["name"] for k in i] for i in it] == [["a", "b"], ["c"]]
+    assert it[0][0]["dur_us"] == 5.0
+
+
+def test_iterations_split_evenly_without_annotations() -> None:
+    events = [ev("kernel", f"k{i % 2}", i, 1) for i in range(6)]
+    assert [[k["name"] for k in i] for i in capture.group_iterations(events, 3)] == [["k0", "k1"]] * 3
+    # Not divisible: one group with everything, never a silent mis-split.
+    assert len(capture.group_iterations(events, 4)) == 1
+    assert capture.group_iterations([], 2) == []
+    json.dumps(capture.group_iterations(events, 3))
