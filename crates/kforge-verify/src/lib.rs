@@ -1,0 +1,424 @@
+//! Verification of kernel candidates (`kforge verify`).
+//!
+//! This crate holds the parts that need no GPU: the per-problem [`Policy`] (a TOML file) and
+//! gate 1's static check, [`check_static`], which parses the candidate with a real Python parser
+//! (rustpython-parser) and reports every construct that lets a candidate pass a benchmark without
+//! doing the work itself, each with its rule and line. The runtime gates (multi-seed
+//! correctness, model level, performance, exploit checks) run the candidate in a separate process.
+
+use rustpython_ast::Visitor;
+use rustpython_parser::ast::{self, Expr, Ranged, Stmt};
+use rustpython_parser::Parse;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// Precision policy of a problem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Precision {
+    /// No lower-precision compute than the problem's dtype (no TF32 for fp32, no casts down).
+    #[default]
+    Strict,
+    /// TF32 matmuls allowed for fp32 problems; no casts to 16-bit types.
+    Tf32Allowed,
+    /// Anything goes (casts to fp16/bf16/fp8 allowed); tolerances must then be set to match.
+    LowAllowed,
+}
+
+/// A verification policy (TOML), per problem or per run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Policy {
+    /// Fully qualified torch calls the candidate may use although they compute (for parts that
+    /// are not under test), e.g. `["torch.nn.functional.relu"]`.
+    pub allowed_torch_ops: Vec<String>,
+    pub precision: Precision,
+    /// Relative and absolute tolerance per dtype name (`float32`, `float16`, `bfloat16`).
+    pub rtol: HashMap<String, f64>,
+    pub atol: HashMap<String, f64>,
+    /// Correctness seeds (gate 2), at least 3.
+    pub seeds: u32,
+    /// Interleaved timing rounds (gate 4).
+    pub rounds: u32,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        let tol = |a: f64, b: f64| HashMap::from([("float32".to_string(), a), ("float16".to_string(), b), ("bfloat16".to_string(), b)]);
+        Policy { allowed_torch_ops: Vec::new(), precision: Precision::Strict, rtol: tol(1e-4, 1e-2), atol: tol(1e-4, 1e-2), seeds: 3, rounds: 5 }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error("policy file: {0}")]
+    Toml(#[from] toml::de::Error),
+    #[error("policy file: seeds must be at least 3, got {0}")]
+    Seeds(u32),
+    #[error("policy file: rounds must be at least 1, got {0}")]
+    Rounds(u32),
+    #[error("policy file: tolerance for {dtype} must be a finite number >= 0, got {value}")]
+    Tolerance { dtype: String, value: f64 },
+}
+
+impl Policy {
+    pub fn from_toml(text: &str) -> Result<Policy, PolicyError> {
+        let p: Policy = toml::from_str(text)?;
+        if p.seeds < 3 {
+            return Err(PolicyError::Seeds(p.seeds));
+        }
+        if p.rounds < 1 {
+            return Err(PolicyError::Rounds(p.rounds));
+        }
+        for (dtype, value) in p.rtol.iter().chain(p.atol.iter()) {
+            if !value.is_finite() || *value < 0.0 {
+                return Err(PolicyError::Tolerance { dtype: dtype.clone(), value: *value });
+            }
+        }
+        Ok(p)
+    }
+}
+
+/// The static rules of gate 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Rule {
+    /// `try`/`except` around custom code: a failure falls back to something else.
+    TryFallback,
+    /// A class deriving from the reference `Model`.
+    InheritsReference,
+    /// A torch / aten / extern_kernels compute op, an `nn` compute layer or `@` doing the work.
+    TorchCompute,
+    /// Work on a side stream (`torch.cuda.Stream`, `torch.cuda.stream(...)`, `set_stream`).
+    SideStream,
+    /// Threads, processes or async execution.
+    Concurrency,
+    /// Assigning to attributes of torch / time / triton / kforge / builtins (timers, sync, ops).
+    MonkeyPatch,
+    /// A `torch.Tensor` subclass or `__torch_function__` / `__torch_dispatch__`.
+    TensorSubclass,
+    /// State kept across calls at module level (mutable globals, `global`, memoizing decorators).
+    ModuleCache,
+    /// An explicit precision cut (casts to 16-bit/8-bit types, TF32 switches, `allow_tf32=True`).
+    Precision,
+}
+
+/// One finding of the static check.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Finding {
+    pub rule: Rule,
+    /// 1-based line and column.
+    pub line: usize,
+    pub col: usize,
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[error("Python syntax error at line {line}, column {col}: {message}")]
+pub struct SyntaxError {
+    pub line: usize,
+    pub col: usize,
+    pub message: String,
+}
+
+const COMPUTE_FUNCS: &[&str] = &[
+    "matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm", "einsum", "tensordot", "linear", "bilinear", "conv1d", "conv2d",
+    "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "softmax", "log_softmax", "layer_norm",
+    "group_norm", "batch_norm", "instance_norm", "rms_norm", "relu", "gelu", "silu", "sigmoid", "tanh", "exp", "log",
+    "sum", "mean", "var", "std", "amax", "amin", "max", "min", "cumsum", "cumprod", "logsumexp", "sort", "topk",
+    "add", "sub", "mul", "div", "pow", "sqrt", "rsqrt", "where", "scaled_dot_product_attention", "max_pool1d",
+    "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "cross_entropy", "mse_loss", "nll_loss",
+    "l1_loss", "smooth_l1_loss", "kl_div", "cosine_similarity", "normalize", "dropout", "embedding", "clamp", "abs",
+];
+const COMPUTE_METHODS: &[&str] = &["matmul", "mm", "bmm", "addmm", "baddbmm", "softmax", "log_softmax", "einsum", "conv2d"];
+const NN_LAYERS: &[&str] = &[
+    "Linear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "LayerNorm",
+    "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d", "InstanceNorm2d", "RMSNorm", "MultiheadAttention",
+    "LSTM", "GRU", "RNN", "Embedding", "Softmax", "LogSoftmax", "TransformerEncoderLayer", "TransformerDecoderLayer", "Transformer",
+    "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "ReLU", "GELU", "SiLU", "Sigmoid", "Tanh",
+];
+const CONCURRENCY_MODULES: &[&str] = &["threading", "multiprocessing", "concurrent", "subprocess", "asyncio", "_thread"];
+const PATCHED_ROOTS: &[&str] = &["torch", "time", "triton", "kforge", "builtins", "np", "numpy", "os", "F"];
+const LOW_DTYPES: &[&str] = &["float16", "half", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "int8"];
+const LOW_CASTS: &[&str] = &["half", "bfloat16"];
+const MEMO_DECORATORS: &[&str] = &["lru_cache", "cache", "functools.lru_cache", "functools.cache", "cached_property"];
+
+struct Lines {
+    starts: Vec<usize>,
+}
+
+impl Lines {
+    fn new(src: &str) -> Self {
+        let mut starts = vec![0];
+        starts.extend(src.char_indices().filter(|(_, c)| *c == '\n').map(|(i, _)| i + 1));
+        Lines { starts }
+    }
+    fn at(&self, offset: usize) -> (usize, usize) {
+        let line = self.starts.partition_point(|s| *s <= offset).max(1);
+        (line, offset - self.starts[line - 1] + 1)
+    }
+}
+
+/// Dotted name of `e` (`torch.nn.functional.relu`) with import aliases resolved, if it is one.
+fn dotted(e: &Expr, aliases: &HashMap<String, String>) -> Option<String> {
+    match e {
+        Expr::Name(n) => Some(aliases.get(n.id.as_str()).cloned().unwrap_or_else(|| n.id.to_string())),
+        Expr::Attribute(a) => dotted(&a.value, aliases).map(|b| format!("{b}.{}", a.attr)),
+        _ => None,
+    }
+}
+
+struct Checker<'a> {
+    lines: &'a Lines,
+    policy: &'a Policy,
+    aliases: HashMap<String, String>,
+    findings: Vec<Finding>,
+}
+
+impl Checker<'_> {
+    fn add(&mut self, rule: Rule, at: &impl Ranged, message: String) {
+        let (line, col) = self.lines.at(at.range().start().to_usize());
+        self.findings.push(Finding { rule, line, col, message });
+    }
+
+    fn allowed(&self, name: &str) -> bool {
+        self.policy.allowed_torch_ops.iter().any(|a| a == name)
+    }
+
+    fn low_dtype(&self, e: &Expr) -> Option<String> {
+        let d = dotted(e, &self.aliases)?;
+        let last = d.rsplit('.').next()?;
+        (d.starts_with("torch.") && LOW_DTYPES.contains(&last)).then_some(d)
+    }
+
+    fn check_call(&mut self, c: &ast::ExprCall) {
+        let name = dotted(&c.func, &self.aliases);
+        if let Some(n) = &name {
+            let last = n.rsplit('.').next().unwrap_or(n);
+            let torch_fn = n.starts_with("torch.") && !n.starts_with("torch.cuda.") && COMPUTE_FUNCS.contains(&last);
+            let vendor = n.starts_with("torch.ops.") || n.starts_with("extern_kernels.") || n.starts_with("torch._C.");
+            let functional = n.starts_with("torch.nn.functional.");
+            let layer = n.starts_with("torch.nn.") && NN_LAYERS.contains(&last);
+            if (torch_fn || vendor || functional || layer) && !self.allowed(n) {
+                self.add(Rule::TorchCompute, c, format!("{n}(...) computes with torch instead of the candidate's kernel"));
+            }
+            if n == "torch.cuda.Stream" || n == "torch.cuda.stream" || n == "torch.cuda.set_stream" || n.ends_with("ExternalStream") {
+                self.add(Rule::SideStream, c, format!("{n}(...): work on a side stream escapes the timed stream"));
+            }
+            if n == "os.fork" || n.starts_with("threading.") || n.starts_with("multiprocessing.") || n.starts_with("subprocess.") || n.starts_with("concurrent.") {
+                self.add(Rule::Concurrency, c, format!("{n}(...) runs work outside the timed call"));
+            }
+            if n == "setattr" {
+                if let Some(target) = c.args.first().and_then(|t| dotted(t, &self.aliases)) {
+                    if PATCHED_ROOTS.contains(&target.split('.').next().unwrap_or("")) {
+                        self.add(Rule::MonkeyPatch, c, format!("setattr on {target} replaces a library function"));
+                    }
+                }
+            }
+            if self.policy.precision == Precision::Strict && n == "torch.set_float32_matmul_precision" {
+                self.add(Rule::Precision, c, "torch.set_float32_matmul_precision lowers fp32 matmul precision".into());
+            }
+        }
+        if let Expr::Attribute(a) = c.func.as_ref() {
+            let m = a.attr.as_str();
+            let on_module = name.as_deref().is_some_and(|n| n.starts_with("torch.") || n.starts_with("tl.") || n.starts_with("triton."));
+            if COMPUTE_METHODS.contains(&m) && !on_module && !self.allowed(&format!("Tensor.{m}")) {
+                self.add(Rule::TorchCompute, c, format!(".{m}(...) on a tensor computes with torch"));
+            }
+            if self.policy.precision != Precision::LowAllowed {
+                if LOW_CASTS.contains(&m) && c.args.is_empty() && !on_module {
+                    self.add(Rule::Precision, c, format!(".{m}() casts to a 16-bit type"));
+                }
+                if m == "to" || m == "type" {
+                    if let Some(d) = c.args.iter().chain(c.keywords.iter().filter(|k| k.arg.as_deref() == Some("dtype")).map(|k| &k.value)).find_map(|e| self.low_dtype(e)) {
+                        self.add(Rule::Precision, c, format!(".{m}({d}) casts to lower precision"));
+                    }
+                }
+            }
+        }
+        for k in &c.keywords {
+            let key = k.arg.as_deref().unwrap_or("");
+            let tf32 = (key == "allow_tf32" && matches!(&k.value, Expr::Constant(x) if x.value == ast::Constant::Bool(true)))
+                || (key == "input_precision" && matches!(&k.value, Expr::Constant(x) if matches!(&x.value, ast::Constant::Str(s) if s.starts_with("tf32"))));
+            if tf32 && self.policy.precision == Precision::Strict {
+                self.add(Rule::Precision, k, format!("{key}= selects TF32 for fp32 data"));
+            }
+            if key == "dtype" && self.policy.precision != Precision::LowAllowed {
+                if let (Some(d), Some(n)) = (self.low_dtype(&k.value), &name) {
+                    if n.starts_with("torch.") {
+                        self.add(Rule::Precision, k, format!("{n}(..., dtype={d}) computes in lower precision"));
+                    }
+                }
+            }
+        }
+    }
+
+    fn check_target(&mut self, t: &Expr) {
+        if let Some(n) = dotted(t, &self.aliases) {
+            let root = n.split('.').next().unwrap_or("");
+            if n.contains('.') && PATCHED_ROOTS.contains(&root) {
+                if n.contains("allow_tf32") || n.contains("allow_fp16_reduced_precision") || n.contains("allow_bf16_reduced_precision") {
+                    if self.policy.precision == Precision::Strict {
+                        self.add(Rule::Precision, t, format!("{n} = ... switches reduced-precision math on"));
+                    }
+                } else {
+                    self.add(Rule::MonkeyPatch, t, format!("assigning {n} replaces a library attribute"));
+                }
+            }
+        }
+    }
+}
+
+impl Visitor for Checker<'_> {
+    fn visit_stmt_try(&mut self, node: ast::StmtTry) {
+        self.add(Rule::TryFallback, &node, "try/except: a failing kernel would silently fall back".into());
+        self.generic_visit_stmt_try(node)
+    }
+    fn visit_stmt_try_star(&mut self, node: ast::StmtTryStar) {
+        self.add(Rule::TryFallback, &node, "try/except*: a failing kernel would silently fall back".into());
+        self.generic_visit_stmt_try_star(node)
+    }
+    fn visit_stmt_class_def(&mut self, node: ast::StmtClassDef) {
+        for b in &node.bases {
+            let base = dotted(b, &self.aliases).unwrap_or_default();
+            if base == "Model" || base.ends_with(".Model") {
+                self.add(Rule::InheritsReference, b, format!("class {} derives from the reference Model", node.name));
+            } else if base == "torch.Tensor" || base == "torch._C.TensorBase" {
+                self.add(Rule::TensorSubclass, b, format!("class {} subclasses torch.Tensor", node.name));
+            }
+        }
+        for s in &node.body {
+            if let Stmt::FunctionDef(f) = s {
+                if matches!(f.name.as_str(), "__torch_function__" | "__torch_dispatch__") {
+                    self.add(Rule::TensorSubclass, f, format!("{} intercepts torch calls", f.name));
+                }
+            }
+        }
+        self.generic_visit_stmt_class_def(node)
+    }
+    fn visit_stmt_function_def(&mut self, node: ast::StmtFunctionDef) {
+        for d in &node.decorator_list {
+            let target = if let Expr::Call(c) = d { c.func.as_ref() } else { d };
+            if let Some(n) = dotted(target, &self.aliases) {
+                if MEMO_DECORATORS.contains(&n.as_str()) {
+                    self.add(Rule::ModuleCache, d, format!("@{n} on {} memoizes results across calls", node.name));
+                }
+            }
+        }
+        self.generic_visit_stmt_function_def(node)
+    }
+    fn visit_stmt_global(&mut self, node: ast::StmtGlobal) {
+        self.add(Rule::ModuleCache, &node, format!("global {}: state kept across calls", node.names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ")));
+        self.generic_visit_stmt_global(node)
+    }
+    fn visit_stmt_import(&mut self, node: ast::StmtImport) {
+        for a in &node.names {
+            let full = a.name.to_string();
+            if CONCURRENCY_MODULES.contains(&full.split('.').next().unwrap_or("")) {
+                self.add(Rule::Concurrency, &node, format!("import {full}: threads or processes"));
+            }
+            let local = a.asname.as_ref().map(|x| x.to_string()).unwrap_or_else(|| full.split('.').next().unwrap_or(&full).to_string());
+            let target = if a.asname.is_some() { full.clone() } else { local.clone() };
+            self.aliases.insert(local, target);
+        }
+        self.generic_visit_stmt_import(node)
+    }
+    fn visit_stmt_import_from(&mut self, node: ast::StmtImportFrom) {
+        let module = node.module.as_ref().map(|m| m.to_string()).unwrap_or_default();
+        if CONCURRENCY_MODULES.contains(&module.split('.').next().unwrap_or("")) {
+            self.add(Rule::Concurrency, &node, format!("from {module} import ...: threads or processes"));
+        }
+        for a in &node.names {
+            let local = a.asname.as_ref().unwrap_or(&a.name).to_string();
+            self.aliases.insert(local, format!("{module}.{}", a.name));
+        }
+        self.generic_visit_stmt_import_from(node)
+    }
+    fn visit_stmt_assign(&mut self, node: ast::StmtAssign) {
+        for t in &node.targets {
+            self.check_target(t);
+        }
+        self.generic_visit_stmt_assign(node)
+    }
+    fn visit_stmt_aug_assign(&mut self, node: ast::StmtAugAssign) {
+        self.check_target(&node.target);
+        self.generic_visit_stmt_aug_assign(node)
+    }
+    fn visit_expr_bin_op(&mut self, node: ast::ExprBinOp) {
+        if node.op == ast::Operator::MatMult && !self.allowed("torch.matmul") {
+            self.add(Rule::TorchCompute, &node, "a @ b computes the matmul with torch".into());
+        }
+        self.generic_visit_expr_bin_op(node)
+    }
+    fn visit_expr_call(&mut self, node: ast::ExprCall) {
+        self.check_call(&node);
+        self.generic_visit_expr_call(node)
+    }
+    // rustpython-ast's generated visitor does not descend into these; every expression must be seen.
+    fn visit_withitem(&mut self, node: ast::WithItem) {
+        self.visit_expr(node.context_expr);
+        if let Some(v) = node.optional_vars {
+            self.visit_expr(*v);
+        }
+    }
+    fn visit_keyword(&mut self, node: ast::Keyword) {
+        self.visit_expr(node.value);
+    }
+    fn visit_comprehension(&mut self, node: ast::Comprehension) {
+        self.visit_expr(node.target);
+        self.visit_expr(node.iter);
+        for e in node.ifs {
+            self.visit_expr(e);
+        }
+    }
+    fn visit_arguments(&mut self, node: ast::Arguments) {
+        for a in node.posonlyargs.into_iter().chain(node.args).chain(node.kwonlyargs) {
+            if let Some(d) = a.default {
+                self.visit_expr(*d);
+            }
+        }
+    }
+    fn visit_match_case(&mut self, node: ast::MatchCase) {
+        if let Some(g) = node.guard {
+            self.visit_expr(*g);
+        }
+        for s in node.body {
+            self.visit_stmt(s);
+        }
+    }
+}
+
+/// Module-level state: a mutable container bound at module level (other than `__all__`) is a
+/// cache the candidate can fill during one call and read in the next.
+fn module_level_state(suite: &[Stmt], ck: &mut Checker) {
+    for s in suite {
+        if let Stmt::Assign(a) = s {
+            let mutable = match a.value.as_ref() {
+                Expr::Dict(_) | Expr::List(_) | Expr::Set(_) => true,
+                Expr::Call(c) => matches!(dotted(&c.func, &ck.aliases).as_deref(), Some("dict" | "list" | "set" | "collections.OrderedDict" | "collections.defaultdict" | "weakref.WeakKeyDictionary" | "weakref.WeakValueDictionary")),
+                _ => false,
+            };
+            let names: Vec<String> = a.targets.iter().filter_map(|t| dotted(t, &HashMap::new())).collect();
+            if mutable && !names.iter().any(|n| n == "__all__") {
+                ck.add(Rule::ModuleCache, a, format!("module-level {} holds state across calls", names.join(", ")));
+            }
+        }
+    }
+}
+
+/// Gate 1's static check of a candidate's source. Findings are sorted by line.
+pub fn check_static(source: &str, policy: &Policy) -> Result<Vec<Finding>, SyntaxError> {
+    let lines = Lines::new(source);
+    let suite = ast::Suite::parse(source, "<candidate>").map_err(|e| {
+        let (line, col) = lines.at(e.offset.to_usize());
+        SyntaxError { line, col, message: e.error.to_string() }
+    })?;
+    let mut ck = Checker { lines: &lines, policy, aliases: HashMap::new(), findings: Vec::new() };
+    for s in suite.iter().cloned() {
+        ck.visit_stmt(s);
+    }
+    module_level_state(&suite, &mut ck);
+    let mut f = ck.findings;
+    f.sort_by_key(|x| (x.line, x.col));
+    Ok(f)
+}

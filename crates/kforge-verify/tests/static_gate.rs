@@ -1,0 +1,110 @@
+//! Gate 1 static check: each exploit pattern is reported under its rule with its line; an honest
+//! Triton candidate has no finding; the policy relaxes what it says.
+
+use kforge_verify::{check_static, Finding, Policy, Precision, Rule};
+
+const HONEST: &str = r#"
+import torch
+import triton
+import triton.language as tl
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    y = tl.load(y_ptr + offs, mask=mask)
+    tl.store(out_ptr + offs, tl.dot(x, y, input_precision="ieee"), mask=mask)
+
+class ModelNew(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x, y):
+        out = torch.empty_like(x)
+        n = out.numel()
+        add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+        return out.view(x.shape).contiguous()
+"#;
+
+fn rules(src: &str) -> Vec<(Rule, usize)> {
+    check_static(src, &Policy::default()).unwrap().into_iter().map(|f: Finding| (f.rule, f.line)).collect()
+}
+
+#[test]
+fn honest_candidate_passes() {
+    assert_eq!(rules(HONEST), vec![]);
+}
+
+#[test]
+fn each_exploit_is_named_with_its_line() {
+    let cases: &[(&str, Rule, usize)] = &[
+        ("import torch\ndef f(x):\n    try:\n        return k(x)\n    except Exception:\n        return x\n", Rule::TryFallback, 3),
+        ("from reference import Model\nclass ModelNew(Model):\n    pass\n", Rule::InheritsReference, 2),
+        ("import torch\ndef f(a, b):\n    return torch.matmul(a, b)\n", Rule::TorchCompute, 3),
+        ("import torch.nn.functional as F\ndef f(x):\n    return F.softmax(x, -1)\n", Rule::TorchCompute, 3),
+        ("def f(a, b):\n    return a @ b\n", Rule::TorchCompute, 2),
+        ("import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n        self.l = torch.nn.Linear(4, 4)\n", Rule::TorchCompute, 4),
+        ("from torch import nn\nl = nn.Conv2d(3, 8, 3)\n", Rule::TorchCompute, 2),
+        ("def f(buf0, a, b):\n    extern_kernels.mm(a, b, out=buf0)\n", Rule::TorchCompute, 2),
+        ("import torch\ndef f(a, b):\n    return torch.ops.aten.mm.default(a, b)\n", Rule::TorchCompute, 3),
+        ("def f(a, b):\n    return a.matmul(b)\n", Rule::TorchCompute, 2),
+        ("import torch\ns = None\ndef f(x):\n    with torch.cuda.stream(torch.cuda.Stream()):\n        k(x)\n", Rule::SideStream, 4),
+        ("import threading\n", Rule::Concurrency, 1),
+        ("from concurrent.futures import ThreadPoolExecutor\n", Rule::Concurrency, 1),
+        ("import os\ndef f():\n    os.fork()\n", Rule::Concurrency, 3),
+        ("import torch\ntorch.cuda.synchronize = lambda: None\n", Rule::MonkeyPatch, 2),
+        ("import time\ntime.perf_counter = lambda: 0.0\n", Rule::MonkeyPatch, 2),
+        ("import triton\nsetattr(triton.testing, 'do_bench', lambda f: 0.001)\n", Rule::MonkeyPatch, 2),
+        ("import torch\nclass Lazy(torch.Tensor):\n    pass\n", Rule::TensorSubclass, 2),
+        ("class T:\n    @classmethod\n    def __torch_function__(cls, f, t, a=(), k=None):\n        return 0\n", Rule::TensorSubclass, 3),
+        ("_cache = {}\n", Rule::ModuleCache, 1),
+        ("import functools\n@functools.lru_cache(maxsize=None)\ndef f(x):\n    return x\n", Rule::ModuleCache, 2),
+        ("r = None\ndef f(x):\n    global r\n    r = x\n", Rule::ModuleCache, 3),
+        ("def f(x):\n    return x.half()\n", Rule::Precision, 2),
+        ("import torch\ndef f(x):\n    return x.to(torch.bfloat16)\n", Rule::Precision, 3),
+        ("import torch\ntorch.backends.cuda.matmul.allow_tf32 = True\n", Rule::Precision, 2),
+        ("import torch\ntorch.set_float32_matmul_precision('high')\n", Rule::Precision, 2),
+        ("import triton.language as tl\ndef k(a, b):\n    return tl.dot(a, b, allow_tf32=True)\n", Rule::Precision, 3),
+        ("import torch\ndef f(n):\n    return torch.empty(n, dtype=torch.float16)\n", Rule::Precision, 3),
+        // Inside keyword arguments, default values and comprehensions (the generated visitor skips them).
+        ("import torch\ndef f(a, b):\n    return g(out=torch.matmul(a, b))\n", Rule::TorchCompute, 3),
+        ("import torch\ndef f(a, b=torch.mm(x, y)):\n    return b\n", Rule::TorchCompute, 2),
+        ("import torch\ndef f(xs):\n    return [torch.softmax(x, 0) for x in xs]\n", Rule::TorchCompute, 3),
+    ];
+    for (src, rule, line) in cases {
+        let got = rules(src);
+        assert!(got.contains(&(*rule, *line)), "{rule:?} at line {line} not found in {got:?} for:\n{src}");
+    }
+}
+
+#[test]
+fn policy_relaxes_what_it_names() {
+    let p = Policy::from_toml("allowed_torch_ops = [\"torch.nn.functional.relu\"]\nprecision = \"tf32-allowed\"\n").unwrap();
+    assert_eq!(p.precision, Precision::Tf32Allowed);
+    let src = "import torch\nimport torch.nn.functional as F\ntorch.backends.cuda.matmul.allow_tf32 = True\ndef f(x):\n    return F.relu(x).half()\n";
+    let got: Vec<Rule> = check_static(src, &p).unwrap().into_iter().map(|f| f.rule).collect();
+    // relu allowed, TF32 allowed; the cast to fp16 is still a precision cut.
+    assert_eq!(got, vec![Rule::Precision]);
+    let low = Policy { precision: Precision::LowAllowed, ..Policy::default() };
+    assert!(check_static("def f(x):\n    return x.half()\n", &low).unwrap().is_empty());
+}
+
+#[test]
+fn policy_file_errors_are_named() {
+    assert!(Policy::from_toml("seeds = 2").unwrap_err().to_string().contains("seeds must be at least 3"));
+    assert!(Policy::from_toml("rounds = 0").unwrap_err().to_string().contains("rounds must be at least 1"));
+    assert!(Policy::from_toml("[rtol]\nfloat32 = -1.0").unwrap_err().to_string().contains("tolerance for float32"));
+    assert!(Policy::from_toml("precison = \"strict\"").unwrap_err().to_string().contains("unknown field"));
+    assert!(Policy::from_toml("precision = \"sloppy\"").is_err());
+    let d = Policy::from_toml("").unwrap();
+    assert_eq!((d.seeds, d.rounds, d.rtol["float32"], d.atol["bfloat16"]), (3, 5, 1e-4, 1e-2));
+}
+
+#[test]
+fn syntax_errors_are_located() {
+    let e = check_static("def f(:\n    pass\n", &Policy::default()).unwrap_err();
+    assert_eq!(e.line, 1);
+    assert!(e.to_string().contains("line 1"));
+}
