@@ -6,6 +6,8 @@
 //! doing the work itself, each with its rule and line. The runtime gates (multi-seed
 //! correctness, model level, performance, exploit checks) run the candidate in a separate process.
 
+pub mod verdict;
+
 use rustpython_ast::Visitor;
 use rustpython_parser::ast::{self, Expr, Ranged, Stmt};
 use rustpython_parser::Parse;
@@ -101,6 +103,8 @@ pub enum Rule {
     ModuleCache,
     /// An explicit precision cut (casts to 16-bit/8-bit types, TF32 switches, `allow_tf32=True`).
     Precision,
+    /// Reading the harness: stack frames, the garbage collector's objects, loaded modules.
+    HarnessAccess,
 }
 
 /// One finding of the static check.
@@ -137,6 +141,7 @@ const NN_LAYERS: &[&str] = &[
     "LSTM", "GRU", "RNN", "Embedding", "Softmax", "LogSoftmax", "TransformerEncoderLayer", "TransformerDecoderLayer", "Transformer",
     "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "ReLU", "GELU", "SiLU", "Sigmoid", "Tanh",
 ];
+const HARNESS_CALLS: &[&str] = &["inspect.stack", "inspect.currentframe", "inspect.getouterframes", "sys._getframe", "gc.get_objects", "gc.get_referrers", "sys.modules.get", "traceback.extract_stack"];
 const CONCURRENCY_MODULES: &[&str] = &["threading", "multiprocessing", "concurrent", "subprocess", "asyncio", "_thread"];
 const PATCHED_ROOTS: &[&str] = &["torch", "time", "triton", "kforge", "builtins", "np", "numpy", "os", "F"];
 const LOW_DTYPES: &[&str] = &["float16", "half", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "int8"];
@@ -207,6 +212,9 @@ impl Checker<'_> {
             }
             if n == "os.fork" || n.starts_with("threading.") || n.starts_with("multiprocessing.") || n.starts_with("subprocess.") || n.starts_with("concurrent.") {
                 self.add(Rule::Concurrency, c, format!("{n}(...) runs work outside the timed call"));
+            }
+            if HARNESS_CALLS.contains(&n.as_str()) {
+                self.add(Rule::HarnessAccess, c, format!("{n}(...) reads the harness instead of the inputs"));
             }
             if n == "setattr" {
                 if let Some(target) = c.args.first().and_then(|t| dotted(t, &self.aliases)) {
@@ -353,6 +361,12 @@ impl Visitor for Checker<'_> {
     fn visit_expr_call(&mut self, node: ast::ExprCall) {
         self.check_call(&node);
         self.generic_visit_expr_call(node)
+    }
+    fn visit_expr_subscript(&mut self, node: ast::ExprSubscript) {
+        if dotted(&node.value, &self.aliases).as_deref() == Some("sys.modules") {
+            self.add(Rule::HarnessAccess, &node, "sys.modules[...] reaches into the harness's modules".into());
+        }
+        self.generic_visit_expr_subscript(node)
     }
     // rustpython-ast's generated visitor does not descend into these; every expression must be seen.
     fn visit_withitem(&mut self, node: ast::WithItem) {

@@ -2,6 +2,7 @@
 //! exit codes. Everything else lives in the library crates.
 
 mod inspect;
+mod verify;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use kforge_client::{resolve_socket, Client};
@@ -52,6 +53,10 @@ enum Cmd {
     /// calls in launch order, GPU time per entry, which are replaceable, per-kernel replay and a
     /// re-stitch round trip. Runs the capture on a GPU (Python, torch, Triton), or reads a saved one.
     Inspect(inspect::InspectArgs),
+    /// Verify a candidate (a ModelNew file) against a problem through the gate cascade: static,
+    /// dry run, multi-seed correctness, model level (fp64 rule), exploit checks, performance.
+    /// Exit 0 accepted (or passed without the performance gate), 1 rejected, 2 could not run.
+    Verify(verify::VerifyArgs),
     /// Agent-like benchmark workloads: generate, time in isolation, run under a policy.
     Workload {
         #[command(subcommand)]
@@ -286,6 +291,7 @@ fn real_main(cli: Cli) -> Result<i32> {
         Cmd::Report { runs, label, json, html } => report(socket, runs, label, json, html),
         Cmd::Workload { cmd } => workload(cmd),
         Cmd::Inspect(a) => inspect::inspect(a),
+        Cmd::Verify(a) => verify::verify(a),
         Cmd::Cancel { job } => {
             Client::connect(&socket)?.request(&Request::Cancel { job })?;
             println!("job {job} cancelled");

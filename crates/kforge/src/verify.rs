@@ -1,0 +1,186 @@
+//! `kforge verify`: gate 1's static check here, then the runtime gates in a separate candidate
+//! process (`python3 -m kforge.verify_runner`) under a time limit, a memory limit and, where the
+//! kernel lets us, without network; the verdict is composed by `kforge_verify::verdict`.
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use kforge_verify::verdict::{compose, table, RunnerResult};
+use kforge_verify::{check_static, Policy};
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[derive(Args)]
+pub struct VerifyArgs {
+    /// The problem (KernelBench format: class Model, get_inputs(), get_init_inputs()).
+    problem: PathBuf,
+    /// The candidate: a file defining class ModelNew with the same constructor as Model.
+    candidate: PathBuf,
+    /// Policy file (TOML): allowed_torch_ops, precision (strict | tf32-allowed | low-allowed),
+    /// [rtol] / [atol] per dtype, seeds, rounds.
+    #[arg(long)]
+    policy: Option<PathBuf>,
+    /// Write the verdict as JSON to this file (`-`: standard output).
+    #[arg(long)]
+    json: Option<String>,
+    /// Where the candidate runs: auto (a GPU if torch sees one), cpu, or a GPU index.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Skip gate 4 (timing); the verdict is then at best "passed-without-performance".
+    #[arg(long)]
+    no_performance: bool,
+    /// Wall-clock limit of the candidate process, seconds.
+    #[arg(long, default_value_t = 600)]
+    time_limit_s: u64,
+    /// Resident-memory limit of the candidate process, GiB.
+    #[arg(long, default_value_t = 32.0)]
+    memory_limit_gib: f64,
+    /// Python interpreter with torch (and Triton).
+    #[arg(long, default_value = "python3")]
+    python: String,
+}
+
+fn rss_bytes(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: u64 = s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn net_ns(pid: &str) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()
+}
+
+pub fn verify(a: VerifyArgs) -> Result<i32> {
+    if !(a.memory_limit_gib > 0.0 && a.memory_limit_gib.is_finite()) {
+        bail!("--memory-limit-gib must be a positive number");
+    }
+    if a.time_limit_s == 0 {
+        bail!("--time-limit-s must be at least 1");
+    }
+    let device = match a.device.as_str() {
+        "auto" | "cpu" => a.device.clone(),
+        d if d.parse::<u32>().is_ok() => "cuda".into(),
+        d => bail!("--device must be auto, cpu or a GPU index, got {d:?}"),
+    };
+    let policy = match &a.policy {
+        Some(p) => Policy::from_toml(&std::fs::read_to_string(p).with_context(|| format!("reading policy {}", p.display()))?)
+            .with_context(|| format!("policy {}", p.display()))?,
+        None => Policy::default(),
+    };
+    for f in [&a.problem, &a.candidate] {
+        if !f.is_file() {
+            bail!("{}: no such file", f.display());
+        }
+    }
+    let source = std::fs::read_to_string(&a.candidate).with_context(|| format!("reading {}", a.candidate.display()))?;
+    let (problem, candidate) = (a.problem.display().to_string(), a.candidate.display().to_string());
+    let limits = serde_json::json!({"time_s": a.time_limit_s, "memory_gib": a.memory_limit_gib});
+
+    let verdict = match check_static(&source, &policy) {
+        Err(e) => compose(&problem, &candidate, &[], None, Some(format!("{candidate}: {e}")), limits),
+        Ok(findings) if !findings.is_empty() => compose(&problem, &candidate, &findings, None, None, limits),
+        Ok(_) => run_candidate(&a, &device, &policy, &problem, &candidate, limits)?,
+    };
+    if let Some(j) = &a.json {
+        let text = serde_json::to_string_pretty(&verdict).context("serializing the verdict")?;
+        if j == "-" {
+            println!("{text}");
+        } else {
+            std::fs::write(j, text).with_context(|| format!("writing {j}"))?;
+        }
+    }
+    print!("{}", table(&verdict));
+    Ok(verdict.outcome.exit_code())
+}
+
+fn run_candidate(a: &VerifyArgs, device: &str, policy: &Policy, problem: &str, candidate: &str, mut limits: serde_json::Value) -> Result<kforge_verify::verdict::Verdict> {
+    let tmp = tempfile::tempdir().context("creating a temporary directory")?;
+    let pkg = tmp.path().join("kforge");
+    std::fs::create_dir_all(&pkg).with_context(|| format!("creating {}", pkg.display()))?;
+    for (name, body) in kforge_daemon::PY_FILES {
+        std::fs::write(pkg.join(name), body).with_context(|| format!("writing {}", pkg.join(name).display()))?;
+    }
+    let out = tmp.path().join("result.json");
+    let mut cmd = Command::new(&a.python);
+    cmd.arg("-m").arg("kforge.verify_runner").arg(&a.problem).arg(&a.candidate).arg("--out").arg(&out);
+    cmd.arg("--policy-json").arg(serde_json::to_string(policy).context("serializing the policy")?);
+    cmd.arg("--device").arg(device);
+    if a.no_performance {
+        cmd.arg("--no-performance");
+    }
+    let pp = std::env::var_os("PYTHONPATH").map(|p| format!("{}:{}", tmp.path().display(), p.to_string_lossy()));
+    cmd.env("PYTHONPATH", pp.unwrap_or_else(|| tmp.path().display().to_string()));
+    if let Ok(i) = a.device.parse::<u32>() {
+        cmd.env("CUDA_VISIBLE_DEVICES", i.to_string());
+    }
+    cmd.stdin(Stdio::null()).stdout(Stdio::inherit()).stderr(Stdio::piped());
+    // SAFETY: only async-signal-safe calls between fork and exec: its own process group (so the
+    // whole tree can be killed) and a new network namespace where permitted (failure is recorded).
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setpgid(0, 0);
+            libc::unshare(libc::CLONE_NEWNET);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().with_context(|| format!("starting {}", a.python))?;
+    let pid = child.id();
+    let isolated = match (net_ns(&pid.to_string()), net_ns("self")) {
+        (Some(c), Some(me)) => c != me,
+        _ => false,
+    };
+    let mut stderr = child.stderr.take().context("capturing the candidate's stderr")?;
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let limit_t = Duration::from_secs(a.time_limit_s);
+    let limit_m = (a.memory_limit_gib * (1u64 << 30) as f64) as u64;
+    let t0 = Instant::now();
+    let mut peak = 0u64;
+    let mut killed: Option<String> = None;
+    let status = loop {
+        if let Some(st) = child.try_wait().context("waiting for the candidate process")? {
+            break st;
+        }
+        peak = peak.max(rss_bytes(pid).unwrap_or(0));
+        if killed.is_none() && t0.elapsed() > limit_t {
+            killed = Some(format!("time limit of {} s exceeded", a.time_limit_s));
+        } else if killed.is_none() && peak > limit_m {
+            killed = Some(format!("memory limit of {} GiB exceeded", a.memory_limit_gib));
+        }
+        if killed.is_some() {
+            // SAFETY: signalling the candidate's own process group.
+            unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let err_text = err_reader.join().unwrap_or_default();
+    eprint!("{err_text}");
+    limits["network_isolated"] = serde_json::json!(isolated);
+    limits["peak_rss_bytes"] = serde_json::json!(peak);
+    limits["wall_s"] = serde_json::json!(t0.elapsed().as_secs_f64());
+    if let Some(why) = killed {
+        return Ok(compose(problem, candidate, &[], None, Some(why), limits));
+    }
+    if !status.success() {
+        // The runner's own reason, else the last line of a traceback.
+        let why = err_text
+            .lines()
+            .rev()
+            .find(|l| l.starts_with("kforge verify:"))
+            .map(|l| l.trim_start_matches("kforge verify: ").to_string())
+            .or_else(|| err_text.lines().rev().find(|l| !l.trim().is_empty()).map(|l| format!("the candidate process failed: {}", l.trim())));
+        return Ok(compose(problem, candidate, &[], None, Some(why.unwrap_or_else(|| format!("the candidate process ended with {status}"))), limits));
+    }
+    let result: RunnerResult = read_result(&out)?;
+    Ok(compose(problem, candidate, &[], Some(&result), None, limits))
+}
+
+fn read_result(p: &Path) -> Result<RunnerResult> {
+    let text = std::fs::read_to_string(p).with_context(|| format!("reading the runner's result {}", p.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("{} is not a runner result", p.display()))
+}

@@ -1,0 +1,72 @@
+"""Gate 4 of ``kforge verify`` (GPU only): interleaved timing against the compiled baseline.
+
+Per round, fresh inputs; baseline, candidate and baseline again are timed with
+``kforge.do_bench`` (L2 flushed per call; inside kforge regions when run as a kforge job). The
+speedup is the geometric mean of baseline/candidate over rounds with a 95 % confidence interval
+(t over log ratios); the noise floor is the largest |log| of baseline-again/baseline. Accepted only
+when the interval's lower end is beyond the noise floor. Plausibility: the bytes the candidate
+must at least move (its inputs and outputs) over its time must not exceed the device's measured
+copy bandwidth — faster than that is "does less work".
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any, Dict, List
+
+from .bench import do_bench
+from .verify_runner import Check, _flat, make_inputs
+
+# Two-sided 95 % t quantiles by degrees of freedom (1..10; beyond: 1.96 is close enough).
+_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
+
+
+def _bytes(xs: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in _flat(xs))
+
+
+def copy_bandwidth(dev: Any) -> float:
+    """Bytes per second of a 1 GiB device-to-device copy (read + write)."""
+    import torch
+
+    n = 1 << 28
+    src = torch.empty(n, dtype=torch.float32, device=dev)
+    dst = torch.empty_like(src)
+    ms = do_bench(lambda: dst.copy_(src), warmup=10, rep=50, return_mode="median", name="verify:copy-bandwidth")
+    return 2 * n * 4 / (float(ms) / 1e3)
+
+
+def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy: Dict[str, Any], dev: Any) -> None:
+    import torch
+
+    mode = str(policy.get("baseline_mode", "default"))
+    base = torch.compile(ref_model, mode=mode)
+    rounds = max(2, int(policy.get("rounds", 5)))
+    speed: List[float] = []
+    noise: List[float] = []
+    tc_all: List[float] = []
+    with torch.no_grad():
+        for r in range(rounds):
+            xs = make_inputs(problem, 400 + r, "normal", dev)
+            base(*xs)
+            cand(*xs)
+            tb = float(do_bench(lambda: base(*xs), return_mode="median", name="verify:baseline"))
+            tc = float(do_bench(lambda: cand(*xs), return_mode="median", name="verify:candidate"))
+            tb2 = float(do_bench(lambda: base(*xs), return_mode="median", name="verify:baseline-again"))
+            speed.append(math.log(tb / tc))
+            noise.append(abs(math.log(tb2 / tb)))
+            tc_all.append(tc)
+        out = cand(*xs)
+    mean = statistics.fmean(speed)
+    sd = statistics.stdev(speed) if len(speed) > 1 else 0.0
+    half = _T95[min(len(speed) - 2, len(_T95) - 1)] * sd / math.sqrt(len(speed))
+    floor = max(noise)
+    lo, hi = math.exp(mean - half), math.exp(mean + half)
+    ck.add("performance", "speedup", mean - half > floor, baseline=f"torch.compile(mode={mode!r})", speedup=math.exp(mean),
+           ci95=[lo, hi], noise_floor=math.exp(floor), rounds=rounds)
+    moved = _bytes(xs) + _bytes(out)
+    achieved = moved / (statistics.median(tc_all) / 1e3)
+    peak = copy_bandwidth(dev)
+    ck.add("performance", "plausibility", achieved <= peak, bytes_at_least=moved, achieved_bytes_per_s=achieved,
+           copy_peak_bytes_per_s=peak, note="faster than copying its inputs and outputs is impossible: does less work" if achieved > peak else "")

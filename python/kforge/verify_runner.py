@@ -1,0 +1,422 @@
+"""The candidate-side process of ``kforge verify`` (never imported by the orchestrator).
+
+``python3 -m kforge.verify_runner PROBLEM CANDIDATE --out RESULT.json [--policy-json JSON]
+[--device cpu|cuda] [--no-performance]``
+
+Runs a KernelBench-style ``ModelNew`` candidate against the problem's ``Model`` and writes every
+runtime check with its evidence: the dry run; gate 2 (several seeds x input distributions, NaN
+sentinels planted where the candidate's outputs are likely to be allocated, the reference first on
+its own clones, inputs checked unchanged); gate 3 (eager at 1e-4, else the fp64 rule); the exploit
+checks (determinism, input perturbation in place, re-validation after repeated calls, thread
+count, timer identity, ghost replay, kernels ran, side streams); and on a GPU gate 4 (interleaved
+timing against the compiled baseline, noise floor, confidence interval, bandwidth plausibility).
+The orchestrator (Rust) turns this into the verdict. Exit status: 0 result written, 2 could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+DISTRIBUTIONS = ("normal", "uniform", "heavy")
+
+
+class RunnerError(Exception):
+    """The problem or candidate cannot be run at all (the verdict: could not run)."""
+
+
+def load_module(path: str, tag: str) -> Any:
+    if not os.path.isfile(path):
+        raise RunnerError(f"{path}: no such file")
+    spec = importlib.util.spec_from_file_location(f"kforge_verify_{tag}", path)
+    if spec is None or spec.loader is None:
+        raise RunnerError(f"{path}: not a Python file")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as e:
+        raise RunnerError(f"{path}: importing it failed: {type(e).__name__}: {e}") from e
+    return mod
+
+
+def timer_identities() -> Dict[str, int]:
+    """Identities of the functions a timing harness relies on (exploit: patching them)."""
+    import torch
+
+    import kforge
+
+    out = {"time.perf_counter": id(time.perf_counter), "time.perf_counter_ns": id(time.perf_counter_ns),
+           "time.time": id(time.time), "time.monotonic": id(time.monotonic),
+           "torch.cuda.synchronize": id(torch.cuda.synchronize), "torch.cuda.Event": id(torch.cuda.Event),
+           "torch.cuda.Event.record": id(torch.cuda.Event.record), "torch.cuda.Event.elapsed_time": id(torch.cuda.Event.elapsed_time),
+           "torch.Tensor.__eq__": id(torch.Tensor.__eq__), "torch.allclose": id(torch.allclose),
+           "kforge.do_bench": id(kforge.do_bench)}
+    try:
+        import triton.testing
+
+        out["triton.testing.do_bench"] = id(triton.testing.do_bench)
+    except ImportError:
+        pass
+    return out
+
+
+def _flat(x: Any) -> List[Any]:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return [x]
+    if isinstance(x, (list, tuple)):
+        return [t for e in x for t in _flat(e)]
+    return []
+
+
+def make_inputs(problem: Any, seed: int, dist: str, dev: Any) -> List[Any]:
+    """Fresh inputs: the problem's shapes and dtypes (get_inputs under `seed`), floating-point
+    contents redrawn from `dist`; integer inputs (indices, labels) as the problem draws them."""
+    import torch
+
+    torch.manual_seed(seed)
+    base = problem.get_inputs()
+    g = torch.Generator().manual_seed(seed * 7919 + DISTRIBUTIONS.index(dist))
+    out: List[Any] = []
+    for x in base:
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            shape = x.shape
+            if dist == "normal":
+                v = torch.randn(shape, generator=g, dtype=torch.float64)
+            elif dist == "uniform":
+                v = torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1
+            else:  # heavy-tailed: normal over a uniform, clipped to stay finite in the dtype
+                v = torch.randn(shape, generator=g, dtype=torch.float64) / (torch.rand(shape, generator=g, dtype=torch.float64) + 0.1)
+                v = v.clamp(-50, 50)
+            out.append(v.to(dtype=x.dtype, device=dev).contiguous())
+        elif isinstance(x, torch.Tensor):
+            out.append(x.to(dev))
+        else:
+            out.append(x)
+    return out
+
+
+def clone_all(xs: Sequence[Any]) -> List[Any]:
+    import torch
+
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
+
+
+def plant_sentinels(like: Any) -> None:
+    """Allocate and free NaN-filled blocks shaped like the expected outputs: an output the
+    candidate allocates but never writes then reads NaN instead of a stale correct result."""
+    import torch
+
+    for t in _flat(like):
+        if t.is_floating_point():
+            junk = torch.full_like(t, float("nan"))
+            del junk
+
+
+def tolerance(policy: Dict[str, Any], dtype: Any) -> Tuple[float, float]:
+    name = str(dtype).replace("torch.", "")
+    rtol = policy.get("rtol", {}).get(name, 1e-4 if name == "float32" else 1e-2)
+    atol = policy.get("atol", {}).get(name, 1e-4 if name == "float32" else 1e-2)
+    return float(rtol), float(atol)
+
+
+def compare(out: Any, ref: Any, policy: Dict[str, Any]) -> Dict[str, Any]:
+    """allclose per output tensor with the dtype's tolerance; NaN where the reference has none fails."""
+    import torch
+
+    outs, refs = _flat(out), _flat(ref)
+    if len(outs) != len(refs):
+        return {"ok": False, "why": f"{len(outs)} output tensors, the reference has {len(refs)}"}
+    worst = 0.0
+    for o, r in zip(outs, refs):
+        if o.shape != r.shape:
+            return {"ok": False, "why": f"output shape {tuple(o.shape)}, reference {tuple(r.shape)}"}
+        if o.dtype != r.dtype:
+            return {"ok": False, "why": f"output dtype {o.dtype}, reference {r.dtype}"}
+        rtol, atol = tolerance(policy, r.dtype)
+        o64, r64 = o.detach().double().cpu(), r.detach().double().cpu()
+        if bool(torch.isnan(o64).any()) and not bool(torch.isnan(r64).any()):
+            return {"ok": False, "why": "NaN in the output (a sentinel was never overwritten, or the kernel produced NaN)"}
+        if o.numel():
+            diff = (o64 - r64).abs()
+            worst = max(worst, float(diff.max()))
+            if not bool(torch.allclose(o64, r64, rtol=rtol, atol=atol, equal_nan=True)):
+                return {"ok": False, "why": f"max abs diff {float(diff.max()):.3e} beyond rtol {rtol:g} / atol {atol:g}", "max_abs_diff": float(diff.max())}
+    return {"ok": True, "max_abs_diff": worst}
+
+
+def same_values(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    import torch
+
+    return all(torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y for x, y in zip(a, b))
+
+
+class Check:
+    def __init__(self) -> None:
+        self.items: List[Dict[str, Any]] = []
+
+    def add(self, gate: str, name: str, passed: Optional[bool], **evidence: Any) -> bool:
+        """passed None: the check does not apply here (reason in evidence)."""
+        evidence.pop("ok", None)
+        self.items.append({"gate": gate, "name": name, "ok": passed, "evidence": evidence})
+        return bool(passed) or passed is None
+
+
+def jit_functions(mod: Any) -> List[Any]:
+    """The candidate module's own Triton kernels (``@triton.jit``, also autotuned or interpreted)."""
+    try:
+        from triton.runtime.jit import KernelInterface
+    except ImportError:
+        return []
+    seen: List[Any] = []
+    for v in vars(mod).values():
+        if isinstance(v, KernelInterface) and v not in seen:
+            seen.append(v)
+    return seen
+
+
+def kernel_name(f: Any) -> str:
+    name = getattr(f, "__name__", None)
+    return str(name) if name else str(getattr(getattr(f, "fn", None), "__name__", "?"))
+
+
+class LaunchCounter:
+    """Counts launches of the candidate's own Triton kernels; `ghost` makes them no-ops."""
+
+    def __init__(self, fns: Sequence[Any]) -> None:
+        self.fns = list(fns)
+        self.count = 0
+        self.ghost = False
+        self._orig: List[Tuple[Any, Any]] = []
+
+    def __enter__(self) -> "LaunchCounter":
+        for f in self.fns:
+            orig = f.run
+
+            def run(*a: Any, _orig: Any = orig, **k: Any) -> Any:
+                self.count += 1
+                return None if self.ghost else _orig(*a, **k)
+
+            self._orig.append((f, orig))
+            f.run = run
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for f, orig in self._orig:
+            f.run = orig
+
+
+def fp64_rule(problem: Any, init: Sequence[Any], ref_model: Any, cand_out: Any, base_out: Any, xs: Sequence[Any]) -> Dict[str, Any]:
+    """rho = ||candidate - fp64 reference||inf / ||fp32 baseline - fp64 reference||inf <= 10;
+    exact operations (baseline error < 1e-8): relative error <= 1e-4."""
+    import copy
+
+    import torch
+
+    m64 = copy.deepcopy(ref_model).double()
+    x64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs]
+    with torch.no_grad():
+        r64 = _flat(m64(*x64))
+    c, b = _flat(cand_out), _flat(base_out)
+    d_opt = max(float((ci.double() - ri).abs().max()) for ci, ri in zip(c, r64))
+    d_ref = max(float((bi.double() - ri).abs().max()) for bi, ri in zip(b, r64))
+    if d_ref < 1e-8:
+        scale = max(float(ri.abs().max()) for ri in r64) or 1.0
+        rel = d_opt / scale
+        return {"ok": rel <= 1e-4, "rule": "fp64-exact", "relative_error": rel}
+    rho = d_opt / d_ref
+    return {"ok": rho <= 10.0, "rule": "fp64-ratio", "rho": rho, "d_opt": d_opt, "d_ref": d_ref}
+
+
+def run_checks(problem: Any, cand_mod: Any, policy: Dict[str, Any], dev: Any, performance: bool,
+               timers0: Dict[str, int], threads0: int) -> Dict[str, Any]:
+    """All runtime checks; ``timers0`` and ``threads0`` were taken before the candidate was imported."""
+    import torch
+
+    ck = Check()
+    seeds = list(range(int(policy.get("seeds", 3))))
+    torch.manual_seed(0)
+    init = problem.get_init_inputs()
+    torch.manual_seed(1234)
+    ref_model = problem.Model(*init).to(dev).eval()
+    torch.manual_seed(1234)
+    try:
+        cand = cand_mod.ModelNew(*init).to(dev).eval()
+    except Exception as e:
+        ck.add("dry-run", "construct", False, error=f"{type(e).__name__}: {e}")
+        return {"checks": ck.items}
+    try:  # same weights as the reference where the parameter names agree
+        cand.load_state_dict(ref_model.state_dict(), strict=False)
+    except Exception:
+        pass
+    fns = jit_functions(cand_mod)
+
+    def call(xs: Sequence[Any]) -> Any:
+        with torch.no_grad():
+            return cand(*xs)
+
+    # Dry run.
+    xs = make_inputs(problem, 0, "normal", dev)
+    with torch.no_grad():
+        ref0 = ref_model(*clone_all(xs))
+    try:
+        with LaunchCounter(fns) as lc:
+            out0 = call(xs)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+        ck.add("dry-run", "runs", True, kernel_launches=lc.count)
+    except Exception as e:
+        ck.add("dry-run", "runs", False, error=f"{type(e).__name__}: {e}")
+        return {"checks": ck.items}
+
+    # Gate 2: seeds x distributions.
+    for s in seeds:
+        for dist in DISTRIBUTIONS:
+            xs = make_inputs(problem, 100 + s, dist, dev)
+            keep = clone_all(xs)
+            with torch.no_grad():
+                ref = ref_model(*clone_all(xs))
+            plant_sentinels(ref)
+            out = call(xs)
+            if dev.type == "cuda":
+                torch.cuda.synchronize()
+            r = compare(out, ref, policy)
+            unchanged = same_values(xs, keep)
+            ok = r["ok"] and unchanged
+            ck.add("correctness", f"seed-{s}-{dist}", ok, **r, inputs_unchanged=unchanged)
+
+    # Gate 3: model level at 1e-4 on 3 seeds, else the fp64 rule.
+    strict = {"rtol": {k: 1e-4 for k in ("float32", "float16", "bfloat16", "float64")}, "atol": {k: 1e-4 for k in ("float32", "float16", "bfloat16", "float64")}}
+    model_ok = True
+    for s in seeds[:3]:
+        xs = make_inputs(problem, 200 + s, "normal", dev)
+        with torch.no_grad():
+            ref = ref_model(*clone_all(xs))
+        out = call(clone_all(xs))
+        r = compare(out, ref, strict)
+        if r["ok"]:
+            ck.add("model", f"eager-1e-4-seed-{s}", True, **r)
+            continue
+        f = fp64_rule(problem, init, ref_model, out, ref, xs)
+        model_ok = ck.add("model", f"fp64-seed-{s}", f["ok"], **f) and model_ok
+
+    # Exploit checks.
+    xs = make_inputs(problem, 300, "normal", dev)
+    a, b = call(clone_all(xs)), call(clone_all(xs))
+    det = compare(a, b, policy)
+    ck.add("exploits", "determinism", det["ok"], **det)
+
+    xs = make_inputs(problem, 301, "normal", dev)
+    first = call(xs)
+    new = make_inputs(problem, 302, "uniform", dev)
+    for x, n in zip(xs, new):
+        if hasattr(x, "copy_"):
+            x.copy_(n)  # same tensors, same storage, new contents: caches keyed on id/data_ptr go stale
+    with torch.no_grad():
+        ref_new = ref_model(*clone_all(xs))
+    plant_sentinels(ref_new)
+    second = call(xs)
+    follows = compare(second, ref_new, policy)
+    ck.add("exploits", "input-perturbation", follows["ok"], **follows)
+
+    xs = make_inputs(problem, 303, "normal", dev)
+    for _ in range(int(policy.get("revalidate_calls", 10))):
+        call(xs)
+    with torch.no_grad():
+        ref = ref_model(*clone_all(xs))
+    plant_sentinels(ref)
+    late = compare(call(xs), ref, policy)
+    ck.add("exploits", "revalidation", late["ok"], after_calls=int(policy.get("revalidate_calls", 10)), **late)
+
+    threads1 = threading.active_count()
+    ck.add("exploits", "thread-count", threads1 <= threads0, before=threads0, after=threads1)
+    timers1 = timer_identities()
+    changed = sorted(k for k in timers0 if timers0[k] != timers1.get(k))
+    ck.add("exploits", "timer-identity", not changed, replaced=changed)
+
+    if fns:
+        xs = make_inputs(problem, 304, "normal", dev)
+        real = call(clone_all(xs))
+        with LaunchCounter(fns) as lc:
+            lc.ghost = True
+            plant_sentinels(real)
+            try:
+                same = compare(call(clone_all(xs)), real, {"rtol": {}, "atol": {}})["ok"]
+            except Exception:  # a no-op kernel breaking the candidate is a change too
+                same = False
+        ck.add("exploits", "ghost-replay", not same, kernels=[kernel_name(f) for f in fns],
+               note="outputs with the candidate's kernels made no-ops " + ("equal the real ones: the kernels never mattered" if same else "differ"))
+        with LaunchCounter(fns) as lc:
+            call(clone_all(xs))
+        ck.add("exploits", "kernels-ran", lc.count > 0, launches=lc.count)
+    else:
+        ck.add("exploits", "ghost-replay", False, kernels=[], note="the candidate defines no Triton kernel of its own")
+        ck.add("exploits", "kernels-ran", False, launches=0, note="no Triton kernel to run")
+
+    if dev.type == "cuda":
+        xs = make_inputs(problem, 305, "normal", dev)
+        with torch.no_grad():
+            out = cand(*xs)
+            torch.cuda.current_stream().synchronize()
+            early = [t.clone() for t in _flat(out)]
+            torch.cuda.synchronize()
+        late_ok = all(torch.equal(e, t) for e, t in zip(early, _flat(out)))
+        ck.add("exploits", "streams-synchronized", late_ok, note="output read after the current stream vs after the whole device synchronized")
+    else:
+        ck.add("exploits", "streams-synchronized", None, note="CPU run: no streams")
+
+    if performance and dev.type == "cuda":
+        from .verify_perf import performance_gate
+
+        performance_gate(ck, problem, ref_model, cand, policy, dev)
+    else:
+        ck.add("performance", "speedup", None, note="needs a GPU" if dev.type != "cuda" else "not requested")
+    return {"checks": ck.items}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m kforge.verify_runner")
+    ap.add_argument("problem")
+    ap.add_argument("candidate")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--policy-json", default="{}")
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--no-performance", action="store_true")
+    a = ap.parse_args(argv)
+    try:
+        try:
+            import torch
+        except ImportError as e:
+            raise RunnerError(f"torch is not importable here ({e})") from e
+        dev_s = a.device if a.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+        if dev_s.startswith("cuda") and not torch.cuda.is_available():
+            raise RunnerError("--device cuda but no CUDA GPU is visible")
+        policy = json.loads(a.policy_json)
+        problem = load_module(a.problem, "problem")
+        for fn in ("Model", "get_inputs", "get_init_inputs"):
+            if getattr(problem, fn, None) is None:
+                raise RunnerError(f"{a.problem}: no {fn} (a KernelBench problem needs class Model, get_inputs(), get_init_inputs())")
+        timers0, threads0 = timer_identities(), threading.active_count()
+        cand = load_module(a.candidate, "candidate")
+        if getattr(cand, "ModelNew", None) is None:
+            raise RunnerError(f"{a.candidate}: no class ModelNew")
+        res = run_checks(problem, cand, policy, torch.device(dev_s), not a.no_performance, timers0, threads0)
+        res["device"] = dev_s
+    except RunnerError as e:
+        print(f"kforge verify: {e}", file=sys.stderr)
+        return 2
+    with open(a.out, "w") as f:
+        json.dump(res, f, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
