@@ -375,8 +375,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except CaptureError as e:
         print(f"kforge capture: {e}", file=sys.stderr)
         return 2
+    from .verify_runner import finite_json
+
     with open(a.out, "w") as f:
-        json.dump(res, f)
+        json.dump(finite_json(res), f, allow_nan=False)
     return 0
 
 

@@ -382,6 +382,17 @@ def run_checks(problem: Any, cand_mod: Any, policy: Dict[str, Any], dev: Any, pe
     return {"checks": ck.items}
 
 
+def finite_json(x: Any) -> Any:
+    """JSON has no NaN or infinity: such floats become the strings "nan", "inf", "-inf"."""
+    if isinstance(x, float) and not (x == x and abs(x) != float("inf")):
+        return "nan" if x != x else ("inf" if x > 0 else "-inf")
+    if isinstance(x, dict):
+        return {str(k): finite_json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [finite_json(v) for v in x]
+    return x
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m kforge.verify_runner")
     ap.add_argument("problem")
@@ -414,7 +425,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"kforge verify: {e}", file=sys.stderr)
         return 2
     with open(a.out, "w") as f:
-        json.dump(res, f, default=str)
+        json.dump(finite_json(res), f, default=str, allow_nan=False)
     return 0
 
 

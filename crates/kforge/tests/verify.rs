@@ -1,0 +1,143 @@
+//! `kforge verify` over the candidate corpus (tests/candidates/expect.json) on the CPU: every
+//! honest candidate passes the gates that can run here, every cheat is rejected by the check
+//! named for it. Needs python3 with torch, Triton and numpy (scripts/test installs them);
+//! Triton kernels run in the interpreter (TRITON_INTERPRET=1) on CPU tensors.
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+fn corpus() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/candidates")
+}
+
+fn torch_available() -> bool {
+    Command::new("python3").args(["-c", "import torch, triton, numpy"]).status().map(|s| s.success()).unwrap_or(false)
+}
+
+fn verify(problem: &str, candidate: &str, out: &std::path::Path) -> (Option<i32>, Value, String) {
+    let c = corpus();
+    let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
+        .args(["verify", "--device", "cpu", "--no-performance", "--time-limit-s", "300", "--json"])
+        .arg(out)
+        .arg(c.join(problem))
+        .arg(c.join(candidate))
+        .env("TRITON_INTERPRET", "1")
+        .output()
+        .unwrap();
+    let v: Value = std::fs::read_to_string(out).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null);
+    (o.status.code(), v, format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+}
+
+#[test]
+fn corpus_verdicts() {
+    assert!(torch_available(), "python3 with torch, triton and numpy is needed (scripts/test installs them)");
+    let expect: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(corpus().join("expect.json")).unwrap()).unwrap();
+    assert!(expect.len() >= 20);
+    let dir = tempfile::tempdir().unwrap();
+    let queue = Arc::new(Mutex::new(expect.into_iter().enumerate().collect::<Vec<_>>()));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let (queue, failures, dir) = (queue.clone(), failures.clone(), dir.path().to_path_buf());
+            std::thread::spawn(move || loop {
+                let Some((i, e)) = queue.lock().unwrap().pop() else { break };
+                let (p, c) = (e["problem"].as_str().unwrap(), e["candidate"].as_str().unwrap());
+                let (code, v, log) = verify(p, c, &dir.join(format!("{i}.json")));
+                let by = v["rejected_by"].as_str().unwrap_or("").to_string();
+                let ok = match e["expect"].as_str().unwrap() {
+                    "pass" => code == Some(0) && v["outcome"] == "passed-without-performance",
+                    _ => {
+                        code == Some(1)
+                            && v["outcome"] == "rejected"
+                            && e["rejected_by"].as_array().unwrap().iter().any(|w| by.starts_with(w.as_str().unwrap()))
+                    }
+                };
+                if !ok {
+                    failures.lock().unwrap().push(format!("{c}: expected {} {}, got exit {code:?} {} by {by:?}\n{log}", e["expect"], e["rejected_by"], v["outcome"]));
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+    let f = failures.lock().unwrap();
+    assert!(f.is_empty(), "{} corpus entries wrong:\n{}", f.len(), f.join("\n"));
+}
+
+#[test]
+fn bad_input_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("v.json");
+    // A candidate without ModelNew cannot run: exit 2 and the reason.
+    let nomodel = dir.path().join("nomodel.py");
+    std::fs::write(&nomodel, "x = 1\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
+        .args(["verify", "--device", "cpu", "--no-performance", "--json"])
+        .arg(&out)
+        .arg(corpus().join("problems/vector_add.py"))
+        .arg(&nomodel)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    if torch_available() {
+        assert!(text.contains("no class ModelNew"), "{text}");
+    }
+    // Syntax error in the candidate: could not run, line named, nothing executed.
+    std::fs::write(&nomodel, "def f(:\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_kforge")).args(["verify", "--device", "cpu"]).arg(corpus().join("problems/vector_add.py")).arg(&nomodel).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("line 1"));
+    // Missing files, bad policy, bad device.
+    let o = Command::new(env!("CARGO_BIN_EXE_kforge")).args(["verify", "nope.py", "nope2.py"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("nope.py: no such file"));
+    let pol = dir.path().join("p.toml");
+    std::fs::write(&pol, "seeds = 1\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
+        .args(["verify", "--policy"])
+        .arg(&pol)
+        .arg(corpus().join("problems/vector_add.py"))
+        .arg(corpus().join("vector_add/honest.py"))
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("seeds must be at least 3"));
+    let o = Command::new(env!("CARGO_BIN_EXE_kforge")).args(["verify", "--device", "gpu0", "a.py", "b.py"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--device must be"));
+}
+
+#[test]
+fn time_limit_kills_the_candidate() {
+    let dir = tempfile::tempdir().unwrap();
+    let slow = dir.path().join("slow.py");
+    // Blocks at import: the limit must end it (the static check passes this file).
+    std::fs::write(&slow, "while True:\n    pass\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
+        .args(["verify", "--device", "cpu", "--time-limit-s", "2"])
+        .arg(corpus().join("problems/vector_add.py"))
+        .arg(&slow)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    assert!(text.contains("time limit of 2 s exceeded"), "{text}");
+}
+
+#[test]
+fn memory_limit_kills_the_candidate() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.py");
+    // 3 GB written at import (resident, not lazily mapped), over a 1 GiB limit.
+    std::fs::write(&big, "hog = b'x' * 3_000_000_000\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
+        .args(["verify", "--device", "cpu", "--memory-limit-gib", "1", "--json", "-"])
+        .arg(corpus().join("problems/vector_add.py"))
+        .arg(&big)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    assert!(text.contains("memory limit of 1 GiB exceeded"), "{text}");
+}
