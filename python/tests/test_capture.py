@@ -88,3 +88,12 @@ def test_iterations_split_evenly_without_annotations() -> None:
     assert len(capture.group_iterations(events, 4)) == 1
     assert capture.group_iterations([], 2) == []
     json.dumps(capture.group_iterations(events, 3))
+
+
+def test_finite_json_replaces_non_finite_floats() -> None:
+    from kforge.verify_runner import finite_json
+
+    data = {"a": float("nan"), "b": [float("inf"), -float("inf"), 1.5], "c": {"d": (2, float("nan"))}}
+    out = finite_json(data)
+    assert out == {"a": "nan", "b": ["inf", "-inf", 1.5], "c": {"d": ["nan"][:0] + [2, "nan"]}}
+    json.dumps(out, allow_nan=False)
