@@ -84,6 +84,35 @@ def kernel_sources(wrapper_code: str) -> Dict[str, str]:
     return out
 
 
+def _is_triton_jit(d: ast.expr) -> bool:
+    target = d.func if isinstance(d, ast.Call) else d
+    return isinstance(target, ast.Attribute) and target.attr == "jit" and isinstance(target.value, ast.Name) and target.value.id == "triton"
+
+
+def kernel_for_interpreter(source: str, name: str) -> Any:
+    """The ``@triton.jit`` function ``name`` of an Inductor kernel source, without Inductor's
+    autotuning decorator (``@triton_heuristics.*``) and GPU-driver set-up, so that it can be
+    launched directly — with ``TRITON_INTERPRET=1`` on CPU tensors: per-kernel replay without a GPU.
+    Launch it as ``fn[grid](*args, XBLOCK=...)``; the grid and block sizes are the caller's."""
+    tree = ast.parse(source)
+    body: List[ast.stmt] = []
+    found = False
+    for node in tree.body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute) \
+                and node.value.func.attr == "set_driver_to_gpu":
+            continue
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            node.decorator_list = [d for d in node.decorator_list if _is_triton_jit(d)]
+            found = bool(node.decorator_list)
+        body.append(node)
+    if not found:
+        raise CaptureError(f"kernel {name}: no @triton.jit function of that name in its source")
+    tree.body = body
+    ns: Dict[str, Any] = {"__file__": f"<kforge replay {name}>", "__name__": f"kforge_replay_{name}"}
+    exec(compile(tree, f"<kforge replay {name}>", "exec"), ns)
+    return ns[name]
+
+
 def group_iterations(events: Sequence[Dict[str, Any]], iterations: int) -> List[List[Dict[str, Any]]]:
     """Split a chrome trace's events into per-iteration kernel lists.
 

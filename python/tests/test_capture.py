@@ -97,3 +97,28 @@ def test_finite_json_replaces_non_finite_floats() -> None:
     out = finite_json(data)
     assert out == {"a": "nan", "b": ["inf", "-inf", 1.5], "c": {"d": ["nan"][:0] + [2, "nan"]}}
     json.dumps(out, allow_nan=False)
+
+
+def test_fixture_kernels_replay_in_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per-kernel replay without a GPU: Inductor kernels from a wrapper fixture, stripped of their
+    autotuning decorator, run by Triton's interpreter on CPU tensors and match torch."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    pytest.importorskip("numpy")
+    src = capture.kernel_sources((FIXTURES / "mlp_softmax_t210.py").read_text())
+
+    relu = capture.kernel_for_interpreter(src["triton_poi_fused_addmm_relu_0"], "triton_poi_fused_addmm_relu_0")
+    torch.manual_seed(0)
+    buf, bias = torch.randn(16, 4096), torch.randn(4096)
+    want = torch.relu(buf + bias)
+    relu[(65536 // 1024,)](buf, bias, 65536, XBLOCK=1024)  # in_out_ptr0: updated in place
+    assert torch.allclose(buf, want)
+
+    softmax = capture.kernel_for_interpreter(src["triton_per_fused__softmax_1"], "triton_per_fused__softmax_1")
+    x, out = torch.randn(16, 1024), torch.empty(16, 1024)
+    softmax[(16 // 2,)](x, out, 16, 1024, XBLOCK=2)
+    assert torch.allclose(out, torch.softmax(x, -1), atol=1e-6)
+
+    with pytest.raises(capture.CaptureError, match="no @triton.jit function"):
+        capture.kernel_for_interpreter(src["triton_per_fused__softmax_1"], "not_there")
