@@ -132,6 +132,8 @@ def compare(out: Any, ref: Any, policy: Dict[str, Any]) -> Dict[str, Any]:
     """allclose per output tensor with the dtype's tolerance; NaN where the reference has none fails."""
     import torch
 
+    if isinstance(out, BaseException):
+        return {"ok": False, "why": f"the candidate raised {type(out).__name__}: {out}"}
     outs, refs = _flat(out), _flat(ref)
     if len(outs) != len(refs):
         return {"ok": False, "why": f"{len(outs)} output tensors, the reference has {len(refs)}"}
@@ -260,8 +262,12 @@ def run_checks(problem: Any, cand_mod: Any, policy: Dict[str, Any], dev: Any, pe
     fns = jit_functions(cand_mod)
 
     def call(xs: Sequence[Any]) -> Any:
-        with torch.no_grad():
-            return cand(*xs)
+        """The candidate's output, or the exception it raised (then every comparison fails)."""
+        try:
+            with torch.no_grad():
+                return cand(*xs)
+        except Exception as e:
+            return e
 
     # Dry run.
     xs = make_inputs(problem, 0, "normal", dev)
@@ -272,6 +278,9 @@ def run_checks(problem: Any, cand_mod: Any, policy: Dict[str, Any], dev: Any, pe
             out0 = call(xs)
             if dev.type == "cuda":
                 torch.cuda.synchronize()
+        if isinstance(out0, BaseException):
+            ck.add("dry-run", "runs", False, error=f"{type(out0).__name__}: {out0}")
+            return {"checks": ck.items}
         ck.add("dry-run", "runs", True, kernel_launches=lc.count)
     except Exception as e:
         ck.add("dry-run", "runs", False, error=f"{type(e).__name__}: {e}")
@@ -292,6 +301,25 @@ def run_checks(problem: Any, cand_mod: Any, policy: Dict[str, Any], dev: Any, pe
             unchanged = same_values(xs, keep)
             ok = r["ok"] and unchanged
             ck.add("correctness", f"seed-{s}-{dist}", ok, **r, inputs_unchanged=unchanged)
+
+    # Gate 2, ragged sizes: module-level size variables set to the policy's values.
+    for name, value in dict(policy.get("ragged", {})).items():
+        if not isinstance(getattr(problem, name, None), int):
+            raise RunnerError(f"policy: ragged size {name} is not a module-level integer of the problem")
+        own = getattr(problem, name)
+        setattr(problem, name, int(value))
+        try:
+            for s in seeds:
+                xs = make_inputs(problem, 150 + s, DISTRIBUTIONS[s % len(DISTRIBUTIONS)], dev)
+                keep = clone_all(xs)
+                with torch.no_grad():
+                    ref = ref_model(*clone_all(xs))
+                plant_sentinels(ref)
+                r = compare(call(xs), ref, policy)
+                unchanged = same_values(xs, keep)
+                ck.add("correctness", f"ragged-{name}={value}-seed-{s}", r["ok"] and unchanged, **r, inputs_unchanged=unchanged)
+        finally:
+            setattr(problem, name, own)
 
     # Gate 3: model level at 1e-4 on 3 seeds, else the fp64 rule.
     strict = {"rtol": {k: 1e-4 for k in ("float32", "float16", "bfloat16", "float64")}, "atol": {k: 1e-4 for k in ("float32", "float16", "bfloat16", "float64")}}

@@ -42,12 +42,24 @@ pub struct Policy {
     pub seeds: u32,
     /// Interleaved timing rounds (gate 4).
     pub rounds: u32,
+    /// Ragged sizes: module-level size variables of the problem that only shape its inputs, with
+    /// a value to try besides the problem's own (e.g. `N = 4000` for `N = 4096`): gate 2 then also
+    /// checks the candidate on those shapes.
+    pub ragged: std::collections::BTreeMap<String, i64>,
 }
 
 impl Default for Policy {
     fn default() -> Self {
         let tol = |a: f64, b: f64| HashMap::from([("float32".to_string(), a), ("float16".to_string(), b), ("bfloat16".to_string(), b)]);
-        Policy { allowed_torch_ops: Vec::new(), precision: Precision::Strict, rtol: tol(1e-4, 1e-2), atol: tol(1e-4, 1e-2), seeds: 3, rounds: 5 }
+        Policy {
+            allowed_torch_ops: Vec::new(),
+            precision: Precision::Strict,
+            rtol: tol(1e-4, 1e-2),
+            atol: tol(1e-4, 1e-2),
+            seeds: 3,
+            rounds: 5,
+            ragged: Default::default(),
+        }
     }
 }
 
@@ -59,6 +71,8 @@ pub enum PolicyError {
     Seeds(u32),
     #[error("policy file: rounds must be at least 1, got {0}")]
     Rounds(u32),
+    #[error("policy file: ragged size {name} must be at least 1, got {value}")]
+    Ragged { name: String, value: i64 },
     #[error("policy file: tolerance for {dtype} must be a finite number >= 0, got {value}")]
     Tolerance { dtype: String, value: f64 },
 }
@@ -71,6 +85,9 @@ impl Policy {
         }
         if p.rounds < 1 {
             return Err(PolicyError::Rounds(p.rounds));
+        }
+        if let Some((name, v)) = p.ragged.iter().find(|(_, v)| **v < 1) {
+            return Err(PolicyError::Ragged { name: name.clone(), value: *v });
         }
         for (dtype, value) in p.rtol.iter().chain(p.atol.iter()) {
             if !value.is_finite() || *value < 0.0 {

@@ -100,6 +100,8 @@ fn policy_file_errors_are_named() {
     assert!(Policy::from_toml("[rtol]\nfloat32 = -1.0").unwrap_err().to_string().contains("tolerance for float32"));
     assert!(Policy::from_toml("precison = \"strict\"").unwrap_err().to_string().contains("unknown field"));
     assert!(Policy::from_toml("precision = \"sloppy\"").is_err());
+    assert!(Policy::from_toml("[ragged]\nN = 0").unwrap_err().to_string().contains("ragged size N must be at least 1"));
+    assert_eq!(Policy::from_toml("[ragged]\nN = 4000").unwrap().ragged["N"], 4000);
     let d = Policy::from_toml("").unwrap();
     assert_eq!((d.seeds, d.rounds, d.rtol["float32"], d.atol["bfloat16"]), (3, 5, 1e-4, 1e-2));
 }

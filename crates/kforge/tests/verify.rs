@@ -16,10 +16,15 @@ fn torch_available() -> bool {
     Command::new("python3").args(["-c", "import torch, triton, numpy"]).status().map(|s| s.success()).unwrap_or(false)
 }
 
-fn verify(problem: &str, candidate: &str, out: &std::path::Path) -> (Option<i32>, Value, String) {
+fn verify(problem: &str, candidate: &str, policy: Option<&str>, out: &std::path::Path) -> (Option<i32>, Value, String) {
     let c = corpus();
-    let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
-        .args(["verify", "--device", "cpu", "--no-performance", "--time-limit-s", "300", "--json"])
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kforge"));
+    cmd.arg("verify");
+    if let Some(p) = policy {
+        cmd.arg("--policy").arg(c.join(p));
+    }
+    let o = cmd
+        .args(["--device", "cpu", "--no-performance", "--time-limit-s", "300", "--json"])
         .arg(out)
         .arg(c.join(problem))
         .arg(c.join(candidate))
@@ -44,7 +49,7 @@ fn corpus_verdicts() {
             std::thread::spawn(move || loop {
                 let Some((i, e)) = queue.lock().unwrap().pop() else { break };
                 let (p, c) = (e["problem"].as_str().unwrap(), e["candidate"].as_str().unwrap());
-                let (code, v, log) = verify(p, c, &dir.join(format!("{i}.json")));
+                let (code, v, log) = verify(p, c, e["policy"].as_str(), &dir.join(format!("{i}.json")));
                 let by = v["rejected_by"].as_str().unwrap_or("").to_string();
                 let ok = match e["expect"].as_str().unwrap() {
                     "pass" => code == Some(0) && v["outcome"] == "passed-without-performance",
