@@ -227,7 +227,9 @@ def _compile(problem: Any, mode: str, dev: Any) -> Tuple[Any, Any, List[Any]]:
 def _time_ms(fn: Callable[[], Any]) -> float:
     from .bench import do_bench
 
-    return float(do_bench(fn, warmup=25, rep=200, return_mode="median", name="inspect"))
+    v = do_bench(fn, warmup=25, rep=200, return_mode="median", name="inspect")
+    assert isinstance(v, float)
+    return v
 
 
 def capture_problem(path: str, problem: Any, mode: str, iterations: int, restitch: bool) -> Dict[str, Any]:

@@ -22,6 +22,12 @@ from .verify_runner import Check, _flat, make_inputs
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
 
 
+def _ms(fn: Any, name: str, **kw: Any) -> float:
+    v = do_bench(fn, return_mode="median", name=name, **kw)
+    assert isinstance(v, float)
+    return v
+
+
 def _bytes(xs: Any) -> int:
     return sum(t.numel() * t.element_size() for t in _flat(xs))
 
@@ -33,8 +39,8 @@ def copy_bandwidth(dev: Any) -> float:
     n = 1 << 28
     src = torch.empty(n, dtype=torch.float32, device=dev)
     dst = torch.empty_like(src)
-    ms = do_bench(lambda: dst.copy_(src), warmup=10, rep=50, return_mode="median", name="verify:copy-bandwidth")
-    return 2 * n * 4 / (float(ms) / 1e3)
+    ms = _ms(lambda: dst.copy_(src), "verify:copy-bandwidth", warmup=10, rep=50)
+    return 2 * n * 4 / (ms / 1e3)
 
 
 def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy: Dict[str, Any], dev: Any) -> None:
@@ -51,9 +57,9 @@ def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy:
             xs = make_inputs(problem, 400 + r, "normal", dev)
             base(*xs)
             cand(*xs)
-            tb = float(do_bench(lambda: base(*xs), return_mode="median", name="verify:baseline"))
-            tc = float(do_bench(lambda: cand(*xs), return_mode="median", name="verify:candidate"))
-            tb2 = float(do_bench(lambda: base(*xs), return_mode="median", name="verify:baseline-again"))
+            tb = _ms(lambda: base(*xs), "verify:baseline")
+            tc = _ms(lambda: cand(*xs), "verify:candidate")
+            tb2 = _ms(lambda: base(*xs), "verify:baseline-again")
             speed.append(math.log(tb / tc))
             noise.append(abs(math.log(tb2 / tb)))
             tc_all.append(tc)

@@ -238,9 +238,12 @@ def fp64_rule(problem: Any, init: Sequence[Any], ref_model: Any, cand_out: Any, 
     return {"ok": rho <= 10.0, "rule": "fp64-ratio", "rho": rho, "d_opt": d_opt, "d_ref": d_ref}
 
 
-def run_checks(problem: Any, cand_mod: Any, policy: Dict[str, Any], dev: Any, performance: bool,
+def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, performance: bool,
                timers0: Dict[str, int], threads0: int) -> Dict[str, Any]:
-    """All runtime checks; ``timers0`` and ``threads0`` were taken before the candidate was imported."""
+    """All runtime checks; ``timers0`` and ``threads0`` were taken before the candidate was imported.
+
+    ``candidate`` is the candidate's module (a ``ModelNew`` file) or, for a replacement kernel, a
+    ``verify_kernel.KernelCandidate`` (the compiled model re-stitched with the kernel)."""
     import torch
 
     ck = Check()
@@ -250,16 +253,23 @@ def run_checks(problem: Any, cand_mod: Any, policy: Dict[str, Any], dev: Any, pe
     torch.manual_seed(1234)
     ref_model = problem.Model(*init).to(dev).eval()
     torch.manual_seed(1234)
-    try:
-        cand = cand_mod.ModelNew(*init).to(dev).eval()
-    except Exception as e:
-        ck.add("dry-run", "construct", False, error=f"{type(e).__name__}: {e}")
-        return {"checks": ck.items}
-    try:  # same weights as the reference where the parameter names agree
-        cand.load_state_dict(ref_model.state_dict(), strict=False)
-    except Exception:
-        pass
-    fns = jit_functions(cand_mod)
+    if hasattr(candidate, "restitch"):  # a replacement kernel
+        try:
+            cand, fns = candidate.restitch(ref_model, ck)
+        except Exception as e:
+            ck.add("dry-run", "compile-and-restitch", False, error=f"{type(e).__name__}: {e}")
+            return {"checks": ck.items}
+    else:
+        try:
+            cand = candidate.ModelNew(*init).to(dev).eval()
+        except Exception as e:
+            ck.add("dry-run", "construct", False, error=f"{type(e).__name__}: {e}")
+            return {"checks": ck.items}
+        try:  # same weights as the reference where the parameter names agree
+            cand.load_state_dict(ref_model.state_dict(), strict=False)
+        except Exception:
+            pass
+        fns = jit_functions(candidate)
 
     def call(xs: Sequence[Any]) -> Any:
         """The candidate's output, or the exception it raised (then every comparison fails)."""
@@ -429,6 +439,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--policy-json", default="{}")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--no-performance", action="store_true")
+    ap.add_argument("--kernel", help="CANDIDATE is a replacement source for this Inductor kernel of PROBLEM")
     a = ap.parse_args(argv)
     try:
         try:
@@ -444,9 +455,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if getattr(problem, fn, None) is None:
                 raise RunnerError(f"{a.problem}: no {fn} (a KernelBench problem needs class Model, get_inputs(), get_init_inputs())")
         timers0, threads0 = timer_identities(), threading.active_count()
-        cand = load_module(a.candidate, "candidate")
-        if getattr(cand, "ModelNew", None) is None:
-            raise RunnerError(f"{a.candidate}: no class ModelNew")
+        cand: Any
+        if a.kernel:
+            if not dev_s.startswith("cuda"):
+                raise RunnerError("a replacement kernel is verified inside the torch.compile'd problem, which needs a CUDA GPU")
+            from .verify_kernel import KernelCandidate
+
+            with open(a.candidate) as f:
+                cand = KernelCandidate(problem, a.kernel, f.read(), str(policy.get("baseline_mode", "default")), torch.device(dev_s), policy)
+        else:
+            cand = load_module(a.candidate, "candidate")
+            if getattr(cand, "ModelNew", None) is None:
+                raise RunnerError(f"{a.candidate}: no class ModelNew")
         res = run_checks(problem, cand, policy, torch.device(dev_s), not a.no_performance, timers0, threads0)
         res["device"] = dev_s
     except RunnerError as e:

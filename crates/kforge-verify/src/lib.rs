@@ -195,6 +195,9 @@ struct Checker<'a> {
     policy: &'a Policy,
     aliases: HashMap<String, String>,
     findings: Vec<Finding>,
+    /// Inside a `@triton.jit` function: device code, where `tl_math.exp` or `triton_helpers.*`
+    /// (Inductor's kernel helpers) are the kernel's own arithmetic, not torch doing the work.
+    in_kernel: usize,
 }
 
 impl Checker<'_> {
@@ -221,7 +224,7 @@ impl Checker<'_> {
             let vendor = n.starts_with("torch.ops.") || n.starts_with("extern_kernels.") || n.starts_with("torch._C.");
             let functional = n.starts_with("torch.nn.functional.");
             let layer = n.starts_with("torch.nn.") && NN_LAYERS.contains(&last);
-            if (torch_fn || vendor || functional || layer) && !self.allowed(n) {
+            if (torch_fn || vendor || functional || layer) && self.in_kernel == 0 && !self.allowed(n) {
                 self.add(Rule::TorchCompute, c, format!("{n}(...) computes with torch instead of the candidate's kernel"));
             }
             if n == "torch.cuda.Stream" || n == "torch.cuda.stream" || n == "torch.cuda.set_stream" || n.ends_with("ExternalStream") {
@@ -322,6 +325,10 @@ impl Visitor for Checker<'_> {
         self.generic_visit_stmt_class_def(node)
     }
     fn visit_stmt_function_def(&mut self, node: ast::StmtFunctionDef) {
+        let kernel = node.decorator_list.iter().any(|d| {
+            let target = if let Expr::Call(c) = d { c.func.as_ref() } else { d };
+            dotted(target, &self.aliases).is_some_and(|n| n == "triton.jit" || n.ends_with(".triton.jit"))
+        });
         for d in &node.decorator_list {
             let target = if let Expr::Call(c) = d { c.func.as_ref() } else { d };
             if let Some(n) = dotted(target, &self.aliases) {
@@ -330,7 +337,9 @@ impl Visitor for Checker<'_> {
                 }
             }
         }
-        self.generic_visit_stmt_function_def(node)
+        self.in_kernel += usize::from(kernel);
+        self.generic_visit_stmt_function_def(node);
+        self.in_kernel -= usize::from(kernel);
     }
     fn visit_stmt_global(&mut self, node: ast::StmtGlobal) {
         self.add(Rule::ModuleCache, &node, format!("global {}: state kept across calls", node.names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ")));
@@ -444,7 +453,7 @@ pub fn check_static(source: &str, policy: &Policy) -> Result<Vec<Finding>, Synta
         let (line, col) = lines.at(e.offset.to_usize());
         SyntaxError { line, col, message: e.error.to_string() }
     })?;
-    let mut ck = Checker { lines: &lines, policy, aliases: HashMap::new(), findings: Vec::new() };
+    let mut ck = Checker { lines: &lines, policy, aliases: HashMap::new(), findings: Vec::new(), in_kernel: 0 };
     for s in suite.iter().cloned() {
         ck.visit_stmt(s);
     }

@@ -82,6 +82,22 @@ fn each_exploit_is_named_with_its_line() {
 }
 
 #[test]
+fn inductor_kernel_sources_pass() {
+    // A replacement kernel is an Inductor kernel module: its helpers (tl_math.exp, libdevice,
+    // triton_helpers.maximum) are device code, not torch doing the work.
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kforge-inductor/tests/fixtures/mlp_softmax_t210.py");
+    let wrapper = std::fs::read_to_string(p).unwrap();
+    let start = wrapper.find("triton_per_fused__softmax_1 = async_compile.triton(").unwrap();
+    let body = &wrapper[start..];
+    let src = &body[body.find("'''").unwrap() + 3..];
+    let src = &src[..src.find("'''").unwrap()];
+    assert!(src.contains("tl_math.exp"));
+    assert_eq!(rules(src), vec![]);
+    // The same helper name outside a kernel is torch code again.
+    assert_eq!(rules("import torch\ndef f(x):\n    return torch.exp(x)\n"), vec![(Rule::TorchCompute, 3)]);
+}
+
+#[test]
 fn policy_relaxes_what_it_names() {
     let p = Policy::from_toml("allowed_torch_ops = [\"torch.nn.functional.relu\"]\nprecision = \"tf32-allowed\"\n").unwrap();
     assert_eq!(p.precision, Precision::Tf32Allowed);

@@ -16,8 +16,13 @@ use std::time::{Duration, Instant};
 pub struct VerifyArgs {
     /// The problem (KernelBench format: class Model, get_inputs(), get_init_inputs()).
     problem: PathBuf,
-    /// The candidate: a file defining class ModelNew with the same constructor as Model.
+    /// The candidate: a file defining class ModelNew with the same constructor as Model, or with
+    /// --kernel the source of a replacement for one Inductor kernel of the compiled problem.
     candidate: PathBuf,
+    /// CANDIDATE replaces this Triton kernel of the torch.compile'd problem (a name `kforge
+    /// inspect` lists); it is verified re-stitched into the compiled model (needs a GPU).
+    #[arg(long)]
+    kernel: Option<String>,
     /// Policy file (TOML): allowed_torch_ops, precision (strict | tf32-allowed | low-allowed),
     /// [rtol] / [atol] per dtype, seeds, rounds.
     #[arg(long)]
@@ -109,6 +114,9 @@ fn run_candidate(a: &VerifyArgs, device: &str, policy: &Policy, problem: &str, c
     cmd.arg("--device").arg(device);
     if a.no_performance {
         cmd.arg("--no-performance");
+    }
+    if let Some(k) = &a.kernel {
+        cmd.arg("--kernel").arg(k);
     }
     let pp = std::env::var_os("PYTHONPATH").map(|p| format!("{}:{}", tmp.path().display(), p.to_string_lossy()));
     cmd.env("PYTHONPATH", pp.unwrap_or_else(|| tmp.path().display().to_string()));

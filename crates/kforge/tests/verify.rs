@@ -91,6 +91,17 @@ fn bad_input_is_named() {
     if torch_available() {
         assert!(text.contains("no class ModelNew"), "{text}");
     }
+    // A replacement kernel needs the compiled problem on a GPU.
+    if torch_available() {
+        let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
+            .args(["verify", "--device", "cpu", "--kernel", "triton_poi_fused_add_0"])
+            .arg(corpus().join("problems/vector_add.py"))
+            .arg(corpus().join("vector_add/honest.py"))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("needs a CUDA GPU"), "{}", String::from_utf8_lossy(&o.stdout));
+    }
     // Syntax error in the candidate: could not run, line named, nothing executed.
     std::fs::write(&nomodel, "def f(:\n").unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_kforge")).args(["verify", "--device", "cpu"]).arg(corpus().join("problems/vector_add.py")).arg(&nomodel).output().unwrap();
