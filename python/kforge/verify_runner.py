@@ -169,6 +169,8 @@ class Check:
         """passed None: the check does not apply here (reason in evidence)."""
         evidence.pop("ok", None)
         self.items.append({"gate": gate, "name": name, "ok": passed, "evidence": evidence})
+        mark = "n/a" if passed is None else ("ok" if passed else "FAILED")
+        print(f"  {gate:<12} {name:<40} {mark}", file=sys.stderr, flush=True)
         return bool(passed) or passed is None
 
 

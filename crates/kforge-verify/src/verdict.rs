@@ -146,3 +146,48 @@ fn brief(e: &Value) -> String {
         t
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn check(gate: &str, name: &str, ok: Option<bool>) -> CheckResult {
+        CheckResult { gate: gate.into(), name: name.into(), ok, evidence: json!({"why": "x"}) }
+    }
+
+    #[test]
+    fn cascade_order_and_outcomes() {
+        let all_ok = RunnerResult {
+            checks: vec![check("dry-run", "runs", Some(true)), check("correctness", "seed-0", Some(true)), check("performance", "speedup", None)],
+            device: Some("cpu".into()),
+        };
+        let v = compose("p", "c", &[], Some(&all_ok), None, json!({}));
+        assert_eq!((v.outcome, v.rejected_by.as_deref()), (Outcome::PassedWithoutPerformance, None));
+        assert_eq!(v.outcome.exit_code(), 0);
+        let status: Vec<&str> = v.gates.iter().map(|g| g.status.as_str()).collect();
+        assert_eq!(status, ["passed", "passed", "passed", "not-run", "not-run", "not-applicable"]);
+
+        let mut perf = all_ok.clone();
+        perf.checks[2].ok = Some(true);
+        assert_eq!(compose("p", "c", &[], Some(&perf), None, json!({})).outcome, Outcome::Accepted);
+
+        // The first failing check in gate order names the rejection, whatever the list order.
+        let failing = RunnerResult {
+            checks: vec![check("exploits", "ghost-replay", Some(false)), check("correctness", "seed-1", Some(false))],
+            device: None,
+        };
+        let v = compose("p", "c", &[], Some(&failing), None, json!({}));
+        assert_eq!((v.outcome, v.rejected_by.as_deref()), (Outcome::Rejected, Some("correctness:seed-1")));
+        assert_eq!(v.outcome.exit_code(), 1);
+        assert!(table(&v).contains("verdict: rejected by correctness:seed-1"));
+
+        // Static findings reject before anything ran; a runner failure is "could not run".
+        let f = crate::Finding { rule: crate::Rule::SideStream, line: 4, col: 9, message: "m".into() };
+        let v = compose("p", "c", &[f], None, None, json!({}));
+        assert_eq!(v.rejected_by.as_deref(), Some("static:side-stream"));
+        assert!(table(&v).contains("line 4: m"));
+        let v = compose("p", "c", &[], None, Some("time limit".into()), json!({}));
+        assert_eq!((v.outcome, v.outcome.exit_code()), (Outcome::CouldNotRun, 2));
+    }
+}

@@ -140,10 +140,22 @@ fn run_candidate(a: &VerifyArgs, device: &str, policy: &Policy, problem: &str, c
         _ => false,
     };
     let mut stderr = child.stderr.take().context("capturing the candidate's stderr")?;
+    // The runner's progress (one line per check) is shown as it comes and kept for the reason
+    // of a failure.
     let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
+        let mut all = String::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match stderr.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let text = String::from_utf8_lossy(&buf[..n]);
+                    eprint!("{text}");
+                    all.push_str(&text);
+                }
+            }
+        }
+        all
     });
     let limit_t = Duration::from_secs(a.time_limit_s);
     let limit_m = (a.memory_limit_gib * (1u64 << 30) as f64) as u64;
@@ -167,7 +179,6 @@ fn run_candidate(a: &VerifyArgs, device: &str, policy: &Policy, problem: &str, c
         std::thread::sleep(Duration::from_millis(20));
     };
     let err_text = err_reader.join().unwrap_or_default();
-    eprint!("{err_text}");
     limits["network_isolated"] = serde_json::json!(isolated);
     limits["peak_rss_bytes"] = serde_json::json!(peak);
     limits["wall_s"] = serde_json::json!(t0.elapsed().as_secs_f64());
