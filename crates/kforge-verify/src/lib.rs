@@ -195,6 +195,9 @@ struct Checker<'a> {
     policy: &'a Policy,
     aliases: HashMap<String, String>,
     findings: Vec<Finding>,
+    /// Low-precision dtypes the problem itself uses (`bfloat16` for a bf16 problem): casting to
+    /// those is the problem's precision, not a cut.
+    problem_dtypes: &'a [String],
     /// Inside a `@triton.jit` function: device code, where `tl_math.exp` or `triton_helpers.*`
     /// (Inductor's kernel helpers) are the kernel's own arithmetic, not torch doing the work.
     in_kernel: usize,
@@ -213,7 +216,8 @@ impl Checker<'_> {
     fn low_dtype(&self, e: &Expr) -> Option<String> {
         let d = dotted(e, &self.aliases)?;
         let last = d.rsplit('.').next()?;
-        (d.starts_with("torch.") && LOW_DTYPES.contains(&last)).then_some(d)
+        let own = self.problem_dtypes.iter().any(|p| canonical_dtype(p) == canonical_dtype(last));
+        (d.starts_with("torch.") && LOW_DTYPES.contains(&last) && !own).then_some(d)
     }
 
     fn check_call(&mut self, c: &ast::ExprCall) {
@@ -254,7 +258,8 @@ impl Checker<'_> {
                 self.add(Rule::TorchCompute, c, format!(".{m}(...) on a tensor computes with torch"));
             }
             if self.policy.precision != Precision::LowAllowed {
-                if LOW_CASTS.contains(&m) && c.args.is_empty() && !on_module {
+                let own = self.problem_dtypes.iter().any(|p| canonical_dtype(p) == canonical_dtype(m));
+                if LOW_CASTS.contains(&m) && c.args.is_empty() && !on_module && !own {
                     self.add(Rule::Precision, c, format!(".{m}() casts to a 16-bit type"));
                 }
                 if m == "to" || m == "type" {
@@ -447,13 +452,53 @@ fn module_level_state(suite: &[Stmt], ck: &mut Checker) {
 }
 
 /// Gate 1's static check of a candidate's source. Findings are sorted by line.
+fn canonical_dtype(d: &str) -> &str {
+    match d {
+        "half" => "float16",
+        other => other,
+    }
+}
+
+/// Low-precision torch dtypes (`torch.bfloat16`, `torch.half`, …) a problem's source mentions:
+/// the precision the problem itself computes in. A source that does not parse mentions none.
+pub fn problem_dtypes(problem_source: &str) -> Vec<String> {
+    let Ok(suite) = ast::Suite::parse(problem_source, "<problem>") else { return Vec::new() };
+    struct Dtypes(Vec<String>);
+    impl Visitor for Dtypes {
+        fn visit_expr_attribute(&mut self, node: ast::ExprAttribute) {
+            if matches!(node.value.as_ref(), Expr::Name(n) if n.id.as_str() == "torch") && LOW_DTYPES.contains(&node.attr.as_str()) {
+                let d = canonical_dtype(node.attr.as_str()).to_string();
+                if !self.0.contains(&d) {
+                    self.0.push(d);
+                }
+            }
+            self.generic_visit_expr_attribute(node)
+        }
+        fn visit_keyword(&mut self, node: ast::Keyword) {
+            self.visit_expr(node.value);
+        }
+    }
+    let mut v = Dtypes(Vec::new());
+    for s in suite {
+        v.visit_stmt(s);
+    }
+    v.0
+}
+
+/// Gate 1's static check of a candidate's source (see [`check_static_for`]), for an fp32 problem.
 pub fn check_static(source: &str, policy: &Policy) -> Result<Vec<Finding>, SyntaxError> {
+    check_static_for(source, policy, &[])
+}
+
+/// Gate 1's static check of a candidate for a problem computing in `problem_dtypes` (from
+/// [`problem_dtypes`]): casts to those are not precision cuts. Findings are sorted by line.
+pub fn check_static_for(source: &str, policy: &Policy, problem_dtypes: &[String]) -> Result<Vec<Finding>, SyntaxError> {
     let lines = Lines::new(source);
     let suite = ast::Suite::parse(source, "<candidate>").map_err(|e| {
         let (line, col) = lines.at(e.offset.to_usize());
         SyntaxError { line, col, message: e.error.to_string() }
     })?;
-    let mut ck = Checker { lines: &lines, policy, aliases: HashMap::new(), findings: Vec::new(), in_kernel: 0 };
+    let mut ck = Checker { lines: &lines, policy, aliases: HashMap::new(), findings: Vec::new(), problem_dtypes, in_kernel: 0 };
     for s in suite.iter().cloned() {
         ck.visit_stmt(s);
     }

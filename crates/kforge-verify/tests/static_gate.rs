@@ -1,7 +1,7 @@
 //! Gate 1 static check: each exploit pattern is reported under its rule with its line; an honest
 //! Triton candidate has no finding; the policy relaxes what it says.
 
-use kforge_verify::{check_static, Finding, Policy, Precision, Rule};
+use kforge_verify::{check_static, check_static_for, problem_dtypes, Finding, Policy, Precision, Rule};
 
 const HONEST: &str = r#"
 import torch
@@ -127,4 +127,18 @@ fn syntax_errors_are_located() {
     let e = check_static("def f(:\n    pass\n", &Policy::default()).unwrap_err();
     assert_eq!(e.line, 1);
     assert!(e.to_string().contains("line 1"));
+}
+
+#[test]
+fn casts_to_the_problems_own_precision_are_not_cuts() {
+    let bf16_problem = "import torch\ndef get_inputs():\n    return [torch.randn(4, 4, dtype=torch.bfloat16)]\n";
+    let dtypes = problem_dtypes(bf16_problem);
+    assert_eq!(dtypes, vec!["bfloat16".to_string()]);
+    assert_eq!(problem_dtypes("import torch\nx = torch.half\n"), vec!["float16".to_string()]);
+    let cand = "import torch\ndef f(n, x):\n    y = torch.empty(n, dtype=torch.bfloat16)\n    return x.to(torch.bfloat16), x.bfloat16(), x.half()\n";
+    let got: Vec<(Rule, usize)> = check_static_for(cand, &Policy::default(), &dtypes).unwrap().into_iter().map(|f| (f.rule, f.line)).collect();
+    // bf16 is the problem's precision; fp16 is still a cut.
+    assert_eq!(got, vec![(Rule::Precision, 4)]);
+    assert_eq!(check_static(cand, &Policy::default()).unwrap().len(), 4);
+    assert!(problem_dtypes("def f(:").is_empty());
 }

@@ -5,7 +5,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kforge_verify::verdict::{compose, table, RunnerResult};
-use kforge_verify::{check_static, Policy};
+use kforge_verify::{check_static_for, problem_dtypes, Policy};
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -83,7 +83,8 @@ pub fn verify(a: VerifyArgs) -> Result<i32> {
     let (problem, candidate) = (a.problem.display().to_string(), a.candidate.display().to_string());
     let limits = serde_json::json!({"time_s": a.time_limit_s, "memory_gib": a.memory_limit_gib});
 
-    let verdict = match check_static(&source, &policy) {
+    let problem_source = std::fs::read_to_string(&a.problem).with_context(|| format!("reading {}", a.problem.display()))?;
+    let verdict = match check_static_for(&source, &policy, &problem_dtypes(&problem_source)) {
         Err(e) => compose(&problem, &candidate, &[], None, Some(format!("{candidate}: {e}")), limits),
         Ok(findings) if !findings.is_empty() => compose(&problem, &candidate, &findings, None, None, limits),
         Ok(_) => run_candidate(&a, &device, &policy, &problem, &candidate, limits)?,
