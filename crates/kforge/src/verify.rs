@@ -24,7 +24,7 @@ pub struct VerifyArgs {
     #[arg(long)]
     kernel: Option<String>,
     /// Policy file (TOML): allowed_torch_ops, precision (strict | tf32-allowed | low-allowed),
-    /// [rtol] / [atol] per dtype, seeds, rounds.
+    /// [rtol] / [atol] per dtype, seeds, rounds, [ragged] input sizes to try (NAME = value).
     #[arg(long)]
     policy: Option<PathBuf>,
     /// Write the verdict as JSON to this file (`-`: standard output).
