@@ -157,7 +157,8 @@ def timed_calls(estimate_ms: float, rep: float) -> int:
     return max(1, int(rep / max(estimate_ms, _MIN_ESTIMATE_MS)))
 
 
-def _bench_cpu(fn: Callable[[], Any], warmup: float, rep: float, grad_to_none: Optional[Iterable[Any]]) -> List[float]:
+def _bench_cpu(fn: Callable[[], Any], warmup: float, rep: float, grad_to_none: Optional[Iterable[Any]],
+               before_each: Optional[Callable[[], Any]] = None) -> List[float]:
     fn()
 
     def batch(n: int) -> float:
@@ -173,6 +174,8 @@ def _bench_cpu(fn: Callable[[], Any], warmup: float, rep: float, grad_to_none: O
     for _ in range(n_repeat):
         for x in grads:
             x.grad = None
+        if before_each is not None:
+            before_each()
         start = clock()
         fn()
         times.append((clock() - start) / 1e6)
@@ -180,7 +183,8 @@ def _bench_cpu(fn: Callable[[], Any], warmup: float, rep: float, grad_to_none: O
 
 
 def _bench_cuda(
-    fn: Callable[[], Any], warmup: float, rep: float, grad_to_none: Optional[Iterable[Any]], device: str
+    fn: Callable[[], Any], warmup: float, rep: float, grad_to_none: Optional[Iterable[Any]], device: str,
+    before_each: Optional[Callable[[], Any]] = None,
 ) -> List[float]:
     try:
         import torch  # type: ignore[import-not-found, unused-ignore]
@@ -211,6 +215,8 @@ def _bench_cuda(
             # fn must not accumulate gradients if it contains a backward pass.
             for x in grads:
                 x.grad = None
+            if before_each is not None:
+                before_each()  # outside the timed interval
             cache.zero_()  # flush L2 between calls
             starts[i].record()
             fn()
@@ -236,6 +242,7 @@ def do_bench(
     *,
     name: Optional[str] = None,
     device: Optional[str] = None,
+    before_each: Optional[Callable[[], Any]] = None,
 ) -> Result:
     """Benchmark ``fn`` like ``triton.testing.do_bench``, inside an exclusive kforge region.
 
@@ -250,19 +257,24 @@ def do_bench(
     ``device`` (else ``$KFORGE_DEVICE``, else CUDA if available, else CPU) picks the clock: on
     a GPU each call is timed with CUDA events, a 256 MB buffer is zeroed before each timed call
     to flush the L2 cache and the ``grad_to_none`` tensors' ``.grad`` is reset; on the CPU each
-    call is timed with ``time.perf_counter_ns`` (no flush). The whole measurement runs inside
+    call is timed with ``time.perf_counter_ns`` (no flush). ``before_each`` (kforge's addition)
+    runs before every timed call, outside the timed interval — e.g. to rotate input sets or bump
+    version counters so that a candidate caching its last result cannot skip the work. The whole
+    measurement runs inside
     ``kforge.region(name)`` (``name`` defaults to ``fn``'s name) and the samples are reported to
     the daemon with the region id; without a daemon both are no-ops.
     """
     qs = _validate(fn, warmup, rep, quantiles, return_mode, grad_to_none)
+    if before_each is not None and not callable(before_each):
+        raise ValueError(f"do_bench: before_each must be callable or None, got {before_each!r}")
     dev = resolve_device(device)
     label = name or getattr(fn, "__name__", None) or "do_bench"
     if label == "<lambda>":
         label = "do_bench"
     with _region(label) as r:
         if dev == "cpu":
-            times = _bench_cpu(fn, float(warmup), float(rep), grad_to_none)
+            times = _bench_cpu(fn, float(warmup), float(rep), grad_to_none, before_each)
         else:
-            times = _bench_cuda(fn, float(warmup), float(rep), grad_to_none, dev)
+            times = _bench_cuda(fn, float(warmup), float(rep), grad_to_none, dev, before_each)
         report_measurement(label, _subsample(times, MAX_REPORTED_SAMPLES), region=r.region)
     return summarize(times, qs, return_mode)

@@ -358,8 +358,10 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     first = call(xs)
     new = make_inputs(problem, 302, "uniform", dev)
     for x, n in zip(xs, new):
-        if hasattr(x, "copy_"):
-            x.copy_(n)  # same tensors, same storage, new contents: caches keyed on id/data_ptr go stale
+        if isinstance(x, torch.Tensor):
+            # Same tensor objects, same storage, same version counter (written through .data),
+            # new contents: a cache keyed on id, data_ptr or _version returns a stale result.
+            x.data.copy_(n)
     with torch.no_grad():
         ref_new = ref_model(*clone_all(xs))
     plant_sentinels(ref_new)

@@ -224,3 +224,18 @@ def test_subsample_fits_a_frame() -> None:
                                  "samples_ms": [1.2345678901234567e-05] * len(sub)})
     assert len(frame) <= kforge.MAX_FRAME + 4
     assert bench._subsample(times[:10], 32) == times[:10]
+
+
+@pytest.mark.filterwarnings("ignore::kforge.KforgeWarning")
+def test_before_each_runs_before_every_timed_call_only() -> None:
+    events: List[str] = []
+    samples = kforge.do_bench(lambda: events.append("call"), warmup=0.0, rep=0.5, return_mode="all",
+                              device="cpu", before_each=lambda: events.append("before"))
+    assert isinstance(samples, list)
+    n = len(samples)
+    assert events.count("before") == n
+    # Every timed call follows its own before_each; warm-up calls (first 1 + 5) have none.
+    timed = events[6:]
+    assert timed == ["before", "call"] * n
+    with pytest.raises(ValueError, match="before_each must be callable"):
+        kforge.do_bench(lambda: None, device="cpu", before_each=3)  # type: ignore[arg-type]

@@ -122,6 +122,9 @@ pub enum Rule {
     Precision,
     /// Reading the harness: stack frames, the garbage collector's objects, loaded modules.
     HarnessAccess,
+    /// Native escapes: ctypes/cffi, the CUDA runtime or driver bindings (L2 persistence windows,
+    /// stream attributes, raw launches the gate and the profiler cannot attribute).
+    NativeAccess,
 }
 
 /// One finding of the static check.
@@ -159,6 +162,7 @@ const NN_LAYERS: &[&str] = &[
     "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "ReLU", "GELU", "SiLU", "Sigmoid", "Tanh",
 ];
 const HARNESS_CALLS: &[&str] = &["inspect.stack", "inspect.currentframe", "inspect.getouterframes", "sys._getframe", "gc.get_objects", "gc.get_referrers", "sys.modules.get", "traceback.extract_stack"];
+const NATIVE_MODULES: &[&str] = &["ctypes", "cffi", "cupy", "pycuda", "cuda", "numba"];
 const CONCURRENCY_MODULES: &[&str] = &["threading", "multiprocessing", "concurrent", "subprocess", "asyncio", "_thread"];
 const PATCHED_ROOTS: &[&str] = &["torch", "time", "triton", "kforge", "builtins", "np", "numpy", "os", "F"];
 const LOW_DTYPES: &[&str] = &["float16", "half", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "int8"];
@@ -236,6 +240,9 @@ impl Checker<'_> {
             }
             if n == "os.fork" || n.starts_with("threading.") || n.starts_with("multiprocessing.") || n.starts_with("subprocess.") || n.starts_with("concurrent.") {
                 self.add(Rule::Concurrency, c, format!("{n}(...) runs work outside the timed call"));
+            }
+            if n == "torch.cuda.cudart" || n.starts_with("torch.cuda.cudart.") || (n.starts_with("torch._C._cuda") && n.contains("Persist")) {
+                self.add(Rule::NativeAccess, c, format!("{n}(...) reaches the CUDA runtime directly"));
             }
             if HARNESS_CALLS.contains(&n.as_str()) {
                 self.add(Rule::HarnessAccess, c, format!("{n}(...) reads the harness instead of the inputs"));
@@ -356,6 +363,9 @@ impl Visitor for Checker<'_> {
             if CONCURRENCY_MODULES.contains(&full.split('.').next().unwrap_or("")) {
                 self.add(Rule::Concurrency, &node, format!("import {full}: threads or processes"));
             }
+            if NATIVE_MODULES.contains(&full.split('.').next().unwrap_or("")) {
+                self.add(Rule::NativeAccess, &node, format!("import {full}: native access around the harness"));
+            }
             let local = a.asname.as_ref().map(|x| x.to_string()).unwrap_or_else(|| full.split('.').next().unwrap_or(&full).to_string());
             let target = if a.asname.is_some() { full.clone() } else { local.clone() };
             self.aliases.insert(local, target);
@@ -366,6 +376,9 @@ impl Visitor for Checker<'_> {
         let module = node.module.as_ref().map(|m| m.to_string()).unwrap_or_default();
         if CONCURRENCY_MODULES.contains(&module.split('.').next().unwrap_or("")) {
             self.add(Rule::Concurrency, &node, format!("from {module} import ...: threads or processes"));
+        }
+        if NATIVE_MODULES.contains(&module.split('.').next().unwrap_or("")) {
+            self.add(Rule::NativeAccess, &node, format!("from {module} import ...: native access around the harness"));
         }
         for a in &node.names {
             let local = a.asname.as_ref().unwrap_or(&a.name).to_string();

@@ -70,6 +70,9 @@ fn each_exploit_is_named_with_its_line() {
         ("import torch\ndef f(n):\n    return torch.empty(n, dtype=torch.float16)\n", Rule::Precision, 3),
         ("import inspect\ndef f():\n    return inspect.stack()[2].frame.f_locals\n", Rule::HarnessAccess, 3),
         ("import sys\nref = sys.modules['kforge_verify_problem']\n", Rule::HarnessAccess, 2),
+        ("import ctypes\nlib = ctypes.CDLL('libcudart.so')\n", Rule::NativeAccess, 1),
+        ("from cuda.bindings import runtime\n", Rule::NativeAccess, 1),
+        ("import torch\ndef f():\n    torch.cuda.cudart().cudaProfilerStop()\n", Rule::NativeAccess, 3),
         // Inside keyword arguments, default values and comprehensions (the generated visitor skips them).
         ("import torch\ndef f(a, b):\n    return g(out=torch.matmul(a, b))\n", Rule::TorchCompute, 3),
         ("import torch\ndef f(a, b=torch.mm(x, y)):\n    return b\n", Rule::TorchCompute, 2),

@@ -1,0 +1,58 @@
+"""Pieces of the verify runner on the CPU: input generation, comparison, sentinels, rotation."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kforge import verify_perf, verify_runner  # noqa: E402
+
+
+def problem() -> types.SimpleNamespace:
+    return types.SimpleNamespace(get_inputs=lambda: [torch.randn(8, 4), torch.randint(0, 5, (3,)), 7])
+
+
+def test_inputs_keep_shapes_and_dtypes_and_follow_the_distribution() -> None:
+    dev = torch.device("cpu")
+    a = verify_runner.make_inputs(problem(), 1, "normal", dev)
+    b = verify_runner.make_inputs(problem(), 1, "normal", dev)
+    c = verify_runner.make_inputs(problem(), 1, "uniform", dev)
+    h = verify_runner.make_inputs(problem(), 1, "heavy", dev)
+    assert a[0].shape == (8, 4) and a[0].dtype == torch.float32 and a[1].dtype == torch.int64 and a[2] == 7
+    assert torch.equal(a[0], b[0])  # deterministic per seed and distribution
+    assert not torch.equal(a[0], c[0])
+    assert float(c[0].abs().max()) <= 1.0
+    assert float(h[0].abs().max()) <= 50.0
+
+
+def test_compare_tolerances_nan_and_shapes() -> None:
+    ref = torch.ones(4)
+    assert verify_runner.compare(ref + 5e-5, ref, {})["ok"]
+    bad = verify_runner.compare(ref + 1e-3, ref, {})
+    assert not bad["ok"] and "beyond rtol" in bad["why"]
+    nan = ref.clone()
+    nan[2] = float("nan")
+    assert "NaN" in verify_runner.compare(nan, ref, {})["why"]
+    assert "shape" in verify_runner.compare(torch.ones(5), ref, {})["why"]
+    assert "dtype" in verify_runner.compare(ref.double(), ref, {})["why"]
+    assert "raised ValueError" in verify_runner.compare(ValueError("x"), ref, {})["why"]
+    # bf16 gets its own (looser) default tolerance; a policy overrides it.
+    r16 = ref.bfloat16()
+    assert verify_runner.compare(r16 * 1.005, r16, {})["ok"]
+    assert not verify_runner.compare(r16 * 1.005, r16, {"rtol": {"bfloat16": 0.0}, "atol": {"bfloat16": 0.0}})["ok"]
+
+
+def test_rotation_changes_set_and_bumps_versions_not_contents() -> None:
+    sets = [[torch.full((3,), float(k)), torch.arange(3)] for k in range(3)]
+    rot = verify_perf.Rotation(sets)
+    assert rot.current() is sets[0]
+    v = sets[1][0]._version
+    rot.before()
+    assert rot.current() is sets[1]
+    assert sets[1][0]._version > v and torch.equal(sets[1][0], torch.full((3,), 1.0))
+    rot.before()
+    rot.before()
+    assert rot.current() is sets[0]

@@ -1,0 +1,32 @@
+"""Cheat (exploit 14, L2 persistence): pins its inputs in L2 through the CUDA runtime so the
+harness's flush does not evict them. Expect static:native-access."""
+import ctypes
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def add(x, y):
+    out = torch.empty_like(x)
+    n = out.numel()
+    add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
+    return out
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x, y):
+        if x.is_cuda:
+            rt = ctypes.CDLL("libcudart.so")
+            rt.cudaDeviceSetLimit(ctypes.c_int(0x06), ctypes.c_size_t(x.numel() * 8))  # cudaLimitPersistingL2CacheSize
+        return add(x, y)
