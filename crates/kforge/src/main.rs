@@ -291,7 +291,7 @@ fn real_main(cli: Cli) -> Result<i32> {
         Cmd::Report { runs, label, json, html } => report(socket, runs, label, json, html),
         Cmd::Workload { cmd } => workload(cmd),
         Cmd::Inspect(a) => inspect::inspect(a),
-        Cmd::Verify(a) => verify::verify(a),
+        Cmd::Verify(a) => verify::verify(a, socket),
         Cmd::Cancel { job } => {
             Client::connect(&socket)?.request(&Request::Cancel { job })?;
             println!("job {job} cancelled");

@@ -45,6 +45,12 @@ pub struct VerifyArgs {
     /// Python interpreter with torch (and Triton).
     #[arg(long, default_value = "python3")]
     python: String,
+    /// Run the candidate process as a job of the kforge daemon (--socket): on a shared GPU its
+    /// work is then held at the gate during other jobs' regions, and gate 4 times inside
+    /// regions. The daemon enforces the time limit; the memory limit and the private network
+    /// namespace are not applied on this path (the verdict's limits say so).
+    #[arg(long)]
+    daemon: bool,
 }
 
 fn rss_bytes(pid: u32) -> Option<u64> {
@@ -57,7 +63,7 @@ fn net_ns(pid: &str) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()
 }
 
-pub fn verify(a: VerifyArgs) -> Result<i32> {
+pub fn verify(a: VerifyArgs, socket: PathBuf) -> Result<i32> {
     if !(a.memory_limit_gib > 0.0 && a.memory_limit_gib.is_finite()) {
         bail!("--memory-limit-gib must be a positive number");
     }
@@ -87,6 +93,7 @@ pub fn verify(a: VerifyArgs) -> Result<i32> {
     let verdict = match check_static_for(&source, &policy, &problem_dtypes(&problem_source)) {
         Err(e) => compose(&problem, &candidate, &[], None, Some(format!("{candidate}: {e}")), limits),
         Ok(findings) if !findings.is_empty() => compose(&problem, &candidate, &findings, None, None, limits),
+        Ok(_) if a.daemon => run_candidate_job(&a, &socket, &policy, &problem, &candidate, limits)?,
         Ok(_) => run_candidate(&a, &device, &policy, &problem, &candidate, limits)?,
     };
     if let Some(j) = &a.json {
@@ -110,15 +117,7 @@ fn run_candidate(a: &VerifyArgs, device: &str, policy: &Policy, problem: &str, c
     }
     let out = tmp.path().join("result.json");
     let mut cmd = Command::new(&a.python);
-    cmd.arg("-m").arg("kforge.verify_runner").arg(&a.problem).arg(&a.candidate).arg("--out").arg(&out);
-    cmd.arg("--policy-json").arg(serde_json::to_string(policy).context("serializing the policy")?);
-    cmd.arg("--device").arg(device);
-    if a.no_performance {
-        cmd.arg("--no-performance");
-    }
-    if let Some(k) = &a.kernel {
-        cmd.arg("--kernel").arg(k);
-    }
+    cmd.args(runner_args(a, policy, &out, device)?);
     let pp = std::env::var_os("PYTHONPATH").map(|p| format!("{}:{}", tmp.path().display(), p.to_string_lossy()));
     cmd.env("PYTHONPATH", pp.unwrap_or_else(|| tmp.path().display().to_string()));
     if let Ok(i) = a.device.parse::<u32>() {
@@ -198,6 +197,92 @@ fn run_candidate(a: &VerifyArgs, device: &str, policy: &Policy, problem: &str, c
     }
     let result: RunnerResult = read_result(&out)?;
     Ok(compose(problem, candidate, &[], Some(&result), None, limits))
+}
+
+/// The runner's argv after the interpreter: the module, files, output and options.
+fn runner_args(a: &VerifyArgs, policy: &Policy, out: &Path, device: &str) -> Result<Vec<String>> {
+    let abs = |p: &Path| std::fs::canonicalize(p).with_context(|| format!("resolving {}", p.display()));
+    let mut v = vec![
+        "-m".to_string(),
+        "kforge.verify_runner".into(),
+        abs(&a.problem)?.display().to_string(),
+        abs(&a.candidate)?.display().to_string(),
+        "--out".into(),
+        out.display().to_string(),
+        "--policy-json".into(),
+        serde_json::to_string(policy).context("serializing the policy")?,
+        "--device".into(),
+        device.into(),
+    ];
+    if a.no_performance {
+        v.push("--no-performance".into());
+    }
+    if let Some(k) = &a.kernel {
+        v.extend(["--kernel".to_string(), k.clone()]);
+    }
+    Ok(v)
+}
+
+/// The candidate process as a daemon job: the daemon's embedded Python package is on its
+/// PYTHONPATH, CUDA_VISIBLE_DEVICES names its GPU, and the job's output streams back here.
+fn run_candidate_job(a: &VerifyArgs, socket: &Path, policy: &Policy, problem: &str, candidate: &str, mut limits: serde_json::Value) -> Result<kforge_verify::verdict::Verdict> {
+    use kforge_proto::{b64, Reply, Request, Stream, SubmitSpec};
+    let mut c = kforge_client::Client::connect(socket).with_context(|| format!("--daemon: no kforge daemon on {}", socket.display()))?;
+    let tmp = tempfile::tempdir().context("creating a temporary directory")?;
+    let out = tmp.path().join("result.json");
+    let (job_device, runner_device) = match a.device.as_str() {
+        "cpu" => ("cpu".to_string(), "cpu"),
+        "auto" => ("auto".to_string(), "auto"),
+        gpu => (gpu.to_string(), "cuda"),
+    };
+    let mut argv = vec![a.python.clone()];
+    argv.extend(runner_args(a, policy, &out, runner_device)?);
+    let spec = SubmitSpec {
+        argv,
+        cwd: std::env::current_dir().context("reading the current directory")?.display().to_string(),
+        env: std::env::vars().filter(|(k, _)| k != "PYTHONPATH").collect(),
+        device: job_device,
+        policy: None,
+        label: Some("verify".into()),
+        warm: false,
+        timeout_ms: Some(a.time_limit_s * 1000),
+    };
+    let t0 = Instant::now();
+    c.send(&Request::Submit(spec)).context("submitting the candidate job")?;
+    let mut err_text = String::new();
+    let exit = loop {
+        match c.recv().context("waiting for the candidate job")? {
+            Reply::JobQueued { .. } | Reply::JobStarted { .. } => {}
+            Reply::Output { stream, data, .. } => {
+                let bytes = b64::decode(&data).context("daemon sent undecodable output")?;
+                let text = String::from_utf8_lossy(&bytes);
+                match stream {
+                    Stream::Stdout => print!("{text}"),
+                    Stream::Stderr => {
+                        eprint!("{text}");
+                        err_text.push_str(&text);
+                    }
+                }
+            }
+            Reply::JobEnded { exit, .. } => break exit,
+            other => bail!("unexpected reply while running the candidate job: {other:?}"),
+        }
+    };
+    limits["via_daemon"] = serde_json::json!(true);
+    limits["memory_limit_enforced"] = serde_json::json!(false);
+    limits["network_isolated"] = serde_json::json!(false);
+    limits["wall_s"] = serde_json::json!(t0.elapsed().as_secs_f64());
+    if exit.code == Some(0) {
+        let result = read_result(&out)?;
+        return Ok(compose(problem, candidate, &[], Some(&result), None, limits));
+    }
+    let why = exit
+        .reason
+        .clone()
+        .or_else(|| err_text.lines().rev().find(|l| l.starts_with("kforge verify:")).map(|l| l.trim_start_matches("kforge verify: ").to_string()))
+        .or_else(|| err_text.lines().rev().find(|l| !l.trim().is_empty()).map(|l| format!("the candidate process failed: {}", l.trim())))
+        .unwrap_or_else(|| format!("the candidate job ended with status {}", exit.shell_code()));
+    Ok(compose(problem, candidate, &[], None, Some(why), limits))
 }
 
 fn read_result(p: &Path) -> Result<RunnerResult> {

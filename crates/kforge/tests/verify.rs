@@ -3,6 +3,7 @@
 //! named for it. Needs python3 with torch, Triton and numpy (scripts/test installs them);
 //! Triton kernels run in the interpreter (TRITON_INTERPRET=1) on CPU tensors.
 
+mod common;
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
@@ -156,4 +157,38 @@ fn memory_limit_kills_the_candidate() {
     let text = String::from_utf8_lossy(&o.stdout);
     assert_eq!(o.status.code(), Some(2), "{text}");
     assert!(text.contains("memory limit of 1 GiB exceeded"), "{text}");
+}
+
+#[test]
+fn through_the_daemon_the_candidate_is_a_job() {
+    if !torch_available() {
+        panic!("python3 with torch, triton and numpy is needed (scripts/test installs them)");
+    }
+    let mut d = common::TestDaemon::start(&[]);
+    let out = d.path("v.json");
+    let run = |cand: &str| {
+        Command::new(env!("CARGO_BIN_EXE_kforge"))
+            .arg("--socket")
+            .arg(&d.socket)
+            .args(["verify", "--daemon", "--device", "cpu", "--no-performance", "--json"])
+            .arg(&out)
+            .arg(corpus().join("problems/mse.py"))
+            .arg(corpus().join(cand))
+            .env("TRITON_INTERPRET", "1")
+            .output()
+            .unwrap()
+    };
+    let o = run("mse/honest.py");
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{text}\n{}", d.log());
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(v["outcome"], "passed-without-performance");
+    assert_eq!(v["limits"]["via_daemon"], true);
+    assert!(text.contains("correctness  seed-0-normal"), "progress streamed back: {text}");
+    let o = run("mse/cheat_distribution.py");
+    assert_eq!(o.status.code(), Some(1));
+    // The daemon ran both as jobs labelled "verify".
+    let jobs = d.report().jobs;
+    assert_eq!(jobs.iter().filter(|j| j.label.as_deref() == Some("verify")).count(), 2);
+    d.shutdown();
 }
