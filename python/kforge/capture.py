@@ -180,16 +180,18 @@ class _WrapperHook:
     def __init__(self) -> None:
         self.modules: List[Any] = []
         self._orig: Optional[Callable[..., Any]] = None
+        self._known = 0
 
     def __enter__(self) -> "_WrapperHook":
         from torch._inductor.codecache import PyCodeCache
 
         orig = PyCodeCache.load_by_key_path
         self._orig = orig
+        self._known = len(getattr(PyCodeCache, "modules", []))
 
         def load(*args: Any, **kwargs: Any) -> Any:
             m = orig(*args, **kwargs)
-            if hasattr(m, "call") and hasattr(m, "async_compile"):
+            if hasattr(m, "call"):  # wrapper modules define call(args); kernel modules do not
                 self.modules.append(m)
             return m
 
@@ -201,6 +203,10 @@ class _WrapperHook:
 
         if self._orig is not None:
             PyCodeCache.load_by_key_path = self._orig  # type: ignore[method-assign]
+        # Also what PyCodeCache recorded meanwhile (a loader that bypassed load_by_key_path).
+        for m in list(getattr(PyCodeCache, "modules", []))[self._known:]:
+            if hasattr(m, "call") and m not in self.modules:
+                self.modules.append(m)
 
 
 def _triton_globals(mod: Any) -> Dict[str, Any]:
@@ -311,6 +317,15 @@ def capture_problem(path: str, problem: Any, mode: str, iterations: int, restitc
     return result
 
 
+def compile_kernel(name: str, source: str) -> Any:
+    """Compile an Inductor kernel module source the way the wrapper does (a fresh
+    ``AsyncCompile``: generated wrappers ``del async_compile`` once their kernels are loaded)."""
+    from torch._inductor.async_compile import AsyncCompile
+
+    k = AsyncCompile().triton(name, source, device_str="cuda")
+    return k.result() if hasattr(k, "result") else k
+
+
 def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: Any) -> Dict[str, Any]:
     """Fresh compile; after its first call (which loads the wrapper and, with CUDA graphs, only
     warms up) every Triton kernel is replaced by one compiled from its own source, restricted to
@@ -331,8 +346,9 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
             for name, old in _triton_globals(mod).items():
                 if name not in sources:
                     continue
-                new = mod.async_compile.triton(name, sources[name], device_str="cuda")
-                new = new.result() if hasattr(new, "result") else new
+                # A trailing comment makes the source new to Inductor's compiled-kernel cache, so
+                # the replacement is really compiled again instead of handed back from the cache.
+                new = compile_kernel(name, sources[name] + "\n# kforge re-stitch round trip\n")
                 best = [ln.config for ln in getattr(old, "launchers", [])][:1]
                 if best and hasattr(new, "configs"):
                     new.configs = best  # same launch configuration as the original's choice

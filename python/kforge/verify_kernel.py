@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict, List, Tuple
 
-from .capture import _WrapperHook, _clone, _triton_globals
+from .capture import _clone, _triton_globals, _WrapperHook, compile_kernel
 from .verify_runner import DISTRIBUTIONS, Check, compare, make_inputs
 
 
@@ -41,8 +41,7 @@ class KernelCandidate:
             raise LookupError(f"kernel {self.kernel} is not in the compiled problem (its Triton kernels: {', '.join(names) or 'none'})")
         mod = owners[0]
         original = getattr(mod, self.kernel)
-        new = mod.async_compile.triton(self.kernel, self.source, device_str="cuda")
-        new = new.result() if hasattr(new, "result") else new
+        new = compile_kernel(self.kernel, self.source)
         self._per_kernel(ck, compiled, mod, original, new)
         setattr(mod, self.kernel, new)
 

@@ -141,6 +141,6 @@ pub fn attribute(inv: &Inventory, iterations: &[Vec<KernelEvent>]) -> Attributio
     for u in &mut unattributed {
         u.1 /= iters;
     }
-    let replaceable_share = launches.iter().filter(|l| l.replaceable).map(|l| l.share).sum();
+    let replaceable_share = launches.iter().filter(|l| l.replaceable).map(|l| l.share).fold(0.0, |a, b| a + b);
     Attribution { iterations: iterations.len(), total_us, launches, unattributed, replaceable_share, missing_triton_launches: missing }
 }

@@ -401,3 +401,20 @@ def call(args):
     assert!(numels.is_empty());
     assert_eq!(inv.replaceable(), vec![("k", false, "unrecognised heuristics: not classified")]);
 }
+
+#[test]
+fn real_cpu_wrapper_from_torch_2_15() {
+    // Unedited Inductor output (CPU, torch 2.15): Runner class, `del async_compile`, a C++ kernel
+    // (not inventoried) and one extern addmm.
+    let inv = parse("cpu_linear_softmax_t215.py");
+    assert!(inv.kernels.is_empty());
+    assert_eq!(sequence(&inv), ["E:extern_kernels.addmm"]);
+    match &inv.launches[0] {
+        Launch::Extern { out, args, .. } => {
+            assert_eq!(out.as_deref(), Some("buf0"));
+            assert!(args.iter().any(|a| a == "alpha=1"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(inv.buffers.iter().any(|b| b.name == "buf0" && b.device == "cpu"), "{:?}", inv.buffers);
+}
