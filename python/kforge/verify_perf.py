@@ -59,6 +59,35 @@ def _bytes(xs: Any) -> int:
     return sum(t.numel() * t.element_size() for t in _flat(xs))
 
 
+#: A candidate must not beat a measured device peak by more than this factor (the peaks are
+#: practical ones — a large copy, a large matmul — not the datasheet's).
+PEAK_MARGIN = 1.15
+
+
+def analytic_flops(model: Any, xs: Any) -> int:
+    """FLOPs the reference computes (matmuls, convolutions, attention), counted analytically by
+    torch's FlopCounterMode on the reference model. This is the work a candidate is assumed to
+    do; a problem with a legitimate algebraic shortcut (``diag(a) @ B`` is a row scaling) says
+    so in its policy (``flops = 0``, or the shortcut's count), else the shortcut is rejected."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.no_grad(), FlopCounterMode(display=False) as fc:
+        model(*xs)
+    return int(fc.get_total_flops())
+
+
+def matmul_rate(dev: Any, dtype: Any) -> float:
+    """FLOP/s of a 4096^3 matmul in ``dtype`` with the current backend settings."""
+    import torch
+
+    n = 4096
+    a = torch.randn(n, n, device=dev, dtype=dtype)
+    b = torch.randn(n, n, device=dev, dtype=dtype)
+    ms = _ms(lambda: a @ b, "verify:matmul-peak", warmup=10, rep=50)
+    return 2 * n**3 / (ms / 1e3)
+
+
 def copy_bandwidth(dev: Any) -> float:
     """Bytes per second of a 1 GiB device-to-device copy (read + write)."""
     import torch
@@ -99,8 +128,15 @@ def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy:
     lo, hi = math.exp(mean - half), math.exp(mean + half)
     ck.add("performance", "speedup", mean - half > floor, baseline=f"torch.compile(mode={mode!r})", speedup=math.exp(mean),
            ci95=[lo, hi], noise_floor=math.exp(floor), rounds=rounds)
+    seconds = statistics.median(tc_all) / 1e3
     moved = _bytes(xs) + _bytes(out)
-    achieved = moved / (statistics.median(tc_all) / 1e3)
+    achieved = moved / seconds
     peak = copy_bandwidth(dev)
-    ck.add("performance", "plausibility", achieved <= peak, bytes_at_least=moved, achieved_bytes_per_s=achieved,
-           copy_peak_bytes_per_s=peak, note="faster than copying its inputs and outputs is impossible: does less work" if achieved > peak else "")
+    flops = int(policy["flops"]) if policy.get("flops") is not None else analytic_flops(ref_model, xs)
+    floats = [t for t in _flat(xs) if t.is_floating_point()]
+    rate = flops / seconds if flops else 0.0
+    rate_peak = matmul_rate(dev, floats[0].dtype) if flops and floats else float("inf")
+    ok = achieved <= PEAK_MARGIN * peak and rate <= PEAK_MARGIN * rate_peak
+    ck.add("performance", "plausibility", ok, bytes_at_least=moved, achieved_bytes_per_s=achieved, copy_peak_bytes_per_s=peak,
+           analytic_flops=flops, achieved_flops_per_s=rate, matmul_peak_flops_per_s=rate_peak, margin=PEAK_MARGIN,
+           note="" if ok else "faster than the device's measured copy or matmul peak allows: does less work")

@@ -56,3 +56,10 @@ def test_rotation_changes_set_and_bumps_versions_not_contents() -> None:
     rot.before()
     rot.before()
     assert rot.current() is sets[0]
+
+
+def test_analytic_flops_of_the_reference() -> None:
+    m = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU())
+    assert verify_perf.analytic_flops(m, [torch.randn(8, 64)]) == 2 * 8 * 64 * 32
+    # Element-wise work is not counted: bandwidth is the bound there.
+    assert verify_perf.analytic_flops(torch.nn.ReLU(), [torch.randn(8, 64)]) == 0

@@ -46,6 +46,9 @@ pub struct Policy {
     /// a value to try besides the problem's own (e.g. `N = 4000` for `N = 4096`): gate 2 then also
     /// checks the candidate on those shapes.
     pub ragged: std::collections::BTreeMap<String, i64>,
+    /// FLOPs any correct candidate must perform, for the plausibility check of gate 4. Default:
+    /// the reference's analytic count; 0 for a problem with a legitimate algebraic shortcut.
+    pub flops: Option<u64>,
 }
 
 impl Default for Policy {
@@ -59,6 +62,7 @@ impl Default for Policy {
             seeds: 3,
             rounds: 5,
             ragged: Default::default(),
+            flops: None,
         }
     }
 }
