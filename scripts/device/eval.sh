@@ -13,6 +13,10 @@
 #                                 run under none|command|region (ablation gate|drain|freeze|isolate|warm),
 #                                 N in flight (8), only the first LIMIT commands (env LIMIT, else all),
 #                                 manifest NAME.run.json (default POLICY-ABLATION)
+#     slice:OFFSET:LIMIT          commands OFFSET..OFFSET+LIMIT: their ground truth, then the runs of
+#                                 $SLICE_RUNS (default "command region:isolate region:warm"; each
+#                                 POLICY[:ABLATION]) on them, named NAME@OFFSET — one call holds a
+#                                 slice's truth and runs on one GPU; `report` merges the slices
 #     report                      report.json + report.html over every manifest in the state
 #
 # Every step rewrites $OUT/state.tgz (the updated state: workload, store, manifests) — unpack it
@@ -35,6 +39,14 @@ for step in "$@"; do
     truth) "$K" workload truth "$W/w.jsonl" --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} ;;
     truth-warm) "$K" workload truth "$W/w.jsonl" --warm --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} ;;
     run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device 0 --reserve-cores 2 ${lim:+--limit "$lim"} ${e:+--name "$e"} || true ;;
+    slice)
+      "$K" workload truth "$W/w.jsonl" --device 0 --reserve-cores 2 --offset "$a" --limit "$b"
+      for r in ${SLICE_RUNS:-command region:isolate region:warm}; do
+        IFS=: read -r pol abl <<<"$r"
+        "$K" workload run "$W/w.jsonl" --policy "$pol" ${abl:+--ablation "$abl"} --concurrency 8 --device 0 --reserve-cores 2 \
+          --offset "$a" --limit "$b" --name "${pol}${abl:+-$abl}@$a" || true
+        tar -C "$W" -czf "$OUT/state.tgz" .
+      done ;;
     report) "$K" report "$W"/*.run.json --json "$OUT/report.json" --html "$OUT/report.html" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac

@@ -196,21 +196,68 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
             }
         }
     }
-    let command_tp = manifests
-        .iter()
-        .find(|m| m.kind == "run" && m.policy == "command")
-        .map(|m| m.commands as f64 / m.wall_s * 60.0);
-    let mut runs = Vec::new();
+    // Runs named `NAME@SLICE` are parts of one run NAME taken slice by slice (each slice's truth
+    // and runs in one device call, so that a machine change cannot split them): merged here.
+    let mut groups: Vec<(String, Vec<&RunManifest>)> = Vec::new();
     for m in manifests.iter().filter(|m| m.kind == "run") {
         if !same_workload(&m.workload, &truth.workload)? {
             bail!("run {} used workload {}, the ground truth {}", m.name, m.workload, truth.workload);
         }
-        let rep = load(m)?;
-        let meds = medians(&rep);
+        let base = m.name.split('@').next().unwrap_or(&m.name).to_string();
+        match groups.iter_mut().find(|g| g.0 == base) {
+            Some(g) => {
+                let first = g.1[0];
+                if (first.policy.as_str(), first.ablation.as_str(), first.warm) != (m.policy.as_str(), m.ablation.as_str(), m.warm) {
+                    bail!("runs {} and {} share the name {base} but not policy, ablation and warm", first.name, m.name);
+                }
+                g.1.push(m);
+            }
+            None => groups.push((base, vec![m])),
+        }
+    }
+    let group_tp = |parts: &[&RunManifest]| {
+        let wall: f64 = parts.iter().map(|m| m.wall_s).sum();
+        let cmds: usize = parts.iter().map(|m| m.commands).sum();
+        if wall > 0.0 {
+            cmds as f64 / wall * 60.0
+        } else {
+            0.0
+        }
+    };
+    let command_tp = groups.iter().find(|g| g.1[0].policy == "command").map(|g| group_tp(&g.1));
+    let mut runs = Vec::new();
+    for (name, parts) in &groups {
+        let m = parts[0];
+        // Medians with the GPU of the part that measured them; regions and timeline of all parts
+        // laid end to end.
+        let mut meds: BTreeMap<String, f64> = BTreeMap::new();
+        let mut med_device: BTreeMap<String, String> = BTreeMap::new();
+        let mut all_regions: Vec<kforge_store::RegionRow> = Vec::new();
+        let mut intervals: Vec<(f64, f64)> = Vec::new();
+        let mut timeline_all: Vec<TimelineEntry> = Vec::new();
+        let mut offset = 0.0;
+        for p in parts {
+            let rep = load(p)?;
+            for (id, v) in medians(&rep) {
+                med_device.insert(id.clone(), p.device.clone());
+                meds.insert(id, v);
+            }
+            let rel = |ns: i64| ns as f64 / 1e9 - p.started_unix + offset;
+            intervals.extend(rep.regions.iter().filter_map(|r| Some((rel(r.granted_ns), rel(r.released_ns?)))));
+            timeline_all.extend(rep.regions.iter().filter_map(|r| {
+                Some(TimelineEntry { job: r.job, device: r.device.clone(), start_s: rel(r.granted_ns), end_s: rel(r.released_ns?), revoked: r.revoked })
+            }));
+            all_regions.extend(rep.regions);
+            offset += p.wall_s;
+        }
+        let wall_s: f64 = parts.iter().map(|p| p.wall_s).sum();
+        let commands: usize = parts.iter().map(|p| p.commands).sum();
+        let failed: usize = parts.iter().map(|p| p.failed.len()).sum();
+        let rep = kforge_store::Report { jobs: Vec::new(), regions: all_regions, measurements: Vec::new() };
         // Inflation compares a run with ground truth from the same GPU: two GPUs of one model differ
         // by more than the goals allow. Only when a run has no same-GPU truth at all is it compared
         // across GPUs, and marked so.
-        let same_gpu = |id: &String| iso_device.get(id).is_some_and(|d| *d == m.device);
+        let same_gpu = |id: &String| iso_device.get(id).is_some_and(|d| Some(d) == med_device.get(id));
         let cross_device_commands = meds.keys().filter(|id| iso.contains_key(*id) && !same_gpu(id)).count();
         let compared_across = meds.keys().any(|id| iso.contains_key(id)) && !meds.keys().any(same_gpu);
         let mut per_bucket: Vec<Vec<f64>> = vec![Vec::new(); BUCKETS.len()];
@@ -277,26 +324,19 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
             gpu_temp_c_granted_max: None,
         };
         let regions = with_gpu_state(regions, &rep.regions);
-        let rel = |ns: i64| ns as f64 / 1e9 - m.started_unix;
-        let intervals: Vec<(f64, f64)> = rep.regions.iter().filter_map(|r| Some((rel(r.granted_ns), rel(r.released_ns?)))).collect();
-        let busy_share = if m.wall_s > 0.0 { (stats::union_length(&intervals) / m.wall_s).min(1.0) } else { 0.0 };
-        let step = (rep.regions.len() / 2000).max(1);
-        let timeline = rep
-            .regions
-            .iter()
-            .step_by(step)
-            .filter_map(|r| Some(TimelineEntry { job: r.job, device: r.device.clone(), start_s: rel(r.granted_ns), end_s: rel(r.released_ns?), revoked: r.revoked }))
-            .collect();
-        let tp = if m.wall_s > 0.0 { m.commands as f64 / m.wall_s * 60.0 } else { 0.0 };
+        let busy_share = if wall_s > 0.0 { (stats::union_length(&intervals) / wall_s).min(1.0) } else { 0.0 };
+        let step = (timeline_all.len() / 2000).max(1);
+        let timeline = timeline_all.into_iter().step_by(step).collect();
+        let tp = group_tp(parts);
         runs.push(RunSummary {
-            name: m.name.clone(),
+            name: name.clone(),
             policy: m.policy.clone(),
             ablation: m.ablation.clone(),
             warm: m.warm,
             concurrency: m.concurrency,
-            commands: m.commands,
-            failed: m.failed.len(),
-            wall_s: m.wall_s,
+            commands,
+            failed,
+            wall_s,
             throughput_per_min: tp,
             throughput_ratio_vs_command: command_tp.filter(|c| *c > 0.0).map(|c| tp / c),
             inflation: BUCKETS.iter().zip(per_bucket).map(|(b, v)| inflation_of(b, v)).collect(),
@@ -509,5 +549,44 @@ mod tests {
         // A workload that differs is still refused.
         std::fs::write(&wl2, "{}\n").unwrap();
         assert!(compute(&ms).unwrap_err().to_string().contains("different workloads"));
+    }
+
+    #[test]
+    fn slices_merge_into_one_run_with_per_slice_gpus() {
+        let dir = tempfile::tempdir().unwrap();
+        let wl = dir.path().join("w.jsonl");
+        crate::workload::write(&wl, &[cmd("a", "g1", "mm"), cmd("b", "g1", "mm"), cmd("c", "g2", "mm")]).unwrap();
+        let dbp = dir.path().join("e.db");
+        let s = Store::open(&dbp).unwrap();
+        record(&s, "eval:t0", 1, &[("a", 1.0, 0.0, 0.1)]);
+        record(&s, "eval:t1", 2, &[("b", 2.0, 0.0, 0.1), ("c", 3.0, 0.2, 0.3)]);
+        record(&s, "eval:region@0", 11, &[("a", 1.1, 0.0, 1.0)]);
+        record(&s, "eval:region@1", 21, &[("b", 2.2, 0.0, 1.0), ("c", 3.3, 1.0, 2.0)]);
+        drop(s);
+        let (db, w) = (dbp.display().to_string(), wl.display().to_string());
+        let on = |mut m: RunManifest, dev: &str| {
+            m.device = dev.into();
+            m
+        };
+        let mut ms = vec![
+            on(manifest("t0", "truth", "command", &db, &w, 1.0, 1), "A"),
+            on(manifest("t1", "truth", "command", &db, &w, 1.0, 2), "B"),
+            on(manifest("region@0", "run", "region", &db, &w, 10.0, 1), "A"),
+            on(manifest("region@1", "run", "region", &db, &w, 20.0, 2), "B"),
+        ];
+        let r = compute(&ms).unwrap();
+        assert_eq!(r.runs.len(), 1);
+        let run = &r.runs[0];
+        assert_eq!((run.name.as_str(), run.commands, run.wall_s), ("region", 3, 30.0));
+        assert!((run.throughput_per_min - 6.0).abs() < 1e-9);
+        // Every command compared with truth from its own slice's GPU: +10 % each.
+        assert_eq!((run.inflation_all.n, run.cross_device_commands, run.compared_across_devices), (3, 0, false));
+        assert!((run.inflation_all.p95 - 0.1).abs() < 1e-9);
+        assert_eq!(run.regions.count, 3);
+        // The second slice's regions come after the first slice's wall time on the timeline.
+        assert!(run.timeline.iter().any(|t| t.start_s >= 10.0));
+        // Parts of one name must agree on the policy.
+        ms[3].policy = "none".into();
+        assert!(compute(&ms).unwrap_err().to_string().contains("share the name region"));
     }
 }
