@@ -300,7 +300,10 @@ def capture_problem(path: str, problem: Any, mode: str, iterations: int, restitc
         for _ in range(3):
             compiled(*inputs)
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        from .region import region
+
+        # Exclusive when run as a kforge job (`kforge inspect --daemon`); a no-op otherwise.
+        with region("inspect:profile"), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             for i in range(iterations):
                 with record_function(f"kforge_iter_{i}"):
                     compiled(*inputs)

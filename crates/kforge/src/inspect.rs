@@ -38,6 +38,10 @@ pub struct InspectArgs {
     /// Write the JSON report to this file (`-`: standard output).
     #[arg(long)]
     json: Option<String>,
+    /// Run the capture as a job of the kforge daemon (--socket): on a shared GPU its work is held
+    /// at the gate during other jobs' regions, and its profile and timings run inside regions.
+    #[arg(long)]
+    daemon: bool,
 }
 
 const MODES: [&str; 4] = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"];
@@ -57,6 +61,29 @@ fn write_package(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+fn capture_args(a: &InspectArgs, out: &Path) -> Result<Vec<String>> {
+    let src = std::fs::canonicalize(&a.source).with_context(|| format!("resolving {}", a.source.display()))?;
+    let mut v = vec!["-m".to_string(), "kforge.capture".into(), src.display().to_string(), "--out".into(), out.display().to_string()];
+    v.extend(["--mode".to_string(), a.mode.clone(), "--iterations".into(), a.iterations.to_string()]);
+    if a.no_restitch {
+        v.push("--no-restitch".into());
+    }
+    Ok(v)
+}
+
+fn run_capture_job(a: &InspectArgs, socket: &Path, out: &Path) -> Result<()> {
+    let mut argv = vec![a.python.clone()];
+    argv.extend(capture_args(a, out)?);
+    let device = a.device.clone().unwrap_or_else(|| "auto".into());
+    eprintln!("kforge inspect: capturing {} (mode {}) as a daemon job on device {device}…", a.source.display(), a.mode);
+    let (exit, _) = crate::job::run_as_job(socket, argv, &device, "inspect", None).context("--daemon")?;
+    match exit.code {
+        Some(0) => Ok(()),
+        Some(2) => bail!("capture of {} failed (reason above)", a.source.display()),
+        _ => bail!("capture of {} ended with status {}{}", a.source.display(), exit.shell_code(), exit.reason.map(|r| format!(" ({r})")).unwrap_or_default()),
+    }
+}
+
 fn run_capture(a: &InspectArgs, out: &Path) -> Result<()> {
     if !a.source.is_file() {
         bail!("{}: no such file", a.source.display());
@@ -64,11 +91,7 @@ fn run_capture(a: &InspectArgs, out: &Path) -> Result<()> {
     let tmp = tempfile::tempdir().context("creating a temporary directory")?;
     write_package(tmp.path())?;
     let mut cmd = Command::new(&a.python);
-    cmd.arg("-m").arg("kforge.capture").arg(&a.source).arg("--out").arg(out).arg("--mode").arg(&a.mode);
-    cmd.arg("--iterations").arg(a.iterations.to_string());
-    if a.no_restitch {
-        cmd.arg("--no-restitch");
-    }
+    cmd.args(capture_args(a, out)?);
     let pp = std::env::var_os("PYTHONPATH").map(|p| format!("{}:{}", tmp.path().display(), p.to_string_lossy()));
     cmd.env("PYTHONPATH", pp.unwrap_or_else(|| tmp.path().display().to_string()));
     if let Some(d) = &a.device {
@@ -84,7 +107,7 @@ fn run_capture(a: &InspectArgs, out: &Path) -> Result<()> {
     }
 }
 
-pub fn inspect(a: InspectArgs) -> Result<i32> {
+pub fn inspect(a: InspectArgs, socket: PathBuf) -> Result<i32> {
     if !MODES.contains(&a.mode.as_str()) {
         bail!("--mode must be one of {}, got {:?}", MODES.join(", "), a.mode);
     }
@@ -96,7 +119,14 @@ pub fn inspect(a: InspectArgs) -> Result<i32> {
     } else {
         let tmp = tempfile::tempdir().context("creating a temporary directory")?;
         let out = a.capture_out.clone().unwrap_or_else(|| tmp.path().join("capture.json"));
-        run_capture(&a, &out)?;
+        if a.daemon {
+            if !a.source.is_file() {
+                bail!("{}: no such file", a.source.display());
+            }
+            run_capture_job(&a, &socket, &out)?;
+        } else {
+            run_capture(&a, &out)?;
+        }
         read_capture(&out)?
     };
     let r = report(&cap).with_context(|| format!("inventory of {}", cap.source))?;

@@ -2,6 +2,7 @@
 //! exit codes. Everything else lives in the library crates.
 
 mod inspect;
+mod job;
 mod verify;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -290,7 +291,7 @@ fn real_main(cli: Cli) -> Result<i32> {
         Cmd::Status { json } => status(socket, json),
         Cmd::Report { runs, label, json, html } => report(socket, runs, label, json, html),
         Cmd::Workload { cmd } => workload(cmd),
-        Cmd::Inspect(a) => inspect::inspect(a),
+        Cmd::Inspect(a) => inspect::inspect(a, socket),
         Cmd::Verify(a) => verify::verify(a, socket),
         Cmd::Cancel { job } => {
             Client::connect(&socket)?.request(&Request::Cancel { job })?;

@@ -226,48 +226,17 @@ fn runner_args(a: &VerifyArgs, policy: &Policy, out: &Path, device: &str) -> Res
 /// The candidate process as a daemon job: the daemon's embedded Python package is on its
 /// PYTHONPATH, CUDA_VISIBLE_DEVICES names its GPU, and the job's output streams back here.
 fn run_candidate_job(a: &VerifyArgs, socket: &Path, policy: &Policy, problem: &str, candidate: &str, mut limits: serde_json::Value) -> Result<kforge_verify::verdict::Verdict> {
-    use kforge_proto::{b64, Reply, Request, Stream, SubmitSpec};
-    let mut c = kforge_client::Client::connect(socket).with_context(|| format!("--daemon: no kforge daemon on {}", socket.display()))?;
     let tmp = tempfile::tempdir().context("creating a temporary directory")?;
     let out = tmp.path().join("result.json");
     let (job_device, runner_device) = match a.device.as_str() {
-        "cpu" => ("cpu".to_string(), "cpu"),
-        "auto" => ("auto".to_string(), "auto"),
-        gpu => (gpu.to_string(), "cuda"),
+        "cpu" => ("cpu", "cpu"),
+        "auto" => ("auto", "auto"),
+        gpu => (gpu, "cuda"),
     };
     let mut argv = vec![a.python.clone()];
     argv.extend(runner_args(a, policy, &out, runner_device)?);
-    let spec = SubmitSpec {
-        argv,
-        cwd: std::env::current_dir().context("reading the current directory")?.display().to_string(),
-        env: std::env::vars().filter(|(k, _)| k != "PYTHONPATH").collect(),
-        device: job_device,
-        policy: None,
-        label: Some("verify".into()),
-        warm: false,
-        timeout_ms: Some(a.time_limit_s * 1000),
-    };
     let t0 = Instant::now();
-    c.send(&Request::Submit(spec)).context("submitting the candidate job")?;
-    let mut err_text = String::new();
-    let exit = loop {
-        match c.recv().context("waiting for the candidate job")? {
-            Reply::JobQueued { .. } | Reply::JobStarted { .. } => {}
-            Reply::Output { stream, data, .. } => {
-                let bytes = b64::decode(&data).context("daemon sent undecodable output")?;
-                let text = String::from_utf8_lossy(&bytes);
-                match stream {
-                    Stream::Stdout => print!("{text}"),
-                    Stream::Stderr => {
-                        eprint!("{text}");
-                        err_text.push_str(&text);
-                    }
-                }
-            }
-            Reply::JobEnded { exit, .. } => break exit,
-            other => bail!("unexpected reply while running the candidate job: {other:?}"),
-        }
-    };
+    let (exit, err_text) = crate::job::run_as_job(socket, argv, job_device, "verify", Some(a.time_limit_s)).context("--daemon")?;
     limits["via_daemon"] = serde_json::json!(true);
     limits["memory_limit_enforced"] = serde_json::json!(false);
     limits["network_isolated"] = serde_json::json!(false);

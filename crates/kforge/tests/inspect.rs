@@ -1,6 +1,7 @@
 //! `kforge inspect` end to end without a GPU: a capture assembled from a wrapper fixture (the
 //! shape `python3 -m kforge.capture` writes), and the errors for bad input.
 
+mod common;
 use serde_json::{json, Value};
 use std::process::Command;
 
@@ -93,4 +94,19 @@ fn a_file_that_is_no_problem_is_refused_by_the_capture() {
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("notaproblem.py: no get_inputs()"), "{err}");
     assert!(err.contains("capture of"), "{err}");
+}
+
+#[test]
+fn capture_as_a_daemon_job_reports_the_cause() {
+    let mut d = common::TestDaemon::start(&[]);
+    let f = d.path("notaproblem.py");
+    std::fs::write(&f, "x = 1\n").unwrap();
+    let o = kforge().arg("--socket").arg(&d.socket).args(["inspect", "--daemon", "--device", "cpu"]).arg(&f).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("notaproblem.py: no get_inputs()"), "{err}");
+    assert!(err.contains("as a daemon job"), "{err}");
+    let jobs = d.report().jobs;
+    assert_eq!(jobs.iter().filter(|j| j.label.as_deref() == Some("inspect")).count(), 1);
+    d.shutdown();
 }
