@@ -27,6 +27,8 @@ use std::time::{Duration, Instant};
 pub type ConnId = u64;
 
 /// What a connection's writer thread sends.
+// `Close` is sent once per connection; boxing every reply instead would allocate per message.
+#[allow(clippy::large_enum_variant)]
 pub enum Outgoing {
     Msg(Reply),
     /// Flush what came before, then close the connection.

@@ -563,7 +563,7 @@ fn status(socket: PathBuf, json: bool) -> Result<i32> {
     println!("isolation  {}", s.isolation);
     println!("gate shim  {}", s.gate_shim.as_deref().unwrap_or("none (GPU work of other jobs is not held or drained)"));
     println!();
-    println!("{:<6} {:<5} {:>4} {:>7} {:>6}  {:<24} {}", "DEVICE", "KIND", "MAX", "RUNNING", "QUEUED", "REGION HOLDER", "REGION QUEUE");
+    println!("{:<6} {:<5} {:>4} {:>7} {:>6}  {:<24} REGION QUEUE", "DEVICE", "KIND", "MAX", "RUNNING", "QUEUED", "REGION HOLDER");
     for d in &s.devices {
         let holder = d.region_holder.as_ref().map(|r| format!("#{} {} (job {}) {:.0} ms", r.region, r.name, r.job.map(|j| j.to_string()).unwrap_or("-".into()), r.since_ms)).unwrap_or("-".into());
         let queue: Vec<String> = d.region_queue.iter().map(|r| format!("#{}", r.region)).collect();
@@ -582,7 +582,7 @@ fn status(socket: PathBuf, json: bool) -> Result<i32> {
     }
     if !s.jobs.is_empty() {
         println!();
-        println!("{:>6} {:<6} {:<8} {:<8} {:>8} {:<6} {}", "JOB", "DEVICE", "POLICY", "STATE", "PID", "FROZEN", "COMMAND");
+        println!("{:>6} {:<6} {:<8} {:<8} {:>8} {:<6} COMMAND", "JOB", "DEVICE", "POLICY", "STATE", "PID", "FROZEN");
         for j in &s.jobs {
             println!("{:>6} {:<6} {:<8} {:<8} {:>8} {:<6} {}", j.job, j.device, j.policy.as_str(), j.state, j.pid.map(|p| p.to_string()).unwrap_or("-".into()), if j.frozen { "yes" } else { "no" }, j.argv.join(" "));
         }

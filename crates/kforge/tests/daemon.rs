@@ -1,5 +1,8 @@
 //! End-to-end tests of the daemon through the real binary: jobs, regions, freezing, isolation,
 //! faults and the protocol. Every test runs its own daemon on a private socket and store.
+// Some tests leave a job's client running on purpose: the daemon kills the job tree (which
+// those tests check) and the process is reaped when the test process exits.
+#![allow(clippy::zombie_processes)]
 
 mod common;
 use common::*;
