@@ -117,8 +117,9 @@ def group_iterations(events: Sequence[Dict[str, Any]], iterations: int) -> List[
     """Split a chrome trace's events into per-iteration kernel lists.
 
     Kernels (``cat == "kernel"``) are grouped by the GPU-side ``kforge_iter_N`` annotations that
-    contain them; without annotations, kernels sorted by start are split into equal parts (the
-    capture synchronizes after every iteration, so each iteration's kernels are contiguous).
+    contain them; else by the CPU-side ``kforge_iter_N`` range containing their launch (matched
+    through the correlation id); else, sorted by start, split into equal parts (the capture
+    synchronizes after every iteration, so each iteration's kernels are contiguous).
     """
     kernels = sorted((e for e in events if e.get("cat") == "kernel"), key=lambda e: float(e.get("ts", 0)))
     marks = sorted(
@@ -128,16 +129,43 @@ def group_iterations(events: Sequence[Dict[str, Any]], iterations: int) -> List[
     out: List[List[Dict[str, Any]]] = []
     if not kernels:
         return out
+
+    def ev(k: Dict[str, Any]) -> Dict[str, Any]:
+        return {"name": k["name"], "dur_us": float(k.get("dur", 0))}
+
     if len(marks) == iterations:
         for m in marks:
             lo, hi = float(m["ts"]), float(m["ts"]) + float(m.get("dur", 0))
-            out.append([{"name": k["name"], "dur_us": float(k.get("dur", 0))} for k in kernels if lo <= float(k["ts"]) <= hi])
+            out.append([ev(k) for k in kernels if lo <= float(k["ts"]) <= hi])
         return out
+    # Inductor wraps each compiled call in its own record_function, so the GPU-side annotations
+    # may name that instead: map each kernel to the CPU-side kforge_iter_N range through the
+    # launch (runtime) event with the same correlation id.
+    cpu_marks = sorted(
+        (e for e in events if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("kforge_iter_")),
+        key=lambda e: float(e.get("ts", 0)),
+    )
+    launch_ts = {e.get("args", {}).get("correlation"): float(e.get("ts", 0))
+                 for e in events if e.get("cat") == "cuda_runtime" and e.get("args", {}).get("correlation") is not None}
+    if len(cpu_marks) == iterations and launch_ts:
+        groups: List[List[Dict[str, Any]]] = [[] for _ in cpu_marks]
+        placed = 0
+        for k in kernels:
+            t = launch_ts.get(k.get("args", {}).get("correlation"))
+            if t is None:
+                continue
+            for i, m in enumerate(cpu_marks):
+                if float(m["ts"]) <= t <= float(m["ts"]) + float(m.get("dur", 0)):
+                    groups[i].append(ev(k))
+                    placed += 1
+                    break
+        if placed:
+            return groups
     if iterations <= 0 or len(kernels) % iterations != 0:
-        return [[{"name": k["name"], "dur_us": float(k.get("dur", 0))} for k in kernels]]
+        return [[ev(k) for k in kernels]]
     per = len(kernels) // iterations
     for i in range(iterations):
-        out.append([{"name": k["name"], "dur_us": float(k.get("dur", 0))} for k in kernels[i * per:(i + 1) * per]])
+        out.append([ev(k) for k in kernels[i * per:(i + 1) * per]])
     return out
 
 
@@ -227,7 +255,8 @@ def _compile(problem: Any, mode: str, dev: Any) -> Tuple[Any, Any, List[Any]]:
     model = problem.Model(*[_to_device(x, dev) for x in problem.get_init_inputs()]).to(dev).eval()
     torch.manual_seed(1)
     inputs = [_to_device(x, dev) for x in problem.get_inputs()]
-    return model, torch.compile(model, mode=mode), inputs
+    # Static shapes: a replacement kernel is specialized to the shapes it was generated for.
+    return model, torch.compile(model, mode=mode, dynamic=False), inputs
 
 
 def _time_ms(fn: Callable[[], Any]) -> float:
@@ -255,6 +284,7 @@ def capture_problem(path: str, problem: Any, mode: str, iterations: int, restitc
         with _WrapperHook() as hook:
             try:
                 out, codes = run_and_get_code(compiled, *inputs)
+                out = _clone_out(out)
             except Exception as e:
                 raise CaptureError(f"{path}: torch.compile(mode={mode!r}) failed: {type(e).__name__}: {e}") from e
         result["wrappers"] = list(codes)
@@ -320,6 +350,34 @@ def capture_problem(path: str, problem: Any, mode: str, iterations: int, restitc
     return result
 
 
+def _clone_out(x: Any) -> Any:
+    """Outputs of a CUDA-graph replay live in the graph's memory pool and are overwritten by the
+    next replay: keep copies."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.clone()
+    if isinstance(x, (list, tuple)):
+        return type(x)(_clone_out(e) for e in x)
+    return x
+
+
+def pin_config(new: Any, old: Any) -> bool:
+    """Restrict a freshly compiled kernel to the launch configuration the original autotuned to
+    (rebuilding its launchers from that one config), so that its first call does not autotune
+    again — which would pick configurations freely and, during CUDA-graph recording, crash.
+    Uses Inductor's CachingAutotuner internals; returns False (nothing changed) where they differ."""
+    try:
+        cfg = old.launchers[0].config
+        result = new._precompile_config(cfg)
+        new.compile_results = [result]
+        new.launchers = []
+        new._make_launchers()
+        return True
+    except (AttributeError, IndexError, TypeError):
+        return False
+
+
 def compile_kernel(name: str, source: str) -> Any:
     """Compile an Inductor kernel module source the way the wrapper does (a fresh
     ``AsyncCompile``: generated wrappers ``del async_compile`` once their kernels are loaded)."""
@@ -344,27 +402,26 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
         with _WrapperHook() as hook:
             compiled(*inputs2)
         swapped = 0
+        pinned_all = True
         for mod in hook.modules:
             sources = kernel_sources(open(mod.__file__).read())
             for name, old in _triton_globals(mod).items():
                 if name not in sources:
                     continue
-                # A trailing comment makes the source new to Inductor's compiled-kernel cache, so
-                # the replacement is really compiled again instead of handed back from the cache.
+                # A trailing comment makes the source new to Inductor's compiled-kernel cache, so a
+                # new kernel object is built from it (Triton's own disk cache may reuse the binary).
                 new = compile_kernel(name, sources[name] + "\n# kforge re-stitch round trip\n")
-                best = [ln.config for ln in getattr(old, "launchers", [])][:1]
-                if best and hasattr(new, "configs"):
-                    new.configs = best  # same launch configuration as the original's choice
-                    if getattr(new, "launchers", None):
-                        new.launchers = [ln for ln in new.launchers if repr(ln.config) == repr(best[0])] or new.launchers
+                pinned = pin_config(new, old)
+                pinned_all = pinned_all and pinned
                 setattr(mod, name, new)
                 swapped += 1
         for _ in range(3):
-            out = compiled(*inputs2)  # cudagraph trees record here, with the replacements
+            out = _clone_out(compiled(*inputs2))  # cudagraph trees record here, with the replacements
         torch.cuda.synchronize()
         ms = _time_ms(lambda: compiled(*inputs2))
-    return {"kernels_replaced": swapped, "identical": _identical(out, expected), "max_abs_diff": _max_abs_diff(out, expected),
-            "baseline_ms": base_ms, "restitched_ms": ms, "ratio": ms / base_ms if base_ms > 0 else None}
+    return {"kernels_replaced": swapped, "configs_pinned": pinned_all, "identical": _identical(out, expected),
+            "max_abs_diff": _max_abs_diff(out, expected), "baseline_ms": base_ms, "restitched_ms": ms,
+            "ratio": ms / base_ms if base_ms > 0 else None}
 
 
 def capture_triton(path: str, mod: Any, iterations: int) -> Dict[str, Any]:

@@ -1,13 +1,19 @@
 """Replacement-kernel candidates for ``kforge verify --kernel NAME`` (GPU only).
 
 The candidate is the source of one Inductor kernel module (what ``kforge inspect`` lists for
-kernel NAME, edited). It is checked in the compiled problem itself: the problem's ``Model`` is
-compiled (``baseline_mode`` of the policy), its wrapper module caught on the first call (before
-any CUDA graph is recorded), and NAME is replaced by the candidate compiled with Inductor's own
-``async_compile.triton`` — the same re-stitch point as ``kforge inspect``'s round trip. The
-re-stitched compiled model is then the candidate of every model-level gate; in addition each
-seed replays the kernel alone on the arguments the original got inside the model and compares
-what both wrote (per-kernel correctness).
+kernel NAME, edited). It is checked in the compiled problem itself:
+
+1. per-kernel correctness, on a default-mode compile of the problem: per seed, the original
+   kernel's arguments are recorded inside the model and the replacement is run alone on copies
+   of them; everything it writes is compared with what the original wrote (this first run also
+   autotunes the replacement, so no autotuning happens later during a CUDA-graph recording);
+2. the problem compiled in the policy's ``baseline_mode``, its wrapper module caught on the first
+   call — the warm-up, before any CUDA graph is recorded — and NAME replaced there: that
+   re-stitched compiled model is the candidate of every model-level gate.
+
+Compiles use static shapes: a generated kernel is specialized to its shapes, so ragged sizes do
+not apply to replacement kernels. Under CUDA graphs, kernel launches are replayed by the graph,
+not by the wrapper, so the launch-counting checks (ghost replay, kernels ran) do not apply.
 """
 
 from __future__ import annotations
@@ -15,49 +21,56 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict, List, Tuple
 
-from .capture import _clone, _triton_globals, _WrapperHook, compile_kernel
+from .capture import _clone, _clone_out, _triton_globals, _WrapperHook, compile_kernel
 from .verify_runner import DISTRIBUTIONS, Check, compare, make_inputs
+
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
 class KernelCandidate:
     def __init__(self, problem: Any, kernel: str, source: str, mode: str, dev: Any, policy: Dict[str, Any]) -> None:
         self.problem, self.kernel, self.source, self.mode, self.dev, self.policy = problem, kernel, source, mode, dev, policy
+        self.cuda_graphs = mode in CUDA_GRAPH_MODES
 
-    def restitch(self, ref_model: Any, ck: Check) -> Tuple[Any, List[Any]]:
-        """(re-stitched compiled model, [the replacement kernel object]); per-kernel checks go to ``ck``."""
+    def _compiled(self, ref_model: Any, mode: str) -> Tuple[Any, Any, Any]:
+        """(compiled model, wrapper module holding the kernel, the original kernel object)."""
         import torch
         import torch._inductor.config as icfg
 
         torch._dynamo.reset()
         icfg.fx_graph_cache = False
         model = copy.deepcopy(ref_model)
-        compiled = torch.compile(model, mode=self.mode)
+        compiled = torch.compile(model, mode=mode, dynamic=False)
         xs = make_inputs(self.problem, 0, "normal", self.dev)
         with _WrapperHook() as hook, torch.no_grad():
-            compiled(*xs)
+            compiled(*xs)  # loads the wrapper; with CUDA graphs only the warm-up
         owners = [m for m in hook.modules if self.kernel in _triton_globals(m)]
         if not owners:
             names = sorted(n for m in hook.modules for n in _triton_globals(m))
             raise LookupError(f"kernel {self.kernel} is not in the compiled problem (its Triton kernels: {', '.join(names) or 'none'})")
-        mod = owners[0]
-        original = getattr(mod, self.kernel)
+        return compiled, owners[0], getattr(owners[0], self.kernel)
+
+    def restitch(self, ref_model: Any, ck: Check) -> Tuple[Any, List[Any]]:
+        """(re-stitched compiled model, [the replacement kernel object]); per-kernel checks go to ``ck``."""
+        import torch
+
         new = compile_kernel(self.kernel, self.source)
-        self._per_kernel(ck, compiled, mod, original, new)
+        compiled, mod, original = self._compiled(ref_model, "default")
+        self._per_kernel(ck, compiled, original, new)
+        if self.mode != "default":
+            compiled, mod, original = self._compiled(ref_model, self.mode)
         setattr(mod, self.kernel, new)
 
         class Restitched(torch.nn.Module):
             def __init__(self) -> None:
                 super().__init__()
-                self.inner = model
 
             def forward(self, *args: Any) -> Any:
                 return compiled(*args)
 
-        return Restitched().eval(), [new]
+        return Restitched().eval(), [] if self.cuda_graphs else [new]
 
-    def _per_kernel(self, ck: Check, compiled: Any, mod: Any, original: Any, new: Any) -> None:
-        """Per seed: record the original kernel's arguments inside the model, replay the
-        replacement on copies, compare every tensor it may write."""
+    def _per_kernel(self, ck: Check, compiled: Any, original: Any, new: Any) -> None:
         import torch
 
         for s in range(int(self.policy.get("seeds", 3))):
@@ -76,7 +89,7 @@ class KernelCandidate:
             original.run = run
             try:
                 with torch.no_grad():
-                    compiled(*xs)
+                    _clone_out(compiled(*xs))
                 torch.cuda.synchronize()
             finally:
                 original.run = orig_run

@@ -122,3 +122,21 @@ def test_fixture_kernels_replay_in_the_interpreter(monkeypatch: pytest.MonkeyPat
 
     with pytest.raises(capture.CaptureError, match="no @triton.jit function"):
         capture.kernel_for_interpreter(src["triton_per_fused__softmax_1"], "not_there")
+
+
+def test_iterations_grouped_by_cpu_annotations_through_correlation() -> None:
+    # Inductor's own record_function hides ours on the GPU timeline; the CPU-side ranges and the
+    # launch events' correlation ids still place every kernel.
+    events: List[Dict[str, Any]] = [
+        {"cat": "user_annotation", "name": "kforge_iter_0", "ts": 0, "dur": 100},
+        {"cat": "user_annotation", "name": "kforge_iter_1", "ts": 200, "dur": 100},
+        {"cat": "gpu_user_annotation", "name": "## Call CompiledFxGraph f ##", "ts": 1000, "dur": 50},
+        {"cat": "cuda_runtime", "name": "cuLaunchKernel", "ts": 10, "dur": 2, "args": {"correlation": 7}},
+        {"cat": "cuda_runtime", "name": "cuLaunchKernel", "ts": 20, "dur": 2, "args": {"correlation": 8}},
+        {"cat": "cuda_runtime", "name": "cuLaunchKernel", "ts": 210, "dur": 2, "args": {"correlation": 9}},
+        {"cat": "kernel", "name": "k0", "ts": 1001, "dur": 3, "args": {"correlation": 7}},
+        {"cat": "kernel", "name": "k1", "ts": 1005, "dur": 4, "args": {"correlation": 8}},
+        {"cat": "kernel", "name": "k0", "ts": 1100, "dur": 3, "args": {"correlation": 9}},
+    ]
+    it = capture.group_iterations(events, 2)
+    assert [[k["name"] for k in i] for i in it] == [["k0", "k1"], ["k0"]]
