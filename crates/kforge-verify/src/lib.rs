@@ -206,6 +206,8 @@ struct Checker<'a> {
     /// Low-precision dtypes the problem itself uses (`bfloat16` for a bf16 problem): casting to
     /// those is the problem's precision, not a cut.
     problem_dtypes: &'a [String],
+    /// Module-level mutable containers (see [`module_containers`]).
+    containers: std::collections::HashSet<String>,
     /// Inside a `@triton.jit` function: device code, where `tl_math.exp` or `triton_helpers.*`
     /// (Inductor's kernel helpers) are the kernel's own arithmetic, not torch doing the work.
     in_kernel: usize,
@@ -264,6 +266,11 @@ impl Checker<'_> {
         }
         if let Expr::Attribute(a) = c.func.as_ref() {
             let m = a.attr.as_str();
+            if let Expr::Name(n) = a.value.as_ref() {
+                if self.containers.contains(n.id.as_str()) && MUTATORS.contains(&m) {
+                    self.add(Rule::ModuleCache, c, format!("{}.{m}(...) writes into a module-level container: state kept across calls", n.id));
+                }
+            }
             let on_module = name.as_deref().is_some_and(|n| n.starts_with("torch.") || n.starts_with("tl.") || n.starts_with("triton."));
             if COMPUTE_METHODS.contains(&m) && !on_module && !self.allowed(&format!("Tensor.{m}")) {
                 self.add(Rule::TorchCompute, c, format!(".{m}(...) on a tensor computes with torch"));
@@ -297,7 +304,19 @@ impl Checker<'_> {
         }
     }
 
+    /// Writing into a module-level container: `CACHE[k] = v`, `CACHE.setdefault(...)`, ….
+    fn mutation(&mut self, t: &Expr) {
+        if let Expr::Subscript(s) = t {
+            if let Expr::Name(n) = s.value.as_ref() {
+                if self.containers.contains(n.id.as_str()) {
+                    self.add(Rule::ModuleCache, t, format!("writes into module-level {}: state kept across calls", n.id));
+                }
+            }
+        }
+    }
+
     fn check_target(&mut self, t: &Expr) {
+        self.mutation(t);
         if let Some(n) = dotted(t, &self.aliases) {
             let root = n.split('.').next().unwrap_or("");
             if n.contains('.') && PATCHED_ROOTS.contains(&root) {
@@ -452,21 +471,30 @@ impl Visitor for Checker<'_> {
 
 /// Module-level state: a mutable container bound at module level (other than `__all__`) is a
 /// cache the candidate can fill during one call and read in the next.
-fn module_level_state(suite: &[Stmt], ck: &mut Checker) {
+/// Names bound at module level to a mutable container (`{}`, `[]`, `set()`, `dict()`, …). A
+/// constant table such as a list of autotuning configs is fine; *writing* into one of these
+/// from the candidate's code is a cache that survives between calls (see `Checker::mutation`).
+fn module_containers(suite: &[Stmt], aliases: &HashMap<String, String>) -> std::collections::HashSet<String> {
+    let mut out = std::collections::HashSet::new();
     for s in suite {
         if let Stmt::Assign(a) = s {
             let mutable = match a.value.as_ref() {
                 Expr::Dict(_) | Expr::List(_) | Expr::Set(_) => true,
-                Expr::Call(c) => matches!(dotted(&c.func, &ck.aliases).as_deref(), Some("dict" | "list" | "set" | "collections.OrderedDict" | "collections.defaultdict" | "weakref.WeakKeyDictionary" | "weakref.WeakValueDictionary")),
+                Expr::Call(c) => matches!(dotted(&c.func, aliases).as_deref(), Some("dict" | "list" | "set" | "collections.OrderedDict" | "collections.defaultdict" | "weakref.WeakKeyDictionary" | "weakref.WeakValueDictionary")),
                 _ => false,
             };
-            let names: Vec<String> = a.targets.iter().filter_map(|t| dotted(t, &HashMap::new())).collect();
-            if mutable && !names.iter().any(|n| n == "__all__") {
-                ck.add(Rule::ModuleCache, a, format!("module-level {} holds state across calls", names.join(", ")));
+            if mutable {
+                out.extend(a.targets.iter().filter_map(|t| match t {
+                    Expr::Name(n) => Some(n.id.to_string()),
+                    _ => None,
+                }));
             }
         }
     }
+    out
 }
+
+const MUTATORS: &[&str] = &["append", "extend", "insert", "update", "setdefault", "add", "pop", "popitem", "clear", "remove", "discard", "__setitem__"];
 
 /// Gate 1's static check of a candidate's source. Findings are sorted by line.
 fn canonical_dtype(d: &str) -> &str {
@@ -515,11 +543,11 @@ pub fn check_static_for(source: &str, policy: &Policy, problem_dtypes: &[String]
         let (line, col) = lines.at(e.offset.to_usize());
         SyntaxError { line, col, message: e.error.to_string() }
     })?;
-    let mut ck = Checker { lines: &lines, policy, aliases: HashMap::new(), findings: Vec::new(), problem_dtypes, in_kernel: 0 };
+    let containers = module_containers(&suite, &HashMap::new());
+    let mut ck = Checker { lines: &lines, policy, aliases: HashMap::new(), findings: Vec::new(), problem_dtypes, containers, in_kernel: 0 };
     for s in suite.iter().cloned() {
         ck.visit_stmt(s);
     }
-    module_level_state(&suite, &mut ck);
     let mut f = ck.findings;
     f.sort_by_key(|x| (x.line, x.col));
     Ok(f)

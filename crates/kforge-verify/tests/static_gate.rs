@@ -35,6 +35,9 @@ fn rules(src: &str) -> Vec<(Rule, usize)> {
 #[test]
 fn honest_candidate_passes() {
     assert_eq!(rules(HONEST), vec![]);
+    // A module-level table that is only read (autotuning configurations, sizes) is no cache.
+    let table = "import triton\nCONFIGS = [triton.Config({'B': 64}), triton.Config({'B': 128})]\nSIZES = {'small': 64}\ndef pick(n):\n    return SIZES['small'] if n < 100 else CONFIGS[0]\n";
+    assert_eq!(rules(table), vec![]);
 }
 
 #[test]
@@ -59,7 +62,8 @@ fn each_exploit_is_named_with_its_line() {
         ("import triton\nsetattr(triton.testing, 'do_bench', lambda f: 0.001)\n", Rule::MonkeyPatch, 2),
         ("import torch\nclass Lazy(torch.Tensor):\n    pass\n", Rule::TensorSubclass, 2),
         ("class T:\n    @classmethod\n    def __torch_function__(cls, f, t, a=(), k=None):\n        return 0\n", Rule::TensorSubclass, 3),
-        ("_cache = {}\n", Rule::ModuleCache, 1),
+        ("_cache = {}\ndef f(x):\n    _cache[x.data_ptr()] = x\n", Rule::ModuleCache, 3),
+        ("_seen = []\ndef f(x):\n    _seen.append(x)\n", Rule::ModuleCache, 3),
         ("import functools\n@functools.lru_cache(maxsize=None)\ndef f(x):\n    return x\n", Rule::ModuleCache, 2),
         ("r = None\ndef f(x):\n    global r\n    r = x\n", Rule::ModuleCache, 3),
         ("def f(x):\n    return x.half()\n", Rule::Precision, 2),
