@@ -208,6 +208,10 @@ struct Checker<'a> {
     problem_dtypes: &'a [String],
     /// Module-level mutable containers (see [`module_containers`]).
     containers: std::collections::HashSet<String>,
+    /// Names (`self.linear`, `proj`) bound to an nn layer, with the layer: calling them computes.
+    layers: HashMap<String, String>,
+    /// The nn layer constructed by the call just checked (taken by the enclosing assignment).
+    layer_ctor: Option<String>,
     /// Inside a `@triton.jit` function: device code, where `tl_math.exp` or `triton_helpers.*`
     /// (Inductor's kernel helpers) are the kernel's own arithmetic, not torch doing the work.
     in_kernel: usize,
@@ -237,9 +241,19 @@ impl Checker<'_> {
             let torch_fn = n.starts_with("torch.") && !n.starts_with("torch.cuda.") && COMPUTE_FUNCS.contains(&last);
             let vendor = n.starts_with("torch.ops.") || n.starts_with("extern_kernels.") || n.starts_with("torch._C.");
             let functional = n.starts_with("torch.nn.functional.");
+            // Constructing an nn layer only holds parameters (KernelBench candidates keep
+            // `self.linear = nn.Linear(...)` for its weight); calling it computes (below).
             let layer = n.starts_with("torch.nn.") && NN_LAYERS.contains(&last);
-            if (torch_fn || vendor || functional || layer) && self.in_kernel == 0 && !self.allowed(n) {
+            if (torch_fn || vendor || functional) && self.in_kernel == 0 && !self.allowed(n) {
                 self.add(Rule::TorchCompute, c, format!("{n}(...) computes with torch instead of the candidate's kernel"));
+            }
+            if layer && self.in_kernel == 0 && !self.allowed(n) {
+                self.layer_ctor = Some(n.clone());
+            }
+            if let Some(layer) = self.layers.get(n.as_str()).cloned() {
+                if !self.allowed(&layer) {
+                    self.add(Rule::TorchCompute, c, format!("{n}(...) runs the {layer} layer: torch does the work"));
+                }
             }
             if n == "torch.cuda.Stream" || n == "torch.cuda.stream" || n == "torch.cuda.set_stream" || n.ends_with("ExternalStream") {
                 self.add(Rule::SideStream, c, format!("{n}(...): work on a side stream escapes the timed stream"));
@@ -262,6 +276,14 @@ impl Checker<'_> {
             }
             if self.policy.precision == Precision::Strict && n == "torch.set_float32_matmul_precision" {
                 self.add(Rule::Precision, c, "torch.set_float32_matmul_precision lowers fp32 matmul precision".into());
+            }
+        }
+        if let Expr::Call(inner) = c.func.as_ref() {
+            // nn.Linear(...)(x): constructed and called at once.
+            if let Some(n) = dotted(&inner.func, &self.aliases) {
+                if n.starts_with("torch.nn.") && NN_LAYERS.contains(&n.rsplit('.').next().unwrap_or("")) && !self.allowed(&n) {
+                    self.add(Rule::TorchCompute, c, format!("{n}(...)(...) runs an nn layer: torch does the work"));
+                }
             }
         }
         if let Expr::Attribute(a) = c.func.as_ref() {
@@ -413,7 +435,14 @@ impl Visitor for Checker<'_> {
         for t in &node.targets {
             self.check_target(t);
         }
-        self.generic_visit_stmt_assign(node)
+        let targets: Vec<String> = node.targets.iter().filter_map(|t| dotted(t, &HashMap::new())).collect();
+        self.layer_ctor = None;
+        self.generic_visit_stmt_assign(node);
+        if let Some(layer) = self.layer_ctor.take() {
+            for t in targets {
+                self.layers.insert(t, layer.clone());
+            }
+        }
     }
     fn visit_stmt_aug_assign(&mut self, node: ast::StmtAugAssign) {
         self.check_target(&node.target);
@@ -544,7 +573,17 @@ pub fn check_static_for(source: &str, policy: &Policy, problem_dtypes: &[String]
         SyntaxError { line, col, message: e.error.to_string() }
     })?;
     let containers = module_containers(&suite, &HashMap::new());
-    let mut ck = Checker { lines: &lines, policy, aliases: HashMap::new(), findings: Vec::new(), problem_dtypes, containers, in_kernel: 0 };
+    let mut ck = Checker {
+        lines: &lines,
+        policy,
+        aliases: HashMap::new(),
+        findings: Vec::new(),
+        problem_dtypes,
+        containers,
+        layers: HashMap::new(),
+        layer_ctor: None,
+        in_kernel: 0,
+    };
     for s in suite.iter().cloned() {
         ck.visit_stmt(s);
     }

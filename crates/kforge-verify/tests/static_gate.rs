@@ -38,6 +38,9 @@ fn honest_candidate_passes() {
     // A module-level table that is only read (autotuning configurations, sizes) is no cache.
     let table = "import triton\nCONFIGS = [triton.Config({'B': 64}), triton.Config({'B': 128})]\nSIZES = {'small': 64}\ndef pick(n):\n    return SIZES['small'] if n < 100 else CONFIGS[0]\n";
     assert_eq!(rules(table), vec![]);
+    // Keeping an nn layer for its parameters (the kernel reads self.l.weight) is fine.
+    let params = "import torch\nclass ModelNew(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.l = torch.nn.Linear(4, 4)\n    def forward(self, x):\n        return my_kernel(x, self.l.weight, self.l.bias)\n";
+    assert_eq!(rules(params), vec![]);
 }
 
 #[test]
@@ -48,8 +51,9 @@ fn each_exploit_is_named_with_its_line() {
         ("import torch\ndef f(a, b):\n    return torch.matmul(a, b)\n", Rule::TorchCompute, 3),
         ("import torch.nn.functional as F\ndef f(x):\n    return F.softmax(x, -1)\n", Rule::TorchCompute, 3),
         ("def f(a, b):\n    return a @ b\n", Rule::TorchCompute, 2),
-        ("import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n        self.l = torch.nn.Linear(4, 4)\n", Rule::TorchCompute, 4),
-        ("from torch import nn\nl = nn.Conv2d(3, 8, 3)\n", Rule::TorchCompute, 2),
+        ("import torch\nclass M(torch.nn.Module):\n    def __init__(self):\n        self.l = torch.nn.Linear(4, 4)\n    def forward(self, x):\n        return self.l(x)\n", Rule::TorchCompute, 6),
+        ("from torch import nn\nconv = nn.Conv2d(3, 8, 3)\ndef f(x):\n    return conv(x)\n", Rule::TorchCompute, 4),
+        ("from torch import nn\ndef f(x):\n    return nn.ReLU()(x)\n", Rule::TorchCompute, 3),
         ("def f(buf0, a, b):\n    extern_kernels.mm(a, b, out=buf0)\n", Rule::TorchCompute, 2),
         ("import torch\ndef f(a, b):\n    return torch.ops.aten.mm.default(a, b)\n", Rule::TorchCompute, 3),
         ("def f(a, b):\n    return a.matmul(b)\n", Rule::TorchCompute, 2),
