@@ -28,6 +28,17 @@ pub struct SpawnSpec {
 /// Set up a managed child before it runs (in the forked child, before exec): join the cgroup
 /// whose `cgroup.procs` is given, restrict it to `cpus`, die with the daemon (parent-death
 /// signal), and optionally make `fd3` its descriptor 3 (the warm workers' control socket).
+/// Give a child process (between fork and exec) the default signal mask: nothing blocked.
+/// Only async-signal-safe calls (sigemptyset, sigprocmask).
+pub(crate) fn unblock_signals() {
+    // SAFETY: sigset_t is plain data, initialized by sigemptyset before use.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    }
+}
+
 pub(crate) fn confine(cmd: &mut Command, cgroup_procs: Option<&Path>, cpus: &[u32], fd3: Option<RawFd>) -> std::io::Result<()> {
     let procs = match cgroup_procs {
         Some(p) => Some(CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other)?),
@@ -42,6 +53,9 @@ pub(crate) fn confine(cmd: &mut Command, cgroup_procs: Option<&Path>, cpus: &[u3
     // SAFETY: the closure only makes async-signal-safe system calls on data prepared before fork.
     unsafe {
         cmd.pre_exec(move || {
+            // The daemon blocks SIGINT/SIGTERM in all its threads (a signal thread takes them);
+            // a blocked mask survives exec, so a job would never see SIGTERM or Ctrl-C.
+            unblock_signals();
             if let Some(p) = &procs {
                 let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
                 if fd < 0 {

@@ -202,6 +202,7 @@ fn spawn_guardian(argv: &[OsString], ledger: &Path) -> Result<Child, DaemonError
     unsafe {
         cmd.pre_exec(|| {
             libc::setsid();
+            crate::jobs::unblock_signals();
             Ok(())
         });
     }

@@ -456,3 +456,20 @@ fn restart_after_daemon_and_guardian_died_recovers_frozen_jobs() {
     wait_for("the new daemon listening", T, || kforge_client::Client::connect(&d.socket).ok().map(|_| ()));
     d.child = d2;
 }
+
+#[test]
+fn jobs_start_with_no_blocked_signals() {
+    // The daemon blocks SIGINT/SIGTERM for its signal thread; its jobs must not inherit that.
+    let mut d = TestDaemon::start(&[]);
+    let o = d
+        .run_cmd(&["--device", "cpu", "--", "python3", "-c", "import signal; print(sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])))"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "[]");
+    // And a job can be ended by SIGTERM: `timeout` inside a job stops its child.
+    // (--timeout bounds the test if SIGTERM were blocked again: sleep would then never end.)
+    let o = d.run_cmd(&["--device", "cpu", "--timeout", "10", "--", "timeout", "0.2", "sleep", "30"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(124), "timeout's own status when it had to stop sleep");
+    d.shutdown();
+}
