@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Diagnostics of a runtime-evaluation state directory (issue 5): why inflation is what it is.
+
+Usage: python3 scripts/analysis/eval_diagnostics.py STATE_DIR
+
+Per run (store label): commands measured, median number of timed samples (all and matmul), the
+share of commands whose last five samples are > 5 % slower than their first five (kernels that
+slow down under sustained load), and the SM clock / temperature at region grant and release.
+Then, for every pair of runs A, B on the same GPU, p50 and p95 over commands of
+median_B / median_A - 1 (B's inflation relative to A: with A the `command` run — the ground-truth
+protocol — this is a same-GPU inflation figure). Reads only the SQLite store, the workload and the manifests (Python standard library).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sqlite3
+import statistics as st
+import sys
+from typing import Dict, List
+
+
+def q(xs: List[float], p: float) -> float:
+    s = sorted(xs)
+    if not s:
+        return float("nan")
+    k = p * (len(s) - 1)
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def main(state: str) -> int:
+    manifests = [json.load(open(m)) for m in sorted(glob.glob(os.path.join(state, "*.run.json")))]
+    if not manifests:
+        print(f"{state}: no *.run.json manifests", file=sys.stderr)
+        return 2
+    db = sqlite3.connect(os.path.join(state, os.path.basename(manifests[0]["db"])))
+    cmds = {json.loads(l)["id"]: json.loads(l) for l in open(os.path.join(state, os.path.basename(manifests[0]["workload"])))}
+    device = {m["label"]: m["device"] for m in manifests}
+    samples: Dict[str, Dict[str, List[float]]] = {}
+    for label, name, s in db.execute("select j.label, m.name, m.samples_ms from measurements m join jobs j on m.job = j.id where m.valid = 1"):
+        samples.setdefault(label, {})[name] = json.loads(s)
+    regions: Dict[str, List[tuple]] = {}
+    for row in db.execute("select j.label, r.sm_clock_mhz_granted, r.sm_clock_mhz_released, r.gpu_temp_c_granted, r.gpu_temp_c_released "
+                          "from regions r join jobs j on r.job = j.id"):
+        regions.setdefault(row[0], []).append(row[1:])
+    print(f"{'RUN':<24} {'CMDS':>5} {'N_MED':>6} {'N_MM':>5} {'SLOWS':>6} {'MHZ_G/R p50':>12} {'MHZ_R min':>9} {'C_G/R p50':>10}")
+    for label in sorted(samples):
+        d = samples[label]
+        mm = [len(v) for k, v in d.items() if cmds.get(k, {}).get("operator") == "matmul"]
+        slow = sum(1 for v in d.values() if len(v) >= 10 and st.mean(v[-5:]) > 1.05 * st.mean(v[:5]))
+        rg = regions.get(label, [])
+        g = [r[0] for r in rg if r[0]]
+        rel = [r[1] for r in rg if r[1]]
+        tg = [r[2] for r in rg if r[2]]
+        tr = [r[3] for r in rg if r[3]]
+        clocks = f"{st.median(g):.0f}/{st.median(rel):.0f}" if g and rel else "-"
+        temps = f"{st.median(tg):.0f}/{st.median(tr):.0f}" if tg and tr else "-"
+        print(f"{label:<24} {len(d):>5} {st.median([len(v) for v in d.values()]):>6.0f} {(st.median(mm) if mm else 0):>5.0f} "
+              f"{slow / len(d) * 100:>5.1f}% {clocks:>12} {(min(rel) if rel else 0):>9} {temps:>10}")
+    print()
+    print(f"{'B relative to A (same GPU)':<50} {'N':>4} {'p50':>8} {'p95':>8}")
+    labels = sorted(samples)
+    for i, a in enumerate(labels):
+        for b in labels[i + 1:]:
+            if device.get(a) != device.get(b):
+                continue
+            common = sorted(set(samples[a]) & set(samples[b]))
+            r = [st.median(samples[b][k]) / st.median(samples[a][k]) - 1 for k in common]
+            if len(r) >= 5:
+                print(f"{b + ' rel. to ' + a:<50} {len(r):>4} {q(r, 0.5) * 100:>7.2f}% {q(r, 0.95) * 100:>7.2f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print(__doc__, file=sys.stderr)
+        sys.exit(2)
+    sys.exit(main(sys.argv[1]))
