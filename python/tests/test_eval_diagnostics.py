@@ -1,0 +1,28 @@
+"""scripts/analysis/eval_diagnostics.py over the committed H200 evaluation state."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+STATE = ROOT / "bench" / "results" / "2026-11-30-issue5-eval" / "state"
+
+
+def test_diagnostics_of_the_committed_evaluation() -> None:
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "analysis" / "eval_diagnostics.py"), str(STATE)],
+                       capture_output=True, text=True, check=True)
+    lines = r.stdout.splitlines()
+    row = next(l for l in lines if l.startswith("eval:region-isolate "))
+    assert row.split()[1] == "205"  # commands measured in the full cold region run
+    # The same-GPU comparison lists the region run relative to the command run.
+    assert any(l.startswith("eval:region-isolate rel. to eval:command") for l in lines)
+    # Runs on different GPUs are never paired (truth-0 ran on another H200 than the runs).
+    assert not any("eval:truth-0 rel. to eval:region" in l or "eval:region-isolate rel. to eval:truth-0" in l for l in lines)
+
+
+def test_diagnostics_refuses_an_empty_directory(tmp_path: Path) -> None:
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "analysis" / "eval_diagnostics.py"), str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "no *.run.json manifests" in r.stderr
