@@ -112,6 +112,17 @@ fn pct(x: f64) -> String {
 /// The table `kforge inspect` prints last: one row per launch (GPU time, share, replaceable and
 /// why), then unattributed kernels and the replay / re-stitch summary.
 pub fn table(r: &InspectReport) -> String {
+    if r.kind == "triton" {
+        // A standalone Triton file has no wrapper: its kernels are the profile's, by GPU time.
+        let mut s = format!("{} (standalone Triton file): {:.1} µs GPU per run\n", r.source, r.attribution.total_us);
+        s.push_str(&format!("{:<50} {:>10} {:>7}\n", "KERNEL", "GPU_US", "SHARE"));
+        let mut ks = r.attribution.unattributed.clone();
+        ks.sort_by(|a, b| b.1.total_cmp(&a.1));
+        for (name, us) in ks {
+            s.push_str(&format!("{:<50} {:>10.1} {:>7}\n", name, us, pct(us / r.attribution.total_us)));
+        }
+        return s;
+    }
     let mut s = format!(
         "{} ({}, mode {}): {} graph(s), {} Triton kernels ({} templates), {} vendor/fallback calls, {:.1} µs GPU per run\n",
         r.source, r.kind, r.mode, r.graphs, r.triton_kernels, r.template_kernels, r.vendor_calls, r.attribution.total_us

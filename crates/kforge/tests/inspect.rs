@@ -110,3 +110,20 @@ fn capture_as_a_daemon_job_reports_the_cause() {
     assert_eq!(jobs.iter().filter(|j| j.label.as_deref() == Some("inspect")).count(), 1);
     d.shutdown();
 }
+
+#[test]
+fn standalone_triton_file_lists_its_kernels_by_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let cap = dir.path().join("c.json");
+    let it = json!([{"name": "my_kernel", "dur_us": 30.0}, {"name": "helper_kernel", "dur_us": 10.0}]);
+    let c = json!({"kforge_capture": 1, "source": "k.py", "kind": "triton", "mode": "none", "wrappers": [], "iterations": [it]});
+    std::fs::write(&cap, c.to_string()).unwrap();
+    let o = kforge().args(["inspect", "--from-capture"]).arg(&cap).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("standalone Triton file"), "{out}");
+    let my = out.find("my_kernel").unwrap();
+    let helper = out.find("helper_kernel").unwrap();
+    assert!(my < helper, "sorted by time: {out}");
+    assert!(out.contains("75.0%"), "{out}");
+}
