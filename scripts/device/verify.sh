@@ -17,8 +17,10 @@ rows = json.load(open("tests/candidates/expect.json"))
 table = []
 for i, e in enumerate(rows):
     j = f"{out}/{i}.json"
-    p = subprocess.run([k, "verify", "--device", "0", "--json", j, f"tests/candidates/{e['problem']}", f"tests/candidates/{e['candidate']}"],
+    pol = ["--policy", f"tests/candidates/{e['policy']}"] if e.get("policy") else []
+    p = subprocess.run([k, "verify", "--device", "0", *pol, "--json", j, f"tests/candidates/{e['problem']}", f"tests/candidates/{e['candidate']}"],
                        capture_output=True, text=True)
+    open(f"{out}/{i}.log", "w").write(p.stdout + p.stderr)
     try:
         v = json.load(open(j))
     except (OSError, ValueError):
