@@ -67,6 +67,27 @@ def timer_identities() -> Dict[str, int]:
     return out
 
 
+def library_identities(problem: Any) -> Dict[str, int]:
+    """Identities of everything the reference computes with: the public callables of torch,
+    torch.nn.functional, torch.Tensor and torch.nn.Module, and the problem module's own globals.
+    A candidate that replaces one (``vars(torch)["softmax"] = ...``) changes what the reference
+    computes, so that a wrong candidate and a patched reference agree."""
+    import torch
+    import torch.nn.functional as F
+
+    out: Dict[str, int] = {}
+    for prefix, ns in (("torch.", vars(torch)), ("torch.nn.functional.", vars(F)),
+                       ("torch.Tensor.", vars(torch.Tensor)), ("torch.nn.Module.", vars(torch.nn.Module)),
+                       ("problem.", vars(problem))):
+        for k, v in list(ns.items()):
+            if not k.startswith("__") and (callable(v) or isinstance(v, type)):
+                out[prefix + k] = id(v)
+    for k, v in list(vars(problem.Model).items()):
+        if callable(v):
+            out["problem.Model." + k] = id(v)
+    return out
+
+
 def _flat(x: Any) -> List[Any]:
     import torch
 
@@ -241,7 +262,7 @@ def fp64_rule(problem: Any, init: Sequence[Any], ref_model: Any, cand_out: Any, 
 
 
 def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, performance: bool,
-               timers0: Dict[str, int], threads0: int) -> Dict[str, Any]:
+               timers0: Dict[str, int], threads0: int, libs0: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
     """All runtime checks; ``timers0`` and ``threads0`` were taken before the candidate was imported.
 
     ``candidate`` is the candidate's module (a ``ModelNew`` file) or, for a replacement kernel, a
@@ -388,6 +409,12 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     timers1 = timer_identities()
     changed = sorted(k for k in timers0 if timers0[k] != timers1.get(k))
     ck.add("exploits", "timer-identity", not changed, replaced=changed)
+    if libs0 is not None:
+        libs1 = library_identities(problem)
+        replaced = sorted(k for k in libs0 if libs1.get(k) != libs0[k])
+        added = sorted(k for k in libs1 if k not in libs0 and k.startswith(("torch.Tensor.", "torch.nn.Module.", "problem.Model.")))
+        ck.add("exploits", "library-identity", not replaced and not added, replaced=replaced[:20], added=added[:20],
+               note="the reference's functions were replaced: the reference no longer computes the reference" if replaced or added else "")
 
     if kernel_mode and getattr(candidate, "cuda_graphs", False):
         for n in ("ghost-replay", "kernels-ran"):
@@ -467,6 +494,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if getattr(problem, fn, None) is None:
                 raise RunnerError(f"{a.problem}: no {fn} (a KernelBench problem needs class Model, get_inputs(), get_init_inputs())")
         timers0, threads0 = timer_identities(), threading.active_count()
+        libs0 = library_identities(problem)
         cand: Any
         if a.kernel:
             if not dev_s.startswith("cuda"):
@@ -479,7 +507,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             cand = load_module(a.candidate, "candidate")
             if getattr(cand, "ModelNew", None) is None:
                 raise RunnerError(f"{a.candidate}: no class ModelNew")
-        res = run_checks(problem, cand, policy, torch.device(dev_s), not a.no_performance, timers0, threads0)
+        res = run_checks(problem, cand, policy, torch.device(dev_s), not a.no_performance, timers0, threads0, libs0)
         res["device"] = dev_s
     except RunnerError as e:
         print(f"kforge verify: {e}", file=sys.stderr)
