@@ -258,7 +258,10 @@ impl Checker<'_> {
             if n == "torch.cuda.Stream" || n == "torch.cuda.stream" || n == "torch.cuda.set_stream" || n.ends_with("ExternalStream") {
                 self.add(Rule::SideStream, c, format!("{n}(...): work on a side stream escapes the timed stream"));
             }
-            if n == "os.fork" || n.starts_with("threading.") || n.starts_with("multiprocessing.") || n.starts_with("subprocess.") || n.starts_with("concurrent.") {
+            let os_process = matches!(n.as_str(), "os.fork" | "os.forkpty" | "os.system" | "os.popen" | "os.posix_spawn" | "os.posix_spawnp" | "pty.spawn")
+                || n.starts_with("os.spawn")
+                || n.starts_with("os.exec");
+            if os_process || n.starts_with("threading.") || n.starts_with("multiprocessing.") || n.starts_with("subprocess.") || n.starts_with("concurrent.") {
                 self.add(Rule::Concurrency, c, format!("{n}(...) runs work outside the timed call"));
             }
             if n == "torch.cuda.cudart" || n.starts_with("torch.cuda.cudart.") || (n.starts_with("torch._C._cuda") && n.contains("Persist")) {

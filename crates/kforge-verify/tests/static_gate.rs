@@ -61,6 +61,8 @@ fn each_exploit_is_named_with_its_line() {
         ("import threading\n", Rule::Concurrency, 1),
         ("from concurrent.futures import ThreadPoolExecutor\n", Rule::Concurrency, 1),
         ("import os\ndef f():\n    os.fork()\n", Rule::Concurrency, 3),
+        ("import os\nos.system('sleep 100 &')\n", Rule::Concurrency, 2),
+        ("from os import execv\nexecv('/bin/sh', ['sh'])\n", Rule::Concurrency, 2),
         ("import torch\ntorch.cuda.synchronize = lambda: None\n", Rule::MonkeyPatch, 2),
         ("import time\ntime.perf_counter = lambda: 0.0\n", Rule::MonkeyPatch, 2),
         ("import triton\nsetattr(triton.testing, 'do_bench', lambda f: 0.001)\n", Rule::MonkeyPatch, 2),

@@ -59,6 +59,23 @@ fn rss_bytes(pid: u32) -> Option<u64> {
     Some(kb * 1024)
 }
 
+/// Resident memory of every process in process group `pgid` (the candidate process and what it
+/// started: compile workers, helpers).
+fn group_rss_bytes(pgid: u32) -> u64 {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return rss_bytes(pgid).unwrap_or(0) };
+    let mut total = 0;
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // Fields after the parenthesised command: state ppid pgrp ...
+        let pgrp = stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(2)).and_then(|x| x.parse::<u32>().ok());
+        if pgrp == Some(pgid) {
+            total += rss_bytes(pid).unwrap_or(0);
+        }
+    }
+    total
+}
+
 fn net_ns(pid: &str) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()
 }
@@ -162,11 +179,15 @@ fn run_candidate(a: &VerifyArgs, device: &str, policy: &Policy, problem: &str, c
     let t0 = Instant::now();
     let mut peak = 0u64;
     let mut killed: Option<String> = None;
+    let mut polls = 0u64;
     let status = loop {
         if let Some(st) = child.try_wait().context("waiting for the candidate process")? {
             break st;
         }
-        peak = peak.max(rss_bytes(pid).unwrap_or(0));
+        // The candidate itself every poll; its whole process group every 10th (a /proc scan).
+        polls += 1;
+        let rss = if polls % 10 == 0 { group_rss_bytes(pid) } else { rss_bytes(pid).unwrap_or(0) };
+        peak = peak.max(rss);
         if killed.is_none() && t0.elapsed() > limit_t {
             killed = Some(format!("time limit of {} s exceeded", a.time_limit_s));
         } else if killed.is_none() && peak > limit_m {

@@ -192,3 +192,25 @@ fn through_the_daemon_the_candidate_is_a_job() {
     assert_eq!(jobs.iter().filter(|j| j.label.as_deref() == Some("verify")).count(), 2);
     d.shutdown();
 }
+
+#[test]
+fn memory_limit_counts_the_candidates_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("forker.py");
+    // The candidate stays small; a child it starts takes 3 GB and keeps it. (The process start is
+    // hidden from the static check on purpose: this tests the watchdog, not gate 1.)
+    std::fs::write(
+        &big,
+        "import sys\nrun = getattr(__import__('o' + 's'), 'sys' + 'tem')\nrun(sys.executable + ' -c \"hog = bytes(1) * 3_000_000_000; import time; time.sleep(60)\"')\n",
+    )
+    .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
+        .args(["verify", "--device", "cpu", "--memory-limit-gib", "1", "--time-limit-s", "120"])
+        .arg(corpus().join("problems/vector_add.py"))
+        .arg(&big)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    assert!(text.contains("memory limit of 1 GiB exceeded"), "{text}");
+}
