@@ -30,6 +30,24 @@ pub struct SpawnSpec {
 /// signal), and optionally make `fd3` its descriptor 3 (the warm workers' control socket).
 /// Give a child process (between fork and exec) the default signal mask: nothing blocked.
 /// Only async-signal-safe calls (sigemptyset, sigprocmask).
+/// Mark every descriptor from `first` up close-on-exec (between fork and exec): a job must not
+/// inherit what the daemon inherited from whoever started it (a capture pipe held open by a job
+/// keeps its reader waiting after the daemon is gone). Marked, not closed: the pipe through which
+/// the spawning code learns of a failed exec must stay open until the exec.
+/// close_range(2) with CLOSE_RANGE_CLOEXEC where the kernel has it (5.11+), else fcntl(2) over the
+/// usual range; both async-signal-safe.
+pub(crate) fn close_inherited(first: libc::c_int) {
+    const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+    // SAFETY: plain system calls on descriptor numbers.
+    unsafe {
+        if libc::syscall(libc::SYS_close_range, first as libc::c_uint, libc::c_uint::MAX, CLOSE_RANGE_CLOEXEC) != 0 {
+            for fd in first..4096 {
+                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            }
+        }
+    }
+}
+
 pub(crate) fn unblock_signals() {
     // SAFETY: sigset_t is plain data, initialized by sigemptyset before use.
     unsafe {
@@ -76,6 +94,7 @@ pub(crate) fn confine(cmd: &mut Command, cgroup_procs: Option<&Path>, cpus: &[u3
                     return Err(std::io::Error::last_os_error());
                 }
             }
+            close_inherited(if fd3.is_some() { 4 } else { 3 });
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
             Ok(())
         });

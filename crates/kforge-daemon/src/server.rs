@@ -203,6 +203,7 @@ fn spawn_guardian(argv: &[OsString], ledger: &Path) -> Result<Child, DaemonError
         cmd.pre_exec(|| {
             libc::setsid();
             crate::jobs::unblock_signals();
+            crate::jobs::close_inherited(3);
             Ok(())
         });
     }

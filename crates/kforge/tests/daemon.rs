@@ -473,3 +473,24 @@ fn jobs_start_with_no_blocked_signals() {
     assert_eq!(o.status.code(), Some(124), "timeout's own status when it had to stop sleep");
     d.shutdown();
 }
+
+#[test]
+fn jobs_do_not_inherit_the_daemons_descriptors() {
+    // A daemon started with an extra open descriptor (fd 7, as a shell redirection or a capture
+    // pipe would leave it): its jobs get only stdin, stdout and stderr.
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("k.sock");
+    let script = format!("exec 7</dev/null; exec {KFORGE} --socket {} daemon --db {} --gpus none", sock.display(), dir.path().join("k.db").display());
+    let mut daemon = std::process::Command::new("sh").args(["-c", &script]).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while kforge_client::Client::connect(&sock).is_err() {
+        assert!(Instant::now() < deadline, "daemon did not start");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let probe = "import os\nopen_fds = []\nfor fd in range(3, 1024):\n    try:\n        os.fstat(fd)\n        open_fds.append(fd)\n    except OSError:\n        pass\nprint(open_fds)";
+    let o = std::process::Command::new(KFORGE).arg("--socket").arg(&sock).args(["run", "--device", "cpu", "--", "python3", "-c", probe]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "[]");
+    let _ = kforge_client::Client::connect(&sock).unwrap().request(&kforge_proto::Request::Shutdown);
+    let _ = daemon.wait();
+}
