@@ -140,3 +140,39 @@ def test_iterations_grouped_by_cpu_annotations_through_correlation() -> None:
     ]
     it = capture.group_iterations(events, 2)
     assert [[k["name"] for k in i] for i in it] == [["k0", "k1"], ["k0"]]
+
+
+def test_wrapper_hook_catches_inductor_wrappers_of_the_installed_torch(tmp_path: Path) -> None:
+    """The capture's hook on the torch installed here (CI: the current release), compiling for the
+    CPU (C++ kernels; the GPU path differs only in the kernels): the wrapper module is caught,
+    and its code parses into an inventory with the Rust parser (`kforge inspect --from-capture`)."""
+    torch = pytest.importorskip("torch")
+    import shutil
+    import subprocess
+
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        pytest.skip("Inductor's CPU backend needs a C++ compiler")
+    import torch._inductor.config as icfg
+    from torch._inductor.utils import run_and_get_code
+
+    icfg.fx_graph_cache = False
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU())
+    x = torch.randn(4, 32)
+    with capture._WrapperHook() as hook, torch.no_grad():
+        out, codes = run_and_get_code(torch.compile(model), x)
+    assert torch.allclose(out, model(x), atol=1e-5)
+    assert len(hook.modules) == 1 and callable(hook.modules[0].call)
+    assert codes and "def call" in codes[0]
+    cap = tmp_path / "c.json"
+    cap.write_text(json.dumps({"kforge_capture": 1, "source": "tiny", "kind": "problem", "mode": "default",
+                               "wrappers": codes, "iterations": []}))
+    kforge_bin = Path(__file__).resolve().parents[2] / "target" / "debug" / "kforge"
+    if not kforge_bin.exists():
+        pytest.skip("build the workspace first (scripts/test does)")
+    rep = tmp_path / "r.json"
+    r = subprocess.run([str(kforge_bin), "inspect", "--from-capture", str(cap), "--json", str(rep)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(rep.read_text())
+    ops = [launch.get("op") for launch in report["inventory"]["launches"]]
+    assert "extern_kernels.addmm" in ops
