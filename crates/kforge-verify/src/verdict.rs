@@ -9,6 +9,9 @@ use crate::Finding;
 /// Gates in cascade order; a candidate is rejected by the first failing check.
 pub const GATES: [&str; 6] = ["static", "dry-run", "correctness", "model", "exploits", "performance"];
 
+/// Gates that must report passing checks for a candidate to pass at all.
+pub const MANDATORY: [&str; 4] = ["dry-run", "correctness", "model", "exploits"];
+
 /// One runtime check as the runner reports it. `ok: None` means "does not apply here".
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckResult {
@@ -98,6 +101,19 @@ pub fn compose(problem: &str, candidate: &str, findings: &[Finding], runner: Opt
         gates.push(GateReport { gate: g.to_string(), status: status.into(), checks });
     }
     let rejected_by = gates.iter().find_map(|g| g.checks.iter().find(|c| c.ok == Some(false)).map(|c| format!("{}:{}", g.gate, c.name)));
+    // Fail closed: a candidate passes only if every mandatory gate reported passing checks. A
+    // result without them (a runner cut short, or a result file written by someone else) cannot
+    // accept anything.
+    let missing: Vec<&str> = if runner.is_some() && rejected_by.is_none() {
+        MANDATORY.iter().copied().filter(|m| !gates.iter().any(|g| g.gate == *m && g.status == "passed")).collect()
+    } else {
+        Vec::new()
+    };
+    let error = match (error, missing.is_empty()) {
+        (Some(e), _) => Some(e),
+        (None, false) => Some(format!("the runner reported no passing {} checks", missing.join(", "))),
+        (None, true) => None,
+    };
     let outcome = if rejected_by.is_some() {
         Outcome::Rejected
     } else if error.is_some() || runner.is_none() {
@@ -159,17 +175,23 @@ mod tests {
     #[test]
     fn cascade_order_and_outcomes() {
         let all_ok = RunnerResult {
-            checks: vec![check("dry-run", "runs", Some(true)), check("correctness", "seed-0", Some(true)), check("performance", "speedup", None)],
+            checks: vec![
+                check("dry-run", "runs", Some(true)),
+                check("correctness", "seed-0", Some(true)),
+                check("model", "eager", Some(true)),
+                check("exploits", "determinism", Some(true)),
+                check("performance", "speedup", None),
+            ],
             device: Some("cpu".into()),
         };
         let v = compose("p", "c", &[], Some(&all_ok), None, json!({}));
         assert_eq!((v.outcome, v.rejected_by.as_deref()), (Outcome::PassedWithoutPerformance, None));
         assert_eq!(v.outcome.exit_code(), 0);
         let status: Vec<&str> = v.gates.iter().map(|g| g.status.as_str()).collect();
-        assert_eq!(status, ["passed", "passed", "passed", "not-run", "not-run", "not-applicable"]);
+        assert_eq!(status, ["passed", "passed", "passed", "passed", "passed", "not-applicable"]);
 
         let mut perf = all_ok.clone();
-        perf.checks[2].ok = Some(true);
+        perf.checks[4].ok = Some(true);
         assert_eq!(compose("p", "c", &[], Some(&perf), None, json!({})).outcome, Outcome::Accepted);
 
         // The first failing check in gate order names the rejection, whatever the list order.
@@ -189,5 +211,12 @@ mod tests {
         assert!(table(&v).contains("line 4: m"));
         let v = compose("p", "c", &[], None, Some("time limit".into()), json!({}));
         assert_eq!((v.outcome, v.outcome.exit_code()), (Outcome::CouldNotRun, 2));
+        // Fail closed: a result with only a passing performance check (or nothing) accepts nothing.
+        let forged = RunnerResult { checks: vec![check("performance", "speedup", Some(true))], device: None };
+        let v = compose("p", "c", &[], Some(&forged), None, json!({}));
+        assert_eq!(v.outcome, Outcome::CouldNotRun);
+        assert!(v.error.as_deref().unwrap().contains("dry-run, correctness, model, exploits"));
+        let empty = RunnerResult { checks: vec![], device: None };
+        assert_eq!(compose("p", "c", &[], Some(&empty), None, json!({})).outcome, Outcome::CouldNotRun);
     }
 }

@@ -6,7 +6,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use kforge_verify::verdict::{compose, table, RunnerResult};
 use kforge_verify::{check_static_for, problem_dtypes, Policy};
-use std::io::Read;
+use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -146,6 +146,8 @@ fn run_candidate(a: &VerifyArgs, device: &str, policy: &Policy, problem: &str, c
     unsafe {
         cmd.pre_exec(|| {
             libc::setpgid(0, 0);
+            // If kforge itself is killed or interrupted, the candidate dies with it.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
             libc::unshare(libc::CLONE_NEWNET);
             Ok(())
         });
@@ -157,32 +159,49 @@ fn run_candidate(a: &VerifyArgs, device: &str, policy: &Policy, problem: &str, c
         _ => false,
     };
     let mut stderr = child.stderr.take().context("capturing the candidate's stderr")?;
-    // The runner's progress (one line per check) is shown as it comes and kept for the reason
-    // of a failure.
-    let err_reader = std::thread::spawn(move || {
-        let mut all = String::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            match stderr.read(&mut buf) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => {
-                    let text = String::from_utf8_lossy(&buf[..n]);
-                    eprint!("{text}");
-                    all.push_str(&text);
+    // The runner's progress (one line per check) is shown as it comes and kept (as bytes,
+    // decoded once at the end) for the reason of a failure. The reader may outlive the child if
+    // something that escaped the process group holds the pipe: it is waited for with a deadline.
+    let err_bytes = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    {
+        let err_bytes = err_bytes.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            let mut out = std::io::stderr();
+            loop {
+                match stderr.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let _ = out.write_all(&buf[..n]);
+                        if let Ok(mut b) = err_bytes.lock() {
+                            b.extend_from_slice(&buf[..n]);
+                        }
+                    }
                 }
             }
-        }
-        all
-    });
+            let _ = done_tx.send(());
+        });
+    }
     let limit_t = Duration::from_secs(a.time_limit_s);
     let limit_m = (a.memory_limit_gib * (1u64 << 30) as f64) as u64;
     let t0 = Instant::now();
     let mut peak = 0u64;
     let mut killed: Option<String> = None;
     let mut polls = 0u64;
+    let kill_group = || {
+        // SAFETY: signalling the candidate's own process group.
+        unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+    };
     let status = loop {
-        if let Some(st) = child.try_wait().context("waiting for the candidate process")? {
-            break st;
+        match child.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) => {}
+            Err(e) => {
+                kill_group();
+                let _ = child.wait();
+                return Err(e).context("waiting for the candidate process");
+            }
         }
         // The candidate itself every poll; its whole process group every 10th (a /proc scan).
         polls += 1;
@@ -194,12 +213,14 @@ fn run_candidate(a: &VerifyArgs, device: &str, policy: &Policy, problem: &str, c
             killed = Some(format!("memory limit of {} GiB exceeded", a.memory_limit_gib));
         }
         if killed.is_some() {
-            // SAFETY: signalling the candidate's own process group.
-            unsafe { libc::kill(-(pid as i32), libc::SIGKILL) };
+            kill_group();
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let err_text = err_reader.join().unwrap_or_default();
+    // Whatever the candidate left behind in its group (a background process) ends with it.
+    kill_group();
+    let _ = done_rx.recv_timeout(Duration::from_secs(5));
+    let err_text = err_bytes.lock().map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
     limits["network_isolated"] = serde_json::json!(isolated);
     limits["peak_rss_bytes"] = serde_json::json!(peak);
     limits["wall_s"] = serde_json::json!(t0.elapsed().as_secs_f64());
@@ -216,8 +237,10 @@ fn run_candidate(a: &VerifyArgs, device: &str, policy: &Policy, problem: &str, c
             .or_else(|| err_text.lines().rev().find(|l| !l.trim().is_empty()).map(|l| format!("the candidate process failed: {}", l.trim())));
         return Ok(compose(problem, candidate, &[], None, Some(why.unwrap_or_else(|| format!("the candidate process ended with {status}"))), limits));
     }
-    let result: RunnerResult = read_result(&out)?;
-    Ok(compose(problem, candidate, &[], Some(&result), None, limits))
+    match read_result(&out) {
+        Ok(result) => Ok(compose(problem, candidate, &[], Some(&result), None, limits)),
+        Err(e) => Ok(compose(problem, candidate, &[], None, Some(format!("{candidate}: the candidate process wrote no usable result ({e:#})")), limits)),
+    }
 }
 
 /// The runner's argv after the interpreter: the module, files, output and options.
@@ -263,8 +286,10 @@ fn run_candidate_job(a: &VerifyArgs, socket: &Path, policy: &Policy, problem: &s
     limits["network_isolated"] = serde_json::json!(false);
     limits["wall_s"] = serde_json::json!(t0.elapsed().as_secs_f64());
     if exit.code == Some(0) {
-        let result = read_result(&out)?;
-        return Ok(compose(problem, candidate, &[], Some(&result), None, limits));
+        return Ok(match read_result(&out) {
+            Ok(result) => compose(problem, candidate, &[], Some(&result), None, limits),
+            Err(e) => compose(problem, candidate, &[], None, Some(format!("{candidate}: the candidate job wrote no usable result ({e:#})")), limits),
+        });
     }
     let why = exit
         .reason

@@ -214,3 +214,30 @@ fn memory_limit_counts_the_candidates_children() {
     assert_eq!(o.status.code(), Some(2), "{text}");
     assert!(text.contains("memory limit of 1 GiB exceeded"), "{text}");
 }
+
+#[test]
+fn leftovers_in_the_candidates_group_do_not_outlive_it() {
+    // The candidate starts a background process and ends (no ModelNew: could not run). kforge
+    // must neither wait for the background process nor leave it running.
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("bg.py");
+    std::fs::write(&f, "run = getattr(__import__('o' + 's'), 'sys' + 'tem')\nrun('sleep 41.5 &')\n").unwrap();
+    let t = std::time::Instant::now();
+    let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
+        .args(["verify", "--device", "cpu", "--time-limit-s", "60"])
+        .arg(corpus().join("problems/vector_add.py"))
+        .arg(&f)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stdout));
+    assert!(t.elapsed() < std::time::Duration::from_secs(30), "kforge waited for the background process");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let alive = Command::new("pgrep").args(["-f", "sleep 41.5"]).output().unwrap().status.success();
+        if !alive {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the candidate's background process survived");
+        std::thread::yield_now();
+    }
+}
