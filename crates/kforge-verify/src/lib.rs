@@ -173,19 +173,30 @@ const LOW_DTYPES: &[&str] = &["float16", "half", "bfloat16", "float8_e4m3fn", "f
 const LOW_CASTS: &[&str] = &["half", "bfloat16"];
 const MEMO_DECORATORS: &[&str] = &["lru_cache", "cache", "functools.lru_cache", "functools.cache", "cached_property"];
 
-struct Lines {
+struct Lines<'a> {
+    src: &'a str,
     starts: Vec<usize>,
 }
 
-impl Lines {
-    fn new(src: &str) -> Self {
+impl<'a> Lines<'a> {
+    fn new(src: &'a str) -> Self {
+        // Line ends: \n, \r\n, or a lone \r (as Python's tokenizer counts them).
+        let b = src.as_bytes();
         let mut starts = vec![0];
-        starts.extend(src.char_indices().filter(|(_, c)| *c == '\n').map(|(i, _)| i + 1));
-        Lines { starts }
+        for (i, &c) in b.iter().enumerate() {
+            if c == b'\n' || (c == b'\r' && b.get(i + 1) != Some(&b'\n')) {
+                starts.push(i + 1);
+            }
+        }
+        Lines { src, starts }
     }
+    /// 1-based line and column (in characters) of a byte offset.
     fn at(&self, offset: usize) -> (usize, usize) {
+        let offset = offset.min(self.src.len());
         let line = self.starts.partition_point(|s| *s <= offset).max(1);
-        (line, offset - self.starts[line - 1] + 1)
+        let start = self.starts[line - 1];
+        let col = self.src.get(start..offset).map(|s| s.chars().count()).unwrap_or(offset - start);
+        (line, col + 1)
     }
 }
 
@@ -199,7 +210,7 @@ fn dotted(e: &Expr, aliases: &HashMap<String, String>) -> Option<String> {
 }
 
 struct Checker<'a> {
-    lines: &'a Lines,
+    lines: &'a Lines<'a>,
     policy: &'a Policy,
     aliases: HashMap<String, String>,
     findings: Vec<Finding>,
@@ -277,7 +288,8 @@ impl Checker<'_> {
                     }
                 }
             }
-            if self.policy.precision == Precision::Strict && n == "torch.set_float32_matmul_precision" {
+            let highest = matches!(c.args.first(), Some(Expr::Constant(k)) if matches!(&k.value, ast::Constant::Str(s) if s == "highest"));
+            if self.policy.precision == Precision::Strict && n == "torch.set_float32_matmul_precision" && !highest {
                 self.add(Rule::Precision, c, "torch.set_float32_matmul_precision lowers fp32 matmul precision".into());
             }
         }
@@ -331,22 +343,39 @@ impl Checker<'_> {
 
     /// Writing into a module-level container: `CACHE[k] = v`, `CACHE.setdefault(...)`, ….
     fn mutation(&mut self, t: &Expr) {
-        if let Expr::Subscript(s) = t {
-            if let Expr::Name(n) = s.value.as_ref() {
-                if self.containers.contains(n.id.as_str()) {
-                    self.add(Rule::ModuleCache, t, format!("writes into module-level {}: state kept across calls", n.id));
-                }
+        let mut base = t;
+        let mut subscripted = false;
+        while let Expr::Subscript(s) = base {
+            base = s.value.as_ref();
+            subscripted = true;
+        }
+        if let (true, Expr::Name(n)) = (subscripted, base) {
+            if self.containers.contains(n.id.as_str()) {
+                self.add(Rule::ModuleCache, t, format!("writes into module-level {}: state kept across calls", n.id));
             }
         }
     }
 
-    fn check_target(&mut self, t: &Expr) {
+    fn check_target(&mut self, t: &Expr, value: Option<&Expr>) {
+        if let Expr::Tuple(tu) = t {
+            for e in &tu.elts {
+                self.check_target(e, None);
+            }
+            return;
+        }
+        if let Expr::List(li) = t {
+            for e in &li.elts {
+                self.check_target(e, None);
+            }
+            return;
+        }
         self.mutation(t);
         if let Some(n) = dotted(t, &self.aliases) {
             let root = n.split('.').next().unwrap_or("");
             if n.contains('.') && PATCHED_ROOTS.contains(&root) {
                 if n.contains("allow_tf32") || n.contains("allow_fp16_reduced_precision") || n.contains("allow_bf16_reduced_precision") {
-                    if self.policy.precision == Precision::Strict {
+                    let switched_off = matches!(value, Some(Expr::Constant(c)) if c.value == ast::Constant::Bool(false));
+                    if self.policy.precision == Precision::Strict && !switched_off {
                         self.add(Rule::Precision, t, format!("{n} = ... switches reduced-precision math on"));
                     }
                 } else {
@@ -359,7 +388,9 @@ impl Checker<'_> {
 
 impl Visitor for Checker<'_> {
     fn visit_stmt_try(&mut self, node: ast::StmtTry) {
-        self.add(Rule::TryFallback, &node, "try/except: a failing kernel would silently fall back".into());
+        if !node.handlers.is_empty() {
+            self.add(Rule::TryFallback, &node, "try/except: a failing kernel would silently fall back".into());
+        }
         self.generic_visit_stmt_try(node)
     }
     fn visit_stmt_try_star(&mut self, node: ast::StmtTryStar) {
@@ -429,6 +460,10 @@ impl Visitor for Checker<'_> {
             self.add(Rule::NativeAccess, &node, format!("from {module} import ...: native access around the harness"));
         }
         for a in &node.names {
+            if a.name.as_str() == "*" && (module == "torch" || module.starts_with("torch.")) {
+                self.add(Rule::TorchCompute, &node, format!("from {module} import *: torch operations called unqualified"));
+                continue;
+            }
             let local = a.asname.as_ref().unwrap_or(&a.name).to_string();
             self.aliases.insert(local, format!("{module}.{}", a.name));
         }
@@ -436,7 +471,13 @@ impl Visitor for Checker<'_> {
     }
     fn visit_stmt_assign(&mut self, node: ast::StmtAssign) {
         for t in &node.targets {
-            self.check_target(t);
+            self.check_target(t, Some(&node.value));
+        }
+        // `mm = torch.mm`: the name is an alias of what it is bound to.
+        if let (Some(v), [Expr::Name(n)]) = (dotted(&node.value, &self.aliases), node.targets.as_slice()) {
+            if v.starts_with("torch.") || v.starts_with("extern_kernels.") {
+                self.aliases.insert(n.id.to_string(), v);
+            }
         }
         let targets: Vec<String> = node.targets.iter().filter_map(|t| dotted(t, &HashMap::new())).collect();
         self.layer_ctor = None;
@@ -448,8 +489,12 @@ impl Visitor for Checker<'_> {
         }
     }
     fn visit_stmt_aug_assign(&mut self, node: ast::StmtAugAssign) {
-        self.check_target(&node.target);
+        self.check_target(&node.target, None);
         self.generic_visit_stmt_aug_assign(node)
+    }
+    fn visit_stmt_ann_assign(&mut self, node: ast::StmtAnnAssign) {
+        self.check_target(&node.target, node.value.as_deref());
+        self.generic_visit_stmt_ann_assign(node)
     }
     fn visit_expr_bin_op(&mut self, node: ast::ExprBinOp) {
         if node.op == ast::Operator::MatMult && !self.allowed("torch.matmul") {
@@ -509,14 +554,19 @@ impl Visitor for Checker<'_> {
 fn module_containers(suite: &[Stmt], aliases: &HashMap<String, String>) -> std::collections::HashSet<String> {
     let mut out = std::collections::HashSet::new();
     for s in suite {
-        if let Stmt::Assign(a) = s {
-            let mutable = match a.value.as_ref() {
+        let (targets, value): (Vec<&Expr>, Option<&Expr>) = match s {
+            Stmt::Assign(a) => (a.targets.iter().collect(), Some(a.value.as_ref())),
+            Stmt::AnnAssign(a) => (vec![a.target.as_ref()], a.value.as_deref()),
+            _ => (Vec::new(), None),
+        };
+        if let Some(value) = value {
+            let mutable = match value {
                 Expr::Dict(_) | Expr::List(_) | Expr::Set(_) => true,
                 Expr::Call(c) => matches!(dotted(&c.func, aliases).as_deref(), Some("dict" | "list" | "set" | "collections.OrderedDict" | "collections.defaultdict" | "weakref.WeakKeyDictionary" | "weakref.WeakValueDictionary")),
                 _ => false,
             };
             if mutable {
-                out.extend(a.targets.iter().filter_map(|t| match t {
+                out.extend(targets.iter().filter_map(|t| match t {
                     Expr::Name(n) => Some(n.id.to_string()),
                     _ => None,
                 }));
@@ -554,6 +604,22 @@ pub fn problem_dtypes(problem_source: &str) -> Vec<String> {
         fn visit_keyword(&mut self, node: ast::Keyword) {
             self.visit_expr(node.value);
         }
+        fn visit_withitem(&mut self, node: ast::WithItem) {
+            self.visit_expr(node.context_expr);
+        }
+        fn visit_comprehension(&mut self, node: ast::Comprehension) {
+            self.visit_expr(node.iter);
+            for e in node.ifs {
+                self.visit_expr(e);
+            }
+        }
+        fn visit_arguments(&mut self, node: ast::Arguments) {
+            for a in node.posonlyargs.into_iter().chain(node.args).chain(node.kwonlyargs) {
+                if let Some(d) = a.default {
+                    self.visit_expr(*d);
+                }
+            }
+        }
     }
     let mut v = Dtypes(Vec::new());
     for s in suite {
@@ -570,27 +636,44 @@ pub fn check_static(source: &str, policy: &Policy) -> Result<Vec<Finding>, Synta
 /// Gate 1's static check of a candidate for a problem computing in `problem_dtypes` (from
 /// [`problem_dtypes`]): casts to those are not precision cuts. Findings are sorted by line.
 pub fn check_static_for(source: &str, policy: &Policy, problem_dtypes: &[String]) -> Result<Vec<Finding>, SyntaxError> {
+    if source.len() > MAX_SOURCE_BYTES {
+        return Err(SyntaxError { line: 1, col: 1, message: format!("{} bytes: larger than the {MAX_SOURCE_BYTES}-byte limit of a candidate", source.len()) });
+    }
+    // Parsing and visiting recurse with the nesting of the code: run them on a thread whose stack
+    // the deepest source within the size limit cannot exhaust.
+    let (src, pol, dts) = (source.to_string(), policy.clone(), problem_dtypes.to_vec());
+    let worker = std::thread::Builder::new().stack_size(1 << 30).spawn(move || check_inner(&src, &pol, &dts));
+    match worker {
+        Ok(h) => h.join().unwrap_or_else(|_| Err(SyntaxError { line: 1, col: 1, message: "the static check failed on this source".into() })),
+        Err(_) => check_inner(source, policy, problem_dtypes),
+    }
+}
+
+/// Largest candidate source the static check accepts.
+pub const MAX_SOURCE_BYTES: usize = 512 * 1024;
+
+fn check_inner(source: &str, policy: &Policy, problem_dtypes: &[String]) -> Result<Vec<Finding>, SyntaxError> {
     let lines = Lines::new(source);
     let suite = ast::Suite::parse(source, "<candidate>").map_err(|e| {
         let (line, col) = lines.at(e.offset.to_usize());
         SyntaxError { line, col, message: e.error.to_string() }
     })?;
-    let containers = module_containers(&suite, &HashMap::new());
-    let mut ck = Checker {
-        lines: &lines,
-        policy,
-        aliases: HashMap::new(),
-        findings: Vec::new(),
-        problem_dtypes,
-        containers,
-        layers: HashMap::new(),
-        layer_ctor: None,
-        in_kernel: 0,
+    let new_checker = |aliases: HashMap<String, String>, layers: HashMap<String, String>| {
+        let containers = module_containers(&suite, &aliases);
+        Checker { lines: &lines, policy, aliases, findings: Vec::new(), problem_dtypes, containers, layers, layer_ctor: None, in_kernel: 0 }
     };
+    // Pass 1 learns the imports, aliases and nn-layer attributes wherever they appear in the file
+    // (a forward() above its __init__, an import below its use); pass 2 reports with them.
+    let mut first = new_checker(HashMap::new(), HashMap::new());
+    for s in suite.iter().cloned() {
+        first.visit_stmt(s);
+    }
+    let mut ck = new_checker(first.aliases, first.layers);
     for s in suite.iter().cloned() {
         ck.visit_stmt(s);
     }
     let mut f = ck.findings;
     f.sort_by_key(|x| (x.line, x.col));
+    f.dedup_by(|a, b| a.line == b.line && a.col == b.col && a.rule == b.rule);
     Ok(f)
 }

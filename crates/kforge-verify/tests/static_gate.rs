@@ -155,3 +155,50 @@ fn casts_to_the_problems_own_precision_are_not_cuts() {
     assert_eq!(check_static(cand, &Policy::default()).unwrap().len(), 4);
     assert!(problem_dtypes("def f(:").is_empty());
 }
+
+#[test]
+fn review_cases_order_aliases_targets_and_containers() {
+    let found = |src: &str, rule: Rule, line: usize| {
+        let got = rules(src);
+        assert!(got.contains(&(rule, line)), "{rule:?} at line {line} not in {got:?} for:\n{src}");
+    };
+    // Use before definition: forward above __init__, F used above its import.
+    found("import torch\nclass M(torch.nn.Module):\n    def forward(self, x):\n        return self.fc(x)\n    def __init__(self):\n        self.fc = torch.nn.Linear(4, 4)\n", Rule::TorchCompute, 4);
+    found("def f(x):\n    return F.relu(x)\nimport torch.nn.functional as F\n", Rule::TorchCompute, 2);
+    // Rebinding, star import.
+    found("import torch\nmm = torch.mm\ndef f(a, b):\n    return mm(a, b)\n", Rule::TorchCompute, 4);
+    found("from torch import *\n", Rule::TorchCompute, 1);
+    // Tuple and annotated targets.
+    found("import torch\ntorch.cuda.synchronize, _ = (lambda: None), 0\n", Rule::MonkeyPatch, 2);
+    found("import torch\ntorch.mm: object = None\n", Rule::MonkeyPatch, 2);
+    // Containers through aliases, annotations, nested subscripts.
+    found("from collections import defaultdict\nA = defaultdict(list)\ndef f(k):\n    A[k].append(1)\n    A[k] = 2\n", Rule::ModuleCache, 5);
+    found("B: dict = {}\ndef f(k, v):\n    B[k] = v\n", Rule::ModuleCache, 3);
+    found("C = {}\ndef f(k, v):\n    C[k][0] = v\n", Rule::ModuleCache, 3);
+}
+
+#[test]
+fn review_cases_that_must_not_fire() {
+    assert_eq!(rules("import torch\ntorch.backends.cuda.matmul.allow_tf32 = False\n"), vec![]);
+    assert_eq!(rules("import torch\ntorch.set_float32_matmul_precision('highest')\n"), vec![]);
+    assert_eq!(rules("def f(k):\n    try:\n        return k()\n    finally:\n        pass\n"), vec![]);
+    // A bf16 problem whose dtype appears only inside a with-item still counts as bf16.
+    let problem = "import torch\ndef get_inputs():\n    with torch.autocast('cuda', dtype=torch.bfloat16):\n        return [torch.randn(4)]\n";
+    assert_eq!(problem_dtypes(problem), vec!["bfloat16".to_string()]);
+}
+
+#[test]
+fn review_cases_positions_and_limits() {
+    // Columns count characters, not bytes.
+    let f = check_static("s = 'ééééé'; y = torch.mm(a, b)\nimport torch\n", &Policy::default()).unwrap();
+    assert_eq!((f[0].line, f[0].col), (1, 18));
+    // A lone carriage return ends a line.
+    let f = check_static("import torch\rx = torch.mm(a, b)\r", &Policy::default()).unwrap();
+    assert_eq!(f[0].line, 2);
+    // Deep nesting within the size limit: no crash.
+    let deep = format!("x = {}1\n", "1 + ".repeat(20_000));
+    assert!(check_static(&deep, &Policy::default()).unwrap().is_empty());
+    // Over the limit: a clear error.
+    let big = "#".repeat(kforge_verify::MAX_SOURCE_BYTES + 1);
+    assert!(check_static(&big, &Policy::default()).unwrap_err().message.contains("limit"));
+}
