@@ -205,7 +205,7 @@ fn run_candidate(a: &VerifyArgs, device: &str, policy: &Policy, problem: &str, c
         }
         // The candidate itself every poll; its whole process group every 10th (a /proc scan).
         polls += 1;
-        let rss = if polls % 10 == 0 { group_rss_bytes(pid) } else { rss_bytes(pid).unwrap_or(0) };
+        let rss = if polls.is_multiple_of(10) { group_rss_bytes(pid) } else { rss_bytes(pid).unwrap_or(0) };
         peak = peak.max(rss);
         if killed.is_none() && t0.elapsed() > limit_t {
             killed = Some(format!("time limit of {} s exceeded", a.time_limit_s));
