@@ -506,6 +506,13 @@ impl Visitor for Checker<'_> {
         self.check_call(&node);
         self.generic_visit_expr_call(node)
     }
+    fn visit_expr_attribute(&mut self, node: ast::ExprAttribute) {
+        let d = dotted(&Expr::Attribute(node.clone()), &self.aliases);
+        if matches!(d.as_deref(), Some("sys.argv" | "sys.orig_argv")) {
+            self.add(Rule::HarnessAccess, &node, "sys.argv: the harness's command line (where it reads and writes its results)".into());
+        }
+        self.generic_visit_expr_attribute(node)
+    }
     fn visit_expr_subscript(&mut self, node: ast::ExprSubscript) {
         if dotted(&node.value, &self.aliases).as_deref() == Some("sys.modules") {
             self.add(Rule::HarnessAccess, &node, "sys.modules[...] reaches into the harness's modules".into());

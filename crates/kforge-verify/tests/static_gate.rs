@@ -80,6 +80,7 @@ fn each_exploit_is_named_with_its_line() {
         ("import torch\ndef f(n):\n    return torch.empty(n, dtype=torch.float16)\n", Rule::Precision, 3),
         ("import inspect\ndef f():\n    return inspect.stack()[2].frame.f_locals\n", Rule::HarnessAccess, 3),
         ("import sys\nref = sys.modules['kforge_verify_problem']\n", Rule::HarnessAccess, 2),
+        ("import sys\nout = sys.argv[sys.argv.index('--out') + 1]\n", Rule::HarnessAccess, 2),
         ("import ctypes\nlib = ctypes.CDLL('libcudart.so')\n", Rule::NativeAccess, 1),
         ("from cuda.bindings import runtime\n", Rule::NativeAccess, 1),
         ("import torch\ndef f():\n    torch.cuda.cudart().cudaProfilerStop()\n", Rule::NativeAccess, 3),
