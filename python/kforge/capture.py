@@ -31,6 +31,8 @@ import sys
 import tempfile
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from .verify_runner import clone_all, clone_output, finite_json
+
 CAPTURE_VERSION = 1
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
@@ -241,12 +243,6 @@ def _triton_globals(mod: Any) -> Dict[str, Any]:
     return {n: o for n, o in vars(mod).items() if n.startswith("triton_") and hasattr(o, "run") and hasattr(o, "fn")}
 
 
-def _clone(args: Sequence[Any]) -> List[Any]:
-    import torch
-
-    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
-
-
 def _compile(problem: Any, mode: str, dev: Any) -> Tuple[Any, Any, List[Any]]:
     import torch
 
@@ -260,11 +256,18 @@ def _compile(problem: Any, mode: str, dev: Any) -> Tuple[Any, Any, List[Any]]:
 
 
 def _time_ms(fn: Callable[[], Any]) -> float:
-    from .bench import do_bench
+    from .verify_perf import _ms
 
-    v = do_bench(fn, warmup=25, rep=200, return_mode="median", name="inspect")
-    assert isinstance(v, float)
-    return v
+    return _ms(fn, "inspect", warmup=25, rep=200)
+
+
+def trace_events(prof: Any) -> List[Dict[str, Any]]:
+    """The events of a finished torch.profiler run, through its chrome-trace export."""
+    with tempfile.TemporaryDirectory() as d:
+        trace = os.path.join(d, "trace.json")
+        prof.export_chrome_trace(trace)
+        with open(trace) as f:
+            return list(json.load(f).get("traceEvents", []))
 
 
 def capture_problem(path: str, problem: Any, mode: str, iterations: int, restitch: bool) -> Dict[str, Any]:
@@ -280,11 +283,11 @@ def capture_problem(path: str, problem: Any, mode: str, iterations: int, restitc
     result: Dict[str, Any] = {"mode": mode}
     model, compiled, inputs = _compile(problem, mode, dev)
     with torch.no_grad():
-        ref = model(*[_clone([x])[0] for x in inputs])
+        ref = model(*[clone_all([x])[0] for x in inputs])
         with _WrapperHook() as hook:
             try:
                 out, codes = run_and_get_code(compiled, *inputs)
-                out = _clone_out(out)
+                out = clone_output(out)
             except Exception as e:
                 raise CaptureError(f"{path}: torch.compile(mode={mode!r}) failed: {type(e).__name__}: {e}") from e
         result["wrappers"] = list(codes)
@@ -300,9 +303,9 @@ def capture_problem(path: str, problem: Any, mode: str, iterations: int, restitc
                 def run(*args: Any, _orig: Any = orig, _name: str = name, **kw: Any) -> Any:
                     if _name in recorded:
                         return _orig(*args, **kw)
-                    before = _clone(args)
+                    before = clone_all(args)
                     r = _orig(*args, **kw)
-                    recorded[_name] = {"before": before, "after": _clone(args), "kwargs": kw, "run": _orig}
+                    recorded[_name] = {"before": before, "after": clone_all(args), "kwargs": kw, "run": _orig}
                     return r
 
                 obj.run = run
@@ -313,7 +316,7 @@ def capture_problem(path: str, problem: Any, mode: str, iterations: int, restitc
             obj.run = orig
         replay = []
         for name, rec in recorded.items():
-            args = _clone(rec["before"])
+            args = clone_all(rec["before"])
             kw = dict(rec["kwargs"])
             if "stream" in kw:
                 kw["stream"] = torch.cuda.current_stream().cuda_stream
@@ -321,7 +324,7 @@ def capture_problem(path: str, problem: Any, mode: str, iterations: int, restitc
                 rec["run"](*args, **kw)
                 torch.cuda.synchronize()
                 diff = _max_abs_diff(args, rec["after"])
-                ms = _time_ms(lambda: rec["run"](*_clone(rec["before"]), **kw))
+                ms = _time_ms(lambda: rec["run"](*clone_all(rec["before"]), **kw))
                 replay.append({"kernel": name, "ok": _identical(args, rec["after"]), "max_abs_diff": diff, "time_ms_with_arg_copy": ms})
             except Exception as e:
                 replay.append({"kernel": name, "ok": False, "error": f"{type(e).__name__}: {e}"})
@@ -338,28 +341,11 @@ def capture_problem(path: str, problem: Any, mode: str, iterations: int, restitc
                 with record_function(f"kforge_iter_{i}"):
                     compiled(*inputs)
                 torch.cuda.synchronize()
-        with tempfile.TemporaryDirectory() as d:
-            trace = os.path.join(d, "trace.json")
-            prof.export_chrome_trace(trace)
-            with open(trace) as f:
-                events = json.load(f).get("traceEvents", [])
-        result["iterations"] = group_iterations(events, iterations)
+        result["iterations"] = group_iterations(trace_events(prof), iterations)
 
         if restitch:
             result["restitch"] = restitch_round_trip(path, problem, mode, dev, out)
     return result
-
-
-def _clone_out(x: Any) -> Any:
-    """Outputs of a CUDA-graph replay live in the graph's memory pool and are overwritten by the
-    next replay: keep copies."""
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        return x.clone()
-    if isinstance(x, (list, tuple)):
-        return type(x)(_clone_out(e) for e in x)
-    return x
 
 
 def pin_config(new: Any, old: Any) -> bool:
@@ -416,7 +402,7 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
                 setattr(mod, name, new)
                 swapped += 1
         for _ in range(3):
-            out = _clone_out(compiled(*inputs2))  # cudagraph trees record here, with the replacements
+            out = clone_output(compiled(*inputs2))  # cudagraph trees record here, with the replacements
         torch.cuda.synchronize()
         ms = _time_ms(lambda: compiled(*inputs2))
     return {"kernels_replaced": swapped, "configs_pinned": pinned_all, "identical": _identical(out, expected),
@@ -442,12 +428,7 @@ def capture_triton(path: str, mod: Any, iterations: int) -> Dict[str, Any]:
             with record_function(f"kforge_iter_{i}"):
                 mod.kernel_function(*inputs)
             torch.cuda.synchronize()
-    with tempfile.TemporaryDirectory() as d:
-        trace = os.path.join(d, "trace.json")
-        prof.export_chrome_trace(trace)
-        with open(trace) as f:
-            events = json.load(f).get("traceEvents", [])
-    return {"mode": "none", "wrappers": [], "iterations": group_iterations(events, iterations)}
+    return {"mode": "none", "wrappers": [], "iterations": group_iterations(trace_events(prof), iterations)}
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -482,8 +463,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except CaptureError as e:
         print(f"kforge capture: {e}", file=sys.stderr)
         return 2
-    from .verify_runner import finite_json
-
     with open(a.out, "w") as f:
         json.dump(finite_json(res), f, allow_nan=False)
     return 0

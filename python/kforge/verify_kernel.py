@@ -21,8 +21,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict, List, Tuple
 
-from .capture import _clone, _clone_out, _triton_globals, _WrapperHook, compile_kernel
-from .verify_runner import DISTRIBUTIONS, Check, compare, make_inputs
+from .capture import _triton_globals, _WrapperHook, compile_kernel
+from .verify_runner import DISTRIBUTIONS, Check, clone_all, clone_output, compare, make_inputs
 
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
@@ -80,23 +80,23 @@ class KernelCandidate:
 
             def run(*args: Any, **kw: Any) -> Any:
                 if not rec:
-                    rec["before"], rec["kw"] = _clone(args), dict(kw)
+                    rec["before"], rec["kw"] = clone_all(args), dict(kw)
                     r = orig_run(*args, **kw)
-                    rec["after"] = _clone(args)
+                    rec["after"] = clone_all(args)
                     return r
                 return orig_run(*args, **kw)
 
             original.run = run
             try:
                 with torch.no_grad():
-                    _clone_out(compiled(*xs))
+                    clone_output(compiled(*xs))
                 torch.cuda.synchronize()
             finally:
                 original.run = orig_run
             if not rec:
                 ck.add("correctness", f"kernel-replay-seed-{s}", False, why=f"{self.kernel} did not run in the compiled model")
                 continue
-            args = _clone(rec["before"])
+            args = clone_all(rec["before"])
             kw = dict(rec["kw"])
             if "stream" in kw:
                 kw["stream"] = torch.cuda.current_stream().cuda_stream

@@ -125,6 +125,18 @@ def make_inputs(problem: Any, seed: int, dist: str, dev: Any) -> List[Any]:
     return out
 
 
+def clone_output(x: Any) -> Any:
+    """A copy of a model's output (tensors, or lists/tuples of them): outputs of a CUDA-graph
+    replay live in the graph's memory pool and are overwritten by the next replay."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.clone()
+    if isinstance(x, (list, tuple)):
+        return type(x)(clone_output(e) for e in x)
+    return x
+
+
 def clone_all(xs: Sequence[Any]) -> List[Any]:
     import torch
 
@@ -299,8 +311,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
         next replay), or the exception it raised (then every comparison fails)."""
         try:
             with torch.no_grad():
-                out = cand(*xs)
-            return [t.clone() for t in out] if isinstance(out, (list, tuple)) else (out.clone() if isinstance(out, torch.Tensor) else out)
+                return clone_output(cand(*xs))
         except Exception as e:
             return e
 

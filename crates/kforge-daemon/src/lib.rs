@@ -26,6 +26,17 @@ mod py {
 }
 pub use py::PY_FILES;
 
+/// Write the embedded `kforge` Python package into `dir/kforge/` (for a PYTHONPATH entry `dir`).
+pub fn write_python_package(dir: &std::path::Path) -> Result<(), DaemonError> {
+    let pkg = dir.join("kforge");
+    std::fs::create_dir_all(&pkg).map_err(|e| DaemonError::io("creating", &pkg, e))?;
+    for (name, body) in PY_FILES {
+        let p = pkg.join(name);
+        std::fs::write(&p, body).map_err(|e| DaemonError::io("writing python package", &p, e))?;
+    }
+    Ok(())
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
     #[error("configuration: {0}")]

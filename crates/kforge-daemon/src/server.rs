@@ -5,7 +5,7 @@ use crate::guardian::{recover_stale, Ledger};
 use crate::state::{ConnId, Daemon, DaemonParts, Event, Outgoing};
 use crate::store::StoreHandle;
 use crate::worker::{self, WorkerConfig};
-use crate::{devices, DaemonError, PY_FILES};
+use crate::{devices, DaemonError};
 use kforge_freeze::Freezer;
 use kforge_gate::Gate;
 use kforge_proto::{ErrorCode, ProtoError, Request};
@@ -96,12 +96,7 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
     let first_ids = store.max_ids()?;
 
     let python_dir = state_dir.join("python");
-    let pkg = python_dir.join("kforge");
-    std::fs::create_dir_all(&pkg).map_err(|e| DaemonError::io("creating", &pkg, e))?;
-    for (name, body) in PY_FILES {
-        let p = pkg.join(name);
-        std::fs::write(&p, body).map_err(|e| DaemonError::io("writing python package", &p, e))?;
-    }
+    crate::write_python_package(&python_dir)?;
 
     let (events_tx, events_rx) = channel::<Event>();
     let mut gates = Vec::new();

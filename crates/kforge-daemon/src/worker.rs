@@ -201,32 +201,28 @@ fn pgid_of(pid: u32) -> Option<i32> {
 }
 
 /// Clock-throttle reasons that make a timing unlike one on an idle, cool GPU.
-fn throttled(n: &nvml_wrapper::Nvml, index: u32) -> bool {
+fn throttled(d: &nvml_wrapper::Device) -> bool {
     use nvml_wrapper::bitmasks::device::ThrottleReasons as R;
     let bad = R::SW_POWER_CAP | R::HW_SLOWDOWN | R::SW_THERMAL_SLOWDOWN | R::HW_THERMAL_SLOWDOWN | R::HW_POWER_BRAKE_SLOWDOWN;
-    n.device_by_index(index).and_then(|d| d.current_throttle_reasons()).map(|r| r.intersects(bad)).unwrap_or(false)
-}
-
-/// Whether the GPU's power draw (NVML's 1 s average on Ampere and newer) exceeds `fraction` of
-/// its enforced limit. A power-bound kernel started then runs into the power cap: on the H200 a
-/// bf16 matmul timed right after three competing matmul loops stopped ran at ~1800 MHz instead of
-/// 1980 MHz although no throttle reason was set at the grant. Unknown readings count as settled.
-fn power_high(n: &nvml_wrapper::Nvml, index: u32, fraction: f64) -> bool {
-    if fraction <= 0.0 {
-        return false;
-    }
-    let Ok(d) = n.device_by_index(index) else { return false };
-    match (d.power_usage(), d.enforced_power_limit()) {
-        (Ok(p), Ok(limit)) if limit > 0 => p as f64 > fraction * limit as f64,
-        _ => false,
-    }
+    d.current_throttle_reasons().map(|r| r.intersects(bad)).unwrap_or(false)
 }
 
 /// Wait until the GPU is neither throttled nor drawing more than `power_fraction` of its power
-/// limit, polling every 2 ms, for at most `timeout`.
+/// limit, polling every 2 ms, for at most `timeout`. The power condition: NVML's draw is a 1 s
+/// average on Ampere and newer, and a power-bound kernel started while it still holds other
+/// jobs' load runs into the power cap — on the H200 a bf16 matmul timed right after three
+/// competing matmul loops stopped ran at ~1800 MHz instead of 1980 MHz although no throttle
+/// reason was set at the grant. Unknown readings count as settled.
 fn settle(n: &nvml_wrapper::Nvml, index: u32, timeout: Duration, power_fraction: f64) -> (Duration, bool) {
     let t = Instant::now();
-    while throttled(n, index) || power_high(n, index, power_fraction) {
+    let Ok(d) = n.device_by_index(index) else { return (t.elapsed(), false) };
+    // The enforced limit does not change while we wait: read it once.
+    let cap_mw = match d.enforced_power_limit() {
+        Ok(limit) if limit > 0 && power_fraction > 0.0 => Some(power_fraction * limit as f64),
+        _ => None,
+    };
+    let power_high = |d: &nvml_wrapper::Device| cap_mw.is_some_and(|cap| d.power_usage().is_ok_and(|p| p as f64 > cap));
+    while throttled(&d) || power_high(&d) {
         if t.elapsed() >= timeout {
             return (t.elapsed(), true);
         }

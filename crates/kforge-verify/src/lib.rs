@@ -173,6 +173,45 @@ const LOW_DTYPES: &[&str] = &["float16", "half", "bfloat16", "float8_e4m3fn", "f
 const LOW_CASTS: &[&str] = &["half", "bfloat16"];
 const MEMO_DECORATORS: &[&str] = &["lru_cache", "cache", "functools.lru_cache", "functools.cache", "cached_property"];
 
+/// Visitor methods for the nodes rustpython-ast's generated visitor does not descend into (with
+/// items, keyword arguments, comprehensions, argument defaults, match cases): every expression
+/// of the file must be seen, by every visitor here.
+macro_rules! descend_everywhere {
+    () => {
+        fn visit_withitem(&mut self, node: ast::WithItem) {
+            self.visit_expr(node.context_expr);
+            if let Some(v) = node.optional_vars {
+                self.visit_expr(*v);
+            }
+        }
+        fn visit_keyword(&mut self, node: ast::Keyword) {
+            self.visit_expr(node.value);
+        }
+        fn visit_comprehension(&mut self, node: ast::Comprehension) {
+            self.visit_expr(node.target);
+            self.visit_expr(node.iter);
+            for e in node.ifs {
+                self.visit_expr(e);
+            }
+        }
+        fn visit_arguments(&mut self, node: ast::Arguments) {
+            for a in node.posonlyargs.into_iter().chain(node.args).chain(node.kwonlyargs) {
+                if let Some(d) = a.default {
+                    self.visit_expr(*d);
+                }
+            }
+        }
+        fn visit_match_case(&mut self, node: ast::MatchCase) {
+            if let Some(g) = node.guard {
+                self.visit_expr(*g);
+            }
+            for s in node.body {
+                self.visit_stmt(s);
+            }
+        }
+    };
+}
+
 struct Lines<'a> {
     src: &'a str,
     starts: Vec<usize>,
@@ -519,42 +558,9 @@ impl Visitor for Checker<'_> {
         }
         self.generic_visit_expr_subscript(node)
     }
-    // rustpython-ast's generated visitor does not descend into these; every expression must be seen.
-    fn visit_withitem(&mut self, node: ast::WithItem) {
-        self.visit_expr(node.context_expr);
-        if let Some(v) = node.optional_vars {
-            self.visit_expr(*v);
-        }
-    }
-    fn visit_keyword(&mut self, node: ast::Keyword) {
-        self.visit_expr(node.value);
-    }
-    fn visit_comprehension(&mut self, node: ast::Comprehension) {
-        self.visit_expr(node.target);
-        self.visit_expr(node.iter);
-        for e in node.ifs {
-            self.visit_expr(e);
-        }
-    }
-    fn visit_arguments(&mut self, node: ast::Arguments) {
-        for a in node.posonlyargs.into_iter().chain(node.args).chain(node.kwonlyargs) {
-            if let Some(d) = a.default {
-                self.visit_expr(*d);
-            }
-        }
-    }
-    fn visit_match_case(&mut self, node: ast::MatchCase) {
-        if let Some(g) = node.guard {
-            self.visit_expr(*g);
-        }
-        for s in node.body {
-            self.visit_stmt(s);
-        }
-    }
+    descend_everywhere!();
 }
 
-/// Module-level state: a mutable container bound at module level (other than `__all__`) is a
-/// cache the candidate can fill during one call and read in the next.
 /// Names bound at module level to a mutable container (`{}`, `[]`, `set()`, `dict()`, …). A
 /// constant table such as a list of autotuning configs is fine; *writing* into one of these
 /// from the candidate's code is a cache that survives between calls (see `Checker::mutation`).
@@ -608,25 +614,7 @@ pub fn problem_dtypes(problem_source: &str) -> Vec<String> {
             }
             self.generic_visit_expr_attribute(node)
         }
-        fn visit_keyword(&mut self, node: ast::Keyword) {
-            self.visit_expr(node.value);
-        }
-        fn visit_withitem(&mut self, node: ast::WithItem) {
-            self.visit_expr(node.context_expr);
-        }
-        fn visit_comprehension(&mut self, node: ast::Comprehension) {
-            self.visit_expr(node.iter);
-            for e in node.ifs {
-                self.visit_expr(e);
-            }
-        }
-        fn visit_arguments(&mut self, node: ast::Arguments) {
-            for a in node.posonlyargs.into_iter().chain(node.args).chain(node.kwonlyargs) {
-                if let Some(d) = a.default {
-                    self.visit_expr(*d);
-                }
-            }
-        }
+        descend_everywhere!();
     }
     let mut v = Dtypes(Vec::new());
     for s in suite {

@@ -51,16 +51,6 @@ fn read_capture(path: &Path) -> Result<Capture> {
     serde_json::from_str(&text).with_context(|| format!("{} is not a kforge capture", path.display()))
 }
 
-/// Write the embedded Python package into `dir/kforge/`.
-fn write_package(dir: &Path) -> Result<()> {
-    let pkg = dir.join("kforge");
-    std::fs::create_dir_all(&pkg).with_context(|| format!("creating {}", pkg.display()))?;
-    for (name, body) in kforge_daemon::PY_FILES {
-        std::fs::write(pkg.join(name), body).with_context(|| format!("writing {}", pkg.join(name).display()))?;
-    }
-    Ok(())
-}
-
 fn capture_args(a: &InspectArgs, out: &Path) -> Result<Vec<String>> {
     let src = std::fs::canonicalize(&a.source).with_context(|| format!("resolving {}", a.source.display()))?;
     let mut v = vec!["-m".to_string(), "kforge.capture".into(), src.display().to_string(), "--out".into(), out.display().to_string()];
@@ -88,12 +78,9 @@ fn run_capture(a: &InspectArgs, out: &Path) -> Result<()> {
     if !a.source.is_file() {
         bail!("{}: no such file", a.source.display());
     }
-    let tmp = tempfile::tempdir().context("creating a temporary directory")?;
-    write_package(tmp.path())?;
     let mut cmd = Command::new(&a.python);
+    let _package = crate::embedded_python(&mut cmd)?;
     cmd.args(capture_args(a, out)?);
-    let pp = std::env::var_os("PYTHONPATH").map(|p| format!("{}:{}", tmp.path().display(), p.to_string_lossy()));
-    cmd.env("PYTHONPATH", pp.unwrap_or_else(|| tmp.path().display().to_string()));
     if let Some(d) = &a.device {
         cmd.env("CUDA_VISIBLE_DEVICES", d);
     }
@@ -131,12 +118,7 @@ pub fn inspect(a: InspectArgs, socket: PathBuf) -> Result<i32> {
     };
     let r = report(&cap).with_context(|| format!("inventory of {}", cap.source))?;
     if let Some(j) = &a.json {
-        let text = serde_json::to_string_pretty(&r).context("serializing the report")?;
-        if j == "-" {
-            println!("{text}");
-        } else {
-            std::fs::write(j, text).with_context(|| format!("writing {j}"))?;
-        }
+        crate::write_out(j, &serde_json::to_string_pretty(&r).context("serializing the report")?)?;
     }
     print!("{}", table(&r));
     Ok(0)

@@ -114,29 +114,17 @@ pub fn verify(a: VerifyArgs, socket: PathBuf) -> Result<i32> {
         Ok(_) => run_candidate(&a, &device, &policy, &problem, &candidate, limits)?,
     };
     if let Some(j) = &a.json {
-        let text = serde_json::to_string_pretty(&verdict).context("serializing the verdict")?;
-        if j == "-" {
-            println!("{text}");
-        } else {
-            std::fs::write(j, text).with_context(|| format!("writing {j}"))?;
-        }
+        crate::write_out(j, &serde_json::to_string_pretty(&verdict).context("serializing the verdict")?)?;
     }
     print!("{}", table(&verdict));
     Ok(verdict.outcome.exit_code())
 }
 
 fn run_candidate(a: &VerifyArgs, device: &str, policy: &Policy, problem: &str, candidate: &str, mut limits: serde_json::Value) -> Result<kforge_verify::verdict::Verdict> {
-    let tmp = tempfile::tempdir().context("creating a temporary directory")?;
-    let pkg = tmp.path().join("kforge");
-    std::fs::create_dir_all(&pkg).with_context(|| format!("creating {}", pkg.display()))?;
-    for (name, body) in kforge_daemon::PY_FILES {
-        std::fs::write(pkg.join(name), body).with_context(|| format!("writing {}", pkg.join(name).display()))?;
-    }
-    let out = tmp.path().join("result.json");
     let mut cmd = Command::new(&a.python);
+    let tmp = crate::embedded_python(&mut cmd)?;
+    let out = tmp.path().join("result.json");
     cmd.args(runner_args(a, policy, &out, device)?);
-    let pp = std::env::var_os("PYTHONPATH").map(|p| format!("{}:{}", tmp.path().display(), p.to_string_lossy()));
-    cmd.env("PYTHONPATH", pp.unwrap_or_else(|| tmp.path().display().to_string()));
     if let Ok(i) = a.device.parse::<u32>() {
         cmd.env("CUDA_VISIBLE_DEVICES", i.to_string());
     }
@@ -228,14 +216,8 @@ fn run_candidate(a: &VerifyArgs, device: &str, policy: &Policy, problem: &str, c
         return Ok(compose(problem, candidate, &[], None, Some(why), limits));
     }
     if !status.success() {
-        // The runner's own reason, else the last line of a traceback.
-        let why = err_text
-            .lines()
-            .rev()
-            .find(|l| l.starts_with("kforge verify:"))
-            .map(|l| l.trim_start_matches("kforge verify: ").to_string())
-            .or_else(|| err_text.lines().rev().find(|l| !l.trim().is_empty()).map(|l| format!("the candidate process failed: {}", l.trim())));
-        return Ok(compose(problem, candidate, &[], None, Some(why.unwrap_or_else(|| format!("the candidate process ended with {status}"))), limits));
+        let why = failure_reason(&err_text).unwrap_or_else(|| format!("the candidate process ended with {status}"));
+        return Ok(compose(problem, candidate, &[], None, Some(why), limits));
     }
     match read_result(&out) {
         Ok(result) => Ok(compose(problem, candidate, &[], Some(&result), None, limits)),
@@ -294,10 +276,19 @@ fn run_candidate_job(a: &VerifyArgs, socket: &Path, policy: &Policy, problem: &s
     let why = exit
         .reason
         .clone()
-        .or_else(|| err_text.lines().rev().find(|l| l.starts_with("kforge verify:")).map(|l| l.trim_start_matches("kforge verify: ").to_string()))
-        .or_else(|| err_text.lines().rev().find(|l| !l.trim().is_empty()).map(|l| format!("the candidate process failed: {}", l.trim())))
+        .or_else(|| failure_reason(&err_text))
         .unwrap_or_else(|| format!("the candidate job ended with status {}", exit.shell_code()));
     Ok(compose(problem, candidate, &[], None, Some(why), limits))
+}
+
+/// Why the candidate process failed, from its stderr: the runner's own `kforge verify:` line,
+/// else the last line (of a traceback).
+fn failure_reason(err_text: &str) -> Option<String> {
+    let mut lines = err_text.lines().rev();
+    lines
+        .clone()
+        .find_map(|l| l.strip_prefix("kforge verify: ").map(String::from))
+        .or_else(|| lines.find(|l| !l.trim().is_empty()).map(|l| format!("the candidate process failed: {}", l.trim())))
 }
 
 fn read_result(p: &Path) -> Result<RunnerResult> {
