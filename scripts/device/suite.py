@@ -1,0 +1,175 @@
+"""Issues 6 and 7 on the GPU machine: `kforge inspect` over the problem suite and `kforge verify`
+over the candidate corpus, every task a job of one kforge daemon (scripts/device/suite.sh starts
+it), so several compile at once while their timed parts run in exclusive regions.
+
+    python3 scripts/device/suite.py K SOCKET WORKDIR OUT TASK...
+      TASK: inspect:MODE[:GLOB]   every problem file of GLOB (default problems/level*/*.py)
+            verify[:WORDS]        every entry of tests/candidates/expect.json (WORDS: only candidates
+                                  whose path contains one of these comma-separated words)
+
+Env: PARALLEL (tasks in flight, default 6 per GPU), DEADLINE_S (no task starts after this many
+seconds, default 540), SKIP (a file of task keys already done, one per line), NGPU.
+After every finished task WORKDIR is packed into OUT/suite.tgz (a call cut short keeps what it
+finished); the tables (one row per problem or candidate) are printed last and written to
+OUT/summary.json.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import glob
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from typing import Any, Dict, List, Tuple
+
+K, SOCKET, WORK, OUT = sys.argv[1:5]
+TASKS = sys.argv[5:]
+NGPU = int(os.environ.get("NGPU", "1"))
+PARALLEL = int(os.environ.get("PARALLEL", str(6 * NGPU)))
+DEADLINE = time.time() + float(os.environ.get("DEADLINE_S", "540"))
+SKIP = set(open(os.environ["SKIP"]).read().split()) if os.environ.get("SKIP") else set()
+PACK = threading.Lock()
+
+
+def tasks() -> List[Tuple[str, List[str], str]]:
+    """(key, argv, result dir) per task, in launch order."""
+    out: List[Tuple[str, List[str], str]] = []
+    n = 0
+    for t in TASKS:
+        what, *rest = t.split(":")
+        if what == "inspect":
+            mode = rest[0]
+            pattern = rest[1] if len(rest) > 1 else "problems/level*/*.py"
+            d = f"{WORK}/inspect-{mode}"
+            for f in sorted(glob.glob(pattern)):
+                name = os.path.basename(f)[:-3]
+                gpu = str(n % NGPU)
+                n += 1
+                argv = [K, "--socket", SOCKET, "inspect", f, "--daemon", "--device", gpu, "--mode", mode,
+                        "--capture-out", f"{d}/{name}.capture.json", "--json", f"{d}/{name}.report.json"]
+                out.append((f"inspect-{mode}/{name}", argv, d))
+        elif what == "verify":
+            d = f"{WORK}/verify"
+            for i, e in enumerate(json.load(open("tests/candidates/expect.json"))):
+                if rest and not any(w in e["candidate"] for w in rest[0].split(",")):
+                    continue
+                gpu = str(n % NGPU)
+                n += 1
+                pol = ["--policy", f"tests/candidates/{e['policy']}"] if e.get("policy") else []
+                kern = ["--kernel", e["kernel"]] if e.get("kernel") else []
+                argv = [K, "--socket", SOCKET, "verify", "--daemon", "--device", gpu, *pol, *kern, "--json", f"{d}/{i}.json",
+                        f"tests/candidates/{e['problem']}", f"tests/candidates/{e['candidate']}"]
+                out.append((f"verify/{i}", argv, d))
+        else:
+            sys.exit(f"unknown task {t}")
+    return [t for t in out if t[0] not in SKIP]
+
+
+def pack() -> None:
+    with PACK:
+        tmp = f"{OUT}/suite.tgz.tmp"
+        with tarfile.open(tmp, "w:gz") as tf:
+            tf.add(WORK, arcname="suite")
+        os.replace(tmp, f"{OUT}/suite.tgz")
+
+
+def run(key: str, argv: List[str], d: str) -> Dict[str, Any]:
+    if time.time() > DEADLINE:
+        return {"key": key, "skipped": True}
+    os.makedirs(d, exist_ok=True)
+    t0 = time.time()
+    p = subprocess.run(argv, capture_output=True, text=True)
+    base = f"{WORK}/{key}"
+    open(f"{base}.log", "w").write(p.stdout + p.stderr)
+    r = {"key": key, "rc": p.returncode, "s": round(time.time() - t0, 1)}
+    open(f"{WORK}/done.txt", "a").write(key + "\n")
+    with PACK:
+        print(f"{time.strftime('%T')} {key} rc={p.returncode} {r['s']} s", flush=True)
+    pack()
+    return r
+
+
+def inspect_rows(d: str) -> List[Dict[str, Any]]:
+    rows = []
+    for log in sorted(glob.glob(f"{d}/*.log")):
+        name = os.path.basename(log)[:-4]
+        rep = f"{d}/{name}.report.json"
+        if os.path.exists(rep):
+            r = json.load(open(rep))
+            rs = r.get("restitch") or {}
+            rp = r.get("replay") or []
+            rows.append({"problem": name, "ok": True, "graphs": r["graphs"], "triton": r["triton_kernels"], "templates": r["template_kernels"],
+                         "vendor": r["vendor_calls"], "gpu_us": r["attribution"]["total_us"],
+                         "replaceable_share": r["attribution"]["replaceable_share"],
+                         "unattributed_us": sum(u[1] for u in r["attribution"]["unattributed"]),
+                         "replay_ok": sum(1 for x in rp if x.get("ok")), "replay_n": len(rp),
+                         "restitch_identical": rs.get("identical"), "restitch_ratio": rs.get("ratio"),
+                         "eager_diff": (r.get("check") or {}).get("max_abs_diff_vs_eager")})
+        else:
+            lines = open(log).read().strip().splitlines() or ["no output"]
+            cause = [ln for ln in lines if "kforge capture:" in ln or ln.startswith("Error")] or lines[-1:]
+            rows.append({"problem": name, "ok": False, "reason": cause[-1][:200]})
+    return rows
+
+
+def verify_rows(d: str) -> List[Dict[str, Any]]:
+    rows = []
+    for i, e in enumerate(json.load(open("tests/candidates/expect.json"))):
+        if not os.path.exists(f"{d}/{i}.log"):
+            continue
+        try:
+            v = json.load(open(f"{d}/{i}.json"))
+        except (OSError, ValueError):
+            v = {"outcome": "no-verdict", "rejected_by": None, "gates": []}
+        perf = next((c for g in v.get("gates", []) if g["gate"] == "performance" for c in g["checks"] if c["name"] == "speedup"), None)
+        ev = perf["evidence"] if perf else {}
+        by = v.get("rejected_by") or ""
+        ok = (e["expect"] == "pass" and (v["outcome"] == "accepted" or by.startswith("performance:"))) or \
+             (e["expect"] == "reject" and any(by.startswith(w) for w in e["rejected_by"]))
+        rows.append({"candidate": e["candidate"], "kernel": e.get("kernel"), "expect": e["expect"], "outcome": v["outcome"], "rejected_by": by,
+                     "speedup": ev.get("speedup"), "ci": ev.get("ci95"), "noise": ev.get("noise_floor"), "as_expected": ok,
+                     "why": v.get("why") or v.get("reason")})
+    return rows
+
+
+def main() -> None:
+    todo = tasks()
+    print(f"{len(todo)} tasks, {PARALLEL} in flight, {NGPU} GPU(s)", flush=True)
+    with cf.ThreadPoolExecutor(PARALLEL) as ex:
+        results = list(ex.map(lambda t: run(*t), todo))
+    skipped = [r["key"] for r in results if r.get("skipped")]
+    summary: Dict[str, Any] = {"skipped": skipped}
+    for d in sorted(glob.glob(f"{WORK}/inspect-*")):
+        mode = os.path.basename(d)[len("inspect-"):]
+        rows = inspect_rows(d)
+        summary[f"inspect-{mode}"] = rows
+        print(f"\n== kforge inspect, mode {mode}")
+        print(f"{'PROBLEM':<40} {'TRITON':>6} {'TEMPL':>5} {'VENDOR':>6} {'GPU_US':>9} {'REPL%':>6} {'REPLAY':>7} {'RESTITCH':>9} {'T/T0':>6}")
+        for r in rows:
+            if r["ok"]:
+                ratio = f"{r['restitch_ratio']:.3f}" if r["restitch_ratio"] else "-"
+                print(f"{r['problem']:<40} {r['triton']:>6} {r['templates']:>5} {r['vendor']:>6} {r['gpu_us']:>9.1f} "
+                      f"{r['replaceable_share'] * 100:>5.1f}% {r['replay_ok']:>3}/{r['replay_n']:<3} {str(r['restitch_identical']):>9} {ratio:>6}")
+            else:
+                print(f"{r['problem']:<40} FAILED: {r['reason']}")
+        print(f"{sum(r['ok'] for r in rows)}/{len(rows)} problems inspected in mode {mode}")
+    if os.path.isdir(f"{WORK}/verify"):
+        rows = verify_rows(f"{WORK}/verify")
+        summary["verify"] = rows
+        print("\n== kforge verify")
+        print(f"{'CANDIDATE':<40} {'OUTCOME':<26} {'REJECTED BY':<34} {'SPEEDUP':>8} AS EXPECTED")
+        for r in rows:
+            sp = f"{r['speedup']:.3f}x" if isinstance(r["speedup"], float) else "-"
+            print(f"{r['candidate']:<40} {r['outcome']:<26} {r['rejected_by']:<34} {sp:>8} {'yes' if r['as_expected'] else 'NO'}")
+        print(f"{sum(r['as_expected'] for r in rows)}/{len(rows)} as expected")
+    json.dump(summary, open(f"{OUT}/summary.json", "w"), indent=1)
+    if skipped:
+        print(f"{len(skipped)} tasks not started before the deadline: run again with SKIP=<done.txt>")
+
+
+main()

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Issues 6 and 7 in one device call: a kforge daemon over every GPU, then `kforge inspect --daemon`
+# over the problem suite and `kforge verify --daemon` over the candidate corpus, several tasks
+# in flight (compiles overlap; profiles and timings run in exclusive regions).
+# Builds nothing there: carry target/release/kforge and target/release/libkforge_shim.so.
+#
+#   bash scripts/device/suite.sh TASK...     (TASK: inspect:MODE[:GLOB] | verify; see suite.py)
+#
+# Env: PARALLEL, DEADLINE_S (default 540: no task starts later), SKIP (done.txt of an earlier call).
+# Writes $OUT/suite.tgz (per task: capture, report or verdict JSON and log; the daemon's store and
+# log) after every task, $OUT/summary.json, and prints the tables last.
+set -uo pipefail
+OUT=${OUT:-/tmp/kforge-out}
+mkdir -p "$OUT"
+K=$PWD/target/release/kforge
+test -x "$K" || { echo "carry target/release/kforge"; exit 2; }
+W=$(mktemp -d /tmp/kforge-suite.XXXXXX)
+S=$W/k.sock
+export PYTHONUNBUFFERED=1 TORCHINDUCTOR_FX_GRAPH_CACHE=0 TORCHINDUCTOR_COMPILE_THREADS=${TORCHINDUCTOR_COMPILE_THREADS:-4}
+nvidia-smi -L
+NGPU=$(nvidia-smi -L | grep -c '^GPU')
+export NGPU
+PER_GPU=${PER_GPU:-6}
+setsid "$K" --socket "$S" daemon --db "$W/store.db" --reserve-cores 2 --max-concurrent "$PER_GPU" >"$W/daemon.log" 2>&1 &
+for _ in $(seq 200); do "$K" --socket "$S" status >/dev/null 2>&1 && break; sleep 0.05; done
+"$K" --socket "$S" status | head -20
+python3 scripts/device/suite.py "$K" "$S" "$W" "$OUT" "$@"
+rc=$?
+"$K" --socket "$S" shutdown >/dev/null 2>&1 || true
+python3 -c "import tarfile,sys; t=tarfile.open(sys.argv[1]+'/suite.tgz','w:gz'); t.add(sys.argv[2],arcname='suite'); t.close()" "$OUT" "$W"
+exit $rc
