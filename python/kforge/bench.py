@@ -120,6 +120,11 @@ def resolve_device(device: Optional[str] = None) -> str:
             entries = [e.strip() for e in visible.split(",") if e.strip()]
             if dev in entries:
                 return f"cuda:{entries.index(dev)}"
+            if len(entries) == 1 and not entries[0].isdigit() and os.environ.get("KFORGE_DEVICE", "").strip() == dev:
+                # The daemon pins a job to its GPU by UUID: the one visible GPU is the job's.
+                return "cuda:0"
+            if entries and all(e.isdigit() for e in entries):
+                raise ValueError(f"do_bench: GPU {dev} is not visible (CUDA_VISIBLE_DEVICES={visible})")
         return f"cuda:{dev}"
     if dev == "cuda" or (dev.startswith("cuda:") and dev[5:].isdigit()):
         return dev

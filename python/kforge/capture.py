@@ -180,6 +180,17 @@ def _to_device(x: Any, dev: Any) -> Any:
     return x.to(dev) if isinstance(x, torch.Tensor) else x
 
 
+def _to_host(xs: Sequence[Any]) -> List[Any]:
+    """Host copies of a launch's tensor arguments (same strides), other arguments as they are."""
+    import torch
+
+    return [x.to("cpu", copy=True) if isinstance(x, torch.Tensor) else x for x in xs]
+
+
+def _to_device_all(xs: Sequence[Any], dev: Any) -> List[Any]:
+    return [_to_device(x, dev) for x in xs]
+
+
 def _max_abs_diff(a: Any, b: Any) -> float:
     import torch
 
@@ -205,12 +216,14 @@ def _identical(a: Any, b: Any) -> bool:
 
 
 class _WrapperHook:
-    """Collects the Inductor wrapper modules loaded while active (``PyCodeCache.load_by_key_path``)."""
+    """Collects the Inductor wrapper modules loaded while active (``PyCodeCache.load_by_key_path``);
+    ``on_load`` sees each as soon as it is loaded, before the compiled model first calls it."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_load: Optional[Callable[[Any], None]] = None) -> None:
         self.modules: List[Any] = []
         self._orig: Optional[Callable[..., Any]] = None
         self._known = 0
+        self._on_load = on_load
 
     def __enter__(self) -> "_WrapperHook":
         from torch._inductor.codecache import PyCodeCache
@@ -223,6 +236,8 @@ class _WrapperHook:
             m = orig(*args, **kwargs)
             if hasattr(m, "call"):  # wrapper modules define call(args); kernel modules do not
                 self.modules.append(m)
+                if self._on_load is not None:
+                    self._on_load(m)
             return m
 
         PyCodeCache.load_by_key_path = staticmethod(load)  # type: ignore[method-assign, assignment]
@@ -282,50 +297,54 @@ def capture_problem(path: str, problem: Any, mode: str, iterations: int, restitc
     icfg.fx_graph_cache = False  # wrapper modules must be generated (and loaded) in this process
     result: Dict[str, Any] = {"mode": mode}
     model, compiled, inputs = _compile(problem, mode, dev)
+    # Replay: each Triton launch's arguments before and after it ran, once per kernel, recorded in
+    # the first call (with CUDA graphs: the warm-up, which runs the wrapper eagerly; a later call
+    # records the graph, where copies would be allocations in its pool). Copies go to host memory.
+    recorded: Dict[str, Dict[str, Any]] = {}
+    restore: List[Tuple[Any, Any]] = []
+
+    def record_launches(mod: Any) -> None:
+        for name, obj in _triton_globals(mod).items():
+            orig = obj.run
+
+            def run(*args: Any, _orig: Any = orig, _name: str = name, **kw: Any) -> Any:
+                if _name in recorded or torch.cuda.is_current_stream_capturing():
+                    return _orig(*args, **kw)
+                before = _to_host(args)
+                r = _orig(*args, **kw)
+                recorded[_name] = {"before": before, "after": _to_host(args), "kwargs": kw, "run": _orig}
+                return r
+
+            obj.run = run
+            restore.append((obj, orig))
+
     with torch.no_grad():
         ref = model(*[clone_all([x])[0] for x in inputs])
-        with _WrapperHook() as hook:
+        with _WrapperHook(record_launches) as hook:
             try:
                 out, codes = run_and_get_code(compiled, *inputs)
                 out = clone_output(out)
             except Exception as e:
                 raise CaptureError(f"{path}: torch.compile(mode={mode!r}) failed: {type(e).__name__}: {e}") from e
-        result["wrappers"] = list(codes)
-        result["check"] = {"max_abs_diff_vs_eager": _max_abs_diff(out, ref)}
-
-        # Replay: record each Triton launch's arguments before and after it ran, once.
-        recorded: Dict[str, Dict[str, Any]] = {}
-        restore: List[Tuple[Any, Any]] = []
-        for mod in hook.modules:
-            for name, obj in _triton_globals(mod).items():
-                orig = obj.run
-
-                def run(*args: Any, _orig: Any = orig, _name: str = name, **kw: Any) -> Any:
-                    if _name in recorded:
-                        return _orig(*args, **kw)
-                    before = clone_all(args)
-                    r = _orig(*args, **kw)
-                    recorded[_name] = {"before": before, "after": clone_all(args), "kwargs": kw, "run": _orig}
-                    return r
-
-                obj.run = run
-                restore.append((obj, orig))
-        compiled(*inputs)
         torch.cuda.synchronize()
         for obj, orig in restore:
             obj.run = orig
+        result["wrappers"] = list(codes)
+        result["check"] = {"max_abs_diff_vs_eager": _max_abs_diff(out, ref)}
+
         replay = []
         for name, rec in recorded.items():
-            args = clone_all(rec["before"])
+            before, after = _to_device_all(rec["before"], dev), _to_device_all(rec["after"], dev)
+            args = clone_all(before)
             kw = dict(rec["kwargs"])
             if "stream" in kw:
                 kw["stream"] = torch.cuda.current_stream().cuda_stream
             try:
                 rec["run"](*args, **kw)
                 torch.cuda.synchronize()
-                diff = _max_abs_diff(args, rec["after"])
-                ms = _time_ms(lambda: rec["run"](*clone_all(rec["before"]), **kw))
-                replay.append({"kernel": name, "ok": _identical(args, rec["after"]), "max_abs_diff": diff, "time_ms_with_arg_copy": ms})
+                diff = _max_abs_diff(args, after)
+                ms = _time_ms(lambda: rec["run"](*clone_all(before), **kw))
+                replay.append({"kernel": name, "ok": _identical(args, after), "max_abs_diff": diff, "time_ms_with_arg_copy": ms})
             except Exception as e:
                 replay.append({"kernel": name, "ok": False, "error": f"{type(e).__name__}: {e}"})
         result["replay"] = replay

@@ -3,8 +3,9 @@
 Per round, fresh inputs; baseline, candidate and baseline again are timed with
 ``kforge.do_bench`` (L2 flushed per call; inside kforge regions when run as a kforge job). The
 speedup is the geometric mean of baseline/candidate over rounds with a 95 % confidence interval
-(t over log ratios); the noise floor is the largest |log| of baseline-again/baseline. Accepted only
-when the interval's lower end is beyond the noise floor. Plausibility: the bytes the candidate
+(t over log ratios); the noise floor is the upper end of the same interval for baseline-again/
+baseline (how far the baseline, timed twice, can seem to differ from itself). Accepted only when the
+speedup interval's lower end is beyond the noise floor; every round's times are in the evidence. Plausibility: the bytes the candidate
 must at least move (its inputs and outputs) over its time must not exceed the device's measured
 copy bandwidth — faster than that is "does less work".
 """
@@ -20,6 +21,13 @@ from .verify_runner import Check, _flat, make_inputs
 
 # Two-sided 95 % t quantiles by degrees of freedom (1..10; beyond: 1.96 is close enough).
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
+
+
+def _mean_half(logs: List[float]) -> "tuple[float, float]":
+    """Mean of log ratios and the half-width of its 95 % t interval."""
+    mean = statistics.fmean(logs)
+    sd = statistics.stdev(logs) if len(logs) > 1 else 0.0
+    return mean, _T95[min(len(logs) - 2, len(_T95) - 1)] * sd / math.sqrt(len(logs))
 
 
 def _ms(fn: Any, name: str, **kw: Any) -> float:
@@ -118,6 +126,7 @@ def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy:
     speed: List[float] = []
     noise: List[float] = []
     tc_all: List[float] = []
+    per_round: List[Dict[str, float]] = []
     with torch.no_grad():
         for r in range(rounds):
             sets = [make_inputs(problem, 400 + 3 * r + k, "normal", dev) for k in range(3)]
@@ -128,16 +137,17 @@ def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy:
             tc = _ms_rotating(cand, sets, "verify:candidate")
             tb2 = _ms_rotating(base, sets, "verify:baseline-again")
             speed.append(math.log(tb / tc))
-            noise.append(abs(math.log(tb2 / tb)))
+            noise.append(math.log(tb2 / tb))
             tc_all.append(tc)
+            per_round.append({"baseline_ms": tb, "candidate_ms": tc, "baseline_again_ms": tb2})
         out = cand(*xs)
-    mean = statistics.fmean(speed)
-    sd = statistics.stdev(speed) if len(speed) > 1 else 0.0
-    half = _T95[min(len(speed) - 2, len(_T95) - 1)] * sd / math.sqrt(len(speed))
-    floor = max(noise)
+    mean, half = _mean_half(speed)
+    noise_mean, noise_half = _mean_half(noise)
+    floor = abs(noise_mean) + noise_half
     lo, hi = math.exp(mean - half), math.exp(mean + half)
     ck.add("performance", "speedup", mean - half > floor, baseline=f"torch.compile(mode={mode!r})", speedup=math.exp(mean),
-           ci95=[lo, hi], noise_floor=math.exp(floor), rounds=rounds)
+           ci95=[lo, hi], noise_floor=math.exp(floor), largest_baseline_self_ratio=math.exp(max(abs(n) for n in noise)),
+           rounds=rounds, per_round=per_round)
     seconds = statistics.median(tc_all) / 1e3
     moved = _bytes(xs) + _bytes(out)
     achieved = moved / seconds

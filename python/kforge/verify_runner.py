@@ -143,15 +143,31 @@ def clone_all(xs: Sequence[Any]) -> List[Any]:
     return [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
 
 
+#: Most NaN blocks planted per output tensor (each is a free block the next allocation may get).
+MAX_SENTINELS = 512
+
+
 def plant_sentinels(like: Any) -> None:
-    """Allocate and free NaN-filled blocks shaped like the expected outputs: an output the
-    candidate allocates but never writes then reads NaN instead of a stale correct result."""
+    """NaN-fill the memory an output shaped like ``like`` could next be allocated in, then free
+    it: an output the candidate allocates but never writes reads NaN instead of a stale correct
+    result (the caching allocator hands out the block the last call's output was copied from).
+    On a GPU every cached free block that can serve such an allocation is taken and filled —
+    blocks are allocated until the allocator has to reserve new device memory — so call this
+    after the call's inputs are prepared, right before the call."""
     import torch
 
-    for t in _flat(like):
-        if t.is_floating_point():
-            junk = torch.full_like(t, float("nan"))
-            del junk
+    ts = [t for t in _flat(like) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    held = []
+    for t in ts:
+        if not t.is_cuda:
+            held.append(torch.full_like(t, float("nan")))
+            continue
+        for _ in range(MAX_SENTINELS):
+            reserved = torch.cuda.memory_reserved(t.device)
+            held.append(torch.full_like(t, float("nan")))
+            if torch.cuda.memory_reserved(t.device) != reserved:
+                break  # fresh device memory: the cached free blocks are all NaN now
+    del held
 
 
 def tolerance(policy: Dict[str, Any], dtype: Any) -> Tuple[float, float]:
@@ -435,9 +451,10 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
         real = call(clone_all(xs))
         with LaunchCounter(fns) as lc:
             lc.ghost = True
+            args = clone_all(xs)
             plant_sentinels(real)
             try:
-                same = compare(call(clone_all(xs)), real, {"rtol": {}, "atol": {}})["ok"]
+                same = compare(call(args), real, {"rtol": {}, "atol": {}})["ok"]
             except Exception:  # a no-op kernel breaking the candidate is a change too
                 same = False
         ck.add("exploits", "ghost-replay", not same, kernels=[kernel_name(f) for f in fns],

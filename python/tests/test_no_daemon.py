@@ -214,6 +214,12 @@ def test_resolve_device(monkeypatch: pytest.MonkeyPatch) -> None:
     assert bench.resolve_device(None) == "cuda:0"
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,3")
     assert bench.resolve_device("3") == "cuda:1"
+    with pytest.raises(ValueError, match="GPU 2 is not visible"):
+        bench.resolve_device("2")
+    # The daemon pins a job to its GPU by UUID (what it does on the H200 machines).
+    monkeypatch.setenv("KFORGE_DEVICE", "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-23428e6f-d24c-8571-1fa8-9c266707ef92")
+    assert bench.resolve_device(None) == "cuda:0"
 
 
 def test_subsample_fits_a_frame() -> None:

@@ -171,6 +171,9 @@ const CONCURRENCY_MODULES: &[&str] = &["threading", "multiprocessing", "concurre
 const PATCHED_ROOTS: &[&str] = &["torch", "time", "triton", "kforge", "builtins", "np", "numpy", "os", "F"];
 const LOW_DTYPES: &[&str] = &["float16", "half", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "int8"];
 const LOW_CASTS: &[&str] = &["half", "bfloat16"];
+/// Triton's low-precision element types (`tl.float16`, …): a kernel casting to one of those
+/// computes below the problem's precision.
+const TL_LOW_DTYPES: &[&str] = &["float16", "bfloat16", "float8e4nv", "float8e5", "float8e4b15", "float8e4b8", "float8e5b16", "int8"];
 const MEMO_DECORATORS: &[&str] = &["lru_cache", "cache", "functools.lru_cache", "functools.cache", "cached_property"];
 
 /// Visitor methods for the nodes rustpython-ast's generated visitor does not descend into (with
@@ -281,7 +284,8 @@ impl Checker<'_> {
         let d = dotted(e, &self.aliases)?;
         let last = d.rsplit('.').next()?;
         let own = self.problem_dtypes.iter().any(|p| canonical_dtype(p) == canonical_dtype(last));
-        (d.starts_with("torch.") && LOW_DTYPES.contains(&last) && !own).then_some(d)
+        let low = (d.starts_with("torch.") && LOW_DTYPES.contains(&last)) || (d.starts_with("triton.language.") && TL_LOW_DTYPES.contains(&last));
+        (low && !own).then_some(d)
     }
 
     fn check_call(&mut self, c: &ast::ExprCall) {
@@ -595,6 +599,8 @@ const MUTATORS: &[&str] = &["append", "extend", "insert", "update", "setdefault"
 fn canonical_dtype(d: &str) -> &str {
     match d {
         "half" => "float16",
+        "float8e4nv" => "float8_e4m3fn",
+        "float8e5" => "float8_e5m2",
         other => other,
     }
 }

@@ -203,3 +203,19 @@ fn review_cases_positions_and_limits() {
     let big = "#".repeat(kforge_verify::MAX_SOURCE_BYTES + 1);
     assert!(check_static(&big, &Policy::default()).unwrap_err().message.contains("limit"));
 }
+
+#[test]
+fn triton_casts_to_lower_precision_are_cuts() {
+    let kernel = "import triton\nimport triton.language as tl\n@triton.jit\ndef k(p):\n    x = tl.load(p)\n    y = x.to(tl.float16)\n    z = x.to(tl.float32)\n    return y, z\n";
+    assert_eq!(rules(kernel), vec![(Rule::Precision, 6)]);
+    // A bf16 problem's kernels store in bf16: that is its own precision.
+    let bf16 = problem_dtypes("import torch\nx = torch.randn(2, dtype=torch.bfloat16)\n");
+    let store = "import triton.language as tl\ndef k(x):\n    return x.to(tl.bfloat16), x.to(tl.float8e4nv)\n";
+    let got: Vec<Rule> = check_static_for(store, &Policy::default(), &bf16).unwrap().into_iter().map(|f| f.rule).collect();
+    assert_eq!(got, vec![Rule::Precision]);
+    // The captured Inductor epilogue of the corpus' replacement-kernel cheat.
+    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/candidates/gemm_bias_relu/cheat_kernel_fp16.py")).unwrap();
+    assert_eq!(rules(&src).iter().map(|r| r.0).collect::<Vec<_>>(), vec![Rule::Precision, Rule::Precision]);
+    let honest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/candidates/gemm_bias_relu/honest_kernel.py")).unwrap();
+    assert_eq!(rules(&honest), vec![]);
+}

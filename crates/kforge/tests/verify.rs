@@ -17,12 +17,15 @@ fn torch_available() -> bool {
     Command::new("python3").args(["-c", "import torch, triton, numpy"]).status().map(|s| s.success()).unwrap_or(false)
 }
 
-fn verify(problem: &str, candidate: &str, policy: Option<&str>, out: &std::path::Path) -> (Option<i32>, Value, String) {
+fn verify(problem: &str, candidate: &str, policy: Option<&str>, kernel: Option<&str>, out: &std::path::Path) -> (Option<i32>, Value, String) {
     let c = corpus();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kforge"));
     cmd.arg("verify");
     if let Some(p) = policy {
         cmd.arg("--policy").arg(c.join(p));
+    }
+    if let Some(k) = kernel {
+        cmd.args(["--kernel", k]);
     }
     let o = cmd
         .args(["--device", "cpu", "--no-performance", "--time-limit-s", "300", "--json"])
@@ -50,9 +53,16 @@ fn corpus_verdicts() {
             std::thread::spawn(move || loop {
                 let Some((i, e)) = queue.lock().unwrap().pop() else { break };
                 let (p, c) = (e["problem"].as_str().unwrap(), e["candidate"].as_str().unwrap());
-                let (code, v, log) = verify(p, c, e["policy"].as_str(), &dir.join(format!("{i}.json")));
+                let kernel = e["kernel"].as_str();
+                let (code, v, log) = verify(p, c, e["policy"].as_str(), kernel, &dir.join(format!("{i}.json")));
                 let by = v["rejected_by"].as_str().unwrap_or("").to_string();
+                let static_reject = e["rejected_by"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().starts_with("static:"));
                 let ok = match e["expect"].as_str().unwrap() {
+                    // A replacement kernel runs inside the compiled problem, on a GPU only: here
+                    // its static gate must pass, then it could not run.
+                    _ if kernel.is_some() && !static_reject => {
+                        code == Some(2) && v["outcome"] == "could-not-run" && log.contains("needs a CUDA GPU") && v["gates"][0]["status"] == "passed"
+                    }
                     "pass" => code == Some(0) && v["outcome"] == "passed-without-performance",
                     _ => {
                         code == Some(1)
