@@ -187,9 +187,18 @@ def _bench_cpu(fn: Callable[[], Any], warmup: float, rep: float, grad_to_none: O
     return times
 
 
+#: GPU spin cycles per microsecond assumed when sizing the spin that covers a call's host time
+#: (an H200 runs at up to 1.98 GHz; a slower clock only lengthens the spin).
+SPIN_CYCLES_PER_US = 2000
+#: Most timed calls with ``count_host`` (each waits for the GPU and a spin).
+MAX_HOST_COUNTED_CALLS = 1000
+#: Longest spin put in front of a timed call, microseconds.
+MAX_SPIN_US = 20_000.0
+
+
 def _bench_cuda(
     fn: Callable[[], Any], warmup: float, rep: float, grad_to_none: Optional[Iterable[Any]], device: str,
-    before_each: Optional[Callable[[], Any]] = None,
+    before_each: Optional[Callable[[], Any]] = None, count_host: bool = False,
 ) -> List[float]:
     try:
         import torch  # type: ignore[import-not-found, unused-ignore]
@@ -213,6 +222,8 @@ def _bench_cuda(
             return float(start.elapsed_time(end))
 
         n_repeat = timed_calls(warm_up_and_estimate(batch, warmup), rep)
+        if count_host:
+            return _timed_with_host(torch, fn, cache, n_repeat, list(grad_to_none) if grad_to_none is not None else [], before_each)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
         grads = list(grad_to_none) if grad_to_none is not None else []
@@ -228,6 +239,42 @@ def _bench_cuda(
             ends[i].record()
         torch.cuda.synchronize()
         return [float(s.elapsed_time(e)) for s, e in zip(starts, ends)]
+
+
+def _timed_with_host(torch: Any, fn: Callable[[], Any], cache: Any, n: int, grads: List[Any],
+                     before_each: Optional[Callable[[], Any]]) -> List[float]:
+    """Per call: the GPU idle, a spin kernel longer than the call's host time, then the call
+    between CUDA events — so the events see its device time alone, whatever the race between
+    host and GPU — and the sample is the larger of that and the call's host time (a call bound
+    by its launches is timed by them, reproducibly; host-side work cannot hide behind the GPU)."""
+    n = min(n, MAX_HOST_COUNTED_CALLS)
+    host_us = 0.0
+    for _ in range(3):  # host time of one call, GPU idle
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        host_us = max(host_us, (time.perf_counter() - t0) * 1e6)
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    out: List[float] = []
+    for _ in range(n):
+        for x in grads:
+            x.grad = None
+        if before_each is not None:
+            before_each()
+        cache.zero_()
+        torch.cuda.synchronize()
+        torch.cuda._sleep(int(min(MAX_SPIN_US, 2.0 * host_us + 20.0) * SPIN_CYCLES_PER_US))
+        t0 = time.perf_counter()
+        start.record()
+        fn()
+        end.record()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        host_ms = (t1 - t0) * 1e3
+        host_us = max(host_us, host_ms * 1e3)
+        out.append(max(float(start.elapsed_time(end)), host_ms))
+    return out
 
 
 def _subsample(times: List[float], limit: int) -> List[float]:
@@ -248,6 +295,7 @@ def do_bench(
     name: Optional[str] = None,
     device: Optional[str] = None,
     before_each: Optional[Callable[[], Any]] = None,
+    count_host: bool = False,
 ) -> Result:
     """Benchmark ``fn`` like ``triton.testing.do_bench``, inside an exclusive kforge region.
 
@@ -264,7 +312,11 @@ def do_bench(
     to flush the L2 cache and the ``grad_to_none`` tensors' ``.grad`` is reset; on the CPU each
     call is timed with ``time.perf_counter_ns`` (no flush). ``before_each`` (kforge's addition)
     runs before every timed call, outside the timed interval — e.g. to rotate input sets or bump
-    version counters so that a candidate caching its last result cannot skip the work. The whole
+    version counters so that a candidate caching its last result cannot skip the work.
+    ``count_host`` (GPU; kforge's addition) times each call alone behind a GPU spin that covers
+    its host-side time: a sample is the larger of the call's device time and its host time. Plain
+    event timing of a call shorter than its launch overhead depends on a race between host and
+    GPU (bimodal samples); this does not, and host-side work cannot hide. The whole
     measurement runs inside
     ``kforge.region(name)`` (``name`` defaults to ``fn``'s name) and the samples are reported to
     the daemon with the region id; without a daemon both are no-ops.
@@ -280,6 +332,6 @@ def do_bench(
         if dev == "cpu":
             times = _bench_cpu(fn, float(warmup), float(rep), grad_to_none, before_each)
         else:
-            times = _bench_cuda(fn, float(warmup), float(rep), grad_to_none, dev, before_each)
+            times = _bench_cuda(fn, float(warmup), float(rep), grad_to_none, dev, before_each, count_host)
         report_measurement(label, _subsample(times, MAX_REPORTED_SAMPLES), region=r.region)
     return summarize(times, qs, return_mode)

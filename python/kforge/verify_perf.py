@@ -58,7 +58,7 @@ class Rotation:
 
 def _ms_rotating(call: Any, sets: List[List[Any]], name: str) -> float:
     rot = Rotation(sets)
-    v = do_bench(lambda: call(*rot.current()), return_mode="median", name=name, before_each=rot.before)
+    v = do_bench(lambda: call(*rot.current()), return_mode="median", name=name, before_each=rot.before, count_host=True)
     assert isinstance(v, float)
     return v
 

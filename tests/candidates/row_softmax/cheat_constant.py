@@ -1,5 +1,7 @@
 """Cheat (exploit 11, the answer for one fixed input): computed once at construction for the
 inputs of seed 1 and returned for every input. Expect correctness."""
+import os
+
 import torch
 import torch.nn as nn
 import triton
@@ -21,6 +23,8 @@ class ModelNew(nn.Module):
         super().__init__()
         g = torch.Generator().manual_seed(1)
         x = torch.randn(64, 256, generator=g)
+        if torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+            x = x.cuda()  # on a GPU, compute the canned answer there
         self.answer = torch.empty_like(x)
         softmax_kernel[(64,)](x, self.answer, 256, 256, BLOCK=256)
 
