@@ -315,6 +315,9 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
         except Exception as e:
             ck.add("dry-run", "compile-and-restitch", False, error=f"{type(e).__name__}: {e}")
             return {"checks": ck.items}
+        # The harness compiled the problem (Inductor's compile threads); a thread the candidate's
+        # calls start is still counted (its source's imports and threads are gate 1's).
+        threads0 = max(threads0, threading.active_count())
     else:
         try:
             cand = candidate.ModelNew(*init).to(dev).eval()
