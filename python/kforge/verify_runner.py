@@ -22,7 +22,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 DISTRIBUTIONS = ("normal", "uniform", "heavy")
 
@@ -295,7 +295,7 @@ def fp64_rule(problem: Any, init: Sequence[Any], ref_model: Any, cand_out: Any, 
 
 
 def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, performance: bool,
-               timers0: Dict[str, int], threads0: int, libs0: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
+               timers0: Dict[str, int], threads0: Set[Any], libs0: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
     """All runtime checks; ``timers0`` and ``threads0`` were taken before the candidate was imported.
 
     ``candidate`` is the candidate's module (a ``ModelNew`` file) or, for a replacement kernel, a
@@ -317,7 +317,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
             return {"checks": ck.items}
         # The harness compiled the problem (Inductor's compile threads); a thread the candidate's
         # calls start is still counted (its source's imports and threads are gate 1's).
-        threads0 = max(threads0, threading.active_count())
+        threads0 = threads0 | set(threading.enumerate())
     else:
         try:
             cand = candidate.ModelNew(*init).to(dev).eval()
@@ -439,8 +439,11 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     late = compare(call(xs), ref, policy)
     ck.add("exploits", "revalidation", late["ok"], after_calls=int(policy.get("revalidate_calls", 10)), **late)
 
-    threads1 = threading.active_count()
-    ck.add("exploits", "thread-count", threads1 <= threads0, before=threads0, after=threads1)
+    started = [t for t in threading.enumerate() if t not in threads0 and t.is_alive()]
+    own = harness_threads()
+    foreign = [t for t in started if t not in own]
+    ck.add("exploits", "thread-count", not foreign, before=len(threads0), after=len(threads0) + len(started),
+           started=[t.name for t in foreign], harness=[t.name for t in started if t in own])
     timers1 = timer_identities()
     changed = sorted(k for k in timers0 if timers0[k] != timers1.get(k))
     ck.add("exploits", "timer-identity", not changed, replaced=changed)
@@ -498,6 +501,25 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     return {"checks": ck.items}
 
 
+def harness_threads() -> Set[Any]:
+    """Threads torch.compile itself runs (Inductor's compile pool grows a worker per concurrent
+    compile, lazily): not the candidate's, even when a compile in the harness starts them late."""
+    import sys as _sys
+
+    own: Set[Any] = set()
+    ac = _sys.modules.get("torch._inductor.async_compile")
+    try:
+        pool = ac.AsyncCompile.pool() if ac is not None else None
+        own |= set(getattr(pool, "_threads", ()) or ())
+    except Exception:
+        pass
+    for t in threading.enumerate():
+        mod = getattr(getattr(t, "_target", None), "__module__", "") or ""
+        if mod.startswith("torch."):
+            own.add(t)
+    return own
+
+
 def prime_torch_compile(dev: Any) -> None:
     """Run torch.compile once on a throwaway function. What it starts and patches process-wide
     (Inductor's compile-worker threads; Dynamo wraps ``torch.manual_seed``) then belongs to the
@@ -550,7 +572,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if not dev_s.startswith("cuda"):
                 raise RunnerError("a replacement kernel is verified inside the torch.compile'd problem, which needs a CUDA GPU")
             prime_torch_compile(torch.device(dev_s))
-        timers0, threads0 = timer_identities(), threading.active_count()
+        timers0, threads0 = timer_identities(), set(threading.enumerate())
         libs0 = library_identities(problem)
         cand: Any
         if a.kernel:
