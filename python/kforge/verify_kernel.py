@@ -21,10 +21,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict, List, Tuple
 
-from .capture import _triton_globals, _WrapperHook, compile_kernel
+from .capture import CUDA_GRAPH_MODES, _triton_globals, _WrapperHook, compile_kernel
 from .verify_runner import DISTRIBUTIONS, Check, clone_all, clone_output, compare, make_inputs
-
-CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
 
 
 class KernelCandidate:

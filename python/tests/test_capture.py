@@ -176,3 +176,64 @@ def test_wrapper_hook_catches_inductor_wrappers_of_the_installed_torch(tmp_path:
     report = json.loads(rep.read_text())
     ops = [launch.get("op") for launch in report["inventory"]["launches"]]
     assert "extern_kernels.addmm" in ops
+
+
+def test_h200_fixture_kernels_replay_in_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernels Inductor generated on the H200 (torch 2.11, committed captures of `kforge inspect`)
+    run in Triton's interpreter on CPU tensors: a grid over the first rows/blocks only (the sizes are
+    baked into the kernels), compared with torch on those."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    pytest.importorskip("numpy")
+    h200 = Path(__file__).resolve().parents[2] / "crates/kforge-inductor/tests/fixtures/h200"
+
+    def sources(name: str) -> Dict[str, str]:
+        cap = json.loads((h200 / f"{name}.capture.json").read_text())
+        assert cap["device"].startswith("NVIDIA H200") and cap["torch"].startswith("2.11")
+        out: Dict[str, str] = {}
+        for w in cap["wrappers"]:
+            out.update(capture.kernel_sources(w))
+        return out
+
+    torch.manual_seed(0)
+    # Kernels calling libdevice (erf, exp) do not run in the interpreter, and Inductor's helpers
+    # (online softmax, Welford) change signatures between torch versions: these use neither.
+    name = "triton_poi_fused__native_batch_norm_legit_no_training_relu_2"
+    bn_relu = capture.kernel_for_interpreter(sources("default_005_resnet_basic_block_fp32")[name], name)
+    act = torch.randn(32, 64)  # channels-last conv output: channel = index % 64
+    mean, var, weight, bias = torch.randn(64), torch.rand(64) + 0.5, torch.randn(64), torch.randn(64)
+    want = torch.relu((act - mean) / torch.sqrt(var + 1e-5) * weight + bias)
+    bn_relu[(2,)](act, mean, var, weight, bias, 2048, XBLOCK=1024)
+    assert torch.allclose(act, want, atol=1e-5)
+
+    name = "triton_poi_fused_addmm_relu_0"
+    relu = capture.kernel_for_interpreter(sources("default_001_gemm_bias_relu_fp32")[name], name)
+    buf, bias = torch.randn(2, 4096), torch.randn(4096)
+    want = torch.relu(buf + bias)
+    relu[(8,)](buf, bias, 8192, XBLOCK=1024)  # in_out_ptr0: the GEMM output, updated in place
+    assert torch.allclose(buf, want)
+
+
+def test_identical_is_exact_up_to_nan() -> None:
+    torch = pytest.importorskip("torch")
+    a = torch.tensor([1.0, float("nan")])
+    assert capture._identical(a, a.clone())
+    assert not capture._identical(a, torch.tensor([1.0, 2.0]))
+    assert not capture._identical(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0 + 3e-7]))  # one fp32 ulp
+    assert not capture._identical(torch.zeros(2), torch.zeros(2, dtype=torch.float64))
+    assert capture._identical([torch.tensor([1, 2]), 3], [torch.tensor([1, 2]), 3])
+
+
+def test_interleaved_ratio_tells_a_change_from_noise() -> None:
+    def seq(values: List[float]) -> Any:
+        it = iter(values)
+        return lambda: next(it)
+
+    # Base alternates 1.00/1.02 (noise about 2 %); new is the same: within noise.
+    same = capture.interleaved_ratio(seq([1.0, 1.02] * 5), seq([1.01] * 5))
+    assert same["within_noise"] and 0.98 < same["ratio"] < 1.03 and same["noise_floor"] > 1.0
+    # New is 1.5x slower every round: beyond the noise.
+    slow = capture.interleaved_ratio(seq([1.0, 1.01] * 5), seq([1.5, 1.52, 1.49, 1.51, 1.5]))
+    assert not slow["within_noise"] and slow["ratio_ci95"][0] > 1.4
+    assert len(slow["per_round"]) == 5 and slow["per_round"][0] == {"base_ms": 1.0, "new_ms": 1.5, "base_again_ms": 1.01}
