@@ -193,7 +193,7 @@ SPIN_CYCLES_PER_US = 2000
 #: Most timed calls with ``count_host`` (each waits for the GPU and a spin).
 MAX_HOST_COUNTED_CALLS = 1000
 #: Longest spin put in front of a timed call, microseconds.
-MAX_SPIN_US = 20_000.0
+MAX_SPIN_US = 5_000.0
 
 
 def _bench_cuda(
@@ -246,14 +246,20 @@ def _timed_with_host(torch: Any, fn: Callable[[], Any], cache: Any, n: int, grad
     """Per call: the GPU idle, a spin kernel longer than the call's host time, then the call
     between CUDA events — so the events see its device time alone, whatever the race between
     host and GPU — and the sample is the larger of that and the call's host time (a call bound
-    by its launches is timed by them, reproducibly; host-side work cannot hide behind the GPU)."""
+    by its launches is timed by them, reproducibly; host-side work cannot hide behind the GPU).
+    A call that waits for the GPU itself (``.item()``, a sync) outlasts the spin: its sample is
+    the device time alone, which then includes the host work between its kernels."""
     n = min(n, MAX_HOST_COUNTED_CALLS)
-    host_us = 0.0
-    for _ in range(3):  # host time of one call, GPU idle
+    probes = []
+    for _ in range(5):  # host time of one call, GPU idle
+        if before_each is not None:
+            before_each()
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         fn()
-        host_us = max(host_us, (time.perf_counter() - t0) * 1e6)
+        probes.append((time.perf_counter() - t0) * 1e6)
+        torch.cuda.synchronize()
+    spin_us = spin_length_us(probes)
     start = torch.cuda.Event(enable_timing=True)
     end = torch.cuda.Event(enable_timing=True)
     out: List[float] = []
@@ -264,17 +270,30 @@ def _timed_with_host(torch: Any, fn: Callable[[], Any], cache: Any, n: int, grad
             before_each()
         cache.zero_()
         torch.cuda.synchronize()
-        torch.cuda._sleep(int(min(MAX_SPIN_US, 2.0 * host_us + 20.0) * SPIN_CYCLES_PER_US))
-        t0 = time.perf_counter()
+        torch.cuda._sleep(int(spin_us * SPIN_CYCLES_PER_US))
         start.record()
+        t0 = time.perf_counter()
         fn()
-        end.record()
         t1 = time.perf_counter()
+        end.record()
         torch.cuda.synchronize()
-        host_ms = (t1 - t0) * 1e3
-        host_us = max(host_us, host_ms * 1e3)
-        out.append(max(float(start.elapsed_time(end)), host_ms))
+        out.append(host_counted_sample(float(start.elapsed_time(end)), (t1 - t0) * 1e3, spin_us))
     return out
+
+
+def spin_length_us(probe_host_us: Sequence[float]) -> float:
+    """Spin in front of a timed call: three times the median host time of a call, plus 50 µs, at
+    most ``MAX_SPIN_US`` (a median: one slow probe — a GC pause — does not stretch every spin)."""
+    return min(MAX_SPIN_US, 3.0 * statistics.median(probe_host_us) + 50.0)
+
+
+def host_counted_sample(device_ms: float, host_ms: float, spin_us: float) -> float:
+    """One ``count_host`` sample: the larger of device and host time — unless the host time
+    reached the spin's length, which a call that does not wait for the GPU cannot (the spin is
+    three times its median host time): it waited, and its device time is the sample."""
+    if host_ms * 1e3 >= spin_us:
+        return device_ms
+    return max(device_ms, host_ms)
 
 
 def _subsample(times: List[float], limit: int) -> List[float]:

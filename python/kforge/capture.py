@@ -180,15 +180,26 @@ def _to_device(x: Any, dev: Any) -> Any:
     return x.to(dev) if isinstance(x, torch.Tensor) else x
 
 
-def _to_host(xs: Sequence[Any]) -> List[Any]:
-    """Host copies of a launch's tensor arguments (same strides), other arguments as they are."""
+def copy_strided(x: Any, dev: Any) -> Any:
+    """A copy of tensor ``x`` on ``dev`` with exactly its sizes and strides — also padded or
+    overlapping-free strided views, which ``.to``/``.clone`` would make dense (a generated kernel
+    indexes with the strides it was compiled for). Non-tensors are returned as they are."""
     import torch
 
-    return [x.to("cpu", copy=True) if isinstance(x, torch.Tensor) else x for x in xs]
+    if not isinstance(x, torch.Tensor):
+        return x
+    out = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=dev)
+    out.copy_(x)
+    return out
+
+
+def _to_host(xs: Sequence[Any]) -> List[Any]:
+    """Host copies of a launch's arguments (same sizes and strides)."""
+    return [copy_strided(x, "cpu") for x in xs]
 
 
 def _to_device_all(xs: Sequence[Any], dev: Any) -> List[Any]:
-    return [_to_device(x, dev) for x in xs]
+    return [copy_strided(x, dev) for x in xs]
 
 
 def _max_abs_diff(a: Any, b: Any) -> float:
@@ -263,16 +274,28 @@ def _triton_globals(mod: Any) -> Dict[str, Any]:
     return {n: o for n, o in vars(mod).items() if n.startswith("triton_") and hasattr(o, "run") and hasattr(o, "fn")}
 
 
-def _compile(problem: Any, mode: str, dev: Any) -> Tuple[Any, Any, List[Any]]:
+def _compile(problem: Any, mode: str, dev: Any, second: bool = False) -> Tuple[Any, Any, List[Any]]:
+    """(model, torch.compile'd model, inputs). ``second``: a compile beside the current one — no
+    Dynamo reset, and the model of a subclass of ``Model`` so that Dynamo's type guard keeps the
+    two compiled models apart (instances of one class may share a cache entry)."""
     import torch
 
-    torch._dynamo.reset()
+    cls = problem.Model
+    if second:
+        cls = type(f"{cls.__name__}_kforge_second", (cls,), {})
+    else:
+        torch._dynamo.reset()
     torch.manual_seed(0)
-    model = problem.Model(*[_to_device(x, dev) for x in problem.get_init_inputs()]).to(dev).eval()
+    model = cls(*[_to_device(x, dev) for x in problem.get_init_inputs()]).to(dev).eval()
     torch.manual_seed(1)
     inputs = [_to_device(x, dev) for x in problem.get_inputs()]
     # Static shapes: a replacement kernel is specialized to the shapes it was generated for.
     return model, torch.compile(model, mode=mode, dynamic=False), inputs
+
+
+def _median(xs: List[Optional[float]]) -> Optional[float]:
+    vals = sorted(x for x in xs if x is not None)
+    return vals[len(vals) // 2] if vals else None
 
 
 def interleaved_ratio(time_base: Callable[[], float], time_new: Callable[[], float], rounds: int = 5) -> Dict[str, Any]:
@@ -361,7 +384,7 @@ def capture_problem(path: str, problem: Any, mode: str, iterations: int, restitc
         replay = []
         for name, rec in recorded.items():
             before, after = _to_device_all(rec["before"], dev), _to_device_all(rec["after"], dev)
-            args = clone_all(before)
+            args = _to_device_all(before, dev)
             kw = dict(rec["kwargs"])
             if "stream" in kw:
                 kw["stream"] = torch.cuda.current_stream().cuda_stream
@@ -369,7 +392,7 @@ def capture_problem(path: str, problem: Any, mode: str, iterations: int, restitc
                 rec["run"](*args, **kw)
                 torch.cuda.synchronize()
                 diff = _max_abs_diff(args, after)
-                ms = _time_ms(lambda: rec["run"](*clone_all(before), **kw))
+                ms = _time_ms(lambda: rec["run"](*_to_device_all(before, dev), **kw))
                 replay.append({"kernel": name, "ok": _identical(args, after), "max_abs_diff": diff, "time_ms_with_arg_copy": ms})
             except Exception as e:
                 replay.append({"kernel": name, "ok": False, "error": f"{type(e).__name__}: {e}"})
@@ -433,8 +456,9 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
 
     base_model, base, inputs = _compile(problem, mode, dev)
     with torch.no_grad():
-        base(*inputs)
-        _model, compiled, inputs2 = _compile(problem, mode, dev)
+        with _WrapperHook() as base_hook:
+            base(*inputs)
+        _model, compiled, inputs2 = _compile(problem, mode, dev, second=True)
         with _WrapperHook() as hook:
             # This compile's own output is the reference: a fresh compile may autotune another
             # configuration (another reduction order) than the first one did.
@@ -462,12 +486,20 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
         for _ in range(3):
             out = clone_output(compiled(*inputs2))  # cudagraph trees record here, with the replacements
         torch.cuda.synchronize()
-        timing = interleaved_ratio(lambda: _time_ms(lambda: base(*inputs)), lambda: _time_ms(lambda: compiled(*inputs2)))
-    rounds = timing["per_round"]
+        # Inductor caches a wrapper module by its file: two compiles generating the same code may
+        # share one, and then the baseline runs the replacements too — nothing to compare.
+        shared = [m.__name__ for m in hook.modules if any(m is b for b in base_hook.modules)]
+        if shared or not base_hook.modules:
+            timing = {"ratio": None, "within_noise": None, "per_round": [],
+                      "timing_skipped": f"the baseline shares wrapper modules {shared} with the re-stitched compile" if shared
+                      else "the baseline's wrapper modules were not seen"}
+        else:
+            timing = interleaved_ratio(lambda: _time_ms(lambda: base(*inputs)), lambda: _time_ms(lambda: compiled(*inputs2)))
+    rounds = timing["per_round"] or [{"base_ms": None, "new_ms": None}]
     return {"kernels_replaced": swapped, "configs_pinned": pinned_all, "not_replaced_unpinned": not_swapped, "identical": _identical(out, fresh),
             "max_abs_diff": _max_abs_diff(out, fresh), "identical_to_first_compile": _identical(out, expected),
             "max_abs_diff_to_first_compile": _max_abs_diff(out, expected),
-            "baseline_ms": sorted(r["base_ms"] for r in rounds)[len(rounds) // 2], "restitched_ms": sorted(r["new_ms"] for r in rounds)[len(rounds) // 2],
+            "baseline_ms": _median([r["base_ms"] for r in rounds]), "restitched_ms": _median([r["new_ms"] for r in rounds]),
             **timing}
 
 

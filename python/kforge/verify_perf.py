@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import math
 import statistics
+import threading
 from typing import Any, Dict, List
 
 from .bench import do_bench
-from .verify_runner import Check, _flat, make_inputs
+from .verify_runner import Check, _flat, make_inputs, thread_check
 
 # Two-sided 95 % t quantiles by degrees of freedom (1..10; beyond: 1.96 is close enough).
 _T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
@@ -127,12 +128,15 @@ def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy:
     noise: List[float] = []
     tc_all: List[float] = []
     per_round: List[Dict[str, float]] = []
+    threads: Any = None
     with torch.no_grad():
         for r in range(rounds):
             sets = [make_inputs(problem, 400 + 3 * r + k, "normal", dev) for k in range(3)]
             xs = sets[0]
             base(*xs)
             cand(*xs)
+            if threads is None:  # after the baseline's compile: from here on only timing runs
+                threads = set(threading.enumerate())
             tb = _ms_rotating(base, sets, "verify:baseline")
             tc = _ms_rotating(cand, sets, "verify:candidate")
             tb2 = _ms_rotating(base, sets, "verify:baseline-again")
@@ -141,6 +145,8 @@ def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy:
             tc_all.append(tc)
             per_round.append({"baseline_ms": tb, "candidate_ms": tc, "baseline_again_ms": tb2})
         out = cand(*xs)
+    # A thread the candidate starts only while it is timed.
+    thread_check(ck, "thread-count-timed", threads, False, gate="performance")
     mean, half = _mean_half(speed)
     noise_mean, noise_half = _mean_half(noise)
     floor = abs(noise_mean) + noise_half

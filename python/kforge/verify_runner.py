@@ -164,9 +164,18 @@ def plant_sentinels(like: Any) -> None:
             continue
         for _ in range(MAX_SENTINELS):
             reserved = torch.cuda.memory_reserved(t.device)
-            held.append(torch.full_like(t, float("nan")))
+            try:
+                block = torch.full_like(t, float("nan"))
+            except torch.OutOfMemoryError:
+                break
             if torch.cuda.memory_reserved(t.device) != reserved:
-                break  # fresh device memory: the cached free blocks are all NaN now
+                # Fresh device memory: the cached free blocks are all NaN now. Give the new
+                # segment back (the others are still held), so that planting does not grow the
+                # cache call after call.
+                del block
+                torch.cuda.empty_cache()
+                break
+            held.append(block)
     del held
 
 
@@ -439,11 +448,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     late = compare(call(xs), ref, policy)
     ck.add("exploits", "revalidation", late["ok"], after_calls=int(policy.get("revalidate_calls", 10)), **late)
 
-    started = [t for t in threading.enumerate() if t not in threads0 and t.is_alive()]
-    own = harness_threads()
-    foreign = [t for t in started if t not in own]
-    ck.add("exploits", "thread-count", not foreign, before=len(threads0), after=len(threads0) + len(started),
-           started=[t.name for t in foreign], harness=[t.name for t in started if t in own])
+    thread_check(ck, "thread-count", threads0, kernel_mode)
     timers1 = timer_identities()
     changed = sorted(k for k in timers0 if timers0[k] != timers1.get(k))
     ck.add("exploits", "timer-identity", not changed, replaced=changed)
@@ -499,6 +504,17 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     else:
         ck.add("performance", "speedup", None, note="needs a GPU" if dev.type != "cuda" else "not requested")
     return {"checks": ck.items}
+
+
+def thread_check(ck: "Check", name: str, before: Set[Any], harness_compiles: bool, gate: str = "exploits") -> None:
+    """Fails when a thread started since ``before`` is alive. Only where the harness itself
+    compiled meanwhile (``--kernel`` mode) are torch.compile's own threads left out — otherwise a
+    candidate could hide work in Inductor's pool."""
+    started = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+    own = harness_threads() if harness_compiles else set()
+    foreign = [t for t in started if t not in own]
+    ck.add(gate, name, not foreign, before=len(before), after=len(before) + len(started),
+           started=[t.name for t in foreign], harness=[t.name for t in started if t in own])
 
 
 def harness_threads() -> Set[Any]:

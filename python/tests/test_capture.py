@@ -237,3 +237,13 @@ def test_interleaved_ratio_tells_a_change_from_noise() -> None:
     slow = capture.interleaved_ratio(seq([1.0, 1.01] * 5), seq([1.5, 1.52, 1.49, 1.51, 1.5]))
     assert not slow["within_noise"] and slow["ratio_ci95"][0] > 1.4
     assert len(slow["per_round"]) == 5 and slow["per_round"][0] == {"base_ms": 1.0, "new_ms": 1.5, "base_again_ms": 1.01}
+
+
+def test_copy_strided_keeps_padding_strides() -> None:
+    torch = pytest.importorskip("torch")
+    base = torch.arange(4 * 1024, dtype=torch.float32).view(4, 1024)
+    padded = base[:, :1000]  # stride (1024, 1): what Inductor passes for padded buffers
+    c = capture.copy_strided(padded, "cpu")
+    assert c.stride() == (1024, 1) and c.shape == (4, 1000) and torch.equal(c, padded)
+    assert padded.clone().stride() == (1000, 1)  # what a clone would have handed the kernel
+    assert capture.copy_strided(3, "cpu") == 3

@@ -245,3 +245,14 @@ def test_before_each_runs_before_every_timed_call_only() -> None:
     assert timed == ["before", "call"] * n
     with pytest.raises(ValueError, match="before_each must be callable"):
         kforge.do_bench(lambda: None, device="cpu", before_each=3)  # type: ignore[arg-type]
+
+
+def test_count_host_spin_and_samples() -> None:
+    # The spin covers three medians of the probes' host time (one slow probe does not count).
+    assert bench.spin_length_us([10.0, 12.0, 11.0, 900.0, 10.0]) == 3 * 11.0 + 50.0
+    assert bench.spin_length_us([1e6] * 5) == bench.MAX_SPIN_US
+    # Launch-bound call: its host time is the sample; GPU-bound: the device time.
+    assert bench.host_counted_sample(0.010, 0.030, 100.0) == 0.030
+    assert bench.host_counted_sample(0.500, 0.030, 100.0) == 0.500
+    # A call that waited for the GPU (host time reached the spin): device time alone.
+    assert bench.host_counted_sample(0.200, 0.350, 100.0) == 0.200

@@ -70,12 +70,24 @@ def tasks() -> List[Tuple[str, List[str], str]]:
     return [t for t in out if t[0] not in SKIP]
 
 
+def _results_only(info: tarfile.TarInfo) -> "tarfile.TarInfo | None":
+    """Leave out the daemon's socket folder (its ledger is renamed in place as jobs come and go)
+    and the live SQLite store (copied whole only after the daemon stopped, by suite.sh)."""
+    parts = info.name.split("/")
+    if len(parts) > 1 and (parts[1].endswith(".sock.d") or parts[1].endswith(".sock") or parts[1].startswith("store.db")):
+        return None
+    return info
+
+
 def pack() -> None:
     with PACK:
         tmp = f"{OUT}/suite.tgz.tmp"
-        with tarfile.open(tmp, "w:gz") as tf:
-            tf.add(WORK, arcname="suite")
-        os.replace(tmp, f"{OUT}/suite.tgz")
+        try:
+            with tarfile.open(tmp, "w:gz") as tf:
+                tf.add(WORK, arcname="suite", filter=_results_only)
+            os.replace(tmp, f"{OUT}/suite.tgz")
+        except OSError as e:  # a file gone while packing: the next pack takes it
+            print(f"pack: {e}", flush=True)
 
 
 def run(key: str, argv: List[str], d: str) -> Dict[str, Any]:

@@ -173,7 +173,8 @@ const LOW_DTYPES: &[&str] = &["float16", "half", "bfloat16", "float8_e4m3fn", "f
 const LOW_CASTS: &[&str] = &["half", "bfloat16"];
 /// Triton's low-precision element types (`tl.float16`, …): a kernel casting to one of those
 /// computes below the problem's precision.
-const TL_LOW_DTYPES: &[&str] = &["float16", "bfloat16", "float8e4nv", "float8e5", "float8e4b15", "float8e4b8", "float8e5b16", "int8"];
+/// (Not `int8`: Inductor stores booleans and signs through `.to(tl.int8)`.)
+const TL_LOW_DTYPES: &[&str] = &["float16", "bfloat16", "float8e4nv", "float8e5", "float8e4b15", "float8e4b8", "float8e5b16"];
 const MEMO_DECORATORS: &[&str] = &["lru_cache", "cache", "functools.lru_cache", "functools.cache", "cached_property"];
 
 /// Visitor methods for the nodes rustpython-ast's generated visitor does not descend into (with
@@ -376,7 +377,7 @@ impl Checker<'_> {
             }
             if key == "dtype" && self.policy.precision != Precision::LowAllowed {
                 if let (Some(d), Some(n)) = (self.low_dtype(&k.value), &name) {
-                    if n.starts_with("torch.") {
+                    if n.starts_with("torch.") || n.starts_with("triton.language.") {
                         self.add(Rule::Precision, k, format!("{n}(..., dtype={d}) computes in lower precision"));
                     }
                 }

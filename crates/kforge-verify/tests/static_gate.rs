@@ -208,6 +208,9 @@ fn review_cases_positions_and_limits() {
 fn triton_casts_to_lower_precision_are_cuts() {
     let kernel = "import triton\nimport triton.language as tl\n@triton.jit\ndef k(p):\n    x = tl.load(p)\n    y = x.to(tl.float16)\n    z = x.to(tl.float32)\n    return y, z\n";
     assert_eq!(rules(kernel), vec![(Rule::Precision, 6)]);
+    // An accumulator allocated in fp16 is a cut too; Inductor's boolean stores through int8 are not.
+    let acc = "import triton.language as tl\ndef k(x):\n    acc = tl.zeros([16], dtype=tl.float16)\n    m = (x > 0).to(tl.int8)\n    return acc, m\n";
+    assert_eq!(rules(acc), vec![(Rule::Precision, 3)]);
     // A bf16 problem's kernels store in bf16: that is its own precision.
     let bf16 = problem_dtypes("import torch\nx = torch.randn(2, dtype=torch.bfloat16)\n");
     let store = "import triton.language as tl\ndef k(x):\n    return x.to(tl.bfloat16), x.to(tl.float8e4nv)\n";
