@@ -63,3 +63,40 @@ def test_analytic_flops_of_the_reference() -> None:
     assert verify_perf.analytic_flops(m, [torch.randn(8, 64)]) == 2 * 8 * 64 * 32
     # Element-wise work is not counted: bandwidth is the bound there.
     assert verify_perf.analytic_flops(torch.nn.ReLU(), [torch.randn(8, 64)]) == 0
+
+
+def test_sentinels_take_every_cached_block_then_give_back_the_fresh_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU, NaN blocks are allocated until the allocator has to reserve new memory (the
+    cached free blocks, where a stale correct result may lie, are then all NaN); that last,
+    fresh block's segment is given back. Simulated: 3 cached blocks, then fresh memory."""
+    state = {"reserved": 100, "allocated": 0, "emptied": 0}
+
+    class FakeCuda:
+        @staticmethod
+        def memory_reserved(device: object) -> int:
+            return state["reserved"]
+
+        @staticmethod
+        def empty_cache() -> None:
+            state["emptied"] += 1
+
+    class Out:
+        is_cuda = True
+        device = "cuda:0"
+
+        def is_floating_point(self) -> bool:
+            return True
+
+    def full_like(t: object, value: float) -> object:
+        state["allocated"] += 1
+        if state["allocated"] > 3:
+            state["reserved"] += 10
+        assert value != value  # NaN
+        return object()
+
+    monkeypatch.setattr(torch, "full_like", full_like)
+    monkeypatch.setattr(torch, "cuda", FakeCuda)
+    monkeypatch.setattr(torch, "Tensor", Out)
+    verify_runner.plant_sentinels([Out(), Out()])
+    # First output: 3 cached blocks + 1 fresh; second: 1 fresh (the cache is NaN already).
+    assert state["allocated"] == 5 and state["emptied"] == 2
