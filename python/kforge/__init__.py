@@ -10,7 +10,7 @@ The daemon socket is found by :func:`default_socket_path`: ``$KFORGE_SOCKET``, e
 
 from __future__ import annotations
 
-from .bench import do_bench
+from .bench import do_bench, do_bench_interleaved
 from .client import MAX_FRAME, PROTOCOL_VERSION, Client, default_socket_path, encode_frame, read_frame
 from .errors import KforgeError, KforgeWarning, ProtocolError, RegionRevoked
 from .region import Region, region, report_measurement
@@ -28,6 +28,7 @@ __all__ = [
     "RegionRevoked",
     "default_socket_path",
     "do_bench",
+    "do_bench_interleaved",
     "encode_frame",
     "read_frame",
     "region",

@@ -250,8 +250,21 @@ def _timed_with_host(torch: Any, fn: Callable[[], Any], cache: Any, n: int, grad
     A call that waits for the GPU itself (``.item()``, a sync) outlasts the spin: its sample is
     the device time alone, which then includes the host work between its kernels."""
     n = min(n, MAX_HOST_COUNTED_CALLS)
+    probes = _probe_host_us(torch, fn, before_each)
+    spin_us = spin_length_us(probes)
+    events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+    out: List[float] = []
+    for _ in range(n):
+        for x in grads:
+            x.grad = None
+        out.append(_one_host_counted(torch, fn, cache, spin_us, events, before_each))
+    return out
+
+
+def _probe_host_us(torch: Any, fn: Callable[[], Any], before_each: Optional[Callable[[], Any]]) -> List[float]:
+    """Host time of 5 calls, each made with the GPU idle (microseconds)."""
     probes = []
-    for _ in range(5):  # host time of one call, GPU idle
+    for _ in range(5):
         if before_each is not None:
             before_each()
         torch.cuda.synchronize()
@@ -259,26 +272,25 @@ def _timed_with_host(torch: Any, fn: Callable[[], Any], cache: Any, n: int, grad
         fn()
         probes.append((time.perf_counter() - t0) * 1e6)
         torch.cuda.synchronize()
-    spin_us = spin_length_us(probes)
-    start = torch.cuda.Event(enable_timing=True)
-    end = torch.cuda.Event(enable_timing=True)
-    out: List[float] = []
-    for _ in range(n):
-        for x in grads:
-            x.grad = None
-        if before_each is not None:
-            before_each()
-        cache.zero_()
-        torch.cuda.synchronize()
-        torch.cuda._sleep(int(spin_us * SPIN_CYCLES_PER_US))
-        start.record()
-        t0 = time.perf_counter()
-        fn()
-        t1 = time.perf_counter()
-        end.record()
-        torch.cuda.synchronize()
-        out.append(host_counted_sample(float(start.elapsed_time(end)), (t1 - t0) * 1e3, spin_us))
-    return out
+    return probes
+
+
+def _one_host_counted(torch: Any, fn: Callable[[], Any], cache: Any, spin_us: float, events: Any,
+                      before_each: Optional[Callable[[], Any]]) -> float:
+    """One ``count_host`` sample of ``fn`` (see :func:`_timed_with_host`)."""
+    start, end = events
+    if before_each is not None:
+        before_each()
+    cache.zero_()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(spin_us * SPIN_CYCLES_PER_US))
+    start.record()
+    t0 = time.perf_counter()
+    fn()
+    t1 = time.perf_counter()
+    end.record()
+    torch.cuda.synchronize()
+    return host_counted_sample(float(start.elapsed_time(end)), (t1 - t0) * 1e3, spin_us)
 
 
 def spin_length_us(probe_host_us: Sequence[float]) -> float:
@@ -294,6 +306,95 @@ def host_counted_sample(device_ms: float, host_ms: float, spin_us: float) -> flo
     if host_ms * 1e3 >= spin_us:
         return device_ms
     return max(device_ms, host_ms)
+
+
+def do_bench_interleaved(
+    fns: Sequence[Callable[[], Any]],
+    warmup: float = 25,
+    rep: float = 100,
+    *,
+    name: Optional[str] = None,
+    device: Optional[str] = None,
+    before_each: Optional[Callable[[], Any]] = None,
+) -> List[List[float]]:
+    """Time several functions call by call in turn — A, B, C, A, B, C, … — inside one kforge
+    region; returns each function's samples in milliseconds. A slow drift of the machine (clocks,
+    temperature, host load) falls on all of them alike, so the ratio of two functions' medians is
+    steadier than the ratio of two separate ``do_bench`` runs. ``warmup`` ms of warm-up per
+    function; about ``rep`` ms of timed calls in all. On a GPU every sample is ``count_host``'s
+    (the L2 flushed, device time behind a spin covering host time, the larger of device and host
+    time); on the CPU a sample is the call's ``time.perf_counter`` interval. ``before_each`` runs
+    before every call, outside the timed interval."""
+    if not fns or not all(callable(f) for f in fns):
+        raise ValueError("do_bench_interleaved: fns must be a non-empty sequence of callables")
+    if warmup < 0 or rep <= 0:
+        raise ValueError(f"do_bench_interleaved: warmup must be >= 0 and rep > 0, got {warmup}, {rep}")
+    dev = resolve_device(device)
+    with _region(name or "do_bench_interleaved") as r:
+        if dev == "cpu":
+            samples = _interleaved_cpu(list(fns), float(warmup), float(rep), before_each)
+        else:
+            samples = _interleaved_cuda(list(fns), float(warmup), float(rep), dev, before_each)
+        for i, xs in enumerate(samples):
+            report_measurement(f"{name or 'do_bench_interleaved'}:{i}", _subsample(xs, MAX_REPORTED_SAMPLES), region=r.region)
+    return samples
+
+
+def _interleaved_cpu(fns: List[Callable[[], Any]], warmup: float, rep: float,
+                     before_each: Optional[Callable[[], Any]]) -> List[List[float]]:
+    estimates = []
+    for fn in fns:
+        fn()
+
+        def batch(n: int, fn: Callable[[], Any] = fn) -> float:
+            t0 = time.perf_counter_ns()
+            for _ in range(n):
+                fn()
+            return (time.perf_counter_ns() - t0) / 1e6
+
+        estimates.append(warm_up_and_estimate(batch, warmup))
+    rounds = timed_calls(sum(estimates), rep)
+    out: List[List[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for i, fn in enumerate(fns):
+            if before_each is not None:
+                before_each()
+            t0 = time.perf_counter_ns()
+            fn()
+            out[i].append((time.perf_counter_ns() - t0) / 1e6)
+    return out
+
+
+def _interleaved_cuda(fns: List[Callable[[], Any]], warmup: float, rep: float, device: str,
+                      before_each: Optional[Callable[[], Any]]) -> List[List[float]]:
+    import torch  # type: ignore[import-not-found, unused-ignore]
+
+    dev = torch.device(device)
+    with torch.cuda.device(dev):
+        cache = torch.empty(CACHE_FLUSH_BYTES // 4, dtype=torch.int, device=dev)
+        events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        estimates, spins = [], []
+        for fn in fns:
+            fn()
+            torch.cuda.synchronize()
+
+            def batch(n: int, fn: Callable[[], Any] = fn) -> float:
+                events[0].record()
+                for _ in range(n):
+                    cache.zero_()
+                    fn()
+                events[1].record()
+                torch.cuda.synchronize()
+                return float(events[0].elapsed_time(events[1]))
+
+            estimates.append(warm_up_and_estimate(batch, warmup))
+            spins.append(spin_length_us(_probe_host_us(torch, fn, before_each)))
+        rounds = min(timed_calls(sum(estimates), rep), max(1, MAX_HOST_COUNTED_CALLS // len(fns)))
+        out: List[List[float]] = [[] for _ in fns]
+        for _ in range(rounds):
+            for i, fn in enumerate(fns):
+                out[i].append(_one_host_counted(torch, fn, cache, spins[i], events, before_each))
+        return out
 
 
 def _subsample(times: List[float], limit: int) -> List[float]:

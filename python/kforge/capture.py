@@ -274,15 +274,29 @@ def _triton_globals(mod: Any) -> Dict[str, Any]:
     return {n: o for n, o in vars(mod).items() if n.startswith("triton_") and hasattr(o, "run") and hasattr(o, "fn")}
 
 
+def own_code_class(cls: Any) -> Any:
+    """A subclass of model class ``cls`` whose ``forward`` is a copy on a new code object. Dynamo
+    caches compiled code per code object: two torch.compile'd models of one class may share a
+    cache entry (then one runs the other's code), and entries on one code object are tried in
+    turn (the later one pays for the earlier one's guards) — a compile of this class has its own."""
+    import types
+
+    f = cls.forward
+    fwd = types.FunctionType(f.__code__.replace(), f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+    return type(f"{cls.__name__}_kforge_own_code", (cls,), {"forward": fwd})
+
+
 def _compile(problem: Any, mode: str, dev: Any, second: bool = False) -> Tuple[Any, Any, List[Any]]:
     """(model, torch.compile'd model, inputs). ``second``: a compile beside the current one — no
-    Dynamo reset, and the model of a subclass of ``Model`` so that Dynamo's type guard keeps the
-    two compiled models apart (instances of one class may share a cache entry)."""
+    Dynamo reset, and the model of a subclass of ``Model`` whose ``forward`` is a copy on a new
+    code object: Dynamo caches per code object, so the two compiled models neither share a cache
+    entry (instances of one class may) nor pay for each other's guards (entries on one code
+    object are tried in turn: the timing would favour one of them)."""
     import torch
 
     cls = problem.Model
     if second:
-        cls = type(f"{cls.__name__}_kforge_second", (cls,), {})
+        cls = own_code_class(cls)
     else:
         torch._dynamo.reset()
     torch.manual_seed(0)
@@ -298,17 +312,18 @@ def _median(xs: List[Optional[float]]) -> Optional[float]:
     return vals[len(vals) // 2] if vals else None
 
 
-def interleaved_ratio(time_base: Callable[[], float], time_new: Callable[[], float], rounds: int = 5) -> Dict[str, Any]:
-    """new/base timed in interleaved rounds (base, new, base again): the geometric-mean ratio with
-    its 95 % interval, and the noise floor — the upper end of that interval for base-again/base.
-    ``within_noise``: the ratio's interval reaches into the band the baseline shows against itself."""
+def interleaved_ratio(time_round: Callable[[], Tuple[float, float, float]], rounds: int = 5) -> Dict[str, Any]:
+    """new/base over rounds of ``time_round()`` → (base, new, base again) in ms: the geometric-mean
+    ratio with its 95 % interval, and the noise floor — the upper end of that interval for
+    base-again/base. ``within_noise``: the ratio's interval reaches into the band the baseline
+    shows against itself."""
     import math
 
     from .verify_perf import _mean_half
 
     per_round, logs, noise = [], [], []
     for _ in range(max(2, rounds)):
-        tb, tn, tb2 = time_base(), time_new(), time_base()
+        tb, tn, tb2 = time_round()
         per_round.append({"base_ms": tb, "new_ms": tn, "base_again_ms": tb2})
         logs.append(math.log(tn / tb))
         noise.append(math.log(tb2 / tb))
@@ -317,6 +332,17 @@ def interleaved_ratio(time_base: Callable[[], float], time_new: Callable[[], flo
     floor = abs(nmean) + nhalf
     return {"ratio": math.exp(mean), "ratio_ci95": [math.exp(mean - half), math.exp(mean + half)], "noise_floor": math.exp(floor),
             "within_noise": mean - half <= floor and mean + half >= -floor, "per_round": per_round}
+
+
+def _round_ms(base: Callable[[], Any], new: Callable[[], Any]) -> Tuple[float, float, float]:
+    """Baseline, re-stitched and baseline again, call by call in turn in one region (about 50 ms
+    of calls: the round trip takes 5 rounds, in regions that on a shared GPU hold every other job)."""
+    import statistics
+
+    from .bench import do_bench_interleaved
+
+    a, b, c = do_bench_interleaved([base, new, base], warmup=10, rep=50, name="inspect:round-trip")
+    return statistics.median(a), statistics.median(b), statistics.median(c)
 
 
 def _time_ms(fn: Callable[[], Any]) -> float:
@@ -496,7 +522,7 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
                       "timing_skipped": f"the baseline shares wrapper modules {shared} with the re-stitched compile" if shared
                       else "the baseline's wrapper modules were not seen"}
         else:
-            timing = interleaved_ratio(lambda: _time_ms(lambda: base(*inputs)), lambda: _time_ms(lambda: compiled(*inputs2)))
+            timing = interleaved_ratio(lambda: _round_ms(lambda: base(*inputs), lambda: compiled(*inputs2)))
     rounds = timing["per_round"] or [{"base_ms": None, "new_ms": None}]
     return {"kernels_replaced": swapped, "configs_pinned": pinned_all, "not_replaced_unpinned": not_swapped, "identical": _identical(out, fresh),
             "max_abs_diff": _max_abs_diff(out, fresh), "identical_to_first_compile": _identical(out, expected),

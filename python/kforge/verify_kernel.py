@@ -21,7 +21,7 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict, List, Tuple
 
-from .capture import CUDA_GRAPH_MODES, _triton_globals, _WrapperHook, compile_kernel
+from .capture import CUDA_GRAPH_MODES, _triton_globals, _WrapperHook, compile_kernel, own_code_class
 from .verify_runner import DISTRIBUTIONS, Check, clone_all, clone_output, compare, make_inputs
 
 
@@ -38,6 +38,9 @@ class KernelCandidate:
         torch._dynamo.reset()
         icfg.fx_graph_cache = False
         model = copy.deepcopy(ref_model)
+        # Its own code object: the performance gate's baseline, torch.compile(ref_model), must not
+        # share this compile's cache entry (it would run the replacement too).
+        model.__class__ = own_code_class(type(ref_model))
         compiled = torch.compile(model, mode=mode, dynamic=False)
         xs = make_inputs(self.problem, 0, "normal", self.dev)
         with _WrapperHook() as hook, torch.no_grad():

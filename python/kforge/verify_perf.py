@@ -1,7 +1,8 @@
 """Gate 4 of ``kforge verify`` (GPU only): interleaved timing against the compiled baseline.
 
-Per round, fresh inputs; baseline, candidate and baseline again are timed with
-``kforge.do_bench`` (L2 flushed per call; inside kforge regions when run as a kforge job). The
+Per round, fresh inputs; baseline, candidate and baseline again are timed call by call in turn
+with ``kforge.do_bench_interleaved`` (L2 flushed per call; one kforge region per round when run
+as a kforge job), so that a drift of the machine falls on all three alike. The
 speedup is the geometric mean of baseline/candidate over rounds with a 95 % confidence interval
 (t over log ratios); the noise floor is the upper end of the same interval for baseline-again/
 baseline (how far the baseline, timed twice, can seem to differ from itself). Accepted only when the
@@ -17,7 +18,7 @@ import statistics
 import threading
 from typing import Any, Dict, List
 
-from .bench import do_bench
+from .bench import do_bench, do_bench_interleaved
 from .verify_runner import Check, _flat, make_inputs, thread_check
 
 # Two-sided 95 % t quantiles by degrees of freedom (1..10; beyond: 1.96 is close enough).
@@ -57,11 +58,13 @@ class Rotation:
         return self.sets[self.i]
 
 
-def _ms_rotating(call: Any, sets: List[List[Any]], name: str) -> float:
+def _round_ms(base: Any, cand: Any, sets: List[List[Any]], name: str) -> "tuple[float, float, float]":
+    """One round: baseline, candidate and baseline again timed call by call in turn in one
+    region (``do_bench_interleaved``; the input sets rotated before every call), their medians."""
     rot = Rotation(sets)
-    v = do_bench(lambda: call(*rot.current()), return_mode="median", name=name, before_each=rot.before, count_host=True)
-    assert isinstance(v, float)
-    return v
+    a, b, c = do_bench_interleaved([lambda: base(*rot.current()), lambda: cand(*rot.current()), lambda: base(*rot.current())],
+                                   name=name, before_each=rot.before)
+    return statistics.median(a), statistics.median(b), statistics.median(c)
 
 
 def _bytes(xs: Any) -> int:
@@ -137,9 +140,7 @@ def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy:
             cand(*xs)
             if threads is None:  # after the baseline's compile: from here on only timing runs
                 threads = set(threading.enumerate())
-            tb = _ms_rotating(base, sets, "verify:baseline")
-            tc = _ms_rotating(cand, sets, "verify:candidate")
-            tb2 = _ms_rotating(base, sets, "verify:baseline-again")
+            tb, tc, tb2 = _round_ms(base, cand, sets, f"verify:round-{r}")
             speed.append(math.log(tb / tc))
             noise.append(math.log(tb2 / tb))
             tc_all.append(tc)

@@ -57,7 +57,7 @@ def timer_identities() -> Dict[str, int]:
            "torch.cuda.synchronize": id(torch.cuda.synchronize), "torch.cuda.Event": id(torch.cuda.Event),
            "torch.cuda.Event.record": id(torch.cuda.Event.record), "torch.cuda.Event.elapsed_time": id(torch.cuda.Event.elapsed_time),
            "torch.Tensor.__eq__": id(torch.Tensor.__eq__), "torch.allclose": id(torch.allclose),
-           "kforge.do_bench": id(kforge.do_bench)}
+           "kforge.do_bench": id(kforge.do_bench), "kforge.do_bench_interleaved": id(kforge.do_bench_interleaved)}
     try:
         import triton.testing
 

@@ -226,15 +226,15 @@ def test_identical_is_exact_up_to_nan() -> None:
 
 
 def test_interleaved_ratio_tells_a_change_from_noise() -> None:
-    def seq(values: List[float]) -> Any:
+    def rounds(values: List[Any]) -> Any:
         it = iter(values)
         return lambda: next(it)
 
-    # Base alternates 1.00/1.02 (noise about 2 %); new is the same: within noise.
-    same = capture.interleaved_ratio(seq([1.0, 1.02] * 5), seq([1.01] * 5))
+    # Base 1.00 then 1.02 again (noise about 2 %); new is the same: within noise.
+    same = capture.interleaved_ratio(rounds([(1.0, 1.01, 1.02), (1.02, 1.01, 1.0)] * 2 + [(1.0, 1.01, 1.02)]))
     assert same["within_noise"] and 0.98 < same["ratio"] < 1.03 and same["noise_floor"] > 1.0
     # New is 1.5x slower every round: beyond the noise.
-    slow = capture.interleaved_ratio(seq([1.0, 1.01] * 5), seq([1.5, 1.52, 1.49, 1.51, 1.5]))
+    slow = capture.interleaved_ratio(rounds([(1.0, 1.5, 1.01), (1.01, 1.52, 1.0), (1.0, 1.49, 1.01), (1.01, 1.51, 1.0), (1.0, 1.5, 1.01)]))
     assert not slow["within_noise"] and slow["ratio_ci95"][0] > 1.4
     assert len(slow["per_round"]) == 5 and slow["per_round"][0] == {"base_ms": 1.0, "new_ms": 1.5, "base_again_ms": 1.01}
 
@@ -247,3 +247,33 @@ def test_copy_strided_keeps_padding_strides() -> None:
     assert c.stride() == (1024, 1) and c.shape == (4, 1000) and torch.equal(c, padded)
     assert padded.clone().stride() == (1000, 1)  # what a clone would have handed the kernel
     assert capture.copy_strided(3, "cpu") == 3
+
+
+def test_own_code_class_gets_its_own_compile() -> None:
+    """Two torch.compile'd models, one of them of ``own_code_class``: two compiles, each model
+    keeps its own (a model of the same class could run the other's compiled code)."""
+    torch = pytest.importorskip("torch")
+    from torch._dynamo.testing import CompileCounter
+
+    class M(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x: Any) -> Any:
+            return torch.relu(self.lin(x))
+
+    torch._dynamo.reset()
+    cnt = CompileCounter()
+    a = torch.compile(M().eval(), backend=cnt)
+    other = M().eval()
+    other.__class__ = capture.own_code_class(M)
+    assert isinstance(other, M) and type(other).forward.__code__ is not M.forward.__code__
+    b = torch.compile(other, backend=cnt)
+    x = torch.randn(4, 8)
+    for _ in range(2):
+        a(x)
+        b(x)
+    assert cnt.frame_count == 2
+    assert torch.equal(b(x), other(x)) and torch.equal(a(x), a._orig_mod(x))
+    torch._dynamo.reset()

@@ -6,7 +6,7 @@ import math
 import os
 import time
 import warnings
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import pytest
 
@@ -256,3 +256,24 @@ def test_count_host_spin_and_samples() -> None:
     assert bench.host_counted_sample(0.500, 0.030, 100.0) == 0.500
     # A call that waited for the GPU (host time reached the spin): device time alone.
     assert bench.host_counted_sample(0.200, 0.350, 100.0) == 0.200
+
+
+def test_interleaved_bench_calls_in_turn(monkeypatch: pytest.MonkeyPatch, clean_env: str) -> None:
+    monkeypatch.setenv("KFORGE_SOCKET", os.path.join(clean_env, "missing.sock"))
+    log: List[str] = []
+
+    def f(tag: str) -> Callable[[], None]:
+        return lambda: log.append(tag)
+
+    with warnings.catch_warnings():  # no daemon: the region is not exclusive (a KforgeWarning)
+        warnings.simplefilter("ignore", kforge.KforgeWarning)
+        a, b, c = kforge.do_bench_interleaved([f("a"), f("b"), f("c")], warmup=0.1, rep=0.5, device="cpu",
+                                              before_each=lambda: log.append("-"))
+    assert len(a) == len(b) == len(c) >= 1 and all(x >= 0 for x in a + b + c)
+    timed = log[len(log) - 6 * len(a):]  # the timed part: before_each, then each function in turn
+    assert timed[:6] == ["-", "a", "-", "b", "-", "c"]
+    assert timed == ["-", "a", "-", "b", "-", "c"] * len(a)
+    with pytest.raises(ValueError, match="non-empty sequence of callables"):
+        kforge.do_bench_interleaved([], device="cpu")
+    with pytest.raises(ValueError, match="rep > 0"):
+        kforge.do_bench_interleaved([f("a")], rep=0, device="cpu")
