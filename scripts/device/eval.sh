@@ -13,6 +13,8 @@
 #                                 run under none|command|region (ablation gate|drain|freeze|isolate|warm),
 #                                 N in flight (8), only the first LIMIT commands (env LIMIT, else all),
 #                                 manifest NAME.run.json (default POLICY-ABLATION)
+#                                 (env RUN_DEVICE=all: every GPU, N in flight on each — the
+#                                 2×H200 scaling run; its commands are compared with truth across GPUs)
 #     slice:OFFSET:LIMIT          commands OFFSET..OFFSET+LIMIT: their ground truth, then the runs of
 #                                 $SLICE_RUNS (default "command region:isolate region:warm"; each
 #                                 POLICY[:ABLATION]) on them, named NAME@OFFSET — one call holds a
@@ -38,7 +40,7 @@ for step in "$@"; do
     gen) "$K" workload gen --profile gpu --out "$W/w.jsonl" --per-bucket "${a:-50}" --seed "${b:-1}" ;;
     truth) "$K" workload truth "$W/w.jsonl" --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} ;;
     truth-warm) "$K" workload truth "$W/w.jsonl" --warm --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} ;;
-    run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device 0 --reserve-cores 2 ${lim:+--limit "$lim"} ${e:+--name "$e"} || true ;;
+    run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device "${RUN_DEVICE:-0}" --reserve-cores 2 ${lim:+--limit "$lim"} ${e:+--name "$e"} || true ;;
     slice)
       "$K" workload truth "$W/w.jsonl" --device 0 --reserve-cores 2 --offset "$a" --limit "$b"
       for r in ${SLICE_RUNS:-command region:isolate region:warm}; do

@@ -200,7 +200,8 @@ pub struct RunOptions {
     pub policy: Policy,
     pub ablation: Ablation,
     pub concurrency: usize,
-    /// `auto`, `cpu` or a GPU index.
+    /// `auto`, `cpu`, a GPU index, or `all`: every GPU of the machine, `concurrency` commands in
+    /// flight on each, every command on the least busy GPU (scaling runs; not the ground truth).
     pub device: String,
     pub name: String,
     pub truth: bool,
@@ -218,6 +219,9 @@ pub struct RunOptions {
 pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
     if o.concurrency == 0 {
         bail!("--concurrency must be at least 1");
+    }
+    if o.truth && o.device == "all" {
+        bail!("the ground truth times one command at a time on one device: --device all is for runs");
     }
     let mut cmds: Vec<Command> = workload::read(&o.workload)?;
     if o.offset >= cmds.len() {
@@ -242,14 +246,22 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
     let tmp = tempfile::Builder::new().prefix("kforge-eval-").tempdir().context("creating a daemon directory")?;
     let daemon = PrivateDaemon::start(&o.kforge, tmp.path(), &o.db, &flags)?;
     let status = daemon.status()?;
-    let dev = if o.device == "auto" { status.devices.iter().find(|d| d.kind == "gpu").unwrap_or(&status.devices[0]).name.clone() } else { o.device.clone() };
-    let device = status.devices.iter().find(|d| d.name == dev).map(|d| format!("{} ({})", d.name, d.description)).unwrap_or_else(|| dev.clone());
+    let gpus: Vec<&kforge_proto::DeviceStatus> = status.devices.iter().filter(|d| d.kind == "gpu").collect();
+    let (dev, device, in_flight) = if o.device == "all" && !gpus.is_empty() {
+        // The daemon puts each `auto` job on its least busy GPU; `concurrency` per GPU.
+        let list: Vec<String> = gpus.iter().map(|d| format!("{} ({})", d.name, d.description)).collect();
+        ("auto".to_string(), format!("all: {}", list.join("; ")), concurrency * gpus.len())
+    } else {
+        let dev = if o.device == "auto" || o.device == "all" { gpus.first().copied().unwrap_or(&status.devices[0]).name.clone() } else { o.device.clone() };
+        let device = status.devices.iter().find(|d| d.name == dev).map(|d| format!("{} ({})", d.name, d.description)).unwrap_or_else(|| dev.clone());
+        (dev, device, concurrency)
+    };
     let label = format!("eval:{}", o.name);
     let env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR"].contains(&k.as_str())).collect();
     let total = cmds.len();
     eprintln!(
         "kforge workload: {} — {} commands, policy {}, ablation {}, {} in flight, device {}",
-        o.name, total, policy.as_str(), ablation.as_str(), concurrency, device
+        o.name, total, policy.as_str(), ablation.as_str(), in_flight, device
     );
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
@@ -257,7 +269,7 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
     let started_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     let t0 = Instant::now();
     std::thread::scope(|s| {
-        for _ in 0..concurrency {
+        for _ in 0..in_flight {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(c) = cmds.get(i) else { break };
@@ -297,7 +309,7 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
         policy: policy.as_str().into(),
         ablation: if policy == Policy::Region { ablation.as_str().into() } else { "-".into() },
         warm,
-        concurrency,
+        concurrency: in_flight,
         workload: workload_abs.display().to_string(),
         db: o.db.canonicalize().unwrap_or_else(|_| o.db.clone()).display().to_string(),
         label,

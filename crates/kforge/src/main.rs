@@ -143,7 +143,8 @@ enum WorkloadCmd {
 
 #[derive(clap::Args)]
 struct WorkloadCommon {
-    /// auto (the first GPU, else cpu), cpu, or a GPU index.
+    /// auto (the first GPU, else cpu), cpu, a GPU index, or all (runs only: every GPU, --concurrency
+    /// commands in flight on each, each command on the least busy GPU — for scaling runs).
     #[arg(long, default_value = "auto")]
     device: String,
     /// Store of all runs (default: kforge-eval.db beside the workload).

@@ -51,6 +51,15 @@ fn cpu_workload_runs_end_to_end_and_reports() {
     assert_eq!(by_name("command")["regions"]["overlapping_pairs"], 0);
     let html = std::fs::read_to_string(d.join("r.html")).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<svg") && !html.contains("<script"));
+    // --device all: every GPU (none here: the cpu device), --concurrency on each; never the truth.
+    kforge(d, &["workload", "run", "w/w.jsonl", "--policy", "region", "--concurrency", "2", "--device", "all", "--name", "all-devices", "--limit", "3"]);
+    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("w/all-devices.run.json")).unwrap()).unwrap();
+    assert_eq!((m["commands"].as_u64(), m["concurrency"].as_u64()), (Some(3), Some(2)));
+    assert!(m["device"].as_str().unwrap().starts_with("cpu"), "{m}");
+    assert!(m["failed"].as_array().unwrap().is_empty());
+    let o = Command::new(KFORGE).args(["workload", "truth", "w/w.jsonl", "--device", "all"]).current_dir(d).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--device all is for runs"), "{}", String::from_utf8_lossy(&o.stderr));
     // A report without ground truth is refused with a clear error.
     let o = Command::new(KFORGE).args(["report", "w/command.run.json"]).current_dir(d).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
