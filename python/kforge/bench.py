@@ -204,6 +204,9 @@ def _bench_cuda(
         import torch  # type: ignore[import-not-found, unused-ignore]
     except ImportError as e:
         raise RuntimeError(f"do_bench: timing on {device!r} needs torch, which is not importable") from e
+    grads = list(grad_to_none) if grad_to_none is not None else []
+    if count_host:
+        return _interleaved_cuda([fn], warmup, rep, device, before_each, grads)[0]
     dev = torch.device(device)
     with torch.cuda.device(dev):
         fn()
@@ -222,11 +225,8 @@ def _bench_cuda(
             return float(start.elapsed_time(end))
 
         n_repeat = timed_calls(warm_up_and_estimate(batch, warmup), rep)
-        if count_host:
-            return _timed_with_host(torch, fn, cache, n_repeat, list(grad_to_none) if grad_to_none is not None else [], before_each)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
-        grads = list(grad_to_none) if grad_to_none is not None else []
         for i in range(n_repeat):
             # fn must not accumulate gradients if it contains a backward pass.
             for x in grads:
@@ -239,26 +239,6 @@ def _bench_cuda(
             ends[i].record()
         torch.cuda.synchronize()
         return [float(s.elapsed_time(e)) for s, e in zip(starts, ends)]
-
-
-def _timed_with_host(torch: Any, fn: Callable[[], Any], cache: Any, n: int, grads: List[Any],
-                     before_each: Optional[Callable[[], Any]]) -> List[float]:
-    """Per call: the GPU idle, a spin kernel longer than the call's host time, then the call
-    between CUDA events — so the events see its device time alone, whatever the race between
-    host and GPU — and the sample is the larger of that and the call's host time (a call bound
-    by its launches is timed by them, reproducibly; host-side work cannot hide behind the GPU).
-    A call that waits for the GPU itself (``.item()``, a sync) outlasts the spin: its sample is
-    the device time alone, which then includes the host work between its kernels."""
-    n = min(n, MAX_HOST_COUNTED_CALLS)
-    probes = _probe_host_us(torch, fn, before_each)
-    spin_us = spin_length_us(probes)
-    events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-    out: List[float] = []
-    for _ in range(n):
-        for x in grads:
-            x.grad = None
-        out.append(_one_host_counted(torch, fn, cache, spin_us, events, before_each))
-    return out
 
 
 def _probe_host_us(torch: Any, fn: Callable[[], Any], before_each: Optional[Callable[[], Any]]) -> List[float]:
@@ -276,9 +256,16 @@ def _probe_host_us(torch: Any, fn: Callable[[], Any], before_each: Optional[Call
 
 
 def _one_host_counted(torch: Any, fn: Callable[[], Any], cache: Any, spin_us: float, events: Any,
-                      before_each: Optional[Callable[[], Any]]) -> float:
-    """One ``count_host`` sample of ``fn`` (see :func:`_timed_with_host`)."""
+                      before_each: Optional[Callable[[], Any]], grads: Sequence[Any] = ()) -> float:
+    """One ``count_host`` sample: the GPU idle, a spin kernel longer than the call's host time,
+    then the call between CUDA events — so the events see its device time alone, whatever the race
+    between host and GPU — and the sample is the larger of that and the call's host time (a call
+    bound by its launches is timed by them, reproducibly; host-side work cannot hide behind the
+    GPU). A call that waits for the GPU itself (``.item()``, a sync) outlasts the spin: its sample
+    is the device time alone, which then includes the host work between its kernels."""
     start, end = events
+    for x in grads:  # fn must not accumulate gradients if it contains a backward pass
+        x.grad = None
     if before_each is not None:
         before_each()
     cache.zero_()
@@ -366,7 +353,7 @@ def _interleaved_cpu(fns: List[Callable[[], Any]], warmup: float, rep: float,
 
 
 def _interleaved_cuda(fns: List[Callable[[], Any]], warmup: float, rep: float, device: str,
-                      before_each: Optional[Callable[[], Any]]) -> List[List[float]]:
+                      before_each: Optional[Callable[[], Any]], grads: Sequence[Any] = ()) -> List[List[float]]:
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     dev = torch.device(device)
@@ -393,7 +380,7 @@ def _interleaved_cuda(fns: List[Callable[[], Any]], warmup: float, rep: float, d
         out: List[List[float]] = [[] for _ in fns]
         for _ in range(rounds):
             for i, fn in enumerate(fns):
-                out[i].append(_one_host_counted(torch, fn, cache, spins[i], events, before_each))
+                out[i].append(_one_host_counted(torch, fn, cache, spins[i], events, before_each, grads))
         return out
 
 

@@ -118,4 +118,5 @@ def main() -> None:
     print(f"verify: {sum(r['as_expected'] for r in verify.values())}/{len(verify)} as expected")
 
 
-main()
+if __name__ == "__main__":
+    main()

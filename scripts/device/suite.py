@@ -27,6 +27,9 @@ import threading
 import time
 from typing import Any, Dict, List, Tuple
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "analysis"))
+from suite_report import EXPECT, inspect_row, verify_row  # noqa: E402  (one reader of the results)
+
 K, SOCKET, WORK, OUT = sys.argv[1:5]
 TASKS = sys.argv[5:]
 NGPU = int(os.environ.get("NGPU", "1"))
@@ -107,46 +110,12 @@ def run(key: str, argv: List[str], d: str) -> Dict[str, Any]:
 
 
 def inspect_rows(d: str) -> List[Dict[str, Any]]:
-    rows = []
-    for log in sorted(glob.glob(f"{d}/*.log")):
-        name = os.path.basename(log)[:-4]
-        rep = f"{d}/{name}.report.json"
-        if os.path.exists(rep):
-            r = json.load(open(rep))
-            rs = r.get("restitch") or {}
-            rp = r.get("replay") or []
-            rows.append({"problem": name, "ok": True, "graphs": r["graphs"], "triton": r["triton_kernels"], "templates": r["template_kernels"],
-                         "vendor": r["vendor_calls"], "gpu_us": r["attribution"]["total_us"],
-                         "replaceable_share": r["attribution"]["replaceable_share"],
-                         "unattributed_us": sum(u[1] for u in r["attribution"]["unattributed"]),
-                         "replay_ok": sum(1 for x in rp if x.get("ok")), "replay_n": len(rp),
-                         "restitch_identical": rs.get("identical"), "restitch_ratio": rs.get("ratio"),
-                         "eager_diff": (r.get("check") or {}).get("max_abs_diff_vs_eager")})
-        else:
-            lines = open(log).read().strip().splitlines() or ["no output"]
-            cause = [ln for ln in lines if "kforge capture:" in ln or ln.startswith("Error")] or lines[-1:]
-            rows.append({"problem": name, "ok": False, "reason": cause[-1][:200]})
-    return rows
+    return [inspect_row(d, os.path.basename(log)[:-4]) for log in sorted(glob.glob(f"{d}/*.log"))]
 
 
 def verify_rows(d: str) -> List[Dict[str, Any]]:
-    rows = []
-    for i, e in enumerate(json.load(open("tests/candidates/expect.json"))):
-        if not os.path.exists(f"{d}/{i}.log"):
-            continue
-        try:
-            v = json.load(open(f"{d}/{i}.json"))
-        except (OSError, ValueError):
-            v = {"outcome": "no-verdict", "rejected_by": None, "gates": []}
-        perf = next((c for g in v.get("gates", []) if g["gate"] == "performance" for c in g["checks"] if c["name"] == "speedup"), None)
-        ev = perf["evidence"] if perf else {}
-        by = v.get("rejected_by") or ""
-        ok = (e["expect"] == "pass" and (v["outcome"] == "accepted" or by.startswith("performance:"))) or \
-             (e["expect"] == "reject" and any(by.startswith(w) for w in e["rejected_by"]))
-        rows.append({"candidate": e["candidate"], "kernel": e.get("kernel"), "expect": e["expect"], "outcome": v["outcome"], "rejected_by": by,
-                     "speedup": ev.get("speedup"), "ci": ev.get("ci95"), "noise": ev.get("noise_floor"), "as_expected": ok,
-                     "why": v.get("why") or v.get("reason")})
-    return rows
+    expect = json.load(open(EXPECT))
+    return [verify_row(d, i, e) for i, e in enumerate(expect) if os.path.exists(f"{d}/{i}.log")]
 
 
 def main() -> None:
