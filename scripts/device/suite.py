@@ -9,6 +9,8 @@ it), so several compile at once while their timed parts run in exclusive regions
 
 Env: PARALLEL (tasks in flight, default 6 per GPU), DEADLINE_S (no task starts after this many
 seconds, default 540), SKIP (a file of task keys already done, one per line), NGPU.
+A task named twice runs once, at its first place: list the longest first
+(`inspect:max-autotune:problems/level3/*.py inspect:max-autotune`) so they do not end the call.
 After every finished task WORKDIR is packed into OUT/suite.tgz (a call cut short keeps what it
 finished); the tables (one row per problem or candidate) are printed last and written to
 OUT/summary.json.
@@ -70,7 +72,13 @@ def tasks() -> List[Tuple[str, List[str], str]]:
                 out.append((f"verify/{i}", argv, d))
         else:
             sys.exit(f"unknown task {t}")
-    return [t for t in out if t[0] not in SKIP]
+    seen = set(SKIP)  # a task named twice (a long subset listed first) runs once, at its first place
+    todo = []
+    for t in out:
+        if t[0] not in seen:
+            seen.add(t[0])
+            todo.append(t)
+    return todo
 
 
 def _results_only(info: tarfile.TarInfo) -> "tarfile.TarInfo | None":
