@@ -28,6 +28,7 @@ import importlib.util
 import json
 import os
 import sys
+import time
 import tempfile
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -235,11 +236,14 @@ class _WrapperHook:
     """Collects the Inductor wrapper modules loaded while active (``PyCodeCache.load_by_key_path``);
     ``on_load`` sees each as soon as it is loaded, before the compiled model first calls it."""
 
-    def __init__(self, on_load: Optional[Callable[[Any], None]] = None) -> None:
+    def __init__(self, on_load: Optional[Callable[[Any], None]] = None, private_from: Sequence[Any] = ()) -> None:
         self.modules: List[Any] = []
         self._orig: Optional[Callable[..., Any]] = None
         self._known = 0
         self._on_load = on_load
+        # Inductor caches a wrapper module by its source: a second compile that generates the same
+        # code gets the first one's module object. Such a module is loaded again, privately.
+        self._private_from = list(private_from)
 
     def __enter__(self) -> "_WrapperHook":
         from torch._inductor.codecache import PyCodeCache
@@ -250,6 +254,8 @@ class _WrapperHook:
 
         def load(*args: Any, **kwargs: Any) -> Any:
             m = orig(*args, **kwargs)
+            if any(m is p for p in self._private_from):
+                m = private_copy(m)
             if hasattr(m, "call"):  # wrapper modules define call(args); kernel modules do not
                 self.modules.append(m)
                 if self._on_load is not None:
@@ -266,8 +272,25 @@ class _WrapperHook:
             PyCodeCache.load_by_key_path = self._orig  # type: ignore[method-assign]
         # Also what PyCodeCache recorded meanwhile (a loader that bypassed load_by_key_path).
         for m in list(getattr(PyCodeCache, "modules", []))[self._known:]:
-            if hasattr(m, "call") and m not in self.modules:
+            if hasattr(m, "call") and m not in self.modules and not any(m is p for p in self._private_from):
                 self.modules.append(m)
+
+
+def private_copy(mod: Any) -> Any:
+    """The module ``mod`` loaded again from its file, as a new module object with its own globals
+    (its kernels are looked up there: replacing one does not touch ``mod``); attributes set on
+    ``mod`` after it ran (Inductor's constants) are carried over."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"{mod.__name__}_kforge_private", mod.__file__)
+    if spec is None or spec.loader is None:
+        raise CaptureError(f"cannot load {mod.__file__} again")
+    new = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(new)
+    for k, v in vars(mod).items():
+        if k not in vars(new):
+            setattr(new, k, v)
+    return new
 
 
 def _triton_globals(mod: Any) -> Dict[str, Any]:
@@ -351,6 +374,82 @@ def _time_ms(fn: Callable[[], Any]) -> float:
     from .verify_perf import _ms
 
     return _ms(fn, "inspect", warmup=10, rep=50, count_host=True)
+
+
+#: Trace categories of device work: kernels, copies, memsets.
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def device_totals(events: Sequence[Dict[str, Any]], calls: int) -> Dict[str, Dict[str, float]]:
+    """Per name of device work in a trace of ``calls`` calls: launches and microseconds per call."""
+    out: Dict[str, Dict[str, float]] = {}
+    for e in events:
+        if e.get("cat") in DEVICE_CATEGORIES:
+            t = out.setdefault(str(e.get("name", "?")), {"count": 0.0, "us": 0.0})
+            t["count"] += 1.0 / calls
+            t["us"] += float(e.get("dur", 0)) / calls
+    return out
+
+
+def explain_difference(base: Dict[str, Dict[str, float]], new: Dict[str, Dict[str, float]],
+                       base_host_us: float, new_host_us: float, top: int = 6) -> Dict[str, Any]:
+    """What differs between two runs of a model, per call: device work by name (launches that
+    only one side makes, and time), and host time. ``why``: one line, largest differences first —
+    the reason a round trip is beyond noise, in its table."""
+    rows = []
+    for name in sorted(set(base) | set(new)):
+        b, n = base.get(name, {"count": 0.0, "us": 0.0}), new.get(name, {"count": 0.0, "us": 0.0})
+        rows.append({"name": name, "base_count": round(b["count"], 2), "new_count": round(n["count"], 2),
+                     "base_us": round(b["us"], 2), "new_us": round(n["us"], 2), "delta_us": round(n["us"] - b["us"], 2)})
+    rows.sort(key=lambda r: -abs(r["delta_us"]))
+    dev_b, dev_n = sum(r["base_us"] for r in rows), sum(r["new_us"] for r in rows)
+    parts = []
+    host_delta = new_host_us - base_host_us
+    if abs(host_delta) > 0.02 * max(base_host_us, 1.0):
+        parts.append(f"host {host_delta:+.0f} µs/call ({base_host_us:.0f} → {new_host_us:.0f})")
+    if abs(dev_n - dev_b) > 0.005 * max(dev_b, 1.0):
+        parts.append(f"device {dev_n - dev_b:+.1f} µs/call ({dev_b:.1f} → {dev_n:.1f})")
+    for r in rows[:top]:
+        if abs(r["delta_us"]) < max(1.0, 0.005 * dev_b) and r["base_count"] == r["new_count"]:
+            break
+        short = r["name"] if len(r["name"]) <= 48 else r["name"][:45] + "..."
+        count = "" if r["base_count"] == r["new_count"] else f" ×{r['base_count']:g}→{r['new_count']:g}"
+        parts.append(f"{short}{count} {r['delta_us']:+.1f} µs")
+    return {"why": "; ".join(parts) or "no difference in device work or host time per call",
+            "host_us": {"base": round(base_host_us, 1), "new": round(new_host_us, 1)},
+            "device_us": {"base": round(dev_b, 1), "new": round(dev_n, 1)}, "by_name": rows[:20]}
+
+
+def profile_pair(base: Callable[[], Any], new: Callable[[], Any], calls: int = 3) -> Dict[str, Any]:
+    """Device work per call of two runs of a model (torch.profiler, each alone) and their host
+    time (median of 11 calls, the GPU idle before each), compared by :func:`explain_difference`."""
+    import statistics
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from .region import region
+
+    def host_us(fn: Callable[[], Any]) -> float:
+        xs = []
+        for _ in range(11):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            xs.append((time.perf_counter() - t0) * 1e6)
+        torch.cuda.synchronize()
+        return statistics.median(xs)
+
+    totals = []
+    with region("inspect:round-trip-profile"):
+        hosts = [host_us(base), host_us(new)]
+        for fn in (base, new):
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(calls):
+                    fn()
+                torch.cuda.synchronize()
+            totals.append(device_totals(trace_events(prof), calls))
+    return explain_difference(totals[0], totals[1], hosts[0], hosts[1])
 
 
 def trace_events(prof: Any) -> List[Dict[str, Any]]:
@@ -487,7 +586,7 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
         with _WrapperHook() as base_hook:
             base(*inputs)
         _model, compiled, inputs2 = _compile(problem, mode, dev, second=True)
-        with _WrapperHook() as hook:
+        with _WrapperHook(private_from=base_hook.modules) as hook:
             # This compile's own output is the reference: a fresh compile may autotune another
             # configuration (another reduction order) than the first one did.
             fresh = clone_output(compiled(*inputs2))
@@ -523,6 +622,12 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
                       else "the baseline's wrapper modules were not seen"}
         else:
             timing = interleaved_ratio(lambda: _round_ms(lambda: base(*inputs), lambda: compiled(*inputs2)))
+            if timing.get("within_noise") is False:
+                # Beyond noise: say why — which device work or host time differs per call.
+                try:
+                    timing["difference"] = profile_pair(lambda: base(*inputs), lambda: compiled(*inputs2))
+                except Exception as e:  # the explanation is evidence, not the result
+                    timing["difference"] = {"why": f"not profiled: {type(e).__name__}: {e}"}
     rounds = timing["per_round"] or [{"base_ms": None, "new_ms": None}]
     return {"kernels_replaced": swapped, "configs_pinned": pinned_all, "not_replaced_unpinned": not_swapped, "identical": _identical(out, fresh),
             "max_abs_diff": _max_abs_diff(out, fresh), "identical_to_first_compile": _identical(out, expected),

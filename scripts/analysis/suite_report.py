@@ -33,6 +33,7 @@ def inspect_row(d: str, name: str) -> Dict[str, Any]:
             "restitch_identical": rs.get("identical"), "restitch_ratio": rs.get("ratio"), "restitch_replaced": rs.get("kernels_replaced"),
             "baseline_ms": rs.get("baseline_ms"), "restitched_ms": rs.get("restitched_ms"),
             "restitch_ci95": rs.get("ratio_ci95"), "restitch_within_noise": rs.get("within_noise"),
+            "restitch_why": (rs.get("difference") or {}).get("why") or rs.get("timing_skipped"),
             "eager_max_abs_diff": (r.get("check") or {}).get("max_abs_diff_vs_eager")}
 
 
@@ -60,10 +61,11 @@ def verify_row(d: str, i: int, e: Dict[str, Any]) -> Dict[str, Any]:
 
 def ci(r: Dict[str, Any]) -> str:
     """Interval and noise verdict of an interleaved round trip (captures from rev 2026-11-30 on)."""
-    c = r.get("restitch_ci95")
+    c, why = r.get("restitch_ci95"), r.get("restitch_why")
     if not c:
-        return ""
-    return f" ({c[0]:.3f}–{c[1]:.3f}, {'within' if r.get('restitch_within_noise') else 'beyond'} noise)"
+        return f" (not timed: {why})" if why else ""
+    verdict = "within noise" if r.get("restitch_within_noise") else "beyond noise" + (f": {why}" if why else "")
+    return f" ({c[0]:.3f}–{c[1]:.3f}, {verdict})"
 
 
 def fmt(x: Optional[float], f: str) -> str:
@@ -97,7 +99,7 @@ def main() -> None:
         for name, r in sorted(rows.items()):
             if r["ok"]:
                 md.append(f"| {name} | {r['triton']} | {r['templates']} | {r['vendor']} | {r['gpu_us']:.1f} | {r['replaceable_share'] * 100:.1f} % | "
-                          f"{r['replay_ok']}/{r['replay_n']} | {r['restitch_identical']} | {fmt(r['restitch_ratio'], '.3f')}{ci(r)} |")
+                          f"{r['replay_ok']}/{r['replay_n']} | {r['restitch_identical']} | {fmt(r['restitch_ratio'], '.3f')}{ci(r).replace('|', '/')} |")
             else:
                 md.append(f"| {name} | failed: {r['reason']} ||||||||")
         md.append("")
