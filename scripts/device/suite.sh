@@ -25,6 +25,13 @@ PER_GPU=${PER_GPU:-6}
 setsid "$K" --socket "$S" daemon --db "$W/store.db" --reserve-cores 2 --freeze "${FREEZE:-node}" --max-concurrent "$PER_GPU" >"$W/daemon.log" 2>&1 &
 for _ in $(seq 200); do "$K" --socket "$S" status >/dev/null 2>&1 && break; sleep 0.05; done
 "$K" --socket "$S" status | head -20
+# The Python package runs from the binary (embedded at build time): a binary built before the last
+# change to python/kforge would run old code. Refuse it.
+if ! diff -rq --exclude=__pycache__ python/kforge "$S.d/python/kforge" >/dev/null; then
+  diff -rq --exclude=__pycache__ python/kforge "$S.d/python/kforge" | head
+  echo "target/release/kforge embeds another python/kforge than this tree: rebuild (cargo build --release) and carry it"
+  "$K" --socket "$S" shutdown >/dev/null 2>&1; exit 2
+fi
 python3 scripts/device/suite.py "$K" "$S" "$W" "$OUT" "$@"
 rc=$?
 "$K" --socket "$S" shutdown >/dev/null 2>&1 || true
