@@ -366,3 +366,39 @@ def test_round_trip_difference_names_host_time_and_extra_device_work() -> None:
     assert "gemm" not in d["why"]
     same = capture.explain_difference(base, base, 200.0, 201.0)
     assert same["why"] == "no difference in device work or host time per call"
+
+
+def test_pin_config_pins_or_says_why_not() -> None:
+    """A replacement is pinned to the configuration its original autotuned to — or the round trip
+    learns why not (never ran, other Inductor internals, several launchers) and nothing changed."""
+    class Launcher:
+        def __init__(self, config: str) -> None:
+            self.config = config
+
+    class Fresh:
+        def __init__(self, launchers_made: int = 1) -> None:
+            self.compile_results: List[Any] = ["a", "b", "c"]
+            self.launchers: List[Any] = []
+            self.made = launchers_made
+
+        def _precompile_config(self, cfg: str) -> str:
+            return f"compiled:{cfg}"
+
+        def _make_launchers(self) -> None:
+            self.launchers = [Launcher(r) for r in self.compile_results] * self.made
+
+    class Old:
+        launchers = [Launcher("XBLOCK=1024")]
+
+    new = Fresh()
+    assert capture.pin_config(new, Old()) is None
+    assert new.compile_results == ["compiled:XBLOCK=1024"] and len(new.launchers) == 1
+
+    class Never:
+        launchers: List[Any] = []
+
+    untouched = Fresh()
+    assert capture.pin_config(untouched, Never()) == "the original has no launcher (never ran)"
+    assert untouched.compile_results == ["a", "b", "c"]
+    assert "Inductor internals differ: AttributeError" in str(capture.pin_config(object(), Old()))
+    assert capture.pin_config(Fresh(launchers_made=2), Old()) == "2 launchers after pinning"
