@@ -212,8 +212,8 @@ def _bench_cuda(
         fn()
         torch.cuda.synchronize()
         cache = torch.empty(CACHE_FLUSH_BYTES // 4, dtype=torch.int, device=dev)
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
+        start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+        end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
 
         def batch(n: int) -> float:
             start.record()
@@ -225,8 +225,8 @@ def _bench_cuda(
             return float(start.elapsed_time(end))
 
         n_repeat = timed_calls(warm_up_and_estimate(batch, warmup), rep)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]  # type: ignore[no-untyped-call]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]  # type: ignore[no-untyped-call]
         for i in range(n_repeat):
             # fn must not accumulate gradients if it contains a backward pass.
             for x in grads:
@@ -359,7 +359,7 @@ def _interleaved_cuda(fns: List[Callable[[], Any]], warmup: float, rep: float, d
     dev = torch.device(device)
     with torch.cuda.device(dev):
         cache = torch.empty(CACHE_FLUSH_BYTES // 4, dtype=torch.int, device=dev)
-        events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+        events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))  # type: ignore[no-untyped-call]
         estimates, spins = [], []
         for fn in fns:
             fn()

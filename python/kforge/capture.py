@@ -396,7 +396,7 @@ def explain_difference(base: Dict[str, Dict[str, float]], new: Dict[str, Dict[st
     """What differs between two runs of a model, per call: device work by name (launches that
     only one side makes, and time), and host time. ``why``: one line, largest differences first —
     the reason a round trip is beyond noise, in its table."""
-    rows = []
+    rows: List[Dict[str, Any]] = []
     for name in sorted(set(base) | set(new)):
         b, n = base.get(name, {"count": 0.0, "us": 0.0}), new.get(name, {"count": 0.0, "us": 0.0})
         rows.append({"name": name, "base_count": round(b["count"], 2), "new_count": round(n["count"], 2),
@@ -577,25 +577,45 @@ def compile_kernel(name: str, source: str) -> Any:
     return k.result() if hasattr(k, "result") else k
 
 
+def swapping(kernels: Sequence[Tuple[Any, str, Any, Any]], call: Callable[[], Any]) -> Tuple[Callable[[], Any], Callable[[], Any]]:
+    """Two ways to call one compiled model: with its original kernels, and with their replacements
+    — each (module, name, original, replacement) set in the wrapper module first (the wrapper
+    looks its kernels up there at every call). Without CUDA graphs the round trip times these
+    against each other: one compile, so nothing but the kernels differs."""
+    def with_originals() -> Any:
+        for mod, name, old, _new in kernels:
+            setattr(mod, name, old)
+        return call()
+
+    def with_replacements() -> Any:
+        for mod, name, _old, new in kernels:
+            setattr(mod, name, new)
+        return call()
+
+    return with_originals, with_replacements
+
+
 def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: Any) -> Dict[str, Any]:
     """Two fresh compiles, the baseline and a second one beside it; after the second one's first
     call (which loads the wrapper and, with CUDA graphs, only warms up) every Triton kernel is
-    replaced by one compiled from its own source, restricted to the configuration the baseline
-    autotuned to (the second compile's own, where the baseline lacks that kernel source); the
+    replaced by one compiled from its own source, restricted to an autotuned configuration; the
     next calls (and any CUDA graph recorded then) use the replacements. Outputs must equal those
     of an unmodified compile bit for bit (the second compile's first call, or the baseline's);
-    also reported: against the first compile of the capture. Then timed against the baseline in
-    interleaved rounds; beyond noise, both are profiled to say why."""
+    also reported: against the first compile of the capture. Then timed in interleaved rounds —
+    without CUDA graphs against the same compile with its original kernels (replacements pinned
+    to those originals' configurations), with CUDA graphs against the baseline compile
+    (replacements pinned to the baseline's) — and, beyond noise, both profiled to say why."""
     import torch
 
     base_model, base, inputs = _compile(problem, mode, dev)
     with torch.no_grad():
         with _WrapperHook() as base_hook:
             base_out = clone_output(base(*inputs))
-        # The baseline's kernels, autotuned by that first call: a replacement whose source the
-        # baseline also has runs the baseline's configuration. Kernels autotuned at their first
-        # call choose again in every compile (two compiles of one model differed by up to 12 % on
-        # the H200), so pinning to the second compile's own choice would time that, not the swap.
+        # The baseline's kernels, autotuned by that first call: under CUDA graphs a replacement
+        # whose source the baseline also has runs the baseline's configuration. Kernels autotuned
+        # at their first call choose again in every compile (two compiles of one model differed by
+        # up to 12 % on the H200): pinned to the second compile's own choice, the comparison with
+        # the baseline would time that, not the swap.
         base_kernels: Dict[str, Tuple[Any, str]] = {}
         for bm in base_hook.modules:
             bsrc = kernel_sources(open(bm.__file__).read())
@@ -611,6 +631,7 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
         to_baseline = 0
         unpinned: Dict[str, str] = {}
         not_swapped: List[str] = []
+        pairs: List[Tuple[Any, str, Any, Any]] = []
         for mod in hook.modules:
             sources = kernel_sources(open(mod.__file__).read())
             for name, old in _triton_globals(mod).items():
@@ -619,7 +640,9 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
                 # A trailing comment makes the source new to Inductor's compiled-kernel cache, so a
                 # new kernel object is built from it (Triton's own disk cache may reuse the binary).
                 new = compile_kernel(name, sources[name] + "\n# kforge re-stitch round trip\n")
-                same = name in base_kernels and base_kernels[name][1] == sources[name]
+                # Timed against the other compile (CUDA graphs): run its configuration; timed
+                # against this compile's own originals (no graphs): run theirs.
+                same = mode in CUDA_GRAPH_MODES and name in base_kernels and base_kernels[name][1] == sources[name]
                 why_not = pin_config(new, base_kernels[name][0] if same else old)
                 if why_not is None:
                     to_baseline += int(same)
@@ -631,6 +654,7 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
                     not_swapped.append(name)
                     continue
                 setattr(mod, name, new)
+                pairs.append((mod, name, old, new))
                 swapped += 1
         for _ in range(3):
             out = clone_output(compiled(*inputs2))  # cudagraph trees record here, with the replacements
@@ -638,18 +662,38 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
         # Inductor caches a wrapper module by its file: two compiles generating the same code may
         # share one, and then the baseline runs the replacements too — nothing to compare.
         shared = [m.__name__ for m in hook.modules if any(m is b for b in base_hook.modules)]
-        if shared or not base_hook.modules:
-            timing = {"ratio": None, "within_noise": None, "per_round": [],
-                      "timing_skipped": f"the baseline shares wrapper modules {shared} with the re-stitched compile" if shared
-                      else "the baseline's wrapper modules were not seen"}
+        timing: Dict[str, Any]
+        first: Optional[Callable[[], Any]]
+        second: Optional[Callable[[], Any]]
+        if mode not in CUDA_GRAPH_MODES and pairs:
+            # No CUDA graphs: the wrapper looks its kernels up at every call, so one compile is
+            # timed with its original kernels against itself with the replacements.
+            first, second = swapping(pairs, lambda: compiled(*inputs2))
+            timed_against = "the same compile with its original kernels"
+        elif shared or not base_hook.modules:
+            first = second = None
+            timed_against = (f"the baseline shares wrapper modules {shared} with the re-stitched compile" if shared
+                             else "the baseline's wrapper modules were not seen")
         else:
-            timing = interleaved_ratio(lambda: _round_ms(lambda: base(*inputs), lambda: compiled(*inputs2)))
+            # CUDA graphs are recorded once, with the replacements: the baseline is the other
+            # compile, whose configurations the replacements run.
+            first, second = (lambda: base(*inputs)), (lambda: compiled(*inputs2))
+            timed_against = "the baseline compile (replacements pinned to its configurations)"
+        if first is None or second is None:
+            timing = {"ratio": None, "within_noise": None, "per_round": [], "timing_skipped": timed_against}
+        else:
+            a, b = first, second
+            timing = interleaved_ratio(lambda: _round_ms(a, b))
+            timing["timed_against"] = timed_against
             if timing.get("within_noise") is False:
                 # Beyond noise: say why — which device work or host time differs per call.
                 try:
-                    timing["difference"] = profile_pair(lambda: base(*inputs), lambda: compiled(*inputs2))
+                    timing["difference"] = profile_pair(a, b)
                 except Exception as e:  # the explanation is evidence, not the result
                     timing["difference"] = {"why": f"not profiled: {type(e).__name__}: {e}"}
+            if pairs and mode not in CUDA_GRAPH_MODES:
+                for mod, name, _old, new in pairs:  # leave the model re-stitched
+                    setattr(mod, name, new)
     rounds = timing["per_round"] or [{"base_ms": None, "new_ms": None}]
     # Identical to an unmodified compile: the second one's own output, or — replacements running
     # the baseline's configurations (its reduction order) — the baseline's.

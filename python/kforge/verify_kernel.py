@@ -44,7 +44,7 @@ class KernelCandidate:
         compiled = torch.compile(model, mode=mode, dynamic=False)
         xs = make_inputs(self.problem, 0, "normal", self.dev)
         with _WrapperHook() as hook, torch.no_grad():
-            compiled(*xs)  # loads the wrapper; with CUDA graphs only the warm-up
+            compiled(*xs)  # type: ignore[no-untyped-call]  # loads the wrapper; with CUDA graphs only the warm-up
         owners = [m for m in hook.modules if self.kernel in _triton_globals(m)]
         if not owners:
             names = sorted(n for m in hook.modules for n in _triton_globals(m))

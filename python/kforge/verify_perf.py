@@ -136,7 +136,7 @@ def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy:
         for r in range(rounds):
             sets = [make_inputs(problem, 400 + 3 * r + k, "normal", dev) for k in range(3)]
             xs = sets[0]
-            base(*xs)
+            base(*xs)  # type: ignore[no-untyped-call]
             cand(*xs)
             if threads is None:  # after the baseline's compile: from here on only timing runs
                 threads = set(threading.enumerate())

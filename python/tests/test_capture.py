@@ -402,3 +402,19 @@ def test_pin_config_pins_or_says_why_not() -> None:
     assert untouched.compile_results == ["a", "b", "c"]
     assert "Inductor internals differ: AttributeError" in str(capture.pin_config(object(), Old()))
     assert capture.pin_config(Fresh(launchers_made=2), Old()) == "2 launchers after pinning"
+
+
+def test_swapping_calls_one_model_with_original_or_replacement_kernels() -> None:
+    """Without CUDA graphs the round trip times one compile against itself: each way of calling
+    it first sets its kernels in the wrapper module, which looks them up at every call."""
+    import types
+
+    mod = types.ModuleType("wrapper")
+    mod.k = "original"  # type: ignore[attr-defined]
+    seen: List[str] = []
+    originals, replacements = capture.swapping([(mod, "k", "original", "replacement")], lambda: seen.append(mod.k))  # type: ignore[attr-defined]
+    replacements()
+    originals()
+    originals()
+    replacements()
+    assert seen == ["replacement", "original", "original", "replacement"]
