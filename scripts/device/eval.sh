@@ -7,7 +7,7 @@
 #     gen[:PER_BUCKET[:SEED]]     generate the gpu workload (default 50 per bucket, seed 1)
 #     truth[:OFFSET:LIMIT]        ground truth: each command alone, one at a time, cold like the
 #                                 runs (split a long truth over calls with OFFSET/LIMIT)
-#     truth-warm[:OFFSET:LIMIT]   the same in one warm worker (faster; idle gaps between kernels —
+#     truth-warm[:OFFSET:LIMIT]   the same in one warm worker, manifest truth-warm[-OFFSET] (faster; idle gaps between kernels —
 #                                 read bench/results/2026-11-30-issue5-eval-smoke before using it)
 #     run:POLICY[:ABLATION[:N[:LIMIT[:NAME]]]]
 #                                 run under none|command|region (ablation gate|drain|freeze|isolate|warm),

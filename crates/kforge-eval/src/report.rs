@@ -192,7 +192,12 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
         for (id, v) in medians(&load(t)?) {
             iso_device.insert(id.clone(), t.device.clone());
             if iso.insert(id.clone(), v).is_some() {
-                bail!("command {id} is in more than one ground-truth part (check --offset/--limit)");
+                bail!(
+                    "command {id} is in more than one ground-truth part (up to {}): check --offset/--limit, and pass the \
+                     manifests of one ground truth only (a warm and a cold truth are two: compare them with \
+                     scripts/analysis/eval_diagnostics.py)",
+                    t.name
+                );
             }
         }
     }

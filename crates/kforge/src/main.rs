@@ -414,7 +414,9 @@ fn workload(cmd: WorkloadCmd) -> Result<i32> {
         }
         WorkloadCmd::Truth { workload, warm, common } => {
             let ablation = if warm { Ablation::Warm } else { Ablation::Isolate };
-            let name = if common.offset > 0 || common.limit.is_some() { format!("truth-{}", common.offset) } else { "truth".into() };
+            // A warm truth is named apart from a cold one: one state may hold both (to compare them).
+            let base = if warm { "truth-warm" } else { "truth" };
+            let name = if common.offset > 0 || common.limit.is_some() { format!("{base}-{}", common.offset) } else { base.into() };
             let (m, path) = kforge_eval::runner::run(&options(&workload, &common, Policy::Command, ablation, 1, name, true))?;
             println!("ground truth: {} commands in {:.1} s, {} failed; manifest {}", m.commands, m.wall_s, m.failed.len(), path.display());
             Ok(if m.failed.is_empty() { 0 } else { 1 })

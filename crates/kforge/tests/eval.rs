@@ -60,6 +60,13 @@ fn cpu_workload_runs_end_to_end_and_reports() {
     let o = Command::new(KFORGE).args(["workload", "truth", "w/w.jsonl", "--device", "all"]).current_dir(d).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--device all is for runs"), "{}", String::from_utf8_lossy(&o.stderr));
+    // A warm truth beside the cold one: its own manifest; a report given both is refused, naming why.
+    kforge(d, &["workload", "truth", "w/w.jsonl", "--device", "cpu", "--warm", "--limit", "2"]);
+    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("w/truth-warm-0.run.json")).unwrap()).unwrap();
+    assert_eq!((m["kind"].as_str(), m["commands"].as_u64(), m["warm"].as_bool()), (Some("truth"), Some(2), Some(true)));
+    let o = Command::new(KFORGE).args(["report", "w/truth.run.json", "w/truth-warm-0.run.json", "w/command.run.json"]).current_dir(d).output().unwrap();
+    assert_ne!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("manifests of one ground truth only"), "{}", String::from_utf8_lossy(&o.stderr));
     // A report without ground truth is refused with a clear error.
     let o = Command::new(KFORGE).args(["report", "w/command.run.json"]).current_dir(d).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
