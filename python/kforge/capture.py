@@ -276,6 +276,11 @@ class _WrapperHook:
                 self.modules.append(m)
 
 
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
 def private_copy(mod: Any) -> Any:
     """The module ``mod`` loaded again from its file, as a new module object with its own globals
     (its kernels are looked up there: replacing one does not touch ``mod``); attributes set on
@@ -401,7 +406,8 @@ def explain_difference(base: Dict[str, Dict[str, float]], new: Dict[str, Dict[st
         b, n = base.get(name, {"count": 0.0, "us": 0.0}), new.get(name, {"count": 0.0, "us": 0.0})
         rows.append({"name": name, "base_count": round(b["count"], 2), "new_count": round(n["count"], 2),
                      "base_us": round(b["us"], 2), "new_us": round(n["us"], 2), "delta_us": round(n["us"] - b["us"], 2)})
-    rows.sort(key=lambda r: -abs(r["delta_us"]))
+    # Launches only one side makes (or makes more often) first, then by the time they differ.
+    rows.sort(key=lambda r: (r["base_count"] == r["new_count"], -abs(r["delta_us"])))
     dev_b, dev_n = sum(r["base_us"] for r in rows), sum(r["new_us"] for r in rows)
     parts = []
     host_delta = new_host_us - base_host_us
@@ -409,9 +415,8 @@ def explain_difference(base: Dict[str, Dict[str, float]], new: Dict[str, Dict[st
         parts.append(f"host {host_delta:+.0f} µs/call ({base_host_us:.0f} → {new_host_us:.0f})")
     if abs(dev_n - dev_b) > 0.005 * max(dev_b, 1.0):
         parts.append(f"device {dev_n - dev_b:+.1f} µs/call ({dev_b:.1f} → {dev_n:.1f})")
-    for r in rows[:top]:
-        if abs(r["delta_us"]) < max(1.0, 0.005 * dev_b) and r["base_count"] == r["new_count"]:
-            break
+    notable = [r for r in rows if r["base_count"] != r["new_count"] or abs(r["delta_us"]) >= max(1.0, 0.005 * dev_b)]
+    for r in notable[:top]:
         short = r["name"] if len(r["name"]) <= 48 else r["name"][:45] + "..."
         count = "" if r["base_count"] == r["new_count"] else f" ×{r['base_count']:g}→{r['new_count']:g}"
         parts.append(f"{short}{count} {r['delta_us']:+.1f} µs")
@@ -539,7 +544,11 @@ def capture_problem(path: str, problem: Any, mode: str, iterations: int, restitc
         result["iterations"] = group_iterations(trace_events(prof), iterations)
 
         if restitch:
-            result["restitch"] = restitch_round_trip(path, problem, mode, dev, out)
+            try:
+                result["restitch"] = restitch_round_trip(path, problem, mode, dev, out)
+            except Exception as e:  # the inventory, replay and profile stand without it
+                result["restitch"] = {"error": f"{type(e).__name__}: {e}", "identical": None, "ratio": None,
+                                      "within_noise": None, "per_round": []}
     return result
 
 
@@ -551,21 +560,27 @@ def pin_config(new: Any, old: Any) -> Optional[str]:
     """Restrict a freshly compiled kernel to the launch configuration ``old`` autotuned to
     (rebuilding its launchers from that one config), so that its first call does not autotune
     again — which would pick configurations freely and, during CUDA-graph recording, crash.
-    Uses Inductor's CachingAutotuner internals; returns None when pinned, else why not (and
-    ``new`` is left as it was)."""
+    Uses Inductor's CachingAutotuner internals; returns None when pinned, else why not — ``new``
+    is left as it was unless the reason starts with "half-pinned" (then compile it again)."""
     launchers = getattr(old, "launchers", None)
     if not launchers:
         return "the original has no launcher (never ran)"
+    if len(launchers) != 1:
+        return f"the original has {len(launchers)} launchers (not autotuned to one)"
     try:
-        cfg = launchers[0].config
-        result = new._precompile_config(cfg)
+        result = new._precompile_config(launchers[0].config)
+    except (AttributeError, IndexError, TypeError) as e:
+        return f"Inductor internals differ: {type(e).__name__}: {e}"
+    except Exception as e:  # a Triton compile error, out of resources: nothing changed yet
+        return f"compiling the configuration failed: {type(e).__name__}: {e}"
+    try:
         new.compile_results = [result]
         new.launchers = []
         new._make_launchers()
-    except (AttributeError, IndexError, TypeError) as e:
-        return f"Inductor internals differ: {type(e).__name__}: {e}"
+    except Exception as e:
+        return f"half-pinned, discard it: {type(e).__name__}: {e}"
     n = len(getattr(new, "launchers", []))
-    return None if n == 1 else f"{n} launchers after pinning"
+    return None if n == 1 else f"half-pinned, discard it: {n} launchers after pinning"
 
 
 def compile_kernel(name: str, source: str) -> Any:
@@ -616,12 +631,12 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
         # at their first call choose again in every compile (two compiles of one model differed by
         # up to 12 % on the H200): pinned to the second compile's own choice, the comparison with
         # the baseline would time that, not the swap.
-        base_kernels: Dict[str, Tuple[Any, str]] = {}
+        base_by_source: Dict[str, Any] = {}
         for bm in base_hook.modules:
-            bsrc = kernel_sources(open(bm.__file__).read())
+            bsrc = kernel_sources(_read(bm.__file__))
             for name, k in _triton_globals(bm).items():
                 if name in bsrc:
-                    base_kernels[name] = (k, bsrc[name])
+                    base_by_source[bsrc[name]] = k
         _model, compiled, inputs2 = _compile(problem, mode, dev, second=True)
         with _WrapperHook(private_from=base_hook.modules) as hook:
             # This compile's own output is the reference: a fresh compile may autotune another
@@ -632,30 +647,31 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
         unpinned: Dict[str, str] = {}
         not_swapped: List[str] = []
         pairs: List[Tuple[Any, str, Any, Any]] = []
-        for mod in hook.modules:
-            sources = kernel_sources(open(mod.__file__).read())
-            for name, old in _triton_globals(mod).items():
-                if name not in sources:
-                    continue
-                # A trailing comment makes the source new to Inductor's compiled-kernel cache, so a
-                # new kernel object is built from it (Triton's own disk cache may reuse the binary).
-                new = compile_kernel(name, sources[name] + "\n# kforge re-stitch round trip\n")
-                # Timed against the other compile (CUDA graphs): run its configuration; timed
-                # against this compile's own originals (no graphs): run theirs.
-                same = mode in CUDA_GRAPH_MODES and name in base_kernels and base_kernels[name][1] == sources[name]
-                why_not = pin_config(new, base_kernels[name][0] if same else old)
-                if why_not is None:
-                    to_baseline += int(same)
-                else:
-                    unpinned[name] = why_not
-                if why_not is not None and mode in CUDA_GRAPH_MODES:
-                    # It would autotune on its first call — inside the CUDA-graph recording,
-                    # where that is not allowed: keep the original, and say so.
-                    not_swapped.append(name)
-                    continue
-                setattr(mod, name, new)
-                pairs.append((mod, name, old, new))
-                swapped += 1
+        found = [(mod, name, old, src) for mod in hook.modules for src_map in [kernel_sources(_read(mod.__file__))]
+                 for name, old in _triton_globals(mod).items() for src in [src_map.get(name)] if src is not None]
+        # Timed against the other compile (CUDA graphs): run its configurations — if it has every
+        # kernel source (a mix of its and this compile's configurations would match neither's
+        # output bit for bit). Timed against this compile's own originals (no graphs): run theirs.
+        to_base = mode in CUDA_GRAPH_MODES and bool(found) and all(src in base_by_source for *_, src in found)
+        for mod, name, old, src in found:
+            # A trailing comment makes the source new to Inductor's compiled-kernel cache, so a
+            # new kernel object is built from it (Triton's own disk cache may reuse the binary).
+            new = compile_kernel(name, src + "\n# kforge re-stitch round trip\n")
+            why_not = pin_config(new, base_by_source[src] if to_base else old)
+            if why_not is None:
+                to_baseline += int(to_base)
+            else:
+                unpinned[name] = why_not
+                if why_not.startswith("half-pinned"):  # another comment: another cache entry
+                    new = compile_kernel(name, src + "\n# kforge re-stitch round trip, unpinned\n")
+            if why_not is not None and mode in CUDA_GRAPH_MODES:
+                # It would autotune on its first call — inside the CUDA-graph recording, where
+                # that is not allowed: keep the original, and say so.
+                not_swapped.append(name)
+                continue
+            setattr(mod, name, new)
+            pairs.append((mod, name, old, new))
+            swapped += 1
         for _ in range(3):
             out = clone_output(compiled(*inputs2))  # cudagraph trees record here, with the replacements
         torch.cuda.synchronize()
@@ -676,22 +692,25 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
                              else "the baseline's wrapper modules were not seen")
         else:
             # CUDA graphs are recorded once, with the replacements: the baseline is the other
-            # compile, whose configurations the replacements run.
+            # compile, whose configurations the replacements run (when it has every kernel).
             first, second = (lambda: base(*inputs)), (lambda: compiled(*inputs2))
-            timed_against = "the baseline compile (replacements pinned to its configurations)"
+            timed_against = ("the baseline compile, the second one unmodified (nothing replaced)" if not swapped
+                             else "the baseline compile (replacements pinned to its configurations)" if to_base
+                             else "the baseline compile (replacements pinned to the second compile's configurations)")
         if first is None or second is None:
             timing = {"ratio": None, "within_noise": None, "per_round": [], "timing_skipped": timed_against}
         else:
             a, b = first, second
-            timing = interleaved_ratio(lambda: _round_ms(a, b))
-            timing["timed_against"] = timed_against
-            if timing.get("within_noise") is False:
-                # Beyond noise: say why — which device work or host time differs per call.
-                try:
-                    timing["difference"] = profile_pair(a, b)
-                except Exception as e:  # the explanation is evidence, not the result
-                    timing["difference"] = {"why": f"not profiled: {type(e).__name__}: {e}"}
-            if pairs and mode not in CUDA_GRAPH_MODES:
+            try:
+                timing = interleaved_ratio(lambda: _round_ms(a, b))
+                timing["timed_against"] = timed_against
+                if timing.get("within_noise") is False:
+                    # Beyond noise: say why — which device work or host time differs per call.
+                    try:
+                        timing["difference"] = profile_pair(a, b)
+                    except Exception as e:  # the explanation is evidence, not the result
+                        timing["difference"] = {"why": f"not profiled: {type(e).__name__}: {e}"}
+            finally:
                 for mod, name, _old, new in pairs:  # leave the model re-stitched
                     setattr(mod, name, new)
     rounds = timing["per_round"] or [{"base_ms": None, "new_ms": None}]

@@ -364,6 +364,11 @@ def test_round_trip_difference_names_host_time_and_extra_device_work() -> None:
     assert "Memcpy DtoD ×0→1 +50.0 µs" in d["why"] and "triton_poi_0 +4.0 µs" in d["why"]
     assert d["why"].index("Memcpy") < d["why"].index("triton_poi_0")
     assert "gemm" not in d["why"]
+    # A launch only one side makes is named even when it is brief and comes after small rows.
+    small = capture.explain_difference({"A": {"count": 1.0, "us": 100.0}, "B": {"count": 1.0, "us": 50.0}},
+                                       {"A": {"count": 1.0, "us": 110.0}, "B": {"count": 1.0, "us": 50.9},
+                                        "memset": {"count": 1.0, "us": 0.5}}, 10.0, 10.0)
+    assert "memset ×0→1 +0.5 µs" in small["why"] and "A +10.0 µs" in small["why"] and "B " not in small["why"]
     same = capture.explain_difference(base, base, 200.0, 201.0)
     assert same["why"] == "no difference in device work or host time per call"
 
@@ -401,7 +406,20 @@ def test_pin_config_pins_or_says_why_not() -> None:
     assert capture.pin_config(untouched, Never()) == "the original has no launcher (never ran)"
     assert untouched.compile_results == ["a", "b", "c"]
     assert "Inductor internals differ: AttributeError" in str(capture.pin_config(object(), Old()))
-    assert capture.pin_config(Fresh(launchers_made=2), Old()) == "2 launchers after pinning"
+    assert capture.pin_config(Fresh(launchers_made=2), Old()) == "half-pinned, discard it: 2 launchers after pinning"
+
+    class Precompiled:  # compiled every config, never ran: which one would be arbitrary
+        launchers = [Launcher("a"), Launcher("b")]
+
+    assert capture.pin_config(Fresh(), Precompiled()) == "the original has 2 launchers (not autotuned to one)"
+
+    class Failing(Fresh):
+        def _precompile_config(self, cfg: str) -> str:
+            raise RuntimeError("out of resources: shared memory")
+
+    failing = Failing()
+    assert capture.pin_config(failing, Old()) == "compiling the configuration failed: RuntimeError: out of resources: shared memory"
+    assert failing.compile_results == ["a", "b", "c"]
 
 
 def test_swapping_calls_one_model_with_original_or_replacement_kernels() -> None:
