@@ -28,7 +28,6 @@ import importlib.util
 import json
 import os
 import sys
-import time
 import tempfile
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -427,27 +426,19 @@ def explain_difference(base: Dict[str, Dict[str, float]], new: Dict[str, Dict[st
 
 def profile_pair(base: Callable[[], Any], new: Callable[[], Any], calls: int = 3) -> Dict[str, Any]:
     """Device work per call of two runs of a model (torch.profiler, each alone) and their host
-    time (median of 11 calls, the GPU idle before each), compared by :func:`explain_difference`."""
+    time (median of ``do_bench``'s host probe: 5 calls, the GPU idle before each), compared by
+    :func:`explain_difference`."""
     import statistics
 
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    from .bench import _probe_host_us
     from .region import region
-
-    def host_us(fn: Callable[[], Any]) -> float:
-        xs = []
-        for _ in range(11):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fn()
-            xs.append((time.perf_counter() - t0) * 1e6)
-        torch.cuda.synchronize()
-        return statistics.median(xs)
 
     totals = []
     with region("inspect:round-trip-profile"):
-        hosts = [host_us(base), host_us(new)]
+        hosts = [statistics.median(_probe_host_us(torch, fn, None)) for fn in (base, new)]
         for fn in (base, new):
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 for _ in range(calls):
@@ -642,7 +633,6 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
             # This compile's own output is the reference: a fresh compile may autotune another
             # configuration (another reduction order) than the first one did.
             fresh = clone_output(compiled(*inputs2))
-        swapped = 0
         to_baseline = 0
         unpinned: Dict[str, str] = {}
         not_swapped: List[str] = []
@@ -671,7 +661,6 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
                 continue
             setattr(mod, name, new)
             pairs.append((mod, name, old, new))
-            swapped += 1
         for _ in range(3):
             out = clone_output(compiled(*inputs2))  # cudagraph trees record here, with the replacements
         torch.cuda.synchronize()
@@ -694,7 +683,7 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
             # CUDA graphs are recorded once, with the replacements: the baseline is the other
             # compile, whose configurations the replacements run (when it has every kernel).
             first, second = (lambda: base(*inputs)), (lambda: compiled(*inputs2))
-            timed_against = ("the baseline compile, the second one unmodified (nothing replaced)" if not swapped
+            timed_against = ("the baseline compile, the second one unmodified (nothing replaced)" if not pairs
                              else "the baseline compile (replacements pinned to its configurations)" if to_base
                              else "the baseline compile (replacements pinned to the second compile's configurations)")
         if first is None or second is None:
@@ -717,7 +706,7 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
     # Identical to an unmodified compile: the second one's own output, or — replacements running
     # the baseline's configurations (its reduction order) — the baseline's.
     identical_to = "second compile" if _identical(out, fresh) else "baseline" if _identical(out, base_out) else None
-    return {"kernels_replaced": swapped, "configs_pinned": not unpinned, "pinned_to_baseline": to_baseline, "unpinned": unpinned,
+    return {"kernels_replaced": len(pairs), "configs_pinned": not unpinned, "pinned_to_baseline": to_baseline, "unpinned": unpinned,
             "not_replaced_unpinned": not_swapped, "identical": identical_to is not None, "identical_to": identical_to,
             "max_abs_diff": _max_abs_diff(out, fresh), "max_abs_diff_to_baseline": _max_abs_diff(out, base_out),
             "identical_to_first_compile": _identical(out, expected),

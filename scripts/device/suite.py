@@ -8,7 +8,8 @@ it), so several compile at once while their timed parts run in exclusive regions
                                   whose path contains one of these comma-separated words)
 
 Env: PARALLEL (tasks in flight, default 6 per GPU), DEADLINE_S (no task starts after this many
-seconds, default 540), SKIP (a file of task keys already done, one per line), NGPU.
+seconds, default 540), SKIP (a file of task keys already done, one per line), NGPU;
+FINAL_PACK=1 (no tasks): only pack WORKDIR, the stopped daemon's store included.
 A task named twice runs once, at its first place: list the longest first
 (`inspect:max-autotune:problems/level3/*.py inspect:max-autotune`) so they do not end the call.
 After every finished task WORKDIR is packed into OUT/suite.tgz (a call cut short keeps what it
@@ -81,21 +82,22 @@ def tasks() -> List[Tuple[str, List[str], str]]:
     return todo
 
 
-def _results_only(info: tarfile.TarInfo) -> "tarfile.TarInfo | None":
+def _results_only(info: tarfile.TarInfo, with_store: bool = False) -> "tarfile.TarInfo | None":
     """Leave out the daemon's socket folder (its ledger is renamed in place as jobs come and go)
-    and the live SQLite store (copied whole only after the daemon stopped, by suite.sh)."""
+    and the live SQLite store (packed only once the daemon stopped: ``with_store``)."""
     parts = info.name.split("/")
-    if len(parts) > 1 and (parts[1].endswith(".sock.d") or parts[1].endswith(".sock") or parts[1].startswith("store.db")):
+    if len(parts) > 1 and (parts[1].endswith(".sock.d") or parts[1].endswith(".sock")
+                           or (parts[1].startswith("store.db") and not with_store)):
         return None
     return info
 
 
-def pack() -> None:
+def pack(with_store: bool = False) -> None:
     with PACK:
         tmp = f"{OUT}/suite.tgz.tmp"
         try:
             with tarfile.open(tmp, "w:gz") as tf:
-                tf.add(WORK, arcname="suite", filter=_results_only)
+                tf.add(WORK, arcname="suite", filter=lambda i: _results_only(i, with_store))
             os.replace(tmp, f"{OUT}/suite.tgz")
         except OSError as e:  # a file gone while packing: the next pack takes it
             print(f"pack: {e}", flush=True)
@@ -127,6 +129,9 @@ def verify_rows(d: str) -> List[Dict[str, Any]]:
 
 
 def main() -> None:
+    if os.environ.get("FINAL_PACK"):  # suite.sh, after the daemon stopped: the store too
+        pack(with_store=True)
+        return
     todo = tasks()
     print(f"{len(todo)} tasks, {PARALLEL} in flight, {NGPU} GPU(s)", flush=True)
     with cf.ThreadPoolExecutor(PARALLEL) as ex:

@@ -36,5 +36,5 @@ python3 scripts/device/suite.py "$K" "$S" "$W" "$OUT" "$@"
 rc=$?
 "$K" --socket "$S" shutdown >/dev/null 2>&1 || true
 # The last pack, with the stopped daemon's store: written beside, then renamed over the last good one.
-python3 -c "import os,sys,tarfile; t=tarfile.open(sys.argv[1]+'/suite.tgz.tmp','w:gz'); t.add(sys.argv[2],arcname='suite',filter=lambda i: None if i.name.endswith('.sock') or '.sock.d' in i.name else i); t.close(); os.replace(sys.argv[1]+'/suite.tgz.tmp', sys.argv[1]+'/suite.tgz')" "$OUT" "$W"
+FINAL_PACK=1 python3 scripts/device/suite.py "$K" "$S" "$W" "$OUT"
 exit $rc
