@@ -559,6 +559,7 @@ def pin_config(new: Any, old: Any) -> Optional[str]:
     if len(launchers) != 1:
         return f"the original has {len(launchers)} launchers (not autotuned to one)"
     try:
+        load_function(new)
         result = new._precompile_config(launchers[0].config)
     except (AttributeError, IndexError, TypeError) as e:
         return f"Inductor internals differ: {type(e).__name__}: {e}"
@@ -572,6 +573,31 @@ def pin_config(new: Any, old: Any) -> Optional[str]:
         return f"half-pinned, discard it: {type(e).__name__}: {e}"
     n = len(getattr(new, "launchers", []))
     return None if n == 1 else f"half-pinned, discard it: {n} launchers after pinning"
+
+
+def load_function(kernel: Any) -> None:
+    """Make sure a CachingAutotuner has its Triton function: one compiled in Inductor's worker
+    processes comes back without it (``fn.fn`` is None after unpickling) and compiling a
+    configuration in this process needs it. Inductor reloads it from the source the same way
+    (``_reload_kernel``) before its own in-process compiles."""
+    fn = getattr(kernel, "fn", None)
+    if fn is None or getattr(fn, "fn", True) is not None:
+        return
+    reload = getattr(kernel, "_reload_kernel", None)
+    if not callable(reload):
+        raise AttributeError("the kernel came from a compile worker without its function and cannot reload it")
+    kernel.fn = reload().fn
+
+
+def launcher_kinds(kernels: Sequence[Any]) -> Dict[str, int]:
+    """How many of these kernels launch through Inductor's static launcher, and how many through
+    Triton's own (generated) one — which costs more host time per launch: a replacement that
+    launches the other way than its original times that, not its kernel."""
+    kinds: Dict[str, int] = {"static": 0, "triton": 0, "none": 0}
+    for k in kernels:
+        ls = getattr(k, "launchers", None) or []
+        kinds["none" if not ls else "static" if getattr(ls[0], "_is_static", False) else "triton"] += 1
+    return kinds
 
 
 def compile_kernel(name: str, source: str) -> Any:
@@ -702,6 +728,9 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
             finally:
                 for mod, name, _old, new in pairs:  # leave the model re-stitched
                     setattr(mod, name, new)
+    # Evidence for the host-time side of a difference: how the originals and replacements launch.
+    timing["launchers"] = {"original": launcher_kinds([old for _m, _n, old, _new in pairs]),
+                           "replacement": launcher_kinds([new for _m, _n, _old, new in pairs])}
     rounds = timing["per_round"] or [{"base_ms": None, "new_ms": None}]
     # Identical to an unmodified compile: the second one's own output, or — replacements running
     # the baseline's configurations (its reduction order) — the baseline's.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import types
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -420,6 +421,46 @@ def test_pin_config_pins_or_says_why_not() -> None:
     failing = Failing()
     assert capture.pin_config(failing, Old()) == "compiling the configuration failed: RuntimeError: out of resources: shared memory"
     assert failing.compile_results == ["a", "b", "c"]
+
+
+def test_pin_config_reloads_a_function_left_behind_by_a_compile_worker() -> None:
+    """A kernel compiled in Inductor's worker processes arrives without its Triton function
+    (``fn.fn`` None); pinning compiles a configuration here, so it is reloaded first — and a
+    kernel that cannot reload says so instead of failing inside Inductor."""
+    class Fn:
+        def __init__(self, fn: Any) -> None:
+            self.fn = fn
+
+    class Launcher:
+        def __init__(self, config: str, static: bool = False) -> None:
+            self.config = config
+            self._is_static = static
+
+    class FromWorker:
+        def __init__(self, reload: bool) -> None:
+            self.fn = Fn(None)
+            self.compile_results: List[Any] = []
+            self.launchers: List[Any] = []
+            if reload:
+                self._reload_kernel = lambda: types.SimpleNamespace(fn=Fn(lambda: None))
+
+        def _precompile_config(self, cfg: str) -> str:
+            if self.fn.fn is None:
+                raise AttributeError("'NoneType' object has no attribute '__code__'")
+            return f"compiled:{cfg}"
+
+        def _make_launchers(self) -> None:
+            self.launchers = [Launcher(r, static=True) for r in self.compile_results]
+
+    class Old:
+        launchers = [Launcher("XBLOCK=512")]
+
+    k = FromWorker(reload=True)
+    assert capture.pin_config(k, Old()) is None
+    assert k.fn.fn is not None and k.compile_results == ["compiled:XBLOCK=512"]
+    why = capture.pin_config(FromWorker(reload=False), Old())
+    assert why is not None and "without its function" in why
+    assert capture.launcher_kinds([k, Old(), FromWorker(reload=False)]) == {"static": 1, "triton": 1, "none": 1}
 
 
 def test_swapping_calls_one_model_with_original_or_replacement_kernels() -> None:
