@@ -206,7 +206,7 @@ def _bench_cuda(
         raise RuntimeError(f"do_bench: timing on {device!r} needs torch, which is not importable") from e
     grads = list(grad_to_none) if grad_to_none is not None else []
     if count_host:
-        return _interleaved_cuda([fn], warmup, rep, device, before_each, grads)[0]
+        return _interleaved_cuda([fn], warmup, rep, device, [before_each], grads)[0]
     dev = torch.device(device)
     with torch.cuda.device(dev):
         fn()
@@ -303,6 +303,7 @@ def do_bench_interleaved(
     name: Optional[str] = None,
     device: Optional[str] = None,
     before_each: Optional[Callable[[], Any]] = None,
+    prepare_each: Optional[Sequence[Callable[[], Any]]] = None,
 ) -> List[List[float]]:
     """Time several functions call by call in turn — A, B, C, A, B, C, … — inside one kforge
     region; returns each function's samples in milliseconds. A slow drift of the machine (clocks,
@@ -311,26 +312,46 @@ def do_bench_interleaved(
     function; about ``rep`` ms of timed calls in all. On a GPU every sample is ``count_host``'s
     (the L2 flushed, device time behind a spin covering host time, the larger of device and host
     time); on the CPU a sample is the call's ``time.perf_counter`` interval. ``before_each`` runs
-    before every call, outside the timed interval."""
+    before every call, outside the timed interval; then ``prepare_each[i]`` (one per function, if
+    given) before every call of ``fns[i]`` — e.g. one untimed call of it, so that a function that
+    switches state (the kernels a model runs) is timed in that state, not switching into it."""
     if not fns or not all(callable(f) for f in fns):
         raise ValueError("do_bench_interleaved: fns must be a non-empty sequence of callables")
     if warmup < 0 or rep <= 0:
         raise ValueError(f"do_bench_interleaved: warmup must be >= 0 and rep > 0, got {warmup}, {rep}")
+    if prepare_each is not None and (len(prepare_each) != len(fns) or not all(callable(p) for p in prepare_each)):
+        raise ValueError(f"do_bench_interleaved: prepare_each must hold one callable per function ({len(fns)}),"
+                         f" got {len(prepare_each)} entries")
+    befores = [_then(before_each, p) for p in (prepare_each if prepare_each is not None else [None] * len(fns))]
     dev = resolve_device(device)
     with _region(name or "do_bench_interleaved") as r:
         if dev == "cpu":
-            samples = _interleaved_cpu(list(fns), float(warmup), float(rep), before_each)
+            samples = _interleaved_cpu(list(fns), float(warmup), float(rep), befores)
         else:
-            samples = _interleaved_cuda(list(fns), float(warmup), float(rep), dev, before_each)
+            samples = _interleaved_cuda(list(fns), float(warmup), float(rep), dev, befores)
         for i, xs in enumerate(samples):
             report_measurement(f"{name or 'do_bench_interleaved'}:{i}", _subsample(xs, MAX_REPORTED_SAMPLES), region=r.region)
     return samples
 
 
+def _then(first: Optional[Callable[[], Any]], second: Optional[Callable[[], Any]]) -> Optional[Callable[[], Any]]:
+    """``first`` then ``second`` as one callable (None when both are)."""
+    if first is None or second is None:
+        return first if second is None else second
+
+    def both() -> None:
+        first()
+        second()
+
+    return both
+
+
 def _interleaved_cpu(fns: List[Callable[[], Any]], warmup: float, rep: float,
-                     before_each: Optional[Callable[[], Any]]) -> List[List[float]]:
+                     befores: List[Optional[Callable[[], Any]]]) -> List[List[float]]:
     estimates = []
-    for fn in fns:
+    for fn, before in zip(fns, befores):
+        if before is not None:
+            before()
         fn()
 
         def batch(n: int, fn: Callable[[], Any] = fn) -> float:
@@ -344,8 +365,9 @@ def _interleaved_cpu(fns: List[Callable[[], Any]], warmup: float, rep: float,
     out: List[List[float]] = [[] for _ in fns]
     for _ in range(rounds):
         for i, fn in enumerate(fns):
-            if before_each is not None:
-                before_each()
+            before = befores[i]
+            if before is not None:
+                before()
             t0 = time.perf_counter_ns()
             fn()
             out[i].append((time.perf_counter_ns() - t0) / 1e6)
@@ -353,7 +375,7 @@ def _interleaved_cpu(fns: List[Callable[[], Any]], warmup: float, rep: float,
 
 
 def _interleaved_cuda(fns: List[Callable[[], Any]], warmup: float, rep: float, device: str,
-                      before_each: Optional[Callable[[], Any]], grads: Sequence[Any] = ()) -> List[List[float]]:
+                      befores: List[Optional[Callable[[], Any]]], grads: Sequence[Any] = ()) -> List[List[float]]:
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     dev = torch.device(device)
@@ -361,7 +383,9 @@ def _interleaved_cuda(fns: List[Callable[[], Any]], warmup: float, rep: float, d
         cache = torch.empty(CACHE_FLUSH_BYTES // 4, dtype=torch.int, device=dev)
         events = (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))  # type: ignore[no-untyped-call]
         estimates, spins = [], []
-        for fn in fns:
+        for fn, before in zip(fns, befores):
+            if before is not None:
+                before()
             fn()
             torch.cuda.synchronize()
 
@@ -375,12 +399,12 @@ def _interleaved_cuda(fns: List[Callable[[], Any]], warmup: float, rep: float, d
                 return float(events[0].elapsed_time(events[1]))
 
             estimates.append(warm_up_and_estimate(batch, warmup))
-            spins.append(spin_length_us(_probe_host_us(torch, fn, before_each)))
+            spins.append(spin_length_us(_probe_host_us(torch, fn, before)))
         rounds = min(timed_calls(sum(estimates), rep), max(1, MAX_HOST_COUNTED_CALLS // len(fns)))
         out: List[List[float]] = [[] for _ in fns]
         for _ in range(rounds):
             for i, fn in enumerate(fns):
-                out[i].append(_one_host_counted(torch, fn, cache, spins[i], events, before_each, grads))
+                out[i].append(_one_host_counted(torch, fn, cache, spins[i], events, befores[i], grads))
         return out
 
 

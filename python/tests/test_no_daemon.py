@@ -277,3 +277,24 @@ def test_interleaved_bench_calls_in_turn(monkeypatch: pytest.MonkeyPatch, clean_
         kforge.do_bench_interleaved([], device="cpu")
     with pytest.raises(ValueError, match="rep > 0"):
         kforge.do_bench_interleaved([f("a")], rep=0, device="cpu")
+
+
+def test_interleaved_bench_prepares_each_function_before_its_calls(monkeypatch: pytest.MonkeyPatch,
+                                                                   clean_env: str) -> None:
+    """``prepare_each[i]`` runs before every call of function i, after ``before_each`` and outside
+    the timed interval (the round trip's untimed call that switches a model's kernels)."""
+    monkeypatch.setenv("KFORGE_SOCKET", os.path.join(clean_env, "missing.sock"))
+    log: List[str] = []
+
+    def f(tag: str) -> Callable[[], None]:
+        return lambda: log.append(tag)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", kforge.KforgeWarning)
+        a, b = kforge.do_bench_interleaved([f("a"), f("b")], warmup=0.1, rep=0.5, device="cpu",
+                                           before_each=f("-"), prepare_each=[f("pa"), f("pb")])
+    assert len(a) == len(b) >= 1
+    timed = log[len(log) - 6 * len(a):]
+    assert timed == ["-", "pa", "a", "-", "pb", "b"] * len(a)
+    with pytest.raises(ValueError, match="one callable per function"):
+        kforge.do_bench_interleaved([f("a"), f("b")], device="cpu", prepare_each=[f("pa")])
