@@ -33,6 +33,7 @@ def inspect_row(d: str, name: str) -> Dict[str, Any]:
             "restitch_identical": rs.get("identical"), "restitch_ratio": rs.get("ratio"), "restitch_replaced": rs.get("kernels_replaced"),
             "baseline_ms": rs.get("baseline_ms"), "restitched_ms": rs.get("restitched_ms"),
             "restitch_ci95": rs.get("ratio_ci95"), "restitch_within_noise": rs.get("within_noise"),
+            "restitch_against": rs.get("timed_against"),
             "restitch_why": (rs.get("difference") or {}).get("why") or rs.get("timing_skipped")
             or (f"round trip failed: {rs['error']}" if rs.get("error") else None),
             "eager_max_abs_diff": (r.get("check") or {}).get("max_abs_diff_vs_eager")}
@@ -65,7 +66,11 @@ def ci(r: Dict[str, Any]) -> str:
     c, why = r.get("restitch_ci95"), r.get("restitch_why")
     if not c:
         return f" (not timed: {why})" if why else ""
-    verdict = "within noise" if r.get("restitch_within_noise") else "beyond noise" + (f": {why}" if why else "")
+    # Under CUDA graphs the re-stitched model is another compile's graph, timed against the
+    # baseline's; the noise floor is the baseline's graph against itself.
+    other = " (another compile's CUDA graph; floor: one graph against itself)" if str(
+        r.get("restitch_against") or "").startswith("the baseline compile") else ""
+    verdict = "within noise" if r.get("restitch_within_noise") else "beyond noise" + other + (f": {why}" if why else "")
     return f" ({c[0]:.3f}–{c[1]:.3f}, {verdict})"
 
 
