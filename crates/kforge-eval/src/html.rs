@@ -698,6 +698,31 @@ fn section_bucket_table(out: &mut String, r: &EvalReport) {
         .collect();
     out.push_str(&html_table(&headers, &rows, 1));
     out.push_str("<p class=\"note\">Cells: inflation p50 / p95 (number of commands).</p>\n");
+    let clocked: Vec<&RunSummary> = r.runs.iter().filter(|run| !run.full_clock.is_empty()).collect();
+    if !clocked.is_empty() {
+        out.push_str("<h3>Regions that ended at full clock</h3>\n");
+        let mut headers: Vec<&str> = vec!["run", "top SM MHz", "throttled"];
+        headers.extend(labels.iter().copied());
+        let rows: Vec<Vec<String>> = clocked
+            .iter()
+            .map(|run| {
+                let mut row = vec![
+                    esc(&run.name),
+                    run.top_sm_clock_mhz.map_or(DASH.to_string(), |c| c.to_string()),
+                    run.throttled_commands.to_string(),
+                ];
+                row.extend((0..BUCKETS.len()).map(|b| fmt_bucket_cell(run.full_clock.get(b))));
+                row
+            })
+            .collect();
+        out.push_str(&html_table(&headers, &rows, 3));
+        out.push_str(&format!(
+            "<p class=\"note\">Only commands whose region ended with the SM clock at or above {:.0} % of the highest \
+             clock the run recorded; <em>throttled</em> counts the others. A heavy kernel timed for ~100 ms can run \
+             into the GPU's power cap by itself: when that starts decides its median.</p>\n",
+            crate::report::FULL_CLOCK_FRACTION * 100.0
+        ));
+    }
 }
 
 fn section_ranking(out: &mut String, r: &EvalReport) {
@@ -970,6 +995,9 @@ mod tests {
             inflation_all: bucket("all", all),
             cross_device_commands: 0,
             compared_across_devices: false,
+            full_clock: Vec::new(),
+            throttled_commands: 0,
+            top_sm_clock_mhz: None,
             ranking: vec![
                 OperatorRanking {
                     operator: "matmul".to_string(),

@@ -58,6 +58,20 @@ pub struct RunSummary {
     #[serde(default)]
     pub compared_across_devices: bool,
     pub ranking: Vec<OperatorRanking>,
+    /// Inflation per bucket over the commands whose region ended at full clock — its SM clock at
+    /// release within [`FULL_CLOCK_FRACTION`] of the highest clock the run's regions recorded —
+    /// in [`BUCKETS`] order; empty when no region recorded a clock. On the H200 a heavy kernel
+    /// timed for ~100 ms runs into the power cap by itself, and when that starts decides its
+    /// median: this splits the runtime's effect from the GPU's power management.
+    #[serde(default)]
+    pub full_clock: Vec<BucketInflation>,
+    /// Commands (compared with ground truth) whose region ended below full clock — or whose
+    /// ground-truth region did, when the truth recorded clocks.
+    #[serde(default)]
+    pub throttled_commands: usize,
+    /// The highest SM clock (MHz) the run's regions recorded, at grant or release.
+    #[serde(default)]
+    pub top_sm_clock_mhz: Option<u32>,
     pub regions: RegionStats,
     /// Share of the run's wall time during which some region was held (union of intervals).
     pub busy_share: f64,
@@ -129,6 +143,11 @@ use crate::stats;
 use anyhow::{bail, Context, Result};
 use std::collections::BTreeMap;
 
+/// A region "ended at full clock" when its SM clock at release is at least this share of the
+/// highest clock the run recorded (the H200 boosts to 1980 MHz; a power-capped one ran at
+/// 1185–1900 MHz in the first evaluation pass).
+pub const FULL_CLOCK_FRACTION: f64 = 0.97;
+
 fn q(xs: &[f64], p: f64) -> f64 {
     stats::quantile(xs, p).unwrap_or(f64::NAN)
 }
@@ -144,6 +163,23 @@ fn medians(r: &kforge_store::Report) -> BTreeMap<String, f64> {
 fn inflation_of(bucket: &str, mut values: Vec<f64>) -> BucketInflation {
     values.sort_by(|a, b| a.total_cmp(b));
     BucketInflation { bucket: bucket.into(), n: values.len(), p50: q(&values, 0.5), p95: q(&values, 0.95), values }
+}
+
+/// Per measured command of one store report: whether the region it was measured in ended at full
+/// clock (SM clock at release at least [`FULL_CLOCK_FRACTION`] of the highest clock the report's
+/// regions recorded). Commands without a clock reading are left out.
+fn full_clock_at_release(rep: &kforge_store::Report) -> BTreeMap<String, bool> {
+    let Some(top) = rep.regions.iter().flat_map(|r| [r.sm_clock_mhz_granted, r.sm_clock_mhz_released]).flatten().max() else {
+        return BTreeMap::new();
+    };
+    rep.measurements
+        .iter()
+        .filter(|m| m.valid)
+        .filter_map(|m| {
+            let c = m.region.and_then(|rid| rep.regions.iter().find(|r| r.id == rid))?.sm_clock_mhz_released?;
+            Some((m.name.clone(), f64::from(c) >= FULL_CLOCK_FRACTION * f64::from(top)))
+        })
+        .collect()
 }
 
 /// Fill the GPU clock and temperature statistics from the regions that recorded them.
@@ -183,13 +219,18 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
     let cmds = crate::workload::read(std::path::Path::new(&truth.workload))?;
     let by_id: BTreeMap<&str, &crate::workload::Command> = cmds.iter().map(|c| (c.id.as_str(), c)).collect();
     let mut iso = BTreeMap::new();
+    // Per command: whether its ground-truth region ended at full clock (when the truth recorded
+    // clocks: a truth taken under the region policy does).
+    let mut iso_full_clock: BTreeMap<String, bool> = BTreeMap::new();
     // The GPU each command's ground truth was taken on (parts can come from different machines).
     let mut iso_device: BTreeMap<String, String> = BTreeMap::new();
     for t in &truths {
         if !same_workload(&t.workload, &truth.workload)? {
             bail!("ground-truth parts {} and {} used different workloads", truth.name, t.name);
         }
-        for (id, v) in medians(&load(t)?) {
+        let rep = load(t)?;
+        iso_full_clock.extend(full_clock_at_release(&rep));
+        for (id, v) in medians(&rep) {
             iso_device.insert(id.clone(), t.device.clone());
             if iso.insert(id.clone(), v).is_some() {
                 bail!(
@@ -237,6 +278,8 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
         // laid end to end.
         let mut meds: BTreeMap<String, f64> = BTreeMap::new();
         let mut med_device: BTreeMap<String, String> = BTreeMap::new();
+        // Per command: whether the region its measurement was taken in ended at full clock.
+        let mut full_at_release: BTreeMap<String, bool> = BTreeMap::new();
         let mut all_regions: Vec<kforge_store::RegionRow> = Vec::new();
         let mut intervals: Vec<(f64, f64)> = Vec::new();
         let mut timeline_all: Vec<TimelineEntry> = Vec::new();
@@ -247,6 +290,7 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
                 med_device.insert(id.clone(), p.device.clone());
                 meds.insert(id, v);
             }
+            full_at_release.extend(full_clock_at_release(&rep));
             let rel = |ns: i64| ns as f64 / 1e9 - p.started_unix + offset;
             intervals.extend(rep.regions.iter().filter_map(|r| Some((rel(r.granted_ns), rel(r.released_ns?)))));
             timeline_all.extend(rep.regions.iter().filter_map(|r| {
@@ -265,15 +309,29 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
         let same_gpu = |id: &String| iso_device.get(id).is_some_and(|d| Some(d) == med_device.get(id));
         let cross_device_commands = meds.keys().filter(|id| iso.contains_key(*id) && !same_gpu(id)).count();
         let compared_across = meds.keys().any(|id| iso.contains_key(id)) && !meds.keys().any(same_gpu);
+        let top_clock = rep.regions.iter().flat_map(|r| [r.sm_clock_mhz_granted, r.sm_clock_mhz_released]).flatten().max();
         let mut per_bucket: Vec<Vec<f64>> = vec![Vec::new(); BUCKETS.len()];
+        let mut full_clock_bucket: Vec<Vec<f64>> = vec![Vec::new(); BUCKETS.len()];
+        let mut throttled_commands = 0;
         let mut all = Vec::new();
         for (id, v) in &meds {
             if let (Some(i), true) = (iso.get(id), compared_across || same_gpu(id)) {
                 let x = stats::inflation(*v, *i);
                 per_bucket[bucket_of(*i)].push(x);
                 all.push(x);
+                // Both the run's region and (when it recorded one) the ground truth's at full clock.
+                match (full_at_release.get(id), iso_full_clock.get(id)) {
+                    (Some(true), None | Some(true)) => full_clock_bucket[bucket_of(*i)].push(x),
+                    (Some(_), _) => throttled_commands += 1,
+                    (None, _) => {}
+                }
             }
         }
+        let full_clock = if top_clock.is_some() {
+            BUCKETS.iter().zip(full_clock_bucket).map(|(b, v)| inflation_of(b, v)).collect()
+        } else {
+            Vec::new()
+        };
         // Ranking: candidate groups, pairs pooled per operator.
         let mut groups: BTreeMap<(&str, &str), Vec<(f64, f64)>> = BTreeMap::new();
         for (id, v) in &meds {
@@ -349,6 +407,9 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
             cross_device_commands,
             compared_across_devices: compared_across,
             ranking,
+            full_clock,
+            throttled_commands,
+            top_sm_clock_mhz: top_clock,
             regions,
             busy_share,
             timeline,
@@ -395,6 +456,26 @@ pub fn table(r: &EvalReport) -> String {
     if let Some(x) = r.runs.iter().filter(|x| !x.compared_across_devices && x.cross_device_commands > 0).map(|x| x.cross_device_commands).max() {
         s.push_str(&format!("(up to {x} commands per run left out of inflation: their ground truth is from another GPU)\n"));
     }
+    let clocked: Vec<&RunSummary> = r.runs.iter().filter(|x| !x.full_clock.is_empty()).collect();
+    if !clocked.is_empty() {
+        s.push_str(&format!(
+            "\nregions that ended at full clock (SM clock at release >= {:.0} % of the run's top; the truth's too, where it recorded one):\n{:<19} {:>7} {:>9} {:>19} {:>19} {:>19} {:>19}\n",
+            FULL_CLOCK_FRACTION * 100.0, "RUN", "TOP_MHZ", "THROTTLED", "<0.1ms n p50/p95", "0.1-1ms n p50/p95", "1-10ms n p50/p95", ">10ms n p50/p95"
+        ));
+        for run in clocked {
+            let b: Vec<String> = run.full_clock.iter().map(|b| format!("{} {}/{}", b.n, pct(b.p50), pct(b.p95))).collect();
+            s.push_str(&format!(
+                "{:<19} {:>7} {:>9} {:>19} {:>19} {:>19} {:>19}\n",
+                if run.compared_across_devices { format!("{}*", run.name) } else { run.name.clone() },
+                run.top_sm_clock_mhz.map(|c| c.to_string()).unwrap_or("-".into()),
+                run.throttled_commands,
+                b[0],
+                b[1],
+                b[2],
+                b[3]
+            ));
+        }
+    }
     s
 }
 
@@ -440,7 +521,13 @@ mod tests {
 
     /// Record one job per (id, median) under `label`, with a region [start, end] seconds.
     fn record(s: &Store, label: &str, first_id: u64, rows: &[(&str, f64, f64, f64)]) {
+        record_clocked(s, label, first_id, rows, &[]);
+    }
+
+    /// `record`, the k-th region with SM clocks (granted, released) `clocks[k]` when given.
+    fn record_clocked(s: &Store, label: &str, first_id: u64, rows: &[(&str, f64, f64, f64)], clocks: &[Option<(u32, u32)>]) {
         for (k, (name, ms, start, end)) in rows.iter().enumerate() {
+            let clock = clocks.get(k).copied().flatten();
             let id = first_id + k as u64;
             s.insert_job(&JobRow {
                 id, label: Some(label.into()), argv: vec![], cwd: "/".into(), device: "cpu".into(), policy: "region".into(),
@@ -451,9 +538,12 @@ mod tests {
                 id, job: Some(id), device: "cpu".into(), name: name.to_string(), pid: 1, tid: 1, policy: "region".into(), exclusive: true,
                 requested_ns: ns(*start), granted_ns: ns(*start), released_ns: Some(ns(*end)), wait_ms: 1.0, gate_ms: 0.0, drain_ms: 2.0,
                 drain_timed_out: false, freeze_ms: 0.5, frozen_jobs: 1, settle_ms: 0.0, settle_timed_out: false, gpu_temp_c_granted: None,
-                sm_clock_mhz_granted: None, gpu_temp_c_released: None, sm_clock_mhz_released: None, isolate_ms: 0.1,
+                sm_clock_mhz_granted: clock.map(|c| c.0), gpu_temp_c_released: None, sm_clock_mhz_released: clock.map(|c| c.1), isolate_ms: 0.1,
                 core: Some(0), lease_ms: 60000, revoked: false, tainted: false,
             }).unwrap();
+            if let Some((_, released)) = clock {
+                s.region_released(id, ns(*end), false, false, Some((40, released))).unwrap();
+            }
             // Three samples whose median is `ms`.
             s.insert_measurement(&MeasurementRow { id, job: Some(id), region: Some(id), name: name.to_string(), recorded_ns: 0, samples_ms: vec![ms * 0.9, *ms, ms * 1.5], valid: true }).unwrap();
         }
@@ -510,6 +600,49 @@ mod tests {
         assert!(compute(&ms[1..]).unwrap_err().to_string().contains("no ground-truth"));
         let two = vec![ms[0].clone(), ms[0].clone()];
         assert!(compute(&two).unwrap_err().to_string().contains("more than one ground-truth part"));
+    }
+
+    #[test]
+    fn full_clock_inflation_leaves_out_regions_that_ended_throttled() {
+        let dir = tempfile::tempdir().unwrap();
+        let wl = dir.path().join("w.jsonl");
+        let cmds = [cmd("a", "g1", "mm"), cmd("b", "g1", "mm"), cmd("c", "g2", "mm"), cmd("d", "g2", "mm"), cmd("e", "g3", "mm")];
+        crate::workload::write(&wl, &cmds).unwrap();
+        let dbp = dir.path().join("e.db");
+        let s = Store::open(&dbp).unwrap();
+        // The truth, under the region policy, recorded clocks: e's region ended power-capped.
+        record_clocked(
+            &s,
+            "eval:truth",
+            1,
+            &[("a", 0.05, 0.0, 0.1), ("b", 0.5, 0.2, 0.3), ("c", 5.0, 0.4, 0.5), ("d", 50.0, 0.6, 0.7), ("e", 5.0, 0.8, 0.9)],
+            &[Some((1980, 1980)), Some((1980, 1980)), None, None, Some((1980, 1400))],
+        );
+        // The run: a +10 % at full clock, b +40 % ending at 1500 MHz, c +1 % at 1975 of 1980 MHz,
+        // d without a clock reading (counted in neither).
+        record_clocked(
+            &s,
+            "eval:region",
+            11,
+            &[("a", 0.055, 0.0, 1.0), ("b", 0.7, 1.0, 2.0), ("c", 5.05, 2.0, 3.0), ("d", 50.0, 3.0, 4.0), ("e", 5.0, 4.0, 5.0)],
+            &[Some((1980, 1980)), Some((1980, 1500)), Some((1965, 1975)), None, Some((1980, 1980))],
+        );
+        drop(s);
+        let (db, w) = (dbp.display().to_string(), wl.display().to_string());
+        let ms = vec![manifest("truth", "truth", "command", &db, &w, 10.0, 4), manifest("region", "run", "region", &db, &w, 10.0, 4)];
+        let r = compute(&ms).unwrap();
+        let run = &r.runs[0];
+        // b ended throttled in the run, e in the truth.
+        assert_eq!((run.top_sm_clock_mhz, run.throttled_commands), (Some(1980), 2));
+        let n: Vec<usize> = run.full_clock.iter().map(|b| b.n).collect();
+        assert_eq!(n, vec![1, 0, 1, 0]);
+        assert!((run.full_clock[0].p95 - 0.1).abs() < 1e-9 && (run.full_clock[2].p95 - 0.01).abs() < 1e-9);
+        // The overall inflation still holds every command, b's +40 % included.
+        assert_eq!(run.inflation_all.n, 5);
+        assert!((run.inflation[1].p50 - 0.4).abs() < 1e-9);
+        let t = table(&r);
+        assert!(t.contains("regions that ended at full clock") && t.contains("1980"), "{t}");
+        assert!(crate::html::render(&r).contains("Regions that ended at full clock"));
     }
 
     #[test]

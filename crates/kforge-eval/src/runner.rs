@@ -234,9 +234,13 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
     let workload_abs = o.workload.canonicalize().with_context(|| format!("resolving {}", o.workload.display()))?;
     let dir = workload_abs.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
     // The ground truth runs one command at a time on an otherwise idle device; with the warm
-    // step it runs them in one warm worker (same timing protocol, no start-up).
+    // step it runs them in one warm worker (same timing protocol, no start-up). Its timed parts
+    // are regions, like the runs': nothing else runs to gate, drain or freeze, but each one
+    // starts after the settle step (the GPU out of power-cap throttling) and records the SM
+    // clock at grant and release — which the report needs to tell power capping from the
+    // runtime's effect.
     let (policy, concurrency, ablation) = if o.truth {
-        (Policy::Command, 1, if o.ablation == Ablation::Warm { Ablation::Warm } else { Ablation::Isolate })
+        (Policy::Region, 1, if o.ablation == Ablation::Warm { Ablation::Warm } else { Ablation::Isolate })
     } else {
         (o.policy, o.concurrency, o.ablation)
     };

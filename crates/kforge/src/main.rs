@@ -107,7 +107,8 @@ enum WorkloadCmd {
         #[arg(long, default_value = "python3")]
         python: String,
     },
-    /// Time every command alone, one at a time (the ground truth); writes truth.run.json.
+    /// Time every command alone, one at a time (the ground truth), its timed part in a region
+    /// (settled GPU, clocks recorded); writes truth.run.json.
     Truth {
         /// The workload (JSON Lines from `kforge workload gen`).
         workload: PathBuf,
