@@ -167,7 +167,8 @@ fn inflation_of(bucket: &str, mut values: Vec<f64>) -> BucketInflation {
 
 /// Per measured command of one store report: whether the region it was measured in ended at full
 /// clock (SM clock at release at least [`FULL_CLOCK_FRACTION`] of the highest clock the report's
-/// regions recorded). Commands without a clock reading are left out.
+/// regions recorded — per part, for a run or truth taken in slices). Commands without a clock
+/// reading are left out.
 fn full_clock_at_release(rep: &kforge_store::Report) -> BTreeMap<String, bool> {
     let Some(top) = rep.regions.iter().flat_map(|r| [r.sm_clock_mhz_granted, r.sm_clock_mhz_released]).flatten().max() else {
         return BTreeMap::new();
