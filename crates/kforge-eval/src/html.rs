@@ -66,6 +66,7 @@ pub fn render(r: &crate::report::EvalReport) -> String {
     section_bucket_table(&mut out, r);
     section_ranking(&mut out, r);
     section_regions(&mut out, r);
+    section_outliers(&mut out, r);
     section_timelines(&mut out, r);
     out.push_str("</body>\n</html>\n");
     out
@@ -765,6 +766,44 @@ fn section_ranking(out: &mut String, r: &EvalReport) {
     );
 }
 
+fn section_outliers(out: &mut String, r: &EvalReport) {
+    let runs: Vec<&RunSummary> = r.runs.iter().filter(|run| !run.outliers.is_empty()).collect();
+    if runs.is_empty() {
+        return;
+    }
+    out.push_str("<h2>Furthest from the ground truth</h2>\n");
+    let opt = |x: Option<u32>| x.map_or(DASH.to_string(), |v| v.to_string());
+    let ms = |x: Option<f64>| x.map_or(DASH.to_string(), |v| format!("{v:.1}"));
+    let headers = [
+        "run", "command", "operator", "isolated ms", "measured ms", "inflation", "samples (truth)", "MHz at release (truth)", "core",
+        "wait ms", "freeze ms", "settle ms",
+    ];
+    let mut rows = Vec::new();
+    for run in runs {
+        for o in &run.outliers {
+            rows.push(vec![
+                esc(&run.name),
+                esc(&o.id),
+                esc(&o.operator),
+                format!("{:.4}", o.isolated_ms),
+                format!("{:.4}", o.measured_ms),
+                fmt_pct(o.inflation),
+                format!("{} ({})", o.samples, o.truth_samples),
+                format!("{} ({})", opt(o.sm_clock_mhz_released), opt(o.truth_sm_clock_mhz_released)),
+                opt(o.core),
+                ms(o.wait_ms),
+                ms(o.freeze_ms),
+                ms(o.settle_ms),
+            ]);
+        }
+    }
+    out.push_str(&html_table(&headers, &rows, 3));
+    out.push_str(&format!(
+        "<p class=\"note\">Per run the {} commands with the largest |inflation|, and what their regions recorded.</p>\n",
+        crate::report::OUTLIERS
+    ));
+}
+
 fn section_regions(out: &mut String, r: &EvalReport) {
     out.push_str("<h2>Region statistics</h2>\n");
     if r.runs.is_empty() {
@@ -998,6 +1037,7 @@ mod tests {
             full_clock: Vec::new(),
             throttled_commands: 0,
             top_sm_clock_mhz: None,
+            outliers: Vec::new(),
             ranking: vec![
                 OperatorRanking {
                     operator: "matmul".to_string(),

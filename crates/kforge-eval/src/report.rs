@@ -75,6 +75,10 @@ pub struct RunSummary {
     pub regions: RegionStats,
     /// Share of the run's wall time during which some region was held (union of intervals).
     pub busy_share: f64,
+    /// The commands furthest from their ground truth (largest |inflation|, at most
+    /// [`OUTLIERS`]), with what their regions recorded: the evidence behind a p95.
+    #[serde(default)]
+    pub outliers: Vec<Outlier>,
     /// Regions of the run, relative to its start (at most 2000, evenly thinned).
     pub timeline: Vec<TimelineEntry>,
 }
@@ -127,6 +131,40 @@ pub struct RegionStats {
     pub gpu_temp_c_granted_p50: Option<f64>,
     #[serde(default)]
     pub gpu_temp_c_granted_max: Option<f64>,
+}
+
+/// Outliers listed per run.
+pub const OUTLIERS: usize = 10;
+
+/// One command of a run far from its ground truth, and its region.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Outlier {
+    pub id: String,
+    pub operator: String,
+    pub isolated_ms: f64,
+    pub measured_ms: f64,
+    pub inflation: f64,
+    /// Timed samples in the run and in the ground truth (do_bench times for a fixed run time: a
+    /// slow warm-up means fewer samples).
+    pub samples: usize,
+    pub truth_samples: usize,
+    /// SM clock (MHz) at the release of the run's region and of the truth's (when recorded).
+    pub sm_clock_mhz_released: Option<u32>,
+    pub truth_sm_clock_mhz_released: Option<u32>,
+    /// The run's region: reserved core, wait, freeze and settle times (ms).
+    pub core: Option<u32>,
+    pub wait_ms: Option<f64>,
+    pub freeze_ms: Option<f64>,
+    pub settle_ms: Option<f64>,
+}
+
+/// Per command of one store report: its sample count and the region it was measured in.
+fn measured_in(rep: &kforge_store::Report) -> BTreeMap<String, (usize, Option<kforge_store::RegionRow>)> {
+    rep.measurements
+        .iter()
+        .filter(|m| m.valid)
+        .map(|m| (m.name.clone(), (m.samples_ms.len(), m.region.and_then(|rid| rep.regions.iter().find(|r| r.id == rid)).cloned())))
+        .collect()
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -223,6 +261,7 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
     // Per command: whether its ground-truth region ended at full clock (when the truth recorded
     // clocks: a truth taken under the region policy does).
     let mut iso_full_clock: BTreeMap<String, bool> = BTreeMap::new();
+    let mut iso_measured: BTreeMap<String, (usize, Option<kforge_store::RegionRow>)> = BTreeMap::new();
     // The GPU each command's ground truth was taken on (parts can come from different machines).
     let mut iso_device: BTreeMap<String, String> = BTreeMap::new();
     for t in &truths {
@@ -231,6 +270,7 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
         }
         let rep = load(t)?;
         iso_full_clock.extend(full_clock_at_release(&rep));
+        iso_measured.extend(measured_in(&rep));
         for (id, v) in medians(&rep) {
             iso_device.insert(id.clone(), t.device.clone());
             if iso.insert(id.clone(), v).is_some() {
@@ -281,6 +321,7 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
         let mut med_device: BTreeMap<String, String> = BTreeMap::new();
         // Per command: whether the region its measurement was taken in ended at full clock.
         let mut full_at_release: BTreeMap<String, bool> = BTreeMap::new();
+        let mut run_measured: BTreeMap<String, (usize, Option<kforge_store::RegionRow>)> = BTreeMap::new();
         let mut all_regions: Vec<kforge_store::RegionRow> = Vec::new();
         let mut intervals: Vec<(f64, f64)> = Vec::new();
         let mut timeline_all: Vec<TimelineEntry> = Vec::new();
@@ -292,6 +333,7 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
                 meds.insert(id, v);
             }
             full_at_release.extend(full_clock_at_release(&rep));
+            run_measured.extend(measured_in(&rep));
             let rel = |ns: i64| ns as f64 / 1e9 - p.started_unix + offset;
             intervals.extend(rep.regions.iter().filter_map(|r| Some((rel(r.granted_ns), rel(r.released_ns?)))));
             timeline_all.extend(rep.regions.iter().filter_map(|r| {
@@ -315,9 +357,27 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
         let mut full_clock_bucket: Vec<Vec<f64>> = vec![Vec::new(); BUCKETS.len()];
         let mut throttled_commands = 0;
         let mut all = Vec::new();
+        let mut outliers: Vec<Outlier> = Vec::new();
         for (id, v) in &meds {
             if let (Some(i), true) = (iso.get(id), compared_across || same_gpu(id)) {
                 let x = stats::inflation(*v, *i);
+                let (n, region) = run_measured.get(id).cloned().unwrap_or((0, None));
+                let (tn, truth_region) = iso_measured.get(id).cloned().unwrap_or((0, None));
+                outliers.push(Outlier {
+                    id: id.clone(),
+                    operator: by_id.get(id.as_str()).map(|c| c.operator.clone()).unwrap_or_default(),
+                    isolated_ms: *i,
+                    measured_ms: *v,
+                    inflation: x,
+                    samples: n,
+                    truth_samples: tn,
+                    sm_clock_mhz_released: region.as_ref().and_then(|r| r.sm_clock_mhz_released),
+                    truth_sm_clock_mhz_released: truth_region.as_ref().and_then(|r| r.sm_clock_mhz_released),
+                    core: region.as_ref().and_then(|r| r.core),
+                    wait_ms: region.as_ref().map(|r| r.wait_ms),
+                    freeze_ms: region.as_ref().map(|r| r.freeze_ms),
+                    settle_ms: region.as_ref().map(|r| r.settle_ms),
+                });
                 per_bucket[bucket_of(*i)].push(x);
                 all.push(x);
                 // Both the run's region and (when it recorded one) the ground truth's at full clock.
@@ -328,6 +388,8 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
                 }
             }
         }
+        outliers.sort_by(|a, b| b.inflation.abs().total_cmp(&a.inflation.abs()));
+        outliers.truncate(OUTLIERS);
         let full_clock = if top_clock.is_some() {
             BUCKETS.iter().zip(full_clock_bucket).map(|(b, v)| inflation_of(b, v)).collect()
         } else {
@@ -413,6 +475,7 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
             top_sm_clock_mhz: top_clock,
             regions,
             busy_share,
+            outliers,
             timeline,
         });
     }
@@ -643,7 +706,17 @@ mod tests {
         assert!((run.inflation[1].p50 - 0.4).abs() < 1e-9);
         let t = table(&r);
         assert!(t.contains("regions that ended at full clock") && t.contains("1980"), "{t}");
-        assert!(crate::html::render(&r).contains("Regions that ended at full clock"));
+        let html = crate::html::render(&r);
+        assert!(html.contains("Regions that ended at full clock") && html.contains("Furthest from the ground truth"));
+        // Outliers: largest |inflation| first, with their regions' evidence (e: +0 % last).
+        let ids: Vec<&str> = run.outliers.iter().map(|o| o.id.as_str()).collect();
+        assert_eq!(ids[..2], ["b", "a"]);
+        assert_eq!(ids.len(), 5);
+        let b = &run.outliers[0];
+        assert_eq!((b.samples, b.truth_samples, b.sm_clock_mhz_released, b.core), (3, 3, Some(1500), Some(0)));
+        assert!((b.inflation - 0.4).abs() < 1e-9 && b.freeze_ms == Some(0.5));
+        let e = run.outliers.iter().find(|o| o.id == "e").unwrap();
+        assert_eq!(e.truth_sm_clock_mhz_released, Some(1400));
     }
 
     #[test]
