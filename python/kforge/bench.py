@@ -162,6 +162,31 @@ def timed_calls(estimate_ms: float, rep: float) -> int:
     return max(1, int(rep / max(estimate_ms, _MIN_ESTIMATE_MS)))
 
 
+#: Most timed calls of one ``do_bench`` (a bound for calls that report almost no time).
+MAX_TIMED_CALLS = 100_000
+
+
+def timed_samples(run_chunk: Callable[[int], List[float]], estimate_ms: float, rep: float) -> List[float]:
+    """Samples of timed calls, in chunks (``run_chunk(k)`` times ``k`` calls and returns their
+    samples in ms), until the samples add up to ``rep`` ms — at least one call, at most
+    ``MAX_TIMED_CALLS``. The warm-up's estimate sizes the first chunk (a quarter of the calls it
+    predicts); each next chunk is what the samples so far say is left. The number of timed calls
+    follows the calls' own time, not the warm-up's: on the H200 a cold process ended its 25 ms
+    warm-up at 2–5× the steady per-call time (clock still ramping up from idle, fresh buffers)
+    and, timing ``rep / estimate`` calls, timed a half to a fifth as many as a warm worker — a
+    shorter load, less often under the power cap, another median."""
+    chunk = max(1, math.ceil(timed_calls(estimate_ms, rep) / 4))
+    out: List[float] = []
+    total = 0.0
+    while True:
+        xs = run_chunk(min(chunk, MAX_TIMED_CALLS - len(out)))
+        out.extend(xs)
+        total += sum(max(x, _MIN_ESTIMATE_MS) for x in xs)
+        if total >= rep or len(out) >= MAX_TIMED_CALLS or not xs:
+            return out
+        chunk = max(1, math.ceil((rep - total) / (total / len(out))))
+
+
 def _bench_cpu(fn: Callable[[], Any], warmup: float, rep: float, grad_to_none: Optional[Iterable[Any]],
                before_each: Optional[Callable[[], Any]] = None) -> List[float]:
     fn()
@@ -172,19 +197,23 @@ def _bench_cpu(fn: Callable[[], Any], warmup: float, rep: float, grad_to_none: O
             fn()
         return (time.perf_counter_ns() - t0) / 1e6
 
-    n_repeat = timed_calls(warm_up_and_estimate(batch, warmup), rep)
+    estimate = warm_up_and_estimate(batch, warmup)
     grads = list(grad_to_none) if grad_to_none is not None else []
-    times: List[float] = []
     clock = time.perf_counter_ns
-    for _ in range(n_repeat):
-        for x in grads:
-            x.grad = None
-        if before_each is not None:
-            before_each()
-        start = clock()
-        fn()
-        times.append((clock() - start) / 1e6)
-    return times
+
+    def chunk(k: int) -> List[float]:
+        times: List[float] = []
+        for _ in range(k):
+            for x in grads:
+                x.grad = None
+            if before_each is not None:
+                before_each()
+            start = clock()
+            fn()
+            times.append((clock() - start) / 1e6)
+        return times
+
+    return timed_samples(chunk, estimate, rep)
 
 
 #: GPU spin cycles per microsecond assumed when sizing the spin that covers a call's host time
@@ -224,21 +253,25 @@ def _bench_cuda(
             torch.cuda.synchronize()
             return float(start.elapsed_time(end))
 
-        n_repeat = timed_calls(warm_up_and_estimate(batch, warmup), rep)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]  # type: ignore[no-untyped-call]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(n_repeat)]  # type: ignore[no-untyped-call]
-        for i in range(n_repeat):
-            # fn must not accumulate gradients if it contains a backward pass.
-            for x in grads:
-                x.grad = None
-            if before_each is not None:
-                before_each()  # outside the timed interval
-            cache.zero_()  # flush L2 between calls
-            starts[i].record()
-            fn()
-            ends[i].record()
-        torch.cuda.synchronize()
-        return [float(s.elapsed_time(e)) for s, e in zip(starts, ends)]
+        estimate = warm_up_and_estimate(batch, warmup)
+
+        def chunk(k: int) -> List[float]:
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(k)]  # type: ignore[no-untyped-call]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(k)]  # type: ignore[no-untyped-call]
+            for i in range(k):
+                # fn must not accumulate gradients if it contains a backward pass.
+                for x in grads:
+                    x.grad = None
+                if before_each is not None:
+                    before_each()  # outside the timed interval
+                cache.zero_()  # flush L2 between calls
+                starts[i].record()
+                fn()
+                ends[i].record()
+            torch.cuda.synchronize()
+            return [float(s.elapsed_time(e)) for s, e in zip(starts, ends)]
+
+        return timed_samples(chunk, estimate, rep)
 
 
 def _probe_host_us(torch: Any, fn: Callable[[], Any], before_each: Optional[Callable[[], Any]]) -> List[float]:
@@ -431,9 +464,10 @@ def do_bench(
     """Benchmark ``fn`` like ``triton.testing.do_bench``, inside an exclusive kforge region.
 
     ``warmup`` and ``rep`` are milliseconds of run time: ``fn`` is called once, then in batches
-    until ``warmup`` ms have run (at least one batch of 5 calls); the last batch's per-call time
-    is the estimate that sets the number of timed calls (``rep / estimate``, at least 1). See
-    :func:`warm_up_and_estimate` for why the estimate follows the warm-up. Returns milliseconds: the ``quantiles``
+    until ``warmup`` ms have run (at least one batch of 5 calls); then calls are timed until
+    their samples add up to ``rep`` ms (at least 1; in chunks, the first sized by the last warm-up
+    batch's per-call time — unlike Triton's ``rep / estimate`` calls, the count does not depend on
+    how fast the warm-up ended: see :func:`timed_samples` and :func:`warm_up_and_estimate`). Returns milliseconds: the ``quantiles``
     of the samples if given (a float for a single quantile, else a list), otherwise per
     ``return_mode`` the ``"min"``, ``"max"``, ``"mean"`` or ``"median"`` sample, or ``"all"``
     samples as a list.

@@ -122,6 +122,30 @@ def test_estimate_follows_the_warm_up() -> None:
     assert bench.timed_calls(est, 100.0) == 200
 
 
+def test_timed_calls_follow_their_own_time_not_the_warm_up() -> None:
+    """A cold process ends its warm-up slow (estimate 2 ms) although a call takes 0.5 ms: the
+    calls are timed until their samples add up to rep — 200 of them, as for a warm process —
+    not rep / estimate = 50."""
+    chunks: List[int] = []
+
+    def chunk(k: int) -> List[float]:
+        chunks.append(k)
+        return [0.5] * k
+
+    assert len(bench.timed_samples(chunk, 2.0, 100.0)) == 200
+    assert chunks == [13, 187]  # a quarter of the 50 the estimate predicted, then the rest
+    chunks.clear()
+    assert len(bench.timed_samples(chunk, 0.5, 100.0)) == 200 and chunks == [50, 150]
+    # A warm-up that ended fast (estimate 0.1 ms): the first chunk already covers rep.
+    chunks.clear()
+    assert len(bench.timed_samples(chunk, 0.1, 100.0)) == 250 and chunks == [250]
+    # At least one call; calls that report no time stop at the bound; an empty chunk ends.
+    assert bench.timed_samples(lambda k: [500.0] * k, 500.0, 100.0) == [500.0]
+    many = bench.timed_samples(lambda k: [0.0] * k, 0.0, 1e9)
+    assert len(many) == bench.MAX_TIMED_CALLS
+    assert bench.timed_samples(lambda k: [], 1.0, 100.0) == []
+
+
 def test_warm_up_without_warmup_time_is_one_batch() -> None:
     sizes: List[int] = []
     assert bench.warm_up_and_estimate(lambda n: sizes.append(n) or 3.0 * n, warmup=0.0) == 3.0
