@@ -23,6 +23,11 @@
 #
 # Every step rewrites $OUT/state.tgz (the updated state: workload, store, manifests) — unpack it
 # into STATE_DIR before the next call — and, after `report`, $OUT/report.{json,html}.
+#
+# A step whose result the state already holds is skipped (gen: the workload; truth, truth-warm,
+# run: their manifest), so every call of a session can be given the whole plan; with DEADLINE_S
+# no step starts later than that many seconds after the call began (keep each step a few
+# minutes: a step cut off by the call's time limit leaves no manifest).
 set -euo pipefail
 OUT=${OUT:-/tmp/kforge-out}
 mkdir -p "$OUT"
@@ -32,9 +37,29 @@ W=$(mktemp -d /tmp/kforge-eval.XXXXXX)
 [ -d "$STATE" ] && cp -r "$STATE"/. "$W"/
 export PYTHONUNBUFFERED=1
 nvidia-smi -L
+START=$(date +%s)
+# The file a step leaves in the state (empty: always run it).
+result_of() {
+  case "$1" in
+    gen) echo w.jsonl ;;
+    truth|truth-warm) if [ -n "$2$3" ]; then echo "$1-${2:-0}.run.json"; else echo "$1.run.json"; fi ;;
+    run) if [ -n "$6" ]; then echo "$6.run.json"
+         elif [ "$2" = region ]; then echo "region-${3:-isolate}.run.json"
+         else echo "$2.run.json"; fi ;;
+    *) echo "" ;;
+  esac
+}
 for step in "$@"; do
   IFS=: read -r what a b c d e <<<"$step"
   lim=${d:-${LIMIT:-}}
+  done_file=$(result_of "$what" "$a" "$b" "$c" "$d" "$e")
+  if [ -n "$done_file" ] && [ -e "$W/$done_file" ]; then
+    echo "== $step: done ($done_file in the state)"; continue
+  fi
+  if [ -n "${DEADLINE_S:-}" ] && [ $(( $(date +%s) - START )) -ge "$DEADLINE_S" ]; then
+    echo "== $step and the rest: not started before the deadline (${DEADLINE_S} s): run the call again with the new state"
+    break
+  fi
   echo "== $step ($(date +%T))"
   case "$what" in
     gen) "$K" workload gen --profile gpu --out "$W/w.jsonl" --per-bucket "${a:-50}" --seed "${b:-1}" ;;
