@@ -181,7 +181,7 @@ def timed_samples(run_chunk: Callable[[int], List[float]], estimate_ms: float, r
     while True:
         xs = run_chunk(min(chunk, MAX_TIMED_CALLS - len(out)))
         out.extend(xs)
-        total += sum(max(x, _MIN_ESTIMATE_MS) for x in xs)
+        total += sum(max(x, _MIN_ESTIMATE_MS) if x == x else _MIN_ESTIMATE_MS for x in xs)  # NaN: the floor
         if total >= rep or len(out) >= MAX_TIMED_CALLS or not xs:
             return out
         chunk = max(1, math.ceil((rep - total) / (total / len(out))))
@@ -345,9 +345,10 @@ def do_bench_interleaved(
     function; about ``rep`` ms of timed calls in all. On a GPU every sample is ``count_host``'s
     (the L2 flushed, device time behind a spin covering host time, the larger of device and host
     time); on the CPU a sample is the call's ``time.perf_counter`` interval. ``before_each`` runs
-    before every call, outside the timed interval; then ``prepare_each[i]`` (one per function, if
-    given) before every call of ``fns[i]`` — e.g. one untimed call of it, so that a function that
-    switches state (the kernels a model runs) is timed in that state, not switching into it."""
+    before every call, outside the timed interval; before it, ``prepare_each[i]`` (one per
+    function, if given) before every call of ``fns[i]`` — e.g. one untimed call of it, so that a
+    function that switches state (the kernels a model runs) is timed in that state, not switching
+    into it (``before_each`` then still gives the timed call fresh inputs)."""
     if not fns or not all(callable(f) for f in fns):
         raise ValueError("do_bench_interleaved: fns must be a non-empty sequence of callables")
     if warmup < 0 or rep <= 0:
@@ -355,7 +356,9 @@ def do_bench_interleaved(
     if prepare_each is not None and (len(prepare_each) != len(fns) or not all(callable(p) for p in prepare_each)):
         raise ValueError(f"do_bench_interleaved: prepare_each must hold one callable per function ({len(fns)}),"
                          f" got {len(prepare_each)} entries")
-    befores = [_then(before_each, p) for p in (prepare_each if prepare_each is not None else [None] * len(fns))]
+    # The untimed call first, then before_each (fresh inputs, bumped versions): the timed call
+    # must not repeat the call just made, which a candidate caching its last result could skip.
+    befores = [_then(p, before_each) for p in (prepare_each if prepare_each is not None else [None] * len(fns))]
     dev = resolve_device(device)
     with _region(name or "do_bench_interleaved") as r:
         if dev == "cpu":
@@ -467,7 +470,9 @@ def do_bench(
     until ``warmup`` ms have run (at least one batch of 5 calls); then calls are timed until
     their samples add up to ``rep`` ms (at least 1; in chunks, the first sized by the last warm-up
     batch's per-call time — unlike Triton's ``rep / estimate`` calls, the count does not depend on
-    how fast the warm-up ended: see :func:`timed_samples` and :func:`warm_up_and_estimate`). Returns milliseconds: the ``quantiles``
+    how fast the warm-up ended, unless it ended more than 4× too fast: see :func:`timed_samples`
+    and :func:`warm_up_and_estimate`; with ``count_host`` it is ``rep / estimate`` calls, at most
+    ``MAX_HOST_COUNTED_CALLS``). Returns milliseconds: the ``quantiles``
     of the samples if given (a float for a single quantile, else a list), otherwise per
     ``return_mode`` the ``"min"``, ``"max"``, ``"mean"`` or ``"median"`` sample, or ``"all"``
     samples as a list.

@@ -566,6 +566,9 @@ def pin_config(new: Any, old: Any) -> Optional[str]:
         return f"the original has {len(launchers)} launchers (not autotuned to one)"
     try:
         load_function(new)
+    except Exception as e:
+        return f"the kernel's Triton function could not be reloaded: {type(e).__name__}: {e}"
+    try:
         result = new._precompile_config(launchers[0].config)
     except (AttributeError, IndexError, TypeError) as e:
         return f"Inductor internals differ: {type(e).__name__}: {e}"

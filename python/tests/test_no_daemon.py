@@ -144,6 +144,8 @@ def test_timed_calls_follow_their_own_time_not_the_warm_up() -> None:
     many = bench.timed_samples(lambda k: [0.0] * k, 0.0, 1e9)
     assert len(many) == bench.MAX_TIMED_CALLS
     assert bench.timed_samples(lambda k: [], 1.0, 100.0) == []
+    # A NaN sample counts as the floor (no crash in the chunk arithmetic).
+    assert len(bench.timed_samples(lambda k: [float("nan")] + [1.0] * (k - 1), 1.0, 10.0)) >= 10
 
 
 def test_warm_up_without_warmup_time_is_one_batch() -> None:
@@ -305,7 +307,7 @@ def test_interleaved_bench_calls_in_turn(monkeypatch: pytest.MonkeyPatch, clean_
 
 def test_interleaved_bench_prepares_each_function_before_its_calls(monkeypatch: pytest.MonkeyPatch,
                                                                    clean_env: str) -> None:
-    """``prepare_each[i]`` runs before every call of function i, after ``before_each`` and outside
+    """``prepare_each[i]`` runs before every call of function i, then ``before_each``, both outside
     the timed interval (the round trip's untimed call that switches a model's kernels)."""
     monkeypatch.setenv("KFORGE_SOCKET", os.path.join(clean_env, "missing.sock"))
     log: List[str] = []
@@ -319,6 +321,6 @@ def test_interleaved_bench_prepares_each_function_before_its_calls(monkeypatch: 
                                            before_each=f("-"), prepare_each=[f("pa"), f("pb")])
     assert len(a) == len(b) >= 1
     timed = log[len(log) - 6 * len(a):]
-    assert timed == ["-", "pa", "a", "-", "pb", "b"] * len(a)
+    assert timed == ["pa", "-", "a", "pb", "-", "b"] * len(a)  # the untimed call, fresh inputs, the timed call
     with pytest.raises(ValueError, match="one callable per function"):
         kforge.do_bench_interleaved([f("a"), f("b")], device="cpu", prepare_each=[f("pa")])

@@ -12,7 +12,7 @@
 #     run:POLICY[:ABLATION[:N[:LIMIT[:NAME]]]]
 #                                 run under none|command|region (ablation gate|drain|freeze|isolate|warm),
 #                                 N in flight (8), only the first LIMIT commands (env LIMIT, else all),
-#                                 manifest NAME.run.json (default POLICY-ABLATION)
+#                                 manifest NAME.run.json (default POLICY or region-ABLATION, -LIMIT when limited)
 #                                 (env RUN_DEVICE=all: every GPU, N in flight on each — the
 #                                 2×H200 scaling run; its commands are compared with truth across GPUs)
 #     slice:OFFSET:LIMIT          commands OFFSET..OFFSET+LIMIT: their ground truth, then the runs of
@@ -42,12 +42,18 @@ START=$(date +%s)
 result_of() {
   case "$1" in
     gen) echo w.jsonl ;;
-    truth|truth-warm) if [ -n "$2$3" ]; then echo "$1-${2:-0}.run.json"; else echo "$1.run.json"; fi ;;
-    run) if [ -n "$6" ]; then echo "$6.run.json"
-         elif [ "$2" = region ]; then echo "region-${3:-isolate}.run.json"
-         else echo "$2.run.json"; fi ;;
+    # kforge names a truth part NAME-OFFSET when it has an offset or a limit.
+    truth|truth-warm) if [ "${2:-0}" != 0 ] || [ -n "$3" ]; then echo "$1-${2:-0}.run.json"; else echo "$1.run.json"; fi ;;
+    run) echo "$(run_name "$2" "$3" "$5" "$6").run.json" ;;
     *) echo "" ;;
   esac
+}
+# A run's manifest name: NAME, else kforge's default (policy, region-ABLATION), with -LIMIT for a
+# limited run — so that a short run is not taken for the full one.
+run_name() {
+  if [ -n "$4" ]; then echo "$4"; return; fi
+  local n=$1; [ "$1" = region ] && n="region-${2:-isolate}"
+  echo "$n${3:+-$3}"
 }
 for step in "$@"; do
   IFS=: read -r what a b c d e <<<"$step"
@@ -63,13 +69,16 @@ for step in "$@"; do
   echo "== $step ($(date +%T))"
   case "$what" in
     gen) "$K" workload gen --profile gpu --out "$W/w.jsonl" --per-bucket "${a:-50}" --seed "${b:-1}" ;;
-    truth) "$K" workload truth "$W/w.jsonl" --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} ;;
-    truth-warm) "$K" workload truth "$W/w.jsonl" --warm --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} ;;
-    run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device "${RUN_DEVICE:-0}" --reserve-cores 2 ${lim:+--limit "$lim"} ${e:+--name "$e"} || true ;;
-    slice)
-      "$K" workload truth "$W/w.jsonl" --device 0 --reserve-cores 2 --offset "$a" --limit "$b"
+    # A truth with a failed command still writes its manifest (the failures listed in it).
+    truth) "$K" workload truth "$W/w.jsonl" --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} || true ;;
+    truth-warm) "$K" workload truth "$W/w.jsonl" --warm --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} || true ;;
+    run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device "${RUN_DEVICE:-0}" --reserve-cores 2 ${lim:+--limit "$lim"} --name "$(run_name "$a" "$b" "$lim" "$e")" || true ;;
+    slice)  # each part skipped when the state holds it
+      [ -e "$W/truth-$a.run.json" ] || "$K" workload truth "$W/w.jsonl" --device 0 --reserve-cores 2 --offset "$a" --limit "$b" || true
+      tar -C "$W" -czf "$OUT/state.tgz" .
       for r in ${SLICE_RUNS:-command region:isolate region:warm}; do
         IFS=: read -r pol abl <<<"$r"
+        [ -e "$W/${pol}${abl:+-$abl}@$a.run.json" ] && continue
         "$K" workload run "$W/w.jsonl" --policy "$pol" ${abl:+--ablation "$abl"} --concurrency 8 --device 0 --reserve-cores 2 \
           --offset "$a" --limit "$b" --name "${pol}${abl:+-$abl}@$a" || true
         tar -C "$W" -czf "$OUT/state.tgz" .
@@ -79,4 +88,5 @@ for step in "$@"; do
   esac
   tar -C "$W" -czf "$OUT/state.tgz" .   # after every step: a call cut short keeps what it finished
 done
+tar -C "$W" -czf "$OUT/state.tgz" .     # also when every step was skipped
 ls -la "$W"

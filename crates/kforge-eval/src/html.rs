@@ -719,7 +719,8 @@ fn section_bucket_table(out: &mut String, r: &EvalReport) {
         out.push_str(&html_table(&headers, &rows, 3));
         out.push_str(&format!(
             "<p class=\"note\">Only commands whose region ended with the SM clock at or above {:.0} % of the highest \
-             clock the run recorded; <em>throttled</em> counts the others. A heavy kernel timed for ~100 ms can run \
+             clock recorded in the run (per slice, for a sliced run) — and whose ground-truth region did too, where \
+             the truth recorded clocks; <em>throttled</em> counts the others; <em>top SM MHz</em> is the run's highest. A heavy kernel timed for ~100 ms can run \
              into the GPU's power cap by itself: when that starts decides its median.</p>\n",
             crate::report::FULL_CLOCK_FRACTION * 100.0
         ));

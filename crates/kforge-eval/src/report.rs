@@ -59,8 +59,10 @@ pub struct RunSummary {
     pub compared_across_devices: bool,
     pub ranking: Vec<OperatorRanking>,
     /// Inflation per bucket over the commands whose region ended at full clock — its SM clock at
-    /// release within [`FULL_CLOCK_FRACTION`] of the highest clock the run's regions recorded —
-    /// in [`BUCKETS`] order; empty when no region recorded a clock. On the H200 a heavy kernel
+    /// release at least [`FULL_CLOCK_FRACTION`] of the highest clock recorded by the regions of
+    /// its part of the run (its slice; the whole run when not sliced), and the same for its truth
+    /// region when the truth recorded clocks — in [`BUCKETS`] order; empty when no region of the
+    /// run recorded a clock. On the H200 a heavy kernel
     /// timed for ~100 ms runs into the power cap by itself, and when that starts decides its
     /// median: this splits the runtime's effect from the GPU's power management.
     #[serde(default)]
@@ -144,8 +146,8 @@ pub struct Outlier {
     pub isolated_ms: f64,
     pub measured_ms: f64,
     pub inflation: f64,
-    /// Timed samples in the run and in the ground truth (do_bench times for a fixed run time: a
-    /// slow warm-up means fewer samples).
+    /// Samples reported in the run and in the ground truth (at most `MAX_REPORTED_SAMPLES` of the
+    /// Python client, 32768, evenly thinned: for µs kernels fewer than were timed).
     pub samples: usize,
     pub truth_samples: usize,
     /// SM clock (MHz) at the release of the run's region and of the truth's (when recorded).
@@ -160,10 +162,11 @@ pub struct Outlier {
 
 /// Per command of one store report: its sample count and the region it was measured in.
 fn measured_in(rep: &kforge_store::Report) -> BTreeMap<String, (usize, Option<kforge_store::RegionRow>)> {
+    let by_id: BTreeMap<u64, &kforge_store::RegionRow> = rep.regions.iter().map(|r| (r.id, r)).collect();
     rep.measurements
         .iter()
         .filter(|m| m.valid)
-        .map(|m| (m.name.clone(), (m.samples_ms.len(), m.region.and_then(|rid| rep.regions.iter().find(|r| r.id == rid)).cloned())))
+        .map(|m| (m.name.clone(), (m.samples_ms.len(), m.region.and_then(|rid| by_id.get(&rid).map(|r| (*r).clone())))))
         .collect()
 }
 
@@ -211,11 +214,12 @@ fn full_clock_at_release(rep: &kforge_store::Report) -> BTreeMap<String, bool> {
     let Some(top) = rep.regions.iter().flat_map(|r| [r.sm_clock_mhz_granted, r.sm_clock_mhz_released]).flatten().max() else {
         return BTreeMap::new();
     };
+    let by_id: BTreeMap<u64, &kforge_store::RegionRow> = rep.regions.iter().map(|r| (r.id, r)).collect();
     rep.measurements
         .iter()
         .filter(|m| m.valid)
         .filter_map(|m| {
-            let c = m.region.and_then(|rid| rep.regions.iter().find(|r| r.id == rid))?.sm_clock_mhz_released?;
+            let c = m.region.and_then(|rid| by_id.get(&rid))?.sm_clock_mhz_released?;
             Some((m.name.clone(), f64::from(c) >= FULL_CLOCK_FRACTION * f64::from(top)))
         })
         .collect()
@@ -523,7 +527,7 @@ pub fn table(r: &EvalReport) -> String {
     let clocked: Vec<&RunSummary> = r.runs.iter().filter(|x| !x.full_clock.is_empty()).collect();
     if !clocked.is_empty() {
         s.push_str(&format!(
-            "\nregions that ended at full clock (SM clock at release >= {:.0} % of the run's top; the truth's too, where it recorded one):\n{:<19} {:>7} {:>9} {:>19} {:>19} {:>19} {:>19}\n",
+            "\nregions that ended at full clock (SM clock at release >= {:.0} % of the top clock of the run or slice; the truth's too, where it recorded one):\n{:<19} {:>7} {:>9} {:>19} {:>19} {:>19} {:>19}\n",
             FULL_CLOCK_FRACTION * 100.0, "RUN", "TOP_MHZ", "THROTTLED", "<0.1ms n p50/p95", "0.1-1ms n p50/p95", "1-10ms n p50/p95", ">10ms n p50/p95"
         ));
         for run in clocked {
