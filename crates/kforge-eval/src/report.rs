@@ -211,18 +211,21 @@ fn inflation_of(bucket: &str, mut values: Vec<f64>) -> BucketInflation {
 /// regions recorded — per part, for a run or truth taken in slices). Commands without a clock
 /// reading are left out.
 fn full_clock_at_release(rep: &kforge_store::Report) -> BTreeMap<String, bool> {
-    let Some(top) = rep.regions.iter().flat_map(|r| [r.sm_clock_mhz_granted, r.sm_clock_mhz_released]).flatten().max() else {
+    let Some(top) = top_clock(&rep.regions) else {
         return BTreeMap::new();
     };
-    let by_id: BTreeMap<u64, &kforge_store::RegionRow> = rep.regions.iter().map(|r| (r.id, r)).collect();
-    rep.measurements
-        .iter()
-        .filter(|m| m.valid)
-        .filter_map(|m| {
-            let c = m.region.and_then(|rid| by_id.get(&rid))?.sm_clock_mhz_released?;
-            Some((m.name.clone(), f64::from(c) >= FULL_CLOCK_FRACTION * f64::from(top)))
+    measured_in(rep)
+        .into_iter()
+        .filter_map(|(name, (_, region))| {
+            let c = region?.sm_clock_mhz_released?;
+            Some((name, f64::from(c) >= FULL_CLOCK_FRACTION * f64::from(top)))
         })
         .collect()
+}
+
+/// The highest SM clock (MHz) these regions recorded, at grant or release.
+fn top_clock(regions: &[kforge_store::RegionRow]) -> Option<u32> {
+    regions.iter().flat_map(|r| [r.sm_clock_mhz_granted, r.sm_clock_mhz_released]).flatten().max()
 }
 
 /// Fill the GPU clock and temperature statistics from the regions that recorded them.
@@ -356,7 +359,7 @@ pub fn compute(manifests: &[RunManifest]) -> Result<EvalReport> {
         let same_gpu = |id: &String| iso_device.get(id).is_some_and(|d| Some(d) == med_device.get(id));
         let cross_device_commands = meds.keys().filter(|id| iso.contains_key(*id) && !same_gpu(id)).count();
         let compared_across = meds.keys().any(|id| iso.contains_key(id)) && !meds.keys().any(same_gpu);
-        let top_clock = rep.regions.iter().flat_map(|r| [r.sm_clock_mhz_granted, r.sm_clock_mhz_released]).flatten().max();
+        let top_clock = top_clock(&rep.regions);
         let mut per_bucket: Vec<Vec<f64>> = vec![Vec::new(); BUCKETS.len()];
         let mut full_clock_bucket: Vec<Vec<f64>> = vec![Vec::new(); BUCKETS.len()];
         let mut throttled_commands = 0;
