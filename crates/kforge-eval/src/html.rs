@@ -439,8 +439,8 @@ fn section_header(out: &mut String, r: &EvalReport) {
 
 fn summary_row(run: &RunSummary) -> Vec<String> {
     vec![
-        if run.compared_across_devices { esc(&format!("{}*", run.name)) } else { esc(&run.name) },
-        esc(&run.policy),
+        esc(&crate::report::run_label(run)),
+        if run.repeat_of_truth { "truth".to_string() } else { esc(&run.policy) },
         esc(&run.ablation),
         fmt_yes_no(run.warm).to_string(),
         run.concurrency.to_string(),
@@ -450,6 +450,8 @@ fn summary_row(run: &RunSummary) -> Vec<String> {
         fmt_ratio(run.throughput_ratio_vs_command),
         fmt_pct(run.inflation_all.p50),
         fmt_pct(run.inflation_all.p95),
+        run.ranking_all.map_or(DASH.to_string(), |t| fmt_f(t.kendall_tau, 3)),
+        run.ranking_resolved.map_or(DASH.to_string(), |t| fmt_f(t.kendall_tau, 3)),
         fmt_f(worst_tau(run), 3),
         run.regions.count.to_string(),
         run.regions.revoked.to_string(),
@@ -476,7 +478,9 @@ fn section_summary(out: &mut String, r: &EvalReport) {
         "ratio vs command",
         "inflation p50",
         "inflation p95",
-        "worst Kendall τ",
+        "Kendall τ (all pairs)",
+        "Kendall τ (resolved pairs)",
+        "worst operator τ",
         "regions",
         "revoked",
         "tainted",
@@ -484,10 +488,15 @@ fn section_summary(out: &mut String, r: &EvalReport) {
     ];
     let rows: Vec<Vec<String>> = r.runs.iter().map(summary_row).collect();
     out.push_str(&html_table(&headers, &rows, 3));
-    out.push_str(
+    let _ = writeln!(
+        out,
         "<p class=\"note\">Inflation = measured / isolated − 1 over all commands of the run; \
-         worst Kendall τ is the lowest over operators; busy share is the part of the wall time \
-         during which some region was held.</p>\n",
+         Kendall τ over all candidate pairs, and over the resolved pairs: those whose ground truths \
+         differ by at least {:.1} %; worst operator τ is the lowest over operators; busy share is \
+         the part of the wall time during which some region was held. Marked +: a second ground \
+         truth (one command at a time on the idle GPU) against the reference one — the device's \
+         own repeatability, the floor under every run.</p>",
+        r.resolved_min_gap * 100.0
     );
 }
 
@@ -691,7 +700,7 @@ fn section_bucket_table(out: &mut String, r: &EvalReport) {
         .runs
         .iter()
         .map(|run| {
-            let mut row = vec![esc(&run.name)];
+            let mut row = vec![esc(&crate::report::run_label(run))];
             row.extend((0..BUCKETS.len()).map(|b| fmt_bucket_cell(run.inflation.get(b))));
             row.push(fmt_bucket_cell(Some(&run.inflation_all)));
             row
@@ -708,7 +717,7 @@ fn section_bucket_table(out: &mut String, r: &EvalReport) {
             .iter()
             .map(|run| {
                 let mut row = vec![
-                    esc(&run.name),
+                    esc(&crate::report::run_label(run)),
                     run.top_sm_clock_mhz.map_or(DASH.to_string(), |c| c.to_string()),
                     run.throttled_commands.to_string(),
                 ];
@@ -736,13 +745,13 @@ fn section_ranking(out: &mut String, r: &EvalReport) {
     let mut rows = Vec::new();
     for run in &r.runs {
         if run.ranking.is_empty() {
-            let mut row = vec![esc(&run.name), "<em>no operators</em>".to_string()];
+            let mut row = vec![esc(&crate::report::run_label(run)), "<em>no operators</em>".to_string()];
             row.extend(vec![DASH.to_string(); 4]);
             rows.push(row);
         }
         for op in &run.ranking {
             rows.push(vec![
-                esc(&run.name),
+                esc(&crate::report::run_label(run)),
                 esc(&op.operator),
                 op.groups.to_string(),
                 op.pairs.to_string(),
@@ -761,9 +770,36 @@ fn section_ranking(out: &mut String, r: &EvalReport) {
     ];
     out.push_str(&html_table(&headers, &rows, 2));
     out.push_str(
-        "<p class=\"note\">Kendall τ-b between isolated and measured medians of the candidates \
+        "<p class=\"note\">Kendall τ between isolated and measured medians of the candidates \
          of each group, pooled by pair count; flip rate = share of pairs ordered differently \
          than in isolation.</p>\n",
+    );
+    let flipped: Vec<&RunSummary> = r.runs.iter().filter(|run| !run.flips.is_empty()).collect();
+    if flipped.is_empty() {
+        return;
+    }
+    out.push_str("<h3>Flipped pairs</h3>\n");
+    let mut rows = Vec::new();
+    for run in flipped {
+        for f in &run.flips {
+            rows.push(vec![
+                esc(&crate::report::run_label(run)),
+                esc(&f.operator),
+                esc(&f.group),
+                esc(&f.faster),
+                esc(&f.slower),
+                fmt_pct(f.truth_gap),
+                fmt_pct(f.measured_gap),
+            ]);
+        }
+    }
+    let headers = ["run", "operator", "group", "faster in isolation", "slower in isolation", "isolated gap", "measured gap"];
+    out.push_str(&html_table(&headers, &rows, 5));
+    let _ = writeln!(
+        out,
+        "<p class=\"note\">Per run the {} flipped pairs with the largest ground-truth gap (slower / faster − 1). \
+         A flip at a gap the repeat of the truth also flips is the device's noise, not the runtime's.</p>",
+        crate::report::FLIPS
     );
 }
 
@@ -783,7 +819,7 @@ fn section_outliers(out: &mut String, r: &EvalReport) {
     for run in runs {
         for o in &run.outliers {
             rows.push(vec![
-                esc(&run.name),
+                esc(&crate::report::run_label(run)),
                 esc(&o.id),
                 esc(&o.operator),
                 format!("{:.4}", o.isolated_ms),
@@ -835,7 +871,7 @@ fn section_regions(out: &mut String, r: &EvalReport) {
         .map(|run| {
             let g = &run.regions;
             vec![
-                esc(&run.name),
+                esc(&crate::report::run_label(run)),
                 g.count.to_string(),
                 fmt_f(g.wait_ms_p50, 2),
                 fmt_f(g.wait_ms_p95, 2),
@@ -879,7 +915,7 @@ fn section_timelines(out: &mut String, r: &EvalReport) {
         let _ = writeln!(
             out,
             "<figcaption>{}: {shown} regions shown ({revoked} revoked, in red) of {} in the run.</figcaption>",
-            esc(&run.name),
+            esc(&crate::report::run_label(run)),
             run.regions.count
         );
         out.push_str("</figure>\n");
@@ -980,7 +1016,7 @@ fn svg_timeline(run: &RunSummary, fill: &str) -> (String, usize, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::{OperatorRanking, RegionStats};
+    use crate::report::{FlippedPair, OperatorRanking, PairRanking, RegionStats};
 
     fn bucket(label: &str, values: Vec<f64>) -> BucketInflation {
         let mut sorted = values.clone();
@@ -1039,6 +1075,17 @@ mod tests {
             throttled_commands: 0,
             top_sm_clock_mhz: None,
             outliers: Vec::new(),
+            ranking_all: Some(PairRanking { pairs: 16, flips: 2, kendall_tau: 0.75 }),
+            ranking_resolved: Some(PairRanking { pairs: 10, flips: 0, kendall_tau: 1.0 }),
+            flips: vec![FlippedPair {
+                operator: "matmul".to_string(),
+                group: "mm<1024>".to_string(),
+                faster: "c001".to_string(),
+                slower: "c002".to_string(),
+                truth_gap: 0.013,
+                measured_gap: -0.004,
+            }],
+            repeat_of_truth: false,
             ranking: vec![
                 OperatorRanking {
                     operator: "matmul".to_string(),
@@ -1094,10 +1141,12 @@ mod tests {
             device: "NVIDIA H200 \"sxm\"".to_string(),
             buckets: BUCKETS.iter().map(|s| s.to_string()).collect(),
             isolated_commands: 150,
+            resolved_min_gap: 0.02,
             runs: vec![
                 run("command", 600.0, Some(1.0), 1.0),
                 odd,
                 run("gate-only", 0.0, None, 50.0),
+                RunSummary { repeat_of_truth: true, ..run("truth-warm", 60.0, None, 1.0) },
             ],
         }
     }
@@ -1164,6 +1213,10 @@ mod tests {
         assert!(html.contains("<td>1.50×</td>"));
         assert!(html.contains("n=50"));
         assert!(html.contains(REVOKED_COLOUR));
+        // Pooled and resolved tau, the flipped pairs (escaped), the repeat truth marked +.
+        assert!(html.contains("<td>0.750</td>") && html.contains("resolved pairs") && html.contains("at least 2.0 %"));
+        assert!(html.contains("<h3>Flipped pairs") && html.contains("mm&lt;1024&gt;") && html.contains("<td>1.30%</td>"));
+        assert!(html.contains("<td class=\"l\">truth-warm+</td><td class=\"l\">truth</td>"), "repeat row");
         assert!(!html.contains("NaN"));
         assert!(!html.contains(">inf<") && !html.contains("\"inf\""));
         assert_svg_numbers_finite(&html);
@@ -1189,6 +1242,7 @@ mod tests {
             device: String::new(),
             buckets: vec![],
             isolated_commands: 0,
+            resolved_min_gap: 0.02,
             runs: vec![],
         };
         let html = render(&empty);

@@ -49,6 +49,10 @@ enum Cmd {
         /// Write a self-contained HTML page with plots (evaluation report).
         #[arg(long)]
         html: Option<PathBuf>,
+        /// Percent: the resolved ranking counts only candidate pairs whose ground truths differ by
+        /// at least this much (closer pairs are within what the idle GPU repeats to).
+        #[arg(long, value_name = "PCT", default_value_t = kforge_eval::report::DEFAULT_MIN_GAP * 100.0)]
+        min_gap: f64,
     },
     /// Inventory a problem compiled with torch.compile: its Triton kernels and vendor-library
     /// calls in launch order, GPU time per entry, which are replaceable, per-kernel replay and a
@@ -291,7 +295,7 @@ fn real_main(cli: Cli) -> Result<i32> {
         Cmd::Daemon(a) => daemon(socket, a),
         Cmd::Run(a) => run(socket, a),
         Cmd::Status { json } => status(socket, json),
-        Cmd::Report { runs, label, json, html } => report(socket, runs, label, json, html),
+        Cmd::Report { runs, label, json, html, min_gap } => report(socket, runs, label, json, html, min_gap),
         Cmd::Workload { cmd } => workload(cmd),
         Cmd::Inspect(a) => inspect::inspect(a, socket),
         Cmd::Verify(a) => verify::verify(a, socket),
@@ -337,7 +341,7 @@ pub(crate) fn write_out(dest: &str, body: &str) -> Result<()> {
     }
 }
 
-fn report(socket: PathBuf, runs: Vec<PathBuf>, label: Option<String>, json: Option<String>, html: Option<PathBuf>) -> Result<i32> {
+fn report(socket: PathBuf, runs: Vec<PathBuf>, label: Option<String>, json: Option<String>, html: Option<PathBuf>, min_gap: f64) -> Result<i32> {
     if runs.is_empty() {
         if html.is_some() {
             bail!("--html needs run manifests (`kforge report truth.run.json region.run.json … --html out.html`)");
@@ -349,8 +353,11 @@ fn report(socket: PathBuf, runs: Vec<PathBuf>, label: Option<String>, json: Opti
         }
         return Ok(0);
     }
+    if !(min_gap.is_finite() && min_gap >= 0.0) {
+        bail!("--min-gap is a percentage >= 0 (2 for 2 %), not {min_gap}");
+    }
     let manifests = runs.iter().map(|p| kforge_eval::runner::RunManifest::load(p)).collect::<Result<Vec<_>>>()?;
-    let r = kforge_eval::report::compute(&manifests)?;
+    let r = kforge_eval::report::compute_with(&manifests, &kforge_eval::report::ReportOptions { min_gap: min_gap / 100.0 })?;
     if let Some(dest) = &json {
         write_out(dest, &serde_json::to_string_pretty(&r)?)?;
     }

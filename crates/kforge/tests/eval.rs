@@ -64,9 +64,21 @@ fn cpu_workload_runs_end_to_end_and_reports() {
     kforge(d, &["workload", "truth", "w/w.jsonl", "--device", "cpu", "--warm", "--limit", "2"]);
     let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("w/truth-warm-0.run.json")).unwrap()).unwrap();
     assert_eq!((m["kind"].as_str(), m["commands"].as_u64(), m["warm"].as_bool()), (Some("truth"), Some(2), Some(true)));
-    let o = Command::new(KFORGE).args(["report", "w/truth.run.json", "w/truth-warm-0.run.json", "w/command.run.json"]).current_dir(d).output().unwrap();
+    // A warm truth beside the cold one is a repeat row: the idle device measured twice.
+    let o = kforge(d, &["report", "w/truth.run.json", "w/truth-warm-0.run.json", "w/command.run.json", "--json", "-", "--min-gap", "5"]);
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["resolved_min_gap"], 0.05);
+    let runs = r["runs"].as_array().unwrap();
+    assert_eq!((runs[0]["name"].as_str(), runs[0]["repeat_of_truth"].as_bool(), runs[0]["commands"].as_u64()), (Some("truth-warm"), Some(true), Some(2)));
+    assert_eq!(runs[0]["inflation_all"]["n"], 2);
+    assert!(runs[0]["throughput_ratio_vs_command"].is_null());
+    // Two parts of one truth that overlap are refused, and so is a negative --min-gap.
+    let o = Command::new(KFORGE).args(["report", "w/truth.run.json", "w/truth.run.json", "w/command.run.json"]).current_dir(d).output().unwrap();
     assert_ne!(o.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("manifests of one ground truth only"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("more than one ground-truth part"), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = Command::new(KFORGE).args(["report", "w/truth.run.json", "w/command.run.json", "--min-gap=-1"]).current_dir(d).output().unwrap();
+    assert_ne!(o.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--min-gap is a percentage"), "{}", String::from_utf8_lossy(&o.stderr));
     // A report without ground truth is refused with a clear error.
     let o = Command::new(KFORGE).args(["report", "w/command.run.json"]).current_dir(d).output().unwrap();
     assert_eq!(o.status.code(), Some(2));
