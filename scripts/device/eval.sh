@@ -9,12 +9,13 @@
 #                                 runs (split a long truth over calls with OFFSET/LIMIT)
 #     truth-warm[:OFFSET:LIMIT]   the same in one warm worker, manifest truth-warm[-OFFSET] (faster; idle gaps between kernels —
 #                                 read bench/results/2026-11-30-issue5-eval-smoke before using it)
-#     run:POLICY[:ABLATION[:N[:LIMIT[:NAME]]]]
+#     run:POLICY[:ABLATION[:N[:LIMIT[:NAME[:DEVICE]]]]]
 #                                 run under none|command|region (ablation gate|drain|freeze|isolate|warm),
 #                                 N in flight (8), only the first LIMIT commands (env LIMIT, else all),
-#                                 manifest NAME.run.json (default POLICY or region-ABLATION, -LIMIT when limited)
-#                                 (env RUN_DEVICE=all: every GPU, N in flight on each — the
-#                                 2×H200 scaling run; its commands are compared with truth across GPUs)
+#                                 manifest NAME.run.json (default POLICY or region-ABLATION, -LIMIT when limited),
+#                                 on DEVICE (a GPU index, or all: every GPU, N in flight on each — the
+#                                 2×H200 scaling run; default env RUN_DEVICE, else 0; commands run on
+#                                 another GPU than their truth's are compared across GPUs, marked)
 #     slice:OFFSET:LIMIT          commands OFFSET..OFFSET+LIMIT: their ground truth, then the runs of
 #                                 $SLICE_RUNS (default "command region:isolate region:warm"; each
 #                                 POLICY[:ABLATION]) on them, named NAME@OFFSET — one call holds a
@@ -56,7 +57,7 @@ run_name() {
   echo "$n${3:+-$3}"
 }
 for step in "$@"; do
-  IFS=: read -r what a b c d e <<<"$step"
+  IFS=: read -r what a b c d e f <<<"$step"
   lim=${d:-${LIMIT:-}}
   done_file=$(result_of "$what" "$a" "$b" "$c" "$d" "$e")
   if [ -n "$done_file" ] && [ -e "$W/$done_file" ]; then
@@ -72,7 +73,7 @@ for step in "$@"; do
     # A truth with a failed command still writes its manifest (the failures listed in it).
     truth) "$K" workload truth "$W/w.jsonl" --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} || true ;;
     truth-warm) "$K" workload truth "$W/w.jsonl" --warm --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} || true ;;
-    run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device "${RUN_DEVICE:-0}" --reserve-cores 2 ${lim:+--limit "$lim"} --name "$(run_name "$a" "$b" "$lim" "$e")" || true ;;
+    run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device "${f:-${RUN_DEVICE:-0}}" --reserve-cores 2 ${lim:+--limit "$lim"} --name "$(run_name "$a" "$b" "$lim" "$e")" || true ;;
     slice)  # each part skipped when the state holds it
       [ -e "$W/truth-$a.run.json" ] || "$K" workload truth "$W/w.jsonl" --device 0 --reserve-cores 2 --offset "$a" --limit "$b" || true
       tar -C "$W" -czf "$OUT/state.tgz" .
