@@ -5,8 +5,14 @@
 #
 #   bash scripts/device/eval.sh STATE_DIR STEP [STEP...]
 #     gen[:PER_BUCKET[:SEED]]     generate the gpu workload (default 50 per bucket, seed 1)
-#     truth[:OFFSET:LIMIT]        ground truth: each command alone, one at a time, cold like the
-#                                 runs (split a long truth over calls with OFFSET/LIMIT)
+#     truth[:OFFSET:LIMIT[:DEVICE]]
+#                                 ground truth: each command alone, one at a time, cold like the
+#                                 runs (split a long truth over calls with OFFSET/LIMIT), on GPU
+#                                 DEVICE (0; another GPU's truth is named truth-gpuN, its store
+#                                 kforge-eval-gpuN.db)
+#     truth-pair[:OFFSET:LIMIT]   the truth on GPUs 0 and 1 at once, each on its half of the cores
+#                                 (a 2-GPU machine: every command's truth on both GPUs, for the
+#                                 scaling run `run:region:warm:8::NAME:all`)
 #     truth-warm[:OFFSET:LIMIT]   the same in one warm worker, manifest truth-warm[-OFFSET] (faster; idle gaps between kernels —
 #                                 read bench/results/2026-11-30-issue5-eval-smoke before using it)
 #     run:POLICY[:ABLATION[:N[:LIMIT[:NAME[:DEVICE]]]]]
@@ -44,10 +50,20 @@ result_of() {
   case "$1" in
     gen) echo w.jsonl ;;
     # kforge names a truth part NAME-OFFSET when it has an offset or a limit.
-    truth|truth-warm) if [ "${2:-0}" != 0 ] || [ -n "$3" ]; then echo "$1-${2:-0}.run.json"; else echo "$1.run.json"; fi ;;
+    truth|truth-warm) echo "$(truth_name "$1" "$4")$( { [ "${2:-0}" != 0 ] || [ -n "$3" ]; } && echo "-${2:-0}").run.json" ;;
     run) echo "$(run_name "$2" "$3" "$5" "$6").run.json" ;;
     *) echo "" ;;
   esac
+}
+# A truth's base name: truth, truth-warm, or truth-gpuN for a cold truth on GPU N > 0.
+truth_name() {
+  if [ "$1" = truth ] && [ -n "$2" ] && [ "$2" != 0 ]; then echo "truth-gpu$2"; else echo "$1"; fi
+}
+# One cold truth part (offset, limit, GPU), each GPU's in its own store.
+truth_part() {
+  local dev=${3:-0} extra=()
+  [ "$dev" != 0 ] && extra=(--name "truth-gpu$dev" --db "$W/kforge-eval-gpu$dev.db")
+  "$K" workload truth "$W/w.jsonl" --device "$dev" --reserve-cores 2 ${1:+--offset "$1"} ${2:+--limit "$2"} "${extra[@]}"
 }
 # A run's manifest name: NAME, else kforge's default (policy, region-ABLATION), with -LIMIT for a
 # limited run — so that a short run is not taken for the full one.
@@ -60,6 +76,9 @@ for step in "$@"; do
   IFS=: read -r what a b c d e f <<<"$step"
   lim=${d:-${LIMIT:-}}
   done_file=$(result_of "$what" "$a" "$b" "$c" "$d" "$e")
+  if [ "$what" = truth-pair ]; then  # done when both GPUs' parts are
+    done_file=""; [ -e "$W/$(result_of truth "$a" "$b" 0)" ] && [ -e "$W/$(result_of truth "$a" "$b" 1)" ] && done_file=$(result_of truth "$a" "$b" 1)
+  fi
   if [ -n "$done_file" ] && [ -e "$W/$done_file" ]; then
     echo "== $step: done ($done_file in the state)"; continue
   fi
@@ -71,7 +90,18 @@ for step in "$@"; do
   case "$what" in
     gen) "$K" workload gen --profile gpu --out "$W/w.jsonl" --per-bucket "${a:-50}" --seed "${b:-1}" ;;
     # A truth with a failed command still writes its manifest (the failures listed in it).
-    truth) "$K" workload truth "$W/w.jsonl" --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} || true ;;
+    truth) truth_part "$a" "$b" "$c" || true ;;
+    truth-pair)  # GPU 0 on the first half of the cores, GPU 1 on the second; parts already done skipped
+      n=$(nproc); h=$((n / 2))
+      pids=()
+      for dev in 0 1; do
+        [ -e "$W/$(result_of truth "$a" "$b" "$dev")" ] && continue
+        if [ "$dev" = 0 ]; then cpus="0-$((h - 1))"; else cpus="$h-$((n - 1))"; fi
+        taskset -c "$cpus" bash -c "$(declare -f truth_part); K=$K W=$W truth_part '$a' '$b' $dev" > "$W/truth-pair-$dev.log" 2>&1 &
+        pids+=($!)
+      done
+      for p in "${pids[@]}"; do wait "$p" || true; done
+      cat "$W"/truth-pair-*.log ;;
     truth-warm) "$K" workload truth "$W/w.jsonl" --warm --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} || true ;;
     run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device "${f:-${RUN_DEVICE:-0}}" --reserve-cores 2 ${lim:+--limit "$lim"} --name "$(run_name "$a" "$b" "$lim" "$e")" || true ;;
     slice)  # each part skipped when the state holds it

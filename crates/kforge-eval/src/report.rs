@@ -208,6 +208,16 @@ pub struct RegionStats {
     pub gpu_temp_c_granted_max: Option<f64>,
 }
 
+/// One command's ground truth on one GPU.
+struct IsolatedTruth {
+    median_ms: f64,
+    device: String,
+    /// Whether its region ended at full clock (None: no clock recorded).
+    full_clock: Option<bool>,
+    /// Samples, and the region it was measured in.
+    measured: (usize, Option<kforge_store::RegionRow>),
+}
+
 /// Outliers listed per run.
 pub const OUTLIERS: usize = 10;
 
@@ -296,6 +306,23 @@ fn full_clock_at_release(rep: &kforge_store::Report) -> BTreeMap<String, bool> {
         .collect()
 }
 
+/// The GPU each command of one part was measured on, as manifests name a GPU (`NAME
+/// (DESCRIPTION)`): the part's device, or for a run over every GPU (device `all: A; B`) the one
+/// its job ran on.
+fn measured_on(p: &RunManifest, rep: &kforge_store::Report) -> BTreeMap<String, String> {
+    let every: Vec<&str> = p.device.strip_prefix("all: ").map(|l| l.split("; ").collect()).unwrap_or_default();
+    let job_device: BTreeMap<u64, &str> = rep.jobs.iter().map(|j| (j.id, j.device.as_str())).collect();
+    rep.measurements
+        .iter()
+        .filter(|m| m.valid)
+        .map(|m| {
+            let name = m.job.and_then(|j| job_device.get(&j).copied());
+            let dev = name.and_then(|n| every.iter().find(|e| e.split(" (").next() == Some(n))).map_or_else(|| p.device.clone(), |e| e.to_string());
+            (m.name.clone(), dev)
+        })
+        .collect()
+}
+
 /// The highest SM clock (MHz) these regions recorded, at grant or release.
 fn top_clock(regions: &[kforge_store::RegionRow]) -> Option<u32> {
     regions.iter().flat_map(|r| [r.sm_clock_mhz_granted, r.sm_clock_mhz_released]).flatten().max()
@@ -360,29 +387,28 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
     };
     let cmds = crate::workload::read(std::path::Path::new(&truth.workload))?;
     let by_id: BTreeMap<&str, &crate::workload::Command> = cmds.iter().map(|c| (c.id.as_str(), c)).collect();
-    let mut iso = BTreeMap::new();
-    // Per command: whether its ground-truth region ended at full clock (when the truth recorded
-    // clocks: a truth taken under the region policy does).
-    let mut iso_full_clock: BTreeMap<String, bool> = BTreeMap::new();
-    let mut iso_measured: BTreeMap<String, (usize, Option<kforge_store::RegionRow>)> = BTreeMap::new();
-    // The GPU each command's ground truth was taken on (parts can come from different machines).
-    let mut iso_device: BTreeMap<String, String> = BTreeMap::new();
+    // Per command, per GPU its ground truth was taken on (parts can come from different machines,
+    // and a scaling run needs every GPU's): the isolated median, whether its region ended at full
+    // clock (when the truth recorded clocks: a truth taken under the region policy does), and the
+    // samples and region it was measured in.
+    let mut iso: BTreeMap<String, Vec<IsolatedTruth>> = BTreeMap::new();
     for t in &truths {
         if !same_workload(&t.workload, &truth.workload)? {
             bail!("ground-truth parts {} and {} used different workloads", truth.name, t.name);
         }
         let rep = load(t)?;
-        iso_full_clock.extend(full_clock_at_release(&rep));
-        iso_measured.extend(measured_in(&rep));
+        let full = full_clock_at_release(&rep);
+        let mut measured = measured_in(&rep);
         for (id, v) in medians(&rep) {
-            iso_device.insert(id.clone(), t.device.clone());
-            if iso.insert(id.clone(), v).is_some() {
+            let on = iso.entry(id.clone()).or_default();
+            if on.iter().any(|x| x.device == t.device) {
                 bail!(
-                    "command {id} is in more than one ground-truth part (up to {}): check --offset/--limit, and pass the \
-                     parts of one cold ground truth (a warm truth beside it is reported as a repeat row)",
+                    "command {id} is in more than one ground-truth part of one GPU (up to {}): check --offset/--limit, and \
+                     pass the parts of one cold ground truth per GPU (a warm truth beside it is reported as a repeat row)",
                     t.name
                 );
             }
+            on.push(IsolatedTruth { median_ms: v, device: t.device.clone(), full_clock: full.get(&id).copied(), measured: measured.remove(&id).unwrap_or((0, None)) });
         }
     }
     // Runs named `NAME@SLICE` are parts of one run NAME taken slice by slice (each slice's truth
@@ -439,8 +465,9 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
         let mut offset = 0.0;
         for p in parts {
             let rep = load(p)?;
+            let mut on = measured_on(p, &rep);
             for (id, v) in medians(&rep) {
-                med_device.insert(id.clone(), p.device.clone());
+                med_device.insert(id.clone(), on.remove(&id).unwrap_or_else(|| p.device.clone()));
                 meds.insert(id, v);
             }
             full_at_release.extend(full_clock_at_release(&rep));
@@ -460,9 +487,13 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
         // Inflation compares a run with ground truth from the same GPU: two GPUs of one model differ
         // by more than the goals allow. Only when a run has no same-GPU truth at all is it compared
         // across GPUs, and marked so.
-        let same_gpu = |id: &String| iso_device.get(id).is_some_and(|d| Some(d) == med_device.get(id));
+        let same_gpu_truth = |id: &String| iso.get(id)?.iter().find(|t| Some(&t.device) == med_device.get(id));
+        let same_gpu = |id: &String| same_gpu_truth(id).is_some();
         let cross_device_commands = meds.keys().filter(|id| iso.contains_key(*id) && !same_gpu(id)).count();
         let compared_across = meds.keys().any(|id| iso.contains_key(id)) && !meds.keys().any(same_gpu);
+        // The truth a command is compared with: its own GPU's; another GPU's only for a run that
+        // has no same-GPU truth at all.
+        let truth_of = |id: &String| same_gpu_truth(id).or_else(|| if compared_across { iso.get(id)?.first() } else { None });
         let top_clock = top_clock(&rep.regions);
         let mut per_bucket: Vec<Vec<f64>> = vec![Vec::new(); BUCKETS.len()];
         let mut full_clock_bucket: Vec<Vec<f64>> = vec![Vec::new(); BUCKETS.len()];
@@ -470,10 +501,11 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
         let mut all = Vec::new();
         let mut outliers: Vec<Outlier> = Vec::new();
         for (id, v) in &meds {
-            if let (Some(i), true) = (iso.get(id), compared_across || same_gpu(id)) {
+            if let Some(t) = truth_of(id) {
+                let i = &t.median_ms;
                 let x = stats::inflation(*v, *i);
                 let (n, region) = run_measured.get(id).cloned().unwrap_or((0, None));
-                let (tn, truth_region) = iso_measured.get(id).cloned().unwrap_or((0, None));
+                let (tn, truth_region) = t.measured.clone();
                 outliers.push(Outlier {
                     id: id.clone(),
                     operator: by_id.get(id.as_str()).map(|c| c.operator.clone()).unwrap_or_default(),
@@ -492,7 +524,7 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
                 per_bucket[bucket_of(*i)].push(x);
                 all.push(x);
                 // Both the run's region and (when it recorded one) the ground truth's at full clock.
-                match (full_at_release.get(id), iso_full_clock.get(id)) {
+                match (full_at_release.get(id), t.full_clock) {
                     (Some(true), None | Some(true)) => full_clock_bucket[bucket_of(*i)].push(x),
                     (Some(_), _) => throttled_commands += 1,
                     (None, _) => {}
@@ -509,11 +541,8 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
         // Ranking: candidate groups, pairs pooled per operator and over all operators.
         let mut groups: BTreeMap<(&str, &str), Vec<(&str, f64, f64)>> = BTreeMap::new();
         for (id, v) in &meds {
-            if !(compared_across || same_gpu(id)) {
-                continue;
-            }
-            if let (Some(i), Some(c)) = (iso.get(id), by_id.get(id.as_str())) {
-                groups.entry((c.operator.as_str(), c.group.as_str())).or_default().push((id.as_str(), *i, *v));
+            if let (Some(t), Some(c)) = (truth_of(id), by_id.get(id.as_str())) {
+                groups.entry((c.operator.as_str(), c.group.as_str())).or_default().push((id.as_str(), t.median_ms, *v));
             }
         }
         let mut per_op: BTreeMap<&str, (usize, usize, usize)> = BTreeMap::new(); // groups, concordant, discordant
@@ -748,11 +777,16 @@ mod tests {
 
     /// `record`, the k-th region with SM clocks (granted, released) `clocks[k]` when given.
     fn record_clocked(s: &Store, label: &str, first_id: u64, rows: &[(&str, f64, f64, f64)], clocks: &[Option<(u32, u32)>]) {
+        record_on(s, label, first_id, rows, clocks, "cpu");
+    }
+
+    /// `record_clocked`, the jobs on daemon device `device`.
+    fn record_on(s: &Store, label: &str, first_id: u64, rows: &[(&str, f64, f64, f64)], clocks: &[Option<(u32, u32)>], device: &str) {
         for (k, (name, ms, start, end)) in rows.iter().enumerate() {
             let clock = clocks.get(k).copied().flatten();
             let id = first_id + k as u64;
             s.insert_job(&JobRow {
-                id, label: Some(label.into()), argv: vec![], cwd: "/".into(), device: "cpu".into(), policy: "region".into(),
+                id, label: Some(label.into()), argv: vec![], cwd: "/".into(), device: device.into(), policy: "region".into(),
                 queued_ns: 0, started_ns: None, ended_ns: None, pid: None, exit_code: Some(0), signal: None, reason: None,
             }).unwrap();
             let ns = |t: f64| ((1000.0 + t) * 1e9) as i64;
@@ -940,6 +974,44 @@ mod tests {
         assert!((b.inflation - 0.4).abs() < 1e-9 && b.freeze_ms == Some(0.5));
         let e = run.outliers.iter().find(|o| o.id == "e").unwrap();
         assert_eq!(e.truth_sm_clock_mhz_released, Some(1400));
+    }
+
+    #[test]
+    fn a_run_over_every_gpu_is_compared_with_each_gpus_truth() {
+        let dir = tempfile::tempdir().unwrap();
+        let wl = dir.path().join("w.jsonl");
+        let cmds = [cmd("a", "g1", "mm"), cmd("b", "g1", "mm"), cmd("c", "g1", "mm")];
+        crate::workload::write(&wl, &cmds).unwrap();
+        let dbp = dir.path().join("e.db");
+        let s = Store::open(&dbp).unwrap();
+        // Truth of every command on both GPUs (GPU 1 is 10 % slower).
+        let rows = |f: f64| [("a", 1.0 * f, 0.0, 0.1), ("b", 2.0 * f, 0.2, 0.3), ("c", 3.0 * f, 0.4, 0.5)];
+        record_on(&s, "eval:truth", 1, &rows(1.0), &[], "0");
+        record_on(&s, "eval:truth-gpu1", 4, &rows(1.1), &[], "1");
+        // The scaling run: a and c on GPU 1 (+0 % against GPU 1's truth), b on GPU 0 (+5 %).
+        record_on(&s, "eval:both", 11, &[("a", 1.1, 0.0, 1.0), ("c", 3.3, 0.0, 1.0)], &[], "1");
+        record_on(&s, "eval:both", 13, &[("b", 2.1, 0.0, 1.0)], &[], "0");
+        drop(s);
+        let (db, w) = (dbp.display().to_string(), wl.display().to_string());
+        let on = |mut m: RunManifest, dev: &str| {
+            m.device = dev.into();
+            m
+        };
+        let ms = vec![
+            on(manifest("truth", "truth", "region", &db, &w, 1.0, 3), "0 (H200, GPU-a)"),
+            on(manifest("truth-gpu1", "truth", "region", &db, &w, 1.0, 3), "1 (H200, GPU-b)"),
+            on(manifest("both", "run", "region", &db, &w, 1.0, 3), "all: 0 (H200, GPU-a); 1 (H200, GPU-b)"),
+        ];
+        let r = compute(&ms).unwrap();
+        assert_eq!(r.isolated_commands, 3);
+        let run = &r.runs[0];
+        assert_eq!((run.cross_device_commands, run.compared_across_devices, run.inflation_all.n), (0, false, 3));
+        let mut x = run.inflation_all.values.clone();
+        x.sort_by(f64::total_cmp);
+        assert!(x[0].abs() < 1e-9 && x[1].abs() < 1e-9 && (x[2] - 0.05).abs() < 1e-9, "{x:?}");
+        // The same GPU's truth twice is refused.
+        let twice = vec![ms[0].clone(), ms[0].clone(), ms[2].clone()];
+        assert!(compute(&twice).unwrap_err().to_string().contains("more than one ground-truth part of one GPU"));
     }
 
     #[test]

@@ -119,6 +119,10 @@ enum WorkloadCmd {
         /// Run the commands in a warm worker (same timing protocol, no interpreter start-up).
         #[arg(long)]
         warm: bool,
+        /// Manifest name (default truth, or truth-warm; -OFFSET added when --offset or --limit
+        /// is given). Name a second GPU's truth apart, e.g. truth-gpu1.
+        #[arg(long)]
+        name: Option<String>,
         #[command(flatten)]
         common: WorkloadCommon,
     },
@@ -420,10 +424,10 @@ fn workload(cmd: WorkloadCmd) -> Result<i32> {
             }
             Ok(0)
         }
-        WorkloadCmd::Truth { workload, warm, common } => {
+        WorkloadCmd::Truth { workload, warm, name, common } => {
             let ablation = if warm { Ablation::Warm } else { Ablation::Isolate };
             // A warm truth is named apart from a cold one: one state may hold both (to compare them).
-            let base = if warm { "truth-warm" } else { "truth" };
+            let base = name.as_deref().unwrap_or(if warm { "truth-warm" } else { "truth" });
             let name = if common.offset > 0 || common.limit.is_some() { format!("{base}-{}", common.offset) } else { base.into() };
             let (m, path) = kforge_eval::runner::run(&options(&workload, &common, Policy::Command, ablation, 1, name, true))?;
             println!("ground truth: {} commands in {:.1} s, {} failed; manifest {}", m.commands, m.wall_s, m.failed.len(), path.display());
