@@ -15,13 +15,15 @@
 #                                 scaling run `run:region:warm:8::NAME:all`)
 #     truth-warm[:OFFSET:LIMIT]   the same in one warm worker, manifest truth-warm[-OFFSET] (faster; idle gaps between kernels —
 #                                 read bench/results/2026-11-30-issue5-eval-smoke before using it)
-#     run:POLICY[:ABLATION[:N[:LIMIT[:NAME[:DEVICE]]]]]
+#     run:POLICY[:ABLATION[:N[:LIMIT[:NAME[:DEVICE[:SETTLE_MS]]]]]]
 #                                 run under none|command|region (ablation gate|drain|freeze|isolate|warm),
 #                                 N in flight (8), only the first LIMIT commands (env LIMIT, else all),
 #                                 manifest NAME.run.json (default POLICY or region-ABLATION, -LIMIT when limited),
 #                                 on DEVICE (a GPU index, or all: every GPU, N in flight on each — the
 #                                 2×H200 scaling run; default env RUN_DEVICE, else 0; commands run on
-#                                 another GPU than their truth's are compared across GPUs, marked)
+#                                 another GPU than their truth's are compared across GPUs, marked),
+#                                 with the settle step at most SETTLE_MS (0: none; default: the
+#                                 ablation step's)
 #     slice:OFFSET:LIMIT          commands OFFSET..OFFSET+LIMIT: their ground truth, then the runs of
 #                                 $SLICE_RUNS (default "command region:isolate region:warm"; each
 #                                 POLICY[:ABLATION]) on them, named NAME@OFFSET — one call holds a
@@ -73,7 +75,7 @@ run_name() {
   echo "$n${3:+-$3}"
 }
 for step in "$@"; do
-  IFS=: read -r what a b c d e f <<<"$step"
+  IFS=: read -r what a b c d e f g <<<"$step"
   lim=${d:-${LIMIT:-}}
   done_file=$(result_of "$what" "$a" "$b" "$c" "$d" "$e")
   if [ "$what" = truth-pair ]; then  # done when both GPUs' parts are
@@ -103,7 +105,7 @@ for step in "$@"; do
       for p in "${pids[@]}"; do wait "$p" || true; done
       cat "$W"/truth-pair-*.log ;;
     truth-warm) "$K" workload truth "$W/w.jsonl" --warm --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} || true ;;
-    run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device "${f:-${RUN_DEVICE:-0}}" --reserve-cores 2 ${lim:+--limit "$lim"} --name "$(run_name "$a" "$b" "$lim" "$e")" || true ;;
+    run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device "${f:-${RUN_DEVICE:-0}}" --reserve-cores 2 ${lim:+--limit "$lim"} --name "$(run_name "$a" "$b" "$lim" "$e")" ${g:+--settle-timeout-ms "$g"} || true ;;
     slice)  # each part skipped when the state holds it
       [ -e "$W/truth-$a.run.json" ] || "$K" workload truth "$W/w.jsonl" --device 0 --reserve-cores 2 --offset "$a" --limit "$b" || true
       tar -C "$W" -czf "$OUT/state.tgz" .

@@ -151,6 +151,18 @@ impl Ablation {
     }
 }
 
+/// `flags` with the daemon's settle step set to at most `ms` (0: no settle step), replacing
+/// what the ablation step chose.
+pub fn with_settle_timeout(mut flags: Vec<String>, ms: Option<u64>) -> Vec<String> {
+    if let Some(ms) = ms {
+        if let Some(i) = flags.iter().position(|f| f == "--settle-timeout-ms") {
+            flags.drain(i..(i + 2).min(flags.len()));
+        }
+        flags.extend(["--settle-timeout-ms".to_string(), ms.to_string()]);
+    }
+    flags
+}
+
 /// What a run did; the report reads these.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct RunManifest {
@@ -213,6 +225,8 @@ pub struct RunOptions {
     pub limit: Option<usize>,
     /// Time limit per command.
     pub timeout: Duration,
+    /// Longest settle step before a region (None: the ablation step's choice; 0: none).
+    pub settle_timeout_ms: Option<u64>,
 }
 
 /// Run a workload and write `<workload dir>/<name>.run.json`; returns the manifest and its path.
@@ -245,7 +259,7 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
         (o.policy, o.concurrency, o.ablation)
     };
     let warm = ablation == Ablation::Warm && (policy == Policy::Region || o.truth);
-    let mut flags = ablation.daemon_flags(o.reserve_cores, concurrency);
+    let mut flags = with_settle_timeout(ablation.daemon_flags(o.reserve_cores, concurrency), o.settle_timeout_ms);
     flags.extend(["--max-concurrent".into(), concurrency.to_string()]);
     let tmp = tempfile::Builder::new().prefix("kforge-eval-").tempdir().context("creating a daemon directory")?;
     let daemon = PrivateDaemon::start(&o.kforge, tmp.path(), &o.db, &flags)?;
@@ -335,4 +349,33 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
 fn tail(s: &str) -> String {
     let t: Vec<&str> = s.lines().rev().take(5).collect();
     t.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value_of<'a>(flags: &'a [String], name: &str) -> Vec<&'a str> {
+        flags.windows(2).filter(|w| w[0] == name).map(|w| w[1].as_str()).collect()
+    }
+
+    #[test]
+    fn ablation_steps_add_one_mechanism_each_and_settle_can_be_overridden() {
+        let gate = Ablation::Gate.daemon_flags(2, 8);
+        assert!(gate.contains(&"--no-drain".to_string()));
+        assert_eq!(value_of(&gate, "--settle-timeout-ms"), ["0"]);
+        assert_eq!(value_of(&Ablation::Drain.daemon_flags(2, 8), "--freeze"), ["none"]);
+        let freeze = Ablation::Freeze.daemon_flags(2, 8);
+        assert_eq!((value_of(&freeze, "--freeze"), value_of(&freeze, "--reserve-cores")), (vec!["device"], vec!["0"]));
+        assert!(value_of(&freeze, "--settle-timeout-ms").is_empty(), "freeze settles with the daemon's default");
+        assert_eq!(value_of(&Ablation::Isolate.daemon_flags(2, 8), "--reserve-cores"), ["2"]);
+        assert_eq!(value_of(&Ablation::Warm.daemon_flags(2, 8), "--warm-workers"), ["8"]);
+        // The override replaces the step's choice (one flag, never two), or adds it.
+        let g = with_settle_timeout(gate.clone(), Some(700));
+        assert_eq!(value_of(&g, "--settle-timeout-ms"), ["700"]);
+        assert_eq!(g.len(), gate.len());
+        let w = with_settle_timeout(Ablation::Warm.daemon_flags(2, 8), Some(0));
+        assert_eq!(value_of(&w, "--settle-timeout-ms"), ["0"]);
+        assert_eq!(with_settle_timeout(freeze.clone(), None), freeze);
+    }
 }

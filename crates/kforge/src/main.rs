@@ -171,6 +171,10 @@ struct WorkloadCommon {
     /// Time limit per command, seconds.
     #[arg(long, default_value_t = 600)]
     timeout_s: u64,
+    /// Longest wait, before each region, for the GPU's power-cap throttling to clear (0: no
+    /// settle step). Default: the ablation step's (1500 from freeze on, 0 before).
+    #[arg(long, value_name = "MS")]
+    settle_timeout_ms: Option<u64>,
 }
 
 #[derive(Subcommand)]
@@ -395,6 +399,7 @@ fn workload(cmd: WorkloadCmd) -> Result<i32> {
             offset: c.offset,
             limit: c.limit,
             timeout: Duration::from_secs(c.timeout_s),
+            settle_timeout_ms: c.settle_timeout_ms,
         }
     };
     match cmd {
