@@ -18,8 +18,9 @@ case "${1:-}" in
   start)
     shift
     state=/nonexistent
-    if [ "${1:-}" != -- ]; then state=$(realpath -m "$1"); shift; fi
+    if [ -n "${1:-}" ] && [ "$1" != -- ]; then state=$(realpath -m "$1"); shift; fi
     [ "${1:-}" = -- ] && shift
+    [ $# -gt 0 ] || { echo "eval-bg.sh start: no steps given (start [STATE_DIR] -- STEP...)"; exit 2; }
     if [ -e "$JOB/pid" ] && kill -0 "$(cat "$JOB/pid")" 2>/dev/null; then
       echo "a job is already running (pid $(cat "$JOB/pid"))"; exit 2
     fi
@@ -35,6 +36,7 @@ case "${1:-}" in
     ;;
   poll)
     limit=${2:?seconds}
+    [ -e "$JOB/log" ] || { echo "eval-bg.sh poll: no job was started on this machine (a fresh machine: start again)"; exit 2; }
     t0=$(date +%s)
     while [ ! -e "$JOB/rc" ] && [ $(( $(date +%s) - t0 )) -lt "$limit" ]; do sleep 5; done
     [ -e "$JOB/out/state.tgz" ] && cp "$JOB/out/state.tgz" "$OUT/"

@@ -53,7 +53,7 @@ result_of() {
     gen) echo w.jsonl ;;
     # kforge names a truth part NAME-OFFSET when it has an offset or a limit.
     truth|truth-warm) echo "$(truth_name "$1" "$4")$( { [ "${2:-0}" != 0 ] || [ -n "$3" ]; } && echo "-${2:-0}").run.json" ;;
-    run) echo "$(run_name "$2" "$3" "$5" "$6").run.json" ;;
+    run) echo "$(run_name "$2" "$3" "$5" "$6" "$7" "$8").run.json" ;;
     *) echo "" ;;
   esac
 }
@@ -68,16 +68,22 @@ truth_part() {
   "$K" workload truth "$W/w.jsonl" --device "$dev" --reserve-cores 2 ${1:+--offset "$1"} ${2:+--limit "$2"} "${extra[@]}"
 }
 # A run's manifest name: NAME, else kforge's default (policy, region-ABLATION), with -LIMIT for a
-# limited run — so that a short run is not taken for the full one.
+# limited run, -all or -gpuN off GPU 0 and -settleMS with a settle override — so that a short,
+# moved or re-settled run is not taken for another.
+# Arguments: POLICY ABLATION LIMIT NAME DEVICE SETTLE_MS.
 run_name() {
   if [ -n "$4" ]; then echo "$4"; return; fi
-  local n=$1; [ "$1" = region ] && n="region-${2:-isolate}"
-  echo "$n${3:+-$3}"
+  local n=$1 dev=${5:-${RUN_DEVICE:-0}}; [ "$1" = region ] && n="region-${2:-isolate}"
+  n="$n${3:+-$3}"
+  case "$dev" in 0) ;; all) n="$n-all" ;; *) n="$n-gpu$dev" ;; esac
+  echo "$n${6:+-settle$6}"
 }
+# Pack the state where the poller of eval-bg.sh never sees it half written.
+pack() { tar -C "$W" -czf "$OUT/state.tgz.part" . && mv "$OUT/state.tgz.part" "$OUT/state.tgz"; }
 for step in "$@"; do
   IFS=: read -r what a b c d e f g <<<"$step"
   lim=${d:-${LIMIT:-}}
-  done_file=$(result_of "$what" "$a" "$b" "$c" "$d" "$e")
+  done_file=$(result_of "$what" "$a" "$b" "$c" "$lim" "$e" "$f" "$g")
   if [ "$what" = truth-pair ]; then  # done when both GPUs' parts are
     done_file=""; [ -e "$W/$(result_of truth "$a" "$b" 0)" ] && [ -e "$W/$(result_of truth "$a" "$b" 1)" ] && done_file=$(result_of truth "$a" "$b" 1)
   fi
@@ -99,27 +105,27 @@ for step in "$@"; do
       for dev in 0 1; do
         [ -e "$W/$(result_of truth "$a" "$b" "$dev")" ] && continue
         if [ "$dev" = 0 ]; then cpus="0-$((h - 1))"; else cpus="$h-$((n - 1))"; fi
-        taskset -c "$cpus" bash -c "$(declare -f truth_part); K=$K W=$W truth_part '$a' '$b' $dev" > "$W/truth-pair-$dev.log" 2>&1 &
-        pids+=($!)
+        K="$K" W="$W" taskset -c "$cpus" bash -c "$(declare -f truth_part); truth_part \"\$@\"" _ "$a" "$b" "$dev" > "/tmp/truth-pair-$dev.log" 2>&1 &
+        pids+=("$!:$dev")
       done
-      for p in "${pids[@]}"; do wait "$p" || true; done
-      cat "$W"/truth-pair-*.log ;;
-    truth-warm) "$K" workload truth "$W/w.jsonl" --warm --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} || true ;;
-    run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device "${f:-${RUN_DEVICE:-0}}" --reserve-cores 2 ${lim:+--limit "$lim"} --name "$(run_name "$a" "$b" "$lim" "$e")" ${g:+--settle-timeout-ms "$g"} || true ;;
+      for p in "${pids[@]}"; do wait "${p%%:*}" || true; cat "/tmp/truth-pair-${p##*:}.log"; done ;;
+    truth-warm) [ -z "$c" ] || { echo "truth-warm takes no DEVICE (it runs on GPU 0): $step"; exit 2; }
+      "$K" workload truth "$W/w.jsonl" --warm --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} || true ;;
+    run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device "${f:-${RUN_DEVICE:-0}}" --reserve-cores 2 ${lim:+--limit "$lim"} --name "$(run_name "$a" "$b" "$lim" "$e" "$f" "$g")" ${g:+--settle-timeout-ms "$g"} || true ;;
     slice)  # each part skipped when the state holds it
       [ -e "$W/truth-$a.run.json" ] || "$K" workload truth "$W/w.jsonl" --device 0 --reserve-cores 2 --offset "$a" --limit "$b" || true
-      tar -C "$W" -czf "$OUT/state.tgz" .
+      pack
       for r in ${SLICE_RUNS:-command region:isolate region:warm}; do
         IFS=: read -r pol abl <<<"$r"
         [ -e "$W/${pol}${abl:+-$abl}@$a.run.json" ] && continue
         "$K" workload run "$W/w.jsonl" --policy "$pol" ${abl:+--ablation "$abl"} --concurrency 8 --device 0 --reserve-cores 2 \
           --offset "$a" --limit "$b" --name "${pol}${abl:+-$abl}@$a" || true
-        tar -C "$W" -czf "$OUT/state.tgz" .
+        pack
       done ;;
     report) "$K" report "$W"/*.run.json --json "$OUT/report.json" --html "$OUT/report.html" ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
-  tar -C "$W" -czf "$OUT/state.tgz" .   # after every step: a call cut short keeps what it finished
+  pack   # after every step: a call cut short keeps what it finished
 done
-tar -C "$W" -czf "$OUT/state.tgz" .     # also when every step was skipped
+pack     # also when every step was skipped
 ls -la "$W"

@@ -494,8 +494,9 @@ fn section_summary(out: &mut String, r: &EvalReport) {
          Kendall τ over all candidate pairs, and over the resolved pairs: those whose ground truths \
          differ by at least {:.1} %; worst operator τ is the lowest over operators; busy share is \
          the part of the wall time during which some region was held. Marked +: a second ground \
-         truth (one command at a time on the idle GPU) against the reference one — the device's \
-         own repeatability, the floor under every run.</p>",
+         truth (one command at a time on the idle GPU; warm, or named truth-repeat) against the \
+         reference — how far the device repeats itself, the floor under every run (a warm one \
+         also differs in protocol: no process start-up between commands).</p>",
         r.resolved_min_gap * 100.0
     );
 }

@@ -50,8 +50,9 @@ impl Default for ReportOptions {
 }
 
 /// Default [`ReportOptions::min_gap`]: pairs whose ground truths differ by less than 2 % are
-/// within what an idle H200 repeats to (a second isolated truth of the same commands flipped
-/// 12 of 470 pairs below 2 % and 5 above it in the second evaluation pass).
+/// within what an idle H200 repeats to (in the second evaluation pass the warm truth — the same
+/// commands timed again, one at a time, on the idle GPU — flipped 12 of 468 pairs below 2 % and
+/// 5 at or above it).
 pub const DEFAULT_MIN_GAP: f64 = 0.02;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -90,9 +91,11 @@ pub struct RunSummary {
     /// Flipped pairs, largest ground-truth gap first (at most [`FLIPS`]).
     #[serde(default)]
     pub flips: Vec<FlippedPair>,
-    /// This row is not a run but a second ground truth (the warm one, when the cold one is the
-    /// reference): one command at a time on the idle GPU again — how far the device repeats
-    /// itself, the floor under every run's inflation and ranking.
+    /// This row is not a run but a second ground truth — a warm one beside the cold reference,
+    /// or one named `truth-repeat…` — against the reference: one command at a time on the idle
+    /// GPU again. A cold repeat shows how far the device repeats itself, the floor under every
+    /// run's inflation and ranking; a warm one adds the difference of protocol (no process
+    /// start-up between commands).
     #[serde(default)]
     pub repeat_of_truth: bool,
     /// Inflation per bucket over the commands whose region ended at full clock — its SM clock at
@@ -212,6 +215,8 @@ pub struct RegionStats {
 struct IsolatedTruth {
     median_ms: f64,
     device: String,
+    /// The truth manifest it comes from.
+    part: String,
     /// Whether its region ended at full clock (None: no clock recorded).
     full_clock: Option<bool>,
     /// Samples, and the region it was measured in.
@@ -350,12 +355,27 @@ fn same_workload(a: &str, b: &str) -> Result<bool> {
 }
 
 /// A ground truth's name without the part suffix kforge gives a truth taken with an offset or a
-/// limit (`truth-warm-50` → `truth-warm`).
+/// limit, and without a GPU suffix (`truth-warm-50` → `truth-warm`, `truth-gpu1-50` → `truth`).
 fn truth_base_name(name: &str) -> &str {
-    match name.rsplit_once('-') {
-        Some((base, n)) if !base.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) => base,
-        _ => name,
+    let strip = |name: &str, prefix: &str| -> Option<(usize, bool)> {
+        let (base, n) = name.rsplit_once('-')?;
+        let digits = n.strip_prefix(prefix)?;
+        (!base.is_empty() && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then_some((base.len(), true))
+    };
+    let mut name = name;
+    if let Some((len, _)) = strip(name, "") {
+        name = &name[..len];
     }
+    if let Some((len, _)) = strip(name, "gpu") {
+        name = &name[..len];
+    }
+    name
+}
+
+/// A ground truth passed beside the reference one is a repeat: a warm truth beside a cold one, or
+/// one named `truth-repeat…`.
+fn is_repeat_name(name: &str) -> bool {
+    truth_base_name(name).starts_with("truth-repeat")
 }
 
 fn load(m: &RunManifest) -> Result<kforge_store::Report> {
@@ -380,8 +400,11 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
         bail!("the resolved ranking's minimum gap must be a finite share >= 0, not {}", opts.min_gap);
     }
     let all_truths: Vec<&RunManifest> = manifests.iter().filter(|m| m.kind == "truth").collect();
-    let reference_warm = !all_truths.iter().any(|m| !m.warm);
-    let (truths, repeats): (Vec<&RunManifest>, Vec<&RunManifest>) = all_truths.into_iter().partition(|m| m.warm == reference_warm);
+    // The reference: the cold truth (the cold runs' protocol) when there is one, its parts on
+    // every GPU; every other truth is a repeat, one row per base name.
+    let reference_warm = !all_truths.iter().any(|m| !m.warm && !is_repeat_name(&m.name));
+    let (truths, repeats): (Vec<&RunManifest>, Vec<&RunManifest>) =
+        all_truths.into_iter().partition(|m| m.warm == reference_warm && !is_repeat_name(&m.name));
     let Some(truth) = truths.first().copied() else {
         bail!("no ground-truth run among the manifests (make one with `kforge workload truth`)");
     };
@@ -401,26 +424,37 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
         let mut measured = measured_in(&rep);
         for (id, v) in medians(&rep) {
             let on = iso.entry(id.clone()).or_default();
-            if on.iter().any(|x| x.device == t.device) {
+            if let Some(x) = on.iter().find(|x| x.device == t.device) {
                 bail!(
-                    "command {id} is in more than one ground-truth part of one GPU (up to {}): check --offset/--limit, and \
-                     pass the parts of one cold ground truth per GPU (a warm truth beside it is reported as a repeat row)",
-                    t.name
+                    "command {id} is in two ground-truth parts of one GPU ({} and {}, GPU {}): check --offset/--limit, and \
+                     pass the parts of one ground truth per GPU (a warm truth, or one named truth-repeat, beside it is \
+                     reported as a repeat row)",
+                    x.part,
+                    t.name,
+                    t.device
                 );
             }
-            on.push(IsolatedTruth { median_ms: v, device: t.device.clone(), full_clock: full.get(&id).copied(), measured: measured.remove(&id).unwrap_or((0, None)) });
+            on.push(IsolatedTruth {
+                median_ms: v,
+                device: t.device.clone(),
+                part: t.name.clone(),
+                full_clock: full.get(&id).copied(),
+                measured: measured.remove(&id).unwrap_or((0, None)),
+            });
         }
     }
     // Runs named `NAME@SLICE` are parts of one run NAME taken slice by slice (each slice's truth
     // and runs in one device call, so that a machine change cannot split them): merged here.
     let mut groups: Vec<(String, Vec<&RunManifest>)> = Vec::new();
-    if let Some(first) = repeats.first() {
-        for m in &repeats {
-            if !same_workload(&m.workload, &truth.workload)? {
-                bail!("ground truths {} and {} used different workloads", truth.name, m.name);
-            }
+    for m in &repeats {
+        if !same_workload(&m.workload, &truth.workload)? {
+            bail!("ground truths {} and {} used different workloads", truth.name, m.name);
         }
-        groups.push((truth_base_name(&first.name).to_string(), repeats.clone()));
+        let base = truth_base_name(&m.name).to_string();
+        match groups.iter_mut().find(|g| g.0 == base) {
+            Some(g) => g.1.push(m),
+            None => groups.push((base, vec![*m])),
+        }
     }
     for m in manifests.iter().filter(|m| m.kind == "run") {
         if !same_workload(&m.workload, &truth.workload)? {
@@ -430,8 +464,10 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
         match groups.iter_mut().find(|g| g.0 == base) {
             Some(g) => {
                 let first = g.1[0];
-                if (first.policy.as_str(), first.ablation.as_str(), first.warm) != (m.policy.as_str(), m.ablation.as_str(), m.warm) {
-                    bail!("runs {} and {} share the name {base} but not policy, ablation and warm", first.name, m.name);
+                if (first.kind.as_str(), first.policy.as_str(), first.ablation.as_str(), first.warm, &first.daemon_flags)
+                    != (m.kind.as_str(), m.policy.as_str(), m.ablation.as_str(), m.warm, &m.daemon_flags)
+                {
+                    bail!("runs {} and {} share the name {base} but not policy, ablation, warm and daemon flags", first.name, m.name);
                 }
                 g.1.push(m);
             }
@@ -468,7 +504,9 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
             let mut on = measured_on(p, &rep);
             for (id, v) in medians(&rep) {
                 med_device.insert(id.clone(), on.remove(&id).unwrap_or_else(|| p.device.clone()));
-                meds.insert(id, v);
+                if meds.insert(id.clone(), v).is_some() {
+                    bail!("{name} measured command {id} twice (in two of its parts, up to {}): pass each part once", p.name);
+                }
             }
             full_at_release.extend(full_clock_at_release(&rep));
             run_measured.extend(measured_in(&rep));
@@ -491,9 +529,14 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
         let same_gpu = |id: &String| same_gpu_truth(id).is_some();
         let cross_device_commands = meds.keys().filter(|id| iso.contains_key(*id) && !same_gpu(id)).count();
         let compared_across = meds.keys().any(|id| iso.contains_key(id)) && !meds.keys().any(same_gpu);
-        // The truth a command is compared with: its own GPU's; another GPU's only for a run that
-        // has no same-GPU truth at all.
-        let truth_of = |id: &String| same_gpu_truth(id).or_else(|| if compared_across { iso.get(id)?.first() } else { None });
+        // The truth a command is compared with: its own GPU's; for a run that has no same-GPU
+        // truth at all, the reference's first GPU's where it has one (one GPU for the whole run).
+        let truth_of = |id: &String| {
+            same_gpu_truth(id).or_else(|| {
+                let on = iso.get(id).filter(|_| compared_across)?;
+                on.iter().find(|t| t.device == truth.device).or_else(|| on.first())
+            })
+        };
         let top_clock = top_clock(&rep.regions);
         let mut per_bucket: Vec<Vec<f64>> = vec![Vec::new(); BUCKETS.len()];
         let mut full_clock_bucket: Vec<Vec<f64>> = vec![Vec::new(); BUCKETS.len()];
@@ -539,16 +582,20 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
             Vec::new()
         };
         // Ranking: candidate groups, pairs pooled per operator and over all operators.
-        let mut groups: BTreeMap<(&str, &str), Vec<(&str, f64, f64)>> = BTreeMap::new();
+        // A group holds the candidates measured on one GPU: a pair split over two GPUs (a run
+        // over every GPU) would compare the GPUs, not the candidates.
+        // (operator, group, GPU) → (command, isolated median, measured median) per candidate.
+        type Candidates<'a> = BTreeMap<(&'a str, &'a str, &'a str), Vec<(&'a str, f64, f64)>>;
+        let mut groups: Candidates = BTreeMap::new();
         for (id, v) in &meds {
-            if let (Some(t), Some(c)) = (truth_of(id), by_id.get(id.as_str())) {
-                groups.entry((c.operator.as_str(), c.group.as_str())).or_default().push((id.as_str(), t.median_ms, *v));
+            if let (Some(t), Some(c), Some(dev)) = (truth_of(id), by_id.get(id.as_str()), med_device.get(id)) {
+                groups.entry((c.operator.as_str(), c.group.as_str(), dev.as_str())).or_default().push((id.as_str(), t.median_ms, *v));
             }
         }
         let mut per_op: BTreeMap<&str, (usize, usize, usize)> = BTreeMap::new(); // groups, concordant, discordant
         let (mut all_c, mut all_d, mut res_c, mut res_d) = (0, 0, 0, 0);
         let mut flips: Vec<FlippedPair> = Vec::new();
-        for ((op, group), pts) in &groups {
+        for ((op, group, _), pts) in &groups {
             if pts.len() < 2 {
                 continue;
             }
@@ -556,7 +603,9 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
             e.0 += 1;
             for (k, x) in pts.iter().enumerate() {
                 for y in &pts[k + 1..] {
-                    // Ties in isolation or in the run order nothing: left out, as in tau-b.
+                    // Ties in isolation or in the run order nothing: left out. Tau here is
+                    // (C − D) / (C + D) over untied pairs (equal to tau-b when there is no tie;
+                    // medians of float timings practically never tie).
                     if x.1 == y.1 || x.2 == y.2 {
                         continue;
                     }
@@ -654,7 +703,12 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
     }
     Ok(EvalReport {
         workload: truth.workload.clone(),
-        device: truth.device.clone(),
+        device: {
+            let mut devs: Vec<&str> = truths.iter().map(|t| t.device.as_str()).collect();
+            devs.sort_unstable();
+            devs.dedup();
+            devs.join("; ")
+        },
         buckets: BUCKETS.iter().map(|s| s.to_string()).collect(),
         isolated_commands: iso.len(),
         resolved_min_gap: opts.min_gap,
@@ -698,7 +752,7 @@ pub fn table(r: &EvalReport) -> String {
         s.push_str("* inflation and ranking against ground truth taken on another GPU (no same-GPU truth for these commands)\n");
     }
     if r.runs.iter().any(|x| x.repeat_of_truth) {
-        s.push_str("+ a second ground truth (one command at a time, idle GPU) against the reference one: the device's own repeatability\n");
+        s.push_str("+ a second ground truth (one command at a time, idle GPU; warm, or named truth-repeat) against the reference: how far the device repeats itself\n");
     }
     if let Some(x) = r.runs.iter().filter(|x| !x.compared_across_devices && x.cross_device_commands > 0).map(|x| x.cross_device_commands).max() {
         s.push_str(&format!("(up to {x} commands per run left out of inflation: their ground truth is from another GPU)\n"));
@@ -855,7 +909,7 @@ mod tests {
         // No ground truth, or one command in two truth parts, are errors.
         assert!(compute(&ms[1..]).unwrap_err().to_string().contains("no ground-truth"));
         let two = vec![ms[0].clone(), ms[0].clone()];
-        assert!(compute(&two).unwrap_err().to_string().contains("more than one ground-truth part"));
+        assert!(compute(&two).unwrap_err().to_string().contains("in two ground-truth parts of one GPU"));
     }
 
     #[test]
@@ -913,6 +967,26 @@ mod tests {
         for bad in [-0.01, f64::NAN] {
             assert!(compute_with(&ms, &ReportOptions { min_gap: bad }).unwrap_err().to_string().contains("minimum gap"));
         }
+        // A warm truth in parts is one repeat row; a cold truth named truth-repeat is another.
+        let s = Store::open(&dbp).unwrap();
+        record(&s, "eval:truth-warm-0", 31, &[("a", 1.0, 0.0, 0.1), ("b", 1.01, 0.2, 0.3)]);
+        record(&s, "eval:truth-warm-2", 33, &[("c", 1.5, 0.0, 0.1)]);
+        record(&s, "eval:truth-repeat", 41, &[("a", 1.0, 0.0, 0.1), ("c", 1.5, 0.2, 0.3)]);
+        drop(s);
+        let parts = vec![
+            ms[0].clone(),
+            ms[2].clone(),
+            warm(manifest("truth-warm-0", "truth", "region", &db, &w, 5.0, 2)),
+            warm(manifest("truth-warm-2", "truth", "region", &db, &w, 5.0, 1)),
+            manifest("truth-repeat", "truth", "region", &db, &w, 5.0, 2),
+        ];
+        let rp = compute(&parts).unwrap();
+        let rows: Vec<(&str, usize, bool)> = rp.runs.iter().map(|x| (x.name.as_str(), x.inflation_all.n, x.repeat_of_truth)).collect();
+        assert_eq!(rows, [("truth-warm", 3, true), ("truth-repeat", 2, true)]);
+        // A repeat (or a run) that measures a command twice is refused, not silently overwritten.
+        let dup = vec![ms[0].clone(), ms[2].clone(), ms[1].clone(), parts[2].clone()];
+        let e = compute(&dup).unwrap_err().to_string();
+        assert!(e.contains("truth-warm measured command a twice"), "{e}");
         // Only warm truths: they are the reference, no repeat row.
         let only_warm = vec![ms[1].clone(), ms[3].clone()];
         let rw = compute(&only_warm).unwrap();
@@ -921,6 +995,10 @@ mod tests {
         assert_eq!(truth_base_name("truth-warm-50"), "truth-warm");
         assert_eq!(truth_base_name("truth-warm"), "truth-warm");
         assert_eq!(truth_base_name("-5"), "-5");
+        assert_eq!(truth_base_name("truth-gpu1-50"), "truth");
+        assert_eq!(truth_base_name("truth-gpu1"), "truth");
+        assert_eq!(truth_base_name("truth-gpux"), "truth-gpux");
+        assert!(is_repeat_name("truth-repeat-gpu1-0") && !is_repeat_name("truth-warm"));
     }
 
     #[test]
@@ -1009,9 +1087,32 @@ mod tests {
         let mut x = run.inflation_all.values.clone();
         x.sort_by(f64::total_cmp);
         assert!(x[0].abs() < 1e-9 && x[1].abs() < 1e-9 && (x[2] - 0.05).abs() < 1e-9, "{x:?}");
+        // Only the pair measured on one GPU is ranked: (a, c) on GPU 1; b's pairs span GPUs.
+        assert_eq!(run.ranking_all.map(|t| t.pairs), Some(1));
+        // A job on a GPU the manifest does not list keeps the manifest's device: no same-GPU truth.
+        let s = Store::open(&dbp).unwrap();
+        record_on(&s, "eval:both", 14, &[("d", 1.0, 0.0, 1.0)], &[], "7");
+        record_on(&s, "eval:truth", 15, &[("d", 1.0, 0.6, 0.7)], &[], "0");
+        // A run on a third GPU: compared across GPUs, with the reference's first GPU's truth.
+        record_on(&s, "eval:elsewhere", 21, &[("a", 1.2, 0.0, 1.0), ("b", 2.4, 0.0, 1.0)], &[], "2");
+        drop(s);
+        let mut cmds4 = cmds.to_vec();
+        cmds4.push(cmd("d", "g2", "mm"));
+        crate::workload::write(&wl, &cmds4).unwrap();
+        let mut ms2 = ms.clone();
+        ms2.push(on(manifest("elsewhere", "run", "region", &db, &w, 1.0, 2), "2 (H200, GPU-c)"));
+        let r = compute(&ms2).unwrap();
+        assert_eq!(r.device, "0 (H200, GPU-a); 1 (H200, GPU-b)");
+        let both = &r.runs[0];
+        assert_eq!((both.inflation_all.n, both.cross_device_commands), (3, 1), "d: measured on an unlisted GPU, left out");
+        let elsewhere = &r.runs[1];
+        assert!(elsewhere.compared_across_devices);
+        let mut x = elsewhere.inflation_all.values.clone();
+        x.sort_by(f64::total_cmp);
+        assert!((x[0] - 0.2).abs() < 1e-9 && (x[1] - 0.2).abs() < 1e-9, "GPU 0's truth (1.0, 2.0), not GPU 1's: {x:?}");
         // The same GPU's truth twice is refused.
         let twice = vec![ms[0].clone(), ms[0].clone(), ms[2].clone()];
-        assert!(compute(&twice).unwrap_err().to_string().contains("more than one ground-truth part of one GPU"));
+        assert!(compute(&twice).unwrap_err().to_string().contains("in two ground-truth parts of one GPU (truth and truth, GPU 0 (H200, GPU-a))"));
     }
 
     #[test]

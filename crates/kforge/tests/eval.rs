@@ -75,7 +75,7 @@ fn cpu_workload_runs_end_to_end_and_reports() {
     // Two parts of one truth that overlap are refused, and so is a negative --min-gap.
     let o = Command::new(KFORGE).args(["report", "w/truth.run.json", "w/truth.run.json", "w/command.run.json"]).current_dir(d).output().unwrap();
     assert_ne!(o.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("more than one ground-truth part"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("in two ground-truth parts of one GPU"), "{}", String::from_utf8_lossy(&o.stderr));
     let o = Command::new(KFORGE).args(["report", "w/truth.run.json", "w/command.run.json", "--min-gap=-1"]).current_dir(d).output().unwrap();
     assert_ne!(o.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--min-gap is a percentage"), "{}", String::from_utf8_lossy(&o.stderr));
