@@ -113,7 +113,7 @@ for step in "$@"; do
       "$K" workload truth "$W/w.jsonl" --warm --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} || true ;;
     run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device "${f:-${RUN_DEVICE:-0}}" --reserve-cores 2 ${lim:+--limit "$lim"} --name "$(run_name "$a" "$b" "$lim" "$e" "$f" "$g")" ${g:+--settle-timeout-ms "$g"} || true ;;
     slice)  # each part skipped when the state holds it
-      [ -e "$W/truth-$a.run.json" ] || "$K" workload truth "$W/w.jsonl" --device 0 --reserve-cores 2 --offset "$a" --limit "$b" || true
+      [ -e "$W/truth-$a.run.json" ] || truth_part "$a" "$b" 0 || true
       pack
       for r in ${SLICE_RUNS:-command region:isolate region:warm}; do
         IFS=: read -r pol abl <<<"$r"

@@ -357,19 +357,14 @@ fn same_workload(a: &str, b: &str) -> Result<bool> {
 /// A ground truth's name without the part suffix kforge gives a truth taken with an offset or a
 /// limit, and without a GPU suffix (`truth-warm-50` → `truth-warm`, `truth-gpu1-50` → `truth`).
 fn truth_base_name(name: &str) -> &str {
-    let strip = |name: &str, prefix: &str| -> Option<(usize, bool)> {
+    // `name` without a trailing `-PREFIX<digits>`, when it has one.
+    let strip = |name: &'_ str, prefix: &str| -> Option<usize> {
         let (base, n) = name.rsplit_once('-')?;
         let digits = n.strip_prefix(prefix)?;
-        (!base.is_empty() && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then_some((base.len(), true))
+        (!base.is_empty() && !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())).then_some(base.len())
     };
-    let mut name = name;
-    if let Some((len, _)) = strip(name, "") {
-        name = &name[..len];
-    }
-    if let Some((len, _)) = strip(name, "gpu") {
-        name = &name[..len];
-    }
-    name
+    let name = &name[..strip(name, "").unwrap_or(name.len())];
+    &name[..strip(name, "gpu").unwrap_or(name.len())]
 }
 
 /// A ground truth passed beside the reference one is a repeat: a warm truth beside a cold one, or
@@ -443,24 +438,15 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
             });
         }
     }
-    // Runs named `NAME@SLICE` are parts of one run NAME taken slice by slice (each slice's truth
-    // and runs in one device call, so that a machine change cannot split them): merged here.
+    // Rows: the repeats (a repeat truth's parts share its base name), then the runs (runs named
+    // `NAME@SLICE` are parts of one run NAME taken slice by slice, each slice's truth and runs in
+    // one device call, so that a machine change cannot split them): parts merged here.
     let mut groups: Vec<(String, Vec<&RunManifest>)> = Vec::new();
-    for m in &repeats {
+    for m in repeats.iter().copied().chain(manifests.iter().filter(|m| m.kind == "run")) {
         if !same_workload(&m.workload, &truth.workload)? {
-            bail!("ground truths {} and {} used different workloads", truth.name, m.name);
+            bail!("{} {} used workload {}, the ground truth {}: different workloads", m.kind, m.name, m.workload, truth.workload);
         }
-        let base = truth_base_name(&m.name).to_string();
-        match groups.iter_mut().find(|g| g.0 == base) {
-            Some(g) => g.1.push(m),
-            None => groups.push((base, vec![*m])),
-        }
-    }
-    for m in manifests.iter().filter(|m| m.kind == "run") {
-        if !same_workload(&m.workload, &truth.workload)? {
-            bail!("run {} used workload {}, the ground truth {}", m.name, m.workload, truth.workload);
-        }
-        let base = m.name.split('@').next().unwrap_or(&m.name).to_string();
+        let base = if m.kind == "truth" { truth_base_name(&m.name) } else { m.name.split('@').next().unwrap_or(&m.name) }.to_string();
         match groups.iter_mut().find(|g| g.0 == base) {
             Some(g) => {
                 let first = g.1[0];
@@ -606,14 +592,14 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
                     // Ties in isolation or in the run order nothing: left out. Tau here is
                     // (C − D) / (C + D) over untied pairs (equal to tau-b when there is no tie;
                     // medians of float timings practically never tie).
-                    if x.1 == y.1 || x.2 == y.2 {
+                    let order = stats::pair_order((x.1, y.1), (x.2, y.2));
+                    if order == stats::PairOrder::Tied {
                         continue;
                     }
                     let (fast, slow) = if x.1 < y.1 { (x, y) } else { (y, x) };
                     let truth_gap = slow.1 / fast.1 - 1.0;
-                    let concordant = slow.2 > fast.2;
                     let resolved = truth_gap >= opts.min_gap;
-                    if concordant {
+                    if order == stats::PairOrder::Concordant {
                         e.1 += 1;
                         all_c += 1;
                         res_c += usize::from(resolved);

@@ -93,6 +93,26 @@ mod tests {
     }
 }
 
+/// How two rankings order one pair of items.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PairOrder {
+    Concordant,
+    Discordant,
+    /// Tied in either ranking: ordered by neither.
+    Tied,
+}
+
+/// How rankings `a` and `b` order items i and j, given `(a_i, a_j)` and `(b_i, b_j)`.
+pub fn pair_order(a: (f64, f64), b: (f64, f64)) -> PairOrder {
+    if a.0 == a.1 || b.0 == b.1 {
+        PairOrder::Tied
+    } else if (a.0 - a.1).signum() * (b.0 - b.1).signum() > 0.0 {
+        PairOrder::Concordant
+    } else {
+        PairOrder::Discordant
+    }
+}
+
 /// Concordant and discordant pairs between two rankings of the same items (ties in either
 /// ranking are neither). Returns (concordant, discordant, ties).
 pub fn pair_counts(a: &[f64], b: &[f64]) -> (usize, usize, usize) {
@@ -100,13 +120,10 @@ pub fn pair_counts(a: &[f64], b: &[f64]) -> (usize, usize, usize) {
     let (mut c, mut d, mut t) = (0, 0, 0);
     for i in 0..a.len() {
         for j in i + 1..a.len() {
-            let s = (a[i] - a[j]).signum() * (b[i] - b[j]).signum();
-            if a[i] == a[j] || b[i] == b[j] {
-                t += 1;
-            } else if s > 0.0 {
-                c += 1;
-            } else {
-                d += 1;
+            match pair_order((a[i], a[j]), (b[i], b[j])) {
+                PairOrder::Concordant => c += 1,
+                PairOrder::Discordant => d += 1,
+                PairOrder::Tied => t += 1,
             }
         }
     }
