@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import tarfile
 import sys
 from pathlib import Path
 
@@ -26,3 +27,19 @@ def test_diagnostics_refuses_an_empty_directory(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, str(ROOT / "scripts" / "analysis" / "eval_diagnostics.py"), str(tmp_path)],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "no *.run.json manifests" in r.stderr
+
+
+def test_diagnostics_compare_the_truth_of_two_gpus(tmp_path: Path) -> None:
+    # The third pass ran the cold truth on both H200s of one host at once (one store per GPU).
+    state = ROOT / "bench" / "results" / "2026-11-30-issue5-eval" / "pass3-x2" / "state.tgz"
+    with tarfile.open(state) as t:
+        t.extractall(tmp_path, filter="data")
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "analysis" / "eval_diagnostics.py"), str(tmp_path)],
+                       capture_output=True, text=True, check=True)
+    lines = r.stdout.splitlines()
+    head = lines.index(next(l for l in lines if l.startswith("ground truth on GPU B relative to GPU 0 GPU-")))
+    rows = [l.split() for l in lines[head + 2:]]
+    assert [(x[0], x[2]) for x in rows] == [("1", b) for b in ("<0.1ms", "0.1-1ms", "1-10ms", ">10ms", "all")]
+    assert sum(int(x[3]) for x in rows[:4]) == int(rows[4][3]) == 205  # every command, in one bucket each
+    # GPU 1's own store is read: its truth labels appear in the per-run table.
+    assert any(l.startswith("eval:truth-gpu1-0 ") for l in lines)

@@ -8,7 +8,10 @@ share of commands whose last five samples are > 5 % slower than their first five
 slow down under sustained load), and the SM clock / temperature at region grant and release.
 Then, for every pair of runs A, B on the same GPU, p50 and p95 over commands of
 median_B / median_A - 1 (B's inflation relative to A: with A the `command` run — the ground-truth
-protocol — this is a same-GPU inflation figure). Reads only the SQLite store, the workload and the manifests (Python standard library).
+protocol — this is a same-GPU inflation figure). Last, where the ground truth was taken on more than
+one GPU (a `truth-pair` step: one store per GPU), the same command's truth on one GPU relative to
+another's, per duration bucket: how far two H200s of one host agree. Reads every store the
+manifests name, the SQLite store, the workload and the manifests (Python standard library).
 """
 
 from __future__ import annotations
@@ -36,16 +39,21 @@ def main(state: str) -> int:
     if not manifests:
         print(f"{state}: no *.run.json manifests", file=sys.stderr)
         return 2
-    db = sqlite3.connect(os.path.join(state, os.path.basename(manifests[0]["db"])))
     cmds = {json.loads(l)["id"]: json.loads(l) for l in open(os.path.join(state, os.path.basename(manifests[0]["workload"])))}
     device = {m["label"]: m["device"] for m in manifests}
     samples: Dict[str, Dict[str, List[float]]] = {}
-    for label, name, s in db.execute("select j.label, m.name, m.samples_ms from measurements m join jobs j on m.job = j.id where m.valid = 1"):
-        samples.setdefault(label, {})[name] = json.loads(s)
     regions: Dict[str, List[tuple]] = {}
-    for row in db.execute("select j.label, r.sm_clock_mhz_granted, r.sm_clock_mhz_released, r.gpu_temp_c_granted, r.gpu_temp_c_released "
-                          "from regions r join jobs j on r.job = j.id"):
-        regions.setdefault(row[0], []).append(row[1:])
+    for store in sorted({os.path.basename(m["db"]) for m in manifests}):
+        path = os.path.join(state, store)
+        if not os.path.exists(path):
+            print(f"{state}: store {store} named by a manifest is missing", file=sys.stderr)
+            return 2
+        db = sqlite3.connect(path)
+        for label, name, s in db.execute("select j.label, m.name, m.samples_ms from measurements m join jobs j on m.job = j.id where m.valid = 1"):
+            samples.setdefault(label, {})[name] = json.loads(s)
+        for row in db.execute("select j.label, r.sm_clock_mhz_granted, r.sm_clock_mhz_released, r.gpu_temp_c_granted, r.gpu_temp_c_released "
+                              "from regions r join jobs j on r.job = j.id"):
+            regions.setdefault(row[0], []).append(row[1:])
     print(f"{'RUN':<24} {'CMDS':>5} {'N_MED':>6} {'N_MM':>5} {'SLOWS':>6} {'MHZ_G/R p50':>12} {'MHZ_R min':>9} {'C_G/R p50':>10}")
     for label in sorted(samples):
         d = samples[label]
@@ -71,7 +79,44 @@ def main(state: str) -> int:
             r = [st.median(samples[b][k]) / st.median(samples[a][k]) - 1 for k in common]
             if len(r) >= 5:
                 print(f"{b + ' rel. to ' + a:<50} {len(r):>4} {q(r, 0.5) * 100:>7.2f}% {q(r, 0.95) * 100:>7.2f}%")
+    truth_across_gpus(manifests, samples)
     return 0
+
+
+BUCKETS = [("<0.1ms", 0.0, 0.1), ("0.1-1ms", 0.1, 1.0), ("1-10ms", 1.0, 10.0), (">10ms", 10.0, float("inf"))]
+
+
+def truth_across_gpus(manifests: List[dict], samples: Dict[str, Dict[str, List[float]]]) -> None:
+    """Each GPU's ground truth (all its parts) relative to the first GPU's, per duration bucket."""
+    per_gpu: Dict[str, Dict[str, float]] = {}
+    for m in manifests:
+        if m["kind"] == "truth" and not m["device"].startswith("all: "):
+            for k, v in samples.get(m["label"], {}).items():
+                per_gpu.setdefault(m["device"], {})[k] = st.median(v)
+    gpus = sorted(per_gpu)
+    if len(gpus) < 2:
+        return
+    ref = per_gpu[gpus[0]]
+    rows = []
+    for g in gpus[1:]:
+        other = per_gpu[g]
+        for name, lo, hi in BUCKETS + [("all", 0.0, float("inf"))]:
+            r = [other[k] / ref[k] - 1 for k in sorted(set(ref) & set(other)) if lo <= ref[k] < hi]
+            if r:
+                rows.append(f"{short(g):<18} {name:<8} {len(r):>4} {q(r, 0.5) * 100:>7.2f}% {q(r, 0.05) * 100:>7.2f}% "
+                            f"{q(r, 0.95) * 100:>7.2f}% {q([abs(x) for x in r], 0.95) * 100:>7.2f}%")
+    if rows:
+        print()
+        print(f"ground truth on GPU B relative to GPU {short(gpus[0])} (the same commands)")
+        print(f"{'GPU B':<18} {'BUCKET':<8} {'N':>4} {'p50':>8} {'p5':>8} {'p95':>8} {'|x| p95':>8}")
+        print("\n".join(rows))
+
+
+def short(device: str) -> str:
+    """`0 (NVIDIA H200, 140 GiB, GPU-b4d4b180-…)` → `0 GPU-b4d4b180`: index and UUID head."""
+    index = device.split(" (")[0]
+    uuid = next((p.strip().rstrip(")") for p in device.split(",") if p.strip().startswith("GPU-")), "")
+    return f"{index} {uuid[:12]}".strip()
 
 
 if __name__ == "__main__":

@@ -444,6 +444,7 @@ fn summary_row(run: &RunSummary) -> Vec<String> {
         esc(&run.ablation),
         fmt_yes_no(run.warm).to_string(),
         run.concurrency.to_string(),
+        run.gpus.to_string(),
         format!("{} ({})", run.commands, run.failed),
         fmt_f(run.wall_s, 1),
         fmt_f(run.throughput_per_min, 1),
@@ -472,10 +473,11 @@ fn section_summary(out: &mut String, r: &EvalReport) {
         "ablation",
         "warm",
         "concurrency",
+        "GPUs",
         "commands (failed)",
         "wall s",
         "commands/min",
-        "ratio vs command",
+        "ratio vs command, per GPU",
         "inflation p50",
         "inflation p95",
         "Kendall τ (all pairs)",
@@ -550,7 +552,7 @@ fn svg_throughput(runs: &[RunSummary]) -> String {
             Some(&title),
         ));
         let label = format!(
-            "{} /min · {} vs command",
+            "{} /min · {} vs command per GPU",
             fmt_f(tp, 1),
             fmt_ratio(run.throughput_ratio_vs_command)
         );
@@ -1067,6 +1069,7 @@ mod tests {
             failed: 1,
             wall_s: 10.0,
             throughput_per_min: tp,
+            gpus: 1,
             throughput_ratio_vs_command: ratio,
             inflation,
             inflation_all: bucket("all", all),

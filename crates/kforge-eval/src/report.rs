@@ -67,7 +67,12 @@ pub struct RunSummary {
     pub failed: usize,
     pub wall_s: f64,
     pub throughput_per_min: f64,
-    /// Throughput over the `command` run's, when there is one.
+    /// GPUs the run measured on: 1, or every GPU of the machine for a run over all of them
+    /// (manifest device `all: A; B`).
+    #[serde(default = "one_gpu")]
+    pub gpus: usize,
+    /// Throughput per GPU over the `command` run's per GPU, when there is one: a run over two
+    /// GPUs is compared with what whole-command exclusivity does on as many GPUs.
     pub throughput_ratio_vs_command: Option<f64>,
     /// One entry per bucket, in [`BUCKETS`] order.
     pub inflation: Vec<BucketInflation>,
@@ -311,6 +316,15 @@ fn full_clock_at_release(rep: &kforge_store::Report) -> BTreeMap<String, bool> {
         .collect()
 }
 
+fn one_gpu() -> usize {
+    1
+}
+
+/// How many GPUs a part ran on: every GPU its manifest lists (`all: A; B`), else one.
+fn gpus_of(p: &RunManifest) -> usize {
+    p.device.strip_prefix("all: ").map_or(1, |l| l.split("; ").count().max(1))
+}
+
 /// The GPU each command of one part was measured on, as manifests name a GPU (`NAME
 /// (DESCRIPTION)`): the part's device, or for a run over every GPU (device `all: A; B`) the one
 /// its job ran on.
@@ -469,7 +483,12 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
             0.0
         }
     };
-    let command_tp = groups.iter().find(|g| g.1[0].kind == "run" && g.1[0].policy == "command").map(|g| group_tp(&g.1));
+    let group_gpus = |parts: &[&RunManifest]| parts.iter().map(|m| gpus_of(m)).max().unwrap_or(1);
+    // Whole-command exclusivity's throughput per GPU: the yardstick of every run.
+    let command_tp = groups
+        .iter()
+        .find(|g| g.1[0].kind == "run" && g.1[0].policy == "command")
+        .map(|g| group_tp(&g.1) / group_gpus(&g.1) as f64);
     let mut runs = Vec::new();
     for (name, parts) in &groups {
         let m = parts[0];
@@ -657,6 +676,7 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
         let step = (timeline_all.len() / 2000).max(1);
         let timeline = timeline_all.into_iter().step_by(step).collect();
         let tp = group_tp(parts);
+        let gpus = group_gpus(parts);
         runs.push(RunSummary {
             name: name.clone(),
             policy: m.policy.clone(),
@@ -667,8 +687,9 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
             failed,
             wall_s,
             throughput_per_min: tp,
+            gpus,
             // A repeat of the truth ran one command at a time: no throughput comparison.
-            throughput_ratio_vs_command: command_tp.filter(|c| *c > 0.0 && !repeat_of_truth).map(|c| tp / c),
+            throughput_ratio_vs_command: command_tp.filter(|c| *c > 0.0 && !repeat_of_truth).map(|c| tp / gpus as f64 / c),
             inflation: BUCKETS.iter().zip(per_bucket).map(|(b, v)| inflation_of(b, v)).collect(),
             inflation_all: inflation_of("all", all),
             cross_device_commands,
@@ -713,17 +734,18 @@ pub fn table(r: &EvalReport) -> String {
     let tau = |x: Option<PairRanking>| x.map(|t| format!("{:.3}", t.kendall_tau)).unwrap_or("-".into());
     let gap_col = format!("TAU all/>={:.0}%", r.resolved_min_gap * 100.0);
     let mut s = format!(
-        "{:<16} {:<8} {:<8} {:>5} {:>8} {:>9} {:>6} {:>17} {:>17} {:>17} {:>17} {:>15}\n",
-        "RUN", "POLICY", "ABLATE", "CMDS", "CMDS/MIN", "VS_CMD", "FAILED", "<0.1ms p50/p95", "0.1-1ms p50/p95", "1-10ms p50/p95", ">10ms p50/p95", gap_col
+        "{:<16} {:<8} {:<8} {:>5} {:>4} {:>8} {:>10} {:>6} {:>17} {:>17} {:>17} {:>17} {:>15}\n",
+        "RUN", "POLICY", "ABLATE", "CMDS", "GPUS", "CMDS/MIN", "VS_CMD/GPU", "FAILED", "<0.1ms p50/p95", "0.1-1ms p50/p95", "1-10ms p50/p95", ">10ms p50/p95", gap_col
     );
     for run in &r.runs {
         let b: Vec<String> = run.inflation.iter().map(|b| format!("{}/{}", pct(b.p50), pct(b.p95))).collect();
         s.push_str(&format!(
-            "{:<16} {:<8} {:<8} {:>5} {:>8.1} {:>9} {:>6} {:>17} {:>17} {:>17} {:>17} {:>15}\n",
+            "{:<16} {:<8} {:<8} {:>5} {:>4} {:>8.1} {:>10} {:>6} {:>17} {:>17} {:>17} {:>17} {:>15}\n",
             run_label(run),
             if run.repeat_of_truth { "truth" } else { run.policy.as_str() },
             run.ablation,
             run.commands,
+            run.gpus,
             run.throughput_per_min,
             run.throughput_ratio_vs_command.map(|x| format!("{x:.2}x")).unwrap_or("-".into()),
             run.failed,
@@ -742,6 +764,9 @@ pub fn table(r: &EvalReport) -> String {
     }
     if let Some(x) = r.runs.iter().filter(|x| !x.compared_across_devices && x.cross_device_commands > 0).map(|x| x.cross_device_commands).max() {
         s.push_str(&format!("(up to {x} commands per run left out of inflation: their ground truth is from another GPU)\n"));
+    }
+    if r.runs.iter().any(|x| x.throughput_ratio_vs_command.is_some()) {
+        s.push_str("VS_CMD/GPU: commands per minute per GPU over the command run's per GPU (whole-command exclusivity on as many GPUs)\n");
     }
     s.push_str(&format!(
         "TAU: Kendall tau over all candidate pairs / over the pairs whose ground truths differ by >= {:.1} %\n",
@@ -1070,6 +1095,20 @@ mod tests {
         assert_eq!(r.isolated_commands, 3);
         let run = &r.runs[0];
         assert_eq!((run.cross_device_commands, run.compared_across_devices, run.inflation_all.n), (0, false, 3));
+        assert_eq!((run.gpus, run.throughput_ratio_vs_command), (2, None));
+        // Against whole-command exclusivity on one GPU at the same commands per minute: half as
+        // many per GPU — the ratio is per GPU, not the two GPUs' sum over one.
+        {
+            let s = Store::open(&dbp).unwrap();
+            record_on(&s, "eval:command", 31, &[("a", 1.0, 0.0, 1.0), ("b", 2.0, 1.0, 2.0), ("c", 3.0, 2.0, 3.0)], &[], "0");
+            let mut with_cmd = ms.clone();
+            with_cmd.push(on(manifest("command", "run", "command", &db, &w, 1.0, 3), "0 (H200, GPU-a)"));
+            let r = compute(&with_cmd).unwrap();
+            let (both, command) = (&r.runs[0], &r.runs[1]);
+            assert_eq!((both.gpus, command.gpus), (2, 1));
+            assert_eq!((both.throughput_ratio_vs_command, command.throughput_ratio_vs_command), (Some(0.5), Some(1.0)));
+            assert!(table(&r).contains("VS_CMD/GPU"));
+        }
         let mut x = run.inflation_all.values.clone();
         x.sort_by(f64::total_cmp);
         assert!(x[0].abs() < 1e-9 && x[1].abs() < 1e-9 && (x[2] - 0.05).abs() < 1e-9, "{x:?}");
