@@ -20,7 +20,9 @@
 #                                 N in flight (8), only the first LIMIT commands (env LIMIT, else all),
 #                                 manifest NAME.run.json (default POLICY or region-ABLATION, -LIMIT when limited),
 #                                 on DEVICE (a GPU index, or all: every GPU, N in flight on each — the
-#                                 2×H200 scaling run; default env RUN_DEVICE, else 0; commands run on
+#                                 2×H200 scaling run, each candidate group on one GPU; all-split: the
+#                                 same, each command on the least busy GPU (--no-gpu-groups);
+#                                 default env RUN_DEVICE, else 0; commands run on
 #                                 another GPU than their truth's are compared across GPUs, marked),
 #                                 with the settle step at most SETTLE_MS (0: none; default: the
 #                                 ablation step's)
@@ -75,7 +77,7 @@ run_name() {
   if [ -n "$4" ]; then echo "$4"; return; fi
   local n=$1 dev=${5:-${RUN_DEVICE:-0}}; [ "$1" = region ] && n="region-${2:-isolate}"
   n="$n${3:+-$3}"
-  case "$dev" in 0) ;; all) n="$n-all" ;; *) n="$n-gpu$dev" ;; esac
+  case "$dev" in 0) ;; all|all-split) n="$n-$dev" ;; *) n="$n-gpu$dev" ;; esac
   echo "$n${6:+-settle$6}"
 }
 # Pack the state where the poller of eval-bg.sh never sees it half written.
@@ -111,7 +113,8 @@ for step in "$@"; do
       for p in "${pids[@]}"; do wait "${p%%:*}" || true; cat "/tmp/truth-pair-${p##*:}.log"; done ;;
     truth-warm) [ -z "$c" ] || { echo "truth-warm takes no DEVICE (it runs on GPU 0): $step"; exit 2; }
       "$K" workload truth "$W/w.jsonl" --warm --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} || true ;;
-    run) "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device "${f:-${RUN_DEVICE:-0}}" --reserve-cores 2 ${lim:+--limit "$lim"} --name "$(run_name "$a" "$b" "$lim" "$e" "$f" "$g")" ${g:+--settle-timeout-ms "$g"} || true ;;
+    run) dev=${f:-${RUN_DEVICE:-0}}; split=(); [ "$dev" = all-split ] && { dev=all; split=(--no-gpu-groups); }
+      "$K" workload run "$W/w.jsonl" --policy "$a" ${b:+--ablation "$b"} --concurrency "${c:-8}" --device "$dev" "${split[@]}" --reserve-cores 2 ${lim:+--limit "$lim"} --name "$(run_name "$a" "$b" "$lim" "$e" "$f" "$g")" ${g:+--settle-timeout-ms "$g"} || true ;;
     slice)  # each part skipped when the state holds it
       [ -e "$W/truth-$a.run.json" ] || truth_part "$a" "$b" 0 || true
       pack

@@ -11,6 +11,7 @@ pub mod config;
 pub mod devices;
 pub mod guardian;
 pub mod jobs;
+pub mod placement;
 pub mod server;
 pub mod state;
 pub mod store;

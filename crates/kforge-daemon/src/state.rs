@@ -7,6 +7,7 @@ use crate::config::{Config, FreezeScope};
 use crate::devices::{DeviceInfo, DeviceKind};
 use crate::guardian::Ledger;
 use crate::jobs::{self, SpawnSpec};
+use crate::placement::{self, Placement};
 use crate::store::{StoreHandle, StoreOp};
 use crate::warm::{self, WorkerMsg, WorkerSpawn, WORKER_CGROUP_BASE};
 use crate::worker::{EnterSteps, WorkerOp};
@@ -200,6 +201,8 @@ pub struct Daemon {
     next_region: u64,
     next_measurement: u64,
     next_worker: u64,
+    /// GPU groups and the GPU each was placed on (`SubmitSpec::gpu_group`).
+    placement: Placement,
     stopping: bool,
 }
 
@@ -259,6 +262,7 @@ impl Daemon {
             busy_cores: BTreeSet::new(),
             workers: BTreeMap::new(),
             next_worker: 1,
+            placement: Placement::default(),
             next_job: p.first_ids.0 + 1,
             next_region: p.first_ids.1 + 1,
             next_measurement: p.first_ids.2 + 1,
@@ -443,15 +447,27 @@ impl Daemon {
         }
     }
 
-    fn resolve_device(&self, name: &str) -> Option<usize> {
+    /// The device a name means; `auto` is the least loaded GPU (the cpu device when there is
+    /// none) without binding a GPU group.
+    fn resolve_device(&mut self, name: &str) -> Option<usize> {
+        self.place(name, None)
+    }
+
+    /// Where a job for device `name` runs: `auto` through the placement (its GPU group's GPU, or
+    /// the least loaded), a name as named (binding the group when that is a GPU).
+    fn place(&mut self, name: &str, gpu_group: Option<&str>) -> Option<usize> {
         if name == "auto" {
-            let gpus: Vec<usize> = (0..self.devices.len()).filter(|&i| self.devices[i].info.kind == DeviceKind::Gpu).collect();
-            if gpus.is_empty() {
-                return Some(0);
-            }
-            return gpus.into_iter().min_by_key(|&i| (self.devices[i].running.len() + self.devices[i].queue.len(), i));
+            let loads: Vec<(usize, usize)> = (0..self.devices.len())
+                .filter(|&i| self.devices[i].info.kind == DeviceKind::Gpu)
+                .map(|i| (i, self.devices[i].running.len() + self.devices[i].queue.len()))
+                .collect();
+            return self.placement.place(gpu_group, &loads).or(Some(0));
         }
-        self.devices.iter().position(|d| d.info.name == name)
+        let d = self.devices.iter().position(|d| d.info.name == name)?;
+        if let Some(g) = gpu_group.filter(|_| self.devices[d].info.kind == DeviceKind::Gpu) {
+            self.placement.bind(g, d);
+        }
+        Some(d)
     }
 
     fn on_submit(&mut self, conn: ConnId, spec: SubmitSpec) {
@@ -461,7 +477,10 @@ impl Daemon {
         if self.stopping {
             return self.fail(conn, ErrorCode::ShuttingDown, "the daemon is shutting down".into());
         }
-        let Some(device) = self.resolve_device(&spec.device) else {
+        if let Some(Err(why)) = spec.gpu_group.as_deref().map(placement::check_group) {
+            return self.fail(conn, ErrorCode::BadRequest, format!("submit: {why}"));
+        }
+        let Some(device) = self.place(&spec.device, spec.gpu_group.as_deref()) else {
             let names: Vec<&str> = self.devices.iter().map(|d| d.info.name.as_str()).collect();
             return self.fail(conn, ErrorCode::NoSuchDevice, format!("no device {:?}; this daemon has: auto, {}", spec.device, names.join(", ")));
         };

@@ -164,6 +164,7 @@ fn spec(dir: &Path, python: &str, c: &DemoCommand, policy: Policy, label: &str, 
         label: Some(label.into()),
         warm: false,
         timeout_ms: None,
+        gpu_group: None,
     }
 }
 

@@ -828,6 +828,7 @@ mod tests {
             label: format!("eval:{name}"),
             device: "cpu".into(),
             daemon_flags: vec![],
+            gpu_groups: false,
             started_unix: 1000.0,
             wall_s,
             commands,

@@ -184,6 +184,10 @@ pub struct RunManifest {
     pub commands: usize,
     /// (command id, exit code, end of its output)
     pub failed: Vec<(String, i32, String)>,
+    /// A run over every GPU sent each candidate group to one GPU (the daemon's GPU groups), so
+    /// that every candidate pair is timed on one GPU; false: each command to the least busy GPU.
+    #[serde(default)]
+    pub gpu_groups: bool,
 }
 
 impl RunManifest {
@@ -227,6 +231,9 @@ pub struct RunOptions {
     pub timeout: Duration,
     /// Longest settle step before a region (None: the ablation step's choice; 0: none).
     pub settle_timeout_ms: Option<u64>,
+    /// With `device` `all`: send the commands of one candidate group (operator and group) to one
+    /// GPU, the GPU its first command went to, so that its candidates are compared on one GPU.
+    pub gpu_groups: bool,
 }
 
 /// Run a workload and write `<workload dir>/<name>.run.json`; returns the manifest and its path.
@@ -265,8 +272,11 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
     let daemon = PrivateDaemon::start(&o.kforge, tmp.path(), &o.db, &flags)?;
     let status = daemon.status()?;
     let gpus: Vec<&kforge_proto::DeviceStatus> = status.devices.iter().filter(|d| d.kind == "gpu").collect();
-    let (dev, device, in_flight) = if o.device == "all" && !gpus.is_empty() {
-        // The daemon puts each `auto` job on its least busy GPU; `concurrency` per GPU.
+    let over_all = o.device == "all" && !gpus.is_empty();
+    // The daemon puts each `auto` job on its least busy GPU, or with GPU groups on the GPU of
+    // its candidate group; `concurrency` per GPU.
+    let gpu_groups = over_all && o.gpu_groups;
+    let (dev, device, in_flight) = if over_all {
         let list: Vec<String> = gpus.iter().map(|d| format!("{} ({})", d.name, d.description)).collect();
         ("auto".to_string(), format!("all: {}", list.join("; ")), concurrency * gpus.len())
     } else {
@@ -300,6 +310,7 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
                     label: Some(label.clone()),
                     warm,
                     timeout_ms: Some(o.timeout.as_millis() as u64),
+                    gpu_group: gpu_groups.then(|| format!("{}/{}", c.operator, c.group)),
                 };
                 let r = run_job(&daemon.socket, spec);
                 let fail = match r {
@@ -337,6 +348,7 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
         wall_s,
         commands: total,
         failed,
+        gpu_groups,
     };
     let path = dir.join(format!("{}.run.json", o.name));
     std::fs::write(&path, serde_json::to_vec_pretty(&m)?).with_context(|| format!("writing {}", path.display()))?;

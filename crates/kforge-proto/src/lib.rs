@@ -83,6 +83,11 @@ pub struct SubmitSpec {
     /// Kill the job (its process tree, or its warm worker) after this many milliseconds.
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// Jobs of one GPU group run on one GPU: a job for device `auto` goes where the group's first
+    /// job went (that one: the least loaded GPU), so the candidates an agent compares are timed
+    /// on the same GPU. A job sent to a GPU by name binds its group there.
+    #[serde(default)]
+    pub gpu_group: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -470,7 +475,7 @@ mod tests {
 
         #[test]
         fn submit_round_trips(argv in proptest::collection::vec(".{0,20}", 1..5), dev in "[a-z0-9]{1,5}") {
-            let m = Request::Submit(SubmitSpec { argv, cwd: "/".into(), env: vec![("A".into(), "b".into())], device: dev, policy: Some(Policy::Region), label: None, warm: false, timeout_ms: Some(5) });
+            let m = Request::Submit(SubmitSpec { argv, cwd: "/".into(), env: vec![("A".into(), "b".into())], device: dev, policy: Some(Policy::Region), label: None, warm: false, timeout_ms: Some(5), gpu_group: Some("matmul/g1".into()) });
             let f = encode(&m).unwrap();
             prop_assert_eq!(read_msg::<Request, _>(&mut &f[..]).unwrap(), m);
         }

@@ -21,6 +21,7 @@ pub fn run_as_job(socket: &Path, argv: Vec<String>, device: &str, label: &str, t
         label: Some(label.to_string()),
         warm: false,
         timeout_ms: timeout_s.map(|s| s.saturating_mul(1000)),
+        gpu_group: None,
     };
     c.send(&Request::Submit(spec)).context("submitting the job")?;
     let mut err_text = String::new();

@@ -145,6 +145,10 @@ enum WorkloadCmd {
         /// Run name (default: policy, plus ablation under region).
         #[arg(long)]
         name: Option<String>,
+        /// With --device all: send each command to the least busy GPU, not to the GPU of its
+        /// candidate group (more even load; candidate pairs split over two GPUs are not ranked).
+        #[arg(long)]
+        no_gpu_groups: bool,
         #[command(flatten)]
         common: WorkloadCommon,
     },
@@ -281,6 +285,10 @@ struct RunArgs {
     /// Kill the job after this many seconds.
     #[arg(long)]
     timeout: Option<f64>,
+    /// Run on the same GPU as the other jobs of this group (e.g. one operator's candidates, so
+    /// that they are compared on one GPU): with --device auto, where the group's first job went.
+    #[arg(long, value_name = "NAME")]
+    gpu_group: Option<String>,
     /// The command and its arguments.
     #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
     command: Vec<String>,
@@ -400,6 +408,7 @@ fn workload(cmd: WorkloadCmd) -> Result<i32> {
             limit: c.limit,
             timeout: Duration::from_secs(c.timeout_s),
             settle_timeout_ms: c.settle_timeout_ms,
+            gpu_groups: false,
         }
     };
     match cmd {
@@ -438,11 +447,12 @@ fn workload(cmd: WorkloadCmd) -> Result<i32> {
             println!("ground truth: {} commands in {:.1} s, {} failed; manifest {}", m.commands, m.wall_s, m.failed.len(), path.display());
             Ok(if m.failed.is_empty() { 0 } else { 1 })
         }
-        WorkloadCmd::Run { workload, policy, ablation, warm, concurrency, name, common } => {
+        WorkloadCmd::Run { workload, policy, ablation, warm, concurrency, name, no_gpu_groups, common } => {
             let policy = Policy::parse(&policy).expect("clap checked");
             let ablation = if warm { Ablation::Warm } else { ablation };
             let name = name.unwrap_or_else(|| if policy == Policy::Region { format!("region-{}", ablation.as_str()) } else { policy.as_str().to_string() });
-            let (m, path) = kforge_eval::runner::run(&options(&workload, &common, policy, ablation, concurrency, name, false))?;
+            let o = RunOptions { gpu_groups: !no_gpu_groups, ..options(&workload, &common, policy, ablation, concurrency, name, false) };
+            let (m, path) = kforge_eval::runner::run(&o)?;
             println!(
                 "{}: {} commands in {:.1} s ({:.1}/min), {} failed; manifest {}",
                 m.name, m.commands, m.wall_s, m.commands as f64 / m.wall_s * 60.0, m.failed.len(), path.display()
@@ -551,6 +561,7 @@ fn run(socket: PathBuf, a: RunArgs) -> Result<i32> {
             Some(t) => Some((t * 1e3).ceil() as u64),
             None => None,
         },
+        gpu_group: a.gpu_group,
     };
     c.send(&Request::Submit(spec))?;
     let mut out = std::io::stdout().lock();

@@ -51,6 +51,26 @@ fn missing_command_and_bad_device_are_clear_errors() {
 }
 
 #[test]
+fn gpu_groups_are_checked_and_fall_back_to_cpu_without_gpus() {
+    let d = TestDaemon::start(&[]);
+    let out = d.run_cmd(&["--gpu-group", "", "--", "true"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the GPU group is empty"), "{}", String::from_utf8_lossy(&out.stderr));
+    let long = "g".repeat(300);
+    let out = d.run_cmd(&["--gpu-group", &long, "--", "true"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("300 bytes long; at most 256"), "{}", String::from_utf8_lossy(&out.stderr));
+    // No GPU: `auto` with a group runs on the cpu device, twice, and nothing was recorded for
+    // the refused submissions.
+    for _ in 0..2 {
+        let out = d.run_cmd(&["--gpu-group", "softmax/g1", "--", "sh", "-c", "echo $KFORGE_DEVICE"]).output().unwrap();
+        assert_eq!((out.status.code(), String::from_utf8_lossy(&out.stdout).trim()), (Some(0), "cpu"));
+    }
+    let rep = d.report();
+    assert_eq!(rep.jobs.iter().map(|j| j.device.as_str()).collect::<Vec<_>>(), ["cpu", "cpu"]);
+}
+
+#[test]
 fn client_without_daemon_gets_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(KFORGE).arg("--socket").arg(dir.path().join("none.sock")).arg("status").output().unwrap();
