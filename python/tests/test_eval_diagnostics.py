@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import tarfile
 import sys
@@ -43,3 +44,30 @@ def test_diagnostics_compare_the_truth_of_two_gpus(tmp_path: Path) -> None:
     assert sum(int(x[3]) for x in rows[:4]) == int(rows[4][3]) == 205  # every command, in one bucket each
     # GPU 1's own store is read: its truth labels appear in the per-run table.
     assert any(l.startswith("eval:truth-gpu1-0 ") for l in lines)
+
+
+def test_a_warm_truth_is_left_out_of_the_cross_gpu_comparison_and_labels_stay_in_their_store(tmp_path: Path) -> None:
+    state = ROOT / "bench" / "results" / "2026-11-30-issue5-eval" / "pass3-x2" / "state.tgz"
+    with tarfile.open(state) as t:
+        t.extractall(tmp_path, filter="data")
+    script = str(ROOT / "scripts" / "analysis" / "eval_diagnostics.py")
+
+    def cross_gpu_rows() -> list[str]:
+        out = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True, check=True).stdout
+        lines = out.splitlines()
+        head = next(i for i, l in enumerate(lines) if l.startswith("ground truth on GPU B"))
+        return lines[head:]
+
+    before = cross_gpu_rows()
+    # A warm truth on GPU 0 whose medians are another run's (sorted after the cold parts, it
+    # would replace GPU 0's reference if it were counted).
+    m = json.loads((tmp_path / "truth-0.run.json").read_text())
+    m.update(name="truth-warm", warm=True, label="eval:region-warm-nosettle")
+    (tmp_path / "truth-warm.run.json").write_text(json.dumps(m))
+    assert cross_gpu_rows() == before
+    # A label named in two stores is refused, not mixed.
+    m2 = json.loads((tmp_path / "region-warm.run.json").read_text())
+    m2.update(name="zz-elsewhere", db=m2["db"].replace("kforge-eval.db", "kforge-eval-gpu1.db"))
+    (tmp_path / "zz-elsewhere.run.json").write_text(json.dumps(m2))
+    r = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 2 and "label eval:region-warm is named in two stores" in r.stderr, r.stderr

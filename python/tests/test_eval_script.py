@@ -43,25 +43,29 @@ def test_run_steps_over_every_gpu_with_and_without_gpu_groups(tmp_path: Path) ->
     for f in (kf, smi):
         f.chmod(0o755)
     steps = ("gen:50:1", "run:region:warm:8::region-warm-2gpu:all", "run:region:warm:8:::all-split",
-             "run:region:isolate:8::region-isolate-nosettle:0:0")
+             "run:region:isolate:8::region-isolate-nosettle:0:0", "run:region:isolate:8:::all")
     run_eval(repo, tmp_path / "no-state", out, log, *steps)
     calls = [l.split() for l in log.read_text().splitlines()]
-    assert [c[:2] for c in calls] == [["workload", "gen"]] + [["workload", "run"]] * 3
+    assert [c[:2] for c in calls] == [["workload", "gen"]] + [["workload", "run"]] * 4
 
     def opt(c: list[str], name: str) -> str:
         return c[c.index(name) + 1]
 
-    grouped, split, nosettle = calls[1:]
+    grouped, split, nosettle, grouped_default = calls[1:]
     # `all`: every GPU, each candidate group on one GPU (kforge's default).
     assert (opt(grouped, "--device"), opt(grouped, "--name"), "--no-gpu-groups" in grouped) == ("all", "region-warm-2gpu", False)
     # `all-split`: every GPU, each command on the least busy one; the default name says so.
     assert (opt(split, "--device"), opt(split, "--name"), "--no-gpu-groups" in split) == ("all", "region-warm-all-split", True)
     assert (opt(nosettle, "--device"), opt(nosettle, "--settle-timeout-ms")) == ("0", "0")
+    # A default name says which placement a run over every GPU had.
+    assert (opt(grouped_default, "--device"), opt(grouped_default, "--name"), "--no-gpu-groups" in grouped_default) == (
+        "all", "region-isolate-all-groups", False)
     # The state the call packed holds every result; a second call with it starts nothing again.
     with tarfile.open(out / "state.tgz") as t:
         names = sorted(n.lstrip("./") for n in t.getnames() if n.endswith(".run.json"))
         t.extractall(tmp_path / "state", filter="data")
-    assert names == ["region-isolate-nosettle.run.json", "region-warm-2gpu.run.json", "region-warm-all-split.run.json"]
+    assert names == ["region-isolate-all-groups.run.json", "region-isolate-nosettle.run.json", "region-warm-2gpu.run.json",
+                     "region-warm-all-split.run.json"]
     log.unlink()
     again = run_eval(repo, tmp_path / "state", out, log, *steps)
     assert not log.exists(), "no step ran twice"

@@ -43,16 +43,28 @@ def main(state: str) -> int:
     device = {m["label"]: m["device"] for m in manifests}
     samples: Dict[str, Dict[str, List[float]]] = {}
     regions: Dict[str, List[tuple]] = {}
-    for store in sorted({os.path.basename(m["db"]) for m in manifests}):
+    # Each store is read for the labels of the manifests that name it (a label in two stores is
+    # refused: its rows would mix).
+    labels_of: Dict[str, List[str]] = {}
+    for m in manifests:
+        labels_of.setdefault(os.path.basename(m["db"]), []).append(m["label"])
+    seen: Dict[str, str] = {}
+    for store, labels in sorted(labels_of.items()):
+        for label in labels:
+            if seen.setdefault(label, store) != store:
+                print(f"{state}: label {label} is named in two stores ({seen[label]} and {store})", file=sys.stderr)
+                return 2
         path = os.path.join(state, store)
         if not os.path.exists(path):
             print(f"{state}: store {store} named by a manifest is missing", file=sys.stderr)
             return 2
         db = sqlite3.connect(path)
-        for label, name, s in db.execute("select j.label, m.name, m.samples_ms from measurements m join jobs j on m.job = j.id where m.valid = 1"):
+        marks = ",".join("?" * len(labels))
+        for label, name, s in db.execute("select j.label, m.name, m.samples_ms from measurements m join jobs j on m.job = j.id "
+                                         f"where m.valid = 1 and j.label in ({marks})", labels):
             samples.setdefault(label, {})[name] = json.loads(s)
         for row in db.execute("select j.label, r.sm_clock_mhz_granted, r.sm_clock_mhz_released, r.gpu_temp_c_granted, r.gpu_temp_c_released "
-                              "from regions r join jobs j on r.job = j.id"):
+                              f"from regions r join jobs j on r.job = j.id where j.label in ({marks})", labels):
             regions.setdefault(row[0], []).append(row[1:])
     print(f"{'RUN':<24} {'CMDS':>5} {'N_MED':>6} {'N_MM':>5} {'SLOWS':>6} {'MHZ_G/R p50':>12} {'MHZ_R min':>9} {'C_G/R p50':>10}")
     for label in sorted(samples):
@@ -87,10 +99,11 @@ BUCKETS = [("<0.1ms", 0.0, 0.1), ("0.1-1ms", 0.1, 1.0), ("1-10ms", 1.0, 10.0), (
 
 
 def truth_across_gpus(manifests: List[dict], samples: Dict[str, Dict[str, List[float]]]) -> None:
-    """Each GPU's ground truth (all its parts) relative to the first GPU's, per duration bucket."""
+    """Each GPU's cold ground truth (all its parts) relative to the first GPU's, per duration
+    bucket (a warm truth, timed without process start-up, is another protocol: left out)."""
     per_gpu: Dict[str, Dict[str, float]] = {}
     for m in manifests:
-        if m["kind"] == "truth" and not m["device"].startswith("all: "):
+        if m["kind"] == "truth" and not m.get("warm") and not m["device"].startswith("all: "):
             for k, v in samples.get(m["label"], {}).items():
                 per_gpu.setdefault(m["device"], {})[k] = st.median(v)
     gpus = sorted(per_gpu)

@@ -70,14 +70,14 @@ truth_part() {
   "$K" workload truth "$W/w.jsonl" --device "$dev" --reserve-cores 2 ${1:+--offset "$1"} ${2:+--limit "$2"} "${extra[@]}"
 }
 # A run's manifest name: NAME, else kforge's default (policy, region-ABLATION), with -LIMIT for a
-# limited run, -all or -gpuN off GPU 0 and -settleMS with a settle override — so that a short,
+# limited run, -all-groups, -all-split or -gpuN off GPU 0 and -settleMS with a settle override — so that a short,
 # moved or re-settled run is not taken for another.
 # Arguments: POLICY ABLATION LIMIT NAME DEVICE SETTLE_MS.
 run_name() {
   if [ -n "$4" ]; then echo "$4"; return; fi
   local n=$1 dev=${5:-${RUN_DEVICE:-0}}; [ "$1" = region ] && n="region-${2:-isolate}"
   n="$n${3:+-$3}"
-  case "$dev" in 0) ;; all|all-split) n="$n-$dev" ;; *) n="$n-gpu$dev" ;; esac
+  case "$dev" in 0) ;; all) n="$n-all-groups" ;; all-split) n="$n-all-split" ;; *) n="$n-gpu$dev" ;; esac
   echo "$n${6:+-settle$6}"
 }
 # Pack the state where the poller of eval-bg.sh never sees it half written.

@@ -447,27 +447,15 @@ impl Daemon {
         }
     }
 
-    /// The device a name means; `auto` is the least loaded GPU (the cpu device when there is
-    /// none) without binding a GPU group.
-    fn resolve_device(&mut self, name: &str) -> Option<usize> {
-        self.place(name, None)
-    }
-
-    /// Where a job for device `name` runs: `auto` through the placement (its GPU group's GPU, or
-    /// the least loaded), a name as named (binding the group when that is a GPU).
-    fn place(&mut self, name: &str, gpu_group: Option<&str>) -> Option<usize> {
-        if name == "auto" {
-            let loads: Vec<(usize, usize)> = (0..self.devices.len())
-                .filter(|&i| self.devices[i].info.kind == DeviceKind::Gpu)
-                .map(|i| (i, self.devices[i].running.len() + self.devices[i].queue.len()))
-                .collect();
-            return self.placement.place(gpu_group, &loads).or(Some(0));
-        }
-        let d = self.devices.iter().position(|d| d.info.name == name)?;
-        if let Some(g) = gpu_group.filter(|_| self.devices[d].info.kind == DeviceKind::Gpu) {
-            self.placement.bind(g, d);
-        }
-        Some(d)
+    /// The device a name means: `auto` is the least loaded GPU (the cpu device when there is
+    /// none), for a job of a GPU group the group's GPU. Binds nothing.
+    fn resolve_device(&self, name: &str, gpu_group: Option<&str>) -> Option<usize> {
+        let loads: Vec<placement::DeviceLoad> = self
+            .devices
+            .iter()
+            .map(|d| placement::DeviceLoad { name: &d.info.name, gpu: d.info.kind == DeviceKind::Gpu, load: d.running.len() + d.queue.len() })
+            .collect();
+        self.placement.choose(&loads, name, gpu_group)
     }
 
     fn on_submit(&mut self, conn: ConnId, spec: SubmitSpec) {
@@ -480,7 +468,7 @@ impl Daemon {
         if let Some(Err(why)) = spec.gpu_group.as_deref().map(placement::check_group) {
             return self.fail(conn, ErrorCode::BadRequest, format!("submit: {why}"));
         }
-        let Some(device) = self.place(&spec.device, spec.gpu_group.as_deref()) else {
+        let Some(device) = self.resolve_device(&spec.device, spec.gpu_group.as_deref()) else {
             let names: Vec<&str> = self.devices.iter().map(|d| d.info.name.as_str()).collect();
             return self.fail(conn, ErrorCode::NoSuchDevice, format!("no device {:?}; this daemon has: auto, {}", spec.device, names.join(", ")));
         };
@@ -541,12 +529,17 @@ impl Daemon {
                 warm_output_closed: false,
             },
         );
+        // Accepted: the job's GPU group is bound to its GPU from now on.
+        if let Some(g) = self.jobs[&id].spec.gpu_group.as_deref().filter(|_| self.devices[device].info.kind == DeviceKind::Gpu) {
+            self.placement.bind(g, device);
+        }
         self.devices[device].queue.push_back(id);
         if let Some(c) = self.conns.get_mut(&conn) {
             c.jobs.insert(id);
         }
         let position = self.devices[device].queue.len();
-        self.send(conn, Reply::JobQueued { job: id, device: self.devices[device].info.name.clone(), policy, position });
+        let gpu_group = self.jobs[&id].spec.gpu_group.clone();
+        self.send(conn, Reply::JobQueued { job: id, device: self.devices[device].info.name.clone(), policy, position, gpu_group });
         self.admit(device);
     }
 
@@ -940,7 +933,7 @@ impl Daemon {
                 let Some(name) = device.as_deref() else {
                     return self.fail(conn, ErrorCode::BadRequest, "region_enter needs a job or a device".into());
                 };
-                match self.resolve_device(name) {
+                match self.resolve_device(name, None) {
                     Some(d) if name != "auto" => (d, self.cfg.default_policy),
                     _ => return self.fail(conn, ErrorCode::NoSuchDevice, format!("region_enter: no device {name:?}")),
                 }

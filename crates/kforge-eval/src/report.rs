@@ -71,6 +71,9 @@ pub struct RunSummary {
     /// (manifest device `all: A; B`).
     #[serde(default = "one_gpu")]
     pub gpus: usize,
+    /// A run over several GPUs sent each candidate group to one GPU (manifest `gpu_groups`).
+    #[serde(default)]
+    pub gpu_groups: bool,
     /// Throughput per GPU over the `command` run's per GPU, when there is one: a run over two
     /// GPUs is compared with what whole-command exclusivity does on as many GPUs.
     pub throughput_ratio_vs_command: Option<f64>,
@@ -464,10 +467,10 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
         match groups.iter_mut().find(|g| g.0 == base) {
             Some(g) => {
                 let first = g.1[0];
-                if (first.kind.as_str(), first.policy.as_str(), first.ablation.as_str(), first.warm, &first.daemon_flags)
-                    != (m.kind.as_str(), m.policy.as_str(), m.ablation.as_str(), m.warm, &m.daemon_flags)
+                if (first.kind.as_str(), first.policy.as_str(), first.ablation.as_str(), first.warm, &first.daemon_flags, first.gpu_groups)
+                    != (m.kind.as_str(), m.policy.as_str(), m.ablation.as_str(), m.warm, &m.daemon_flags, m.gpu_groups)
                 {
-                    bail!("runs {} and {} share the name {base} but not policy, ablation, warm and daemon flags", first.name, m.name);
+                    bail!("runs {} and {} share the name {base} but not policy, ablation, warm, daemon flags and GPU groups", first.name, m.name);
                 }
                 g.1.push(m);
             }
@@ -688,6 +691,7 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
             wall_s,
             throughput_per_min: tp,
             gpus,
+            gpu_groups: parts.iter().all(|p| p.gpu_groups),
             // A repeat of the truth ran one command at a time: no throughput comparison.
             throughput_ratio_vs_command: command_tp.filter(|c| *c > 0.0 && !repeat_of_truth).map(|c| tp / gpus as f64 / c),
             inflation: BUCKETS.iter().zip(per_bucket).map(|(b, v)| inflation_of(b, v)).collect(),
@@ -745,7 +749,7 @@ pub fn table(r: &EvalReport) -> String {
             if run.repeat_of_truth { "truth" } else { run.policy.as_str() },
             run.ablation,
             run.commands,
-            run.gpus,
+            format!("{}{}", run.gpus, if run.gpu_groups { "g" } else { "" }),
             run.throughput_per_min,
             run.throughput_ratio_vs_command.map(|x| format!("{x:.2}x")).unwrap_or("-".into()),
             run.failed,
@@ -764,6 +768,9 @@ pub fn table(r: &EvalReport) -> String {
     }
     if let Some(x) = r.runs.iter().filter(|x| !x.compared_across_devices && x.cross_device_commands > 0).map(|x| x.cross_device_commands).max() {
         s.push_str(&format!("(up to {x} commands per run left out of inflation: their ground truth is from another GPU)\n"));
+    }
+    if r.runs.iter().any(|x| x.gpu_groups) {
+        s.push_str("GPUS g: each candidate group ran on one GPU (GPU groups); without g a run over several GPUs ranks only the pairs that landed on one\n");
     }
     if r.runs.iter().any(|x| x.throughput_ratio_vs_command.is_some()) {
         s.push_str("VS_CMD/GPU: commands per minute per GPU over the command run's per GPU (whole-command exclusivity on as many GPUs)\n");
@@ -1103,12 +1110,28 @@ mod tests {
             let s = Store::open(&dbp).unwrap();
             record_on(&s, "eval:command", 31, &[("a", 1.0, 0.0, 1.0), ("b", 2.0, 1.0, 2.0), ("c", 3.0, 2.0, 3.0)], &[], "0");
             let mut with_cmd = ms.clone();
+            assert_eq!(with_cmd[2].name, "both");
             with_cmd.push(on(manifest("command", "run", "command", &db, &w, 1.0, 3), "0 (H200, GPU-a)"));
             let r = compute(&with_cmd).unwrap();
             let (both, command) = (&r.runs[0], &r.runs[1]);
             assert_eq!((both.gpus, command.gpus), (2, 1));
             assert_eq!((both.throughput_ratio_vs_command, command.throughput_ratio_vs_command), (Some(0.5), Some(1.0)));
             assert!(table(&r).contains("VS_CMD/GPU"));
+            assert!(!both.gpu_groups && !table(&r).contains("GPUS g:"));
+            // With GPU groups: marked in the table, and parts that differ in it are not merged.
+            with_cmd[2].gpu_groups = true;
+            let r = compute(&with_cmd).unwrap();
+            assert!(r.runs[0].gpu_groups);
+            let t = table(&r);
+            assert!(t.lines().any(|l| l.starts_with("both ") && l.split_whitespace().nth(4) == Some("2g")), "{t}");
+            assert!(t.contains("GPUS g: each candidate group ran on one GPU"));
+            let mut part = with_cmd[2].clone();
+            part.name = "both@9".into();
+            part.gpu_groups = false;
+            with_cmd[2].name = "both@0".into();
+            with_cmd.push(part);
+            let e = compute(&with_cmd).unwrap_err().to_string();
+            assert!(e.contains("share the name both but not policy, ablation, warm, daemon flags and GPU groups"), "{e}");
         }
         let mut x = run.inflation_all.values.clone();
         x.sort_by(f64::total_cmp);

@@ -294,7 +294,15 @@ pub enum Reply {
     Welcome { protocol: u32, daemon_pid: u32 },
     Error { code: ErrorCode, message: String },
     Status(StatusReport),
-    JobQueued { job: u64, device: String, policy: Policy, position: usize },
+    JobQueued {
+        job: u64,
+        device: String,
+        policy: Policy,
+        position: usize,
+        /// The job's GPU group, echoed: a daemon that does not know groups leaves it out.
+        #[serde(default)]
+        gpu_group: Option<String>,
+    },
     JobStarted { job: u64, pid: u32 },
     /// Output bytes, base64-encoded (standard alphabet, padded).
     Output { job: u64, stream: Stream, data: String },

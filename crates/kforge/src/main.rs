@@ -286,7 +286,8 @@ struct RunArgs {
     #[arg(long)]
     timeout: Option<f64>,
     /// Run on the same GPU as the other jobs of this group (e.g. one operator's candidates, so
-    /// that they are compared on one GPU): with --device auto, where the group's first job went.
+    /// that they are compared on one GPU): with --device auto, on the group's GPU — where its
+    /// first job went, or where a job of it was last sent with --device N.
     #[arg(long, value_name = "NAME")]
     gpu_group: Option<String>,
     /// The command and its arguments.
@@ -563,11 +564,15 @@ fn run(socket: PathBuf, a: RunArgs) -> Result<i32> {
         },
         gpu_group: a.gpu_group,
     };
+    let grouped = spec.gpu_group.is_some();
     c.send(&Request::Submit(spec))?;
     let mut out = std::io::stdout().lock();
     let mut err = std::io::stderr();
     loop {
         match c.recv()? {
+            Reply::JobQueued { gpu_group: None, .. } if grouped => {
+                eprintln!("kforge run: warning: the daemon ignored --gpu-group (a daemon older than GPU groups)");
+            }
             Reply::JobQueued { .. } | Reply::JobStarted { .. } => {}
             Reply::Output { stream, data, .. } => {
                 let bytes = b64::decode(&data).context("daemon sent undecodable output")?;

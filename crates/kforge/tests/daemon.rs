@@ -65,6 +65,8 @@ fn gpu_groups_are_checked_and_fall_back_to_cpu_without_gpus() {
     for _ in 0..2 {
         let out = d.run_cmd(&["--gpu-group", "softmax/g1", "--", "sh", "-c", "echo $KFORGE_DEVICE"]).output().unwrap();
         assert_eq!((out.status.code(), String::from_utf8_lossy(&out.stdout).trim()), (Some(0), "cpu"));
+        // The daemon echoed the group: no warning that it was ignored.
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("ignored --gpu-group"), "{}", String::from_utf8_lossy(&out.stderr));
     }
     let rep = d.report();
     assert_eq!(rep.jobs.iter().map(|j| j.device.as_str()).collect::<Vec<_>>(), ["cpu", "cpu"]);
