@@ -80,6 +80,11 @@ impl Placement {
         self.bound.get(group).map(|b| b.0)
     }
 
+    /// Groups bound to `device` now.
+    pub fn bound_to(&self, device: usize) -> usize {
+        self.bound.values().filter(|b| b.0 == device).count()
+    }
+
     /// The device (an index into `devices`) a job for device `name` of `group` would run on;
     /// `None` when `name` is neither `auto` nor one of the devices, or `auto` finds no device.
     pub fn choose(&self, devices: &[DeviceLoad], name: &str, group: Option<&str>) -> Option<usize> {
@@ -148,6 +153,9 @@ mod tests {
         p.bind("softmax/g1", 2);
         assert_eq!(p.choose(&busy, "auto", Some("softmax/g1")), Some(2));
         assert_eq!(p.len(), 1);
+        p.bind("matmul/g4", 2);
+        p.bind("ln/g2", 1);
+        assert_eq!((p.bound_to(0), p.bound_to(1), p.bound_to(2)), (0, 1, 2));
     }
 
     #[test]

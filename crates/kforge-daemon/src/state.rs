@@ -1240,6 +1240,7 @@ impl Daemon {
                         }
                         p
                     },
+                    gpu_groups: self.placement.bound_to(i),
                 }
             })
             .collect();

@@ -230,6 +230,9 @@ pub struct DeviceStatus {
     /// The warm worker pool of the device.
     #[serde(default)]
     pub pool: PoolStatus,
+    /// GPU groups bound to this device (`SubmitSpec::gpu_group`).
+    #[serde(default)]
+    pub gpu_groups: usize,
 }
 
 /// A device's warm workers.

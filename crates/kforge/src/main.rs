@@ -615,6 +615,9 @@ fn status(socket: PathBuf, json: bool) -> Result<i32> {
         let queue: Vec<String> = d.region_queue.iter().map(|r| format!("#{}", r.region)).collect();
         println!("{:<6} {:<5} {:>4} {:>7} {:>6}  {:<24} {}", d.name, d.kind, d.max_concurrent, d.running.len(), d.queued.len(), holder, if queue.is_empty() { "-".into() } else { queue.join(" ") });
         println!("       {}", d.description);
+        if d.gpu_groups > 0 {
+            println!("       GPU groups bound here: {}", d.gpu_groups);
+        }
         let p = &d.pool;
         if p.size > 0 || !p.recycled.is_empty() {
             let recycled: Vec<String> = p.recycled.iter().map(|(k, v)| format!("{v}× {k}")).collect();
