@@ -13,13 +13,16 @@ ROOT = Path(__file__).resolve().parents[2]
 # Records its arguments; writes what the real binary would leave in the workload's directory
 # (the workload for `gen`, NAME.run.json for `run`).
 STUB = r"""#!/usr/bin/env bash
-echo "$*" >> "$KF_LOG"
+echo "$* cpus=$(sed -n 's/^Cpus_allowed_list:\s*//p' /proc/self/status)" >> "$KF_LOG"
 if [ "$1 $2" = "workload gen" ]; then
   while [ $# -gt 0 ]; do [ "$1" = --out ] && echo '{}' > "$2"; shift; done
-elif [ "$1 $2" = "workload run" ]; then
-  dir=$(dirname "$3"); name=""
-  while [ $# -gt 0 ]; do [ "$1" = --name ] && name=$2; shift; done
-  echo '{}' > "$dir/$name.run.json"
+elif [ "$1 $2" = "workload run" ] || [ "$1 $2" = "workload truth" ]; then
+  dir=$(dirname "$3"); name=""; part=""
+  [ "$2" = truth ] && name=truth
+  while [ $# -gt 0 ]; do
+    case "$1" in --name) name=$2 ;; --offset) part=$2 ;; --limit) part=${part:-0} ;; esac; shift
+  done
+  echo '{}' > "$dir/$name${part:+-$part}.run.json"
 fi
 """
 
@@ -32,24 +35,31 @@ def run_eval(repo: Path, state: Path, out: Path, log: Path, *steps: str) -> str:
     return r.stdout
 
 
-def test_run_steps_over_every_gpu_with_and_without_gpu_groups(tmp_path: Path) -> None:
+def stand_ins(tmp_path: Path, gpus: int) -> tuple[Path, Path, Path]:
+    """A repository with the stand-in kforge, and an nvidia-smi that lists `gpus` GPUs."""
     repo, out, log = tmp_path / "repo", tmp_path / "out", tmp_path / "log"
     (repo / "target" / "release").mkdir(parents=True)
     (repo / "bin").mkdir()
     kf = repo / "target" / "release" / "kforge"
     kf.write_text(STUB)
     smi = repo / "bin" / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 'GPU 0: stand-in'\n")
+    smi.write_text("#!/bin/sh\n" + "".join(f"echo 'GPU {i}: stand-in (UUID: GPU-{i})'\n" for i in range(gpus)))
     for f in (kf, smi):
         f.chmod(0o755)
+    return repo, out, log
+
+
+def opt(c: list[str], name: str) -> str:
+    return c[c.index(name) + 1]
+
+
+def test_run_steps_over_every_gpu_with_and_without_gpu_groups(tmp_path: Path) -> None:
+    repo, out, log = stand_ins(tmp_path, 1)
     steps = ("gen:50:1", "run:region:warm:8::region-warm-2gpu:all", "run:region:warm:8:::all-split",
              "run:region:isolate:8::region-isolate-nosettle:0:0", "run:region:isolate:8:::all")
     run_eval(repo, tmp_path / "no-state", out, log, *steps)
     calls = [l.split() for l in log.read_text().splitlines()]
     assert [c[:2] for c in calls] == [["workload", "gen"]] + [["workload", "run"]] * 4
-
-    def opt(c: list[str], name: str) -> str:
-        return c[c.index(name) + 1]
 
     grouped, split, nosettle, grouped_default = calls[1:]
     # `all`: every GPU, each candidate group on one GPU (kforge's default).
@@ -70,3 +80,33 @@ def test_run_steps_over_every_gpu_with_and_without_gpu_groups(tmp_path: Path) ->
     again = run_eval(repo, tmp_path / "state", out, log, *steps)
     assert not log.exists(), "no step ran twice"
     assert again.count(": done (") == len(steps), again
+
+
+def test_truth_on_every_gpu_at_once_each_on_its_share_of_the_cores(tmp_path: Path) -> None:
+    repo, out, log = stand_ins(tmp_path, 3)
+    cores = sorted(os.sched_getaffinity(0))
+    run_eval(repo, tmp_path / "no-state", out, log, "gen:50:1", "truth-pair:0:5", "truth-each:5:5")
+    truths = [l.split() for l in log.read_text().splitlines() if l.startswith("workload truth")]
+    by = {(opt(c, "--offset"), opt(c, "--device")): c for c in truths}
+    # truth-pair: GPUs 0 and 1; truth-each: all three GPUs nvidia-smi lists; every part once.
+    assert sorted(by) == [("0", "0"), ("0", "1"), ("5", "0"), ("5", "1"), ("5", "2")] and len(truths) == 5
+    # Each GPU's part has its own store and name; GPU 0's keeps the defaults.
+    assert "--name" not in by[("5", "0")] and (opt(by[("5", "2")], "--name"), Path(opt(by[("5", "2")], "--db")).name) == (
+        "truth-gpu2", "kforge-eval-gpu2.db")
+
+    def cpus(c: list[str]) -> str:
+        return c[-1].removeprefix("cpus=")
+
+    n = len(cores)
+    if cores == list(range(n)):  # the shares are taken from cpu 0 up
+        per = n // 2
+        share = lambda i: str(i * per) if per == 1 else f"{i * per}-{i * per + per - 1}"  # noqa: E731
+        assert (cpus(by[("0", "0")]), cpus(by[("0", "1")])) == (share(0), share(1))
+        if n < 3:  # fewer cores than GPUs: the three parts share all of them
+            assert {cpus(by[("5", d)]) for d in "012"} == {f"0-{n - 1}" if n > 1 else "0"}
+    # Done parts are skipped: a second call with the state starts no truth again.
+    with tarfile.open(out / "state.tgz") as t:
+        t.extractall(tmp_path / "state", filter="data")
+    log.unlink()
+    again = run_eval(repo, tmp_path / "state", out, log, "gen:50:1", "truth-pair:0:5", "truth-each:5:5")
+    assert not log.exists() and again.count(": done (") == 3, again

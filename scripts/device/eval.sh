@@ -10,9 +10,11 @@
 #                                 runs (split a long truth over calls with OFFSET/LIMIT), on GPU
 #                                 DEVICE (0; another GPU's truth is named truth-gpuN, its store
 #                                 kforge-eval-gpuN.db)
-#     truth-pair[:OFFSET:LIMIT]   the truth on GPUs 0 and 1 at once, each on its half of the cores
-#                                 (a 2-GPU machine: every command's truth on both GPUs, for the
-#                                 scaling run `run:region:warm:8::NAME:all`)
+#     truth-each[:OFFSET:LIMIT]   the truth on every GPU at once (nvidia-smi -L), each on its own
+#                                 equal share of the cores (a machine of several GPUs: every
+#                                 command's truth on each GPU, for the scaling run
+#                                 `run:region:warm:8::NAME:all`)
+#     truth-pair[:OFFSET:LIMIT]   the same on GPUs 0 and 1 only
 #     truth-warm[:OFFSET:LIMIT]   the same in one warm worker, manifest truth-warm[-OFFSET] (faster; idle gaps between kernels —
 #                                 read bench/results/2026-11-30-issue5-eval-smoke before using it)
 #     run:POLICY[:ABLATION[:N[:LIMIT[:NAME[:DEVICE[:SETTLE_MS]]]]]]
@@ -59,6 +61,11 @@ result_of() {
     *) echo "" ;;
   esac
 }
+# The GPU indices a truth-pair (0 1) or truth-each (every GPU nvidia-smi lists) step covers.
+each_gpu() {
+  if [ "$1" = truth-pair ]; then echo 0 1; return; fi
+  seq 0 $(( $(nvidia-smi -L | grep -c '^GPU ') - 1 ))
+}
 # A truth's base name: truth, truth-warm, or truth-gpuN for a cold truth on GPU N > 0.
 truth_name() {
   if [ "$1" = truth ] && [ -n "$2" ] && [ "$2" != 0 ]; then echo "truth-gpu$2"; else echo "$1"; fi
@@ -86,8 +93,9 @@ for step in "$@"; do
   IFS=: read -r what a b c d e f g <<<"$step"
   lim=${d:-${LIMIT:-}}
   done_file=$(result_of "$what" "$a" "$b" "$c" "$lim" "$e" "$f" "$g")
-  if [ "$what" = truth-pair ]; then  # done when both GPUs' parts are
-    done_file=""; [ -e "$W/$(result_of truth "$a" "$b" 0)" ] && [ -e "$W/$(result_of truth "$a" "$b" 1)" ] && done_file=$(result_of truth "$a" "$b" 1)
+  if [ "$what" = truth-pair ] || [ "$what" = truth-each ]; then  # done when every GPU's part is
+    done_file=$(result_of truth "$a" "$b" 0)
+    for dev in $(each_gpu "$what"); do [ -e "$W/$(result_of truth "$a" "$b" "$dev")" ] || done_file=""; done
   fi
   if [ -n "$done_file" ] && [ -e "$W/$done_file" ]; then
     echo "== $step: done ($done_file in the state)"; continue
@@ -101,16 +109,19 @@ for step in "$@"; do
     gen) "$K" workload gen --profile gpu --out "$W/w.jsonl" --per-bucket "${a:-50}" --seed "${b:-1}" ;;
     # A truth with a failed command still writes its manifest (the failures listed in it).
     truth) truth_part "$a" "$b" "$c" || true ;;
-    truth-pair)  # GPU 0 on the first half of the cores, GPU 1 on the second; parts already done skipped
-      n=$(nproc); h=$((n / 2))
+    truth-pair|truth-each)  # GPU i on the i-th equal share of the cores; parts already done skipped
+      gpus=($(each_gpu "$what")); n=$(nproc)
+      [ ${#gpus[@]} -gt 0 ] || { echo "$step: nvidia-smi -L lists no GPU"; exit 2; }
+      per=$((n / ${#gpus[@]}))
       pids=()
-      for dev in 0 1; do
+      for dev in "${gpus[@]}"; do
         [ -e "$W/$(result_of truth "$a" "$b" "$dev")" ] && continue
-        if [ "$dev" = 0 ]; then cpus="0-$((h - 1))"; else cpus="$h-$((n - 1))"; fi
-        K="$K" W="$W" taskset -c "$cpus" bash -c "$(declare -f truth_part); truth_part \"\$@\"" _ "$a" "$b" "$dev" > "/tmp/truth-pair-$dev.log" 2>&1 &
+        cpus="$((dev * per))-$((dev * per + per - 1))"
+        [ "$per" -gt 0 ] || cpus="0-$((n - 1))"  # fewer cores than GPUs: all share them
+        K="$K" W="$W" taskset -c "$cpus" bash -c "$(declare -f truth_part); truth_part \"\$@\"" _ "$a" "$b" "$dev" > "/tmp/truth-each-$dev.log" 2>&1 &
         pids+=("$!:$dev")
       done
-      for p in "${pids[@]}"; do wait "${p%%:*}" || true; cat "/tmp/truth-pair-${p##*:}.log"; done ;;
+      for p in "${pids[@]}"; do wait "${p%%:*}" || true; cat "/tmp/truth-each-${p##*:}.log"; done ;;
     truth-warm) [ -z "$c" ] || { echo "truth-warm takes no DEVICE (it runs on GPU 0): $step"; exit 2; }
       "$K" workload truth "$W/w.jsonl" --warm --device 0 --reserve-cores 2 ${a:+--offset "$a"} ${b:+--limit "$b"} || true ;;
     run) dev=${f:-${RUN_DEVICE:-0}}; split=(); [ "$dev" = all-split ] && { dev=all; split=(--no-gpu-groups); }
