@@ -217,7 +217,8 @@ pub struct RunOptions {
     pub ablation: Ablation,
     pub concurrency: usize,
     /// `auto`, `cpu`, a GPU index, or `all`: every GPU of the machine, `concurrency` commands in
-    /// flight on each, every command on the least busy GPU (scaling runs; not the ground truth).
+    /// flight on each, each command on the least busy GPU or, with `gpu_groups`, on its candidate
+    /// group's GPU (scaling runs; not the ground truth).
     pub device: String,
     pub name: String,
     pub truth: bool,

@@ -157,7 +157,8 @@ enum WorkloadCmd {
 #[derive(clap::Args)]
 struct WorkloadCommon {
     /// auto (the first GPU, else cpu), cpu, a GPU index, or all (runs only: every GPU, --concurrency
-    /// commands in flight on each, each command on the least busy GPU — for scaling runs).
+    /// commands in flight on each, each candidate group on one GPU, picked by load when its first
+    /// command starts — for scaling runs; see --no-gpu-groups).
     #[arg(long, default_value = "auto")]
     device: String,
     /// Store of all runs (default: kforge-eval.db beside the workload).
