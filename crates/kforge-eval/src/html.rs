@@ -444,7 +444,14 @@ fn summary_row(run: &RunSummary) -> Vec<String> {
         esc(&run.ablation),
         fmt_yes_no(run.warm).to_string(),
         run.concurrency.to_string(),
-        if run.gpu_groups { format!("{} (groups)", run.gpus) } else { run.gpus.to_string() },
+        {
+            let mut cell = if run.gpu_groups { format!("{} (groups)", run.gpus) } else { run.gpus.to_string() };
+            if !run.commands_per_gpu.is_empty() {
+                let split: Vec<String> = run.commands_per_gpu.values().map(|n| n.to_string()).collect();
+                cell.push_str(&format!(": {} commands", split.join(" / ")));
+            }
+            esc(&cell)
+        },
         format!("{} ({})", run.commands, run.failed),
         fmt_f(run.wall_s, 1),
         fmt_f(run.throughput_per_min, 1),
@@ -1071,6 +1078,7 @@ mod tests {
             throughput_per_min: tp,
             gpus: 1,
             gpu_groups: false,
+            commands_per_gpu: Default::default(),
             throughput_ratio_vs_command: ratio,
             inflation,
             inflation_all: bucket("all", all),

@@ -74,6 +74,10 @@ pub struct RunSummary {
     /// A run over several GPUs sent each candidate group to one GPU (manifest `gpu_groups`).
     #[serde(default)]
     pub gpu_groups: bool,
+    /// Commands measured on each GPU (its name as manifests give it: `NAME (DESCRIPTION)`), for a
+    /// run over several GPUs: how evenly the placement spread the load. Empty on one GPU.
+    #[serde(default)]
+    pub commands_per_gpu: BTreeMap<String, usize>,
     /// Throughput per GPU over the `command` run's per GPU, when there is one: a run over two
     /// GPUs is compared with what whole-command exclusivity does on as many GPUs.
     pub throughput_ratio_vs_command: Option<f64>,
@@ -692,6 +696,14 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
             throughput_per_min: tp,
             gpus,
             gpu_groups: parts.iter().all(|p| p.gpu_groups),
+            commands_per_gpu: if gpus > 1 {
+                med_device.values().fold(BTreeMap::new(), |mut acc, d| {
+                    *acc.entry(d.clone()).or_insert(0) += 1;
+                    acc
+                })
+            } else {
+                BTreeMap::new()
+            },
             // A repeat of the truth ran one command at a time: no throughput comparison.
             throughput_ratio_vs_command: command_tp.filter(|c| *c > 0.0 && !repeat_of_truth).map(|c| tp / gpus as f64 / c),
             inflation: BUCKETS.iter().zip(per_bucket).map(|(b, v)| inflation_of(b, v)).collect(),
@@ -768,6 +780,10 @@ pub fn table(r: &EvalReport) -> String {
     }
     if let Some(x) = r.runs.iter().filter(|x| !x.compared_across_devices && x.cross_device_commands > 0).map(|x| x.cross_device_commands).max() {
         s.push_str(&format!("(up to {x} commands per run left out of inflation: their ground truth is from another GPU)\n"));
+    }
+    for run in r.runs.iter().filter(|x| !x.commands_per_gpu.is_empty()) {
+        let split: Vec<String> = run.commands_per_gpu.iter().map(|(d, n)| format!("GPU {} {n}", d.split(" (").next().unwrap_or(d))).collect();
+        s.push_str(&format!("{}: commands measured per GPU: {}\n", run_label(run), split.join(", ")));
     }
     if r.runs.iter().any(|x| x.gpu_groups) {
         s.push_str("GPUS g: each candidate group ran on one GPU (GPU groups); without g a run over several GPUs ranks only the pairs that landed on one\n");
@@ -1115,6 +1131,10 @@ mod tests {
             let r = compute(&with_cmd).unwrap();
             let (both, command) = (&r.runs[0], &r.runs[1]);
             assert_eq!((both.gpus, command.gpus), (2, 1));
+            let per_gpu: Vec<(&str, usize)> = both.commands_per_gpu.iter().map(|(d, n)| (d.as_str(), *n)).collect();
+            assert_eq!(per_gpu, [("0 (H200, GPU-a)", 1), ("1 (H200, GPU-b)", 2)]);
+            assert!(command.commands_per_gpu.is_empty());
+            assert!(table(&r).contains("both: commands measured per GPU: GPU 0 1, GPU 1 2"), "{}", table(&r));
             assert_eq!((both.throughput_ratio_vs_command, command.throughput_ratio_vs_command), (Some(0.5), Some(1.0)));
             assert!(table(&r).contains("VS_CMD/GPU"));
             assert!(!both.gpu_groups && !table(&r).contains("GPUS g:"));
