@@ -868,6 +868,8 @@ fn section_regions(out: &mut String, r: &EvalReport) {
         "freeze p95",
         "settle p50",
         "settle p95",
+        "held s (all)",
+        "settle s (all)",
         "drain timeouts",
         "revoked",
         "tainted",
@@ -891,6 +893,8 @@ fn section_regions(out: &mut String, r: &EvalReport) {
                 fmt_f(g.freeze_ms_p95, 2),
                 fmt_f(g.settle_ms_p50, 2),
                 fmt_f(g.settle_ms_p95, 2),
+                fmt_f(g.held_s, 1),
+                fmt_f(g.settle_s, 1),
                 g.drain_timeouts.to_string(),
                 g.revoked.to_string(),
                 g.tainted.to_string(),
@@ -901,7 +905,11 @@ fn section_regions(out: &mut String, r: &EvalReport) {
         })
         .collect();
     out.push_str(&html_table(&headers, &rows, 1));
-    out.push_str("<p class=\"note\">Times in milliseconds.</p>\n");
+    out.push_str(
+        "<p class=\"note\">Times in milliseconds, but the two sums in seconds: regions held (grant to release) \
+         and settle steps (before the grant, the GPU gated) — both exclusive per GPU, so together with the \
+         wall time they bound a run's throughput.</p>\n",
+    );
 }
 
 /// "a / b" of two optional figures without decimals, "—" where none were recorded.

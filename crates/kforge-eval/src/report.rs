@@ -221,6 +221,12 @@ pub struct RegionStats {
     pub gpu_temp_c_granted_p50: Option<f64>,
     #[serde(default)]
     pub gpu_temp_c_granted_max: Option<f64>,
+    /// Seconds regions were held (grant to release), summed over all regions.
+    #[serde(default)]
+    pub held_s: f64,
+    /// Seconds of settle steps (before the grant, the GPU gated), summed over all regions.
+    #[serde(default)]
+    pub settle_s: f64,
 }
 
 /// One command's ground truth on one GPU.
@@ -677,6 +683,8 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
             sm_clock_mhz_granted_min: None,
             gpu_temp_c_granted_p50: None,
             gpu_temp_c_granted_max: None,
+            held_s: rep.regions.iter().filter_map(|r| Some((r.released_ns? - r.granted_ns) as f64 / 1e9)).sum(),
+            settle_s: settle.iter().sum::<f64>() / 1e3,
         };
         let regions = with_gpu_state(regions, &rep.regions);
         let busy_share = if wall_s > 0.0 { (stats::union_length(&intervals) / wall_s).min(1.0) } else { 0.0 };
@@ -749,14 +757,15 @@ pub fn table(r: &EvalReport) -> String {
     let pct = |x: f64| if x.is_finite() { format!("{:.2}%", x * 100.0) } else { "-".into() };
     let tau = |x: Option<PairRanking>| x.map(|t| format!("{:.3}", t.kendall_tau)).unwrap_or("-".into());
     let gap_col = format!("TAU all/>={:.0}%", r.resolved_min_gap * 100.0);
+    let w = r.runs.iter().map(|x| run_label(x).len()).max().unwrap_or(0).max(16);
     let mut s = format!(
-        "{:<16} {:<8} {:<8} {:>5} {:>4} {:>8} {:>10} {:>6} {:>17} {:>17} {:>17} {:>17} {:>15}\n",
+        "{:<w$} {:<8} {:<8} {:>5} {:>4} {:>8} {:>10} {:>6} {:>17} {:>17} {:>17} {:>17} {:>15}\n",
         "RUN", "POLICY", "ABLATE", "CMDS", "GPUS", "CMDS/MIN", "VS_CMD/GPU", "FAILED", "<0.1ms p50/p95", "0.1-1ms p50/p95", "1-10ms p50/p95", ">10ms p50/p95", gap_col
     );
     for run in &r.runs {
         let b: Vec<String> = run.inflation.iter().map(|b| format!("{}/{}", pct(b.p50), pct(b.p95))).collect();
         s.push_str(&format!(
-            "{:<16} {:<8} {:<8} {:>5} {:>4} {:>8.1} {:>10} {:>6} {:>17} {:>17} {:>17} {:>17} {:>15}\n",
+            "{:<w$} {:<8} {:<8} {:>5} {:>4} {:>8.1} {:>10} {:>6} {:>17} {:>17} {:>17} {:>17} {:>15}\n",
             run_label(run),
             if run.repeat_of_truth { "truth" } else { run.policy.as_str() },
             run.ablation,
@@ -795,16 +804,39 @@ pub fn table(r: &EvalReport) -> String {
         "TAU: Kendall tau over all candidate pairs / over the pairs whose ground truths differ by >= {:.1} %\n",
         r.resolved_min_gap * 100.0
     ));
+    // Region runs only: under `command` the whole command is exclusive, under `none` nothing is,
+    // and a repeat of the truth runs one command at a time anyway.
+    let serial: Vec<&RunSummary> =
+        r.runs.iter().filter(|x| x.policy == "region" && !x.repeat_of_truth && x.regions.count > 0 && x.wall_s > 0.0).collect();
+    if serial.iter().any(|x| x.regions.settle_s > 0.0) {
+        let w = serial.iter().map(|x| run_label(x).len()).max().unwrap_or(0).max(19);
+        s.push_str(&format!(
+            "\nserial time per GPU (regions are exclusive, and so is the settle step before each):\n{:<w$} {:>7} {:>7} {:>9} {:>9}\n",
+            "RUN", "WALL_S", "HELD_S", "SETTLE_S", "SERIAL"
+        ));
+        for run in serial {
+            let g = &run.regions;
+            s.push_str(&format!(
+                "{:<w$} {:>7.1} {:>7.1} {:>9.1} {:>8.0}%\n",
+                run_label(run),
+                run.wall_s,
+                g.held_s,
+                g.settle_s,
+                (g.held_s + g.settle_s) / (run.wall_s * run.gpus as f64) * 100.0
+            ));
+        }
+    }
     let clocked: Vec<&RunSummary> = r.runs.iter().filter(|x| !x.full_clock.is_empty()).collect();
     if !clocked.is_empty() {
+        let w = clocked.iter().map(|x| run_label(x).len()).max().unwrap_or(0).max(19);
         s.push_str(&format!(
-            "\nregions that ended at full clock (SM clock at release >= {:.0} % of the top clock of the run or slice; the truth's too, where it recorded one):\n{:<19} {:>7} {:>9} {:>19} {:>19} {:>19} {:>19}\n",
+            "\nregions that ended at full clock (SM clock at release >= {:.0} % of the top clock of the run or slice; the truth's too, where it recorded one):\n{:<w$} {:>7} {:>9} {:>19} {:>19} {:>19} {:>19}\n",
             FULL_CLOCK_FRACTION * 100.0, "RUN", "TOP_MHZ", "THROTTLED", "<0.1ms n p50/p95", "0.1-1ms n p50/p95", "1-10ms n p50/p95", ">10ms n p50/p95"
         ));
         for run in clocked {
             let b: Vec<String> = run.full_clock.iter().map(|b| format!("{} {}/{}", b.n, pct(b.p50), pct(b.p95))).collect();
             s.push_str(&format!(
-                "{:<19} {:>7} {:>9} {:>19} {:>19} {:>19} {:>19}\n",
+                "{:<w$} {:>7} {:>9} {:>19} {:>19} {:>19} {:>19}\n",
                 run_label(run),
                 run.top_sm_clock_mhz.map(|c| c.to_string()).unwrap_or("-".into()),
                 run.throttled_commands,
@@ -871,6 +903,11 @@ mod tests {
 
     /// `record_clocked`, the jobs on daemon device `device`.
     fn record_on(s: &Store, label: &str, first_id: u64, rows: &[(&str, f64, f64, f64)], clocks: &[Option<(u32, u32)>], device: &str) {
+        record_settled(s, label, first_id, rows, clocks, device, 0.0);
+    }
+
+    /// Rows as `record_on`, each region after a settle step of `settle_ms`.
+    fn record_settled(s: &Store, label: &str, first_id: u64, rows: &[(&str, f64, f64, f64)], clocks: &[Option<(u32, u32)>], device: &str, settle_ms: f64) {
         for (k, (name, ms, start, end)) in rows.iter().enumerate() {
             let clock = clocks.get(k).copied().flatten();
             let id = first_id + k as u64;
@@ -882,7 +919,7 @@ mod tests {
             s.insert_region(&RegionRow {
                 id, job: Some(id), device: "cpu".into(), name: name.to_string(), pid: 1, tid: 1, policy: "region".into(), exclusive: true,
                 requested_ns: ns(*start), granted_ns: ns(*start), released_ns: Some(ns(*end)), wait_ms: 1.0, gate_ms: 0.0, drain_ms: 2.0,
-                drain_timed_out: false, freeze_ms: 0.5, frozen_jobs: 1, settle_ms: 0.0, settle_timed_out: false, gpu_temp_c_granted: None,
+                drain_timed_out: false, freeze_ms: 0.5, frozen_jobs: 1, settle_ms, settle_timed_out: false, gpu_temp_c_granted: None,
                 sm_clock_mhz_granted: clock.map(|c| c.0), gpu_temp_c_released: None, sm_clock_mhz_released: clock.map(|c| c.1), isolate_ms: 0.1,
                 core: Some(0), lease_ms: 60000, revoked: false, tainted: false,
             }).unwrap();
@@ -1087,6 +1124,34 @@ mod tests {
         assert!((b.inflation - 0.4).abs() < 1e-9 && b.freeze_ms == Some(0.5));
         let e = run.outliers.iter().find(|o| o.id == "e").unwrap();
         assert_eq!(e.truth_sm_clock_mhz_released, Some(1400));
+    }
+
+    #[test]
+    fn serial_time_sums_held_regions_and_settle_steps_per_gpu() {
+        let dir = tempfile::tempdir().unwrap();
+        let wl = dir.path().join("w.jsonl");
+        crate::workload::write(&wl, &[cmd("a", "g1", "mm"), cmd("b", "g1", "mm")]).unwrap();
+        let dbp = dir.path().join("e.db");
+        let s = Store::open(&dbp).unwrap();
+        record(&s, "eval:truth", 1, &[("a", 1.0, 0.0, 0.5), ("b", 2.0, 1.0, 1.5)]);
+        // Regions of 1.0 and 2.0 s, each after 250 ms of settle; a run of 10 s.
+        record_settled(&s, "eval:region", 11, &[("a", 1.0, 0.0, 1.0), ("b", 2.0, 2.0, 4.0)], &[], "cpu", 250.0);
+        record(&s, "eval:command", 21, &[("a", 1.0, 0.0, 1.0), ("b", 2.0, 1.0, 2.0)]);
+        drop(s);
+        let (db, w) = (dbp.display().to_string(), wl.display().to_string());
+        let ms = vec![
+            manifest("truth", "truth", "region", &db, &w, 1.0, 2),
+            manifest("region", "run", "region", &db, &w, 10.0, 2),
+            manifest("command", "run", "command", &db, &w, 10.0, 2),
+        ];
+        let r = compute(&ms).unwrap();
+        let region = r.runs.iter().find(|x| x.name == "region").unwrap();
+        assert!((region.regions.held_s - 3.0).abs() < 1e-9 && (region.regions.settle_s - 0.5).abs() < 1e-9, "{:?}", region.regions);
+        let t = table(&r);
+        let row = t.lines().skip_while(|l| !l.starts_with("serial time per GPU")).find(|l| l.starts_with("region ")).unwrap();
+        assert_eq!(row.split_whitespace().collect::<Vec<_>>(), ["region", "10.0", "3.0", "0.5", "35%"]);
+        // Whole-command exclusivity has no serial-time row: its regions are not what is exclusive.
+        assert!(!t.lines().skip_while(|l| !l.starts_with("serial time per GPU")).any(|l| l.starts_with("command ")), "{t}");
     }
 
     #[test]
