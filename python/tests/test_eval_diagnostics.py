@@ -10,10 +10,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE = ROOT / "bench" / "results" / "2026-11-30-issue5-eval" / "state"
+SCRIPT = str(ROOT / "scripts" / "analysis" / "eval_diagnostics.py")
+
+
+def unpack_pass3(into: Path) -> None:
+    """The third pass's state (both GPUs' truth, one store per GPU) into `into`."""
+    with tarfile.open(ROOT / "bench" / "results" / "2026-11-30-issue5-eval" / "pass3-x2" / "state.tgz") as t:
+        t.extractall(into, filter="data")
 
 
 def test_diagnostics_of_the_committed_evaluation() -> None:
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "analysis" / "eval_diagnostics.py"), str(STATE)],
+    r = subprocess.run([sys.executable, SCRIPT, str(STATE)],
                        capture_output=True, text=True, check=True)
     lines = r.stdout.splitlines()
     row = next(l for l in lines if l.startswith("eval:region-isolate "))
@@ -25,17 +32,15 @@ def test_diagnostics_of_the_committed_evaluation() -> None:
 
 
 def test_diagnostics_refuses_an_empty_directory(tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "analysis" / "eval_diagnostics.py"), str(tmp_path)],
+    r = subprocess.run([sys.executable, SCRIPT, str(tmp_path)],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "no *.run.json manifests" in r.stderr
 
 
 def test_diagnostics_compare_the_truth_of_two_gpus(tmp_path: Path) -> None:
     # The third pass ran the cold truth on both H200s of one host at once (one store per GPU).
-    state = ROOT / "bench" / "results" / "2026-11-30-issue5-eval" / "pass3-x2" / "state.tgz"
-    with tarfile.open(state) as t:
-        t.extractall(tmp_path, filter="data")
-    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "analysis" / "eval_diagnostics.py"), str(tmp_path)],
+    unpack_pass3(tmp_path)
+    r = subprocess.run([sys.executable, SCRIPT, str(tmp_path)],
                        capture_output=True, text=True, check=True)
     lines = r.stdout.splitlines()
     head = lines.index(next(l for l in lines if l.startswith("ground truth on GPU B relative to GPU 0 GPU-")))
@@ -47,13 +52,10 @@ def test_diagnostics_compare_the_truth_of_two_gpus(tmp_path: Path) -> None:
 
 
 def test_a_warm_truth_is_left_out_of_the_cross_gpu_comparison_and_labels_stay_in_their_store(tmp_path: Path) -> None:
-    state = ROOT / "bench" / "results" / "2026-11-30-issue5-eval" / "pass3-x2" / "state.tgz"
-    with tarfile.open(state) as t:
-        t.extractall(tmp_path, filter="data")
-    script = str(ROOT / "scripts" / "analysis" / "eval_diagnostics.py")
+    unpack_pass3(tmp_path)
 
     def cross_gpu_rows() -> list[str]:
-        out = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True, check=True).stdout
+        out = subprocess.run([sys.executable, SCRIPT, str(tmp_path)], capture_output=True, text=True, check=True).stdout
         lines = out.splitlines()
         head = next(i for i, l in enumerate(lines) if l.startswith("ground truth on GPU B"))
         return lines[head:]
@@ -69,5 +71,5 @@ def test_a_warm_truth_is_left_out_of_the_cross_gpu_comparison_and_labels_stay_in
     m2 = json.loads((tmp_path / "region-warm.run.json").read_text())
     m2.update(name="zz-elsewhere", db=m2["db"].replace("kforge-eval.db", "kforge-eval-gpu1.db"))
     (tmp_path / "zz-elsewhere.run.json").write_text(json.dumps(m2))
-    r = subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, SCRIPT, str(tmp_path)], capture_output=True, text=True)
     assert r.returncode == 2 and "label eval:region-warm is named in two stores" in r.stderr, r.stderr

@@ -10,7 +10,7 @@
 //! (bench/results/2026-11-30-issue5-eval, third pass) — more than many candidate pairs differ by.
 //!
 //! Choosing never binds: the daemon binds a group only once its job is accepted. The memory is
-//! bounded: past [`Placement::capacity`] groups the least recently used binding is forgotten (its
+//! bounded: past its capacity ([`DEFAULT_CAPACITY`] groups) the least recently used binding is forgotten (its
 //! next job is placed afresh). Pure bookkeeping: the daemon's state machine owns one.
 
 use std::collections::{BTreeMap, HashMap};
@@ -60,10 +60,6 @@ pub fn check_group(group: &str) -> Result<(), String> {
 impl Placement {
     pub fn with_capacity(capacity: usize) -> Placement {
         Placement { bound: HashMap::new(), by_use: BTreeMap::new(), next_stamp: 0, capacity: capacity.max(1) }
-    }
-
-    pub fn capacity(&self) -> usize {
-        self.capacity
     }
 
     /// Groups bound now.

@@ -757,7 +757,9 @@ pub fn table(r: &EvalReport) -> String {
     let pct = |x: f64| if x.is_finite() { format!("{:.2}%", x * 100.0) } else { "-".into() };
     let tau = |x: Option<PairRanking>| x.map(|t| format!("{:.3}", t.kendall_tau)).unwrap_or("-".into());
     let gap_col = format!("TAU all/>={:.0}%", r.resolved_min_gap * 100.0);
+    // Run-name column: as wide as the longest name (16 at least; 19 in the tables below).
     let w = r.runs.iter().map(|x| run_label(x).len()).max().unwrap_or(0).max(16);
+    let w_below = w.max(19);
     let mut s = format!(
         "{:<w$} {:<8} {:<8} {:>5} {:>4} {:>8} {:>10} {:>6} {:>17} {:>17} {:>17} {:>17} {:>15}\n",
         "RUN", "POLICY", "ABLATE", "CMDS", "GPUS", "CMDS/MIN", "VS_CMD/GPU", "FAILED", "<0.1ms p50/p95", "0.1-1ms p50/p95", "1-10ms p50/p95", ">10ms p50/p95", gap_col
@@ -809,7 +811,7 @@ pub fn table(r: &EvalReport) -> String {
     let serial: Vec<&RunSummary> =
         r.runs.iter().filter(|x| x.policy == "region" && !x.repeat_of_truth && x.regions.count > 0 && x.wall_s > 0.0).collect();
     if serial.iter().any(|x| x.regions.settle_s > 0.0) {
-        let w = serial.iter().map(|x| run_label(x).len()).max().unwrap_or(0).max(19);
+        let w = w_below;
         s.push_str(&format!(
             "\nserial time per GPU (regions are exclusive, and so is the settle step before each):\n{:<w$} {:>7} {:>7} {:>9} {:>9}\n",
             "RUN", "WALL_S", "HELD_S", "SETTLE_S", "SERIAL"
@@ -828,7 +830,7 @@ pub fn table(r: &EvalReport) -> String {
     }
     let clocked: Vec<&RunSummary> = r.runs.iter().filter(|x| !x.full_clock.is_empty()).collect();
     if !clocked.is_empty() {
-        let w = clocked.iter().map(|x| run_label(x).len()).max().unwrap_or(0).max(19);
+        let w = w_below;
         s.push_str(&format!(
             "\nregions that ended at full clock (SM clock at release >= {:.0} % of the top clock of the run or slice; the truth's too, where it recorded one):\n{:<w$} {:>7} {:>9} {:>19} {:>19} {:>19} {:>19}\n",
             FULL_CLOCK_FRACTION * 100.0, "RUN", "TOP_MHZ", "THROTTLED", "<0.1ms n p50/p95", "0.1-1ms n p50/p95", "1-10ms n p50/p95", ">10ms n p50/p95"
