@@ -5,12 +5,13 @@ use std::{env, fs, path::PathBuf};
 fn main() {
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR").unwrap()).join("../../python/kforge");
     println!("cargo:rerun-if-changed={}", root.display());
-    let mut files: Vec<PathBuf> = fs::read_dir(&root)
-        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
+    let mut files: Vec<PathBuf> =
+        fs::read_dir(&root).map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
     files.retain(|p| p.extension().map(|e| e == "py" || e == "typed").unwrap_or(false));
     files.sort();
-    let mut out = String::from("/// The embedded Python package: (file name, contents).\npub const PY_FILES: &[(&str, &str)] = &[\n");
+    let mut out = String::from(
+        "/// The embedded Python package: (file name, contents).\npub const PY_FILES: &[(&str, &str)] = &[\n",
+    );
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());
         let name = f.file_name().unwrap().to_string_lossy();

@@ -27,9 +27,13 @@ pub struct Client {
 impl Client {
     /// Connect and greet. Fails with a clear message when no daemon listens or versions differ.
     pub fn connect(path: &Path) -> Result<Client, ClientError> {
-        let stream = UnixStream::connect(path).map_err(|source| ClientError::Connect { path: path.display().to_string(), source })?;
+        let stream = UnixStream::connect(path)
+            .map_err(|source| ClientError::Connect { path: path.display().to_string(), source })?;
         let mut c = Client { stream, path: path.to_path_buf(), daemon_pid: 0 };
-        c.send(&Request::Hello { protocol: PROTOCOL_VERSION, client: format!("kforge-rs/{}", env!("CARGO_PKG_VERSION")) })?;
+        c.send(&Request::Hello {
+            protocol: PROTOCOL_VERSION,
+            client: format!("kforge-rs/{}", env!("CARGO_PKG_VERSION")),
+        })?;
         match c.recv()? {
             Reply::Welcome { daemon_pid, .. } => c.daemon_pid = daemon_pid,
             other => return Err(ClientError::Unexpected(format!("{other:?}"))),
@@ -42,7 +46,8 @@ impl Client {
     }
 
     pub fn send(&mut self, req: &Request) -> Result<(), ClientError> {
-        kforge_proto::write_msg(&mut self.stream, req).map_err(|source| ClientError::Protocol { path: self.path.display().to_string(), source })
+        kforge_proto::write_msg(&mut self.stream, req)
+            .map_err(|source| ClientError::Protocol { path: self.path.display().to_string(), source })
     }
 
     /// Next reply; a daemon `error` reply becomes [`ClientError::Daemon`].

@@ -58,10 +58,7 @@ fn sorted(cpus: &[u32]) -> Vec<u32> {
 pub fn online_cpus() -> Result<Vec<u32>, CoreError> {
     affinity(0).or_else(|_| {
         let path = "/sys/devices/system/cpu/online";
-        let text = fs::read_to_string(path).map_err(|source| CoreError::Io {
-            path: path.into(),
-            source,
-        })?;
+        let text = fs::read_to_string(path).map_err(|source| CoreError::Io { path: path.into(), source })?;
         parse_cpu_list(&text)
     })
 }
@@ -84,14 +81,9 @@ pub fn set_affinity(tid: i32, cpus: &[u32]) -> Result<(), CoreError> {
     }
     // SAFETY: the kernel reads size_of_val(&mask) bytes from a live buffer; cpu_set_t is just
     // a bit array, so a larger buffer is a valid (bigger) cpu set.
-    let rc =
-        unsafe { libc::sched_setaffinity(tid, std::mem::size_of_val(&mask), mask.as_ptr().cast()) };
+    let rc = unsafe { libc::sched_setaffinity(tid, std::mem::size_of_val(&mask), mask.as_ptr().cast()) };
     if rc != 0 {
-        return Err(CoreError::Syscall {
-            op: "sched_setaffinity",
-            tid,
-            source: io::Error::last_os_error(),
-        });
+        return Err(CoreError::Syscall { op: "sched_setaffinity", tid, source: io::Error::last_os_error() });
     }
     Ok(())
 }
@@ -101,19 +93,11 @@ pub fn set_affinity(tid: i32, cpus: &[u32]) -> Result<(), CoreError> {
 pub fn affinity(tid: i32) -> Result<Vec<u32>, CoreError> {
     let mut mask = [0u64; MASK_WORDS];
     // SAFETY: the kernel writes at most size_of_val(&mask) bytes into the live buffer.
-    let rc = unsafe {
-        libc::sched_getaffinity(tid, std::mem::size_of_val(&mask), mask.as_mut_ptr().cast())
-    };
+    let rc = unsafe { libc::sched_getaffinity(tid, std::mem::size_of_val(&mask), mask.as_mut_ptr().cast()) };
     if rc != 0 {
-        return Err(CoreError::Syscall {
-            op: "sched_getaffinity",
-            tid,
-            source: io::Error::last_os_error(),
-        });
+        return Err(CoreError::Syscall { op: "sched_getaffinity", tid, source: io::Error::last_os_error() });
     }
-    Ok((0..MAX_CPUS)
-        .filter(|&c| mask[c as usize / 64] & (1 << (c % 64)) != 0)
-        .collect())
+    Ok((0..MAX_CPUS).filter(|&c| mask[c as usize / 64] & (1 << (c % 64)) != 0).collect())
 }
 
 /// Split usable `cpus` into `(reserved, rest)`: the `reserve` LOWEST-numbered cpus go to
@@ -124,10 +108,7 @@ pub fn affinity(tid: i32) -> Result<Vec<u32>, CoreError> {
 pub fn split(cpus: &[u32], reserve: usize) -> Result<(Vec<u32>, Vec<u32>), CoreError> {
     let mut all = sorted(cpus);
     if reserve >= all.len() {
-        return Err(CoreError::TooManyReserved {
-            reserve,
-            available: all.len(),
-        });
+        return Err(CoreError::TooManyReserved { reserve, available: all.len() });
     }
     let rest = all.split_off(reserve);
     Ok((all, rest))
@@ -136,17 +117,11 @@ pub fn split(cpus: &[u32], reserve: usize) -> Result<(Vec<u32>, Vec<u32>), CoreE
 /// Thread ids of process `pid` (0 = this process) from `/proc/<pid>/task`, sorted. Empty if
 /// the process does not exist (or is not visible).
 pub fn threads(pid: i32) -> Vec<i32> {
-    let dir = if pid == 0 {
-        "/proc/self/task".to_string()
-    } else {
-        format!("/proc/{pid}/task")
-    };
+    let dir = if pid == 0 { "/proc/self/task".to_string() } else { format!("/proc/{pid}/task") };
     let Ok(entries) = fs::read_dir(dir) else {
         return Vec::new();
     };
-    let mut tids: Vec<i32> = entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
+    let mut tids: Vec<i32> = entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
     tids.sort_unstable();
     tids
 }
@@ -162,18 +137,14 @@ pub fn set_process_affinity(pid: i32, cpus: &[u32]) -> Result<usize, CoreError> 
     let mut done: Vec<i32> = Vec::new();
     // Bounded: a process spawning threads faster than we can pin them is not chased forever.
     for _ in 0..16 {
-        let new: Vec<i32> = threads(pid)
-            .into_iter()
-            .filter(|t| !done.contains(t))
-            .collect();
+        let new: Vec<i32> = threads(pid).into_iter().filter(|t| !done.contains(t)).collect();
         if new.is_empty() {
             break;
         }
         for tid in new {
             match set_affinity(tid, cpus) {
                 Ok(()) => done.push(tid),
-                Err(CoreError::Syscall { source, .. })
-                    if source.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(CoreError::Syscall { source, .. }) if source.raw_os_error() == Some(libc::ESRCH) => {}
                 Err(e) => return Err(e),
             }
         }
@@ -195,11 +166,7 @@ pub fn format_cpu_list(cpus: &[u32]) -> String {
         while i + 1 < cpus.len() && cpus[i + 1] == cpus[i] + 1 {
             i += 1;
         }
-        parts.push(if cpus[i] == start {
-            start.to_string()
-        } else {
-            format!("{start}-{}", cpus[i])
-        });
+        parts.push(if cpus[i] == start { start.to_string() } else { format!("{start}-{}", cpus[i]) });
         i += 1;
     }
     parts.join(",")
@@ -214,10 +181,7 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, CoreError> {
     if input.is_empty() {
         return Ok(Vec::new());
     }
-    let bad = |reason: String| CoreError::Parse {
-        input: input.to_string(),
-        reason,
-    };
+    let bad = |reason: String| CoreError::Parse { input: input.to_string(), reason };
     let num = |t: &str| -> Result<u32, CoreError> {
         let t = t.trim();
         if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {

@@ -31,28 +31,18 @@ fn affinity_round_trip_on_current_thread() {
 #[test]
 fn affinity_errors_are_typed() {
     assert!(matches!(set_affinity(0, &[]), Err(CoreError::Empty)));
-    assert!(
-        matches!(set_affinity(0, &[MAX_CPUS]), Err(CoreError::CpuOutOfRange(c)) if c == MAX_CPUS)
-    );
+    assert!(matches!(set_affinity(0, &[MAX_CPUS]), Err(CoreError::CpuOutOfRange(c)) if c == MAX_CPUS));
     // A cpu that exists in the mask syntax but is not online: EINVAL from the kernel.
-    assert!(matches!(
-        set_affinity(0, &[MAX_CPUS - 1]),
-        Err(CoreError::Syscall { .. })
-    ));
+    assert!(matches!(set_affinity(0, &[MAX_CPUS - 1]), Err(CoreError::Syscall { .. })));
     // Thread ids above pid_max never exist.
     let gone = 0x3fff_ffff;
     assert!(matches!(affinity(gone), Err(CoreError::Syscall { tid, .. }) if tid == gone));
-    assert!(
-        matches!(set_process_affinity(gone, &[0]), Err(CoreError::NoSuchProcess(p)) if p == gone)
-    );
+    assert!(matches!(set_process_affinity(gone, &[0]), Err(CoreError::NoSuchProcess(p)) if p == gone));
 }
 
 #[test]
 fn process_affinity_covers_all_threads() {
-    let mut child = std::process::Command::new("sleep")
-        .arg("30")
-        .spawn()
-        .unwrap();
+    let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
     let pid = child.id() as i32;
     let target = *online_cpus().unwrap().last().unwrap();
     let n = set_process_affinity(pid, &[target]);
@@ -69,13 +59,7 @@ fn split_edge_cases() {
     assert_eq!(split(&[3, 1, 0, 2], 1).unwrap(), (vec![0], vec![1, 2, 3]));
     assert_eq!(split(&[0, 1, 2, 3], 3).unwrap(), (vec![0, 1, 2], vec![3]));
     assert_eq!(split(&[4, 4, 9], 1).unwrap(), (vec![4], vec![9]));
-    assert!(matches!(
-        split(&[0, 1], 2),
-        Err(CoreError::TooManyReserved {
-            reserve: 2,
-            available: 2
-        })
-    ));
+    assert!(matches!(split(&[0, 1], 2), Err(CoreError::TooManyReserved { reserve: 2, available: 2 })));
     assert!(split(&[0, 1], 5).is_err());
     assert!(split(&[0, 0], 1).is_err(), "duplicates are one cpu");
     assert!(split(&[], 0).is_err(), "no cpu left for jobs");
@@ -95,19 +79,11 @@ fn parse_format_round_trip() {
 
 #[test]
 fn parse_rejects_bad_input() {
-    for s in [
-        "a", "1,,2", "1-", "-1", "3-1", "1-2-3", "0-7:2", "+1", "1 2", ",",
-    ] {
-        assert!(
-            matches!(parse_cpu_list(s), Err(CoreError::Parse { .. })),
-            "{s:?}"
-        );
+    for s in ["a", "1,,2", "1-", "-1", "3-1", "1-2-3", "0-7:2", "+1", "1 2", ","] {
+        assert!(matches!(parse_cpu_list(s), Err(CoreError::Parse { .. })), "{s:?}");
     }
     for s in ["8192", "0-99999999999", "4294967296"] {
-        assert!(
-            matches!(parse_cpu_list(s), Err(CoreError::CpuOutOfRange(_))),
-            "{s:?}"
-        );
+        assert!(matches!(parse_cpu_list(s), Err(CoreError::CpuOutOfRange(_))), "{s:?}");
     }
 }
 

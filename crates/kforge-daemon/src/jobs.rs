@@ -6,9 +6,9 @@ use kforge_freeze::{Freezer, JobTarget};
 use kforge_proto::{b64, Reply, Stream};
 use std::ffi::CString;
 use std::io::Read;
+use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::Sender;
@@ -57,7 +57,12 @@ pub(crate) fn unblock_signals() {
     }
 }
 
-pub(crate) fn confine(cmd: &mut Command, cgroup_procs: Option<&Path>, cpus: &[u32], fd3: Option<RawFd>) -> std::io::Result<()> {
+pub(crate) fn confine(
+    cmd: &mut Command,
+    cgroup_procs: Option<&Path>,
+    cpus: &[u32],
+    fd3: Option<RawFd>,
+) -> std::io::Result<()> {
     let procs = match cgroup_procs {
         Some(p) => Some(CString::new(p.as_os_str().as_bytes()).map_err(std::io::Error::other)?),
         None => None,
@@ -144,7 +149,8 @@ pub fn spawn(
                         Ok(0) => break,
                         Ok(n) => {
                             // A gone client must not block the job: keep draining the pipe.
-                            let _ = out.send(Outgoing::Msg(Reply::Output { job, stream, data: b64::encode(&buf[..n]) }));
+                            let _ =
+                                out.send(Outgoing::Msg(Reply::Output { job, stream, data: b64::encode(&buf[..n]) }));
                         }
                         Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                         Err(_) => break,

@@ -56,7 +56,11 @@ pub fn run(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<(), DaemonErr
 }
 
 fn mkdir_private(p: &Path) -> Result<(), DaemonError> {
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(p).map_err(|e| DaemonError::io("creating directory", p, e))
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(p)
+        .map_err(|e| DaemonError::io("creating directory", p, e))
 }
 
 /// Bind the socket and start all threads. `guardian` is the command line of the guardian
@@ -82,7 +86,8 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
     let freezer_name = format!("kforge-{pid}");
     let freezer = Arc::new(Freezer::detect(&freezer_name, cfg.freeze_mechanism)?);
     let cpus = kforge_cores::online_cpus().map_err(|e| DaemonError::Config(e.to_string()))?;
-    let (reserved, job_cores) = kforge_cores::split(&cpus, cfg.reserve_cores).map_err(|e| DaemonError::Config(format!("--reserve-cores: {e}")))?;
+    let (reserved, job_cores) = kforge_cores::split(&cpus, cfg.reserve_cores)
+        .map_err(|e| DaemonError::Config(format!("--reserve-cores: {e}")))?;
     let devs = devices::discover(&cfg.gpus)?;
 
     let store = if cfg.db.as_os_str() == ":memory:" {
@@ -252,14 +257,17 @@ fn accept_loop(listener: UnixListener, events: Sender<Event>, stop: Arc<AtomicBo
         let Ok(stream) = stream else { continue };
         let conn = next;
         next += 1;
-        let (Ok(reader), Ok(writer), Ok(ctl)) = (stream.try_clone(), stream.try_clone(), stream.try_clone()) else { continue };
+        let (Ok(reader), Ok(writer), Ok(ctl)) = (stream.try_clone(), stream.try_clone(), stream.try_clone()) else {
+            continue;
+        };
         let (tx, out_rx) = channel::<Outgoing>();
         if events.send(Event::Connected { conn, tx, stream: ctl }).is_err() {
             break;
         }
         let _ = std::thread::Builder::new().name(format!("kforge-w{conn}")).spawn(move || writer_loop(writer, out_rx));
         let ev = events.clone();
-        let _ = std::thread::Builder::new().name(format!("kforge-r{conn}")).spawn(move || reader_loop(conn, reader, ev));
+        let _ =
+            std::thread::Builder::new().name(format!("kforge-r{conn}")).spawn(move || reader_loop(conn, reader, ev));
     }
 }
 
@@ -291,7 +299,10 @@ fn writer_loop(mut s: UnixStream, rx: Receiver<Outgoing>) {
             Outgoing::Msg(m) => {
                 let frame = match kforge_proto::encode(&m) {
                     Ok(f) => f,
-                    Err(e) => match kforge_proto::encode(&kforge_proto::Reply::Error { code: ErrorCode::Internal, message: e.to_string() }) {
+                    Err(e) => match kforge_proto::encode(&kforge_proto::Reply::Error {
+                        code: ErrorCode::Internal,
+                        message: e.to_string(),
+                    }) {
                         Ok(f) => f,
                         Err(_) => continue,
                     },

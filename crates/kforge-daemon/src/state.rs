@@ -7,11 +7,11 @@ use crate::config::{Config, FreezeScope};
 use crate::devices::{DeviceInfo, DeviceKind};
 use crate::guardian::Ledger;
 use crate::jobs::{self, SpawnSpec};
+use crate::now_ns;
 use crate::placement::{self, Placement};
 use crate::store::{StoreHandle, StoreOp};
 use crate::warm::{self, WorkerMsg, WorkerSpawn, WORKER_CGROUP_BASE};
 use crate::worker::{EnterSteps, WorkerOp};
-use crate::now_ns;
 use kforge_freeze::{Freezer, JobTarget};
 use kforge_proto::{
     DeviceStatus, ErrorCode, Grant, JobExit, JobStatus, Policy, PoolStatus, RegionStatus, Reply, Request, StatusReport,
@@ -38,20 +38,52 @@ pub enum Outgoing {
 
 /// Everything that can happen to the daemon.
 pub enum Event {
-    Connected { conn: ConnId, tx: Sender<Outgoing>, stream: UnixStream },
-    Request { conn: ConnId, req: Request },
+    Connected {
+        conn: ConnId,
+        tx: Sender<Outgoing>,
+        stream: UnixStream,
+    },
+    Request {
+        conn: ConnId,
+        req: Request,
+    },
     /// A frame that could not be decoded; the reader has stopped.
-    BadFrame { conn: ConnId, code: ErrorCode, message: String },
-    Hangup { conn: ConnId },
-    JobExited { job: u64, code: Option<i32>, signal: Option<i32> },
-    RegionReady { region: u64, steps: EnterSteps },
-    RegionLeft { region: u64, gpu: Option<kforge_proto::GpuSample> },
+    BadFrame {
+        conn: ConnId,
+        code: ErrorCode,
+        message: String,
+    },
+    Hangup {
+        conn: ConnId,
+    },
+    JobExited {
+        job: u64,
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+    RegionReady {
+        region: u64,
+        steps: EnterSteps,
+    },
+    RegionLeft {
+        region: u64,
+        gpu: Option<kforge_proto::GpuSample>,
+    },
     /// A warm worker said something.
-    Worker { worker: u64, msg: WorkerMsg },
+    Worker {
+        worker: u64,
+        msg: WorkerMsg,
+    },
     /// A warm worker process ended.
-    WorkerExited { worker: u64, code: Option<i32>, signal: Option<i32> },
+    WorkerExited {
+        worker: u64,
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
     /// Both output pipes of a warm job are closed.
-    WarmOutputClosed { job: u64 },
+    WarmOutputClosed {
+        job: u64,
+    },
     /// Stop (a signal, or a `shutdown` request).
     Shutdown,
 }
@@ -95,7 +127,9 @@ struct Job {
 impl Job {
     fn target(&self) -> Option<JobTarget> {
         match &self.state {
-            JobState::Running { pid, cgroup } => Some(JobTarget { job: self.id, pgid: *pid as i32, cgroup: cgroup.clone() }),
+            JobState::Running { pid, cgroup } => {
+                Some(JobTarget { job: self.id, pgid: *pid as i32, cgroup: cgroup.clone() })
+            }
             JobState::Queued => None,
         }
     }
@@ -240,7 +274,17 @@ impl Daemon {
                     DeviceKind::Gpu => max_concurrent,
                 });
                 let pool = PoolStatus { size, ..Default::default() };
-                Device { info, max_concurrent, running: BTreeSet::new(), queue: VecDeque::new(), command_holder: None, worker, gate_path, pool, pool_start_failures: 0 }
+                Device {
+                    info,
+                    max_concurrent,
+                    running: BTreeSet::new(),
+                    queue: VecDeque::new(),
+                    command_holder: None,
+                    worker,
+                    gate_path,
+                    pool,
+                    pool_start_failures: 0,
+                }
             })
             .collect();
         let nlines = if scope == FreezeScope::Node { 1 } else { ndev };
@@ -323,11 +367,24 @@ impl Daemon {
         match ev {
             Event::Connected { conn, tx, stream } => {
                 if self.stopping {
-                    let _ = tx.send(Outgoing::Msg(Reply::Error { code: ErrorCode::ShuttingDown, message: "the daemon is shutting down".into() }));
+                    let _ = tx.send(Outgoing::Msg(Reply::Error {
+                        code: ErrorCode::ShuttingDown,
+                        message: "the daemon is shutting down".into(),
+                    }));
                     let _ = tx.send(Outgoing::Close);
                     return;
                 }
-                self.conns.insert(conn, Conn { tx, stream, greeted: false, jobs: BTreeSet::new(), region: None, revoked_left: BTreeSet::new() });
+                self.conns.insert(
+                    conn,
+                    Conn {
+                        tx,
+                        stream,
+                        greeted: false,
+                        jobs: BTreeSet::new(),
+                        region: None,
+                        revoked_left: BTreeSet::new(),
+                    },
+                );
             }
             Event::Request { conn, req } => self.on_request(conn, req),
             Event::BadFrame { conn, code, message } => self.fail(conn, code, message),
@@ -373,7 +430,10 @@ impl Daemon {
             };
             self.send(
                 conn,
-                Reply::RegionRevoked { region: id, reason: format!("lease of {} ms ran out; its measurements are invalid", lease.as_millis()) },
+                Reply::RegionRevoked {
+                    region: id,
+                    reason: format!("lease of {} ms ran out; its measurements are invalid", lease.as_millis()),
+                },
             );
             self.start_leave(id);
         }
@@ -397,7 +457,9 @@ impl Daemon {
             return;
         }
         match req {
-            Request::Hello { .. } => self.fail(conn, ErrorCode::OutOfOrder, "hello was already sent on this connection".into()),
+            Request::Hello { .. } => {
+                self.fail(conn, ErrorCode::OutOfOrder, "hello was already sent on this connection".into())
+            }
             Request::Status => {
                 let s = self.status();
                 self.send(conn, Reply::Status(s));
@@ -417,7 +479,11 @@ impl Daemon {
             Request::RegionExit { region } => self.on_region_exit(conn, region),
             Request::Measurement { region, job, name, samples_ms } => {
                 if samples_ms.iter().any(|s| !s.is_finite()) {
-                    return self.fail(conn, ErrorCode::BadRequest, format!("measurement {name:?}: samples must be finite numbers"));
+                    return self.fail(
+                        conn,
+                        ErrorCode::BadRequest,
+                        format!("measurement {name:?}: samples must be finite numbers"),
+                    );
                 }
                 let valid = match region {
                     None => true,
@@ -425,14 +491,26 @@ impl Daemon {
                         (Some(reg), _) => !reg.revoked,
                         (None, Some(revoked)) => !revoked,
                         (None, None) => {
-                            return self.fail(conn, ErrorCode::NoSuchRegion, format!("measurement {name:?} names unknown region {r}"))
+                            return self.fail(
+                                conn,
+                                ErrorCode::NoSuchRegion,
+                                format!("measurement {name:?} names unknown region {r}"),
+                            )
                         }
                     },
                 };
                 let id = self.next_measurement;
                 self.next_measurement += 1;
                 let job = job.or_else(|| region.and_then(|r| self.regions.get(&r).and_then(|r| r.job)));
-                self.store.send(StoreOp::InsertMeasurement(MeasurementRow { id, job, region, name, recorded_ns: now_ns(), samples_ms, valid }));
+                self.store.send(StoreOp::InsertMeasurement(MeasurementRow {
+                    id,
+                    job,
+                    region,
+                    name,
+                    recorded_ns: now_ns(),
+                    samples_ms,
+                    valid,
+                }));
                 self.send(conn, Reply::Recorded { measurement: id, valid });
             }
             Request::Report { label } => {
@@ -453,7 +531,11 @@ impl Daemon {
         let loads: Vec<placement::DeviceLoad> = self
             .devices
             .iter()
-            .map(|d| placement::DeviceLoad { name: &d.info.name, gpu: d.info.kind == DeviceKind::Gpu, load: d.running.len() + d.queue.len() })
+            .map(|d| placement::DeviceLoad {
+                name: &d.info.name,
+                gpu: d.info.kind == DeviceKind::Gpu,
+                load: d.running.len() + d.queue.len(),
+            })
             .collect();
         self.placement.choose(&loads, name, gpu_group)
     }
@@ -470,21 +552,37 @@ impl Daemon {
         }
         let Some(device) = self.resolve_device(&spec.device, spec.gpu_group.as_deref()) else {
             let names: Vec<&str> = self.devices.iter().map(|d| d.info.name.as_str()).collect();
-            return self.fail(conn, ErrorCode::NoSuchDevice, format!("no device {:?}; this daemon has: auto, {}", spec.device, names.join(", ")));
+            return self.fail(
+                conn,
+                ErrorCode::NoSuchDevice,
+                format!("no device {:?}; this daemon has: auto, {}", spec.device, names.join(", ")),
+            );
         };
         let warm_argv = if spec.warm || (self.cfg.warm_python && warm::is_python(&spec.argv[0])) {
             let explicit = spec.warm;
             if !warm::is_python(&spec.argv[0]) {
-                return self.fail(conn, ErrorCode::BadRequest, format!("--warm runs Python commands only; {:?} is not a Python interpreter", spec.argv[0]));
+                return self.fail(
+                    conn,
+                    ErrorCode::BadRequest,
+                    format!("--warm runs Python commands only; {:?} is not a Python interpreter", spec.argv[0]),
+                );
             }
             let d = &self.devices[device];
             match warm::warm_argv(&spec.argv) {
                 Ok(_) if d.pool.size == 0 && explicit => {
-                    return self.fail(conn, ErrorCode::BadRequest, format!("device {} has no warm workers (start the daemon with --warm-workers N)", d.info.name));
+                    return self.fail(
+                        conn,
+                        ErrorCode::BadRequest,
+                        format!("device {} has no warm workers (start the daemon with --warm-workers N)", d.info.name),
+                    );
                 }
                 Ok(_) if d.pool.disabled.is_some() && explicit => {
                     let why = d.pool.disabled.clone().unwrap_or_default();
-                    return self.fail(conn, ErrorCode::BadRequest, format!("the warm pool of device {} is disabled: {why}", d.info.name));
+                    return self.fail(
+                        conn,
+                        ErrorCode::BadRequest,
+                        format!("the warm pool of device {} is disabled: {why}", d.info.name),
+                    );
                 }
                 Ok(a) if d.pool.size > 0 && d.pool.disabled.is_none() => Some(a),
                 Ok(_) => None,
@@ -530,7 +628,9 @@ impl Daemon {
             },
         );
         // Accepted: the job's GPU group is bound to its GPU from now on.
-        if let Some(g) = self.jobs[&id].spec.gpu_group.as_deref().filter(|_| self.devices[device].info.kind == DeviceKind::Gpu) {
+        if let Some(g) =
+            self.jobs[&id].spec.gpu_group.as_deref().filter(|_| self.devices[device].info.kind == DeviceKind::Gpu)
+        {
             self.placement.bind(g, device);
         }
         self.devices[device].queue.push_back(id);
@@ -539,7 +639,10 @@ impl Daemon {
         }
         let position = self.devices[device].queue.len();
         let gpu_group = self.jobs[&id].spec.gpu_group.clone();
-        self.send(conn, Reply::JobQueued { job: id, device: self.devices[device].info.name.clone(), policy, position, gpu_group });
+        self.send(
+            conn,
+            Reply::JobQueued { job: id, device: self.devices[device].info.name.clone(), policy, position, gpu_group },
+        );
         self.admit(device);
     }
 
@@ -585,13 +688,16 @@ impl Daemon {
 
     /// The environment of a job or worker on a device: `base` without kforge's own variables,
     /// plus the `KFORGE_*` variables, CUDA_VISIBLE_DEVICES, PYTHONPATH and (GPU) the shim.
-    fn device_env(&self, device: usize, base: &[(String, String)], job: Option<u64>, policy: Policy) -> Vec<(String, String)> {
+    fn device_env(
+        &self,
+        device: usize,
+        base: &[(String, String)],
+        job: Option<u64>,
+        policy: Policy,
+    ) -> Vec<(String, String)> {
         let dev = &self.devices[device];
-        let mut env: Vec<(String, String)> = base
-            .iter()
-            .filter(|(k, _)| !k.starts_with("KFORGE_") && k != "CUDA_VISIBLE_DEVICES")
-            .cloned()
-            .collect();
+        let mut env: Vec<(String, String)> =
+            base.iter().filter(|(k, _)| !k.starts_with("KFORGE_") && k != "CUDA_VISIBLE_DEVICES").cloned().collect();
         env.push(("KFORGE_SOCKET".into(), self.cfg.socket.display().to_string()));
         if let Some(id) = job {
             env.push(("KFORGE_JOB".into(), id.to_string()));
@@ -644,8 +750,16 @@ impl Daemon {
                 (None, None)
             }
         };
-        let out = conn.and_then(|c| self.conns.get(&c)).map(|c| c.tx.clone()).unwrap_or_else(|| std::sync::mpsc::channel().0);
-        let spawn_spec = SpawnSpec { job: id, argv: spec.argv.clone(), cwd: spec.cwd.clone(), env, cgroup_procs: procs, cpus: self.job_cores.clone() };
+        let out =
+            conn.and_then(|c| self.conns.get(&c)).map(|c| c.tx.clone()).unwrap_or_else(|| std::sync::mpsc::channel().0);
+        let spawn_spec = SpawnSpec {
+            job: id,
+            argv: spec.argv.clone(),
+            cwd: spec.cwd.clone(),
+            env,
+            cgroup_procs: procs,
+            cpus: self.job_cores.clone(),
+        };
         match jobs::spawn(spawn_spec, out, self.events.clone(), self.freezer.clone(), cgroup.clone()) {
             Ok(pid) => {
                 let j = self.jobs.get_mut(&id).expect("job exists");
@@ -679,7 +793,8 @@ impl Daemon {
             return self.finish_job(id, Some(1), None, Some("no warm worker was free".into()));
         };
         let env = self.device_env(device, &spec.env, Some(id), policy);
-        let out = conn.and_then(|c| self.conns.get(&c)).map(|c| c.tx.clone()).unwrap_or_else(|| std::sync::mpsc::channel().0);
+        let out =
+            conn.and_then(|c| self.conns.get(&c)).map(|c| c.tx.clone()).unwrap_or_else(|| std::sync::mpsc::channel().0);
         let w = self.workers.get_mut(&wid).expect("idle worker exists");
         match warm::start_job(&w.control, id, &argv, &spec.cwd, &env, out, self.events.clone()) {
             Ok(()) => {
@@ -734,9 +849,19 @@ impl Daemon {
         env.push(("KFORGE_WORKER_MAX_JOBS".into(), self.cfg.worker_max_jobs.to_string()));
         env.push(("KFORGE_WORKER_MAX_RSS_MB".into(), self.cfg.worker_max_rss_mb.to_string()));
         let log = self.python_dir.parent().unwrap_or(&self.python_dir).join(format!("worker-{id}.log"));
-        let spec = WorkerSpawn { id, python: self.cfg.worker_python.clone(), env, cgroup_procs: procs, cpus: self.job_cores.clone(), log };
+        let spec = WorkerSpawn {
+            id,
+            python: self.cfg.worker_python.clone(),
+            env,
+            cgroup_procs: procs,
+            cpus: self.job_cores.clone(),
+            log,
+        };
         let h = warm::spawn(spec, self.events.clone())?;
-        self.workers.insert(id, WarmWorker { id, device, pid: h.pid, control: h.control, cgroup, state: WorkerState::Starting });
+        self.workers.insert(
+            id,
+            WarmWorker { id, device, pid: h.pid, control: h.control, cgroup, state: WorkerState::Starting },
+        );
         self.write_ledger();
         Ok(())
     }
@@ -744,10 +869,16 @@ impl Daemon {
     fn disable_pool(&mut self, device: usize, why: String) {
         self.devices[device].pool.disabled = Some(why.clone());
         // Warm jobs waiting for a worker of this pool would wait forever: fail them.
-        let waiting: Vec<u64> = self.devices[device].queue.iter().copied().filter(|j| self.jobs[j].warm_argv.is_some()).collect();
+        let waiting: Vec<u64> =
+            self.devices[device].queue.iter().copied().filter(|j| self.jobs[j].warm_argv.is_some()).collect();
         self.devices[device].queue.retain(|j| !waiting.contains(j));
         for j in waiting {
-            self.finish_job(j, Some(1), None, Some(format!("warm pool of device {} disabled: {why}", self.devices[device].info.name)));
+            self.finish_job(
+                j,
+                Some(1),
+                None,
+                Some(format!("warm pool of device {} disabled: {why}", self.devices[device].info.name)),
+            );
         }
     }
 
@@ -809,7 +940,10 @@ impl Daemon {
         match w.state {
             WorkerState::Busy(job) => {
                 let reason = self.jobs.get(&job).and_then(|j| j.cancel_reason.clone());
-                let key = reason.clone().map(|r| if r.starts_with("time limit") { "time limit".to_string() } else { r }).unwrap_or_else(|| "job killed its worker".into());
+                let key = reason
+                    .clone()
+                    .map(|r| if r.starts_with("time limit") { "time limit".to_string() } else { r })
+                    .unwrap_or_else(|| "job killed its worker".into());
                 *self.devices[device].pool.recycled.entry(key).or_insert(0) += 1;
                 if let Some(j) = self.jobs.get_mut(&job) {
                     j.warm_exit = Some(code.unwrap_or(128 + signal.unwrap_or(0)));
@@ -919,7 +1053,11 @@ impl Daemon {
         lease_ms: Option<u64>,
     ) {
         if self.conns.get(&conn).and_then(|c| c.region).is_some() {
-            return self.fail(conn, ErrorCode::OutOfOrder, "this connection already holds or waits for a region; exit it first".into());
+            return self.fail(
+                conn,
+                ErrorCode::OutOfOrder,
+                "this connection already holds or waits for a region; exit it first".into(),
+            );
         }
         if self.stopping {
             return self.fail(conn, ErrorCode::ShuttingDown, "the daemon is shutting down".into());
@@ -927,7 +1065,13 @@ impl Daemon {
         let (dev, policy) = match job {
             Some(j) => match self.jobs.get(&j) {
                 Some(jj) if matches!(jj.state, JobState::Running { .. }) => (jj.device, jj.policy),
-                _ => return self.fail(conn, ErrorCode::NoSuchJob, format!("region_enter: job {j} is not running under this daemon")),
+                _ => {
+                    return self.fail(
+                        conn,
+                        ErrorCode::NoSuchJob,
+                        format!("region_enter: job {j} is not running under this daemon"),
+                    )
+                }
             },
             None => {
                 let Some(name) = device.as_deref() else {
@@ -1015,7 +1159,14 @@ impl Daemon {
         r.state = RegionState::Entering;
         r.core = core;
         r.frozen = targets.iter().map(|t| t.job).collect();
-        let _ = self.devices[dev].worker.send(WorkerOp::Enter { region: id, holder_pid: pid, tid, targets, core, managed_pgids });
+        let _ = self.devices[dev].worker.send(WorkerOp::Enter {
+            region: id,
+            holder_pid: pid,
+            tid,
+            targets,
+            core,
+            managed_pgids,
+        });
     }
 
     fn take_core(&mut self) -> Option<u32> {
@@ -1080,11 +1231,18 @@ impl Daemon {
     fn on_region_exit(&mut self, conn: ConnId, id: u64) {
         if self.conns.get_mut(&conn).is_some_and(|c| c.revoked_left.remove(&id)) {
             let held_ms = 0.0;
-            return self.send(conn, Reply::RegionReleased { region: id, valid: false, revoked: true, tainted: false, held_ms });
+            return self.send(
+                conn,
+                Reply::RegionReleased { region: id, valid: false, revoked: true, tainted: false, held_ms },
+            );
         }
         let held_here = self.regions.get(&id).is_some_and(|r| r.conn == conn);
         if !held_here {
-            return self.fail(conn, ErrorCode::NoSuchRegion, format!("region_exit: region {id} is not held on this connection"));
+            return self.fail(
+                conn,
+                ErrorCode::NoSuchRegion,
+                format!("region_exit: region {id} is not held on this connection"),
+            );
         }
         let r = self.regions.get_mut(&id).expect("checked above");
         r.exit_requested = true;
@@ -1115,7 +1273,13 @@ impl Daemon {
         let Some(r) = self.regions.remove(&id) else { return };
         let held_ms = r.granted.map(|g| ms(g.elapsed())).unwrap_or(0.0);
         if r.granted.is_some() {
-            self.store.send(StoreOp::RegionReleased { id, ns: now_ns(), revoked: r.revoked, tainted: r.tainted, gpu: gpu.map(|g| (g.temp_c, g.sm_clock_mhz)) });
+            self.store.send(StoreOp::RegionReleased {
+                id,
+                ns: now_ns(),
+                revoked: r.revoked,
+                tainted: r.tainted,
+                gpu: gpu.map(|g| (g.temp_c, g.sm_clock_mhz)),
+            });
         }
         self.finished_regions.insert(id, r.revoked);
         if let Some(core) = r.core {
@@ -1131,7 +1295,16 @@ impl Daemon {
             }
         }
         if r.granted.is_some() && r.exit_requested && !r.abandoned {
-            self.send(r.conn, Reply::RegionReleased { region: id, valid: !r.revoked, revoked: r.revoked, tainted: r.tainted, held_ms });
+            self.send(
+                r.conn,
+                Reply::RegionReleased {
+                    region: id,
+                    valid: !r.revoked,
+                    revoked: r.revoked,
+                    tainted: r.tainted,
+                    held_ms,
+                },
+            );
         }
         if r.policy == Policy::Region {
             let line = self.line_of(r.device);
@@ -1180,7 +1353,8 @@ impl Daemon {
             return;
         }
         self.stopping = true;
-        let queued: Vec<u64> = self.jobs.values().filter(|j| matches!(j.state, JobState::Queued)).map(|j| j.id).collect();
+        let queued: Vec<u64> =
+            self.jobs.values().filter(|j| matches!(j.state, JobState::Queued)).map(|j| j.id).collect();
         for d in &mut self.devices {
             d.queue.clear();
         }
@@ -1209,7 +1383,13 @@ impl Daemon {
     pub fn status(&self) -> StatusReport {
         let region_status = |id: u64| {
             let r = &self.regions[&id];
-            RegionStatus { region: id, name: r.name.clone(), job: r.job, pid: r.pid, since_ms: ms(r.granted.unwrap_or(r.requested).elapsed()) }
+            RegionStatus {
+                region: id,
+                name: r.name.clone(),
+                job: r.job,
+                pid: r.pid,
+                since_ms: ms(r.granted.unwrap_or(r.requested).elapsed()),
+            }
         };
         let devices = self
             .devices
@@ -1263,7 +1443,11 @@ impl Daemon {
             isolation: if self.reserved_cores.is_empty() {
                 "off (no reserved cores)".into()
             } else {
-                format!("sched_setaffinity: region holders on {}, jobs on {}", kforge_cores::format_cpu_list(&self.reserved_cores), kforge_cores::format_cpu_list(&self.job_cores))
+                format!(
+                    "sched_setaffinity: region holders on {}, jobs on {}",
+                    kforge_cores::format_cpu_list(&self.reserved_cores),
+                    kforge_cores::format_cpu_list(&self.job_cores)
+                )
             },
             gate_shim: self.cfg.shim.as_ref().map(|p| p.display().to_string()),
             reserved_cores: self.reserved_cores.clone(),

@@ -11,13 +11,32 @@ use std::thread::JoinHandle;
 
 pub enum StoreOp {
     InsertJob(JobRow),
-    JobStarted { id: u64, pid: u32, ns: i64 },
-    JobEnded { id: u64, ns: i64, code: Option<i32>, signal: Option<i32>, reason: Option<String> },
+    JobStarted {
+        id: u64,
+        pid: u32,
+        ns: i64,
+    },
+    JobEnded {
+        id: u64,
+        ns: i64,
+        code: Option<i32>,
+        signal: Option<i32>,
+        reason: Option<String>,
+    },
     InsertRegion(Box<RegionRow>),
-    RegionReleased { id: u64, ns: i64, revoked: bool, tainted: bool, gpu: Option<(u32, u32)> },
+    RegionReleased {
+        id: u64,
+        ns: i64,
+        revoked: bool,
+        tainted: bool,
+        gpu: Option<(u32, u32)>,
+    },
     InsertMeasurement(MeasurementRow),
     /// Answer a report request directly on the asking connection.
-    Report { label: Option<String>, reply: Sender<Outgoing> },
+    Report {
+        label: Option<String>,
+        reply: Sender<Outgoing>,
+    },
 }
 
 pub struct StoreHandle {

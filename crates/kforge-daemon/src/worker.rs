@@ -203,7 +203,8 @@ fn pgid_of(pid: u32) -> Option<i32> {
 /// Clock-throttle reasons that make a timing unlike one on an idle, cool GPU.
 fn throttled(d: &nvml_wrapper::Device) -> bool {
     use nvml_wrapper::bitmasks::device::ThrottleReasons as R;
-    let bad = R::SW_POWER_CAP | R::HW_SLOWDOWN | R::SW_THERMAL_SLOWDOWN | R::HW_THERMAL_SLOWDOWN | R::HW_POWER_BRAKE_SLOWDOWN;
+    let bad =
+        R::SW_POWER_CAP | R::HW_SLOWDOWN | R::SW_THERMAL_SLOWDOWN | R::HW_THERMAL_SLOWDOWN | R::HW_POWER_BRAKE_SLOWDOWN;
     d.current_throttle_reasons().map(|r| r.intersects(bad)).unwrap_or(false)
 }
 

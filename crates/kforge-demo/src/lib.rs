@@ -107,7 +107,12 @@ pub fn generate(count: usize, seed: u64) -> Vec<DemoCommand> {
     (0..count)
         .map(|i| {
             let n = (20_000f64 * (400f64).powf(r.unit())).round() as u64;
-            DemoCommand { name: format!("cmd{i:03}"), n, compile_ms: 10.0 + 30.0 * r.unit(), wait_ms: 100.0 + 200.0 * r.unit() }
+            DemoCommand {
+                name: format!("cmd{i:03}"),
+                n,
+                compile_ms: 10.0 + 30.0 * r.unit(),
+                wait_ms: 100.0 + 200.0 * r.unit(),
+            }
         })
         .collect()
 }
@@ -199,10 +204,18 @@ pub fn demo(kforge: &Path, a: DemoArgs) -> Result<i32> {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let reserve = if cores >= 2 { "1" } else { "0" };
     let max_conc = a.max_concurrent.to_string();
-    let flags: Vec<String> = ["--gpus", "none", "--reserve-cores", reserve, "--max-concurrent", &max_conc].iter().map(|s| s.to_string()).collect();
+    let flags: Vec<String> = ["--gpus", "none", "--reserve-cores", reserve, "--max-concurrent", &max_conc]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     let daemon = PrivateDaemon::start(kforge, &dir, &dir.join("kforge.db"), &flags)?;
     let cmds = generate(a.commands, a.seed);
-    eprintln!("kforge demo: {} commands per policy, {} host cores, private daemon at {}", cmds.len(), cores, daemon.socket.display());
+    eprintln!(
+        "kforge demo: {} commands per policy, {} host cores, private daemon at {}",
+        cmds.len(),
+        cores,
+        daemon.socket.display()
+    );
 
     // Ground truth: each kernel alone on an idle device, one command at a time.
     eprint!("  isolated  ");
@@ -232,7 +245,9 @@ pub fn demo(kforge: &Path, a: DemoArgs) -> Result<i32> {
                     })
                 })
                 .collect();
-            hs.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("runner thread panicked")))).collect()
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("runner thread panicked"))))
+                .collect()
         });
         let wall = t0.elapsed().as_secs_f64();
         eprintln!(" {wall:.1} s");
@@ -241,7 +256,8 @@ pub fn demo(kforge: &Path, a: DemoArgs) -> Result<i32> {
         }
         let rep = daemon.report(label)?;
         let meds = medians(&rep);
-        let infl: Vec<f64> = meds.iter().filter_map(|(k, v)| isolated.get(k).map(|iso| stats::inflation(*v, *iso))).collect();
+        let infl: Vec<f64> =
+            meds.iter().filter_map(|(k, v)| isolated.get(k).map(|iso| stats::inflation(*v, *iso))).collect();
         if infl.len() != cmds.len() {
             bail!("{label}: {} of {} commands reported a valid measurement", infl.len(), cmds.len());
         }
@@ -272,14 +288,23 @@ pub fn demo(kforge: &Path, a: DemoArgs) -> Result<i32> {
     }
     eprintln!();
     let repeat = medians(&daemon.report("isolated-repeat")?);
-    let noise: Vec<f64> = repeat.iter().filter_map(|(k, v)| isolated.get(k).map(|iso| stats::inflation(*v, *iso))).collect();
+    let noise: Vec<f64> =
+        repeat.iter().filter_map(|(k, v)| isolated.get(k).map(|iso| stats::inflation(*v, *iso))).collect();
     let noise_floor = NoiseFloor {
         inflation_p50: stats::quantile(&noise, 0.5).unwrap_or(f64::NAN),
         inflation_p95: stats::quantile(&noise, 0.95).unwrap_or(f64::NAN),
     };
     drop(daemon);
     let ratio = policies["region"].throughput_per_min / policies["command"].throughput_per_min;
-    let result = DemoResult { seed: a.seed, host_cores: cores, policies, throughput_ratio_region_vs_command: ratio, noise_floor, isolated_median_ms: isolated, commands: cmds };
+    let result = DemoResult {
+        seed: a.seed,
+        host_cores: cores,
+        policies,
+        throughput_ratio_region_vs_command: ratio,
+        noise_floor,
+        isolated_median_ms: isolated,
+        commands: cmds,
+    };
     if let Some(p) = &a.json {
         std::fs::write(p, serde_json::to_vec_pretty(&result)?).with_context(|| format!("writing {}", p.display()))?;
     }
@@ -288,18 +313,38 @@ pub fn demo(kforge: &Path, a: DemoArgs) -> Result<i32> {
         eprintln!("  work directory kept: {}", kept.display());
     }
     println!();
-    println!("{:<8} {:>8} {:>7} {:>10} {:>10} {:>10} {:>8} {:>9}", "POLICY", "COMMANDS", "WALL_S", "CMDS/MIN", "INFL_P50", "INFL_P95", "REGIONS", "OVERLAPS");
+    println!(
+        "{:<8} {:>8} {:>7} {:>10} {:>10} {:>10} {:>8} {:>9}",
+        "POLICY", "COMMANDS", "WALL_S", "CMDS/MIN", "INFL_P50", "INFL_P95", "REGIONS", "OVERLAPS"
+    );
     for (k, p) in &result.policies {
         println!(
             "{:<8} {:>8} {:>7.1} {:>10.1} {:>9.1}% {:>9.1}% {:>8} {:>9}",
-            k, p.commands, p.wall_s, p.throughput_per_min, p.inflation_p50 * 100.0, p.inflation_p95 * 100.0, p.regions, p.overlapping_regions
+            k,
+            p.commands,
+            p.wall_s,
+            p.throughput_per_min,
+            p.inflation_p50 * 100.0,
+            p.inflation_p95 * 100.0,
+            p.regions,
+            p.overlapping_regions
         );
     }
     println!(
         "{:<8} {:>8} {:>7} {:>10} {:>9.1}% {:>9.1}% {:>8} {:>9}",
-        "(noise)", result.commands.len(), "-", "-", result.noise_floor.inflation_p50 * 100.0, result.noise_floor.inflation_p95 * 100.0, "-", "-"
+        "(noise)",
+        result.commands.len(),
+        "-",
+        "-",
+        result.noise_floor.inflation_p50 * 100.0,
+        result.noise_floor.inflation_p95 * 100.0,
+        "-",
+        "-"
     );
-    println!("region vs command throughput: {:.2}x   (noise: isolated pass repeated at the end vs the first)", result.throughput_ratio_region_vs_command);
+    println!(
+        "region vs command throughput: {:.2}x   (noise: isolated pass repeated at the end vs the first)",
+        result.throughput_ratio_region_vs_command
+    );
     Ok(0)
 }
 
@@ -318,7 +363,14 @@ pub struct BenchResult {
 fn enter(c: &mut Client) -> Result<u64> {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc_gettid() } as u32;
-    match c.request(&Request::RegionEnter { job: None, device: Some("cpu".into()), name: "bench".into(), pid: std::process::id(), tid, lease_ms: None })? {
+    match c.request(&Request::RegionEnter {
+        job: None,
+        device: Some("cpu".into()),
+        name: "bench".into(),
+        pid: std::process::id(),
+        tid,
+        lease_ms: None,
+    })? {
         Reply::RegionGranted(g) => Ok(g.region),
         other => bail!("unexpected reply to region_enter: {other:?}"),
     }
@@ -342,7 +394,8 @@ pub fn bench_runtime(kforge: &Path, a: BenchArgs) -> Result<i32> {
         bail!("--iterations and --rounds must be positive and --clients at least 2");
     }
     let tmp = tempfile::Builder::new().prefix("kforge-bench-").tempdir().context("creating a work directory")?;
-    let daemon = PrivateDaemon::start(kforge, tmp.path(), &tmp.path().join("kforge.db"), &["--gpus".into(), "none".into()])?;
+    let daemon =
+        PrivateDaemon::start(kforge, tmp.path(), &tmp.path().join("kforge.db"), &["--gpus".into(), "none".into()])?;
     let mut c = daemon.client()?;
     for _ in 0..100 {
         let r = enter(&mut c)?;
@@ -400,8 +453,20 @@ pub fn bench_runtime(kforge: &Path, a: BenchArgs) -> Result<i32> {
         std::fs::write(p, serde_json::to_vec_pretty(&res)?).with_context(|| format!("writing {}", p.display()))?;
     }
     println!("{:<40} {:>10} {:>10} {:>10}", "BENCHMARK", "P50_US", "P99_US", "MEAN_US");
-    println!("{:<40} {:>10.1} {:>10.1} {:>10.1}", format!("region enter+exit, uncontended (n={})", res.iterations), res.round_trip_us_p50, res.round_trip_us_p99, res.round_trip_us_mean);
-    println!("{:<40} {:>10.1} {:>10.1} {:>10}", format!("region hand-over, {} clients (n={})", res.clients, res.handovers), res.handover_us_p50, res.handover_us_p99, "-");
+    println!(
+        "{:<40} {:>10.1} {:>10.1} {:>10.1}",
+        format!("region enter+exit, uncontended (n={})", res.iterations),
+        res.round_trip_us_p50,
+        res.round_trip_us_p99,
+        res.round_trip_us_mean
+    );
+    println!(
+        "{:<40} {:>10.1} {:>10.1} {:>10}",
+        format!("region hand-over, {} clients (n={})", res.clients, res.handovers),
+        res.handover_us_p50,
+        res.handover_us_p99,
+        "-"
+    );
     Ok(0)
 }
 
@@ -413,7 +478,9 @@ mod tests {
         assert_eq!(generate(50, 3), generate(50, 3));
         assert_ne!(generate(50, 3), generate(50, 4));
         let w = generate(200, 1);
-        assert!(w.iter().all(|c| (20_000..=8_000_000).contains(&c.n) && (10.0..=40.0).contains(&c.compile_ms) && (100.0..=300.0).contains(&c.wait_ms)));
+        assert!(w.iter().all(|c| (20_000..=8_000_000).contains(&c.n)
+            && (10.0..=40.0).contains(&c.compile_ms)
+            && (100.0..=300.0).contains(&c.wait_ms)));
         let names: std::collections::BTreeSet<_> = w.iter().map(|c| &c.name).collect();
         assert_eq!(names.len(), 200);
     }

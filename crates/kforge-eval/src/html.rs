@@ -14,10 +14,8 @@ use crate::report::{BucketInflation, EvalReport, RunSummary, TimelineEntry, BUCK
 const DASH: &str = "—";
 
 /// Run colours (the "tab10" palette without its red, which marks revoked regions).
-const PALETTE: [&str; 9] = [
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-    "#17becf",
-];
+const PALETTE: [&str; 9] =
+    ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
 const REVOKED_COLOUR: &str = "#d62728";
 
 /// Most steps drawn per CDF line (longer series are evenly thinned).
@@ -176,22 +174,14 @@ fn quantile_sorted(sorted: &[f64], q: f64) -> Option<f64> {
 
 /// Finite values × 100 (fraction → percent), sorted.
 fn finite_sorted_pct(values: &[f64]) -> Vec<f64> {
-    let mut v: Vec<f64> = values
-        .iter()
-        .filter(|x| x.is_finite())
-        .map(|x| x * 100.0)
-        .collect();
+    let mut v: Vec<f64> = values.iter().filter(|x| x.is_finite()).map(|x| x * 100.0).collect();
     v.sort_by(|a, b| a.total_cmp(b));
     v
 }
 
 /// Lowest finite Kendall tau over the run's operators (NaN when there is none).
 fn worst_tau(run: &RunSummary) -> f64 {
-    run.ranking
-        .iter()
-        .map(|o| o.kendall_tau)
-        .filter(|t| t.is_finite())
-        .fold(f64::NAN, f64::min)
+    run.ranking.iter().map(|o| o.kendall_tau).filter(|t| t.is_finite()).fold(f64::NAN, f64::min)
 }
 
 /// Up to `max` indices into 0..n, evenly spaced, always including the last one.
@@ -199,9 +189,7 @@ fn sample_indices(n: usize, max: usize) -> Vec<usize> {
     if n <= max || max < 2 {
         return (0..n).collect();
     }
-    (0..max)
-        .map(|k| (k * (n - 1) + (max - 1) / 2) / (max - 1))
-        .collect()
+    (0..max).map(|k| (k * (n - 1) + (max - 1) / 2) / (max - 1)).collect()
 }
 
 /// Round tick values covering [lo, hi], about `target` of them.
@@ -211,11 +199,7 @@ fn nice_ticks(lo: f64, hi: f64, target: usize) -> (Vec<f64>, f64) {
     }
     let raw = (hi - lo) / target as f64;
     let mag = 10f64.powf(raw.log10().floor());
-    let step = [1.0, 2.0, 5.0, 10.0]
-        .iter()
-        .map(|m| m * mag)
-        .find(|s| *s >= raw)
-        .unwrap_or(10.0 * mag);
+    let step = [1.0, 2.0, 5.0, 10.0].iter().map(|m| m * mag).find(|s| *s >= raw).unwrap_or(10.0 * mag);
     let mut ticks = Vec::new();
     let mut t = (lo / step).ceil() * step;
     while t <= hi + step * 1e-9 && ticks.len() < 50 {
@@ -226,11 +210,7 @@ fn nice_ticks(lo: f64, hi: f64, target: usize) -> (Vec<f64>, f64) {
 }
 
 fn fmt_tick(v: f64, step: f64) -> String {
-    let decimals = if step >= 1.0 || !step.is_finite() || step <= 0.0 {
-        0
-    } else {
-        (-step.log10().floor()) as usize
-    };
+    let decimals = if step >= 1.0 || !step.is_finite() || step <= 0.0 { 0 } else { (-step.log10().floor()) as usize };
     fmt_f(v, decimals)
 }
 
@@ -271,10 +251,7 @@ fn svg_num(x: f64) -> String {
 
 fn svg_open(w: f64, h: f64, label: &str) -> String {
     let (w, h) = (svg_num(w), svg_num(h));
-    format!(
-        "<svg width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"{}\">\n",
-        esc(label)
-    )
+    format!("<svg width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" role=\"img\" aria-label=\"{}\">\n", esc(label))
 }
 
 fn svg_close() -> &'static str {
@@ -283,17 +260,8 @@ fn svg_close() -> &'static str {
 
 /// A text element; `anchor` is `start`, `middle` or `end`; `class` may be empty.
 fn svg_text(x: f64, y: f64, anchor: &str, class: &str, text: &str) -> String {
-    let class = if class.is_empty() {
-        String::new()
-    } else {
-        format!(" class=\"{class}\"")
-    };
-    format!(
-        "<text x=\"{}\" y=\"{}\" text-anchor=\"{anchor}\"{class}>{}</text>\n",
-        svg_num(x),
-        svg_num(y),
-        esc(text)
-    )
+    let class = if class.is_empty() { String::new() } else { format!(" class=\"{class}\"") };
+    format!("<text x=\"{}\" y=\"{}\" text-anchor=\"{anchor}\"{class}>{}</text>\n", svg_num(x), svg_num(y), esc(text))
 }
 
 fn svg_line(x1: f64, y1: f64, x2: f64, y2: f64, class: &str) -> String {
@@ -329,14 +297,8 @@ fn svg_polyline(points: &[(f64, f64)], stroke: &str, dasharray: &str) -> String 
         }
         let _ = write!(pts, "{},{}", svg_num(*x), svg_num(*y));
     }
-    let dash = if dasharray.is_empty() {
-        String::new()
-    } else {
-        format!(" stroke-dasharray=\"{dasharray}\"")
-    };
-    format!(
-        "<polyline points=\"{pts}\" fill=\"none\" stroke=\"{stroke}\" stroke-width=\"1.5\"{dash}/>\n"
-    )
+    let dash = if dasharray.is_empty() { String::new() } else { format!(" stroke-dasharray=\"{dasharray}\"") };
+    format!("<polyline points=\"{pts}\" fill=\"none\" stroke=\"{stroke}\" stroke-width=\"1.5\"{dash}/>\n")
 }
 
 /// A horizontal axis along `y` with ticks and labels below it, plus light vertical grid lines
@@ -349,13 +311,7 @@ fn svg_x_axis(x: &Scale, y: f64, grid_top: f64, ticks: &[f64], step: f64, label:
         s.push_str(&svg_line(px, y, px, y + 4.0, "axis"));
         s.push_str(&svg_text(px, y + 15.0, "middle", "", &fmt_tick(t, step)));
     }
-    s.push_str(&svg_text(
-        (x.r0 + x.r1) / 2.0,
-        y + 30.0,
-        "middle",
-        "",
-        label,
-    ));
+    s.push_str(&svg_text((x.r0 + x.r1) / 2.0, y + 30.0, "middle", "", label));
     s
 }
 
@@ -416,11 +372,7 @@ fn section_header(out: &mut String, r: &EvalReport) {
     out.push_str("<h1>kforge runtime evaluation</h1>\n<dl class=\"meta\">\n");
     let _ = writeln!(out, "<dt>Workload</dt><dd>{}</dd>", esc(&r.workload));
     let _ = writeln!(out, "<dt>Device</dt><dd>{}</dd>", esc(&r.device));
-    let _ = writeln!(
-        out,
-        "<dt>Isolated commands</dt><dd>{}</dd>",
-        r.isolated_commands
-    );
+    let _ = writeln!(out, "<dt>Isolated commands</dt><dd>{}</dd>", r.isolated_commands);
     let _ = writeln!(out, "<dt>Runs</dt><dd>{}</dd>", r.runs.len());
     out.push_str("</dl>\n");
     let across: Vec<&str> = r.runs.iter().filter(|x| x.compared_across_devices).map(|x| x.name.as_str()).collect();
@@ -431,7 +383,8 @@ fn section_header(out: &mut String, r: &EvalReport) {
             esc(&across.join(", "))
         );
     }
-    let left_out = r.runs.iter().filter(|x| !x.compared_across_devices).map(|x| x.cross_device_commands).max().unwrap_or(0);
+    let left_out =
+        r.runs.iter().filter(|x| !x.compared_across_devices).map(|x| x.cross_device_commands).max().unwrap_or(0);
     if left_out > 0 {
         let _ = writeln!(out, "<p class=\"note\">Up to {left_out} commands per run are left out of inflation and ranking: their ground truth was taken on another GPU.</p>");
     }
@@ -527,49 +480,19 @@ fn svg_throughput(runs: &[RunSummary]) -> String {
     if runs.is_empty() {
         return svg_message(W, 60.0, "", "no runs");
     }
-    let max = runs
-        .iter()
-        .map(|r| r.throughput_per_min)
-        .filter(|t| t.is_finite() && *t > 0.0)
-        .fold(0.0, f64::max);
+    let max = runs.iter().map(|r| r.throughput_per_min).filter(|t| t.is_finite() && *t > 0.0).fold(0.0, f64::max);
     let h = 2.0 * PAD + ROW * runs.len() as f64;
     let mut s = svg_open(W, h, "throughput per run");
     for (i, run) in runs.iter().enumerate() {
         let y = PAD + ROW * i as f64;
         let tp = run.throughput_per_min;
-        let len = if max > 0.0 && tp.is_finite() && tp > 0.0 {
-            BAR_MAX * tp / max
-        } else {
-            0.0
-        };
-        s.push_str(&svg_text(
-            LABEL_W - 8.0,
-            y + 16.0,
-            "end",
-            "",
-            &truncate(&run.name, 32),
-        ));
+        let len = if max > 0.0 && tp.is_finite() && tp > 0.0 { BAR_MAX * tp / max } else { 0.0 };
+        s.push_str(&svg_text(LABEL_W - 8.0, y + 16.0, "end", "", &truncate(&run.name, 32)));
         let title = format!("{}: {} commands/min", run.name, fmt_f(tp, 1));
-        s.push_str(&svg_rect(
-            LABEL_W,
-            y + 4.0,
-            len,
-            ROW - 8.0,
-            colour(i),
-            Some(&title),
-        ));
-        let label = format!(
-            "{} /min · {} vs command per GPU",
-            fmt_f(tp, 1),
-            fmt_ratio(run.throughput_ratio_vs_command)
-        );
-        s.push_str(&svg_text(
-            LABEL_W + len + 6.0,
-            y + 16.0,
-            "start",
-            "",
-            &label,
-        ));
+        s.push_str(&svg_rect(LABEL_W, y + 4.0, len, ROW - 8.0, colour(i), Some(&title)));
+        let label =
+            format!("{} /min · {} vs command per GPU", fmt_f(tp, 1), fmt_ratio(run.throughput_ratio_vs_command));
+        s.push_str(&svg_text(LABEL_W + len + 6.0, y + 16.0, "start", "", &label));
     }
     s.push_str(&svg_line(LABEL_W, PAD, LABEL_W, h - PAD, "axis"));
     s.push_str(svg_close());
@@ -583,12 +506,7 @@ fn section_cdfs(out: &mut String, r: &EvalReport) {
         let series: Vec<Vec<f64>> = r
             .runs
             .iter()
-            .map(|run| {
-                run.inflation
-                    .get(b)
-                    .map(|bi| finite_sorted_pct(&bi.values))
-                    .unwrap_or_default()
-            })
+            .map(|run| run.inflation.get(b).map(|bi| finite_sorted_pct(&bi.values)).unwrap_or_default())
             .collect();
         out.push_str("<figure>\n");
         out.push_str(&svg_cdf(label, &r.runs, b, &series));
@@ -642,18 +560,8 @@ fn svg_cdf(label: &str, runs: &[RunSummary], bucket: usize, series: &[Vec<f64>])
         return svg_message(W, 120.0, &title, "no commands in this bucket");
     }
     let (lo, hi) = cdf_range(series);
-    let x = Scale {
-        d0: lo,
-        d1: hi,
-        r0: LEFT,
-        r1: W - RIGHT,
-    };
-    let y = Scale {
-        d0: 0.0,
-        d1: 1.0,
-        r0: TOP + PLOT_H,
-        r1: TOP,
-    };
+    let x = Scale { d0: lo, d1: hi, r0: LEFT, r1: W - RIGHT };
+    let y = Scale { d0: 0.0, d1: 1.0, r0: TOP + PLOT_H, r1: TOP };
     let h = TOP + PLOT_H + AXIS_H + LEGEND_ROW * runs.len() as f64 + 6.0;
 
     let mut s = svg_open(W, h, &format!("inflation CDF, bucket {label}"));
@@ -666,22 +574,11 @@ fn svg_cdf(label: &str, runs: &[RunSummary], bucket: usize, series: &[Vec<f64>])
         fmt_f(lo, 0),
         fmt_f(hi, 0)
     );
-    s.push_str(&svg_x_axis(
-        &x,
-        TOP + PLOT_H,
-        TOP,
-        &xticks,
-        xstep,
-        &axis_label,
-    ));
+    s.push_str(&svg_x_axis(&x, TOP + PLOT_H, TOP, &xticks, xstep, &axis_label));
 
     for (i, values) in series.iter().enumerate() {
         if !values.is_empty() {
-            s.push_str(&svg_polyline(
-                &cdf_points(values, &x, &y),
-                colour(i),
-                dash(i),
-            ));
+            s.push_str(&svg_polyline(&cdf_points(values, &x, &y), colour(i), dash(i)));
         }
     }
     let legend_top = TOP + PLOT_H + AXIS_H;
@@ -770,14 +667,7 @@ fn section_ranking(out: &mut String, r: &EvalReport) {
             ]);
         }
     }
-    let headers = [
-        "run",
-        "operator",
-        "groups",
-        "pairs",
-        "Kendall τ",
-        "flip rate",
-    ];
+    let headers = ["run", "operator", "groups", "pairs", "Kendall τ", "flip rate"];
     out.push_str(&html_table(&headers, &rows, 2));
     out.push_str(
         "<p class=\"note\">Kendall τ between isolated and measured medians of the candidates \
@@ -803,7 +693,8 @@ fn section_ranking(out: &mut String, r: &EvalReport) {
             ]);
         }
     }
-    let headers = ["run", "operator", "group", "faster in isolation", "slower in isolation", "isolated gap", "measured gap"];
+    let headers =
+        ["run", "operator", "group", "faster in isolation", "slower in isolation", "isolated gap", "measured gap"];
     out.push_str(&html_table(&headers, &rows, 5));
     let _ = writeln!(
         out,
@@ -822,8 +713,18 @@ fn section_outliers(out: &mut String, r: &EvalReport) {
     let opt = |x: Option<u32>| x.map_or(DASH.to_string(), |v| v.to_string());
     let ms = |x: Option<f64>| x.map_or(DASH.to_string(), |v| format!("{v:.1}"));
     let headers = [
-        "run", "command", "operator", "isolated ms", "measured ms", "inflation", "samples (truth)", "MHz at release (truth)", "core",
-        "wait ms", "freeze ms", "settle ms",
+        "run",
+        "command",
+        "operator",
+        "isolated ms",
+        "measured ms",
+        "inflation",
+        "samples (truth)",
+        "MHz at release (truth)",
+        "core",
+        "wait ms",
+        "freeze ms",
+        "settle ms",
     ];
     let mut rows = Vec::new();
     for run in runs {
@@ -942,16 +843,9 @@ fn section_timelines(out: &mut String, r: &EvalReport) {
 
 /// Hover text of one region.
 fn region_title(e: &TimelineEntry) -> String {
-    let job = e
-        .job
-        .map_or_else(|| "no job".to_string(), |j| format!("job {j}"));
+    let job = e.job.map_or_else(|| "no job".to_string(), |j| format!("job {j}"));
     let revoked = if e.revoked { ", revoked" } else { "" };
-    format!(
-        "{job} on {}: {}–{} s{revoked}",
-        e.device,
-        fmt_f(e.start_s, 3),
-        fmt_f(e.end_s, 3)
-    )
+    format!("{job} on {}: {}–{} s{revoked}", e.device, fmt_f(e.start_s, 3), fmt_f(e.end_s, 3))
 }
 
 /// The run's timeline, the number of regions drawn and how many of them were revoked.
@@ -964,11 +858,7 @@ fn svg_timeline(run: &RunSummary, fill: &str) -> (String, usize, usize) {
     const BAR_H: f64 = 10.0;
     const AXIS_H: f64 = 40.0;
     let title = format!("Run {}", run.name);
-    let entries: Vec<&TimelineEntry> = run
-        .timeline
-        .iter()
-        .filter(|e| e.start_s.is_finite())
-        .collect();
+    let entries: Vec<&TimelineEntry> = run.timeline.iter().filter(|e| e.start_s.is_finite()).collect();
     if entries.is_empty() {
         return (svg_message(W, 70.0, &title, "no regions"), 0, 0);
     }
@@ -986,26 +876,14 @@ fn svg_timeline(run: &RunSummary, fill: &str) -> (String, usize, usize) {
         .filter(|t| t.is_finite())
         .fold(0.0, f64::max);
     let t_end = if t_end > 0.0 { t_end } else { 1.0 };
-    let x = Scale {
-        d0: 0.0,
-        d1: t_end,
-        r0: LEFT,
-        r1: W - RIGHT,
-    };
+    let x = Scale { d0: 0.0, d1: t_end, r0: LEFT, r1: W - RIGHT };
     let plot_h = ROW * devices.len() as f64;
     let h = TOP + plot_h + AXIS_H;
 
     let mut s = svg_open(W, h, &format!("region timeline of run {}", run.name));
     s.push_str(&svg_text(8.0, 16.0, "start", "title", &title));
     let (ticks, step) = nice_ticks(0.0, t_end, 10);
-    s.push_str(&svg_x_axis(
-        &x,
-        TOP + plot_h,
-        TOP,
-        &ticks,
-        step,
-        "time since the run started (s)",
-    ));
+    s.push_str(&svg_x_axis(&x, TOP + plot_h, TOP, &ticks, step, "time since the run started (s)"));
     for (dev, row) in &devices {
         let y = TOP + ROW * *row as f64 + ROW / 2.0 + 4.0;
         s.push_str(&svg_text(LEFT - 8.0, y, "end", "", &truncate(dev, 22)));
@@ -1014,11 +892,7 @@ fn svg_timeline(run: &RunSummary, fill: &str) -> (String, usize, usize) {
     for e in &entries {
         let row = devices[e.device.as_str()];
         let x0 = x.map(e.start_s);
-        let end = if e.end_s.is_finite() {
-            e.end_s.max(e.start_s)
-        } else {
-            e.start_s
-        };
+        let end = if e.end_s.is_finite() { e.end_s.max(e.start_s) } else { e.start_s };
         let w = (x.map(end) - x0).max(1.0);
         let y = TOP + ROW * row as f64 + (ROW - BAR_H) / 2.0;
         let colour = if e.revoked { REVOKED_COLOUR } else { fill };
@@ -1057,9 +931,7 @@ mod tests {
                 let values = if b == 2 {
                     vec![]
                 } else {
-                    (0..50)
-                        .map(|i| scale * (i as f64 / 50.0 - 0.02) * (b + 1) as f64)
-                        .collect()
+                    (0..50).map(|i| scale * (i as f64 / 50.0 - 0.02) * (b + 1) as f64).collect()
                 };
                 bucket(label, values)
             })
@@ -1123,12 +995,7 @@ mod tests {
                     flip_rate: 0.25,
                 },
             ],
-            regions: RegionStats {
-                count: 20,
-                revoked: 1,
-                wait_ms_p50: 1.5,
-                ..Default::default()
-            },
+            regions: RegionStats { count: 20, revoked: 1, wait_ms_p50: 1.5, ..Default::default() },
             busy_share: 0.6,
             timeline,
         }
@@ -1175,22 +1042,11 @@ mod tests {
     /// Every numeric SVG attribute and polyline coordinate parses as a finite number.
     fn assert_svg_numbers_finite(html: &str) {
         let mut checked = 0;
-        for attr in [
-            " x=\"",
-            " y=\"",
-            " x1=\"",
-            " y1=\"",
-            " x2=\"",
-            " y2=\"",
-            " width=\"",
-            " height=\"",
-        ] {
+        for attr in [" x=\"", " y=\"", " x1=\"", " y1=\"", " x2=\"", " y2=\"", " width=\"", " height=\""] {
             for (pos, _) in html.match_indices(attr) {
                 let rest = &html[pos + attr.len()..];
                 let value = &rest[..rest.find('"').unwrap()];
-                let v: f64 = value
-                    .parse()
-                    .unwrap_or_else(|_| panic!("bad {attr}{value}"));
+                let v: f64 = value.parse().unwrap_or_else(|_| panic!("bad {attr}{value}"));
                 assert!(v.is_finite(), "{attr}{value}");
                 checked += 1;
             }
@@ -1236,7 +1092,9 @@ mod tests {
         assert!(html.contains(REVOKED_COLOUR));
         // Pooled and resolved tau, the flipped pairs (escaped), the repeat truth marked +.
         assert!(html.contains("<td>0.750</td>") && html.contains("resolved pairs") && html.contains("at least 2.0 %"));
-        assert!(html.contains("<h3>Flipped pairs") && html.contains("mm&lt;1024&gt;") && html.contains("<td>1.30%</td>"));
+        assert!(
+            html.contains("<h3>Flipped pairs") && html.contains("mm&lt;1024&gt;") && html.contains("<td>1.30%</td>")
+        );
         assert!(html.contains("<td class=\"l\">truth-warm+</td><td class=\"l\">truth</td>"), "repeat row");
         assert!(!html.contains("NaN"));
         assert!(!html.contains(">inf<") && !html.contains("\"inf\""));
@@ -1278,10 +1136,7 @@ mod tests {
         lone.ranking.clear();
         lone.inflation.clear();
         lone.inflation_all = BucketInflation::default();
-        let r = EvalReport {
-            runs: vec![lone],
-            ..empty
-        };
+        let r = EvalReport { runs: vec![lone], ..empty };
         let html = render(&r);
         assert_eq!(html.matches("<svg").count(), 6);
         assert_eq!(html.matches("no commands in this bucket").count(), 4);
@@ -1293,10 +1148,7 @@ mod tests {
 
     #[test]
     fn helpers() {
-        assert_eq!(
-            esc("<a href='x'>&\"</a>"),
-            "&lt;a href=&#39;x&#39;&gt;&amp;&quot;&lt;/a&gt;"
-        );
+        assert_eq!(esc("<a href='x'>&\"</a>"), "&lt;a href=&#39;x&#39;&gt;&amp;&quot;&lt;/a&gt;");
         assert_eq!(fmt_pct(0.12345), "12.35%");
         assert_eq!(fmt_pct(f64::NAN), "—");
         assert_eq!(fmt_f(f64::INFINITY, 2), "—");

@@ -174,7 +174,11 @@ pub struct PairRanking {
 impl PairRanking {
     fn of(concordant: usize, discordant: usize) -> Option<PairRanking> {
         let pairs = concordant + discordant;
-        (pairs > 0).then(|| PairRanking { pairs, flips: discordant, kendall_tau: (concordant as f64 - discordant as f64) / pairs as f64 })
+        (pairs > 0).then(|| PairRanking {
+            pairs,
+            flips: discordant,
+            kendall_tau: (concordant as f64 - discordant as f64) / pairs as f64,
+        })
     }
 }
 
@@ -349,7 +353,9 @@ fn measured_on(p: &RunManifest, rep: &kforge_store::Report) -> BTreeMap<String, 
         .filter(|m| m.valid)
         .map(|m| {
             let name = m.job.and_then(|j| job_device.get(&j).copied());
-            let dev = name.and_then(|n| every.iter().find(|e| e.split(" (").next() == Some(n))).map_or_else(|| p.device.clone(), |e| e.to_string());
+            let dev = name
+                .and_then(|n| every.iter().find(|e| e.split(" (").next() == Some(n)))
+                .map_or_else(|| p.device.clone(), |e| e.to_string());
             (m.name.clone(), dev)
         })
         .collect()
@@ -401,7 +407,8 @@ fn is_repeat_name(name: &str) -> bool {
 }
 
 fn load(m: &RunManifest) -> Result<kforge_store::Report> {
-    let store = kforge_store::Store::open(std::path::Path::new(&m.db)).with_context(|| format!("opening the store of run {}", m.name))?;
+    let store = kforge_store::Store::open(std::path::Path::new(&m.db))
+        .with_context(|| format!("opening the store of run {}", m.name))?;
     Ok(store.report(Some(&m.label))?)
 }
 
@@ -471,14 +478,28 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
     let mut groups: Vec<(String, Vec<&RunManifest>)> = Vec::new();
     for m in repeats.iter().copied().chain(manifests.iter().filter(|m| m.kind == "run")) {
         if !same_workload(&m.workload, &truth.workload)? {
-            bail!("{} {} used workload {}, the ground truth {}: different workloads", m.kind, m.name, m.workload, truth.workload);
+            bail!(
+                "{} {} used workload {}, the ground truth {}: different workloads",
+                m.kind,
+                m.name,
+                m.workload,
+                truth.workload
+            );
         }
-        let base = if m.kind == "truth" { truth_base_name(&m.name) } else { m.name.split('@').next().unwrap_or(&m.name) }.to_string();
+        let base =
+            if m.kind == "truth" { truth_base_name(&m.name) } else { m.name.split('@').next().unwrap_or(&m.name) }
+                .to_string();
         match groups.iter_mut().find(|g| g.0 == base) {
             Some(g) => {
                 let first = g.1[0];
-                if (first.kind.as_str(), first.policy.as_str(), first.ablation.as_str(), first.warm, &first.daemon_flags, first.gpu_groups)
-                    != (m.kind.as_str(), m.policy.as_str(), m.ablation.as_str(), m.warm, &m.daemon_flags, m.gpu_groups)
+                if (
+                    first.kind.as_str(),
+                    first.policy.as_str(),
+                    first.ablation.as_str(),
+                    first.warm,
+                    &first.daemon_flags,
+                    first.gpu_groups,
+                ) != (m.kind.as_str(), m.policy.as_str(), m.ablation.as_str(), m.warm, &m.daemon_flags, m.gpu_groups)
                 {
                     bail!("runs {} and {} share the name {base} but not policy, ablation, warm, daemon flags and GPU groups", first.name, m.name);
                 }
@@ -523,7 +544,10 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
             for (id, v) in medians(&rep) {
                 med_device.insert(id.clone(), on.remove(&id).unwrap_or_else(|| p.device.clone()));
                 if meds.insert(id.clone(), v).is_some() {
-                    bail!("{name} measured command {id} twice (in two of its parts, up to {}): pass each part once", p.name);
+                    bail!(
+                        "{name} measured command {id} twice (in two of its parts, up to {}): pass each part once",
+                        p.name
+                    );
                 }
             }
             full_at_release.extend(full_clock_at_release(&rep));
@@ -531,7 +555,13 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
             let rel = |ns: i64| ns as f64 / 1e9 - p.started_unix + offset;
             intervals.extend(rep.regions.iter().filter_map(|r| Some((rel(r.granted_ns), rel(r.released_ns?)))));
             timeline_all.extend(rep.regions.iter().filter_map(|r| {
-                Some(TimelineEntry { job: r.job, device: r.device.clone(), start_s: rel(r.granted_ns), end_s: rel(r.released_ns?), revoked: r.revoked })
+                Some(TimelineEntry {
+                    job: r.job,
+                    device: r.device.clone(),
+                    start_s: rel(r.granted_ns),
+                    end_s: rel(r.released_ns?),
+                    revoked: r.revoked,
+                })
             }));
             all_regions.extend(rep.regions);
             offset += p.wall_s;
@@ -607,7 +637,11 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
         let mut groups: Candidates = BTreeMap::new();
         for (id, v) in &meds {
             if let (Some(t), Some(c), Some(dev)) = (truth_of(id), by_id.get(id.as_str()), med_device.get(id)) {
-                groups.entry((c.operator.as_str(), c.group.as_str(), dev.as_str())).or_default().push((id.as_str(), t.median_ms, *v));
+                groups.entry((c.operator.as_str(), c.group.as_str(), dev.as_str())).or_default().push((
+                    id.as_str(),
+                    t.median_ms,
+                    *v,
+                ));
             }
         }
         let mut per_op: BTreeMap<&str, (usize, usize, usize)> = BTreeMap::new(); // groups, concordant, discordant
@@ -664,7 +698,8 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
             })
             .collect();
         let col = |f: fn(&kforge_store::RegionRow) -> f64| rep.regions.iter().map(f).collect::<Vec<f64>>();
-        let (wait, drain, freeze, settle) = (col(|r| r.wait_ms), col(|r| r.drain_ms), col(|r| r.freeze_ms), col(|r| r.settle_ms));
+        let (wait, drain, freeze, settle) =
+            (col(|r| r.wait_ms), col(|r| r.drain_ms), col(|r| r.freeze_ms), col(|r| r.settle_ms));
         let regions = RegionStats {
             count: rep.regions.len(),
             wait_ms_p50: q(&wait, 0.5),
@@ -713,7 +748,9 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
                 BTreeMap::new()
             },
             // A repeat of the truth ran one command at a time: no throughput comparison.
-            throughput_ratio_vs_command: command_tp.filter(|c| *c > 0.0 && !repeat_of_truth).map(|c| tp / gpus as f64 / c),
+            throughput_ratio_vs_command: command_tp
+                .filter(|c| *c > 0.0 && !repeat_of_truth)
+                .map(|c| tp / gpus as f64 / c),
             inflation: BUCKETS.iter().zip(per_bucket).map(|(b, v)| inflation_of(b, v)).collect(),
             inflation_all: inflation_of("all", all),
             cross_device_commands,
@@ -749,7 +786,12 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
 
 /// A run's name in tables: `*` when compared with another GPU's truth, `+` for a repeat truth.
 pub fn run_label(run: &RunSummary) -> String {
-    format!("{}{}{}", run.name, if run.compared_across_devices { "*" } else { "" }, if run.repeat_of_truth { "+" } else { "" })
+    format!(
+        "{}{}{}",
+        run.name,
+        if run.compared_across_devices { "*" } else { "" },
+        if run.repeat_of_truth { "+" } else { "" }
+    )
 }
 
 /// The table printed last by `kforge report RUN…`.
@@ -762,7 +804,19 @@ pub fn table(r: &EvalReport) -> String {
     let w_below = w.max(19);
     let mut s = format!(
         "{:<w$} {:<8} {:<8} {:>5} {:>4} {:>8} {:>10} {:>6} {:>17} {:>17} {:>17} {:>17} {:>15}\n",
-        "RUN", "POLICY", "ABLATE", "CMDS", "GPUS", "CMDS/MIN", "VS_CMD/GPU", "FAILED", "<0.1ms p50/p95", "0.1-1ms p50/p95", "1-10ms p50/p95", ">10ms p50/p95", gap_col
+        "RUN",
+        "POLICY",
+        "ABLATE",
+        "CMDS",
+        "GPUS",
+        "CMDS/MIN",
+        "VS_CMD/GPU",
+        "FAILED",
+        "<0.1ms p50/p95",
+        "0.1-1ms p50/p95",
+        "1-10ms p50/p95",
+        ">10ms p50/p95",
+        gap_col
     );
     for run in &r.runs {
         let b: Vec<String> = run.inflation.iter().map(|b| format!("{}/{}", pct(b.p50), pct(b.p95))).collect();
@@ -789,11 +843,23 @@ pub fn table(r: &EvalReport) -> String {
     if r.runs.iter().any(|x| x.repeat_of_truth) {
         s.push_str("+ a second ground truth (one command at a time, idle GPU; warm, or named truth-repeat) against the reference: how far the device repeats itself\n");
     }
-    if let Some(x) = r.runs.iter().filter(|x| !x.compared_across_devices && x.cross_device_commands > 0).map(|x| x.cross_device_commands).max() {
-        s.push_str(&format!("(up to {x} commands per run left out of inflation: their ground truth is from another GPU)\n"));
+    if let Some(x) = r
+        .runs
+        .iter()
+        .filter(|x| !x.compared_across_devices && x.cross_device_commands > 0)
+        .map(|x| x.cross_device_commands)
+        .max()
+    {
+        s.push_str(&format!(
+            "(up to {x} commands per run left out of inflation: their ground truth is from another GPU)\n"
+        ));
     }
     for run in r.runs.iter().filter(|x| !x.commands_per_gpu.is_empty()) {
-        let split: Vec<String> = run.commands_per_gpu.iter().map(|(d, n)| format!("GPU {} {n}", d.split(" (").next().unwrap_or(d))).collect();
+        let split: Vec<String> = run
+            .commands_per_gpu
+            .iter()
+            .map(|(d, n)| format!("GPU {} {n}", d.split(" (").next().unwrap_or(d)))
+            .collect();
         s.push_str(&format!("{}: commands measured per GPU: {}\n", run_label(run), split.join(", ")));
     }
     if r.runs.iter().any(|x| x.gpu_groups) {
@@ -808,8 +874,11 @@ pub fn table(r: &EvalReport) -> String {
     ));
     // Region runs only: under `command` the whole command is exclusive, under `none` nothing is,
     // and a repeat of the truth runs one command at a time anyway.
-    let serial: Vec<&RunSummary> =
-        r.runs.iter().filter(|x| x.policy == "region" && !x.repeat_of_truth && x.regions.count > 0 && x.wall_s > 0.0).collect();
+    let serial: Vec<&RunSummary> = r
+        .runs
+        .iter()
+        .filter(|x| x.policy == "region" && !x.repeat_of_truth && x.regions.count > 0 && x.wall_s > 0.0)
+        .collect();
     if serial.iter().any(|x| x.regions.settle_s > 0.0) {
         let w = w_below;
         s.push_str(&format!(
@@ -836,7 +905,8 @@ pub fn table(r: &EvalReport) -> String {
             FULL_CLOCK_FRACTION * 100.0, "RUN", "TOP_MHZ", "THROTTLED", "<0.1ms n p50/p95", "0.1-1ms n p50/p95", "1-10ms n p50/p95", ">10ms n p50/p95"
         ));
         for run in clocked {
-            let b: Vec<String> = run.full_clock.iter().map(|b| format!("{} {}/{}", b.n, pct(b.p50), pct(b.p95))).collect();
+            let b: Vec<String> =
+                run.full_clock.iter().map(|b| format!("{} {}/{}", b.n, pct(b.p50), pct(b.p95))).collect();
             s.push_str(&format!(
                 "{:<w$} {:>7} {:>9} {:>19} {:>19} {:>19} {:>19}\n",
                 run_label(run),
@@ -872,7 +942,15 @@ mod tests {
         }
     }
 
-    fn manifest(name: &str, kind: &str, policy: &str, db: &str, workload: &str, wall_s: f64, commands: usize) -> RunManifest {
+    fn manifest(
+        name: &str,
+        kind: &str,
+        policy: &str,
+        db: &str,
+        workload: &str,
+        wall_s: f64,
+        commands: usize,
+    ) -> RunManifest {
         RunManifest {
             name: name.into(),
             kind: kind.into(),
@@ -899,37 +977,103 @@ mod tests {
     }
 
     /// `record`, the k-th region with SM clocks (granted, released) `clocks[k]` when given.
-    fn record_clocked(s: &Store, label: &str, first_id: u64, rows: &[(&str, f64, f64, f64)], clocks: &[Option<(u32, u32)>]) {
+    fn record_clocked(
+        s: &Store,
+        label: &str,
+        first_id: u64,
+        rows: &[(&str, f64, f64, f64)],
+        clocks: &[Option<(u32, u32)>],
+    ) {
         record_on(s, label, first_id, rows, clocks, "cpu");
     }
 
     /// `record_clocked`, the jobs on daemon device `device`.
-    fn record_on(s: &Store, label: &str, first_id: u64, rows: &[(&str, f64, f64, f64)], clocks: &[Option<(u32, u32)>], device: &str) {
+    fn record_on(
+        s: &Store,
+        label: &str,
+        first_id: u64,
+        rows: &[(&str, f64, f64, f64)],
+        clocks: &[Option<(u32, u32)>],
+        device: &str,
+    ) {
         record_settled(s, label, first_id, rows, clocks, device, 0.0);
     }
 
     /// Rows as `record_on`, each region after a settle step of `settle_ms`.
-    fn record_settled(s: &Store, label: &str, first_id: u64, rows: &[(&str, f64, f64, f64)], clocks: &[Option<(u32, u32)>], device: &str, settle_ms: f64) {
+    fn record_settled(
+        s: &Store,
+        label: &str,
+        first_id: u64,
+        rows: &[(&str, f64, f64, f64)],
+        clocks: &[Option<(u32, u32)>],
+        device: &str,
+        settle_ms: f64,
+    ) {
         for (k, (name, ms, start, end)) in rows.iter().enumerate() {
             let clock = clocks.get(k).copied().flatten();
             let id = first_id + k as u64;
             s.insert_job(&JobRow {
-                id, label: Some(label.into()), argv: vec![], cwd: "/".into(), device: device.into(), policy: "region".into(),
-                queued_ns: 0, started_ns: None, ended_ns: None, pid: None, exit_code: Some(0), signal: None, reason: None,
-            }).unwrap();
+                id,
+                label: Some(label.into()),
+                argv: vec![],
+                cwd: "/".into(),
+                device: device.into(),
+                policy: "region".into(),
+                queued_ns: 0,
+                started_ns: None,
+                ended_ns: None,
+                pid: None,
+                exit_code: Some(0),
+                signal: None,
+                reason: None,
+            })
+            .unwrap();
             let ns = |t: f64| ((1000.0 + t) * 1e9) as i64;
             s.insert_region(&RegionRow {
-                id, job: Some(id), device: "cpu".into(), name: name.to_string(), pid: 1, tid: 1, policy: "region".into(), exclusive: true,
-                requested_ns: ns(*start), granted_ns: ns(*start), released_ns: Some(ns(*end)), wait_ms: 1.0, gate_ms: 0.0, drain_ms: 2.0,
-                drain_timed_out: false, freeze_ms: 0.5, frozen_jobs: 1, settle_ms, settle_timed_out: false, gpu_temp_c_granted: None,
-                sm_clock_mhz_granted: clock.map(|c| c.0), gpu_temp_c_released: None, sm_clock_mhz_released: clock.map(|c| c.1), isolate_ms: 0.1,
-                core: Some(0), lease_ms: 60000, revoked: false, tainted: false,
-            }).unwrap();
+                id,
+                job: Some(id),
+                device: "cpu".into(),
+                name: name.to_string(),
+                pid: 1,
+                tid: 1,
+                policy: "region".into(),
+                exclusive: true,
+                requested_ns: ns(*start),
+                granted_ns: ns(*start),
+                released_ns: Some(ns(*end)),
+                wait_ms: 1.0,
+                gate_ms: 0.0,
+                drain_ms: 2.0,
+                drain_timed_out: false,
+                freeze_ms: 0.5,
+                frozen_jobs: 1,
+                settle_ms,
+                settle_timed_out: false,
+                gpu_temp_c_granted: None,
+                sm_clock_mhz_granted: clock.map(|c| c.0),
+                gpu_temp_c_released: None,
+                sm_clock_mhz_released: clock.map(|c| c.1),
+                isolate_ms: 0.1,
+                core: Some(0),
+                lease_ms: 60000,
+                revoked: false,
+                tainted: false,
+            })
+            .unwrap();
             if let Some((_, released)) = clock {
                 s.region_released(id, ns(*end), false, false, Some((40, released))).unwrap();
             }
             // Three samples whose median is `ms`.
-            s.insert_measurement(&MeasurementRow { id, job: Some(id), region: Some(id), name: name.to_string(), recorded_ns: 0, samples_ms: vec![ms * 0.9, *ms, ms * 1.5], valid: true }).unwrap();
+            s.insert_measurement(&MeasurementRow {
+                id,
+                job: Some(id),
+                region: Some(id),
+                name: name.to_string(),
+                recorded_ns: 0,
+                samples_ms: vec![ms * 0.9, *ms, ms * 1.5],
+                valid: true,
+            })
+            .unwrap();
         }
     }
 
@@ -942,10 +1086,25 @@ mod tests {
         let dbp = dir.path().join("e.db");
         let s = Store::open(&dbp).unwrap();
         // Ground truth: a < b < c in group g1 (ranking), d alone; buckets: 0.05, 0.5, 5, 50 ms.
-        record(&s, "eval:truth", 1, &[("a", 0.05, 0.0, 0.1), ("b", 0.5, 0.2, 0.3), ("c", 5.0, 0.4, 0.5), ("d", 50.0, 0.6, 0.7)]);
+        record(
+            &s,
+            "eval:truth",
+            1,
+            &[("a", 0.05, 0.0, 0.1), ("b", 0.5, 0.2, 0.3), ("c", 5.0, 0.4, 0.5), ("d", 50.0, 0.6, 0.7)],
+        );
         // Run: a +10%, b +0%, c slower than... keep order a<b<c except swap? b becomes 6.0 > c 5.5: one flip of 3 pairs.
-        record(&s, "eval:region", 11, &[("a", 0.055, 0.0, 1.0), ("b", 6.0, 2.0, 3.0), ("c", 5.5, 2.5, 4.0), ("d", 50.0, 9.0, 10.0)]);
-        record(&s, "eval:command", 21, &[("a", 0.05, 0.0, 1.0), ("b", 0.5, 1.0, 2.0), ("c", 5.0, 2.0, 3.0), ("d", 50.0, 3.0, 4.0)]);
+        record(
+            &s,
+            "eval:region",
+            11,
+            &[("a", 0.055, 0.0, 1.0), ("b", 6.0, 2.0, 3.0), ("c", 5.5, 2.5, 4.0), ("d", 50.0, 9.0, 10.0)],
+        );
+        record(
+            &s,
+            "eval:command",
+            21,
+            &[("a", 0.05, 0.0, 1.0), ("b", 0.5, 1.0, 2.0), ("c", 5.0, 2.0, 3.0), ("d", 50.0, 3.0, 4.0)],
+        );
         drop(s);
         let db = dbp.display().to_string();
         let w = wl.display().to_string();
@@ -990,7 +1149,13 @@ mod tests {
     fn resolved_ranking_flips_and_a_repeat_truth() {
         let dir = tempfile::tempdir().unwrap();
         let wl = dir.path().join("w.jsonl");
-        let cmds = [cmd("a", "g1", "mm"), cmd("b", "g1", "mm"), cmd("c", "g1", "mm"), cmd("d", "g2", "ew"), cmd("e", "g2", "ew")];
+        let cmds = [
+            cmd("a", "g1", "mm"),
+            cmd("b", "g1", "mm"),
+            cmd("c", "g1", "mm"),
+            cmd("d", "g2", "ew"),
+            cmd("e", "g2", "ew"),
+        ];
         crate::workload::write(&wl, &cmds).unwrap();
         let dbp = dir.path().join("e.db");
         let s = Store::open(&dbp).unwrap();
@@ -998,9 +1163,31 @@ mod tests {
         record(&s, "eval:truth-0", 1, &[("a", 1.0, 0.0, 0.1), ("b", 1.01, 0.2, 0.3), ("c", 1.5, 0.4, 0.5)]);
         record(&s, "eval:truth-3", 4, &[("d", 2.0, 0.0, 0.1), ("e", 2.1, 0.2, 0.3)]);
         // Warm truth (a repeat): flips a/b (1 % apart), keeps the rest.
-        record(&s, "eval:truth-warm", 11, &[("a", 1.02, 0.0, 0.1), ("b", 1.0, 0.2, 0.3), ("c", 1.5, 0.4, 0.5), ("d", 2.0, 0.6, 0.7), ("e", 2.1, 0.8, 0.9)]);
+        record(
+            &s,
+            "eval:truth-warm",
+            11,
+            &[
+                ("a", 1.02, 0.0, 0.1),
+                ("b", 1.0, 0.2, 0.3),
+                ("c", 1.5, 0.4, 0.5),
+                ("d", 2.0, 0.6, 0.7),
+                ("e", 2.1, 0.8, 0.9),
+            ],
+        );
         // The run flips a/b (1 % apart) and d/e (5 % apart); a/c, b/c kept.
-        record(&s, "eval:region", 21, &[("a", 1.01, 0.0, 1.0), ("b", 1.0, 1.0, 2.0), ("c", 1.6, 2.0, 3.0), ("d", 2.2, 3.0, 4.0), ("e", 2.1, 4.0, 5.0)]);
+        record(
+            &s,
+            "eval:region",
+            21,
+            &[
+                ("a", 1.01, 0.0, 1.0),
+                ("b", 1.0, 1.0, 2.0),
+                ("c", 1.6, 2.0, 3.0),
+                ("d", 2.2, 3.0, 4.0),
+                ("e", 2.1, 4.0, 5.0),
+            ],
+        );
         drop(s);
         let (db, w) = (dbp.display().to_string(), wl.display().to_string());
         let warm = |mut m: RunManifest| {
@@ -1030,16 +1217,23 @@ mod tests {
         assert_eq!(run.ranking_all, Some(PairRanking { pairs: 4, flips: 2, kendall_tau: 0.0 }));
         assert_eq!(run.ranking_resolved, Some(PairRanking { pairs: 3, flips: 1, kendall_tau: 1.0 / 3.0 }));
         // Flips, largest truth gap first, with both gaps.
-        let f: Vec<(&str, &str, &str)> = run.flips.iter().map(|f| (f.operator.as_str(), f.faster.as_str(), f.slower.as_str())).collect();
+        let f: Vec<(&str, &str, &str)> =
+            run.flips.iter().map(|f| (f.operator.as_str(), f.faster.as_str(), f.slower.as_str())).collect();
         assert_eq!(f, [("ew", "d", "e"), ("mm", "a", "b")]);
-        assert!((run.flips[0].truth_gap - 0.05).abs() < 1e-9 && (run.flips[0].measured_gap - (2.1 / 2.2 - 1.0)).abs() < 1e-9);
+        assert!(
+            (run.flips[0].truth_gap - 0.05).abs() < 1e-9
+                && (run.flips[0].measured_gap - (2.1 / 2.2 - 1.0)).abs() < 1e-9
+        );
         let t = table(&r);
         assert!(t.contains("truth-warm+") && t.contains("0.000/0.333") && t.contains(">= 2.0 %"), "{t}");
         // A gap of 0 counts every pair; a negative or NaN one is refused.
         let r0 = compute_with(&ms, &ReportOptions { min_gap: 0.0 }).unwrap();
         assert_eq!(r0.runs[1].ranking_resolved, r0.runs[1].ranking_all);
         for bad in [-0.01, f64::NAN] {
-            assert!(compute_with(&ms, &ReportOptions { min_gap: bad }).unwrap_err().to_string().contains("minimum gap"));
+            assert!(compute_with(&ms, &ReportOptions { min_gap: bad })
+                .unwrap_err()
+                .to_string()
+                .contains("minimum gap"));
         }
         // A warm truth in parts is one repeat row; a cold truth named truth-repeat is another.
         let s = Store::open(&dbp).unwrap();
@@ -1055,7 +1249,8 @@ mod tests {
             manifest("truth-repeat", "truth", "region", &db, &w, 5.0, 2),
         ];
         let rp = compute(&parts).unwrap();
-        let rows: Vec<(&str, usize, bool)> = rp.runs.iter().map(|x| (x.name.as_str(), x.inflation_all.n, x.repeat_of_truth)).collect();
+        let rows: Vec<(&str, usize, bool)> =
+            rp.runs.iter().map(|x| (x.name.as_str(), x.inflation_all.n, x.repeat_of_truth)).collect();
         assert_eq!(rows, [("truth-warm", 3, true), ("truth-repeat", 2, true)]);
         // A repeat (or a run) that measures a command twice is refused, not silently overwritten.
         let dup = vec![ms[0].clone(), ms[2].clone(), ms[1].clone(), parts[2].clone()];
@@ -1079,7 +1274,13 @@ mod tests {
     fn full_clock_inflation_leaves_out_regions_that_ended_throttled() {
         let dir = tempfile::tempdir().unwrap();
         let wl = dir.path().join("w.jsonl");
-        let cmds = [cmd("a", "g1", "mm"), cmd("b", "g1", "mm"), cmd("c", "g2", "mm"), cmd("d", "g2", "mm"), cmd("e", "g3", "mm")];
+        let cmds = [
+            cmd("a", "g1", "mm"),
+            cmd("b", "g1", "mm"),
+            cmd("c", "g2", "mm"),
+            cmd("d", "g2", "mm"),
+            cmd("e", "g3", "mm"),
+        ];
         crate::workload::write(&wl, &cmds).unwrap();
         let dbp = dir.path().join("e.db");
         let s = Store::open(&dbp).unwrap();
@@ -1088,7 +1289,13 @@ mod tests {
             &s,
             "eval:truth",
             1,
-            &[("a", 0.05, 0.0, 0.1), ("b", 0.5, 0.2, 0.3), ("c", 5.0, 0.4, 0.5), ("d", 50.0, 0.6, 0.7), ("e", 5.0, 0.8, 0.9)],
+            &[
+                ("a", 0.05, 0.0, 0.1),
+                ("b", 0.5, 0.2, 0.3),
+                ("c", 5.0, 0.4, 0.5),
+                ("d", 50.0, 0.6, 0.7),
+                ("e", 5.0, 0.8, 0.9),
+            ],
             &[Some((1980, 1980)), Some((1980, 1980)), None, None, Some((1980, 1400))],
         );
         // The run: a +10 % at full clock, b +40 % ending at 1500 MHz, c +1 % at 1975 of 1980 MHz,
@@ -1097,12 +1304,21 @@ mod tests {
             &s,
             "eval:region",
             11,
-            &[("a", 0.055, 0.0, 1.0), ("b", 0.7, 1.0, 2.0), ("c", 5.05, 2.0, 3.0), ("d", 50.0, 3.0, 4.0), ("e", 5.0, 4.0, 5.0)],
+            &[
+                ("a", 0.055, 0.0, 1.0),
+                ("b", 0.7, 1.0, 2.0),
+                ("c", 5.05, 2.0, 3.0),
+                ("d", 50.0, 3.0, 4.0),
+                ("e", 5.0, 4.0, 5.0),
+            ],
             &[Some((1980, 1980)), Some((1980, 1500)), Some((1965, 1975)), None, Some((1980, 1980))],
         );
         drop(s);
         let (db, w) = (dbp.display().to_string(), wl.display().to_string());
-        let ms = vec![manifest("truth", "truth", "command", &db, &w, 10.0, 4), manifest("region", "run", "region", &db, &w, 10.0, 4)];
+        let ms = vec![
+            manifest("truth", "truth", "command", &db, &w, 10.0, 4),
+            manifest("region", "run", "region", &db, &w, 10.0, 4),
+        ];
         let r = compute(&ms).unwrap();
         let run = &r.runs[0];
         // b ended throttled in the run, e in the truth.
@@ -1148,12 +1364,20 @@ mod tests {
         ];
         let r = compute(&ms).unwrap();
         let region = r.runs.iter().find(|x| x.name == "region").unwrap();
-        assert!((region.regions.held_s - 3.0).abs() < 1e-9 && (region.regions.settle_s - 0.5).abs() < 1e-9, "{:?}", region.regions);
+        assert!(
+            (region.regions.held_s - 3.0).abs() < 1e-9 && (region.regions.settle_s - 0.5).abs() < 1e-9,
+            "{:?}",
+            region.regions
+        );
         let t = table(&r);
-        let row = t.lines().skip_while(|l| !l.starts_with("serial time per GPU")).find(|l| l.starts_with("region ")).unwrap();
+        let row =
+            t.lines().skip_while(|l| !l.starts_with("serial time per GPU")).find(|l| l.starts_with("region ")).unwrap();
         assert_eq!(row.split_whitespace().collect::<Vec<_>>(), ["region", "10.0", "3.0", "0.5", "35%"]);
         // Whole-command exclusivity has no serial-time row: its regions are not what is exclusive.
-        assert!(!t.lines().skip_while(|l| !l.starts_with("serial time per GPU")).any(|l| l.starts_with("command ")), "{t}");
+        assert!(
+            !t.lines().skip_while(|l| !l.starts_with("serial time per GPU")).any(|l| l.starts_with("command ")),
+            "{t}"
+        );
     }
 
     #[test]
@@ -1191,7 +1415,14 @@ mod tests {
         // many per GPU — the ratio is per GPU, not the two GPUs' sum over one.
         {
             let s = Store::open(&dbp).unwrap();
-            record_on(&s, "eval:command", 31, &[("a", 1.0, 0.0, 1.0), ("b", 2.0, 1.0, 2.0), ("c", 3.0, 2.0, 3.0)], &[], "0");
+            record_on(
+                &s,
+                "eval:command",
+                31,
+                &[("a", 1.0, 0.0, 1.0), ("b", 2.0, 1.0, 2.0), ("c", 3.0, 2.0, 3.0)],
+                &[],
+                "0",
+            );
             let mut with_cmd = ms.clone();
             assert_eq!(with_cmd[2].name, "both");
             with_cmd.push(on(manifest("command", "run", "command", &db, &w, 1.0, 3), "0 (H200, GPU-a)"));
@@ -1218,7 +1449,10 @@ mod tests {
             with_cmd[2].name = "both@0".into();
             with_cmd.push(part);
             let e = compute(&with_cmd).unwrap_err().to_string();
-            assert!(e.contains("share the name both but not policy, ablation, warm, daemon flags and GPU groups"), "{e}");
+            assert!(
+                e.contains("share the name both but not policy, ablation, warm, daemon flags and GPU groups"),
+                "{e}"
+            );
         }
         let mut x = run.inflation_all.values.clone();
         x.sort_by(f64::total_cmp);
@@ -1240,7 +1474,11 @@ mod tests {
         let r = compute(&ms2).unwrap();
         assert_eq!(r.device, "0 (H200, GPU-a); 1 (H200, GPU-b)");
         let both = &r.runs[0];
-        assert_eq!((both.inflation_all.n, both.cross_device_commands), (3, 1), "d: measured on an unlisted GPU, left out");
+        assert_eq!(
+            (both.inflation_all.n, both.cross_device_commands),
+            (3, 1),
+            "d: measured on an unlisted GPU, left out"
+        );
         let elsewhere = &r.runs[1];
         assert!(elsewhere.compared_across_devices);
         let mut x = elsewhere.inflation_all.values.clone();
@@ -1248,7 +1486,10 @@ mod tests {
         assert!((x[0] - 0.2).abs() < 1e-9 && (x[1] - 0.2).abs() < 1e-9, "GPU 0's truth (1.0, 2.0), not GPU 1's: {x:?}");
         // The same GPU's truth twice is refused.
         let twice = vec![ms[0].clone(), ms[0].clone(), ms[2].clone()];
-        assert!(compute(&twice).unwrap_err().to_string().contains("in two ground-truth parts of one GPU (truth and truth, GPU 0 (H200, GPU-a))"));
+        assert!(compute(&twice)
+            .unwrap_err()
+            .to_string()
+            .contains("in two ground-truth parts of one GPU (truth and truth, GPU 0 (H200, GPU-a))"));
     }
 
     #[test]

@@ -195,12 +195,15 @@ impl RunManifest {
     /// possibly moved between machines) is used instead of the recorded path.
     pub fn load(path: &Path) -> Result<RunManifest> {
         let text = std::fs::read_to_string(path).with_context(|| format!("reading run manifest {}", path.display()))?;
-        let mut m: RunManifest = serde_json::from_str(&text).with_context(|| format!("{} is not a kforge run manifest", path.display()))?;
+        let mut m: RunManifest =
+            serde_json::from_str(&text).with_context(|| format!("{} is not a kforge run manifest", path.display()))?;
         // A state directory holds the workload and store next to its manifests; prefer those
         // copies, so that manifests written in other directories (or on other machines) agree.
         let beside = |p: &str| -> String {
             match (Path::new(p).file_name(), path.parent()) {
-                (Some(name), Some(dir)) if dir.join(name).is_file() => dir.join(name).canonicalize().unwrap_or_else(|_| dir.join(name)).display().to_string(),
+                (Some(name), Some(dir)) if dir.join(name).is_file() => {
+                    dir.join(name).canonicalize().unwrap_or_else(|_| dir.join(name)).display().to_string()
+                }
                 _ => p.to_string(),
             }
         };
@@ -281,21 +284,37 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
         let list: Vec<String> = gpus.iter().map(|d| format!("{} ({})", d.name, d.description)).collect();
         ("auto".to_string(), format!("all: {}", list.join("; ")), concurrency * gpus.len())
     } else {
-        let dev = if o.device == "auto" || o.device == "all" { gpus.first().copied().unwrap_or(&status.devices[0]).name.clone() } else { o.device.clone() };
-        let device = status.devices.iter().find(|d| d.name == dev).map(|d| format!("{} ({})", d.name, d.description)).unwrap_or_else(|| dev.clone());
+        let dev = if o.device == "auto" || o.device == "all" {
+            gpus.first().copied().unwrap_or(&status.devices[0]).name.clone()
+        } else {
+            o.device.clone()
+        };
+        let device = status
+            .devices
+            .iter()
+            .find(|d| d.name == dev)
+            .map(|d| format!("{} ({})", d.name, d.description))
+            .unwrap_or_else(|| dev.clone());
         (dev, device, concurrency)
     };
     let label = format!("eval:{}", o.name);
-    let env: Vec<(String, String)> = std::env::vars().filter(|(k, _)| ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR"].contains(&k.as_str())).collect();
+    let env: Vec<(String, String)> =
+        std::env::vars().filter(|(k, _)| ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR"].contains(&k.as_str())).collect();
     let total = cmds.len();
     eprintln!(
         "kforge workload: {} — {} commands, policy {}, ablation {}, {} in flight, device {}",
-        o.name, total, policy.as_str(), ablation.as_str(), in_flight, device
+        o.name,
+        total,
+        policy.as_str(),
+        ablation.as_str(),
+        in_flight,
+        device
     );
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let failed = Mutex::new(Vec::new());
-    let started_unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    let started_unix =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     let t0 = Instant::now();
     std::thread::scope(|s| {
         for _ in 0..in_flight {
@@ -354,7 +373,14 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
     let path = dir.join(format!("{}.run.json", o.name));
     std::fs::write(&path, serde_json::to_vec_pretty(&m)?).with_context(|| format!("writing {}", path.display()))?;
     if !m.failed.is_empty() {
-        eprintln!("  {} of {} commands failed; first: {} (exit {}): {}", m.failed.len(), total, m.failed[0].0, m.failed[0].1, m.failed[0].2);
+        eprintln!(
+            "  {} of {} commands failed; first: {} (exit {}): {}",
+            m.failed.len(),
+            total,
+            m.failed[0].0,
+            m.failed[0].1,
+            m.failed[0].2
+        );
     }
     Ok((m, path))
 }

@@ -52,10 +52,34 @@ mod tests {
 
     fn region(dev: &str, g: i64, r: Option<i64>) -> RegionRow {
         RegionRow {
-            id: 0, job: None, device: dev.into(), name: "r".into(), pid: 1, tid: 1, policy: "region".into(), exclusive: true,
-            requested_ns: g, granted_ns: g, released_ns: r, wait_ms: 0.0, gate_ms: 0.0, drain_ms: 0.0, drain_timed_out: false,
-            freeze_ms: 0.0, frozen_jobs: 0, settle_ms: 0.0, settle_timed_out: false, gpu_temp_c_granted: None, sm_clock_mhz_granted: None,
-            gpu_temp_c_released: None, sm_clock_mhz_released: None, isolate_ms: 0.0, core: None, lease_ms: 1, revoked: false, tainted: false,
+            id: 0,
+            job: None,
+            device: dev.into(),
+            name: "r".into(),
+            pid: 1,
+            tid: 1,
+            policy: "region".into(),
+            exclusive: true,
+            requested_ns: g,
+            granted_ns: g,
+            released_ns: r,
+            wait_ms: 0.0,
+            gate_ms: 0.0,
+            drain_ms: 0.0,
+            drain_timed_out: false,
+            freeze_ms: 0.0,
+            frozen_jobs: 0,
+            settle_ms: 0.0,
+            settle_timed_out: false,
+            gpu_temp_c_granted: None,
+            sm_clock_mhz_granted: None,
+            gpu_temp_c_released: None,
+            sm_clock_mhz_released: None,
+            isolate_ms: 0.0,
+            core: None,
+            lease_ms: 1,
+            revoked: false,
+            tainted: false,
         }
     }
 

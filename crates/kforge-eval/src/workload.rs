@@ -85,7 +85,15 @@ const CPU_OPS: [(&str, &[(&str, f64)]); 3] = [
     ("sum", &[("builtin", 6.5), ("fsum", 10.0), ("loop", 30.0)]),
 ];
 
-fn command(profile: Profile, id: usize, operator: &str, group: &str, candidate: &str, spec: Value, est_ms: f64) -> Command {
+fn command(
+    profile: Profile,
+    id: usize,
+    operator: &str,
+    group: &str,
+    candidate: &str,
+    spec: Value,
+    est_ms: f64,
+) -> Command {
     let id = format!("c{id:05}");
     let mut spec = spec;
     spec["id"] = json!(id);
@@ -136,7 +144,8 @@ pub fn generate(profile: Profile, seed: u64, per_bucket: usize, gpu_list: Option
                     variants
                         .iter()
                         .map(|(v, ns)| {
-                            let spec = json!({"operator": op, "size": {"n": n}, "params": {"variant": v}, "seed": group_seed});
+                            let spec =
+                                json!({"operator": op, "size": {"n": n}, "params": {"variant": v}, "seed": group_seed});
                             (op.to_string(), v.to_string(), spec, n as f64 * ns / 1e6)
                         })
                         .collect()
@@ -168,13 +177,18 @@ impl GpuSpace {
     fn from_list(v: &Value) -> Result<GpuSpace> {
         let cands = v["candidates"].as_array().context("eval_gpu.py --list: no candidates")?;
         let sizes = v["sizes"].as_array().context("eval_gpu.py --list: no sizes")?;
-        let candidates: Vec<(String, Value)> = cands
-            .iter()
-            .filter_map(|c| Some((c["operator"].as_str()?.to_string(), c["params"].clone())))
-            .collect();
+        let candidates: Vec<(String, Value)> =
+            cands.iter().filter_map(|c| Some((c["operator"].as_str()?.to_string(), c["params"].clone()))).collect();
         let sizes: Vec<(String, Value, String, f64)> = sizes
             .iter()
-            .filter_map(|s| Some((s["operator"].as_str()?.to_string(), s["size"].clone(), s["dtype"].as_str().unwrap_or("float16").to_string(), s["est_ms"].as_f64()?)))
+            .filter_map(|s| {
+                Some((
+                    s["operator"].as_str()?.to_string(),
+                    s["size"].clone(),
+                    s["dtype"].as_str().unwrap_or("float16").to_string(),
+                    s["est_ms"].as_f64()?,
+                ))
+            })
             .collect();
         if candidates.is_empty() || sizes.is_empty() {
             bail!("eval_gpu.py --list gave no usable candidates or sizes");
@@ -203,7 +217,10 @@ impl GpuSpace {
             .iter()
             .filter(|(o, _)| o == op)
             .map(|(_, params)| {
-                let name = params.as_object().map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")).unwrap_or_default();
+                let name = params
+                    .as_object()
+                    .map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(","))
+                    .unwrap_or_default();
                 let spec = json!({"operator": op, "size": size, "params": params, "dtype": dtype, "seed": seed});
                 (op.clone(), name, spec, *est)
             })
@@ -233,7 +250,8 @@ pub fn read(path: &Path) -> Result<Vec<Command>> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading workload {}", path.display()))?;
     let mut cmds = Vec::new();
     for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let c: Command = serde_json::from_str(line).with_context(|| format!("{}:{}: not a workload command", path.display(), i + 1))?;
+        let c: Command = serde_json::from_str(line)
+            .with_context(|| format!("{}:{}: not a workload command", path.display(), i + 1))?;
         cmds.push(c);
     }
     if cmds.is_empty() {

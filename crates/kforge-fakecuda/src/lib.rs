@@ -233,9 +233,8 @@ fn variant_of(name: &str, base: &str) -> Option<(u32, bool)> {
 /// The fake driver's variant selection (see the crate docs).
 fn proc_lookup(symbol: &str, version: i32, flags: u64) -> Result<usize, c_int> {
     let per_thread = flags & 2 != 0;
-    let mut cands: Vec<(usize, u32, bool)> = (0..N)
-        .filter_map(|i| variant_of(name_of(i), symbol).map(|(n, pt)| (i, n, pt)))
-        .collect();
+    let mut cands: Vec<(usize, u32, bool)> =
+        (0..N).filter_map(|i| variant_of(name_of(i), symbol).map(|(n, pt)| (i, n, pt))).collect();
     if cands.is_empty() {
         return Err(1); // CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND
     }
@@ -249,7 +248,13 @@ fn proc_lookup(symbol: &str, version: i32, flags: u64) -> Result<usize, c_int> {
     Ok(best.0)
 }
 
-unsafe fn get_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64, status: *mut c_int) -> CUresult {
+unsafe fn get_proc(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> CUresult {
     if symbol.is_null() || pfn.is_null() {
         return 1; // CUDA_ERROR_INVALID_VALUE
     }
@@ -285,7 +290,17 @@ unsafe fn get_proc(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int,
 /// known variant); it counts as `cuLaunchKernel`.
 #[allow(clippy::too_many_arguments)]
 unsafe extern "C" fn foreign_launch(
-    _f: Handle, _gx: u32, _gy: u32, _gz: u32, _bx: u32, _by: u32, _bz: u32, _shmem: u32, _s: Handle, _p: PPtr, _e: PPtr,
+    _f: Handle,
+    _gx: u32,
+    _gy: u32,
+    _gz: u32,
+    _bx: u32,
+    _by: u32,
+    _bz: u32,
+    _shmem: u32,
+    _s: Handle,
+    _p: PPtr,
+    _e: PPtr,
 ) -> CUresult {
     record(F::cuLaunchKernel as usize, None);
     0
@@ -304,7 +319,12 @@ pub unsafe extern "C" fn fake_get_proc_address(symbol: *const c_char, version: c
 
 /// Fake `cuGetProcAddress` (CUDA 11.3 ABI).
 #[no_mangle]
-pub unsafe extern "C" fn cuGetProcAddress(symbol: *const c_char, pfn: *mut *mut c_void, version: c_int, flags: u64) -> CUresult {
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) -> CUresult {
     record(x("cuGetProcAddress"), None);
     // SAFETY: forwarded.
     unsafe { get_proc(symbol, pfn, version, flags, std::ptr::null_mut()) }
@@ -393,7 +413,13 @@ pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut Handle, _flags: u32, _dev: c_
 }
 /// Fake `cuCtxCreate_v3`.
 #[no_mangle]
-pub unsafe extern "C" fn cuCtxCreate_v3(pctx: *mut Handle, _p: Handle, _n: c_int, _flags: u32, _dev: c_int) -> CUresult {
+pub unsafe extern "C" fn cuCtxCreate_v3(
+    pctx: *mut Handle,
+    _p: Handle,
+    _n: c_int,
+    _flags: u32,
+    _dev: c_int,
+) -> CUresult {
     new_ctx(pctx, "cuCtxCreate_v3")
 }
 /// Fake `cuCtxCreate_v4`.
@@ -455,9 +481,7 @@ pub unsafe extern "C" fn cuCtxPopCurrent_v2(out: *mut Handle) -> CUresult {
 pub extern "C" fn cuCtxSynchronize() -> CUresult {
     let cur = CURRENT.with(|c| c.get());
     static SYNC_US: OnceLock<u64> = OnceLock::new();
-    let us = *SYNC_US.get_or_init(|| {
-        std::env::var("FAKECUDA_SYNC_US").ok().and_then(|v| v.parse().ok()).unwrap_or(0)
-    });
+    let us = *SYNC_US.get_or_init(|| std::env::var("FAKECUDA_SYNC_US").ok().and_then(|v| v.parse().ok()).unwrap_or(0));
     if us > 0 {
         std::thread::sleep(std::time::Duration::from_micros(us));
     }

@@ -102,29 +102,18 @@ pub enum FreezeError {
     /// The job was not completely frozen before the deadline. The freeze request stays in
     /// effect (the job may be partly frozen); call [`Freezer::thaw`] to undo it.
     #[error("job {job} not frozen within {timeout:?}: {detail}")]
-    Timeout {
-        job: u64,
-        timeout: Duration,
-        detail: String,
-    },
+    Timeout { job: u64, timeout: Duration, detail: String },
     /// A cgroup directory could not be removed because it stayed populated.
     #[error("cgroup {} still populated after {waited:?}", path.display())]
     Busy { path: PathBuf, waited: Duration },
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> FreezeError + 'a {
-    move |source| FreezeError::Io {
-        op,
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| FreezeError::Io { op, path: path.to_path_buf(), source }
 }
 
 fn unavailable(kind: MechanismKind, reason: impl Into<String>) -> FreezeError {
-    FreezeError::Unavailable {
-        kind,
-        reason: reason.into(),
-    }
+    FreezeError::Unavailable { kind, reason: reason.into() }
 }
 
 /// One job as the freezer sees it.
@@ -191,9 +180,7 @@ fn fs_magic(path: &Path) -> io::Result<i64> {
 }
 
 fn read_trimmed(path: &Path) -> Result<String, FreezeError> {
-    fs::read_to_string(path)
-        .map(|s| s.trim().to_string())
-        .map_err(io_err("read", path))
+    fs::read_to_string(path).map(|s| s.trim().to_string()).map_err(io_err("read", path))
 }
 
 /// Write `data` to an existing (cgroup) file without creating or truncating it.
@@ -242,10 +229,7 @@ fn rmdir_retry(dir: &Path, patience: Duration) -> Result<bool, FreezeError> {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
             Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
                 if start.elapsed() >= patience {
-                    return Err(FreezeError::Busy {
-                        path: dir.to_path_buf(),
-                        waited: patience,
-                    });
+                    return Err(FreezeError::Busy { path: dir.to_path_buf(), waited: patience });
                 }
                 std::thread::sleep(Duration::from_millis(5));
             }
@@ -272,11 +256,7 @@ fn wait_until(
         };
         let now = Instant::now();
         if now >= deadline {
-            return Err(FreezeError::Timeout {
-                job,
-                timeout,
-                detail: pending,
-            });
+            return Err(FreezeError::Timeout { job, timeout, detail: pending });
         }
         wait(nap.min(deadline - now));
         nap = (nap * 2).min(Duration::from_millis(10));
@@ -329,12 +309,7 @@ impl Freezer {
                 .into_iter()
                 .map(Path::new)
                 .find(|p| fs_magic(p).is_ok_and(|m| m == CGROUP2_SUPER_MAGIC))
-                .ok_or_else(|| {
-                    unavailable(
-                        MechanismKind::CgroupV2,
-                        format!("no cgroup2 mount at {V2_ROOTS:?}"),
-                    )
-                })?;
+                .ok_or_else(|| unavailable(MechanismKind::CgroupV2, format!("no cgroup2 mount at {V2_ROOTS:?}")))?;
             Self::with_root(MechanismKind::CgroupV2, root, name)
         };
         let v1 = || Self::with_root(MechanismKind::CgroupV1, Path::new(V1_FREEZER_ROOT), name);
@@ -359,31 +334,20 @@ impl Freezer {
             MechanismKind::CgroupV2 => (CGROUP2_SUPER_MAGIC, "cgroup.freeze"),
             MechanismKind::CgroupV1 => (CGROUP_SUPER_MAGIC, "freezer.state"),
         };
-        let found =
-            fs_magic(root).map_err(|e| unavailable(kind, format!("{}: {e}", root.display())))?;
+        let found = fs_magic(root).map_err(|e| unavailable(kind, format!("{}: {e}", root.display())))?;
         if found != magic {
-            return Err(unavailable(
-                kind,
-                format!("{} is not a {kind} hierarchy", root.display()),
-            ));
+            return Err(unavailable(kind, format!("{} is not a {kind} hierarchy", root.display())));
         }
         let base = root.join(name);
         let existed = base.is_dir();
-        fs::create_dir_all(&base)
-            .map_err(|e| unavailable(kind, format!("cannot create {}: {e}", base.display())))?;
+        fs::create_dir_all(&base).map_err(|e| unavailable(kind, format!("cannot create {}: {e}", base.display())))?;
         if !base.join(probe).exists() {
             if !existed {
                 let _ = fs::remove_dir(&base);
             }
-            return Err(unavailable(
-                kind,
-                format!("{} has no {probe}", base.display()),
-            ));
+            return Err(unavailable(kind, format!("{} has no {probe}", base.display())));
         }
-        Ok(Freezer {
-            kind,
-            base: Some(base),
-        })
+        Ok(Freezer { kind, base: Some(base) })
     }
 
     /// The mechanism in use.
@@ -411,11 +375,7 @@ impl Freezer {
 
     /// A [`JobTarget`] for `job` with process group `pgid` and the default cgroup directory.
     pub fn target(&self, job: u64, pgid: i32) -> JobTarget {
-        JobTarget {
-            job,
-            pgid,
-            cgroup: self.job_dir(job),
-        }
+        JobTarget { job, pgid, cgroup: self.job_dir(job) }
     }
 
     /// Create the cgroup of `job` (and the base, if [`recover`](Self::recover) removed it).
@@ -432,20 +392,13 @@ impl Freezer {
 
     /// The cgroup directory of `t`, which must be a job directory directly under the base.
     fn cgroup_of(&self, t: &JobTarget) -> Result<PathBuf, FreezeError> {
-        let base = self
-            .base
-            .as_deref()
-            .expect("cgroup mechanisms always have a base");
+        let base = self.base.as_deref().expect("cgroup mechanisms always have a base");
         match &t.cgroup {
             None => Ok(base.join(format!("job-{}", t.job))),
             Some(p) if p.parent() == Some(base) && p.file_name().is_some() => Ok(p.clone()),
             Some(p) => Err(FreezeError::Invalid {
                 what: "job cgroup",
-                detail: format!(
-                    "{} is not a job cgroup under {}",
-                    p.display(),
-                    base.display()
-                ),
+                detail: format!("{} is not a job cgroup under {}", p.display(), base.display()),
             }),
         }
     }
@@ -475,11 +428,7 @@ impl Freezer {
     pub fn freeze_many(&self, targets: &[JobTarget], timeout: Duration) -> Vec<Result<(), FreezeError>> {
         let start = Instant::now();
         let requested: Vec<Result<(), FreezeError>> = targets.iter().map(|t| self.request_freeze(t)).collect();
-        targets
-            .iter()
-            .zip(requested)
-            .map(|(t, r)| r.and_then(|()| self.wait_frozen(t, start, timeout)))
-            .collect()
+        targets.iter().zip(requested).map(|(t, r)| r.and_then(|()| self.wait_frozen(t, start, timeout))).collect()
     }
 
     /// Ask for `t` to be frozen without waiting.
@@ -500,20 +449,14 @@ impl Freezer {
                 let events = fs::File::open(&events_path).map_err(io_err("open", &events_path))?;
                 let mut buf = [0u8; 256];
                 let check = || {
-                    let n = events
-                        .read_at(&mut buf, 0)
-                        .map_err(io_err("read", &events_path))?;
+                    let n = events.read_at(&mut buf, 0).map_err(io_err("read", &events_path))?;
                     let text = String::from_utf8_lossy(&buf[..n]);
                     Ok((!text.lines().any(|l| l.trim() == "frozen 1"))
                         .then(|| format!("cgroup.events: {}", text.trim().replace('\n', ", "))))
                 };
                 // kernfs signals POLLPRI (and POLLERR) when cgroup.events changes.
                 let wait = |d: Duration| {
-                    let mut pfd = libc::pollfd {
-                        fd: events.as_raw_fd(),
-                        events: libc::POLLPRI,
-                        revents: 0,
-                    };
+                    let mut pfd = libc::pollfd { fd: events.as_raw_fd(), events: libc::POLLPRI, revents: 0 };
                     let ms = d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32;
                     // SAFETY: one valid pollfd for the duration of the call.
                     unsafe { libc::poll(&mut pfd, 1, ms) };
@@ -550,12 +493,8 @@ impl Freezer {
     pub fn thaw(&self, t: &JobTarget) -> Result<(), FreezeError> {
         match self.kind {
             MechanismKind::CgroupV2 => write_file(&self.cgroup_of(t)?.join("cgroup.freeze"), "0"),
-            MechanismKind::CgroupV1 => {
-                write_file(&self.cgroup_of(t)?.join("freezer.state"), "THAWED")
-            }
-            MechanismKind::Signals => {
-                procfs::signal_group(procfs::check_pgid(t.pgid)?, libc::SIGCONT)
-            }
+            MechanismKind::CgroupV1 => write_file(&self.cgroup_of(t)?.join("freezer.state"), "THAWED"),
+            MechanismKind::Signals => procfs::signal_group(procfs::check_pgid(t.pgid)?, libc::SIGCONT),
         }
     }
 

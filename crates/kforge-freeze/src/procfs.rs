@@ -25,9 +25,7 @@ fn numeric_entries(dir: &str) -> Vec<i32> {
     let Ok(entries) = fs::read_dir(dir) else {
         return Vec::new();
     };
-    let mut ids: Vec<i32> = entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
+    let mut ids: Vec<i32> = entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
     ids.sort_unstable();
     ids
 }
@@ -40,10 +38,7 @@ pub fn pgid_members(pgid: i32) -> Vec<i32> {
     if pgid <= 0 {
         return Vec::new();
     }
-    numeric_entries("/proc")
-        .into_iter()
-        .filter(|&pid| stat(pid, None).is_some_and(|(_, g)| g == pgid))
-        .collect()
+    numeric_entries("/proc").into_iter().filter(|&pid| stat(pid, None).is_some_and(|(_, g)| g == pgid)).collect()
 }
 
 /// Whether a thread state letter means "will not run": stopped, traced, zombie or dead.
@@ -86,11 +81,7 @@ pub(crate) fn signal_group(pgid: i32, signal: i32) -> Result<(), FreezeError> {
     let source = io::Error::last_os_error();
     match source.raw_os_error() {
         Some(libc::ESRCH) => Err(FreezeError::NoSuchGroup { pgid }),
-        _ => Err(FreezeError::Signal {
-            target: format!("process group {pgid}"),
-            signal,
-            source,
-        }),
+        _ => Err(FreezeError::Signal { target: format!("process group {pgid}"), signal, source }),
     }
 }
 

@@ -21,11 +21,7 @@ const NO_SUCH_PGID: i32 = 0x3fff_ffff;
 
 fn unique_name(tag: &str) -> String {
     static SEQ: AtomicU32 = AtomicU32::new(0);
-    format!(
-        "kforge-test-{}-{tag}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::SeqCst)
-    )
+    format!("kforge-test-{}-{tag}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst))
 }
 
 /// Poll `cond` until it holds; panic after [`POLL_DEADLINE`].
@@ -80,15 +76,10 @@ impl Job {
     fn spawn(freezers: &[&Freezer], id: u64, prelude: &str) -> Job {
         let dir = tempfile::tempdir().unwrap();
         let counter = dir.path().join("counter");
-        let script = format!(
-            "{prelude} i=0; while :; do i=$((i+1)); echo $i > '{}'; done",
-            counter.display()
-        );
+        let script = format!("{prelude} i=0; while :; do i=$((i+1)); echo $i > '{}'; done", counter.display());
         let mut cmd = Command::new("sh");
         cmd.arg("-c").arg(script).process_group(0);
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+        cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
         for f in freezers {
             if let Some(procs) = f.create_job(id).unwrap() {
                 join_cgroup_on_exec(&mut cmd, &procs).unwrap();
@@ -123,9 +114,7 @@ impl Job {
     fn assert_killed(&mut self) {
         let status = self.child.wait().unwrap();
         assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
-        wait_for("process group to be gone", || {
-            live_members(self.pgid).is_empty()
-        });
+        wait_for("process group to be gone", || live_members(self.pgid).is_empty());
     }
 }
 
@@ -145,11 +134,8 @@ fn live_members(pgid: i32) -> Vec<i32> {
     pgid_members(pgid)
         .into_iter()
         .filter(|pid| {
-            fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-                s.rsplit(')')
-                    .next()
-                    .is_some_and(|r| !r.trim_start().starts_with('Z'))
-            })
+            fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.rsplit(')').next().is_some_and(|r| !r.trim_start().starts_with('Z')))
         })
         .collect()
 }
@@ -177,19 +163,13 @@ fn freeze_thaw_kill_cycle(kind: MechanismKind) {
     let mut job = Job::spawn(&[&f], 1, "");
     let t = job.target(&f);
     if let Some(dir) = f.job_dir(1) {
-        assert_eq!(
-            procs_of(&dir),
-            vec![job.pgid],
-            "child joined its cgroup before exec"
-        );
+        assert_eq!(procs_of(&dir), vec![job.pgid], "child joined its cgroup before exec");
     }
 
     f.freeze(&t, FREEZE_TIMEOUT).unwrap();
     let frozen = assert_still(&job);
     f.thaw(&t).unwrap();
-    wait_for("counter to move after thaw", || {
-        job.raw() != frozen && job.count().is_some()
-    });
+    wait_for("counter to move after thaw", || job.raw() != frozen && job.count().is_some());
     // Freezing and thawing again works the same way.
     f.freeze(&t, FREEZE_TIMEOUT).unwrap();
     assert_still(&job);
@@ -239,11 +219,7 @@ fn recover_frozen_jobs(kind: MechanismKind) {
     let again = Freezer::with_root(kind, base.parent().unwrap(), name).unwrap();
     let report = again.recover().unwrap();
     assert!(report.is_clean(), "{report:?}");
-    assert_eq!(
-        (report.cgroups, report.thawed, report.removed),
-        (2, 2, 3),
-        "{report:?}"
-    );
+    assert_eq!((report.cgroups, report.thawed, report.removed), (2, 2, 3), "{report:?}");
     assert!(report.killed >= 3, "{report:?}");
     assert!(!base.exists());
     a.assert_killed();
@@ -262,26 +238,14 @@ fn bad_targets_give_typed_errors(kind: MechanismKind) {
     let short = Duration::from_millis(100);
     if kind == MechanismKind::Signals {
         let missing = t(NO_SUCH_PGID);
-        assert!(matches!(
-            f.freeze(&missing, short),
-            Err(FreezeError::NoSuchGroup { pgid: NO_SUCH_PGID })
-        ));
-        assert!(matches!(
-            f.thaw(&missing),
-            Err(FreezeError::NoSuchGroup { .. })
-        ));
+        assert!(matches!(f.freeze(&missing, short), Err(FreezeError::NoSuchGroup { pgid: NO_SUCH_PGID })));
+        assert!(matches!(f.thaw(&missing), Err(FreezeError::NoSuchGroup { .. })));
         f.kill(&missing).unwrap(); // nothing to kill is not an error
                                    // SAFETY: getpgrp has no preconditions.
         let own = unsafe { libc::getpgrp() };
         for pgid in [0, 1, -5, own] {
-            assert!(
-                matches!(f.freeze(&t(pgid), short), Err(FreezeError::Invalid { .. })),
-                "{pgid}"
-            );
-            assert!(
-                matches!(f.kill(&t(pgid)), Err(FreezeError::Invalid { .. })),
-                "{pgid}"
-            );
+            assert!(matches!(f.freeze(&t(pgid), short), Err(FreezeError::Invalid { .. })), "{pgid}");
+            assert!(matches!(f.kill(&t(pgid)), Err(FreezeError::Invalid { .. })), "{pgid}");
         }
     } else {
         // Job 99 was never created.
@@ -295,15 +259,8 @@ fn bad_targets_give_typed_errors(kind: MechanismKind) {
         f.kill(&t(0)).unwrap();
         f.kill(&t(NO_SUCH_PGID)).unwrap();
         assert!(matches!(f.kill(&t(1)), Err(FreezeError::Invalid { .. })));
-        let foreign = JobTarget {
-            job: 99,
-            pgid: 0,
-            cgroup: Some(PathBuf::from("/sys/fs/cgroup")),
-        };
-        assert!(matches!(
-            f.freeze(&foreign, short),
-            Err(FreezeError::Invalid { .. })
-        ));
+        let foreign = JobTarget { job: 99, pgid: 0, cgroup: Some(PathBuf::from("/sys/fs/cgroup")) };
+        assert!(matches!(f.freeze(&foreign, short), Err(FreezeError::Invalid { .. })));
         assert!(matches!(f.kill(&foreign), Err(FreezeError::Invalid { .. })));
         f.remove_job(99).unwrap();
     }
@@ -317,12 +274,7 @@ macro_rules! per_mechanism {
     };
 }
 
-per_mechanism!(
-    freeze_thaw_kill_cycle,
-    kill_frozen_job,
-    recover_frozen_jobs,
-    bad_targets_give_typed_errors
-);
+per_mechanism!(freeze_thaw_kill_cycle, kill_frozen_job, recover_frozen_jobs, bad_targets_give_typed_errors);
 
 #[test]
 fn kind_names_round_trip() {
@@ -338,21 +290,11 @@ fn unavailable_mechanisms_and_bad_names_are_typed() {
     let dir = tempfile::tempdir().unwrap();
     for kind in [MechanismKind::CgroupV2, MechanismKind::CgroupV1] {
         let err = Freezer::with_root(kind, dir.path(), "kforge-x").unwrap_err();
-        assert!(
-            matches!(err, FreezeError::Unavailable { kind: k, .. } if k == kind),
-            "{err}"
-        );
+        assert!(matches!(err, FreezeError::Unavailable { kind: k, .. } if k == kind), "{err}");
         let missing = dir.path().join("missing");
-        assert!(matches!(
-            Freezer::with_root(kind, &missing, "x"),
-            Err(FreezeError::Unavailable { .. })
-        ));
+        assert!(matches!(Freezer::with_root(kind, &missing, "x"), Err(FreezeError::Unavailable { .. })));
     }
-    assert_eq!(
-        fs::read_dir(dir.path()).unwrap().count(),
-        0,
-        "nothing created on failure"
-    );
+    assert_eq!(fs::read_dir(dir.path()).unwrap().count(), 0, "nothing created on failure");
     // A forced mechanism is either usable or reported unavailable, never something else.
     for kind in MechanismKind::ALL {
         match Freezer::detect(&unique_name("probe"), Some(kind)) {
@@ -368,21 +310,14 @@ fn unavailable_mechanisms_and_bad_names_are_typed() {
     let auto = Subtree(Freezer::detect(&unique_name("auto"), None).unwrap());
     eprintln!("auto-detected: {}", auto.describe());
     for name in ["", ".", "..", "a/b", "nul\0"] {
-        assert!(
-            matches!(
-                Freezer::detect(name, None),
-                Err(FreezeError::Invalid { .. })
-            ),
-            "{name:?}"
-        );
+        assert!(matches!(Freezer::detect(name, None), Err(FreezeError::Invalid { .. })), "{name:?}");
     }
 }
 
 /// A cgroup-frozen process never takes SIGSTOP, so a signals freeze must time out.
 #[test]
 fn freeze_timeout_is_reported() {
-    let Some(cg) = freezer(MechanismKind::CgroupV2, "timeout")
-        .or_else(|| freezer(MechanismKind::CgroupV1, "timeout"))
+    let Some(cg) = freezer(MechanismKind::CgroupV2, "timeout").or_else(|| freezer(MechanismKind::CgroupV1, "timeout"))
     else {
         return;
     };
@@ -400,17 +335,14 @@ fn freeze_timeout_is_reported() {
 /// On hybrid hosts: a task frozen by the v1 freezer never reaches the v2 frozen state.
 #[test]
 fn cgroup2_freeze_timeout_is_reported() {
-    let (Some(v2), Some(v1)) = (
-        freezer(MechanismKind::CgroupV2, "timeout2"),
-        freezer(MechanismKind::CgroupV1, "timeout2"),
-    ) else {
+    let (Some(v2), Some(v1)) =
+        (freezer(MechanismKind::CgroupV2, "timeout2"), freezer(MechanismKind::CgroupV1, "timeout2"))
+    else {
         return;
     };
     let job = Job::spawn(&[&v2, &v1], 4, "");
     v1.freeze(&job.target(&v1), FREEZE_TIMEOUT).unwrap();
-    let err = v2
-        .freeze(&job.target(&v2), Duration::from_millis(200))
-        .unwrap_err();
+    let err = v2.freeze(&job.target(&v2), Duration::from_millis(200)).unwrap_err();
     assert!(matches!(err, FreezeError::Timeout { job: 4, .. }), "{err}");
     assert!(err.to_string().contains("frozen 0"), "{err}");
 }

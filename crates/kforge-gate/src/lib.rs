@@ -322,16 +322,8 @@ fn c_path(path: &Path) -> Result<CString, GateError> {
 /// Maps `len` bytes of `fd` shared read/write, then closes `fd`.
 fn map_fd(fd: libc::c_int, len: usize, path: &Path) -> Result<*mut u8, GateError> {
     // SAFETY: plain mmap of a file descriptor we own; the result is checked.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        )
-    };
+    let p =
+        unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0) };
     let err = if p == libc::MAP_FAILED { Some(io_err("mmap", path)) } else { None };
     // SAFETY: fd is ours; the mapping keeps the file referenced.
     unsafe { libc::close(fd) };

@@ -18,8 +18,7 @@ fn log_line(log: &File, path: &Path, line: &str) -> Result<(), GateError> {
     // One write(2) per line on an O_APPEND file: lines from the main thread
     // and the helper never interleave.
     let mut f = log;
-    f.write_all(line.as_bytes())
-        .map_err(|source| GateError::Io { op: "write", path: path.to_path_buf(), source })
+    f.write_all(line.as_bytes()).map_err(|source| GateError::Io { op: "write", path: path.to_path_buf(), source })
 }
 
 /// Runs a test submitter in the calling process (normally a dedicated child
@@ -41,13 +40,11 @@ fn log_line(log: &File, path: &Path, line: &str) -> Result<(), GateError> {
 /// to. On return the helper is stopped and the slot unregistered.
 pub fn run_test_submitter(gate_path: &Path, log: &Path, count: u64, in_flight: Duration) -> Result<(), GateError> {
     let gate = Arc::new(Gate::open(gate_path)?);
-    let file = Arc::new(
-        OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log)
-            .map_err(|source| GateError::Io { op: "open", path: log.to_path_buf(), source })?,
-    );
+    let file = Arc::new(OpenOptions::new().create(true).append(true).open(log).map_err(|source| GateError::Io {
+        op: "open",
+        path: log.to_path_buf(),
+        source,
+    })?);
     let pid = current_pid();
     let slot = gate.register(pid)?;
 

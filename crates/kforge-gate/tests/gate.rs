@@ -495,7 +495,8 @@ fn cross_process_submitter_is_silent_between_close_and_open() {
         let during: Vec<_> = log.submits.iter().filter(|&&s| s >= ack_ts && s <= t_open).collect();
         assert!(during.is_empty(), "round {i}: submissions while the gate was closed: {during:?}");
         // The drain waited for the last submission to complete.
-        let last_before = log.submits.iter().copied().filter(|&s| s < ack_ts).max().expect("a submission before the close");
+        let last_before =
+            log.submits.iter().copied().filter(|&s| s < ack_ts).max().expect("a submission before the close");
         assert!(
             ack_ts >= last_before + in_flight.as_nanos() as u64,
             "round {i}: acked at {ack_ts} before the submission at {last_before} completed"
@@ -549,7 +550,7 @@ fn threads_with_launch_tracker_never_submit_after_ack() {
                 let mut n = 0u64;
                 while !stop.load(Ordering::SeqCst) {
                     let _g = tracker.enter(&c, pid + 1); // never the holder
-                    // Submitting after the drain acked, while closed, is a bug.
+                                                         // Submitting after the drain acked, while closed, is a bug.
                     if c.is_closed() && acked_at.load(Ordering::SeqCst) != 0 {
                         violations.fetch_add(1, Ordering::SeqCst);
                     }

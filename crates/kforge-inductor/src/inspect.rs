@@ -127,9 +127,16 @@ pub fn table(r: &InspectReport) -> String {
         "{} ({}, mode {}): {} graph(s), {} Triton kernels ({} templates), {} vendor/fallback calls, {:.1} µs GPU per run\n",
         r.source, r.kind, r.mode, r.graphs, r.triton_kernels, r.template_kernels, r.vendor_calls, r.attribution.total_us
     );
-    s.push_str(&format!("{:>3} {:<7} {:<44} {:>10} {:>7}  {}\n", "#", "KIND", "ENTRY", "GPU_US", "SHARE", "REPLACEABLE"));
+    s.push_str(&format!(
+        "{:>3} {:<7} {:<44} {:>10} {:>7}  {}\n",
+        "#", "KIND", "ENTRY", "GPU_US", "SHARE", "REPLACEABLE"
+    ));
     for l in &r.attribution.launches {
-        let label: String = if l.label.chars().count() > 44 { l.label.chars().take(43).collect::<String>() + "…" } else { l.label.clone() };
+        let label: String = if l.label.chars().count() > 44 {
+            l.label.chars().take(43).collect::<String>() + "…"
+        } else {
+            l.label.clone()
+        };
         s.push_str(&format!(
             "{:>3} {:<7} {:<44} {:>10.1} {:>7}  {} ({})\n",
             l.launch,
@@ -142,10 +149,19 @@ pub fn table(r: &InspectReport) -> String {
         ));
     }
     for (name, us) in &r.attribution.unattributed {
-        s.push_str(&format!("  -  {:<7} {:<44} {:>10.1} {:>7}  (no launch in call() matches it)\n", "gpu", name, us, pct(us / r.attribution.total_us)));
+        s.push_str(&format!(
+            "  -  {:<7} {:<44} {:>10.1} {:>7}  (no launch in call() matches it)\n",
+            "gpu",
+            name,
+            us,
+            pct(us / r.attribution.total_us)
+        ));
     }
     if r.attribution.missing_triton_launches > 0 {
-        s.push_str(&format!("{} Triton launch(es) of call() never appeared in the profile\n", r.attribution.missing_triton_launches));
+        s.push_str(&format!(
+            "{} Triton launch(es) of call() never appeared in the profile\n",
+            r.attribution.missing_triton_launches
+        ));
     }
     let ok = r.replay.iter().filter(|v| v["ok"] == Value::Bool(true)).count();
     if !r.replay.is_empty() {

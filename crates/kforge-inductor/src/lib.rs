@@ -156,9 +156,7 @@ pub enum Launch {
 impl Launch {
     pub fn line(&self) -> usize {
         match self {
-            Launch::Triton { line, .. } | Launch::Extern { line, .. } | Launch::Aten { line, .. } => {
-                *line
-            }
+            Launch::Triton { line, .. } | Launch::Extern { line, .. } | Launch::Aten { line, .. } => *line,
         }
     }
 }
@@ -274,10 +272,7 @@ impl<'a> Src<'a> {
 
     fn text_of<T: Ranged>(&self, node: &T) -> String {
         let r = node.range();
-        self.text
-            .get(r.start().to_usize()..r.end().to_usize())
-            .unwrap_or_default()
-            .to_string()
+        self.text.get(r.start().to_usize()..r.end().to_usize()).unwrap_or_default().to_string()
     }
 
     /// Text of 1-based line `n` without its newline.
@@ -308,10 +303,7 @@ fn str_const(e: &Expr) -> Option<&str> {
 }
 
 fn keyword<'e>(call: &'e ast::ExprCall, name: &str) -> Option<&'e Expr> {
-    call.keywords
-        .iter()
-        .find(|k| k.arg.as_ref().map(|a| a.as_str()) == Some(name))
-        .map(|k| &k.value)
+    call.keywords.iter().find(|k| k.arg.as_ref().map(|a| a.as_str()) == Some(name)).map(|k| &k.value)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -411,9 +403,7 @@ fn provenance(src: &Src, from_line: usize, to_line: usize) -> (Option<String>, V
 /// `Topologically Sorted Source Nodes: [a, b], Original ATen: [aten.x, aten.y]` (or the older
 /// `Source Nodes: ...`).
 fn parse_source_nodes(c: &str) -> Option<(Vec<String>, Vec<String>)> {
-    let rest = c
-        .strip_prefix("Topologically Sorted Source Nodes:")
-        .or_else(|| c.strip_prefix("Source Nodes:"))?;
+    let rest = c.strip_prefix("Topologically Sorted Source Nodes:").or_else(|| c.strip_prefix("Source Nodes:"))?;
     let (nodes_part, aten_part) = match rest.find("Original ATen:") {
         Some(i) => (&rest[..i], Some(&rest[i + "Original ATen:".len()..])),
         None => (rest, None),
@@ -541,11 +531,7 @@ fn analyze_kernel_source(var: &str, declared: &str, ksrc: &Src, suite: &[Stmt]) 
             .iter()
             .chain(&a.args)
             .filter(|p| {
-                !p.def
-                    .annotation
-                    .as_ref()
-                    .map(|ann| ksrc.text_of(ann.as_ref()).contains("constexpr"))
-                    .unwrap_or(false)
+                !p.def.annotation.as_ref().map(|ann| ksrc.text_of(ann.as_ref()).contains("constexpr")).unwrap_or(false)
             })
             .map(|p| p.def.arg.as_str().to_string())
             .collect();
@@ -580,9 +566,7 @@ fn parse_kernels(suite: &[Stmt], src: &Src) -> Result<Vec<TritonKernel>, ParseEr
             .get(1)
             .or_else(|| keyword(call, "source_code"))
             .ok_or_else(|| malformed("missing kernel source argument"))?;
-        let source = str_const(src_expr)
-            .ok_or_else(|| malformed("kernel source is not a string literal"))?
-            .to_string();
+        let source = str_const(src_expr).ok_or_else(|| malformed("kernel source is not a string literal"))?.to_string();
         let ksrc = Src::new(&source);
         let ksuite = ast::Suite::parse(&source, &name).map_err(|e| {
             let (kl, kc, message) = syntax_error(&e, &ksrc);
@@ -638,9 +622,10 @@ impl<'a> Walker<'a> {
                             continue;
                         }
                     }
-                    self.expr_stmt(&a.value, target.map(str::to_string).or_else(|| {
-                        a.targets.first().map(|t| self.src.text_of(t))
-                    }))?
+                    self.expr_stmt(
+                        &a.value,
+                        target.map(str::to_string).or_else(|| a.targets.first().map(|t| self.src.text_of(t))),
+                    )?
                 }
                 Stmt::With(w) => self.walk(&w.body)?,
                 Stmt::If(i) => {
@@ -706,20 +691,8 @@ impl<'a> Walker<'a> {
         };
         let shape = elts(c.args.first().or_else(|| keyword(c, "size")));
         let stride = elts(c.args.get(1).or_else(|| keyword(c, "stride")));
-        let dtype = c
-            .args
-            .get(2)
-            .or_else(|| keyword(c, "dtype"))
-            .map(|e| self.src.text_of(e))
-            .unwrap_or_default();
-        self.buffers.push(Buffer {
-            name: target.to_string(),
-            shape,
-            stride,
-            dtype,
-            device,
-            line: self.src.line_of(c),
-        });
+        let dtype = c.args.get(2).or_else(|| keyword(c, "dtype")).map(|e| self.src.text_of(e)).unwrap_or_default();
+        self.buffers.push(Buffer { name: target.to_string(), shape, stride, dtype, device, line: self.src.line_of(c) });
         true
     }
 
@@ -829,14 +802,7 @@ impl<'a> Walker<'a> {
                 Some(format!("({})", extra.join(", ")))
             }
         });
-        self.launches.push(Launch::Triton {
-            kernel: kernel.name.clone(),
-            args,
-            numels,
-            stream,
-            grid,
-            line,
-        });
+        self.launches.push(Launch::Triton { kernel: kernel.name.clone(), args, numels, stream, grid, line });
     }
 }
 

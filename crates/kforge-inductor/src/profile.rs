@@ -130,17 +130,34 @@ pub fn attribute(inv: &Inventory, iterations: &[Vec<KernelEvent>]) -> Attributio
                 if !seen[i] && !iterations.is_empty() {
                     missing += 1;
                 }
-                let (ok, why) = verdicts.iter().find(|v| v.0 == kernel).map(|v| (v.1, v.2)).unwrap_or((false, crate::WHY_OTHER));
+                let (ok, why) =
+                    verdicts.iter().find(|v| v.0 == kernel).map(|v| (v.1, v.2)).unwrap_or((false, crate::WHY_OTHER));
                 ("triton", kernel.clone(), ok, why.to_string())
             }
             Launch::Extern { op, .. } => ("extern", op.clone(), false, why_vendor(op).to_string()),
             Launch::Aten { op, .. } => ("aten", op.clone(), false, why_vendor(op).to_string()),
         };
-        launches.push(LaunchTime { launch: i, kind: kind.into(), label, gpu_us, share: share(gpu_us), gpu_kernels: std::mem::take(&mut names[i]), replaceable, why });
+        launches.push(LaunchTime {
+            launch: i,
+            kind: kind.into(),
+            label,
+            gpu_us,
+            share: share(gpu_us),
+            gpu_kernels: std::mem::take(&mut names[i]),
+            replaceable,
+            why,
+        });
     }
     for u in &mut unattributed {
         u.1 /= iters;
     }
     let replaceable_share = launches.iter().filter(|l| l.replaceable).map(|l| l.share).fold(0.0, |a, b| a + b);
-    Attribution { iterations: iterations.len(), total_us, launches, unattributed, replaceable_share, missing_triton_launches: missing }
+    Attribution {
+        iterations: iterations.len(),
+        total_us,
+        launches,
+        unattributed,
+        replaceable_share,
+        missing_triton_launches: missing,
+    }
 }

@@ -14,8 +14,10 @@ fn fixtures() -> Vec<(String, Capture, Value)> {
         let p = e.unwrap().path();
         let name = p.file_name().unwrap().to_string_lossy().to_string();
         let Some(stem) = name.strip_suffix(".capture.json") else { continue };
-        let cap: Capture = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap_or_else(|e| panic!("{name}: {e}"));
-        let expect: Value = serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{stem}.expect.json"))).unwrap()).unwrap();
+        let cap: Capture =
+            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let expect: Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join(format!("{stem}.expect.json"))).unwrap()).unwrap();
         out.push((stem.to_string(), cap, expect));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -34,15 +36,31 @@ fn h200_captures_give_the_device_reports() {
         assert_eq!(r.template_kernels as u64, want["template_kernels"].as_u64().unwrap(), "{name}: template kernels");
         assert_eq!(r.vendor_calls as u64, want["vendor_calls"].as_u64().unwrap(), "{name}: vendor calls");
         let (total, share) = (want["total_us"].as_f64().unwrap(), want["replaceable_share"].as_f64().unwrap());
-        assert!((r.attribution.total_us - total).abs() <= 1e-6 * total.max(1.0), "{name}: total {} vs {total}", r.attribution.total_us);
-        assert!((r.attribution.replaceable_share - share).abs() < 1e-9, "{name}: share {} vs {share}", r.attribution.replaceable_share);
+        assert!(
+            (r.attribution.total_us - total).abs() <= 1e-6 * total.max(1.0),
+            "{name}: total {} vs {total}",
+            r.attribution.total_us
+        );
+        assert!(
+            (r.attribution.replaceable_share - share).abs() < 1e-9,
+            "{name}: share {} vs {share}",
+            r.attribution.replaceable_share
+        );
         // Every Triton launch names a kernel defined in the inventory, with its source and params.
         for l in &r.inventory.launches {
             if let Launch::Triton { kernel, args, .. } = l {
-                let k = r.inventory.kernels.iter().find(|k| &k.name == kernel).unwrap_or_else(|| panic!("{name}: {kernel} undefined"));
+                let k = r
+                    .inventory
+                    .kernels
+                    .iter()
+                    .find(|k| &k.name == kernel)
+                    .unwrap_or_else(|| panic!("{name}: {kernel} undefined"));
                 assert!(k.source.contains("@triton.jit"), "{name}: {kernel} without source");
                 assert!(!args.is_empty(), "{name}: {kernel} launched without buffers");
-                assert!(!k.aten_ops.is_empty() || k.category == KernelCategory::Template, "{name}: {kernel} without provenance");
+                assert!(
+                    !k.aten_ops.is_empty() || k.category == KernelCategory::Template,
+                    "{name}: {kernel} without provenance"
+                );
             }
         }
         // Templates only where max-autotune put them.
@@ -53,5 +71,9 @@ fn h200_captures_give_the_device_reports() {
     let (_, cap, _) = all.iter().find(|(n, ..)| n == "max-autotune_007_masked_softmax_attention_bf16").unwrap();
     let r = report(cap).unwrap();
     assert_eq!(r.template_kernels, 1);
-    assert!(r.inventory.kernels.iter().any(|k| k.name.starts_with("triton_tem_") && k.category == KernelCategory::Template));
+    assert!(r
+        .inventory
+        .kernels
+        .iter()
+        .any(|k| k.name.starts_with("triton_tem_") && k.category == KernelCategory::Template));
 }

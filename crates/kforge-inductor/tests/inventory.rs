@@ -61,10 +61,16 @@ fn pointwise_only_model() {
     assert_eq!(im["autotune_hints"], "set()");
     assert_eq!(im["autotune_remote_cache"], serde_json::Value::Null);
     assert_eq!(im["optimize_mem"], true);
-    assert!(k0.source.contains("def triton_poi_fused_add_relu_0(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK : tl.constexpr):"));
+    assert!(k0
+        .source
+        .contains("def triton_poi_fused_add_relu_0(in_ptr0, in_ptr1, out_ptr0, xnumel, XBLOCK : tl.constexpr):"));
     assert!(k0.autotune_configs.is_empty());
     // def_line is the `name = async_compile.triton(` line.
-    assert!(src.lines().nth(k0.def_line - 1).unwrap().starts_with("triton_poi_fused_add_relu_0 = async_compile.triton("));
+    assert!(src
+        .lines()
+        .nth(k0.def_line - 1)
+        .unwrap()
+        .starts_with("triton_poi_fused_add_relu_0 = async_compile.triton("));
 
     let k1 = &inv.kernels[1];
     assert_eq!(k1.size_hints, Some(json!({"y": 256, "x": 256})));
@@ -123,7 +129,10 @@ fn extern_gemm_epilogue_and_softmax() {
         ]
     );
     // The benchmark harness `def call(args)` inside the kernel source is not the wrapper's call().
-    assert!(inv.launches.iter().all(|l| !matches!(l, Launch::Triton { args, .. } if args.iter().any(|a| a == "*args"))));
+    assert!(inv
+        .launches
+        .iter()
+        .all(|l| !matches!(l, Launch::Triton { args, .. } if args.iter().any(|a| a == "*args"))));
     let lines: Vec<usize> = inv.launches.iter().map(Launch::line).collect();
     assert!(lines.windows(2).all(|w| w[0] < w[1]));
 
@@ -148,7 +157,15 @@ fn extern_gemm_epilogue_and_softmax() {
         other => panic!("{other:?}"),
     }
     let (k, args, numels, stream, ..) = triton(&inv.launches[1]);
-    assert_eq!((k, args, numels, stream), ("triton_poi_fused_addmm_relu_0", &["buf1".to_string(), "arg2_1".to_string()][..], &["65536".to_string()][..], Some("stream0")));
+    assert_eq!(
+        (k, args, numels, stream),
+        (
+            "triton_poi_fused_addmm_relu_0",
+            &["buf1".to_string(), "arg2_1".to_string()][..],
+            &["65536".to_string()][..],
+            Some("stream0")
+        )
+    );
     let (_, args, numels, ..) = triton(&inv.launches[3]);
     assert_eq!(args, ["buf2", "buf5"]);
     assert_eq!(numels, ["16", "1024"]);
@@ -283,7 +300,9 @@ fn cudagraph_partitions_are_inlined_in_order() {
 
 #[test]
 fn json_round_trip() {
-    for f in ["pointwise_only_t26.py", "mlp_softmax_t210.py", "max_autotune_template_t25.py", "cudagraph_partitions_t211.py"] {
+    for f in
+        ["pointwise_only_t26.py", "mlp_softmax_t210.py", "max_autotune_template_t25.py", "cudagraph_partitions_t211.py"]
+    {
         let inv = parse(f);
         let text = serde_json::to_string_pretty(&inv).unwrap();
         let back: Inventory = serde_json::from_str(&text).unwrap();
@@ -350,8 +369,8 @@ fn missing_call_function() {
 
 #[test]
 fn launched_but_undefined_kernel_is_an_error() {
-    let src = fixture("mlp_softmax_t210.py")
-        .replace("triton_per_fused__softmax_1.run(", "triton_per_fused__softmax_9.run(");
+    let src =
+        fixture("mlp_softmax_t210.py").replace("triton_per_fused__softmax_1.run(", "triton_per_fused__softmax_9.run(");
     let err = parse_wrapper(&src).unwrap_err();
     match &err {
         ParseError::UndefinedKernel { kernel, line } => {

@@ -294,8 +294,14 @@ pub struct StatusReport {
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Reply {
-    Welcome { protocol: u32, daemon_pid: u32 },
-    Error { code: ErrorCode, message: String },
+    Welcome {
+        protocol: u32,
+        daemon_pid: u32,
+    },
+    Error {
+        code: ErrorCode,
+        message: String,
+    },
     Status(StatusReport),
     JobQueued {
         job: u64,
@@ -306,16 +312,40 @@ pub enum Reply {
         #[serde(default)]
         gpu_group: Option<String>,
     },
-    JobStarted { job: u64, pid: u32 },
+    JobStarted {
+        job: u64,
+        pid: u32,
+    },
     /// Output bytes, base64-encoded (standard alphabet, padded).
-    Output { job: u64, stream: Stream, data: String },
-    JobEnded { job: u64, exit: JobExit },
+    Output {
+        job: u64,
+        stream: Stream,
+        data: String,
+    },
+    JobEnded {
+        job: u64,
+        exit: JobExit,
+    },
     RegionGranted(Grant),
     /// The region's lease ran out: its measurements are invalid. Sent unprompted.
-    RegionRevoked { region: u64, reason: String },
-    RegionReleased { region: u64, valid: bool, revoked: bool, tainted: bool, held_ms: f64 },
-    Recorded { measurement: u64, valid: bool },
-    Report { report: serde_json::Value },
+    RegionRevoked {
+        region: u64,
+        reason: String,
+    },
+    RegionReleased {
+        region: u64,
+        valid: bool,
+        revoked: bool,
+        tainted: bool,
+        held_ms: f64,
+    },
+    Recorded {
+        measurement: u64,
+        valid: bool,
+    },
+    Report {
+        report: serde_json::Value,
+    },
     Ok,
 }
 

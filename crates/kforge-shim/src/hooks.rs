@@ -282,8 +282,14 @@ pub unsafe extern "C" fn cuGetProcAddress(
     cuda_version: c_int,
     flags: u64,
 ) -> CUresult {
-    let rc = call_real!(NG + O::cuGetProcAddress as usize, fn(*const c_char, *mut *mut c_void, c_int, u64),
-        symbol, pfn, cuda_version, flags);
+    let rc = call_real!(
+        NG + O::cuGetProcAddress as usize,
+        fn(*const c_char, *mut *mut c_void, c_int, u64),
+        symbol,
+        pfn,
+        cuda_version,
+        flags
+    );
     if rc == 0 {
         // SAFETY: arguments accepted by the driver.
         unsafe { fix_proc_address(symbol, pfn) };
@@ -300,9 +306,15 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     flags: u64,
     status: *mut c_int,
 ) -> CUresult {
-    let rc = call_real!(NG + O::cuGetProcAddress_v2 as usize,
+    let rc = call_real!(
+        NG + O::cuGetProcAddress_v2 as usize,
         fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int),
-        symbol, pfn, cuda_version, flags, status);
+        symbol,
+        pfn,
+        cuda_version,
+        flags,
+        status
+    );
     // SAFETY: status, if non-null, was written by the driver.
     if rc == 0 && (status.is_null() || unsafe { *status } == 0) {
         // SAFETY: arguments accepted by the driver.
@@ -350,9 +362,22 @@ pub unsafe extern "C" fn cuCtxCreate_v2(pctx: *mut Handle, flags: u32, dev: c_in
 
 /// Observed: records the created context.
 #[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn cuCtxCreate_v3(pctx: *mut Handle, params: Handle, n: c_int, flags: u32, dev: c_int) -> CUresult {
-    let rc = call_real!(NG + O::cuCtxCreate_v3 as usize, fn(*mut Handle, Handle, c_int, u32, c_int),
-        pctx, params, n, flags, dev);
+pub unsafe extern "C" fn cuCtxCreate_v3(
+    pctx: *mut Handle,
+    params: Handle,
+    n: c_int,
+    flags: u32,
+    dev: c_int,
+) -> CUresult {
+    let rc = call_real!(
+        NG + O::cuCtxCreate_v3 as usize,
+        fn(*mut Handle, Handle, c_int, u32, c_int),
+        pctx,
+        params,
+        n,
+        flags,
+        dev
+    );
     // SAFETY: see record_out.
     unsafe { record_out(rc, pctx) };
     rc

@@ -314,9 +314,8 @@ pub(crate) fn stats_json() -> String {
             first = false;
         }
     }
-    let by_kind = |k: Kind| -> u64 {
-        (0..NH).filter(|&i| info(i).kind == k).map(|i| COUNTS[i].load(Ordering::Relaxed)).sum()
-    };
+    let by_kind =
+        |k: Kind| -> u64 { (0..NH).filter(|&i| info(i).kind == k).map(|i| COUNTS[i].load(Ordering::Relaxed)).sum() };
     let _ = write!(
         s,
         "}},\"copies\":{},\"sets\":{},\"gate_waits\":{},\"drains\":{},\"contexts\":{},\"context_overflow\":{}}}",

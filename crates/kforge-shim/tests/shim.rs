@@ -26,10 +26,8 @@ const DRIVER: &str = env!("CARGO_BIN_EXE_kforge-shim-testdriver");
 
 fn find_artifact(file: &str) -> PathBuf {
     let dir = Path::new(DRIVER).parent().expect("driver dir").to_path_buf();
-    let mut cands: Vec<PathBuf> = [dir.join(file), dir.join("deps").join(file)]
-        .into_iter()
-        .filter(|p| p.exists())
-        .collect();
+    let mut cands: Vec<PathBuf> =
+        [dir.join(file), dir.join("deps").join(file)].into_iter().filter(|p| p.exists()).collect();
     cands.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
     cands.pop().unwrap_or_else(|| panic!("{file} not found next to {DRIVER} (build the workspace first)"))
 }
@@ -71,7 +69,12 @@ impl Env {
 fn run_ok(mut c: Command) -> (BTreeMap<String, String>, String) {
     let out: Output = c.output().expect("spawn");
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(out.status.success(), "status {:?}\nstdout:\n{stdout}\nstderr:\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "status {:?}\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
     (kv(&stdout), stdout)
 }
 
@@ -258,9 +261,18 @@ fn processes_that_never_use_cuda_are_unaffected() {
     let st = env.path("stats.json");
     let mut progs: Vec<(&str, Vec<&str>)> =
         vec![("/bin/true", vec![]), ("sh", vec!["-c", "echo hi; ls / >/dev/null; echo $((1+2))"])];
-    let have_python = Command::new("python3").arg("-c").arg("1").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
+    let have_python = Command::new("python3")
+        .arg("-c")
+        .arg("1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
     if have_python {
-        progs.push(("python3", vec!["-c", "import ctypes, json; print(json.dumps({'a': 1})); print(ctypes.CDLL(None).getpid() > 0)"]));
+        progs.push((
+            "python3",
+            vec!["-c", "import ctypes, json; print(json.dumps({'a': 1})); print(ctypes.CDLL(None).getpid() > 0)"],
+        ));
     }
     for (p, args) in progs {
         let plain = Command::new(p).args(&args).output().unwrap();

@@ -144,8 +144,8 @@ impl Store {
 
     /// An in-memory store (tests, `--db :memory:`).
     pub fn open_in_memory() -> Result<Store, StoreError> {
-        let conn = Connection::open_in_memory()
-            .map_err(|source| StoreError::Sqlite { path: ":memory:".into(), source })?;
+        let conn =
+            Connection::open_in_memory().map_err(|source| StoreError::Sqlite { path: ":memory:".into(), source })?;
         Self::init(conn, ":memory:".into())
     }
 
@@ -249,7 +249,14 @@ impl Store {
 
     /// Record the end of a region; `revoked` also invalidates measurements already tied to it.
     /// `gpu` is (temperature °C, SM clock MHz) read at release, on GPU devices.
-    pub fn region_released(&self, id: u64, released_ns: i64, revoked: bool, tainted: bool, gpu: Option<(u32, u32)>) -> Result<(), StoreError> {
+    pub fn region_released(
+        &self,
+        id: u64,
+        released_ns: i64,
+        revoked: bool,
+        tainted: bool,
+        gpu: Option<(u32, u32)>,
+    ) -> Result<(), StoreError> {
         self.update(
             "UPDATE regions SET released_ns=?2, revoked=?3, tainted=?4, gpu_temp_c_released=?5, sm_clock_mhz_released=?6 WHERE id=?1",
             "region",
@@ -292,7 +299,10 @@ impl Store {
                 "SELECT * FROM measurements WHERE job IN (SELECT id FROM jobs WHERE label=?1) ORDER BY id",
             )
         } else {
-            ("SELECT * FROM regions WHERE ?1 IS NULL ORDER BY id", "SELECT * FROM measurements WHERE ?1 IS NULL ORDER BY id")
+            (
+                "SELECT * FROM regions WHERE ?1 IS NULL ORDER BY id",
+                "SELECT * FROM measurements WHERE ?1 IS NULL ORDER BY id",
+            )
         };
         let mut st = self.conn.prepare(rsql).map_err(|e| self.err(e))?;
         let regions = st
@@ -443,7 +453,16 @@ mod tests {
         s.job_ended(1, 30, Some(3), None, None).unwrap();
         s.insert_region(&region(1, 1)).unwrap();
         s.insert_region(&region(2, 2)).unwrap();
-        s.insert_measurement(&MeasurementRow { id: 1, job: Some(1), region: Some(1), name: "k".into(), recorded_ns: 5, samples_ms: vec![1.5, 2.5], valid: true }).unwrap();
+        s.insert_measurement(&MeasurementRow {
+            id: 1,
+            job: Some(1),
+            region: Some(1),
+            name: "k".into(),
+            recorded_ns: 5,
+            samples_ms: vec![1.5, 2.5],
+            valid: true,
+        })
+        .unwrap();
         let r = s.report(Some("a")).unwrap();
         assert_eq!(r.jobs.len(), 1);
         assert_eq!(r.jobs[0].argv, vec!["echo", "hi there"]);
@@ -461,11 +480,23 @@ mod tests {
         let s = Store::open_in_memory().unwrap();
         s.insert_job(&job(1, None)).unwrap();
         s.insert_region(&region(7, 1)).unwrap();
-        s.insert_measurement(&MeasurementRow { id: 1, job: Some(1), region: Some(7), name: "k".into(), recorded_ns: 5, samples_ms: vec![1.0], valid: true }).unwrap();
+        s.insert_measurement(&MeasurementRow {
+            id: 1,
+            job: Some(1),
+            region: Some(7),
+            name: "k".into(),
+            recorded_ns: 5,
+            samples_ms: vec![1.0],
+            valid: true,
+        })
+        .unwrap();
         s.region_released(7, 200, true, false, Some((55, 1755))).unwrap();
         let r = s.report(None).unwrap();
         assert!(r.regions[0].revoked);
-        assert_eq!((r.regions[0].gpu_temp_c_granted, r.regions[0].gpu_temp_c_released, r.regions[0].sm_clock_mhz_released), (Some(40), Some(55), Some(1755)));
+        assert_eq!(
+            (r.regions[0].gpu_temp_c_granted, r.regions[0].gpu_temp_c_released, r.regions[0].sm_clock_mhz_released),
+            (Some(40), Some(55), Some(1755))
+        );
         assert!(!r.measurements[0].valid);
     }
 

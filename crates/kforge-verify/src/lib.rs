@@ -53,7 +53,9 @@ pub struct Policy {
 
 impl Default for Policy {
     fn default() -> Self {
-        let tol = |a: f64, b: f64| HashMap::from([("float32".to_string(), a), ("float16".to_string(), b), ("bfloat16".to_string(), b)]);
+        let tol = |a: f64, b: f64| {
+            HashMap::from([("float32".to_string(), a), ("float16".to_string(), b), ("bfloat16".to_string(), b)])
+        };
         Policy {
             allowed_torch_ops: Vec::new(),
             precision: Precision::Strict,
@@ -150,31 +152,140 @@ pub struct SyntaxError {
 }
 
 const COMPUTE_FUNCS: &[&str] = &[
-    "matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm", "einsum", "tensordot", "linear", "bilinear", "conv1d", "conv2d",
-    "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "softmax", "log_softmax", "layer_norm",
-    "group_norm", "batch_norm", "instance_norm", "rms_norm", "relu", "gelu", "silu", "sigmoid", "tanh", "exp", "log",
-    "sum", "mean", "var", "std", "amax", "amin", "max", "min", "cumsum", "cumprod", "logsumexp", "sort", "topk",
-    "add", "sub", "mul", "div", "pow", "sqrt", "rsqrt", "where", "scaled_dot_product_attention", "max_pool1d",
-    "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d", "cross_entropy", "mse_loss", "nll_loss",
-    "l1_loss", "smooth_l1_loss", "kl_div", "cosine_similarity", "normalize", "dropout", "embedding", "clamp", "abs",
+    "matmul",
+    "mm",
+    "bmm",
+    "addmm",
+    "addbmm",
+    "baddbmm",
+    "einsum",
+    "tensordot",
+    "linear",
+    "bilinear",
+    "conv1d",
+    "conv2d",
+    "conv3d",
+    "conv_transpose1d",
+    "conv_transpose2d",
+    "conv_transpose3d",
+    "softmax",
+    "log_softmax",
+    "layer_norm",
+    "group_norm",
+    "batch_norm",
+    "instance_norm",
+    "rms_norm",
+    "relu",
+    "gelu",
+    "silu",
+    "sigmoid",
+    "tanh",
+    "exp",
+    "log",
+    "sum",
+    "mean",
+    "var",
+    "std",
+    "amax",
+    "amin",
+    "max",
+    "min",
+    "cumsum",
+    "cumprod",
+    "logsumexp",
+    "sort",
+    "topk",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "pow",
+    "sqrt",
+    "rsqrt",
+    "where",
+    "scaled_dot_product_attention",
+    "max_pool1d",
+    "max_pool2d",
+    "max_pool3d",
+    "avg_pool1d",
+    "avg_pool2d",
+    "avg_pool3d",
+    "cross_entropy",
+    "mse_loss",
+    "nll_loss",
+    "l1_loss",
+    "smooth_l1_loss",
+    "kl_div",
+    "cosine_similarity",
+    "normalize",
+    "dropout",
+    "embedding",
+    "clamp",
+    "abs",
 ];
-const COMPUTE_METHODS: &[&str] = &["matmul", "mm", "bmm", "addmm", "baddbmm", "softmax", "log_softmax", "einsum", "conv2d"];
+const COMPUTE_METHODS: &[&str] =
+    &["matmul", "mm", "bmm", "addmm", "baddbmm", "softmax", "log_softmax", "einsum", "conv2d"];
 const NN_LAYERS: &[&str] = &[
-    "Linear", "Bilinear", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d", "LayerNorm",
-    "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d", "InstanceNorm2d", "RMSNorm", "MultiheadAttention",
-    "LSTM", "GRU", "RNN", "Embedding", "Softmax", "LogSoftmax", "TransformerEncoderLayer", "TransformerDecoderLayer", "Transformer",
-    "MaxPool1d", "MaxPool2d", "MaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "ReLU", "GELU", "SiLU", "Sigmoid", "Tanh",
+    "Linear",
+    "Bilinear",
+    "Conv1d",
+    "Conv2d",
+    "Conv3d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "ConvTranspose3d",
+    "LayerNorm",
+    "GroupNorm",
+    "BatchNorm1d",
+    "BatchNorm2d",
+    "BatchNorm3d",
+    "InstanceNorm1d",
+    "InstanceNorm2d",
+    "RMSNorm",
+    "MultiheadAttention",
+    "LSTM",
+    "GRU",
+    "RNN",
+    "Embedding",
+    "Softmax",
+    "LogSoftmax",
+    "TransformerEncoderLayer",
+    "TransformerDecoderLayer",
+    "Transformer",
+    "MaxPool1d",
+    "MaxPool2d",
+    "MaxPool3d",
+    "AvgPool1d",
+    "AvgPool2d",
+    "AvgPool3d",
+    "ReLU",
+    "GELU",
+    "SiLU",
+    "Sigmoid",
+    "Tanh",
 ];
-const HARNESS_CALLS: &[&str] = &["inspect.stack", "inspect.currentframe", "inspect.getouterframes", "sys._getframe", "gc.get_objects", "gc.get_referrers", "sys.modules.get", "traceback.extract_stack"];
+const HARNESS_CALLS: &[&str] = &[
+    "inspect.stack",
+    "inspect.currentframe",
+    "inspect.getouterframes",
+    "sys._getframe",
+    "gc.get_objects",
+    "gc.get_referrers",
+    "sys.modules.get",
+    "traceback.extract_stack",
+];
 const NATIVE_MODULES: &[&str] = &["ctypes", "cffi", "cupy", "pycuda", "cuda", "numba"];
-const CONCURRENCY_MODULES: &[&str] = &["threading", "multiprocessing", "concurrent", "subprocess", "asyncio", "_thread"];
+const CONCURRENCY_MODULES: &[&str] =
+    &["threading", "multiprocessing", "concurrent", "subprocess", "asyncio", "_thread"];
 const PATCHED_ROOTS: &[&str] = &["torch", "time", "triton", "kforge", "builtins", "np", "numpy", "os", "F"];
-const LOW_DTYPES: &[&str] = &["float16", "half", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "int8"];
+const LOW_DTYPES: &[&str] =
+    &["float16", "half", "bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "int8"];
 const LOW_CASTS: &[&str] = &["half", "bfloat16"];
 /// Triton's low-precision element types (`tl.float16`, …): a kernel casting to one of those
 /// computes below the problem's precision.
 /// (Not `int8`: Inductor stores booleans and signs through `.to(tl.int8)`.)
-const TL_LOW_DTYPES: &[&str] = &["float16", "bfloat16", "float8e4nv", "float8e5", "float8e4b15", "float8e4b8", "float8e5b16"];
+const TL_LOW_DTYPES: &[&str] =
+    &["float16", "bfloat16", "float8e4nv", "float8e5", "float8e4b15", "float8e4b8", "float8e5b16"];
 const MEMO_DECORATORS: &[&str] = &["lru_cache", "cache", "functools.lru_cache", "functools.cache", "cached_property"];
 
 /// Visitor methods for the nodes rustpython-ast's generated visitor does not descend into (with
@@ -285,7 +396,8 @@ impl Checker<'_> {
         let d = dotted(e, &self.aliases)?;
         let last = d.rsplit('.').next()?;
         let own = self.problem_dtypes.iter().any(|p| canonical_dtype(p) == canonical_dtype(last));
-        let low = (d.starts_with("torch.") && LOW_DTYPES.contains(&last)) || (d.starts_with("triton.language.") && TL_LOW_DTYPES.contains(&last));
+        let low = (d.starts_with("torch.") && LOW_DTYPES.contains(&last))
+            || (d.starts_with("triton.language.") && TL_LOW_DTYPES.contains(&last));
         (low && !own).then_some(d)
     }
 
@@ -300,7 +412,11 @@ impl Checker<'_> {
             // `self.linear = nn.Linear(...)` for its weight); calling it computes (below).
             let layer = n.starts_with("torch.nn.") && NN_LAYERS.contains(&last);
             if (torch_fn || vendor || functional) && self.in_kernel == 0 && !self.allowed(n) {
-                self.add(Rule::TorchCompute, c, format!("{n}(...) computes with torch instead of the candidate's kernel"));
+                self.add(
+                    Rule::TorchCompute,
+                    c,
+                    format!("{n}(...) computes with torch instead of the candidate's kernel"),
+                );
             }
             if layer && self.in_kernel == 0 && !self.allowed(n) {
                 self.layer_ctor = Some(n.clone());
@@ -310,16 +426,36 @@ impl Checker<'_> {
                     self.add(Rule::TorchCompute, c, format!("{n}(...) runs the {layer} layer: torch does the work"));
                 }
             }
-            if n == "torch.cuda.Stream" || n == "torch.cuda.stream" || n == "torch.cuda.set_stream" || n.ends_with("ExternalStream") {
+            if n == "torch.cuda.Stream"
+                || n == "torch.cuda.stream"
+                || n == "torch.cuda.set_stream"
+                || n.ends_with("ExternalStream")
+            {
                 self.add(Rule::SideStream, c, format!("{n}(...): work on a side stream escapes the timed stream"));
             }
-            let os_process = matches!(n.as_str(), "os.fork" | "os.forkpty" | "os.system" | "os.popen" | "os.posix_spawn" | "os.posix_spawnp" | "pty.spawn")
-                || n.starts_with("os.spawn")
+            let os_process = matches!(
+                n.as_str(),
+                "os.fork"
+                    | "os.forkpty"
+                    | "os.system"
+                    | "os.popen"
+                    | "os.posix_spawn"
+                    | "os.posix_spawnp"
+                    | "pty.spawn"
+            ) || n.starts_with("os.spawn")
                 || n.starts_with("os.exec");
-            if os_process || n.starts_with("threading.") || n.starts_with("multiprocessing.") || n.starts_with("subprocess.") || n.starts_with("concurrent.") {
+            if os_process
+                || n.starts_with("threading.")
+                || n.starts_with("multiprocessing.")
+                || n.starts_with("subprocess.")
+                || n.starts_with("concurrent.")
+            {
                 self.add(Rule::Concurrency, c, format!("{n}(...) runs work outside the timed call"));
             }
-            if n == "torch.cuda.cudart" || n.starts_with("torch.cuda.cudart.") || (n.starts_with("torch._C._cuda") && n.contains("Persist")) {
+            if n == "torch.cuda.cudart"
+                || n.starts_with("torch.cuda.cudart.")
+                || (n.starts_with("torch._C._cuda") && n.contains("Persist"))
+            {
                 self.add(Rule::NativeAccess, c, format!("{n}(...) reaches the CUDA runtime directly"));
             }
             if HARNESS_CALLS.contains(&n.as_str()) {
@@ -340,7 +476,10 @@ impl Checker<'_> {
         if let Expr::Call(inner) = c.func.as_ref() {
             // nn.Linear(...)(x): constructed and called at once.
             if let Some(n) = dotted(&inner.func, &self.aliases) {
-                if n.starts_with("torch.nn.") && NN_LAYERS.contains(&n.rsplit('.').next().unwrap_or("")) && !self.allowed(&n) {
+                if n.starts_with("torch.nn.")
+                    && NN_LAYERS.contains(&n.rsplit('.').next().unwrap_or(""))
+                    && !self.allowed(&n)
+                {
                     self.add(Rule::TorchCompute, c, format!("{n}(...)(...) runs an nn layer: torch does the work"));
                 }
             }
@@ -349,10 +488,16 @@ impl Checker<'_> {
             let m = a.attr.as_str();
             if let Expr::Name(n) = a.value.as_ref() {
                 if self.containers.contains(n.id.as_str()) && MUTATORS.contains(&m) {
-                    self.add(Rule::ModuleCache, c, format!("{}.{m}(...) writes into a module-level container: state kept across calls", n.id));
+                    self.add(
+                        Rule::ModuleCache,
+                        c,
+                        format!("{}.{m}(...) writes into a module-level container: state kept across calls", n.id),
+                    );
                 }
             }
-            let on_module = name.as_deref().is_some_and(|n| n.starts_with("torch.") || n.starts_with("tl.") || n.starts_with("triton."));
+            let on_module = name
+                .as_deref()
+                .is_some_and(|n| n.starts_with("torch.") || n.starts_with("tl.") || n.starts_with("triton."));
             if COMPUTE_METHODS.contains(&m) && !on_module && !self.allowed(&format!("Tensor.{m}")) {
                 self.add(Rule::TorchCompute, c, format!(".{m}(...) on a tensor computes with torch"));
             }
@@ -362,7 +507,12 @@ impl Checker<'_> {
                     self.add(Rule::Precision, c, format!(".{m}() casts to a 16-bit type"));
                 }
                 if m == "to" || m == "type" {
-                    if let Some(d) = c.args.iter().chain(c.keywords.iter().filter(|k| k.arg.as_deref() == Some("dtype")).map(|k| &k.value)).find_map(|e| self.low_dtype(e)) {
+                    if let Some(d) = c
+                        .args
+                        .iter()
+                        .chain(c.keywords.iter().filter(|k| k.arg.as_deref() == Some("dtype")).map(|k| &k.value))
+                        .find_map(|e| self.low_dtype(e))
+                    {
                         self.add(Rule::Precision, c, format!(".{m}({d}) casts to lower precision"));
                     }
                 }
@@ -370,8 +520,10 @@ impl Checker<'_> {
         }
         for k in &c.keywords {
             let key = k.arg.as_deref().unwrap_or("");
-            let tf32 = (key == "allow_tf32" && matches!(&k.value, Expr::Constant(x) if x.value == ast::Constant::Bool(true)))
-                || (key == "input_precision" && matches!(&k.value, Expr::Constant(x) if matches!(&x.value, ast::Constant::Str(s) if s.starts_with("tf32"))));
+            let tf32 = (key == "allow_tf32"
+                && matches!(&k.value, Expr::Constant(x) if x.value == ast::Constant::Bool(true)))
+                || (key == "input_precision"
+                    && matches!(&k.value, Expr::Constant(x) if matches!(&x.value, ast::Constant::Str(s) if s.starts_with("tf32"))));
             if tf32 && self.policy.precision == Precision::Strict {
                 self.add(Rule::Precision, k, format!("{key}= selects TF32 for fp32 data"));
             }
@@ -417,8 +569,12 @@ impl Checker<'_> {
         if let Some(n) = dotted(t, &self.aliases) {
             let root = n.split('.').next().unwrap_or("");
             if n.contains('.') && PATCHED_ROOTS.contains(&root) {
-                if n.contains("allow_tf32") || n.contains("allow_fp16_reduced_precision") || n.contains("allow_bf16_reduced_precision") {
-                    let switched_off = matches!(value, Some(Expr::Constant(c)) if c.value == ast::Constant::Bool(false));
+                if n.contains("allow_tf32")
+                    || n.contains("allow_fp16_reduced_precision")
+                    || n.contains("allow_bf16_reduced_precision")
+                {
+                    let switched_off =
+                        matches!(value, Some(Expr::Constant(c)) if c.value == ast::Constant::Bool(false));
                     if self.policy.precision == Precision::Strict && !switched_off {
                         self.add(Rule::Precision, t, format!("{n} = ... switches reduced-precision math on"));
                     }
@@ -477,7 +633,14 @@ impl Visitor for Checker<'_> {
         self.in_kernel -= usize::from(kernel);
     }
     fn visit_stmt_global(&mut self, node: ast::StmtGlobal) {
-        self.add(Rule::ModuleCache, &node, format!("global {}: state kept across calls", node.names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ")));
+        self.add(
+            Rule::ModuleCache,
+            &node,
+            format!(
+                "global {}: state kept across calls",
+                node.names.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ")
+            ),
+        );
         self.generic_visit_stmt_global(node)
     }
     fn visit_stmt_import(&mut self, node: ast::StmtImport) {
@@ -489,7 +652,11 @@ impl Visitor for Checker<'_> {
             if NATIVE_MODULES.contains(&full.split('.').next().unwrap_or("")) {
                 self.add(Rule::NativeAccess, &node, format!("import {full}: native access around the harness"));
             }
-            let local = a.asname.as_ref().map(|x| x.to_string()).unwrap_or_else(|| full.split('.').next().unwrap_or(&full).to_string());
+            let local = a
+                .asname
+                .as_ref()
+                .map(|x| x.to_string())
+                .unwrap_or_else(|| full.split('.').next().unwrap_or(&full).to_string());
             let target = if a.asname.is_some() { full.clone() } else { local.clone() };
             self.aliases.insert(local, target);
         }
@@ -505,7 +672,11 @@ impl Visitor for Checker<'_> {
         }
         for a in &node.names {
             if a.name.as_str() == "*" && (module == "torch" || module.starts_with("torch.")) {
-                self.add(Rule::TorchCompute, &node, format!("from {module} import *: torch operations called unqualified"));
+                self.add(
+                    Rule::TorchCompute,
+                    &node,
+                    format!("from {module} import *: torch operations called unqualified"),
+                );
                 continue;
             }
             let local = a.asname.as_ref().unwrap_or(&a.name).to_string();
@@ -553,7 +724,11 @@ impl Visitor for Checker<'_> {
     fn visit_expr_attribute(&mut self, node: ast::ExprAttribute) {
         let d = dotted(&Expr::Attribute(node.clone()), &self.aliases);
         if matches!(d.as_deref(), Some("sys.argv" | "sys.orig_argv")) {
-            self.add(Rule::HarnessAccess, &node, "sys.argv: the harness's command line (where it reads and writes its results)".into());
+            self.add(
+                Rule::HarnessAccess,
+                &node,
+                "sys.argv: the harness's command line (where it reads and writes its results)".into(),
+            );
         }
         self.generic_visit_expr_attribute(node)
     }
@@ -580,7 +755,18 @@ fn module_containers(suite: &[Stmt], aliases: &HashMap<String, String>) -> std::
         if let Some(value) = value {
             let mutable = match value {
                 Expr::Dict(_) | Expr::List(_) | Expr::Set(_) => true,
-                Expr::Call(c) => matches!(dotted(&c.func, aliases).as_deref(), Some("dict" | "list" | "set" | "collections.OrderedDict" | "collections.defaultdict" | "weakref.WeakKeyDictionary" | "weakref.WeakValueDictionary")),
+                Expr::Call(c) => matches!(
+                    dotted(&c.func, aliases).as_deref(),
+                    Some(
+                        "dict"
+                            | "list"
+                            | "set"
+                            | "collections.OrderedDict"
+                            | "collections.defaultdict"
+                            | "weakref.WeakKeyDictionary"
+                            | "weakref.WeakValueDictionary"
+                    )
+                ),
                 _ => false,
             };
             if mutable {
@@ -594,7 +780,20 @@ fn module_containers(suite: &[Stmt], aliases: &HashMap<String, String>) -> std::
     out
 }
 
-const MUTATORS: &[&str] = &["append", "extend", "insert", "update", "setdefault", "add", "pop", "popitem", "clear", "remove", "discard", "__setitem__"];
+const MUTATORS: &[&str] = &[
+    "append",
+    "extend",
+    "insert",
+    "update",
+    "setdefault",
+    "add",
+    "pop",
+    "popitem",
+    "clear",
+    "remove",
+    "discard",
+    "__setitem__",
+];
 
 /// Gate 1's static check of a candidate's source. Findings are sorted by line.
 fn canonical_dtype(d: &str) -> &str {
@@ -613,7 +812,9 @@ pub fn problem_dtypes(problem_source: &str) -> Vec<String> {
     struct Dtypes(Vec<String>);
     impl Visitor for Dtypes {
         fn visit_expr_attribute(&mut self, node: ast::ExprAttribute) {
-            if matches!(node.value.as_ref(), Expr::Name(n) if n.id.as_str() == "torch") && LOW_DTYPES.contains(&node.attr.as_str()) {
+            if matches!(node.value.as_ref(), Expr::Name(n) if n.id.as_str() == "torch")
+                && LOW_DTYPES.contains(&node.attr.as_str())
+            {
                 let d = canonical_dtype(node.attr.as_str()).to_string();
                 if !self.0.contains(&d) {
                     self.0.push(d);
@@ -639,14 +840,20 @@ pub fn check_static(source: &str, policy: &Policy) -> Result<Vec<Finding>, Synta
 /// [`problem_dtypes`]): casts to those are not precision cuts. Findings are sorted by line.
 pub fn check_static_for(source: &str, policy: &Policy, problem_dtypes: &[String]) -> Result<Vec<Finding>, SyntaxError> {
     if source.len() > MAX_SOURCE_BYTES {
-        return Err(SyntaxError { line: 1, col: 1, message: format!("{} bytes: larger than the {MAX_SOURCE_BYTES}-byte limit of a candidate", source.len()) });
+        return Err(SyntaxError {
+            line: 1,
+            col: 1,
+            message: format!("{} bytes: larger than the {MAX_SOURCE_BYTES}-byte limit of a candidate", source.len()),
+        });
     }
     // Parsing and visiting recurse with the nesting of the code: run them on a thread whose stack
     // the deepest source within the size limit cannot exhaust.
     let (src, pol, dts) = (source.to_string(), policy.clone(), problem_dtypes.to_vec());
     let worker = std::thread::Builder::new().stack_size(1 << 30).spawn(move || check_inner(&src, &pol, &dts));
     match worker {
-        Ok(h) => h.join().unwrap_or_else(|_| Err(SyntaxError { line: 1, col: 1, message: "the static check failed on this source".into() })),
+        Ok(h) => h.join().unwrap_or_else(|_| {
+            Err(SyntaxError { line: 1, col: 1, message: "the static check failed on this source".into() })
+        }),
         Err(_) => check_inner(source, policy, problem_dtypes),
     }
 }
@@ -662,7 +869,17 @@ fn check_inner(source: &str, policy: &Policy, problem_dtypes: &[String]) -> Resu
     })?;
     let new_checker = |aliases: HashMap<String, String>, layers: HashMap<String, String>| {
         let containers = module_containers(&suite, &aliases);
-        Checker { lines: &lines, policy, aliases, findings: Vec::new(), problem_dtypes, containers, layers, layer_ctor: None, in_kernel: 0 }
+        Checker {
+            lines: &lines,
+            policy,
+            aliases,
+            findings: Vec::new(),
+            problem_dtypes,
+            containers,
+            layers,
+            layer_ctor: None,
+            in_kernel: 0,
+        }
     };
     // Pass 1 learns the imports, aliases and nn-layer attributes wherever they appear in the file
     // (a forward() above its __init__, an import below its use); pass 2 reports with them.

@@ -78,17 +78,34 @@ pub struct Verdict {
 
 fn finding_check(f: &Finding) -> CheckResult {
     let rule = serde_json::to_value(f.rule).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
-    CheckResult { gate: "static".into(), name: rule, ok: Some(false), evidence: serde_json::json!({"line": f.line, "col": f.col, "message": f.message}) }
+    CheckResult {
+        gate: "static".into(),
+        name: rule,
+        ok: Some(false),
+        evidence: serde_json::json!({"line": f.line, "col": f.col, "message": f.message}),
+    }
 }
 
 /// Compose the verdict. `runner` is `None` when the candidate never ran (static rejection or a
 /// runner failure given in `error`).
-pub fn compose(problem: &str, candidate: &str, findings: &[Finding], runner: Option<&RunnerResult>, error: Option<String>, limits: Value) -> Verdict {
+pub fn compose(
+    problem: &str,
+    candidate: &str,
+    findings: &[Finding],
+    runner: Option<&RunnerResult>,
+    error: Option<String>,
+    limits: Value,
+) -> Verdict {
     let mut gates = Vec::new();
     let static_checks: Vec<CheckResult> = findings.iter().map(finding_check).collect();
-    gates.push(GateReport { gate: "static".into(), status: if static_checks.is_empty() { "passed" } else { "failed" }.into(), checks: static_checks });
+    gates.push(GateReport {
+        gate: "static".into(),
+        status: if static_checks.is_empty() { "passed" } else { "failed" }.into(),
+        checks: static_checks,
+    });
     for g in &GATES[1..] {
-        let checks: Vec<CheckResult> = runner.map(|r| r.checks.iter().filter(|c| c.gate == *g).cloned().collect()).unwrap_or_default();
+        let checks: Vec<CheckResult> =
+            runner.map(|r| r.checks.iter().filter(|c| c.gate == *g).cloned().collect()).unwrap_or_default();
         let status = if checks.is_empty() {
             "not-run"
         } else if checks.iter().any(|c| c.ok == Some(false)) {
@@ -100,7 +117,9 @@ pub fn compose(problem: &str, candidate: &str, findings: &[Finding], runner: Opt
         };
         gates.push(GateReport { gate: g.to_string(), status: status.into(), checks });
     }
-    let rejected_by = gates.iter().find_map(|g| g.checks.iter().find(|c| c.ok == Some(false)).map(|c| format!("{}:{}", g.gate, c.name)));
+    let rejected_by = gates
+        .iter()
+        .find_map(|g| g.checks.iter().find(|c| c.ok == Some(false)).map(|c| format!("{}:{}", g.gate, c.name)));
     // Fail closed: a candidate passes only if every mandatory gate reported passing checks. A
     // result without them (a runner cut short, or a result file written by someone else) cannot
     // accept anything.

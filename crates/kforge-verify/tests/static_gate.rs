@@ -99,7 +99,8 @@ fn each_exploit_is_named_with_its_line() {
 fn inductor_kernel_sources_pass() {
     // A replacement kernel is an Inductor kernel module: its helpers (tl_math.exp, libdevice,
     // triton_helpers.maximum) are device code, not torch doing the work.
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kforge-inductor/tests/fixtures/mlp_softmax_t210.py");
+    let p =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kforge-inductor/tests/fixtures/mlp_softmax_t210.py");
     let wrapper = std::fs::read_to_string(p).unwrap();
     let start = wrapper.find("triton_per_fused__softmax_1 = async_compile.triton(").unwrap();
     let body = &wrapper[start..];
@@ -113,7 +114,8 @@ fn inductor_kernel_sources_pass() {
 
 #[test]
 fn policy_relaxes_what_it_names() {
-    let p = Policy::from_toml("allowed_torch_ops = [\"torch.nn.functional.relu\"]\nprecision = \"tf32-allowed\"\n").unwrap();
+    let p = Policy::from_toml("allowed_torch_ops = [\"torch.nn.functional.relu\"]\nprecision = \"tf32-allowed\"\n")
+        .unwrap();
     assert_eq!(p.precision, Precision::Tf32Allowed);
     let src = "import torch\nimport torch.nn.functional as F\ntorch.backends.cuda.matmul.allow_tf32 = True\ndef f(x):\n    return F.relu(x).half()\n";
     let got: Vec<Rule> = check_static(src, &p).unwrap().into_iter().map(|f| f.rule).collect();
@@ -150,7 +152,8 @@ fn casts_to_the_problems_own_precision_are_not_cuts() {
     assert_eq!(dtypes, vec!["bfloat16".to_string()]);
     assert_eq!(problem_dtypes("import torch\nx = torch.half\n"), vec!["float16".to_string()]);
     let cand = "import torch\ndef f(n, x):\n    y = torch.empty(n, dtype=torch.bfloat16)\n    return x.to(torch.bfloat16), x.bfloat16(), x.half()\n";
-    let got: Vec<(Rule, usize)> = check_static_for(cand, &Policy::default(), &dtypes).unwrap().into_iter().map(|f| (f.rule, f.line)).collect();
+    let got: Vec<(Rule, usize)> =
+        check_static_for(cand, &Policy::default(), &dtypes).unwrap().into_iter().map(|f| (f.rule, f.line)).collect();
     // bf16 is the problem's precision; fp16 is still a cut.
     assert_eq!(got, vec![(Rule::Precision, 4)]);
     assert_eq!(check_static(cand, &Policy::default()).unwrap().len(), 4);
@@ -173,7 +176,11 @@ fn review_cases_order_aliases_targets_and_containers() {
     found("import torch\ntorch.cuda.synchronize, _ = (lambda: None), 0\n", Rule::MonkeyPatch, 2);
     found("import torch\ntorch.mm: object = None\n", Rule::MonkeyPatch, 2);
     // Containers through aliases, annotations, nested subscripts.
-    found("from collections import defaultdict\nA = defaultdict(list)\ndef f(k):\n    A[k].append(1)\n    A[k] = 2\n", Rule::ModuleCache, 5);
+    found(
+        "from collections import defaultdict\nA = defaultdict(list)\ndef f(k):\n    A[k].append(1)\n    A[k] = 2\n",
+        Rule::ModuleCache,
+        5,
+    );
     found("B: dict = {}\ndef f(k, v):\n    B[k] = v\n", Rule::ModuleCache, 3);
     found("C = {}\ndef f(k, v):\n    C[k][0] = v\n", Rule::ModuleCache, 3);
 }
@@ -214,11 +221,20 @@ fn triton_casts_to_lower_precision_are_cuts() {
     // A bf16 problem's kernels store in bf16: that is its own precision.
     let bf16 = problem_dtypes("import torch\nx = torch.randn(2, dtype=torch.bfloat16)\n");
     let store = "import triton.language as tl\ndef k(x):\n    return x.to(tl.bfloat16), x.to(tl.float8e4nv)\n";
-    let got: Vec<Rule> = check_static_for(store, &Policy::default(), &bf16).unwrap().into_iter().map(|f| f.rule).collect();
+    let got: Vec<Rule> =
+        check_static_for(store, &Policy::default(), &bf16).unwrap().into_iter().map(|f| f.rule).collect();
     assert_eq!(got, vec![Rule::Precision]);
     // The captured Inductor epilogue of the corpus' replacement-kernel cheat.
-    let src = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/candidates/gemm_bias_relu/cheat_kernel_fp16.py")).unwrap();
+    let src = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/candidates/gemm_bias_relu/cheat_kernel_fp16.py"
+    ))
+    .unwrap();
     assert_eq!(rules(&src).iter().map(|r| r.0).collect::<Vec<_>>(), vec![Rule::Precision, Rule::Precision]);
-    let honest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/candidates/gemm_bias_relu/honest_kernel.py")).unwrap();
+    let honest = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/candidates/gemm_bias_relu/honest_kernel.py"
+    ))
+    .unwrap();
     assert_eq!(rules(&honest), vec![]);
 }

@@ -53,7 +53,13 @@ fn read_capture(path: &Path) -> Result<Capture> {
 
 fn capture_args(a: &InspectArgs, out: &Path) -> Result<Vec<String>> {
     let src = std::fs::canonicalize(&a.source).with_context(|| format!("resolving {}", a.source.display()))?;
-    let mut v = vec!["-m".to_string(), "kforge.capture".into(), src.display().to_string(), "--out".into(), out.display().to_string()];
+    let mut v = vec![
+        "-m".to_string(),
+        "kforge.capture".into(),
+        src.display().to_string(),
+        "--out".into(),
+        out.display().to_string(),
+    ];
     v.extend(["--mode".to_string(), a.mode.clone(), "--iterations".into(), a.iterations.to_string()]);
     if a.no_restitch {
         v.push("--no-restitch".into());
@@ -70,7 +76,12 @@ fn run_capture_job(a: &InspectArgs, socket: &Path, out: &Path) -> Result<()> {
     match exit.code {
         Some(0) => Ok(()),
         Some(2) => bail!("capture of {} failed (reason above)", a.source.display()),
-        _ => bail!("capture of {} ended with status {}{}", a.source.display(), exit.shell_code(), exit.reason.map(|r| format!(" ({r})")).unwrap_or_default()),
+        _ => bail!(
+            "capture of {} ended with status {}{}",
+            a.source.display(),
+            exit.shell_code(),
+            exit.reason.map(|r| format!(" ({r})")).unwrap_or_default()
+        ),
     }
 }
 
@@ -84,7 +95,12 @@ fn run_capture(a: &InspectArgs, out: &Path) -> Result<()> {
     if let Some(d) = &a.device {
         cmd.env("CUDA_VISIBLE_DEVICES", d);
     }
-    eprintln!("kforge inspect: compiling {} (mode {}) and profiling {} runs…", a.source.display(), a.mode, a.iterations);
+    eprintln!(
+        "kforge inspect: compiling {} (mode {}) and profiling {} runs…",
+        a.source.display(),
+        a.mode,
+        a.iterations
+    );
     let status = cmd.status().with_context(|| format!("starting {}", a.python))?;
     match status.code() {
         Some(0) => Ok(()),

@@ -10,8 +10,15 @@ use std::path::Path;
 /// Submit `argv` on `device` (`auto`, `cpu` or a GPU index) with the caller's environment
 /// (minus PYTHONPATH: the daemon puts its own Python package there), stream stdout and stderr
 /// through, and return the exit with everything the job wrote on stderr.
-pub fn run_as_job(socket: &Path, argv: Vec<String>, device: &str, label: &str, timeout_s: Option<u64>) -> Result<(JobExit, String)> {
-    let mut c = kforge_client::Client::connect(socket).with_context(|| format!("no kforge daemon on {}", socket.display()))?;
+pub fn run_as_job(
+    socket: &Path,
+    argv: Vec<String>,
+    device: &str,
+    label: &str,
+    timeout_s: Option<u64>,
+) -> Result<(JobExit, String)> {
+    let mut c =
+        kforge_client::Client::connect(socket).with_context(|| format!("no kforge daemon on {}", socket.display()))?;
     let spec = SubmitSpec {
         argv,
         cwd: std::env::current_dir().context("reading the current directory")?.display().to_string(),

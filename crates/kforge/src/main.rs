@@ -13,7 +13,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 #[derive(Parser)]
-#[command(name = "kforge", version, about = "Benchmark GPU kernels concurrently on shared GPUs; only timed regions are exclusive.")]
+#[command(
+    name = "kforge",
+    version,
+    about = "Benchmark GPU kernels concurrently on shared GPUs; only timed regions are exclusive."
+)]
 struct Cli {
     /// Daemon socket (else $KFORGE_SOCKET, else $XDG_RUNTIME_DIR/kforge/kforge.sock or /tmp/kforge-<uid>/kforge.sock).
     #[arg(long, global = true)]
@@ -327,9 +331,12 @@ fn real_main(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Cmd::Demo(a) => kforge_demo::demo(&std::env::current_exe().context("locating the kforge binary")?, a),
-        Cmd::BenchRuntime(a) => kforge_demo::bench_runtime(&std::env::current_exe().context("locating the kforge binary")?, a),
+        Cmd::BenchRuntime(a) => {
+            kforge_demo::bench_runtime(&std::env::current_exe().context("locating the kforge binary")?, a)
+        }
         Cmd::Guardian { ledger } => {
-            kforge_daemon::guardian::run_guardian(&ledger).with_context(|| format!("guardian for {}", ledger.display()))?;
+            kforge_daemon::guardian::run_guardian(&ledger)
+                .with_context(|| format!("guardian for {}", ledger.display()))?;
             Ok(0)
         }
         Cmd::Debug { cmd: DebugCmd::Submitter { gate, log, count, in_flight_us } } => {
@@ -359,14 +366,23 @@ pub(crate) fn write_out(dest: &str, body: &str) -> Result<()> {
     }
 }
 
-fn report(socket: PathBuf, runs: Vec<PathBuf>, label: Option<String>, json: Option<String>, html: Option<PathBuf>, min_gap: f64) -> Result<i32> {
+fn report(
+    socket: PathBuf,
+    runs: Vec<PathBuf>,
+    label: Option<String>,
+    json: Option<String>,
+    html: Option<PathBuf>,
+    min_gap: f64,
+) -> Result<i32> {
     if runs.is_empty() {
         if html.is_some() {
             bail!("--html needs run manifests (`kforge report truth.run.json region.run.json … --html out.html`)");
         }
         let mut c = Client::connect(&socket)?;
         match c.request(&Request::Report { label })? {
-            Reply::Report { report } => write_out(json.as_deref().unwrap_or("-"), &serde_json::to_string_pretty(&report)?)?,
+            Reply::Report { report } => {
+                write_out(json.as_deref().unwrap_or("-"), &serde_json::to_string_pretty(&report)?)?
+            }
             other => bail!("unexpected reply {other:?}"),
         }
         return Ok(0);
@@ -375,7 +391,10 @@ fn report(socket: PathBuf, runs: Vec<PathBuf>, label: Option<String>, json: Opti
         bail!("--min-gap is a percentage >= 0 (2 for 2 %), not {min_gap}");
     }
     let manifests = runs.iter().map(|p| kforge_eval::runner::RunManifest::load(p)).collect::<Result<Vec<_>>>()?;
-    let r = kforge_eval::report::compute_with(&manifests, &kforge_eval::report::ReportOptions { min_gap: min_gap / 100.0 })?;
+    let r = kforge_eval::report::compute_with(
+        &manifests,
+        &kforge_eval::report::ReportOptions { min_gap: min_gap / 100.0 },
+    )?;
     if let Some(dest) = &json {
         write_out(dest, &serde_json::to_string_pretty(&r)?)?;
     }
@@ -394,7 +413,9 @@ fn workload(cmd: WorkloadCmd) -> Result<i32> {
     use kforge_eval::workload::{self, Profile};
     let exe = std::env::current_exe().context("locating the kforge binary")?;
     let options = |w: &PathBuf, c: &WorkloadCommon, policy, ablation, concurrency, name: String, truth| -> RunOptions {
-        let db = c.db.clone().unwrap_or_else(|| w.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new(".")).join("kforge-eval.db"));
+        let db = c.db.clone().unwrap_or_else(|| {
+            w.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(std::path::Path::new(".")).join("kforge-eval.db")
+        });
         RunOptions {
             kforge: exe.clone(),
             workload: w.clone(),
@@ -420,8 +441,13 @@ fn workload(cmd: WorkloadCmd) -> Result<i32> {
                 Profile::Gpu => {
                     let dir = tempfile::tempdir().context("creating a temporary directory")?;
                     let script = dir.path().join("eval_gpu.py");
-                    std::fs::write(&script, workload::EVAL_GPU_PY).with_context(|| format!("writing {}", script.display()))?;
-                    let o = std::process::Command::new(&python).arg(&script).arg("--list").output().with_context(|| format!("running {python}"))?;
+                    std::fs::write(&script, workload::EVAL_GPU_PY)
+                        .with_context(|| format!("writing {}", script.display()))?;
+                    let o = std::process::Command::new(&python)
+                        .arg(&script)
+                        .arg("--list")
+                        .output()
+                        .with_context(|| format!("running {python}"))?;
                     if !o.status.success() {
                         bail!("{python} eval_gpu.py --list failed: {}", String::from_utf8_lossy(&o.stderr));
                     }
@@ -444,20 +470,45 @@ fn workload(cmd: WorkloadCmd) -> Result<i32> {
             let ablation = if warm { Ablation::Warm } else { Ablation::Isolate };
             // A warm truth is named apart from a cold one: one state may hold both (to compare them).
             let base = name.as_deref().unwrap_or(if warm { "truth-warm" } else { "truth" });
-            let name = if common.offset > 0 || common.limit.is_some() { format!("{base}-{}", common.offset) } else { base.into() };
-            let (m, path) = kforge_eval::runner::run(&options(&workload, &common, Policy::Command, ablation, 1, name, true))?;
-            println!("ground truth: {} commands in {:.1} s, {} failed; manifest {}", m.commands, m.wall_s, m.failed.len(), path.display());
+            let name = if common.offset > 0 || common.limit.is_some() {
+                format!("{base}-{}", common.offset)
+            } else {
+                base.into()
+            };
+            let (m, path) =
+                kforge_eval::runner::run(&options(&workload, &common, Policy::Command, ablation, 1, name, true))?;
+            println!(
+                "ground truth: {} commands in {:.1} s, {} failed; manifest {}",
+                m.commands,
+                m.wall_s,
+                m.failed.len(),
+                path.display()
+            );
             Ok(if m.failed.is_empty() { 0 } else { 1 })
         }
         WorkloadCmd::Run { workload, policy, ablation, warm, concurrency, name, no_gpu_groups, common } => {
             let policy = Policy::parse(&policy).expect("clap checked");
             let ablation = if warm { Ablation::Warm } else { ablation };
-            let name = name.unwrap_or_else(|| if policy == Policy::Region { format!("region-{}", ablation.as_str()) } else { policy.as_str().to_string() });
-            let o = RunOptions { gpu_groups: !no_gpu_groups, ..options(&workload, &common, policy, ablation, concurrency, name, false) };
+            let name = name.unwrap_or_else(|| {
+                if policy == Policy::Region {
+                    format!("region-{}", ablation.as_str())
+                } else {
+                    policy.as_str().to_string()
+                }
+            });
+            let o = RunOptions {
+                gpu_groups: !no_gpu_groups,
+                ..options(&workload, &common, policy, ablation, concurrency, name, false)
+            };
             let (m, path) = kforge_eval::runner::run(&o)?;
             println!(
                 "{}: {} commands in {:.1} s ({:.1}/min), {} failed; manifest {}",
-                m.name, m.commands, m.wall_s, m.commands as f64 / m.wall_s * 60.0, m.failed.len(), path.display()
+                m.name,
+                m.commands,
+                m.wall_s,
+                m.commands as f64 / m.wall_s * 60.0,
+                m.failed.len(),
+                path.display()
             );
             Ok(if m.failed.is_empty() { 0 } else { 1 })
         }
@@ -510,10 +561,13 @@ fn daemon(socket: PathBuf, a: DaemonArgs) -> Result<i32> {
         None
     } else {
         match a.shim {
-            Some(p) if p.is_file() => Some(p.canonicalize().with_context(|| format!("resolving --shim {}", p.display()))?),
+            Some(p) if p.is_file() => {
+                Some(p.canonicalize().with_context(|| format!("resolving --shim {}", p.display()))?)
+            }
             Some(p) => bail!("--shim {}: no such file", p.display()),
             None => {
-                let beside = std::env::current_exe().context("locating the kforge binary")?.with_file_name("libkforge_shim.so");
+                let beside =
+                    std::env::current_exe().context("locating the kforge binary")?.with_file_name("libkforge_shim.so");
                 beside.is_file().then_some(beside)
             }
         }
@@ -529,10 +583,18 @@ fn daemon(socket: PathBuf, a: DaemonArgs) -> Result<i32> {
     let exe = std::env::current_exe().context("locating the kforge binary for the guardian")?;
     let handle = kforge_daemon::server::start(cfg.clone(), Some(vec![exe.into_os_string(), "__guardian".into()]))
         .with_context(|| format!("starting the daemon on {}", cfg.socket.display()))?;
-    eprintln!("kforge daemon: listening on {} (pid {}, store {}, freezing with {})", handle.socket.display(), std::process::id(), cfg.db.display(), handle.freeze_mechanism);
+    eprintln!(
+        "kforge daemon: listening on {} (pid {}, store {}, freezing with {})",
+        handle.socket.display(),
+        std::process::id(),
+        cfg.db.display(),
+        handle.freeze_mechanism
+    );
     match &cfg.shim {
         Some(s) => eprintln!("kforge daemon: GPU jobs preload the gate shim {}", s.display()),
-        None => eprintln!("kforge daemon: no gate shim: GPU submissions of other jobs are not held or drained during regions"),
+        None => eprintln!(
+            "kforge daemon: no gate shim: GPU submissions of other jobs are not held or drained during regions"
+        ),
     }
     let stopper = handle.shutdown_sender();
     std::thread::spawn(move || {
@@ -610,11 +672,35 @@ fn status(socket: PathBuf, json: bool) -> Result<i32> {
     println!("isolation  {}", s.isolation);
     println!("gate shim  {}", s.gate_shim.as_deref().unwrap_or("none (GPU work of other jobs is not held or drained)"));
     println!();
-    println!("{:<6} {:<5} {:>4} {:>7} {:>6}  {:<24} REGION QUEUE", "DEVICE", "KIND", "MAX", "RUNNING", "QUEUED", "REGION HOLDER");
+    println!(
+        "{:<6} {:<5} {:>4} {:>7} {:>6}  {:<24} REGION QUEUE",
+        "DEVICE", "KIND", "MAX", "RUNNING", "QUEUED", "REGION HOLDER"
+    );
     for d in &s.devices {
-        let holder = d.region_holder.as_ref().map(|r| format!("#{} {} (job {}) {:.0} ms", r.region, r.name, r.job.map(|j| j.to_string()).unwrap_or("-".into()), r.since_ms)).unwrap_or("-".into());
+        let holder = d
+            .region_holder
+            .as_ref()
+            .map(|r| {
+                format!(
+                    "#{} {} (job {}) {:.0} ms",
+                    r.region,
+                    r.name,
+                    r.job.map(|j| j.to_string()).unwrap_or("-".into()),
+                    r.since_ms
+                )
+            })
+            .unwrap_or("-".into());
         let queue: Vec<String> = d.region_queue.iter().map(|r| format!("#{}", r.region)).collect();
-        println!("{:<6} {:<5} {:>4} {:>7} {:>6}  {:<24} {}", d.name, d.kind, d.max_concurrent, d.running.len(), d.queued.len(), holder, if queue.is_empty() { "-".into() } else { queue.join(" ") });
+        println!(
+            "{:<6} {:<5} {:>4} {:>7} {:>6}  {:<24} {}",
+            d.name,
+            d.kind,
+            d.max_concurrent,
+            d.running.len(),
+            d.queued.len(),
+            holder,
+            if queue.is_empty() { "-".into() } else { queue.join(" ") }
+        );
         println!("       {}", d.description);
         if d.gpu_groups > 0 {
             println!("       GPU groups bound here: {}", d.gpu_groups);
@@ -624,7 +710,11 @@ fn status(socket: PathBuf, json: bool) -> Result<i32> {
             let recycled: Vec<String> = p.recycled.iter().map(|(k, v)| format!("{v}× {k}")).collect();
             println!(
                 "       warm pool: size {}, warm {}, busy {}, starting {}, jobs served {}, recycled {}{}",
-                p.size, p.warm, p.busy, p.starting, p.jobs_served,
+                p.size,
+                p.warm,
+                p.busy,
+                p.starting,
+                p.jobs_served,
                 if recycled.is_empty() { "0".into() } else { recycled.join(", ") },
                 p.disabled.as_ref().map(|d| format!(" — DISABLED: {d}")).unwrap_or_default()
             );
@@ -634,7 +724,16 @@ fn status(socket: PathBuf, json: bool) -> Result<i32> {
         println!();
         println!("{:>6} {:<6} {:<8} {:<8} {:>8} {:<6} COMMAND", "JOB", "DEVICE", "POLICY", "STATE", "PID", "FROZEN");
         for j in &s.jobs {
-            println!("{:>6} {:<6} {:<8} {:<8} {:>8} {:<6} {}", j.job, j.device, j.policy.as_str(), j.state, j.pid.map(|p| p.to_string()).unwrap_or("-".into()), if j.frozen { "yes" } else { "no" }, j.argv.join(" "));
+            println!(
+                "{:>6} {:<6} {:<8} {:<8} {:>8} {:<6} {}",
+                j.job,
+                j.device,
+                j.policy.as_str(),
+                j.state,
+                j.pid.map(|p| p.to_string()).unwrap_or("-".into()),
+                if j.frozen { "yes" } else { "no" },
+                j.argv.join(" ")
+            );
         }
     }
     Ok(0)

@@ -68,7 +68,8 @@ fn group_rss_bytes(pgid: u32) -> u64 {
         let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
         // Fields after the parenthesised command: state ppid pgrp ...
-        let pgrp = stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(2)).and_then(|x| x.parse::<u32>().ok());
+        let pgrp =
+            stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(2)).and_then(|x| x.parse::<u32>().ok());
         if pgrp == Some(pgid) {
             total += rss_bytes(pid).unwrap_or(0);
         }
@@ -93,8 +94,10 @@ pub fn verify(a: VerifyArgs, socket: PathBuf) -> Result<i32> {
         d => bail!("--device must be auto, cpu or a GPU index, got {d:?}"),
     };
     let policy = match &a.policy {
-        Some(p) => Policy::from_toml(&std::fs::read_to_string(p).with_context(|| format!("reading policy {}", p.display()))?)
-            .with_context(|| format!("policy {}", p.display()))?,
+        Some(p) => {
+            Policy::from_toml(&std::fs::read_to_string(p).with_context(|| format!("reading policy {}", p.display()))?)
+                .with_context(|| format!("policy {}", p.display()))?
+        }
         None => Policy::default(),
     };
     for f in [&a.problem, &a.candidate] {
@@ -106,7 +109,8 @@ pub fn verify(a: VerifyArgs, socket: PathBuf) -> Result<i32> {
     let (problem, candidate) = (a.problem.display().to_string(), a.candidate.display().to_string());
     let limits = serde_json::json!({"time_s": a.time_limit_s, "memory_gib": a.memory_limit_gib});
 
-    let problem_source = std::fs::read_to_string(&a.problem).with_context(|| format!("reading {}", a.problem.display()))?;
+    let problem_source =
+        std::fs::read_to_string(&a.problem).with_context(|| format!("reading {}", a.problem.display()))?;
     let verdict = match check_static_for(&source, &policy, &problem_dtypes(&problem_source)) {
         Err(e) => compose(&problem, &candidate, &[], None, Some(format!("{candidate}: {e}")), limits),
         Ok(findings) if !findings.is_empty() => compose(&problem, &candidate, &findings, None, None, limits),
@@ -120,7 +124,14 @@ pub fn verify(a: VerifyArgs, socket: PathBuf) -> Result<i32> {
     Ok(verdict.outcome.exit_code())
 }
 
-fn run_candidate(a: &VerifyArgs, device: &str, policy: &Policy, problem: &str, candidate: &str, mut limits: serde_json::Value) -> Result<kforge_verify::verdict::Verdict> {
+fn run_candidate(
+    a: &VerifyArgs,
+    device: &str,
+    policy: &Policy,
+    problem: &str,
+    candidate: &str,
+    mut limits: serde_json::Value,
+) -> Result<kforge_verify::verdict::Verdict> {
     let mut cmd = Command::new(&a.python);
     let tmp = crate::embedded_python(&mut cmd)?;
     let out = tmp.path().join("result.json");
@@ -221,7 +232,14 @@ fn run_candidate(a: &VerifyArgs, device: &str, policy: &Policy, problem: &str, c
     }
     match read_result(&out) {
         Ok(result) => Ok(compose(problem, candidate, &[], Some(&result), None, limits)),
-        Err(e) => Ok(compose(problem, candidate, &[], None, Some(format!("{candidate}: the candidate process wrote no usable result ({e:#})")), limits)),
+        Err(e) => Ok(compose(
+            problem,
+            candidate,
+            &[],
+            None,
+            Some(format!("{candidate}: the candidate process wrote no usable result ({e:#})")),
+            limits,
+        )),
     }
 }
 
@@ -251,7 +269,14 @@ fn runner_args(a: &VerifyArgs, policy: &Policy, out: &Path, device: &str) -> Res
 
 /// The candidate process as a daemon job: the daemon's embedded Python package is on its
 /// PYTHONPATH, CUDA_VISIBLE_DEVICES names its GPU, and the job's output streams back here.
-fn run_candidate_job(a: &VerifyArgs, socket: &Path, policy: &Policy, problem: &str, candidate: &str, mut limits: serde_json::Value) -> Result<kforge_verify::verdict::Verdict> {
+fn run_candidate_job(
+    a: &VerifyArgs,
+    socket: &Path,
+    policy: &Policy,
+    problem: &str,
+    candidate: &str,
+    mut limits: serde_json::Value,
+) -> Result<kforge_verify::verdict::Verdict> {
     let tmp = tempfile::tempdir().context("creating a temporary directory")?;
     let out = tmp.path().join("result.json");
     let (job_device, runner_device) = match a.device.as_str() {
@@ -262,7 +287,8 @@ fn run_candidate_job(a: &VerifyArgs, socket: &Path, policy: &Policy, problem: &s
     let mut argv = vec![a.python.clone()];
     argv.extend(runner_args(a, policy, &out, runner_device)?);
     let t0 = Instant::now();
-    let (exit, err_text) = crate::job::run_as_job(socket, argv, job_device, "verify", Some(a.time_limit_s)).context("--daemon")?;
+    let (exit, err_text) =
+        crate::job::run_as_job(socket, argv, job_device, "verify", Some(a.time_limit_s)).context("--daemon")?;
     limits["via_daemon"] = serde_json::json!(true);
     limits["memory_limit_enforced"] = serde_json::json!(false);
     limits["network_isolated"] = serde_json::json!(false);
@@ -270,7 +296,14 @@ fn run_candidate_job(a: &VerifyArgs, socket: &Path, policy: &Policy, problem: &s
     if exit.code == Some(0) {
         return Ok(match read_result(&out) {
             Ok(result) => compose(problem, candidate, &[], Some(&result), None, limits),
-            Err(e) => compose(problem, candidate, &[], None, Some(format!("{candidate}: the candidate job wrote no usable result ({e:#})")), limits),
+            Err(e) => compose(
+                problem,
+                candidate,
+                &[],
+                None,
+                Some(format!("{candidate}: the candidate job wrote no usable result ({e:#})")),
+                limits,
+            ),
         });
     }
     let why = exit

@@ -44,10 +44,18 @@ fn missing_command_and_bad_device_are_clear_errors() {
     let d = TestDaemon::start(&[]);
     let out = d.run_cmd(&["--device", "cpu", "--", "/no/such/program"]).output().unwrap();
     assert_eq!(out.status.code(), Some(127));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("could not start"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("could not start"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = d.run_cmd(&["--device", "7", "--", "true"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no device \"7\""), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no device \"7\""),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
@@ -55,18 +63,30 @@ fn gpu_groups_are_checked_and_fall_back_to_cpu_without_gpus() {
     let d = TestDaemon::start(&[]);
     let out = d.run_cmd(&["--gpu-group", "", "--", "true"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("the GPU group is empty"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the GPU group is empty"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let long = "g".repeat(300);
     let out = d.run_cmd(&["--gpu-group", &long, "--", "true"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("300 bytes long; at most 256"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("300 bytes long; at most 256"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // No GPU: `auto` with a group runs on the cpu device, twice, and nothing was recorded for
     // the refused submissions.
     for _ in 0..2 {
         let out = d.run_cmd(&["--gpu-group", "softmax/g1", "--", "sh", "-c", "echo $KFORGE_DEVICE"]).output().unwrap();
         assert_eq!((out.status.code(), String::from_utf8_lossy(&out.stdout).trim()), (Some(0), "cpu"));
         // The daemon echoed the group: no warning that it was ignored.
-        assert!(!String::from_utf8_lossy(&out.stderr).contains("ignored --gpu-group"), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            !String::from_utf8_lossy(&out.stderr).contains("ignored --gpu-group"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let rep = d.report();
     assert_eq!(rep.jobs.iter().map(|j| j.device.as_str()).collect::<Vec<_>>(), ["cpu", "cpu"]);
@@ -75,7 +95,12 @@ fn gpu_groups_are_checked_and_fall_back_to_cpu_without_gpus() {
 #[test]
 fn client_without_daemon_gets_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(KFORGE).arg("--socket").arg(dir.path().join("none.sock")).arg("status").output().unwrap();
+    let out = std::process::Command::new(KFORGE)
+        .arg("--socket")
+        .arg(dir.path().join("none.sock"))
+        .arg("status")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the kforge daemon"));
 }
@@ -87,8 +112,11 @@ fn socket_is_owner_only_and_a_second_daemon_is_refused() {
     let mode = std::fs::metadata(&d.socket).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
     let out = std::process::Command::new(KFORGE)
-        .arg("--socket").arg(&d.socket).args(["daemon", "--gpus", "none", "--db", ":memory:"])
-        .output().unwrap();
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["daemon", "--gpus", "none", "--db", ":memory:"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("already listens"));
     assert_eq!(d.status().devices[0].name, "cpu", "first daemon still serves");
@@ -160,7 +188,12 @@ fn malformed_oversized_and_out_of_order_messages_get_errors_and_the_daemon_keeps
 fn command_policy_serializes_whole_commands() {
     let d = TestDaemon::start(&["--max-concurrent", "8"]);
     let jobs: Vec<_> = (0..4)
-        .map(|i| d.spawn_job(&format!("c{i}"), &["--device", "cpu", "--policy", "command", "--", "python3", "-c", "import time; time.sleep(0.15)"]))
+        .map(|i| {
+            d.spawn_job(
+                &format!("c{i}"),
+                &["--device", "cpu", "--policy", "command", "--", "python3", "-c", "import time; time.sleep(0.15)"],
+            )
+        })
         .collect();
     for mut j in jobs {
         assert!(j.wait().unwrap().success());
@@ -179,7 +212,10 @@ fn admission_limit_queues_fifo() {
     let d = TestDaemon::start(&["--max-concurrent", "2"]);
     let jobs: Vec<_> = (0..5)
         .map(|i| {
-            let j = d.spawn_job(&format!("q{i}"), &["--device", "cpu", "--", "python3", "-c", "import time; time.sleep(0.2)"]);
+            let j = d.spawn_job(
+                &format!("q{i}"),
+                &["--device", "cpu", "--", "python3", "-c", "import time; time.sleep(0.2)"],
+            );
             // Submit in a known order.
             wait_for("job queued", T, || (d.report().jobs.len() == i + 1).then_some(()));
             j
@@ -208,7 +244,8 @@ data = os.urandom(200_000)
 for i in range(3):
     kforge.do_bench(lambda: zlib.crc32(data), warmup=1, rep=3, name="k%d" % i)
 "#;
-    let jobs: Vec<_> = (0..50).map(|i| d.spawn_job(&format!("l{i}"), &["--device", "cpu", "--", "python3", "-c", SCRIPT])).collect();
+    let jobs: Vec<_> =
+        (0..50).map(|i| d.spawn_job(&format!("l{i}"), &["--device", "cpu", "--", "python3", "-c", SCRIPT])).collect();
     for (i, mut j) in jobs.into_iter().enumerate() {
         let st = j.wait().unwrap();
         assert!(st.success(), "job {i}: {}", std::fs::read_to_string(d.path(&format!("l{i}.err"))).unwrap_or_default());
@@ -220,7 +257,23 @@ for i in range(3):
     assert_eq!(kforge_demo::stats::overlapping_pairs(&rep.regions), 0);
     assert_eq!(rep.measurements.len(), 150);
     // Under the none policy the same workload does overlap (the check can fail).
-    let jobs: Vec<_> = (0..8).map(|i| d.spawn_job(&format!("n{i}"), &["--device", "cpu", "--policy", "none", "--", "python3", "-c", "import kforge, time\nwith kforge.region('x'):\n    time.sleep(0.3)"])).collect();
+    let jobs: Vec<_> = (0..8)
+        .map(|i| {
+            d.spawn_job(
+                &format!("n{i}"),
+                &[
+                    "--device",
+                    "cpu",
+                    "--policy",
+                    "none",
+                    "--",
+                    "python3",
+                    "-c",
+                    "import kforge, time\nwith kforge.region('x'):\n    time.sleep(0.3)",
+                ],
+            )
+        })
+        .collect();
     for mut j in jobs {
         assert!(j.wait().unwrap().success());
     }
@@ -307,7 +360,11 @@ fn core_isolation_pins_holder_and_keeps_jobs_off_reserved_cores() {
                     continue;
                 }
                 let allowed = cpus_allowed(p, t);
-                assert!(!allowed.is_empty() && !allowed.contains(&cpus[0]), "job {} thread {p}/{t} may run on the reserved core: {allowed:?}", j.job);
+                assert!(
+                    !allowed.is_empty() && !allowed.contains(&cpus[0]),
+                    "job {} thread {p}/{t} may run on the reserved core: {allowed:?}",
+                    j.job
+                );
             }
         }
     }
@@ -368,8 +425,10 @@ fn lease_overrun_revokes_and_invalidates() {
 #[test]
 fn lost_client_cancels_job_and_kills_its_process_tree() {
     let d = TestDaemon::start(&[]);
-    let mut run = d.spawn_job("tree", &["--device", "cpu", "--", "sh", "-c", "sleep 300 & echo $! > grandchild.pid; wait"]);
-    let gc: i32 = wait_for("grandchild", T, || std::fs::read_to_string(d.path("grandchild.pid")).ok()?.trim().parse().ok());
+    let mut run =
+        d.spawn_job("tree", &["--device", "cpu", "--", "sh", "-c", "sleep 300 & echo $! > grandchild.pid; wait"]);
+    let gc: i32 =
+        wait_for("grandchild", T, || std::fs::read_to_string(d.path("grandchild.pid")).ok()?.trim().parse().ok());
     assert!(pid_alive(gc));
     run.kill().unwrap(); // the client goes away (as with Ctrl-C)
     let _ = run.wait();
@@ -383,7 +442,10 @@ fn lost_client_cancels_job_and_kills_its_process_tree() {
 fn gate_holds_submitters_and_drain_acknowledges_the_epoch() {
     // --freeze none: only the gate keeps the submitter out of the region.
     let d = TestDaemon::start(&["--freeze", "none"]);
-    let mut sub = d.spawn_job("sub", &["--device", "cpu", "--", KFORGE, "debug", "submitter", "--log", "sub.log", "--in-flight-us", "3000"]);
+    let mut sub = d.spawn_job(
+        "sub",
+        &["--device", "cpu", "--", KFORGE, "debug", "submitter", "--log", "sub.log", "--in-flight-us", "3000"],
+    );
     let log = d.path("sub.log");
     wait_for("submissions", T, || std::fs::read_to_string(&log).ok().filter(|s| s.lines().count() > 20));
     let mut h = d.spawn_job("h", &holder_args("h", &[]));
@@ -447,9 +509,13 @@ fn restart_after_daemon_and_guardian_died_recovers_frozen_jobs() {
     let mut d = TestDaemon::start(&[]);
     // The counter is a grandchild: the job's direct child dies with the daemon (parent-death
     // signal), a grandchild in a frozen cgroup stays frozen until someone recovers it.
-    let _sib = d.spawn_job("sib", &["--device", "cpu", "--", "sh", "-c", "python3 -c \"$1\" sib & echo $! > sib.pid; wait", "sh", COUNTER]);
+    let _sib = d.spawn_job(
+        "sib",
+        &["--device", "cpu", "--", "sh", "-c", "python3 -c \"$1\" sib & echo $! > sib.pid; wait", "sh", COUNTER],
+    );
     wait_for("sibling counting", T, || read_count(&d.path("sib.count")));
-    let sib_pid: i32 = wait_for("grandchild pid", T, || std::fs::read_to_string(d.path("sib.pid")).ok()?.trim().parse().ok());
+    let sib_pid: i32 =
+        wait_for("grandchild pid", T, || std::fs::read_to_string(d.path("sib.pid")).ok()?.trim().parse().ok());
     let _h = d.spawn_job("h", &holder_args("h", &[]));
     wait_for("grant", T, || read_json(&d.path("h.in")));
     let daemon_pid = d.child.id() as i32;
@@ -469,10 +535,17 @@ fn restart_after_daemon_and_guardian_died_recovers_frozen_jobs() {
     // A new daemon on the same socket recovers at start.
     let log = std::fs::File::create(d.path("daemon2.log")).unwrap();
     let d2 = std::process::Command::new(KFORGE)
-        .arg("--socket").arg(&d.socket).args(["daemon", "--gpus", "none", "--db"]).arg(&d.db)
-        .stderr(log).spawn().unwrap();
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["daemon", "--gpus", "none", "--db"])
+        .arg(&d.db)
+        .stderr(log)
+        .spawn()
+        .unwrap();
     wait_for("sibling killed by the new daemon's recovery", T, || (!pid_alive(sib_pid)).then_some(()));
-    let text = wait_for("recovery logged", T, || std::fs::read_to_string(d.path("daemon2.log")).ok().filter(|s| s.contains("recovered")));
+    let text = wait_for("recovery logged", T, || {
+        std::fs::read_to_string(d.path("daemon2.log")).ok().filter(|s| s.contains("recovered"))
+    });
     assert!(text.contains("recovered after a dead daemon"), "{text}");
     // The new daemon serves once recovery is done; hand it to the harness, which stops it.
     wait_for("the new daemon listening", T, || kforge_client::Client::connect(&d.socket).ok().map(|_| ()));
@@ -484,7 +557,14 @@ fn jobs_start_with_no_blocked_signals() {
     // The daemon blocks SIGINT/SIGTERM for its signal thread; its jobs must not inherit that.
     let mut d = TestDaemon::start(&[]);
     let o = d
-        .run_cmd(&["--device", "cpu", "--", "python3", "-c", "import signal; print(sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])))"])
+        .run_cmd(&[
+            "--device",
+            "cpu",
+            "--",
+            "python3",
+            "-c",
+            "import signal; print(sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])))",
+        ])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -502,15 +582,29 @@ fn jobs_do_not_inherit_the_daemons_descriptors() {
     // pipe would leave it): its jobs get only stdin, stdout and stderr.
     let dir = tempfile::tempdir().unwrap();
     let sock = dir.path().join("k.sock");
-    let script = format!("exec 7</dev/null; exec {KFORGE} --socket {} daemon --db {} --gpus none", sock.display(), dir.path().join("k.db").display());
-    let mut daemon = std::process::Command::new("sh").args(["-c", &script]).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let script = format!(
+        "exec 7</dev/null; exec {KFORGE} --socket {} daemon --db {} --gpus none",
+        sock.display(),
+        dir.path().join("k.db").display()
+    );
+    let mut daemon = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
     while kforge_client::Client::connect(&sock).is_err() {
         assert!(Instant::now() < deadline, "daemon did not start");
         std::thread::sleep(Duration::from_millis(10));
     }
     let probe = "import os\nopen_fds = []\nfor fd in range(3, 1024):\n    try:\n        os.fstat(fd)\n        open_fds.append(fd)\n    except OSError:\n        pass\nprint(open_fds)";
-    let o = std::process::Command::new(KFORGE).arg("--socket").arg(&sock).args(["run", "--device", "cpu", "--", "python3", "-c", probe]).output().unwrap();
+    let o = std::process::Command::new(KFORGE)
+        .arg("--socket")
+        .arg(&sock)
+        .args(["run", "--device", "cpu", "--", "python3", "-c", probe])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "[]");
     let _ = kforge_client::Client::connect(&sock).unwrap().request(&kforge_proto::Request::Shutdown);

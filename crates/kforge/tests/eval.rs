@@ -6,7 +6,12 @@ use std::process::Command;
 
 fn kforge(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     let o = Command::new(KFORGE).args(args).current_dir(dir).output().unwrap();
-    assert!(o.status.success(), "kforge {args:?} failed: {}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert!(
+        o.status.success(),
+        "kforge {args:?} failed: {}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
     o
 }
 
@@ -26,7 +31,22 @@ fn cpu_workload_runs_end_to_end_and_reports() {
     for policy in ["command", "region", "none"] {
         kforge(d, &["workload", "run", "w/w.jsonl", "--policy", policy, "--concurrency", "3", "--device", "cpu"]);
     }
-    kforge(d, &["workload", "run", "w/w.jsonl", "--policy", "region", "--ablation", "gate", "--concurrency", "3", "--device", "cpu"]);
+    kforge(
+        d,
+        &[
+            "workload",
+            "run",
+            "w/w.jsonl",
+            "--policy",
+            "region",
+            "--ablation",
+            "gate",
+            "--concurrency",
+            "3",
+            "--device",
+            "cpu",
+        ],
+    );
     let runs = ["truth", "command", "region-isolate", "none", "region-gate"].map(|r| format!("w/{r}.run.json"));
     let mut args = vec!["report"];
     args.extend(runs.iter().map(String::as_str));
@@ -52,33 +72,91 @@ fn cpu_workload_runs_end_to_end_and_reports() {
     let html = std::fs::read_to_string(d.join("r.html")).unwrap();
     assert!(html.starts_with("<!DOCTYPE html>") && html.contains("<svg") && !html.contains("<script"));
     // --device all: every GPU (none here: the cpu device), --concurrency on each; never the truth.
-    kforge(d, &["workload", "run", "w/w.jsonl", "--policy", "region", "--concurrency", "2", "--device", "all", "--name", "all-devices", "--limit", "3"]);
-    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("w/all-devices.run.json")).unwrap()).unwrap();
+    kforge(
+        d,
+        &[
+            "workload",
+            "run",
+            "w/w.jsonl",
+            "--policy",
+            "region",
+            "--concurrency",
+            "2",
+            "--device",
+            "all",
+            "--name",
+            "all-devices",
+            "--limit",
+            "3",
+        ],
+    );
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("w/all-devices.run.json")).unwrap()).unwrap();
     assert_eq!((m["commands"].as_u64(), m["concurrency"].as_u64()), (Some(3), Some(2)));
     assert!(m["device"].as_str().unwrap().starts_with("cpu"), "{m}");
     assert!(m["failed"].as_array().unwrap().is_empty());
-    let o = Command::new(KFORGE).args(["workload", "truth", "w/w.jsonl", "--device", "all"]).current_dir(d).output().unwrap();
+    let o = Command::new(KFORGE)
+        .args(["workload", "truth", "w/w.jsonl", "--device", "all"])
+        .current_dir(d)
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--device all is for runs"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--device all is for runs"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // A warm truth beside the cold one: its own manifest; a report given both is refused, naming why.
     kforge(d, &["workload", "truth", "w/w.jsonl", "--device", "cpu", "--warm", "--limit", "2"]);
-    let m: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("w/truth-warm-0.run.json")).unwrap()).unwrap();
+    let m: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("w/truth-warm-0.run.json")).unwrap()).unwrap();
     assert_eq!((m["kind"].as_str(), m["commands"].as_u64(), m["warm"].as_bool()), (Some("truth"), Some(2), Some(true)));
     // A warm truth beside the cold one is a repeat row: the idle device measured twice.
-    let o = kforge(d, &["report", "w/truth.run.json", "w/truth-warm-0.run.json", "w/command.run.json", "--json", "-", "--min-gap", "5"]);
+    let o = kforge(
+        d,
+        &[
+            "report",
+            "w/truth.run.json",
+            "w/truth-warm-0.run.json",
+            "w/command.run.json",
+            "--json",
+            "-",
+            "--min-gap",
+            "5",
+        ],
+    );
     let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(r["resolved_min_gap"], 0.05);
     let runs = r["runs"].as_array().unwrap();
-    assert_eq!((runs[0]["name"].as_str(), runs[0]["repeat_of_truth"].as_bool(), runs[0]["commands"].as_u64()), (Some("truth-warm"), Some(true), Some(2)));
+    assert_eq!(
+        (runs[0]["name"].as_str(), runs[0]["repeat_of_truth"].as_bool(), runs[0]["commands"].as_u64()),
+        (Some("truth-warm"), Some(true), Some(2))
+    );
     assert_eq!(runs[0]["inflation_all"]["n"], 2);
     assert!(runs[0]["throughput_ratio_vs_command"].is_null());
     // Two parts of one truth that overlap are refused, and so is a negative --min-gap.
-    let o = Command::new(KFORGE).args(["report", "w/truth.run.json", "w/truth.run.json", "w/command.run.json"]).current_dir(d).output().unwrap();
+    let o = Command::new(KFORGE)
+        .args(["report", "w/truth.run.json", "w/truth.run.json", "w/command.run.json"])
+        .current_dir(d)
+        .output()
+        .unwrap();
     assert_ne!(o.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("in two ground-truth parts of one GPU"), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = Command::new(KFORGE).args(["report", "w/truth.run.json", "w/command.run.json", "--min-gap=-1"]).current_dir(d).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("in two ground-truth parts of one GPU"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let o = Command::new(KFORGE)
+        .args(["report", "w/truth.run.json", "w/command.run.json", "--min-gap=-1"])
+        .current_dir(d)
+        .output()
+        .unwrap();
     assert_ne!(o.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("--min-gap is a percentage"), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--min-gap is a percentage"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     // A report without ground truth is refused with a clear error.
     let o = Command::new(KFORGE).args(["report", "w/command.run.json"]).current_dir(d).output().unwrap();
     assert_eq!(o.status.code(), Some(2));

@@ -10,7 +10,8 @@ fn kforge() -> Command {
 }
 
 fn wrapper() -> String {
-    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kforge-inductor/tests/fixtures/mlp_softmax_t210.py");
+    let p =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../kforge-inductor/tests/fixtures/mlp_softmax_t210.py");
     std::fs::read_to_string(p).unwrap()
 }
 
@@ -40,7 +41,10 @@ fn report_from_a_capture() {
     let o = kforge().args(["inspect", "--from-capture"]).arg(&cap).arg("--json").arg(&out).output().unwrap();
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
-    assert!(stdout.contains("2 Triton kernels (0 templates), 2 vendor/fallback calls, 200.0 µs GPU per run"), "{stdout}");
+    assert!(
+        stdout.contains("2 Triton kernels (0 templates), 2 vendor/fallback calls, 200.0 µs GPU per run"),
+        "{stdout}"
+    );
     assert!(stdout.contains("replay: 1/2 kernels"), "{stdout}");
     assert!(stdout.contains("replaceable Triton share of GPU time: 15.0%"), "{stdout}");
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
@@ -101,7 +105,13 @@ fn capture_as_a_daemon_job_reports_the_cause() {
     let mut d = common::TestDaemon::start(&[]);
     let f = d.path("notaproblem.py");
     std::fs::write(&f, "x = 1\n").unwrap();
-    let o = kforge().arg("--socket").arg(&d.socket).args(["inspect", "--daemon", "--device", "cpu"]).arg(&f).output().unwrap();
+    let o = kforge()
+        .arg("--socket")
+        .arg(&d.socket)
+        .args(["inspect", "--daemon", "--device", "cpu"])
+        .arg(&f)
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("notaproblem.py: no get_inputs()"), "{err}");

@@ -17,7 +17,13 @@ fn torch_available() -> bool {
     Command::new("python3").args(["-c", "import torch, triton, numpy"]).status().map(|s| s.success()).unwrap_or(false)
 }
 
-fn verify(problem: &str, candidate: &str, policy: Option<&str>, kernel: Option<&str>, out: &std::path::Path) -> (Option<i32>, Value, String) {
+fn verify(
+    problem: &str,
+    candidate: &str,
+    policy: Option<&str>,
+    kernel: Option<&str>,
+    out: &std::path::Path,
+) -> (Option<i32>, Value, String) {
     let c = corpus();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kforge"));
     cmd.arg("verify");
@@ -42,7 +48,8 @@ fn verify(problem: &str, candidate: &str, policy: Option<&str>, kernel: Option<&
 #[test]
 fn corpus_verdicts() {
     assert!(torch_available(), "python3 with torch, triton and numpy is needed (scripts/test installs them)");
-    let expect: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(corpus().join("expect.json")).unwrap()).unwrap();
+    let expect: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(corpus().join("expect.json")).unwrap()).unwrap();
     assert!(expect.len() >= 20);
     let dir = tempfile::tempdir().unwrap();
     let queue = Arc::new(Mutex::new(expect.into_iter().enumerate().collect::<Vec<_>>()));
@@ -56,12 +63,16 @@ fn corpus_verdicts() {
                 let kernel = e["kernel"].as_str();
                 let (code, v, log) = verify(p, c, e["policy"].as_str(), kernel, &dir.join(format!("{i}.json")));
                 let by = v["rejected_by"].as_str().unwrap_or("").to_string();
-                let static_reject = e["rejected_by"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().starts_with("static:"));
+                let static_reject =
+                    e["rejected_by"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().starts_with("static:"));
                 let ok = match e["expect"].as_str().unwrap() {
                     // A replacement kernel runs inside the compiled problem, on a GPU only: here
                     // its static gate must pass, then it could not run.
                     _ if kernel.is_some() && !static_reject => {
-                        code == Some(2) && v["outcome"] == "could-not-run" && log.contains("needs a CUDA GPU") && v["gates"][0]["status"] == "passed"
+                        code == Some(2)
+                            && v["outcome"] == "could-not-run"
+                            && log.contains("needs a CUDA GPU")
+                            && v["gates"][0]["status"] == "passed"
                     }
                     "pass" => code == Some(0) && v["outcome"] == "passed-without-performance",
                     _ => {
@@ -71,7 +82,10 @@ fn corpus_verdicts() {
                     }
                 };
                 if !ok {
-                    failures.lock().unwrap().push(format!("{c}: expected {} {}, got exit {code:?} {} by {by:?}\n{log}", e["expect"], e["rejected_by"], v["outcome"]));
+                    failures.lock().unwrap().push(format!(
+                        "{c}: expected {} {}, got exit {code:?} {} by {by:?}\n{log}",
+                        e["expect"], e["rejected_by"], v["outcome"]
+                    ));
                 }
             })
         })
@@ -111,11 +125,20 @@ fn bad_input_is_named() {
             .output()
             .unwrap();
         assert_eq!(o.status.code(), Some(2));
-        assert!(String::from_utf8_lossy(&o.stdout).contains("needs a CUDA GPU"), "{}", String::from_utf8_lossy(&o.stdout));
+        assert!(
+            String::from_utf8_lossy(&o.stdout).contains("needs a CUDA GPU"),
+            "{}",
+            String::from_utf8_lossy(&o.stdout)
+        );
     }
     // Syntax error in the candidate: could not run, line named, nothing executed.
     std::fs::write(&nomodel, "def f(:\n").unwrap();
-    let o = Command::new(env!("CARGO_BIN_EXE_kforge")).args(["verify", "--device", "cpu"]).arg(corpus().join("problems/vector_add.py")).arg(&nomodel).output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
+        .args(["verify", "--device", "cpu"])
+        .arg(corpus().join("problems/vector_add.py"))
+        .arg(&nomodel)
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stdout).contains("line 1"));
     // Missing files, bad policy, bad device.
@@ -131,7 +154,10 @@ fn bad_input_is_named() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&o.stderr).contains("seeds must be at least 3"));
-    let o = Command::new(env!("CARGO_BIN_EXE_kforge")).args(["verify", "--device", "gpu0", "a.py", "b.py"]).output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
+        .args(["verify", "--device", "gpu0", "a.py", "b.py"])
+        .output()
+        .unwrap();
     assert!(String::from_utf8_lossy(&o.stderr).contains("--device must be"));
 }
 

@@ -19,7 +19,11 @@ fn run(d: &TestDaemon, args: &[&str]) -> (i32, String, String) {
     let mut v = vec!["--device", "cpu", "--warm"];
     v.extend_from_slice(args);
     let o = d.run_cmd(&v).output().unwrap();
-    (o.status.code().unwrap_or(-1), String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
 }
 
 #[test]
@@ -30,7 +34,11 @@ fn warm_jobs_see_argv_cwd_env_and_exit_codes() {
     let cwd = d.dir.path().to_str().unwrap().to_string();
     let mut pids = Vec::new();
     for code in ["0", "3"] {
-        let o = d.run_cmd(&["--device", "cpu", "--warm", "--", "python3", script.to_str().unwrap(), code, "b c"]).env("WANT_CWD", &cwd).output().unwrap();
+        let o = d
+            .run_cmd(&["--device", "cpu", "--warm", "--", "python3", script.to_str().unwrap(), code, "b c"])
+            .env("WANT_CWD", &cwd)
+            .output()
+            .unwrap();
         let out = String::from_utf8_lossy(&o.stdout);
         assert_eq!(o.status.code(), Some(code.parse().unwrap()), "{out}");
         assert!(out.starts_with(&format!("['{code}', 'b c'] True ")), "{out}");
@@ -67,7 +75,8 @@ fn fresh_main_namespace_and_module_reimport_after_edit() {
     let d = warm_daemon(1, &[]);
     let dir = d.dir.path();
     std::fs::write(dir.join("cand.py"), "def value():\n    return 1\n").unwrap();
-    let main = "import sys\nsys.path.insert(0, '.')\nprint('leak' in globals())\nleak = 1\nimport cand\nprint(cand.value())\n";
+    let main =
+        "import sys\nsys.path.insert(0, '.')\nprint('leak' in globals())\nleak = 1\nimport cand\nprint(cand.value())\n";
     let (c1, o1, e1) = run(&d, &["--", "python3", "-c", main]);
     assert_eq!(c1, 0, "{e1}");
     assert_eq!(o1.lines().collect::<Vec<_>>(), vec!["False", "1"]);
@@ -86,7 +95,10 @@ fn patched_timer_recycles_the_worker_and_the_next_job_sees_the_original() {
         let p = d.status().devices[0].pool.clone();
         p.recycled.keys().any(|k| k.contains("time.perf_counter")).then_some(())
     });
-    let (c, o, e) = run(&d, &["--", "python3", "-c", "import time\nprint(type(time.perf_counter).__name__, time.perf_counter() > 0)"]);
+    let (c, o, e) = run(
+        &d,
+        &["--", "python3", "-c", "import time\nprint(type(time.perf_counter).__name__, time.perf_counter() > 0)"],
+    );
     assert_eq!(c, 0, "{e}");
     assert_eq!(o.trim(), "builtin_function_or_method True");
 }
@@ -122,7 +134,15 @@ fn time_limits_kill_warm_and_cold_jobs() {
 #[test]
 fn regions_work_inside_warm_jobs() {
     let d = warm_daemon(2, &[]);
-    let (c, o, e) = run(&d, &["--", "python3", "-c", "import kforge\nms = kforge.do_bench(lambda: sum(range(1000)), warmup=1, rep=5)\nprint(ms > 0)"]);
+    let (c, o, e) = run(
+        &d,
+        &[
+            "--",
+            "python3",
+            "-c",
+            "import kforge\nms = kforge.do_bench(lambda: sum(range(1000)), warmup=1, rep=5)\nprint(ms > 0)",
+        ],
+    );
     assert_eq!(c, 0, "{e}");
     assert_eq!(o.trim(), "True");
     let rep = d.report();

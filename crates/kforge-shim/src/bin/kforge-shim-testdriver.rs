@@ -17,13 +17,25 @@ mod symbols {
 }
 use symbols::*;
 
-type LaunchFn = unsafe extern "C" fn(Handle, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, c_uint, Handle, PPtr, PPtr) -> CUresult;
+type LaunchFn = unsafe extern "C" fn(
+    Handle,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    c_uint,
+    Handle,
+    PPtr,
+    PPtr,
+) -> CUresult;
 type LaunchExFn = unsafe extern "C" fn(CPtr, Handle, PPtr, PPtr) -> CUresult;
 type GraphFn = unsafe extern "C" fn(Handle, Handle) -> CUresult;
 type HtoDAsyncFn = unsafe extern "C" fn(CUdeviceptr, CPtr, usize, Handle) -> CUresult;
 type MemsetD32Fn = unsafe extern "C" fn(CUdeviceptr, c_uint, usize) -> CUresult;
 type ExportTableFn = unsafe extern "C" fn(*mut CPtr, CPtr) -> CUresult;
-type Gpa1Fn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, ) -> CUresult;
+type Gpa1Fn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CUresult;
 type Gpa2Fn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CUresult;
 type RetainFn = unsafe extern "C" fn(*mut Handle, c_int) -> CUresult;
 type SetCurFn = unsafe extern "C" fn(Handle) -> CUresult;
@@ -121,7 +133,9 @@ impl Ctx {
 
 unsafe fn launch(p: *mut c_void) -> CUresult {
     let f: LaunchFn = unsafe { std::mem::transmute(p) };
-    unsafe { f(std::ptr::null_mut(), 1, 1, 1, 32, 1, 1, 0, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut()) }
+    unsafe {
+        f(std::ptr::null_mut(), 1, 1, 1, 32, 1, 1, 0, std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut())
+    }
 }
 
 fn mode_dlsym_handle() {
@@ -265,7 +279,10 @@ fn mode_table() {
                 }
                 let Some(vn) = want_name.strip_prefix("fake:") else {
                     if p as usize != want {
-                        fail(format!("{base} v{v} f{fl}: fake gave {want_name}, shim gave {}", cx.identify(p as usize)));
+                        fail(format!(
+                            "{base} v{v} f{fl}: fake gave {want_name}, shim gave {}",
+                            cx.identify(p as usize)
+                        ));
                     }
                     continue;
                 };

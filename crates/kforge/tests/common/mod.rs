@@ -201,7 +201,8 @@ pub fn descendants(pid: i32) -> Vec<i32> {
         for e in dir.flatten() {
             let Ok(c) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
             let Ok(stat) = std::fs::read_to_string(format!("/proc/{c}/stat")) else { continue };
-            let ppid = stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)).and_then(|v| v.parse::<i32>().ok());
+            let ppid =
+                stat.rsplit(')').next().and_then(|r| r.split_whitespace().nth(1)).and_then(|v| v.parse::<i32>().ok());
             if ppid == Some(p) {
                 out.push(c);
                 frontier.push(c);
