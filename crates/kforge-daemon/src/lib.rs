@@ -22,21 +22,6 @@ pub use config::{Config, FreezeScope};
 pub use devices::GpuSelection;
 pub use server::{run, DaemonHandle};
 
-mod py {
-    include!(concat!(env!("OUT_DIR"), "/py_files.rs"));
-}
-pub use py::PY_FILES;
-
-/// Write the embedded `kforge` Python package into `dir/kforge/` (for a PYTHONPATH entry `dir`).
-pub fn write_python_package(dir: &std::path::Path) -> Result<(), DaemonError> {
-    let pkg = dir.join("kforge");
-    std::fs::create_dir_all(&pkg).map_err(|e| DaemonError::io("creating", &pkg, e))?;
-    for (name, body) in PY_FILES {
-        let p = pkg.join(name);
-        std::fs::write(&p, body).map_err(|e| DaemonError::io("writing python package", &p, e))?;
-    }
-    Ok(())
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
@@ -52,6 +37,8 @@ pub enum DaemonError {
     Freeze(#[from] kforge_freeze::FreezeError),
     #[error(transparent)]
     Gate(#[from] kforge_gate::GateError),
+    #[error("the embedded Python package: {0}")]
+    Python(#[from] kforge_python::WriteError),
 }
 
 impl DaemonError {

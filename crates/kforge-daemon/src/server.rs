@@ -101,7 +101,7 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
     let first_ids = store.max_ids()?;
 
     let python_dir = state_dir.join("python");
-    crate::write_python_package(&python_dir)?;
+    kforge_python::write_package(&python_dir)?;
 
     let (events_tx, events_rx) = channel::<Event>();
     let mut gates = Vec::new();

@@ -351,7 +351,7 @@ fn real_main(cli: Cli) -> Result<i32> {
 /// and must outlive the command.
 pub(crate) fn embedded_python(cmd: &mut std::process::Command) -> Result<tempfile::TempDir> {
     let tmp = tempfile::tempdir().context("creating a temporary directory")?;
-    kforge_daemon::write_python_package(tmp.path()).context("writing the embedded Python package")?;
+    kforge_python::write_package(tmp.path()).context("writing the embedded Python package")?;
     let pp = std::env::var_os("PYTHONPATH").map(|p| format!("{}:{}", tmp.path().display(), p.to_string_lossy()));
     cmd.env("PYTHONPATH", pp.unwrap_or_else(|| tmp.path().display().to_string()));
     Ok(tmp)
