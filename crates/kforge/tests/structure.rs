@@ -100,7 +100,8 @@ fn only_the_binary_knows_clap() {
 
 #[test]
 fn the_manifest_reader_sees_only_normal_dependencies() {
-    let manifest = "[package]\nname = \"x\"\n[dependencies]\nkforge-proto.workspace = true\nclap = { version = \"4\" }\n\
+    let manifest =
+        "[package]\nname = \"x\"\n[dependencies]\nkforge-proto.workspace = true\nclap = { version = \"4\" }\n\
                     [dev-dependencies]\nkforge-store.workspace = true\n";
     assert_eq!(normal_dependencies(manifest), vec!["kforge-proto".to_string(), "clap".to_string()]);
     let doc = "- `crates/kforge-proto` — the wire\n  - `crates/nested` no\n- `crates/kforge` — bin\n";
