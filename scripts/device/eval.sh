@@ -16,7 +16,7 @@
 #                                 `run:region:warm:8::NAME:all`)
 #     truth-pair[:OFFSET:LIMIT]   the same on GPUs 0 and 1 only
 #     truth-warm[:OFFSET:LIMIT]   the same in one warm worker, manifest truth-warm[-OFFSET] (faster; idle gaps between kernels —
-#                                 read bench/results/2026-11-30-issue5-eval-smoke before using it)
+#                                 read the smoke run in bench/results/runtime-eval/README.md, History, before using it)
 #     run:POLICY[:ABLATION[:N[:LIMIT[:NAME[:DEVICE[:SETTLE_MS]]]]]]
 #                                 run under none|command|region (ablation gate|drain|freeze|isolate|warm),
 #                                 N in flight (8), only the first LIMIT commands (env LIMIT, else all),

@@ -1,6 +1,6 @@
-//! Captures of `kforge inspect` on the H200 (torch 2.11, Triton 3.6; bench/results/
-//! 2026-11-30-issue6-inspect): the report built here from each capture must agree with the one
-//! the device run wrote, and every inventory entry must be complete.
+//! Captures of `kforge inspect` on the H200 (torch 2.11, Triton 3.6; bench/results/inspect-suite,
+//! pass 1): the report built here from each capture must agree with the one the device run
+//! wrote, and every inventory entry must be complete.
 
 use kforge_inductor::inspect::{report, Capture};
 use kforge_inductor::{KernelCategory, Launch};
