@@ -123,6 +123,12 @@ def test_bottom_module_imports_nothing_from_kforge() -> None:
     assert graph()[BOTTOM] == set()
 
 
+def test_internal_packages_import_nothing() -> None:
+    """Importing one internal module does not import its siblings."""
+    g = graph()
+    assert g["kforge.verify"] == set() and g["kforge.inspect"] == set()
+
+
 def test_public_client_imports_no_internals() -> None:
     g = graph()
     for name in CLIENT:

@@ -14,7 +14,7 @@ SOURCE is a KernelBench-format problem (``class Model``, ``get_inputs()``,
 * ``replay``: every Triton kernel launch's real arguments recorded on one run, then the kernel
   run alone on copies of them and compared with what it produced inside the model;
 * ``restitch``: a fresh compile in which every Triton kernel is replaced by a kernel compiled
-  from its own source (``restitch``; the same CUDA-graph setting as the mode), outputs compared
+  from its own source (:mod:`.restitch`; the same CUDA-graph setting as the mode), outputs compared
   with the unmodified compiled model and both timed.
 
 Bad input gives one line on stderr naming the file and the cause, and exit status 2. torch is

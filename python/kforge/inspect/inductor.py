@@ -15,6 +15,7 @@ import importlib.util
 import types
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+
 class CaptureError(Exception):
     """An input that cannot be inspected; the message names the file and the cause."""
 

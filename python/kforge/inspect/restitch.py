@@ -26,6 +26,7 @@ from .inductor import (
 )
 from .traces import profile_pair
 
+
 def _read(path: str) -> str:
     with open(path) as f:
         return f.read()

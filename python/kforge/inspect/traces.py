@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Sequence
 from ..bench import probe_host_us
 from ..region import region
 
+
 def group_iterations(events: Sequence[Dict[str, Any]], iterations: int) -> List[List[Dict[str, Any]]]:
     """Split a chrome trace's events into per-iteration kernel lists.
 

@@ -20,6 +20,7 @@ import kforge
 from ..harness import DISTRIBUTIONS, Check, clone_all, clone_output, compare, flat, make_inputs, same_values, thread_check
 from .perf import performance_gate
 
+
 class RunnerError(Exception):
     """The problem or candidate cannot be run at all (the verdict: could not run)."""
 

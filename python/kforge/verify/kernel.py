@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Tuple
 from ..harness import DISTRIBUTIONS, Check, clone_all, clone_output, compare, make_inputs
 from ..inspect.inductor import CUDA_GRAPH_MODES, WrapperHook, compile_kernel, own_code_class, triton_globals
 
+
 class KernelCandidate:
     def __init__(self, problem: Any, kernel: str, source: str, mode: str, dev: Any, policy: Dict[str, Any]) -> None:
         self.problem, self.kernel, self.source, self.mode, self.dev, self.policy = problem, kernel, source, mode, dev, policy

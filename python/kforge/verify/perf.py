@@ -24,6 +24,7 @@ from typing import Any, Dict, List
 from ..bench import do_bench_interleaved, median_ms
 from ..harness import Check, flat, make_inputs, mean_half, thread_check
 
+
 class Rotation:
     """Input sets used in turn by the timed calls, each set's version counters bumped (an
     in-place no-op outside the timed interval) before it is used again: a candidate that caches

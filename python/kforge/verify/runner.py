@@ -28,6 +28,7 @@ from ..harness import finite_json
 from .checks import RunnerError, library_identities, run_checks, timer_identities
 from .kernel import KernelCandidate
 
+
 def load_module(path: str, tag: str) -> Any:
     if not os.path.isfile(path):
         raise RunnerError(f"{path}: no such file")
