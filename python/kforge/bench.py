@@ -274,7 +274,7 @@ def _bench_cuda(
         return timed_samples(chunk, estimate, rep)
 
 
-def _probe_host_us(torch: Any, fn: Callable[[], Any], before_each: Optional[Callable[[], Any]]) -> List[float]:
+def probe_host_us(torch: Any, fn: Callable[[], Any], before_each: Optional[Callable[[], Any]]) -> List[float]:
     """Host time of 5 calls, each made with the GPU idle (microseconds)."""
     probes = []
     for _ in range(5):
@@ -313,10 +313,10 @@ def _one_host_counted(torch: Any, fn: Callable[[], Any], cache: Any, spin_us: fl
     return host_counted_sample(float(start.elapsed_time(end)), (t1 - t0) * 1e3, spin_us)
 
 
-def spin_length_us(probe_host_us: Sequence[float]) -> float:
+def spin_length_us(host_us: Sequence[float]) -> float:
     """Spin in front of a timed call: three times the median host time of a call, plus 50 µs, at
     most ``MAX_SPIN_US`` (a median: one slow probe — a GC pause — does not stretch every spin)."""
-    return min(MAX_SPIN_US, 3.0 * statistics.median(probe_host_us) + 50.0)
+    return min(MAX_SPIN_US, 3.0 * statistics.median(host_us) + 50.0)
 
 
 def host_counted_sample(device_ms: float, host_ms: float, spin_us: float) -> float:
@@ -435,7 +435,7 @@ def _interleaved_cuda(fns: List[Callable[[], Any]], warmup: float, rep: float, d
                 return float(events[0].elapsed_time(events[1]))
 
             estimates.append(warm_up_and_estimate(batch, warmup))
-            spins.append(spin_length_us(_probe_host_us(torch, fn, before)))
+            spins.append(spin_length_us(probe_host_us(torch, fn, before)))
         rounds = min(timed_calls(sum(estimates), rep), max(1, MAX_HOST_COUNTED_CALLS // len(fns)))
         out: List[List[float]] = [[] for _ in fns]
         for _ in range(rounds):
@@ -505,3 +505,10 @@ def do_bench(
             times = _bench_cuda(fn, float(warmup), float(rep), grad_to_none, dev, before_each, count_host)
         report_measurement(label, _subsample(times, MAX_REPORTED_SAMPLES), region=r.region)
     return summarize(times, qs, return_mode)
+
+
+def median_ms(fn: Callable[[], Any], name: str, **kw: Any) -> float:
+    """``do_bench(fn, return_mode="median", name=name, **kw)``: the median sample in milliseconds."""
+    v = do_bench(fn, return_mode="median", name=name, **kw)
+    assert isinstance(v, float)
+    return v

@@ -249,11 +249,11 @@ def _warn_no_daemon(path: str, why: str) -> None:
     if _warned:
         return
     _warned = True
-    # Attribute the warning to the first caller outside the kforge package.
+    # Attribute the warning to the first caller outside the kforge package (subpackages included).
     level = 1
     frame: Optional[FrameType] = sys._getframe(0)
-    pkg_dir = os.path.dirname(os.path.abspath(__file__))
-    while frame is not None and os.path.dirname(os.path.abspath(frame.f_code.co_filename)) == pkg_dir:
+    pkg_dir = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(pkg_dir):
         frame, level = frame.f_back, level + 1
     warnings.warn(
         f"kforge: no daemon at {path} ({why}); regions are not exclusive",
@@ -262,7 +262,7 @@ def _warn_no_daemon(path: str, why: str) -> None:
     )
 
 
-def _connection() -> Optional[Client]:
+def connection() -> Optional[Client]:
     """Return this process's connection to the daemon, connecting lazily; ``None`` without one.
 
     One connection per process: a connection inherited through ``fork`` is dropped (the pid is
@@ -297,7 +297,7 @@ def _connection() -> Optional[Client]:
         return conn
 
 
-def _reset_connection() -> None:
+def reset_connection() -> None:
     """Forget the process-wide connection and the warn-once flag (for tests)."""
     global _conn, _conn_pid, _warned
     with _state_lock:

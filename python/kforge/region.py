@@ -9,8 +9,7 @@ import time
 from types import TracebackType
 from typing import Any, Dict, Iterable, Optional, Type, Union
 
-from . import client as _client
-from .client import Client, raise_for_error
+from .client import Client, connection, raise_for_error
 from .errors import KforgeError, RegionRevoked
 
 # Regions of one process are serialised by this lock before asking the daemon: one connection
@@ -85,7 +84,7 @@ class Region:
             )
         self.region, self.grant, self.exclusive = None, None, False
         self.valid, self.revoked, self.tainted, self.held_ms = None, False, False, None
-        conn = _client._connection()
+        conn = connection()
         if conn is not None:
             self._enter_daemon(conn)
         _local.active = (os.getpid(), self)
@@ -197,7 +196,7 @@ def report_measurement(
     region_id = region.region if isinstance(region, Region) else region
     if region_id is not None and (isinstance(region_id, bool) or not isinstance(region_id, int)):
         raise ValueError(f"kforge.report_measurement: region must be an int id, got {region_id!r}")
-    conn = _client._connection()
+    conn = connection()
     if conn is None:
         return None
     msg: Dict[str, Any] = {
@@ -209,6 +208,12 @@ def report_measurement(
     }
     reply = raise_for_error(conn.request(msg), "recorded")
     return int(reply["measurement"])
+
+
+def region_open() -> bool:
+    """A region of this thread is active, or any thread holds the process's region lock (the
+    warm worker's check that a job left no region open)."""
+    return getattr(_local, "active", None) is not None or _region_lock.locked()
 
 
 def _after_fork_in_child() -> None:

@@ -96,6 +96,12 @@ import warnings
 import zipfile
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
+# The client is imported once and kept across jobs; its state is reset after each job.
+import kforge
+
+from .client import reset_connection
+from .region import region_open
+
 #: Largest control message in bytes, either way.
 MAX_MESSAGE: int = 1 << 20
 #: Callables a job must not replace, as (module, attribute path); checked by identity.
@@ -307,8 +313,6 @@ class Worker:
     """The worker's state between jobs; :meth:`serve` is its main loop."""
 
     def __init__(self, sock: socket.socket, cuda: bool) -> None:
-        import kforge  # noqa: F401  (imported once, kept across jobs; its state is reset per job)
-
         self.sock = sock
         self.pid = os.getpid()
         self.cuda = cuda
@@ -623,10 +627,7 @@ class Worker:
                         dynamo.reset()
                     except Exception as e:
                         reasons.append(f"torch._dynamo.reset failed: {e}")
-        client = sys.modules.get("kforge.client")
-        reset = getattr(client, "_reset_connection", None)
-        if reset is not None:
-            reset()
+        reset_connection()
         return reasons
 
     def _restore_signals(self) -> List[str]:
@@ -675,9 +676,7 @@ class Worker:
     def _check(self, native: int, gpu_before: int) -> List[str]:
         reasons = [f"replaced {m}.{a}" for (m, a), v in self.originals.items() if _resolve(m, a) is not v]
         self._snapshot_critical()
-        region = sys.modules.get("kforge.region")
-        lock = getattr(region, "_region_lock", None)
-        if getattr(getattr(region, "_local", None), "active", None) is not None or (lock is not None and lock.locked()):
+        if region_open():
             reasons.append("kforge region left open")
         gc.collect()
         torch = sys.modules.get("torch")

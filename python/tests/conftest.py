@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Set
 import pytest
 
 import kforge
-from kforge.client import _reset_connection, encode_frame, read_frame
+from kforge.client import encode_frame, read_frame, reset_connection
 
 Message = Dict[str, Any]
 
@@ -24,9 +24,9 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         monkeypatch.delenv(var, raising=False)
     runtime = tempfile.mkdtemp(prefix="kfx", dir="/tmp")
     monkeypatch.setenv("XDG_RUNTIME_DIR", runtime)
-    _reset_connection()
+    reset_connection()
     yield runtime
-    _reset_connection()
+    reset_connection()
     shutil.rmtree(runtime, ignore_errors=True)
 
 
@@ -121,7 +121,7 @@ class FakeDaemon:
         return [m["type"] for m in self.requests]
 
     def close(self) -> None:
-        _reset_connection()  # closing the client ends the serving loop
+        reset_connection()  # closing the client ends the serving loop
         self.thread.join(timeout=10)
         self.listener.close()
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,4 +1,4 @@
-"""kforge.capture without a GPU: input classification, clear errors, wrapper and trace helpers."""
+"""kforge.inspect (the capture) without a GPU: input classification, clear errors, wrapper and trace helpers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import Any, Dict, List
 
 import pytest
 
-from kforge import capture
+from kforge import harness
+from kforge.inspect import capture, inductor, restitch, traces
 
 FIXTURES = Path(__file__).resolve().parents[2] / "crates" / "kforge-inductor" / "tests" / "fixtures"
 
@@ -41,14 +42,14 @@ def test_problem_and_triton_files_are_told_apart(tmp_path: Path) -> None:
 )
 def test_bad_input_names_file_and_cause(tmp_path: Path, text: str, message: str) -> None:
     path = write(tmp_path, "bad.py", text)
-    with pytest.raises(capture.CaptureError) as e:
+    with pytest.raises(inductor.CaptureError) as e:
         capture.load_source(path)
     assert str(e.value).startswith(path) and message in str(e.value)
 
 
 def test_missing_file_and_main_exit_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     missing = str(tmp_path / "nope.py")
-    with pytest.raises(capture.CaptureError, match="no such file"):
+    with pytest.raises(inductor.CaptureError, match="no such file"):
         capture.load_source(missing)
     out = tmp_path / "c.json"
     assert capture.main([missing, "--out", str(out)]) == 2
@@ -58,7 +59,7 @@ def test_missing_file_and_main_exit_status(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_kernel_sources_of_a_real_wrapper() -> None:
-    src = capture.kernel_sources((FIXTURES / "mlp_softmax_t210.py").read_text())
+    src = inductor.kernel_sources((FIXTURES / "mlp_softmax_t210.py").read_text())
     assert sorted(src) == ["triton_per_fused__softmax_1", "triton_poi_fused_addmm_relu_0"]
     assert "def triton_poi_fused_addmm_relu_0(" in src["triton_poi_fused_addmm_relu_0"]
     assert "@triton.jit" in src["triton_per_fused__softmax_1"]
@@ -77,25 +78,23 @@ def test_iterations_grouped_by_gpu_annotations() -> None:
         ev("kernel", "c", 110, 5),
         ev("cpu_op", "aten::mm", 0, 1),
     ]
-    it = capture.group_iterations(events, 2)
+    it = traces.group_iterations(events, 2)
     assert [[k["name"] for k in i] for i in it] == [["a", "b"], ["c"]]
     assert it[0][0]["dur_us"] == 5.0
 
 
 def test_iterations_split_evenly_without_annotations() -> None:
     events = [ev("kernel", f"k{i % 2}", i, 1) for i in range(6)]
-    assert [[k["name"] for k in i] for i in capture.group_iterations(events, 3)] == [["k0", "k1"]] * 3
+    assert [[k["name"] for k in i] for i in traces.group_iterations(events, 3)] == [["k0", "k1"]] * 3
     # Not divisible: one group with everything, never a silent mis-split.
-    assert len(capture.group_iterations(events, 4)) == 1
-    assert capture.group_iterations([], 2) == []
-    json.dumps(capture.group_iterations(events, 3))
+    assert len(traces.group_iterations(events, 4)) == 1
+    assert traces.group_iterations([], 2) == []
+    json.dumps(traces.group_iterations(events, 3))
 
 
 def test_finite_json_replaces_non_finite_floats() -> None:
-    from kforge.verify_runner import finite_json
-
     data = {"a": float("nan"), "b": [float("inf"), -float("inf"), 1.5], "c": {"d": (2, float("nan"))}}
-    out = finite_json(data)
+    out = harness.finite_json(data)
     assert out == {"a": "nan", "b": ["inf", "-inf", 1.5], "c": {"d": ["nan"][:0] + [2, "nan"]}}
     json.dumps(out, allow_nan=False)
 
@@ -107,22 +106,22 @@ def test_fixture_kernels_replay_in_the_interpreter(monkeypatch: pytest.MonkeyPat
     torch = pytest.importorskip("torch")
     pytest.importorskip("triton")
     pytest.importorskip("numpy")
-    src = capture.kernel_sources((FIXTURES / "mlp_softmax_t210.py").read_text())
+    src = inductor.kernel_sources((FIXTURES / "mlp_softmax_t210.py").read_text())
 
-    relu = capture.kernel_for_interpreter(src["triton_poi_fused_addmm_relu_0"], "triton_poi_fused_addmm_relu_0")
+    relu = inductor.kernel_for_interpreter(src["triton_poi_fused_addmm_relu_0"], "triton_poi_fused_addmm_relu_0")
     torch.manual_seed(0)
     buf, bias = torch.randn(16, 4096), torch.randn(4096)
     want = torch.relu(buf + bias)
     relu[(65536 // 1024,)](buf, bias, 65536, XBLOCK=1024)  # in_out_ptr0: updated in place
     assert torch.allclose(buf, want)
 
-    softmax = capture.kernel_for_interpreter(src["triton_per_fused__softmax_1"], "triton_per_fused__softmax_1")
+    softmax = inductor.kernel_for_interpreter(src["triton_per_fused__softmax_1"], "triton_per_fused__softmax_1")
     x, out = torch.randn(16, 1024), torch.empty(16, 1024)
     softmax[(16 // 2,)](x, out, 16, 1024, XBLOCK=2)
     assert torch.allclose(out, torch.softmax(x, -1), atol=1e-6)
 
-    with pytest.raises(capture.CaptureError, match="no @triton.jit function"):
-        capture.kernel_for_interpreter(src["triton_per_fused__softmax_1"], "not_there")
+    with pytest.raises(inductor.CaptureError, match="no @triton.jit function"):
+        inductor.kernel_for_interpreter(src["triton_per_fused__softmax_1"], "not_there")
 
 
 def test_iterations_grouped_by_cpu_annotations_through_correlation() -> None:
@@ -139,7 +138,7 @@ def test_iterations_grouped_by_cpu_annotations_through_correlation() -> None:
         {"cat": "kernel", "name": "k1", "ts": 1005, "dur": 4, "args": {"correlation": 8}},
         {"cat": "kernel", "name": "k0", "ts": 1100, "dur": 3, "args": {"correlation": 9}},
     ]
-    it = capture.group_iterations(events, 2)
+    it = traces.group_iterations(events, 2)
     assert [[k["name"] for k in i] for i in it] == [["k0", "k1"], ["k0"]]
 
 
@@ -160,7 +159,7 @@ def test_wrapper_hook_catches_inductor_wrappers_of_the_installed_torch(tmp_path:
     torch._dynamo.reset()
     model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU())
     x = torch.randn(4, 32)
-    with capture._WrapperHook() as hook, torch.no_grad():
+    with inductor.WrapperHook() as hook, torch.no_grad():
         out, codes = run_and_get_code(torch.compile(model), x)
     assert torch.allclose(out, model(x), atol=1e-5)
     assert len(hook.modules) == 1 and callable(hook.modules[0].call)
@@ -194,14 +193,14 @@ def test_h200_fixture_kernels_replay_in_the_interpreter(monkeypatch: pytest.Monk
         assert cap["device"].startswith("NVIDIA H200") and cap["torch"].startswith("2.11")
         out: Dict[str, str] = {}
         for w in cap["wrappers"]:
-            out.update(capture.kernel_sources(w))
+            out.update(inductor.kernel_sources(w))
         return out
 
     torch.manual_seed(0)
     # Kernels calling libdevice (erf, exp) do not run in the interpreter, and Inductor's helpers
     # (online softmax, Welford) change signatures between torch versions: these use neither.
     name = "triton_poi_fused__native_batch_norm_legit_no_training_relu_2"
-    bn_relu = capture.kernel_for_interpreter(sources("default_005_resnet_basic_block_fp32")[name], name)
+    bn_relu = inductor.kernel_for_interpreter(sources("default_005_resnet_basic_block_fp32")[name], name)
     act = torch.randn(32, 64)  # channels-last conv output: channel = index % 64
     mean, var, weight, bias = torch.randn(64), torch.rand(64) + 0.5, torch.randn(64), torch.randn(64)
     want = torch.relu((act - mean) / torch.sqrt(var + 1e-5) * weight + bias)
@@ -209,7 +208,7 @@ def test_h200_fixture_kernels_replay_in_the_interpreter(monkeypatch: pytest.Monk
     assert torch.allclose(act, want, atol=1e-5)
 
     name = "triton_poi_fused_addmm_relu_0"
-    relu = capture.kernel_for_interpreter(sources("default_001_gemm_bias_relu_fp32")[name], name)
+    relu = inductor.kernel_for_interpreter(sources("default_001_gemm_bias_relu_fp32")[name], name)
     buf, bias = torch.randn(2, 4096), torch.randn(4096)
     want = torch.relu(buf + bias)
     relu[(8,)](buf, bias, 8192, XBLOCK=1024)  # in_out_ptr0: the GEMM output, updated in place
@@ -219,11 +218,11 @@ def test_h200_fixture_kernels_replay_in_the_interpreter(monkeypatch: pytest.Monk
 def test_identical_is_exact_up_to_nan() -> None:
     torch = pytest.importorskip("torch")
     a = torch.tensor([1.0, float("nan")])
-    assert capture._identical(a, a.clone())
-    assert not capture._identical(a, torch.tensor([1.0, 2.0]))
-    assert not capture._identical(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0 + 3e-7]))  # one fp32 ulp
-    assert not capture._identical(torch.zeros(2), torch.zeros(2, dtype=torch.float64))
-    assert capture._identical([torch.tensor([1, 2]), 3], [torch.tensor([1, 2]), 3])
+    assert harness.identical(a, a.clone())
+    assert not harness.identical(a, torch.tensor([1.0, 2.0]))
+    assert not harness.identical(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0 + 3e-7]))  # one fp32 ulp
+    assert not harness.identical(torch.zeros(2), torch.zeros(2, dtype=torch.float64))
+    assert harness.identical([torch.tensor([1, 2]), 3], [torch.tensor([1, 2]), 3])
 
 
 def test_interleaved_ratio_tells_a_change_from_noise() -> None:
@@ -232,10 +231,10 @@ def test_interleaved_ratio_tells_a_change_from_noise() -> None:
         return lambda: next(it)
 
     # Base 1.00 then 1.02 again (noise about 2 %); new is the same: within noise.
-    same = capture.interleaved_ratio(rounds([(1.0, 1.01, 1.02), (1.02, 1.01, 1.0)] * 2 + [(1.0, 1.01, 1.02)]))
+    same = restitch.interleaved_ratio(rounds([(1.0, 1.01, 1.02), (1.02, 1.01, 1.0)] * 2 + [(1.0, 1.01, 1.02)]))
     assert same["within_noise"] and 0.98 < same["ratio"] < 1.03 and same["noise_floor"] > 1.0
     # New is 1.5x slower every round: beyond the noise.
-    slow = capture.interleaved_ratio(rounds([(1.0, 1.5, 1.01), (1.01, 1.52, 1.0), (1.0, 1.49, 1.01), (1.01, 1.51, 1.0), (1.0, 1.5, 1.01)]))
+    slow = restitch.interleaved_ratio(rounds([(1.0, 1.5, 1.01), (1.01, 1.52, 1.0), (1.0, 1.49, 1.01), (1.01, 1.51, 1.0), (1.0, 1.5, 1.01)]))
     assert not slow["within_noise"] and slow["ratio_ci95"][0] > 1.4
     assert len(slow["per_round"]) == 5 and slow["per_round"][0] == {"base_ms": 1.0, "new_ms": 1.5, "base_again_ms": 1.01}
 
@@ -268,7 +267,7 @@ def test_own_code_class_gets_its_own_compile() -> None:
     cnt = CompileCounter()
     a = torch.compile(M().eval(), backend=cnt)
     other = M().eval()
-    other.__class__ = capture.own_code_class(M)
+    other.__class__ = inductor.own_code_class(M)
     assert isinstance(other, M) and type(other).forward.__code__ is not M.forward.__code__
     b = torch.compile(other, backend=cnt)
     x = torch.randn(4, 8)
@@ -306,11 +305,11 @@ def test_second_compile_sharing_a_wrapper_module_gets_a_private_copy() -> None:
 
     torch.manual_seed(0)
     m1 = M().eval()
-    m2 = capture.own_code_class(M)().eval()
+    m2 = inductor.own_code_class(M)().eval()
     m2.load_state_dict(m1.state_dict())
     x = torch.randn(4, 16)
     with torch.no_grad():
-        with capture._WrapperHook() as first:
+        with inductor.WrapperHook() as first:
             out1 = torch.compile(m1, dynamic=False)(x)
         assert len(first.modules) == 1
         orig = PyCodeCache.load_by_key_path
@@ -321,7 +320,7 @@ def test_second_compile_sharing_a_wrapper_module_gets_a_private_copy() -> None:
 
         PyCodeCache.load_by_key_path = staticmethod(same_module)  # type: ignore[method-assign, assignment]
         try:
-            with capture._WrapperHook(private_from=first.modules) as second:
+            with inductor.WrapperHook(private_from=first.modules) as second:
                 c2 = torch.compile(m2, dynamic=False)
                 out2 = c2(x)
         finally:
@@ -355,22 +354,22 @@ def test_round_trip_difference_names_host_time_and_extra_device_work() -> None:
     def trace(kernels: List[Any]) -> List[Dict[str, Any]]:
         return [{"cat": c, "name": n, "dur": d} for c, n, d in kernels] + [{"cat": "cpu_op", "name": "aten::mm", "dur": 999}]
 
-    base = capture.device_totals(trace([("kernel", "triton_poi_0", 10), ("kernel", "gemm", 100)] * 2), calls=2)
+    base = traces.device_totals(trace([("kernel", "triton_poi_0", 10), ("kernel", "gemm", 100)] * 2), calls=2)
     assert base == {"triton_poi_0": {"count": 1.0, "us": 10.0}, "gemm": {"count": 1.0, "us": 100.0}}
-    new = capture.device_totals(trace([("kernel", "triton_poi_0", 14), ("kernel", "gemm", 100),
+    new = traces.device_totals(trace([("kernel", "triton_poi_0", 14), ("kernel", "gemm", 100),
                                        ("gpu_memcpy", "Memcpy DtoD", 50)] * 2), calls=2)
-    d = capture.explain_difference(base, new, base_host_us=200.0, new_host_us=520.0)
+    d = traces.explain_difference(base, new, base_host_us=200.0, new_host_us=520.0)
     assert d["device_us"] == {"base": 110.0, "new": 164.0}
     assert d["why"].startswith("host +320 µs/call (200 → 520); device +54.0 µs/call")
     assert "Memcpy DtoD ×0→1 +50.0 µs" in d["why"] and "triton_poi_0 +4.0 µs" in d["why"]
     assert d["why"].index("Memcpy") < d["why"].index("triton_poi_0")
     assert "gemm" not in d["why"]
     # A launch only one side makes is named even when it is brief and comes after small rows.
-    small = capture.explain_difference({"A": {"count": 1.0, "us": 100.0}, "B": {"count": 1.0, "us": 50.0}},
+    small = traces.explain_difference({"A": {"count": 1.0, "us": 100.0}, "B": {"count": 1.0, "us": 50.0}},
                                        {"A": {"count": 1.0, "us": 110.0}, "B": {"count": 1.0, "us": 50.9},
                                         "memset": {"count": 1.0, "us": 0.5}}, 10.0, 10.0)
     assert "memset ×0→1 +0.5 µs" in small["why"] and "A +10.0 µs" in small["why"] and "B " not in small["why"]
-    same = capture.explain_difference(base, base, 200.0, 201.0)
+    same = traces.explain_difference(base, base, 200.0, 201.0)
     assert same["why"] == "no difference in device work or host time per call"
 
 
@@ -397,29 +396,29 @@ def test_pin_config_pins_or_says_why_not() -> None:
         launchers = [Launcher("XBLOCK=1024")]
 
     new = Fresh()
-    assert capture.pin_config(new, Old()) is None
+    assert inductor.pin_config(new, Old()) is None
     assert new.compile_results == ["compiled:XBLOCK=1024"] and len(new.launchers) == 1
 
     class Never:
         launchers: List[Any] = []
 
     untouched = Fresh()
-    assert capture.pin_config(untouched, Never()) == "the original has no launcher (never ran)"
+    assert inductor.pin_config(untouched, Never()) == "the original has no launcher (never ran)"
     assert untouched.compile_results == ["a", "b", "c"]
-    assert "Inductor internals differ: AttributeError" in str(capture.pin_config(object(), Old()))
-    assert capture.pin_config(Fresh(launchers_made=2), Old()) == "half-pinned, discard it: 2 launchers after pinning"
+    assert "Inductor internals differ: AttributeError" in str(inductor.pin_config(object(), Old()))
+    assert inductor.pin_config(Fresh(launchers_made=2), Old()) == "half-pinned, discard it: 2 launchers after pinning"
 
     class Precompiled:  # compiled every config, never ran: which one would be arbitrary
         launchers = [Launcher("a"), Launcher("b")]
 
-    assert capture.pin_config(Fresh(), Precompiled()) == "the original has 2 launchers (not autotuned to one)"
+    assert inductor.pin_config(Fresh(), Precompiled()) == "the original has 2 launchers (not autotuned to one)"
 
     class Failing(Fresh):
         def _precompile_config(self, cfg: str) -> str:
             raise RuntimeError("out of resources: shared memory")
 
     failing = Failing()
-    assert capture.pin_config(failing, Old()) == "compiling the configuration failed: RuntimeError: out of resources: shared memory"
+    assert inductor.pin_config(failing, Old()) == "compiling the configuration failed: RuntimeError: out of resources: shared memory"
     assert failing.compile_results == ["a", "b", "c"]
 
 
@@ -456,11 +455,11 @@ def test_pin_config_reloads_a_function_left_behind_by_a_compile_worker() -> None
         launchers = [Launcher("XBLOCK=512")]
 
     k = FromWorker(reload=True)
-    assert capture.pin_config(k, Old()) is None
+    assert inductor.pin_config(k, Old()) is None
     assert k.fn.fn is not None and k.compile_results == ["compiled:XBLOCK=512"]
-    why = capture.pin_config(FromWorker(reload=False), Old())
+    why = inductor.pin_config(FromWorker(reload=False), Old())
     assert why is not None and why.startswith("the kernel's Triton function could not be reloaded") and "without its function" in why
-    assert capture.launcher_kinds([k, Old(), FromWorker(reload=False)]) == {"static": 1, "triton": 1, "none": 1}
+    assert inductor.launcher_kinds([k, Old(), FromWorker(reload=False)]) == {"static": 1, "triton": 1, "none": 1}
 
 
 def test_swapping_calls_one_model_with_original_or_replacement_kernels() -> None:
@@ -471,7 +470,7 @@ def test_swapping_calls_one_model_with_original_or_replacement_kernels() -> None
     mod = types.ModuleType("wrapper")
     mod.k = "original"  # type: ignore[attr-defined]
     seen: List[str] = []
-    originals, replacements = capture.swapping([(mod, "k", "original", "replacement")], lambda: seen.append(mod.k))  # type: ignore[attr-defined]
+    originals, replacements = restitch.swapping([(mod, "k", "original", "replacement")], lambda: seen.append(mod.k))  # type: ignore[attr-defined]
     replacements()
     originals()
     originals()

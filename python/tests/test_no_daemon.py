@@ -6,7 +6,7 @@ import math
 import os
 import time
 import warnings
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import pytest
 
@@ -38,6 +38,21 @@ def test_region_is_noop_with_exactly_one_warning() -> None:
     assert r.region is None and r.grant is None and r.exclusive is False
     assert r.valid is None and r.revoked is False and r.tainted is False
     assert r.held_ms is not None and r.held_ms >= 0
+
+
+def test_no_daemon_warning_names_the_first_caller_outside_the_package() -> None:
+    """Frames of kforge's own modules, subpackages included, are skipped: the warning points at
+    the code that called into kforge (here a caller whose frame lies in a subpackage of kforge
+    calls the region for this test)."""
+    inner = os.path.join(os.path.dirname(kforge.__file__), "verify", "caller_in_a_subpackage.py")
+    ns: Dict[str, Any] = {"kforge": kforge}
+    exec(compile("def enter():\n    with kforge.region('x'):\n        pass\n", inner, "exec"), ns)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ns["enter"]()
+    mine = [w for w in caught if issubclass(w.category, kforge.KforgeWarning)]
+    assert len(mine) == 1
+    assert mine[0].filename == __file__
 
 
 def test_unreachable_socket_is_noop(monkeypatch: pytest.MonkeyPatch, clean_env: str) -> None:

@@ -8,7 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kforge import verify_perf, verify_runner  # noqa: E402
+from kforge import harness  # noqa: E402
+from kforge.verify import checks, perf  # noqa: E402
 
 
 def problem() -> types.SimpleNamespace:
@@ -17,10 +18,10 @@ def problem() -> types.SimpleNamespace:
 
 def test_inputs_keep_shapes_and_dtypes_and_follow_the_distribution() -> None:
     dev = torch.device("cpu")
-    a = verify_runner.make_inputs(problem(), 1, "normal", dev)
-    b = verify_runner.make_inputs(problem(), 1, "normal", dev)
-    c = verify_runner.make_inputs(problem(), 1, "uniform", dev)
-    h = verify_runner.make_inputs(problem(), 1, "heavy", dev)
+    a = harness.make_inputs(problem(), 1, "normal", dev)
+    b = harness.make_inputs(problem(), 1, "normal", dev)
+    c = harness.make_inputs(problem(), 1, "uniform", dev)
+    h = harness.make_inputs(problem(), 1, "heavy", dev)
     assert a[0].shape == (8, 4) and a[0].dtype == torch.float32 and a[1].dtype == torch.int64 and a[2] == 7
     assert torch.equal(a[0], b[0])  # deterministic per seed and distribution
     assert not torch.equal(a[0], c[0])
@@ -30,24 +31,24 @@ def test_inputs_keep_shapes_and_dtypes_and_follow_the_distribution() -> None:
 
 def test_compare_tolerances_nan_and_shapes() -> None:
     ref = torch.ones(4)
-    assert verify_runner.compare(ref + 5e-5, ref, {})["ok"]
-    bad = verify_runner.compare(ref + 1e-3, ref, {})
+    assert harness.compare(ref + 5e-5, ref, {})["ok"]
+    bad = harness.compare(ref + 1e-3, ref, {})
     assert not bad["ok"] and "beyond rtol" in bad["why"]
     nan = ref.clone()
     nan[2] = float("nan")
-    assert "NaN" in verify_runner.compare(nan, ref, {})["why"]
-    assert "shape" in verify_runner.compare(torch.ones(5), ref, {})["why"]
-    assert "dtype" in verify_runner.compare(ref.double(), ref, {})["why"]
-    assert "raised ValueError" in verify_runner.compare(ValueError("x"), ref, {})["why"]
+    assert "NaN" in harness.compare(nan, ref, {})["why"]
+    assert "shape" in harness.compare(torch.ones(5), ref, {})["why"]
+    assert "dtype" in harness.compare(ref.double(), ref, {})["why"]
+    assert "raised ValueError" in harness.compare(ValueError("x"), ref, {})["why"]
     # bf16 gets its own (looser) default tolerance; a policy overrides it.
     r16 = ref.bfloat16()
-    assert verify_runner.compare(r16 * 1.005, r16, {})["ok"]
-    assert not verify_runner.compare(r16 * 1.005, r16, {"rtol": {"bfloat16": 0.0}, "atol": {"bfloat16": 0.0}})["ok"]
+    assert harness.compare(r16 * 1.005, r16, {})["ok"]
+    assert not harness.compare(r16 * 1.005, r16, {"rtol": {"bfloat16": 0.0}, "atol": {"bfloat16": 0.0}})["ok"]
 
 
 def test_rotation_changes_set_and_bumps_versions_not_contents() -> None:
     sets = [[torch.full((3,), float(k)), torch.arange(3)] for k in range(3)]
-    rot = verify_perf.Rotation(sets)
+    rot = perf.Rotation(sets)
     assert rot.current() is sets[0]
     v = sets[1][0]._version
     rot.before()
@@ -60,9 +61,9 @@ def test_rotation_changes_set_and_bumps_versions_not_contents() -> None:
 
 def test_analytic_flops_of_the_reference() -> None:
     m = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU())
-    assert verify_perf.analytic_flops(m, [torch.randn(8, 64)]) == 2 * 8 * 64 * 32
+    assert perf.analytic_flops(m, [torch.randn(8, 64)]) == 2 * 8 * 64 * 32
     # Element-wise work is not counted: bandwidth is the bound there.
-    assert verify_perf.analytic_flops(torch.nn.ReLU(), [torch.randn(8, 64)]) == 0
+    assert perf.analytic_flops(torch.nn.ReLU(), [torch.randn(8, 64)]) == 0
 
 
 def test_sentinels_take_every_cached_block_then_give_back_the_fresh_one(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,6 +98,6 @@ def test_sentinels_take_every_cached_block_then_give_back_the_fresh_one(monkeypa
     monkeypatch.setattr(torch, "full_like", full_like)
     monkeypatch.setattr(torch, "cuda", FakeCuda)
     monkeypatch.setattr(torch, "Tensor", Out)
-    verify_runner.plant_sentinels([Out(), Out()])
+    checks.plant_sentinels([Out(), Out()])
     # First output: 3 cached blocks + 1 fresh; second: 1 fresh (the cache is NaN already).
     assert state["allocated"] == 5 and state["emptied"] == 2

@@ -362,6 +362,14 @@ def test_replaced_kforge_callable_recycles(worker: FakeDaemon, tmp_path: Path) -
     assert worker.wait_exit() == 0
 
 
+def test_region_left_open_recycles(worker: FakeDaemon, tmp_path: Path) -> None:
+    code = "import kforge\nr = kforge.region('open')\nr.__enter__()\n"
+    r = worker.run(["-c", code], tmp_path)
+    assert r.exit_code == 0
+    assert "kforge region left open" in r.recycle
+    assert worker.wait_exit() == 0
+
+
 def test_thread_left_running_recycles(worker: FakeDaemon, tmp_path: Path) -> None:
     code = (
         "import threading\n"

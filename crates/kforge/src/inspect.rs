@@ -55,7 +55,7 @@ fn capture_args(a: &InspectArgs, out: &Path) -> Result<Vec<String>> {
     let src = std::fs::canonicalize(&a.source).with_context(|| format!("resolving {}", a.source.display()))?;
     let mut v = vec![
         "-m".to_string(),
-        "kforge.capture".into(),
+        "kforge.inspect.capture".into(),
         src.display().to_string(),
         "--out".into(),
         out.display().to_string(),

@@ -248,7 +248,7 @@ fn runner_args(a: &VerifyArgs, policy: &Policy, out: &Path, device: &str) -> Res
     let abs = |p: &Path| std::fs::canonicalize(p).with_context(|| format!("resolving {}", p.display()));
     let mut v = vec![
         "-m".to_string(),
-        "kforge.verify_runner".into(),
+        "kforge.verify.runner".into(),
         abs(&a.problem)?.display().to_string(),
         abs(&a.candidate)?.display().to_string(),
         "--out".into(),

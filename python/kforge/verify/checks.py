@@ -1,56 +1,33 @@
-"""The candidate-side process of ``kforge verify`` (never imported by the orchestrator).
+"""The runtime checks of ``kforge verify`` on a problem and a candidate: the dry run; gate 2
+(seeds x input distributions, NaN sentinels, ragged sizes, inputs unchanged); gate 3 (eager at
+1e-4, else the fp64 rule); the exploit checks (determinism, input perturbation, re-validation,
+threads, timer and library identity, ghost replay, kernels ran, side streams); then gate 4
+(:mod:`.perf`) on a GPU.
 
-``python3 -m kforge.verify_runner PROBLEM CANDIDATE --out RESULT.json [--policy-json JSON]
-[--device cpu|cuda] [--no-performance]``
-
-Runs a KernelBench-style ``ModelNew`` candidate against the problem's ``Model`` and writes every
-runtime check with its evidence: the dry run; gate 2 (several seeds x input distributions, NaN
-sentinels planted where the candidate's outputs are likely to be allocated, the reference first on
-its own clones, inputs checked unchanged); gate 3 (eager at 1e-4, else the fp64 rule); the exploit
-checks (determinism, input perturbation in place, re-validation after repeated calls, thread
-count, timer identity, ghost replay, kernels ran, side streams); and on a GPU gate 4 (interleaved
-timing against the compiled baseline, noise floor, confidence interval, bandwidth plausibility).
-The orchestrator (Rust) turns this into the verdict. Exit status: 0 result written, 2 could not run.
+torch is imported inside the functions that use it (the runner's entry point must start without
+torch, to report its absence); Triton is optional.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib.util
-import json
-import os
-import sys
+import copy
 import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
-DISTRIBUTIONS = ("normal", "uniform", "heavy")
+import kforge
+
+from ..harness import DISTRIBUTIONS, Check, clone_all, clone_output, compare, flat, make_inputs, same_values, thread_check
+from .perf import performance_gate
 
 
 class RunnerError(Exception):
     """The problem or candidate cannot be run at all (the verdict: could not run)."""
 
 
-def load_module(path: str, tag: str) -> Any:
-    if not os.path.isfile(path):
-        raise RunnerError(f"{path}: no such file")
-    spec = importlib.util.spec_from_file_location(f"kforge_verify_{tag}", path)
-    if spec is None or spec.loader is None:
-        raise RunnerError(f"{path}: not a Python file")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    try:
-        spec.loader.exec_module(mod)
-    except Exception as e:
-        raise RunnerError(f"{path}: importing it failed: {type(e).__name__}: {e}") from e
-    return mod
-
-
 def timer_identities() -> Dict[str, int]:
     """Identities of the functions a timing harness relies on (exploit: patching them)."""
     import torch
-
-    import kforge
 
     out = {"time.perf_counter": id(time.perf_counter), "time.perf_counter_ns": id(time.perf_counter_ns),
            "time.time": id(time.time), "time.monotonic": id(time.monotonic),
@@ -88,61 +65,6 @@ def library_identities(problem: Any) -> Dict[str, int]:
     return out
 
 
-def _flat(x: Any) -> List[Any]:
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        return [x]
-    if isinstance(x, (list, tuple)):
-        return [t for e in x for t in _flat(e)]
-    return []
-
-
-def make_inputs(problem: Any, seed: int, dist: str, dev: Any) -> List[Any]:
-    """Fresh inputs: the problem's shapes and dtypes (get_inputs under `seed`), floating-point
-    contents redrawn from `dist`; integer inputs (indices, labels) as the problem draws them."""
-    import torch
-
-    torch.manual_seed(seed)
-    base = problem.get_inputs()
-    g = torch.Generator().manual_seed(seed * 7919 + DISTRIBUTIONS.index(dist))
-    out: List[Any] = []
-    for x in base:
-        if isinstance(x, torch.Tensor) and x.is_floating_point():
-            shape = x.shape
-            if dist == "normal":
-                v = torch.randn(shape, generator=g, dtype=torch.float64)
-            elif dist == "uniform":
-                v = torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1
-            else:  # heavy-tailed: normal over a uniform, clipped to stay finite in the dtype
-                v = torch.randn(shape, generator=g, dtype=torch.float64) / (torch.rand(shape, generator=g, dtype=torch.float64) + 0.1)
-                v = v.clamp(-50, 50)
-            out.append(v.to(dtype=x.dtype, device=dev).contiguous())
-        elif isinstance(x, torch.Tensor):
-            out.append(x.to(dev))
-        else:
-            out.append(x)
-    return out
-
-
-def clone_output(x: Any) -> Any:
-    """A copy of a model's output (tensors, or lists/tuples of them): outputs of a CUDA-graph
-    replay live in the graph's memory pool and are overwritten by the next replay."""
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        return x.clone()
-    if isinstance(x, (list, tuple)):
-        return type(x)(clone_output(e) for e in x)
-    return x
-
-
-def clone_all(xs: Sequence[Any]) -> List[Any]:
-    import torch
-
-    return [x.clone() if isinstance(x, torch.Tensor) else x for x in xs]
-
-
 #: Most NaN blocks planted per output tensor (each is a free block the next allocation may get).
 MAX_SENTINELS = 512
 
@@ -156,7 +78,7 @@ def plant_sentinels(like: Any) -> None:
     after the call's inputs are prepared, right before the call."""
     import torch
 
-    ts = [t for t in _flat(like) if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    ts = [t for t in flat(like) if isinstance(t, torch.Tensor) and t.is_floating_point()]
     held = []
     for t in ts:
         if not t.is_cuda:
@@ -177,59 +99,6 @@ def plant_sentinels(like: Any) -> None:
                 break
             held.append(block)
     del held
-
-
-def tolerance(policy: Dict[str, Any], dtype: Any) -> Tuple[float, float]:
-    name = str(dtype).replace("torch.", "")
-    rtol = policy.get("rtol", {}).get(name, 1e-4 if name == "float32" else 1e-2)
-    atol = policy.get("atol", {}).get(name, 1e-4 if name == "float32" else 1e-2)
-    return float(rtol), float(atol)
-
-
-def compare(out: Any, ref: Any, policy: Dict[str, Any]) -> Dict[str, Any]:
-    """allclose per output tensor with the dtype's tolerance; NaN where the reference has none fails."""
-    import torch
-
-    if isinstance(out, BaseException):
-        return {"ok": False, "why": f"the candidate raised {type(out).__name__}: {out}"}
-    outs, refs = _flat(out), _flat(ref)
-    if len(outs) != len(refs):
-        return {"ok": False, "why": f"{len(outs)} output tensors, the reference has {len(refs)}"}
-    worst = 0.0
-    for o, r in zip(outs, refs):
-        if o.shape != r.shape:
-            return {"ok": False, "why": f"output shape {tuple(o.shape)}, reference {tuple(r.shape)}"}
-        if o.dtype != r.dtype:
-            return {"ok": False, "why": f"output dtype {o.dtype}, reference {r.dtype}"}
-        rtol, atol = tolerance(policy, r.dtype)
-        o64, r64 = o.detach().double().cpu(), r.detach().double().cpu()
-        if bool(torch.isnan(o64).any()) and not bool(torch.isnan(r64).any()):
-            return {"ok": False, "why": "NaN in the output (a sentinel was never overwritten, or the kernel produced NaN)"}
-        if o.numel():
-            diff = (o64 - r64).abs()
-            worst = max(worst, float(diff.max()))
-            if not bool(torch.allclose(o64, r64, rtol=rtol, atol=atol, equal_nan=True)):
-                return {"ok": False, "why": f"max abs diff {float(diff.max()):.3e} beyond rtol {rtol:g} / atol {atol:g}", "max_abs_diff": float(diff.max())}
-    return {"ok": True, "max_abs_diff": worst}
-
-
-def same_values(a: Sequence[Any], b: Sequence[Any]) -> bool:
-    import torch
-
-    return all(torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y for x, y in zip(a, b))
-
-
-class Check:
-    def __init__(self) -> None:
-        self.items: List[Dict[str, Any]] = []
-
-    def add(self, gate: str, name: str, passed: Optional[bool], **evidence: Any) -> bool:
-        """passed None: the check does not apply here (reason in evidence)."""
-        evidence.pop("ok", None)
-        self.items.append({"gate": gate, "name": name, "ok": passed, "evidence": evidence})
-        mark = "n/a" if passed is None else ("ok" if passed else "FAILED")
-        print(f"  {gate:<12} {name:<40} {mark}", file=sys.stderr, flush=True)
-        return bool(passed) or passed is None
 
 
 def jit_functions(mod: Any) -> List[Any]:
@@ -279,17 +148,15 @@ class LaunchCounter:
 def fp64_rule(problem: Any, init: Sequence[Any], ref_model: Any, cand_out: Any, base_out: Any, xs: Sequence[Any]) -> Dict[str, Any]:
     """rho = ||candidate - fp64 reference||inf / ||fp32 baseline - fp64 reference||inf <= 10;
     exact operations (baseline error < 1e-8): relative error <= 1e-4."""
-    import copy
-
     import torch
 
     m64 = copy.deepcopy(ref_model).double()
     x64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs]
     with torch.no_grad():
-        r64 = _flat(m64(*x64))
+        r64 = flat(m64(*x64))
     if isinstance(cand_out, BaseException):
         return {"ok": False, "rule": "fp64", "why": f"the candidate raised {type(cand_out).__name__}: {cand_out}"}
-    c, b = _flat(cand_out), _flat(base_out)
+    c, b = flat(cand_out), flat(base_out)
     shapes = [(tuple(ci.shape), tuple(ri.shape)) for ci, ri in zip(c, r64) if ci.shape != ri.shape]
     if len(c) != len(r64) or shapes:
         return {"ok": False, "rule": "fp64", "why": f"output shapes differ from the reference's: {shapes[:3] or (len(c), len(r64))}"}
@@ -308,7 +175,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     """All runtime checks; ``timers0`` and ``threads0`` were taken before the candidate was imported.
 
     ``candidate`` is the candidate's module (a ``ModelNew`` file) or, for a replacement kernel, a
-    ``verify_kernel.KernelCandidate`` (the compiled model re-stitched with the kernel)."""
+    ``kernel.KernelCandidate`` (the compiled model re-stitched with the kernel)."""
     import torch
 
     ck = Check()
@@ -487,9 +354,9 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
         with torch.no_grad():
             out = cand(*xs)
             torch.cuda.current_stream().synchronize()
-            early = [t.clone() for t in _flat(out)]
+            early = [t.clone() for t in flat(out)]
             torch.cuda.synchronize()
-        late_ok = all(torch.equal(e, t) for e, t in zip(early, _flat(out)))
+        late_ok = all(torch.equal(e, t) for e, t in zip(early, flat(out)))
         ck.add("exploits", "streams-synchronized", late_ok, note="output read after the current stream vs after the whole device synchronized")
     else:
         ck.add("exploits", "streams-synchronized", None, note="CPU run: no streams")
@@ -498,117 +365,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     if performance and dev.type == "cuda" and failed:
         ck.add("performance", "speedup", None, note=f"not timed: already rejected by {failed[0]}")
     elif performance and dev.type == "cuda":
-        from .verify_perf import performance_gate
-
         performance_gate(ck, problem, ref_model, cand, policy, dev)
     else:
         ck.add("performance", "speedup", None, note="needs a GPU" if dev.type != "cuda" else "not requested")
     return {"checks": ck.items}
-
-
-def thread_check(ck: "Check", name: str, before: Set[Any], harness_compiles: bool, gate: str = "exploits") -> None:
-    """Fails when a thread started since ``before`` is alive. Only where the harness itself
-    compiled meanwhile (``--kernel`` mode) are torch.compile's own threads left out — otherwise a
-    candidate could hide work in Inductor's pool."""
-    started = [t for t in threading.enumerate() if t not in before and t.is_alive()]
-    own = harness_threads() if harness_compiles else set()
-    foreign = [t for t in started if t not in own]
-    ck.add(gate, name, not foreign, before=len(before), after=len(before) + len(started),
-           started=[t.name for t in foreign], harness=[t.name for t in started if t in own])
-
-
-def harness_threads() -> Set[Any]:
-    """Threads torch.compile itself runs (Inductor's compile pool grows a worker per concurrent
-    compile, lazily): not the candidate's, even when a compile in the harness starts them late."""
-    import sys as _sys
-
-    own: Set[Any] = set()
-    ac = _sys.modules.get("torch._inductor.async_compile")
-    try:
-        pool = ac.AsyncCompile.pool() if ac is not None else None
-        own |= set(getattr(pool, "_threads", ()) or ())
-    except Exception:
-        pass
-    for t in threading.enumerate():
-        mod = getattr(getattr(t, "_target", None), "__module__", "") or ""
-        if mod.startswith("torch."):
-            own.add(t)
-    return own
-
-
-def prime_torch_compile(dev: Any) -> None:
-    """Run torch.compile once on a throwaway function. What it starts and patches process-wide
-    (Inductor's compile-worker threads; Dynamo wraps ``torch.manual_seed``) then belongs to the
-    baseline the exploit checks compare against — a replacement kernel is verified inside a
-    compiled problem, so the harness compiles after that baseline."""
-    import torch
-
-    f = torch.compile(lambda x: x * 2.0 + 1.0, dynamic=False)
-    f(torch.ones(64, device=dev))
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
-    torch._dynamo.reset()
-
-
-def finite_json(x: Any) -> Any:
-    """JSON has no NaN or infinity: such floats become the strings "nan", "inf", "-inf"."""
-    if isinstance(x, float) and not (x == x and abs(x) != float("inf")):
-        return "nan" if x != x else ("inf" if x > 0 else "-inf")
-    if isinstance(x, dict):
-        return {str(k): finite_json(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [finite_json(v) for v in x]
-    return x
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m kforge.verify_runner")
-    ap.add_argument("problem")
-    ap.add_argument("candidate")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--policy-json", default="{}")
-    ap.add_argument("--device", default="auto")
-    ap.add_argument("--no-performance", action="store_true")
-    ap.add_argument("--kernel", help="CANDIDATE is a replacement source for this Inductor kernel of PROBLEM")
-    a = ap.parse_args(argv)
-    try:
-        try:
-            import torch
-        except ImportError as e:
-            raise RunnerError(f"torch is not importable here ({e})") from e
-        dev_s = a.device if a.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-        if dev_s.startswith("cuda") and not torch.cuda.is_available():
-            raise RunnerError("--device cuda but no CUDA GPU is visible")
-        policy = json.loads(a.policy_json)
-        problem = load_module(a.problem, "problem")
-        for fn in ("Model", "get_inputs", "get_init_inputs"):
-            if getattr(problem, fn, None) is None:
-                raise RunnerError(f"{a.problem}: no {fn} (a KernelBench problem needs class Model, get_inputs(), get_init_inputs())")
-        if a.kernel:
-            if not dev_s.startswith("cuda"):
-                raise RunnerError("a replacement kernel is verified inside the torch.compile'd problem, which needs a CUDA GPU")
-            prime_torch_compile(torch.device(dev_s))
-        timers0, threads0 = timer_identities(), set(threading.enumerate())
-        libs0 = library_identities(problem)
-        cand: Any
-        if a.kernel:
-            from .verify_kernel import KernelCandidate
-
-            with open(a.candidate) as f:
-                cand = KernelCandidate(problem, a.kernel, f.read(), str(policy.get("baseline_mode", "default")), torch.device(dev_s), policy)
-        else:
-            cand = load_module(a.candidate, "candidate")
-            if getattr(cand, "ModelNew", None) is None:
-                raise RunnerError(f"{a.candidate}: no class ModelNew")
-        res = run_checks(problem, cand, policy, torch.device(dev_s), not a.no_performance, timers0, threads0, libs0)
-        res["device"] = dev_s
-    except RunnerError as e:
-        print(f"kforge verify: {e}", file=sys.stderr)
-        return 2
-    with open(a.out, "w") as f:
-        json.dump(finite_json(res), f, default=str, allow_nan=False)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

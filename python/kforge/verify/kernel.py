@@ -14,6 +14,9 @@ kernel NAME, edited). It is checked in the compiled problem itself:
 Compiles use static shapes: a generated kernel is specialized to its shapes, so ragged sizes do
 not apply to replacement kernels. Under CUDA graphs, kernel launches are replayed by the graph,
 not by the wrapper, so the launch-counting checks (ghost replay, kernels ran) do not apply.
+
+torch is imported inside the functions that use it (the runner's entry point must start without
+torch, to report its absence).
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ from __future__ import annotations
 import copy
 from typing import Any, Dict, List, Tuple
 
-from .capture import CUDA_GRAPH_MODES, _triton_globals, _WrapperHook, compile_kernel, own_code_class
-from .verify_runner import DISTRIBUTIONS, Check, clone_all, clone_output, compare, make_inputs
+from ..harness import DISTRIBUTIONS, Check, clone_all, clone_output, compare, make_inputs
+from ..inspect.inductor import CUDA_GRAPH_MODES, WrapperHook, compile_kernel, own_code_class, triton_globals
 
 
 class KernelCandidate:
@@ -43,11 +46,11 @@ class KernelCandidate:
         model.__class__ = own_code_class(type(ref_model))
         compiled = torch.compile(model, mode=mode, dynamic=False)
         xs = make_inputs(self.problem, 0, "normal", self.dev)
-        with _WrapperHook() as hook, torch.no_grad():
+        with WrapperHook() as hook, torch.no_grad():
             compiled(*xs)  # type: ignore[no-untyped-call]  # loads the wrapper; with CUDA graphs only the warm-up
-        owners = [m for m in hook.modules if self.kernel in _triton_globals(m)]
+        owners = [m for m in hook.modules if self.kernel in triton_globals(m)]
         if not owners:
-            names = sorted(n for m in hook.modules for n in _triton_globals(m))
+            names = sorted(n for m in hook.modules for n in triton_globals(m))
             raise LookupError(f"kernel {self.kernel} is not in the compiled problem (its Triton kernels: {', '.join(names) or 'none'})")
         return compiled, owners[0], getattr(owners[0], self.kernel)
 

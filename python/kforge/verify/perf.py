@@ -9,6 +9,9 @@ baseline (how far the baseline, timed twice, can seem to differ from itself). Ac
 speedup interval's lower end is beyond the noise floor; every round's times are in the evidence. Plausibility: the bytes the candidate
 must at least move (its inputs and outputs) over its time must not exceed the device's measured
 copy bandwidth — faster than that is "does less work".
+
+torch is imported inside the functions that use it (the runner's entry point must start without
+torch, to report its absence).
 """
 
 from __future__ import annotations
@@ -18,24 +21,8 @@ import statistics
 import threading
 from typing import Any, Dict, List
 
-from .bench import do_bench, do_bench_interleaved
-from .verify_runner import Check, _flat, make_inputs, thread_check
-
-# Two-sided 95 % t quantiles by degrees of freedom (1..10; beyond: 1.96 is close enough).
-_T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
-
-
-def _mean_half(logs: List[float]) -> "tuple[float, float]":
-    """Mean of log ratios and the half-width of its 95 % t interval."""
-    mean = statistics.fmean(logs)
-    sd = statistics.stdev(logs) if len(logs) > 1 else 0.0
-    return mean, _T95[min(len(logs) - 2, len(_T95) - 1)] * sd / math.sqrt(len(logs))
-
-
-def _ms(fn: Any, name: str, **kw: Any) -> float:
-    v = do_bench(fn, return_mode="median", name=name, **kw)
-    assert isinstance(v, float)
-    return v
+from ..bench import do_bench_interleaved, median_ms
+from ..harness import Check, flat, make_inputs, mean_half, thread_check
 
 
 class Rotation:
@@ -68,7 +55,7 @@ def _round_ms(base: Any, cand: Any, sets: List[List[Any]], name: str) -> "tuple[
 
 
 def _bytes(xs: Any) -> int:
-    return sum(t.numel() * t.element_size() for t in _flat(xs))
+    return sum(t.numel() * t.element_size() for t in flat(xs))
 
 
 #: A candidate must not beat a measured device peak by more than this factor (the peaks are
@@ -103,7 +90,7 @@ def matmul_rate(dev: Any, dtype: Any) -> float:
     try:
         for tf32 in settings:
             torch.backends.cuda.matmul.allow_tf32 = tf32
-            ms = _ms(lambda: a @ b, "verify:matmul-peak", warmup=10, rep=50)
+            ms = median_ms(lambda: a @ b, "verify:matmul-peak", warmup=10, rep=50)
             rates.append(2 * n**3 / (ms / 1e3))
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved
@@ -117,7 +104,7 @@ def copy_bandwidth(dev: Any) -> float:
     n = 1 << 28
     src = torch.empty(n, dtype=torch.float32, device=dev)
     dst = torch.empty_like(src)
-    ms = _ms(lambda: dst.copy_(src), "verify:copy-bandwidth", warmup=10, rep=50)
+    ms = median_ms(lambda: dst.copy_(src), "verify:copy-bandwidth", warmup=10, rep=50)
     return 2 * n * 4 / (ms / 1e3)
 
 
@@ -148,8 +135,8 @@ def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy:
         out = cand(*xs)
     # A thread the candidate starts only while it is timed.
     thread_check(ck, "thread-count-timed", threads, False, gate="performance")
-    mean, half = _mean_half(speed)
-    noise_mean, noise_half = _mean_half(noise)
+    mean, half = mean_half(speed)
+    noise_mean, noise_half = mean_half(noise)
     floor = abs(noise_mean) + noise_half
     lo, hi = math.exp(mean - half), math.exp(mean + half)
     ck.add("performance", "speedup", mean - half > floor, baseline=f"torch.compile(mode={mode!r})", speedup=math.exp(mean),
@@ -160,7 +147,7 @@ def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy:
     achieved = moved / seconds
     peak = copy_bandwidth(dev)
     flops = int(policy["flops"]) if policy.get("flops") is not None else analytic_flops(ref_model, xs)
-    floats = [t for t in _flat(xs) if t.is_floating_point()]
+    floats = [t for t in flat(xs) if t.is_floating_point()]
     rate = flops / seconds if flops else 0.0
     rate_peak = matmul_rate(dev, floats[0].dtype) if flops and floats else float("inf")
     ok = achieved <= PEAK_MARGIN * peak and rate <= PEAK_MARGIN * rate_peak
