@@ -1,4 +1,4 @@
-//! The `kforge inspect` report: a capture (written by `python/kforge/capture.py` on a GPU) turned
+//! The `kforge inspect` report: a capture (written by `python/kforge/inspect/capture.py` on a GPU) turned
 //! into inventories, GPU-time attribution and the replay / re-stitch results, plus the table.
 
 use serde::{Deserialize, Serialize};
@@ -10,7 +10,7 @@ use crate::{parse_wrapper, Inventory, KernelCategory, ParseError};
 /// Capture format version this crate reads.
 pub const CAPTURE_VERSION: u64 = 1;
 
-/// What `python3 -m kforge.capture` writes (the boundary format; see that module).
+/// What `python3 -m kforge.inspect.capture` writes (the boundary format; see that module).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Capture {
     pub kforge_capture: u64,

@@ -1,6 +1,6 @@
 //! Attribute profiled GPU kernel time to the entries of an [`Inventory`].
 //!
-//! The capture side (`python/kforge/capture.py`) profiles the compiled model for a few
+//! The capture side (`python/kforge/inspect/capture.py`) profiles the compiled model for a few
 //! iterations and hands over, per iteration, the GPU kernels in execution order with their
 //! durations. Generated Triton kernels appear in the trace under their own name (Inductor names
 //! the `@triton.jit` function like the module global it launches), so they are matched by name;

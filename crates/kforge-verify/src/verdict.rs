@@ -1,5 +1,5 @@
 //! The verdict of `kforge verify`: gate 1's static findings and the runner's runtime checks
-//! (the JSON `python3 -m kforge.verify_runner` writes) composed in cascade order.
+//! (the JSON `python3 -m kforge.verify.runner` writes) composed in cascade order.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

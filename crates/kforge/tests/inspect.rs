@@ -1,5 +1,5 @@
 //! `kforge inspect` end to end without a GPU: a capture assembled from a wrapper fixture (the
-//! shape `python3 -m kforge.capture` writes), and the errors for bad input.
+//! shape `python3 -m kforge.inspect.capture` writes), and the errors for bad input.
 
 mod common;
 use serde_json::{json, Value};
