@@ -2,12 +2,13 @@
 //!
 //! Structure (see ARCHITECTURE.md): [`server`] accepts connections and turns frames into
 //! [`state::Event`]s; one thread runs the [`state::Daemon`] state machine over those events and
-//! is the only place that changes job and region state; [`worker`] threads (one per device)
+//! is the only place that changes job and region state; [`device_thread`]s (one per device)
 //! carry out the slow steps of entering and leaving a region (gate, drain, freeze, isolate) and
 //! report back as events; [`jobs`] spawns commands and pumps their output; [`store`] is the
 //! single writer of the SQLite file; [`guardian`] makes sure nothing stays frozen if the daemon dies.
 
 pub mod config;
+pub mod device_thread;
 pub mod devices;
 pub mod guardian;
 pub mod jobs;
@@ -16,7 +17,6 @@ pub mod server;
 pub mod state;
 pub mod store;
 pub mod warm;
-pub mod worker;
 
 pub use config::{Config, FreezeScope};
 pub use devices::GpuSelection;

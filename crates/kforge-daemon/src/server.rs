@@ -4,7 +4,7 @@ use crate::config::Config;
 use crate::guardian::{recover_stale, Ledger};
 use crate::state::{ConnId, Daemon, DaemonParts, Event, Outgoing};
 use crate::store::StoreHandle;
-use crate::worker::{self, WorkerConfig};
+use crate::device_thread::{self, DeviceThreadConfig};
 use crate::{devices, DaemonError};
 use kforge_freeze::Freezer;
 use kforge_gate::Gate;
@@ -111,9 +111,9 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
         let _ = std::fs::remove_file(&gate_path);
         let gate = Arc::new(Gate::create(&gate_path, GATE_SLOTS)?);
         gates.push(gate_path.clone());
-        let w = worker::spawn(
+        let steps = device_thread::spawn(
             d.name.clone(),
-            WorkerConfig {
+            DeviceThreadConfig {
                 gate: Some(gate),
                 freezer: freezer.clone(),
                 drain_timeout: cfg.drain_timeout,
@@ -128,7 +128,7 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
             },
             events_tx.clone(),
         );
-        dev_parts.push((d, w, Some(gate_path)));
+        dev_parts.push((d, steps, Some(gate_path)));
     }
     let ledger = Ledger::new(ledger_path, pid, &freezer, &freezer_name, gates);
     ledger.write(&[])?;

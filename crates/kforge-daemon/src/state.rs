@@ -11,7 +11,7 @@ use crate::now_ns;
 use crate::placement::{self, Placement};
 use crate::store::{StoreHandle, StoreOp};
 use crate::warm::{self, WorkerMsg, WorkerSpawn, WORKER_CGROUP_BASE};
-use crate::worker::{EnterSteps, WorkerOp};
+use crate::device_thread::{EnterSteps, RegionStep};
 use kforge_freeze::{Freezer, JobTarget};
 use kforge_proto::{
     DeviceStatus, ErrorCode, Grant, JobExit, JobStatus, Policy, PoolStatus, RegionStatus, Reply, Request, StatusReport,
@@ -175,7 +175,8 @@ struct Device {
     running: BTreeSet<u64>,
     queue: VecDeque<u64>,
     command_holder: Option<u64>,
-    worker: Sender<WorkerOp>,
+    /// The device thread, which enters and leaves regions.
+    steps: Sender<RegionStep>,
     gate_path: Option<PathBuf>,
     pool: PoolStatus,
     /// Workers that died before becoming ready, in a row.
@@ -251,7 +252,7 @@ pub struct DaemonParts {
     pub ledger: Ledger,
     pub events: Sender<Event>,
     pub python_dir: PathBuf,
-    pub devices: Vec<(DeviceInfo, Sender<WorkerOp>, Option<PathBuf>)>,
+    pub devices: Vec<(DeviceInfo, Sender<RegionStep>, Option<PathBuf>)>,
     pub reserved_cores: Vec<u32>,
     pub job_cores: Vec<u32>,
     pub first_ids: (u64, u64, u64),
@@ -264,7 +265,7 @@ impl Daemon {
         let devices: Vec<Device> = p
             .devices
             .into_iter()
-            .map(|(info, worker, gate_path)| {
+            .map(|(info, steps, gate_path)| {
                 let max_concurrent = p.cfg.max_concurrent.unwrap_or(match info.kind {
                     DeviceKind::Cpu => p.job_cores.len().max(1) * 2,
                     DeviceKind::Gpu => 4,
@@ -280,7 +281,7 @@ impl Daemon {
                     running: BTreeSet::new(),
                     queue: VecDeque::new(),
                     command_holder: None,
-                    worker,
+                    steps,
                     gate_path,
                     pool,
                     pool_start_failures: 0,
@@ -1159,7 +1160,7 @@ impl Daemon {
         r.state = RegionState::Entering;
         r.core = core;
         r.frozen = targets.iter().map(|t| t.job).collect();
-        let _ = self.devices[dev].worker.send(WorkerOp::Enter {
+        let _ = self.devices[dev].steps.send(RegionStep::Enter {
             region: id,
             holder_pid: pid,
             tid,
@@ -1210,15 +1211,8 @@ impl Daemon {
             device: self.devices[r.device].info.name.clone(),
             exclusive,
             wait_ms,
-            gate_ms: steps.gate_ms,
-            drain_ms: steps.drain_ms,
-            drain_timed_out: steps.drain_timed_out,
-            freeze_ms: steps.freeze_ms,
-            frozen_jobs: steps.frozen_jobs,
-            settle_ms: steps.settle_ms,
-            settle_timed_out: steps.settle_timed_out,
+            steps: steps.timings,
             gpu: steps.gpu,
-            isolate_ms: steps.isolate_ms,
             core: if steps.pinned { r.core } else { None },
             tainted: r.tainted,
             lease_ms: r.lease.as_millis() as u64,
@@ -1259,11 +1253,11 @@ impl Daemon {
         if r.state == RegionState::Leaving {
             return;
         }
-        let granted_by_worker = r.policy == Policy::Region;
+        let entered_by_device_thread = r.policy == Policy::Region;
         r.state = RegionState::Leaving;
-        if granted_by_worker {
+        if entered_by_device_thread {
             let dev = r.device;
-            let _ = self.devices[dev].worker.send(WorkerOp::Leave { region: id });
+            let _ = self.devices[dev].steps.send(RegionStep::Leave { region: id });
         } else {
             self.on_region_left(id, None);
         }
@@ -1499,18 +1493,11 @@ fn region_row(g: &Grant, r: &Region, granted_ns: i64) -> RegionRow {
         granted_ns,
         released_ns: None,
         wait_ms: g.wait_ms,
-        gate_ms: g.gate_ms,
-        drain_ms: g.drain_ms,
-        drain_timed_out: g.drain_timed_out,
-        freeze_ms: g.freeze_ms,
-        frozen_jobs: g.frozen_jobs,
-        settle_ms: g.settle_ms,
-        settle_timed_out: g.settle_timed_out,
+        steps: g.steps,
         gpu_temp_c_granted: g.gpu.map(|x| x.temp_c),
         sm_clock_mhz_granted: g.gpu.map(|x| x.sm_clock_mhz),
         gpu_temp_c_released: None,
         sm_clock_mhz_released: None,
-        isolate_ms: g.isolate_ms,
         core: g.core,
         lease_ms: g.lease_ms,
         revoked: false,

@@ -188,6 +188,28 @@ pub struct GpuSample {
     pub throttle_reasons: u64,
 }
 
+/// What entering a region took, step by step: the daemon's device thread measures it, a
+/// [`Grant`] carries it to the client and the store keeps it per region (one type for all three;
+/// flattened, so its fields stay flat in the JSON and keep their column names in SQLite).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Default)]
+pub struct StepTimings {
+    /// a. closing the device's gate.
+    pub gate_ms: f64,
+    /// b. waiting for managed processes to drain their GPU work and acknowledge.
+    pub drain_ms: f64,
+    pub drain_timed_out: bool,
+    /// c. freezing sibling jobs.
+    pub freeze_ms: f64,
+    pub frozen_jobs: u32,
+    /// Waiting for GPU power-cap / thermal throttling to clear (GPU devices).
+    #[serde(default)]
+    pub settle_ms: f64,
+    #[serde(default)]
+    pub settle_timed_out: bool,
+    /// d. pinning the measuring thread to a reserved core.
+    pub isolate_ms: f64,
+}
+
 /// What the daemon did to grant a region, with each step's duration.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct Grant {
@@ -197,20 +219,12 @@ pub struct Grant {
     /// policy; true under `region` (the daemon made it so) and `command` (the job holds the device).
     pub exclusive: bool,
     pub wait_ms: f64,
-    pub gate_ms: f64,
-    pub drain_ms: f64,
-    pub drain_timed_out: bool,
-    pub freeze_ms: f64,
-    pub frozen_jobs: u32,
-    /// Wait for GPU power-cap / thermal throttling to clear (GPU devices).
-    #[serde(default)]
-    pub settle_ms: f64,
-    #[serde(default)]
-    pub settle_timed_out: bool,
+    /// The steps of entering the region (flat on the wire: `gate_ms`, `drain_ms`, …).
+    #[serde(flatten)]
+    pub steps: StepTimings,
     /// The GPU when the region was granted (GPU devices).
     #[serde(default)]
     pub gpu: Option<GpuSample>,
-    pub isolate_ms: f64,
     /// Reserved core the measuring thread was pinned to, if core isolation is on.
     pub core: Option<u32>,
     pub tainted: bool,
