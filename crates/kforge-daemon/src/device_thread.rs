@@ -3,46 +3,13 @@
 //! same in reverse), then reports to the state machine. The state machine never blocks on them.
 //! ("Worker" means a warm worker process only: see `warm`.)
 
-use crate::state::Event;
+use crate::effect::RegionStep;
+use crate::event::{EnterReport, Event, Inbound};
 use kforge_freeze::{Freezer, JobTarget};
 use kforge_gate::Gate;
-use kforge_proto::StepTimings;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// What the state machine asks of a device thread.
-pub enum RegionStep {
-    Enter {
-        region: u64,
-        holder_pid: u32,
-        tid: u32,
-        /// Sibling jobs to freeze.
-        targets: Vec<JobTarget>,
-        /// Reserved core to pin the measuring thread to.
-        core: Option<u32>,
-        /// Process groups of every managed job (for the taint check).
-        managed_pgids: Vec<i32>,
-    },
-    Leave {
-        region: u64,
-    },
-}
-
-/// What entering a region took.
-#[derive(Debug, Clone, Default)]
-pub struct EnterSteps {
-    /// How long each step took.
-    pub timings: StepTimings,
-    pub pending_pids: Vec<u32>,
-    pub freeze_errors: Vec<String>,
-    pub pinned: bool,
-    /// The GPU when the region is handed over (after the settle step).
-    pub gpu: Option<kforge_proto::GpuSample>,
-    /// A process kforge does not manage uses the GPU (NVML): the region cannot be exclusive.
-    pub tainted: bool,
-    pub unmanaged_pids: Vec<u32>,
-}
 
 pub struct DeviceThreadConfig {
     pub gate: Option<Arc<Gate>>,
@@ -64,7 +31,7 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// Start the thread of one device.
-pub fn spawn(name: String, cfg: DeviceThreadConfig, events: Sender<Event>) -> Sender<RegionStep> {
+pub fn spawn(name: String, cfg: DeviceThreadConfig, events: Sender<Inbound>) -> Sender<RegionStep> {
     let (tx, rx) = channel::<RegionStep>();
     std::thread::Builder::new()
         .name(format!("kforge-dev-{name}"))
@@ -77,7 +44,7 @@ pub fn spawn(name: String, cfg: DeviceThreadConfig, events: Sender<Event>) -> Se
             for op in rx {
                 match op {
                     RegionStep::Enter { region, holder_pid, tid, targets, core, managed_pgids } => {
-                        let mut s = EnterSteps::default();
+                        let mut s = EnterReport::default();
                         if let Some(idx) = cfg.nvml_index {
                             let nvml = nvml.get_or_insert_with(|| nvml_wrapper::Nvml::init().ok());
                             if let Some(n) = nvml.as_ref() {
@@ -132,7 +99,7 @@ pub fn spawn(name: String, cfg: DeviceThreadConfig, events: Sender<Event>) -> Se
                         if let (Some(idx), Some(Some(n))) = (cfg.nvml_index, nvml.as_ref()) {
                             s.gpu = sample(n, idx);
                         }
-                        let _ = events.send(Event::RegionReady { region, steps: s });
+                        let _ = events.send(Event::RegionEntered { region, report: s }.into());
                     }
                     RegionStep::Leave { region } => {
                         if let Some((tid, before)) = pinned.take() {
@@ -151,7 +118,7 @@ pub fn spawn(name: String, cfg: DeviceThreadConfig, events: Sender<Event>) -> Se
                             (Some(idx), Some(Some(n))) => sample(n, idx),
                             _ => None,
                         };
-                        let _ = events.send(Event::RegionLeft { region, gpu });
+                        let _ = events.send(Event::RegionLeft { region, gpu }.into());
                     }
                 }
             }
