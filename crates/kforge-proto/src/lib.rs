@@ -462,6 +462,43 @@ mod tests {
     use proptest::prelude::*;
 
     #[test]
+    fn a_grants_step_timings_are_flat_on_the_wire() {
+        let steps = StepTimings {
+            gate_ms: 0.25,
+            drain_ms: 2.0,
+            drain_timed_out: true,
+            freeze_ms: 0.5,
+            frozen_jobs: 2,
+            settle_ms: 3.0,
+            settle_timed_out: false,
+            isolate_ms: 0.125,
+        };
+        let g = Grant {
+            region: 3,
+            device: "0".into(),
+            exclusive: true,
+            wait_ms: 1.5,
+            steps,
+            gpu: None,
+            core: Some(1),
+            tainted: false,
+            lease_ms: 60_000,
+        };
+        let v = serde_json::to_value(Reply::RegionGranted(g.clone())).unwrap();
+        assert_eq!(v["type"], "region_granted");
+        assert_eq!(v["gate_ms"], 0.25);
+        assert_eq!(v["frozen_jobs"], 2);
+        assert_eq!(v["drain_timed_out"], true);
+        assert!(v.get("steps").is_none(), "{v}");
+        assert_eq!(serde_json::from_value::<Reply>(v.clone()).unwrap(), Reply::RegionGranted(g));
+        // A grant without the settle fields (an older daemon's) still reads.
+        let mut old = v;
+        old.as_object_mut().unwrap().retain(|k, _| !k.starts_with("settle"));
+        let Reply::RegionGranted(read) = serde_json::from_value::<Reply>(old).unwrap() else { panic!() };
+        assert_eq!(read.steps, StepTimings { settle_ms: 0.0, ..steps });
+    }
+
+    #[test]
     fn hello_round_trips() {
         let m = Request::Hello { protocol: PROTOCOL_VERSION, client: "t".into() };
         let f = encode(&m).unwrap();
