@@ -1,7 +1,8 @@
 //! The store thread: the only writer of the SQLite file while the daemon runs.
 //!
-//! The state machine hands it operations over a channel and never waits for SQLite, so a slow
-//! disk cannot stretch a region hand-over. Operations are applied in the order sent.
+//! The state machine's store writes ([`StoreWrite`] effects) reach it over a channel and nobody
+//! waits for SQLite, so a slow disk cannot stretch a region hand-over. Operations are applied in
+//! the order sent.
 
 use crate::effect::StoreWrite;
 use crate::event::Outgoing;

@@ -434,6 +434,60 @@ fn under_freeze_none_jobs_start_beside_a_held_region() {
 }
 
 #[test]
+fn under_freeze_node_one_region_at_a_time_node_wide_freezing_every_other_job() {
+    let mut s = Sim::new(|c| c.freeze_scope = crate::config::FreezeScope::Node);
+    let (a, b, c) = (s.connect(), s.connect(), s.connect());
+    let ja = s.submit(a, "0", Policy::Region);
+    let jc = s.submit(c, "cpu", Policy::Region);
+    let e = s.enter(a, Some(ja), "", None);
+    let [(GPU0, ra, ref targets)] = enters(&e)[..] else { panic!("{e:?}") };
+    assert_eq!(targets, &vec![jc], "the cpu job too");
+    assert!(enters(&s.enter(b, None, "1", None)).is_empty(), "GPU 1 waits in the node's line");
+    s.entered(ra);
+    s.request(a, Request::RegionExit { region: ra });
+    assert_eq!(enters(&s.left(ra)).iter().map(|e| e.0).collect::<Vec<_>>(), vec![GPU1]);
+}
+
+#[test]
+fn regions_of_none_and_command_jobs_are_granted_at_once_and_left_without_the_device_thread() {
+    let mut s = Sim::new(|_| {});
+    let (a, b) = (s.connect(), s.connect());
+    let ja = s.submit(a, "0", Policy::Command);
+    let jb = s.submit(b, "1", Policy::None);
+    for (conn, job, exclusive) in [(a, ja, true), (b, jb, false)] {
+        let e = s.enter(conn, Some(job), "", None);
+        assert!(enters(&e).is_empty(), "{e:?}");
+        let g = grant_to(&e, conn).expect("granted at once");
+        assert_eq!(g.exclusive, exclusive);
+        let x = s.request(conn, Request::RegionExit { region: g.region });
+        assert!(leaves(&x).is_empty());
+        assert_eq!(released_to(&x, conn), Some((g.region, true, false)));
+    }
+    // A command job holds its device: nothing else starts there while it runs.
+    let (jc, q) = s.submit_spec(b, spec("0"));
+    assert!(spawned(&q).is_empty());
+    assert_eq!(spawned(&s.handle(Event::JobExited { job: ja, code: Some(0), signal: None })), vec![jc]);
+}
+
+#[test]
+fn a_job_past_its_time_limit_is_killed_on_the_tick() {
+    let mut s = Sim::new(|_| {});
+    let a = s.connect();
+    let (j, _) = s.submit_spec(a, SubmitSpec { timeout_ms: Some(50), ..spec("cpu") });
+    assert_eq!(s.d.next_deadline(), Some(s.now().at + Duration::from_millis(50)));
+    s.advance(50);
+    let t = s.handle(Event::Tick);
+    assert!(matches!(t[..], [Effect::KillJob(ref target)] if target.job == j), "{t:?}");
+    assert_eq!(s.d.next_deadline(), None, "killed once");
+    let x = s.handle(Event::JobExited { job: j, code: None, signal: Some(9) });
+    assert!(
+        matches!(replies(&x, a)[..], [Reply::JobEnded { exit, .. }]
+        if exit.reason.as_deref() == Some("time limit of 0.050 s exceeded")),
+        "{x:?}"
+    );
+}
+
+#[test]
 fn a_command_that_cannot_start_ends_with_127() {
     let mut s = Sim::new(|_| {});
     s.fail_spawns = true;
