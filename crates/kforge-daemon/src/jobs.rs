@@ -1,7 +1,7 @@
 //! Starting a job's command: its own process group and cgroup, its cores, its environment, and
 //! threads that pump its output to the submitting connection and report its exit.
 
-use crate::state::{Event, Outgoing};
+use crate::event::{Event, Inbound, Outgoing};
 use kforge_freeze::{Freezer, JobTarget};
 use kforge_proto::{b64, Reply, Stream};
 use std::ffi::CString;
@@ -112,7 +112,7 @@ pub(crate) fn confine(
 pub fn spawn(
     spec: SpawnSpec,
     out: Sender<Outgoing>,
-    events: Sender<Event>,
+    events: Sender<Inbound>,
     freezer: Arc<Freezer>,
     cgroup: Option<PathBuf>,
 ) -> std::io::Result<u32> {
@@ -174,7 +174,7 @@ pub fn spawn(
                 Ok(s) => (s.code(), s.signal()),
                 Err(_) => (None, None),
             };
-            let _ = events.send(Event::JobExited { job, code, signal });
+            let _ = events.send(Event::JobExited { job, code, signal }.into());
         })
         .expect("spawn waiter thread");
     Ok(pid)

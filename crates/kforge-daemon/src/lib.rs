@@ -1,14 +1,21 @@
 //! The kforge daemon: runs benchmark commands as managed jobs and grants exclusive regions.
 //!
 //! Structure (see ARCHITECTURE.md): [`server`] accepts connections and turns frames into
-//! [`state::Event`]s; one thread runs the [`state::Daemon`] state machine over those events and
-//! is the only place that changes job and region state; [`worker`] threads (one per device)
-//! carry out the slow steps of entering and leaving a region (gate, drain, freeze, isolate) and
-//! report back as events; [`jobs`] spawns commands and pumps their output; [`store`] is the
-//! single writer of the SQLite file; [`guardian`] makes sure nothing stays frozen if the daemon dies.
+//! [`event::Event`]s; one thread runs the [`state::Daemon`] state machine over those events and
+//! is the only place that changes job and region state; the machine answers each event with
+//! [`effect::Effect`]s, which the server carries out; [`device_thread`]s (one per device) carry
+//! out the slow steps of entering and leaving a region (gate, drain, freeze, isolate) and report
+//! back as events; [`jobs`] spawns commands and pumps their output; [`warm`] runs the warm worker
+//! processes; [`store`] is the single writer of the SQLite file; [`guardian`] makes sure nothing
+//! stays frozen if the daemon dies. `event` and `effect` are the bottom: plain data, used by the
+//! machine and by the process code alike; the machine uses none of the process code.
 
 pub mod config;
+pub mod device_thread;
 pub mod devices;
+pub mod effect;
+pub mod event;
+pub mod executor;
 pub mod guardian;
 pub mod jobs;
 pub mod placement;
@@ -16,7 +23,6 @@ pub mod server;
 pub mod state;
 pub mod store;
 pub mod warm;
-pub mod worker;
 
 pub use config::{Config, FreezeScope};
 pub use devices::GpuSelection;

@@ -1,10 +1,13 @@
-//! Start-up, the socket, the connection threads and the event loop.
+//! Start-up, the socket, the connection threads and the event loop (which hands events to the
+//! state machine and its effects to the [`Executor`]).
 
 use crate::config::Config;
+use crate::device_thread::{self, DeviceThreadConfig};
+use crate::event::{ConnId, Event, Inbound, Now, Outgoing};
+use crate::executor::Executor;
 use crate::guardian::{recover_stale, Ledger};
-use crate::state::{ConnId, Daemon, DaemonParts, Event, Outgoing};
+use crate::state::{Daemon, DaemonParts, DeviceSetup};
 use crate::store::StoreHandle;
-use crate::worker::{self, WorkerConfig};
 use crate::{devices, DaemonError};
 use kforge_freeze::Freezer;
 use kforge_gate::Gate;
@@ -28,16 +31,16 @@ pub const GATE_SLOTS: u32 = 256;
 pub struct DaemonHandle {
     pub socket: PathBuf,
     pub freeze_mechanism: String,
-    events: Sender<Event>,
+    events: Sender<Inbound>,
     thread: Option<JoinHandle<Result<(), DaemonError>>>,
 }
 
 impl DaemonHandle {
     /// Ask the daemon to stop (as SIGTERM does).
     pub fn shutdown(&self) {
-        let _ = self.events.send(Event::Shutdown);
+        let _ = self.events.send(Event::Shutdown.into());
     }
-    pub fn shutdown_sender(&self) -> Sender<Event> {
+    pub fn shutdown_sender(&self) -> Sender<Inbound> {
         self.events.clone()
     }
     /// Wait until the daemon has stopped.
@@ -103,17 +106,18 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
     let python_dir = state_dir.join("python");
     kforge_python::write_package(&python_dir)?;
 
-    let (events_tx, events_rx) = channel::<Event>();
+    let (events_tx, events_rx) = channel::<Inbound>();
     let mut gates = Vec::new();
     let mut dev_parts = Vec::new();
+    let mut device_threads = Vec::new();
     for d in devs {
         let gate_path = PathBuf::from(format!("/dev/shm/kforge-{pid}-gate-{}", d.name));
         let _ = std::fs::remove_file(&gate_path);
         let gate = Arc::new(Gate::create(&gate_path, GATE_SLOTS)?);
         gates.push(gate_path.clone());
-        let w = worker::spawn(
+        let steps = device_thread::spawn(
             d.name.clone(),
-            WorkerConfig {
+            DeviceThreadConfig {
                 gate: Some(gate),
                 freezer: freezer.clone(),
                 drain_timeout: cfg.drain_timeout,
@@ -128,7 +132,8 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
             },
             events_tx.clone(),
         );
-        dev_parts.push((d, w, Some(gate_path)));
+        device_threads.push(steps);
+        dev_parts.push(DeviceSetup { info: d, gate_path: Some(gate_path) });
     }
     let ledger = Ledger::new(ledger_path, pid, &freezer, &freezer_name, gates);
     ledger.write(&[])?;
@@ -147,20 +152,21 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
         None => None,
     };
 
-    let mut daemon = Daemon::new(DaemonParts {
-        cfg: cfg.clone(),
-        freezer: freezer.clone(),
-        store: StoreHandle::spawn(store),
-        ledger,
-        events: events_tx.clone(),
-        python_dir,
-        devices: dev_parts,
-        reserved_cores: reserved,
-        job_cores,
-        first_ids,
-    });
-
-    daemon.fill_pools();
+    let daemon = Daemon::new(
+        DaemonParts {
+            cfg: cfg.clone(),
+            freeze_mechanism: freezer.describe(),
+            python_dir,
+            base_env: std::env::vars().collect(),
+            daemon_pid: pid,
+            devices: dev_parts,
+            reserved_cores: reserved,
+            job_cores,
+            first_ids,
+        },
+        Now::current(),
+    );
+    let executor = Executor::new(device_threads, StoreHandle::spawn(store), ledger, freezer.clone(), events_tx.clone());
     let stop_accept = Arc::new(AtomicBool::new(false));
     {
         let events = events_tx.clone();
@@ -175,7 +181,7 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
     let thread = std::thread::Builder::new()
         .name("kforge-daemon".into())
         .spawn(move || {
-            let r = event_loop(daemon, events_rx);
+            let r = event_loop(daemon, executor, events_rx);
             stop_accept.store(true, Ordering::SeqCst);
             let _ = UnixStream::connect(&cfg.socket);
             let _ = std::fs::remove_file(&cfg.socket);
@@ -210,7 +216,9 @@ fn spawn_guardian(argv: &[OsString], ledger: &Path) -> Result<Child, DaemonError
     cmd.spawn().map_err(|e| DaemonError::io("starting guardian", prog, e))
 }
 
-fn event_loop(mut d: Daemon, rx: Receiver<Event>) -> Result<(), DaemonError> {
+fn event_loop(mut d: Daemon, mut x: Executor, rx: Receiver<Inbound>) -> Result<(), DaemonError> {
+    let effects = d.start(Now::current());
+    x.run(&mut d, effects);
     let mut stop_deadline: Option<Instant> = None;
     loop {
         if d.stopping() {
@@ -223,32 +231,28 @@ fn event_loop(mut d: Daemon, rx: Receiver<Event>) -> Result<(), DaemonError> {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        let ev = match timeout {
+        let inbound = match timeout {
             Some(t) => match rx.recv_timeout(t.saturating_duration_since(Instant::now())) {
-                Ok(ev) => Some(ev),
-                Err(RecvTimeoutError::Timeout) => None,
+                Ok(ev) => ev,
+                Err(RecvTimeoutError::Timeout) => Event::Tick.into(),
                 Err(RecvTimeoutError::Disconnected) => break,
             },
             None => match rx.recv() {
-                Ok(ev) => Some(ev),
+                Ok(ev) => ev,
                 Err(_) => break,
             },
         };
-        match ev {
-            Some(ev) => d.handle(ev),
-            None => d.on_tick(Instant::now()),
-        }
+        x.deliver(&mut d, inbound);
         // Leases may also run out while events keep arriving.
         if d.next_deadline().is_some_and(|t| t <= Instant::now()) {
-            d.on_tick(Instant::now());
+            x.deliver(&mut d, Event::Tick.into());
         }
     }
-    d.close_all();
-    d.store().finish();
+    x.finish();
     Ok(())
 }
 
-fn accept_loop(listener: UnixListener, events: Sender<Event>, stop: Arc<AtomicBool>) {
+fn accept_loop(listener: UnixListener, events: Sender<Inbound>, stop: Arc<AtomicBool>) {
     let mut next: ConnId = 1;
     for stream in listener.incoming() {
         if stop.load(Ordering::SeqCst) {
@@ -261,7 +265,7 @@ fn accept_loop(listener: UnixListener, events: Sender<Event>, stop: Arc<AtomicBo
             continue;
         };
         let (tx, out_rx) = channel::<Outgoing>();
-        if events.send(Event::Connected { conn, tx, stream: ctl }).is_err() {
+        if events.send(Inbound::Connected { conn, tx, stream: ctl }).is_err() {
             break;
         }
         let _ = std::thread::Builder::new().name(format!("kforge-w{conn}")).spawn(move || writer_loop(writer, out_rx));
@@ -271,26 +275,28 @@ fn accept_loop(listener: UnixListener, events: Sender<Event>, stop: Arc<AtomicBo
     }
 }
 
-fn reader_loop(conn: ConnId, mut s: UnixStream, events: Sender<Event>) {
+fn reader_loop(conn: ConnId, mut s: UnixStream, events: Sender<Inbound>) {
     loop {
         match kforge_proto::read_msg::<Request, _>(&mut s) {
             Ok(req) => {
-                if events.send(Event::Request { conn, req }).is_err() {
+                if events.send(Event::Request { conn, req }.into()).is_err() {
                     return;
                 }
             }
             Err(ProtoError::Closed) | Err(ProtoError::Io(_)) => break,
             Err(e @ ProtoError::Oversized(_)) => {
-                let _ = events.send(Event::BadFrame { conn, code: ErrorCode::Oversized, message: e.to_string() });
+                let _ =
+                    events.send(Event::BadFrame { conn, code: ErrorCode::Oversized, message: e.to_string() }.into());
                 break;
             }
             Err(e @ ProtoError::Malformed(_)) => {
-                let _ = events.send(Event::BadFrame { conn, code: ErrorCode::Malformed, message: e.to_string() });
+                let _ =
+                    events.send(Event::BadFrame { conn, code: ErrorCode::Malformed, message: e.to_string() }.into());
                 break;
             }
         }
     }
-    let _ = events.send(Event::Hangup { conn });
+    let _ = events.send(Event::Hangup { conn }.into());
 }
 
 fn writer_loop(mut s: UnixStream, rx: Receiver<Outgoing>) {

@@ -1,42 +1,21 @@
 //! The store thread: the only writer of the SQLite file while the daemon runs.
 //!
-//! The state machine hands it operations over a channel and never waits for SQLite, so a slow
-//! disk cannot stretch a region hand-over. Operations are applied in the order sent.
+//! The state machine's store writes ([`StoreWrite`] effects) reach it over a channel and nobody
+//! waits for SQLite, so a slow disk cannot stretch a region hand-over. Operations are applied in
+//! the order sent.
 
-use crate::state::Outgoing;
+use crate::effect::StoreWrite;
+use crate::event::Outgoing;
 use kforge_proto::Reply;
-use kforge_store::{JobRow, MeasurementRow, RegionRow, Store};
+use kforge_store::Store;
 use std::sync::mpsc::{channel, Sender};
 use std::thread::JoinHandle;
 
 pub enum StoreOp {
-    InsertJob(JobRow),
-    JobStarted {
-        id: u64,
-        pid: u32,
-        ns: i64,
-    },
-    JobEnded {
-        id: u64,
-        ns: i64,
-        code: Option<i32>,
-        signal: Option<i32>,
-        reason: Option<String>,
-    },
-    InsertRegion(Box<RegionRow>),
-    RegionReleased {
-        id: u64,
-        ns: i64,
-        revoked: bool,
-        tainted: bool,
-        gpu: Option<(u32, u32)>,
-    },
-    InsertMeasurement(MeasurementRow),
+    /// A write the state machine asked for.
+    Write(StoreWrite),
     /// Answer a report request directly on the asking connection.
-    Report {
-        label: Option<String>,
-        reply: Sender<Outgoing>,
-    },
+    Report { label: Option<String>, reply: Sender<Outgoing> },
 }
 
 pub struct StoreHandle {
@@ -77,12 +56,7 @@ impl StoreHandle {
 
 fn apply(s: &Store, op: StoreOp) -> Result<(), kforge_store::StoreError> {
     match op {
-        StoreOp::InsertJob(j) => s.insert_job(&j),
-        StoreOp::JobStarted { id, pid, ns } => s.job_started(id, pid, ns),
-        StoreOp::JobEnded { id, ns, code, signal, reason } => s.job_ended(id, ns, code, signal, reason.as_deref()),
-        StoreOp::InsertRegion(r) => s.insert_region(&r),
-        StoreOp::RegionReleased { id, ns, revoked, tainted, gpu } => s.region_released(id, ns, revoked, tainted, gpu),
-        StoreOp::InsertMeasurement(m) => s.insert_measurement(&m),
+        StoreOp::Write(w) => write(s, w),
         StoreOp::Report { label, reply } => {
             let msg = match s.report(label.as_deref()) {
                 Ok(r) => Reply::Report { report: serde_json::to_value(&r).unwrap_or_default() },
@@ -91,5 +65,18 @@ fn apply(s: &Store, op: StoreOp) -> Result<(), kforge_store::StoreError> {
             let _ = reply.send(Outgoing::Msg(msg));
             Ok(())
         }
+    }
+}
+
+fn write(s: &Store, w: StoreWrite) -> Result<(), kforge_store::StoreError> {
+    match w {
+        StoreWrite::InsertJob(j) => s.insert_job(&j),
+        StoreWrite::JobStarted { id, pid, ns } => s.job_started(id, pid, ns),
+        StoreWrite::JobEnded { id, ns, code, signal, reason } => s.job_ended(id, ns, code, signal, reason.as_deref()),
+        StoreWrite::InsertRegion(r) => s.insert_region(&r),
+        StoreWrite::RegionReleased { id, ns, revoked, tainted, gpu } => {
+            s.region_released(id, ns, revoked, tainted, gpu)
+        }
+        StoreWrite::InsertMeasurement(m) => s.insert_measurement(&m),
     }
 }

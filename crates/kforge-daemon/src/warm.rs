@@ -3,11 +3,11 @@
 //! start-up. The Python side is `python/kforge/worker.py`; this module starts workers, talks to
 //! them over an inherited `SOCK_SEQPACKET` socket (fd 3 in the worker: one JSON object per
 //! message, the job's stdout/stderr pipe ends passed with `SCM_RIGHTS`), and reports what they
-//! say as [`Event`]s.
+//! say as [`Event`]s. Which worker runs what is the state machine's (`state::warm_pool`).
 
-use crate::state::{Event, Outgoing};
+use crate::event::{Event, Inbound, Outgoing, WorkerMsg};
 use kforge_proto::{b64, Reply, Stream};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -15,32 +15,6 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
-
-/// Worker ids live in their own range of cgroup names (`job-<WORKER_CGROUP_BASE + id>`).
-pub const WORKER_CGROUP_BASE: u64 = 1 << 40;
-
-/// Messages a worker sends.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum WorkerMsg {
-    Ready {
-        pid: u32,
-        #[serde(default)]
-        preloaded: Vec<String>,
-        #[serde(default)]
-        cuda: bool,
-        #[serde(default)]
-        startup_ms: f64,
-        #[serde(default)]
-        error: Option<String>,
-    },
-    Done {
-        job: u64,
-        exit_code: i32,
-        #[serde(default)]
-        recycle: Vec<String>,
-    },
-}
 
 #[derive(Serialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -72,7 +46,7 @@ fn cvt(r: libc::c_int) -> std::io::Result<libc::c_int> {
 }
 
 /// Start a worker. Its messages arrive as [`Event::Worker`], its exit as [`Event::WorkerExited`].
-pub fn spawn(w: WorkerSpawn, events: Sender<Event>) -> std::io::Result<WorkerHandle> {
+pub fn spawn(w: WorkerSpawn, events: Sender<Inbound>) -> std::io::Result<WorkerHandle> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: fds is a valid array of two ints.
     cvt(unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, fds.as_mut_ptr()) })?;
@@ -110,7 +84,7 @@ pub fn spawn(w: WorkerSpawn, events: Sender<Event>) -> std::io::Result<WorkerHan
             }
             match serde_json::from_slice::<WorkerMsg>(&buf[..n as usize]) {
                 Ok(msg) => {
-                    if ev.send(Event::Worker { worker: id, msg }).is_err() {
+                    if ev.send(Event::Worker { worker: id, msg }.into()).is_err() {
                         break;
                     }
                 }
@@ -123,7 +97,7 @@ pub fn spawn(w: WorkerSpawn, events: Sender<Event>) -> std::io::Result<WorkerHan
             Ok(s) => (s.code(), s.signal()),
             Err(_) => (None, None),
         };
-        let _ = events.send(Event::WorkerExited { worker: id, code, signal });
+        let _ = events.send(Event::WorkerExited { worker: id, code, signal }.into());
     })?;
     Ok(WorkerHandle { pid, control })
 }
@@ -138,7 +112,7 @@ pub fn start_job(
     cwd: &str,
     env: &[(String, String)],
     out: Sender<Outgoing>,
-    events: Sender<Event>,
+    events: Sender<Inbound>,
 ) -> std::io::Result<()> {
     let mut pipes: Vec<(OwnedFd, OwnedFd)> = Vec::new();
     for _ in 0..2 {
@@ -173,7 +147,7 @@ pub fn start_job(
         for p in pumps {
             let _ = p.join();
         }
-        let _ = events.send(Event::WarmOutputClosed { job });
+        let _ = events.send(Event::WarmOutputClosed { job }.into());
     })?;
     Ok(())
 }
@@ -208,64 +182,5 @@ fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> std::io::Result<()>
         if e.kind() != std::io::ErrorKind::Interrupted {
             return Err(e);
         }
-    }
-}
-
-/// Is `argv[0]` a Python interpreter (`python`, `python3`, `python3.12`, or a path to one)?
-pub fn is_python(argv0: &str) -> bool {
-    let name = std::path::Path::new(argv0).file_name().and_then(|n| n.to_str()).unwrap_or("");
-    let Some(rest) = name.strip_prefix("python") else { return false };
-    rest.is_empty() || rest.split('.').all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// The part of a Python command line a warm worker can run: `SCRIPT args…`, `-c CODE args…`,
-/// `-m MODULE args…`, optionally after `-u`. Other interpreter options need a real interpreter.
-pub fn warm_argv(argv: &[String]) -> Result<Vec<String>, String> {
-    let rest = &argv[1..];
-    let (unbuf, rest) = match rest.first().map(String::as_str) {
-        Some("-u") => (true, &rest[1..]),
-        _ => (false, rest),
-    };
-    match rest.first().map(String::as_str) {
-        None => Err("no script given (an interactive interpreter cannot run warm)".into()),
-        Some("-c") | Some("-m") if rest.len() < 2 => Err(format!("{} needs an argument", rest[0])),
-        Some("-c") | Some("-m") => Ok(with_u(unbuf, rest)),
-        Some(o) if o.starts_with('-') => Err(format!("interpreter option {o} is not supported by warm workers")),
-        Some(_) => Ok(with_u(unbuf, rest)),
-    }
-}
-
-fn with_u(unbuf: bool, rest: &[String]) -> Vec<String> {
-    let mut v = Vec::with_capacity(rest.len() + 1);
-    if unbuf {
-        v.push("-u".to_string());
-    }
-    v.extend_from_slice(rest);
-    v
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    fn s(v: &[&str]) -> Vec<String> {
-        v.iter().map(|x| x.to_string()).collect()
-    }
-    #[test]
-    fn python_names() {
-        for ok in ["python", "python3", "python3.12", "/usr/bin/python3.12", "./venv/bin/python"] {
-            assert!(is_python(ok), "{ok}");
-        }
-        for no in ["pythonx", "python3.", "ipython", "sh", "/usr/bin/python-config", ""] {
-            assert!(!is_python(no), "{no}");
-        }
-    }
-    #[test]
-    fn warm_argv_forms() {
-        assert_eq!(warm_argv(&s(&["python", "a.py", "1"])).unwrap(), s(&["a.py", "1"]));
-        assert_eq!(warm_argv(&s(&["python", "-u", "-c", "x", "y"])).unwrap(), s(&["-u", "-c", "x", "y"]));
-        assert_eq!(warm_argv(&s(&["python3", "-m", "mod"])).unwrap(), s(&["-m", "mod"]));
-        assert!(warm_argv(&s(&["python3"])).is_err());
-        assert!(warm_argv(&s(&["python3", "-c"])).is_err());
-        assert!(warm_argv(&s(&["python3", "-X", "dev", "a.py"])).unwrap_err().contains("-X"));
     }
 }

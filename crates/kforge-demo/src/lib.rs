@@ -262,7 +262,7 @@ pub fn demo(kforge: &Path, a: DemoArgs) -> Result<i32> {
             bail!("{label}: {} of {} commands reported a valid measurement", infl.len(), cmds.len());
         }
         let waits: Vec<f64> = rep.regions.iter().map(|r| r.wait_ms).collect();
-        let freezes: Vec<f64> = rep.regions.iter().map(|r| r.freeze_ms).collect();
+        let freezes: Vec<f64> = rep.regions.iter().map(|r| r.steps.freeze_ms).collect();
         policies.insert(
             label.to_string(),
             PolicyResult {

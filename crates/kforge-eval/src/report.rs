@@ -609,8 +609,8 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
                     truth_sm_clock_mhz_released: truth_region.as_ref().and_then(|r| r.sm_clock_mhz_released),
                     core: region.as_ref().and_then(|r| r.core),
                     wait_ms: region.as_ref().map(|r| r.wait_ms),
-                    freeze_ms: region.as_ref().map(|r| r.freeze_ms),
-                    settle_ms: region.as_ref().map(|r| r.settle_ms),
+                    freeze_ms: region.as_ref().map(|r| r.steps.freeze_ms),
+                    settle_ms: region.as_ref().map(|r| r.steps.settle_ms),
                 });
                 per_bucket[bucket_of(*i)].push(x);
                 all.push(x);
@@ -699,7 +699,7 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
             .collect();
         let col = |f: fn(&kforge_store::RegionRow) -> f64| rep.regions.iter().map(f).collect::<Vec<f64>>();
         let (wait, drain, freeze, settle) =
-            (col(|r| r.wait_ms), col(|r| r.drain_ms), col(|r| r.freeze_ms), col(|r| r.settle_ms));
+            (col(|r| r.wait_ms), col(|r| r.steps.drain_ms), col(|r| r.steps.freeze_ms), col(|r| r.steps.settle_ms));
         let regions = RegionStats {
             count: rep.regions.len(),
             wait_ms_p50: q(&wait, 0.5),
@@ -710,7 +710,7 @@ pub fn compute_with(manifests: &[RunManifest], opts: &ReportOptions) -> Result<E
             freeze_ms_p95: q(&freeze, 0.95),
             settle_ms_p50: q(&settle, 0.5),
             settle_ms_p95: q(&settle, 0.95),
-            drain_timeouts: rep.regions.iter().filter(|r| r.drain_timed_out).count(),
+            drain_timeouts: rep.regions.iter().filter(|r| r.steps.drain_timed_out).count(),
             revoked: rep.regions.iter().filter(|r| r.revoked).count(),
             tainted: rep.regions.iter().filter(|r| r.tainted).count(),
             overlapping_pairs: stats::overlapping_pairs(&rep.regions),
@@ -1042,18 +1042,18 @@ mod tests {
                 granted_ns: ns(*start),
                 released_ns: Some(ns(*end)),
                 wait_ms: 1.0,
-                gate_ms: 0.0,
-                drain_ms: 2.0,
-                drain_timed_out: false,
-                freeze_ms: 0.5,
-                frozen_jobs: 1,
-                settle_ms,
-                settle_timed_out: false,
+                steps: kforge_store::StepTimings {
+                    drain_ms: 2.0,
+                    freeze_ms: 0.5,
+                    frozen_jobs: 1,
+                    settle_ms,
+                    isolate_ms: 0.1,
+                    ..Default::default()
+                },
                 gpu_temp_c_granted: None,
                 sm_clock_mhz_granted: clock.map(|c| c.0),
                 gpu_temp_c_released: None,
                 sm_clock_mhz_released: clock.map(|c| c.1),
-                isolate_ms: 0.1,
                 core: Some(0),
                 lease_ms: 60000,
                 revoked: false,

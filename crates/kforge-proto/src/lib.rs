@@ -188,6 +188,28 @@ pub struct GpuSample {
     pub throttle_reasons: u64,
 }
 
+/// What entering a region took, step by step: the daemon's device thread measures it, a
+/// [`Grant`] carries it to the client and the store keeps it per region (one type for all three;
+/// flattened, so its fields stay flat in the JSON and keep their column names in SQLite).
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Default)]
+pub struct StepTimings {
+    /// a. closing the device's gate.
+    pub gate_ms: f64,
+    /// b. waiting for managed processes to drain their GPU work and acknowledge.
+    pub drain_ms: f64,
+    pub drain_timed_out: bool,
+    /// c. freezing sibling jobs.
+    pub freeze_ms: f64,
+    pub frozen_jobs: u32,
+    /// Waiting for GPU power-cap / thermal throttling to clear (GPU devices).
+    #[serde(default)]
+    pub settle_ms: f64,
+    #[serde(default)]
+    pub settle_timed_out: bool,
+    /// d. pinning the measuring thread to a reserved core.
+    pub isolate_ms: f64,
+}
+
 /// What the daemon did to grant a region, with each step's duration.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct Grant {
@@ -197,20 +219,12 @@ pub struct Grant {
     /// policy; true under `region` (the daemon made it so) and `command` (the job holds the device).
     pub exclusive: bool,
     pub wait_ms: f64,
-    pub gate_ms: f64,
-    pub drain_ms: f64,
-    pub drain_timed_out: bool,
-    pub freeze_ms: f64,
-    pub frozen_jobs: u32,
-    /// Wait for GPU power-cap / thermal throttling to clear (GPU devices).
-    #[serde(default)]
-    pub settle_ms: f64,
-    #[serde(default)]
-    pub settle_timed_out: bool,
+    /// The steps of entering the region (flat on the wire: `gate_ms`, `drain_ms`, …).
+    #[serde(flatten)]
+    pub steps: StepTimings,
     /// The GPU when the region was granted (GPU devices).
     #[serde(default)]
     pub gpu: Option<GpuSample>,
-    pub isolate_ms: f64,
     /// Reserved core the measuring thread was pinned to, if core isolation is on.
     pub core: Option<u32>,
     pub tainted: bool,
@@ -446,6 +460,43 @@ extern "C" {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn a_grants_step_timings_are_flat_on_the_wire() {
+        let steps = StepTimings {
+            gate_ms: 0.25,
+            drain_ms: 2.0,
+            drain_timed_out: true,
+            freeze_ms: 0.5,
+            frozen_jobs: 2,
+            settle_ms: 3.0,
+            settle_timed_out: false,
+            isolate_ms: 0.125,
+        };
+        let g = Grant {
+            region: 3,
+            device: "0".into(),
+            exclusive: true,
+            wait_ms: 1.5,
+            steps,
+            gpu: None,
+            core: Some(1),
+            tainted: false,
+            lease_ms: 60_000,
+        };
+        let v = serde_json::to_value(Reply::RegionGranted(g.clone())).unwrap();
+        assert_eq!(v["type"], "region_granted");
+        assert_eq!(v["gate_ms"], 0.25);
+        assert_eq!(v["frozen_jobs"], 2);
+        assert_eq!(v["drain_timed_out"], true);
+        assert!(v.get("steps").is_none(), "{v}");
+        assert_eq!(serde_json::from_value::<Reply>(v.clone()).unwrap(), Reply::RegionGranted(g));
+        // A grant without the settle fields (an older daemon's) still reads.
+        let mut old = v;
+        old.as_object_mut().unwrap().retain(|k, _| !k.starts_with("settle"));
+        let Reply::RegionGranted(read) = serde_json::from_value::<Reply>(old).unwrap() else { panic!() };
+        assert_eq!(read.steps, StepTimings { settle_ms: 0.0, ..steps });
+    }
 
     #[test]
     fn hello_round_trips() {

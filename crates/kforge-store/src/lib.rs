@@ -5,6 +5,7 @@
 //! or the daemon died stays recorded. The daemon owns one [`Store`] on a dedicated writer thread;
 //! nothing else writes the file while the daemon runs.
 
+pub use kforge_proto::StepTimings;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -55,15 +56,9 @@ pub struct RegionRow {
     pub granted_ns: i64,
     pub released_ns: Option<i64>,
     pub wait_ms: f64,
-    pub gate_ms: f64,
-    pub drain_ms: f64,
-    pub drain_timed_out: bool,
-    pub freeze_ms: f64,
-    pub frozen_jobs: u32,
-    #[serde(default)]
-    pub settle_ms: f64,
-    #[serde(default)]
-    pub settle_timed_out: bool,
+    /// The steps of entering the region (columns `gate_ms`, `drain_ms`, …).
+    #[serde(flatten)]
+    pub steps: StepTimings,
     /// GPU temperature and SM clock when granted and when released (GPU devices).
     #[serde(default)]
     pub gpu_temp_c_granted: Option<u32>,
@@ -73,7 +68,6 @@ pub struct RegionRow {
     pub gpu_temp_c_released: Option<u32>,
     #[serde(default)]
     pub sm_clock_mhz_released: Option<u32>,
-    pub isolate_ms: f64,
     pub core: Option<u32>,
     pub lease_ms: u64,
     pub revoked: bool,
@@ -238,9 +232,10 @@ impl Store {
                  VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20,?21,?22,?23,?24,?25,?26)",
                 params![
                     r.id as i64, r.job.map(|j| j as i64), r.device, r.name, r.pid, r.tid, r.policy, r.exclusive,
-                    r.requested_ns, r.granted_ns, r.released_ns, r.wait_ms, r.gate_ms, r.drain_ms, r.drain_timed_out,
-                    r.freeze_ms, r.frozen_jobs, r.isolate_ms, r.core, r.lease_ms as i64, r.revoked, r.tainted,
-                    r.settle_ms, r.settle_timed_out, r.gpu_temp_c_granted, r.sm_clock_mhz_granted
+                    r.requested_ns, r.granted_ns, r.released_ns, r.wait_ms, r.steps.gate_ms, r.steps.drain_ms,
+                    r.steps.drain_timed_out, r.steps.freeze_ms, r.steps.frozen_jobs, r.steps.isolate_ms, r.core,
+                    r.lease_ms as i64, r.revoked, r.tainted, r.steps.settle_ms, r.steps.settle_timed_out,
+                    r.gpu_temp_c_granted, r.sm_clock_mhz_granted
                 ],
             )
             .map_err(|e| self.err(e))?;
@@ -320,18 +315,20 @@ impl Store {
                     granted_ns: r.get("granted_ns")?,
                     released_ns: r.get("released_ns")?,
                     wait_ms: r.get("wait_ms")?,
-                    gate_ms: r.get("gate_ms")?,
-                    drain_ms: r.get("drain_ms")?,
-                    drain_timed_out: r.get("drain_timed_out")?,
-                    freeze_ms: r.get("freeze_ms")?,
-                    frozen_jobs: r.get("frozen_jobs")?,
-                    settle_ms: r.get("settle_ms")?,
-                    settle_timed_out: r.get("settle_timed_out")?,
+                    steps: StepTimings {
+                        gate_ms: r.get("gate_ms")?,
+                        drain_ms: r.get("drain_ms")?,
+                        drain_timed_out: r.get("drain_timed_out")?,
+                        freeze_ms: r.get("freeze_ms")?,
+                        frozen_jobs: r.get("frozen_jobs")?,
+                        settle_ms: r.get("settle_ms")?,
+                        settle_timed_out: r.get("settle_timed_out")?,
+                        isolate_ms: r.get("isolate_ms")?,
+                    },
                     gpu_temp_c_granted: r.get("gpu_temp_c_granted")?,
                     sm_clock_mhz_granted: r.get("sm_clock_mhz_granted")?,
                     gpu_temp_c_released: r.get("gpu_temp_c_released")?,
                     sm_clock_mhz_released: r.get("sm_clock_mhz_released")?,
-                    isolate_ms: r.get("isolate_ms")?,
                     core: r.get("core")?,
                     lease_ms: r.get::<_, i64>("lease_ms")? as u64,
                     revoked: r.get("revoked")?,
@@ -425,18 +422,11 @@ mod tests {
             granted_ns: 110,
             released_ns: None,
             wait_ms: 0.01,
-            gate_ms: 0.0,
-            drain_ms: 0.0,
-            drain_timed_out: false,
-            freeze_ms: 0.5,
-            frozen_jobs: 1,
-            settle_ms: 0.0,
-            settle_timed_out: false,
+            steps: StepTimings { freeze_ms: 0.5, frozen_jobs: 1, isolate_ms: 0.1, ..StepTimings::default() },
             gpu_temp_c_granted: Some(40),
             sm_clock_mhz_granted: Some(1980),
             gpu_temp_c_released: None,
             sm_clock_mhz_released: None,
-            isolate_ms: 0.1,
             core: Some(0),
             lease_ms: 60000,
             revoked: false,

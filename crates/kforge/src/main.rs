@@ -601,7 +601,7 @@ fn daemon(socket: PathBuf, a: DaemonArgs) -> Result<i32> {
         let mut sig: libc::c_int = 0;
         // SAFETY: set is initialized; sigwait writes the signal number.
         if unsafe { libc::sigwait(&set, &mut sig) } == 0 {
-            let _ = stopper.send(kforge_daemon::state::Event::Shutdown);
+            let _ = stopper.send(kforge_daemon::state::Event::Shutdown.into());
         }
     });
     handle.wait().context("daemon stopped with an error")?;

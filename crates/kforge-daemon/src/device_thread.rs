@@ -1,54 +1,17 @@
-//! Device workers: one thread per device carries out the slow steps of entering a region
+//! Device threads: one thread per device carries out the slow steps of entering a region
 //! (close the gate, drain, freeze siblings, isolate the measuring thread) and of leaving it (the
 //! same in reverse), then reports to the state machine. The state machine never blocks on them.
+//! ("Worker" means a warm worker process only: see `warm`.)
 
-use crate::state::Event;
+use crate::effect::RegionStep;
+use crate::event::{EnterReport, Event, Inbound};
 use kforge_freeze::{Freezer, JobTarget};
 use kforge_gate::Gate;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub enum WorkerOp {
-    Enter {
-        region: u64,
-        holder_pid: u32,
-        tid: u32,
-        /// Sibling jobs to freeze.
-        targets: Vec<JobTarget>,
-        /// Reserved core to pin the measuring thread to.
-        core: Option<u32>,
-        /// Process groups of every managed job (for the taint check).
-        managed_pgids: Vec<i32>,
-    },
-    Leave {
-        region: u64,
-    },
-}
-
-/// What entering a region took.
-#[derive(Debug, Clone, Default)]
-pub struct EnterSteps {
-    pub gate_ms: f64,
-    pub drain_ms: f64,
-    pub drain_timed_out: bool,
-    pub pending_pids: Vec<u32>,
-    pub freeze_ms: f64,
-    pub frozen_jobs: u32,
-    pub freeze_errors: Vec<String>,
-    pub isolate_ms: f64,
-    pub pinned: bool,
-    /// Waiting for the GPU to leave power-cap / thermal clock throttling after the drain.
-    pub settle_ms: f64,
-    pub settle_timed_out: bool,
-    /// The GPU when the region is handed over (after the settle step).
-    pub gpu: Option<kforge_proto::GpuSample>,
-    /// A process kforge does not manage uses the GPU (NVML): the region cannot be exclusive.
-    pub tainted: bool,
-    pub unmanaged_pids: Vec<u32>,
-}
-
-pub struct WorkerConfig {
+pub struct DeviceThreadConfig {
     pub gate: Option<Arc<Gate>>,
     pub freezer: Arc<Freezer>,
     pub drain_timeout: Duration,
@@ -67,9 +30,9 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
-/// Start the worker of one device.
-pub fn spawn(name: String, cfg: WorkerConfig, events: Sender<Event>) -> Sender<WorkerOp> {
-    let (tx, rx) = channel::<WorkerOp>();
+/// Start the thread of one device.
+pub fn spawn(name: String, cfg: DeviceThreadConfig, events: Sender<Inbound>) -> Sender<RegionStep> {
+    let (tx, rx) = channel::<RegionStep>();
     std::thread::Builder::new()
         .name(format!("kforge-dev-{name}"))
         .spawn(move || {
@@ -80,8 +43,8 @@ pub fn spawn(name: String, cfg: WorkerConfig, events: Sender<Event>) -> Sender<W
             let mut nvml: Option<Option<nvml_wrapper::Nvml>> = None;
             for op in rx {
                 match op {
-                    WorkerOp::Enter { region, holder_pid, tid, targets, core, managed_pgids } => {
-                        let mut s = EnterSteps::default();
+                    RegionStep::Enter { region, holder_pid, tid, targets, core, managed_pgids } => {
+                        let mut s = EnterReport::default();
                         if let Some(idx) = cfg.nvml_index {
                             let nvml = nvml.get_or_insert_with(|| nvml_wrapper::Nvml::init().ok());
                             if let Some(n) = nvml.as_ref() {
@@ -93,32 +56,32 @@ pub fn spawn(name: String, cfg: WorkerConfig, events: Sender<Event>) -> Sender<W
                         let t = Instant::now();
                         let epoch = cfg.gate.as_ref().map(|g| g.close(holder_pid));
                         gate_closed = epoch.is_some();
-                        s.gate_ms = ms(t.elapsed());
+                        s.timings.gate_ms = ms(t.elapsed());
                         // b. drain
                         if let (Some(g), Some(epoch), true) = (&cfg.gate, epoch, cfg.drain) {
                             let d = g.wait_acks(epoch, cfg.drain_timeout);
-                            s.drain_ms = ms(d.elapsed);
-                            s.drain_timed_out = d.timed_out;
+                            s.timings.drain_ms = ms(d.elapsed);
+                            s.timings.drain_timed_out = d.timed_out;
                             s.pending_pids = d.pending_pids;
                         }
                         // c. freeze siblings
                         let t = Instant::now();
                         for (target, r) in targets.iter().zip(cfg.freezer.freeze_many(&targets, cfg.freeze_timeout)) {
                             match r {
-                                Ok(()) => s.frozen_jobs += 1,
+                                Ok(()) => s.timings.frozen_jobs += 1,
                                 Err(e) => s.freeze_errors.push(format!("job {}: {e}", target.job)),
                             }
                         }
                         // Thaw even a partial freeze on leave.
                         frozen.extend(targets);
-                        s.freeze_ms = ms(t.elapsed());
+                        s.timings.freeze_ms = ms(t.elapsed());
                         // Settle: competitors' load can leave the GPU power-capped or thermally
                         // throttled for a while after they stop; wait (bounded) until it clears.
                         if let (Some(idx), false) = (cfg.nvml_index, cfg.settle_timeout.is_zero()) {
                             if let Some(Some(n)) = nvml.as_ref() {
                                 let (waited, timed_out) = settle(n, idx, cfg.settle_timeout, cfg.settle_power_fraction);
-                                s.settle_ms = ms(waited);
-                                s.settle_timed_out = timed_out;
+                                s.timings.settle_ms = ms(waited);
+                                s.timings.settle_timed_out = timed_out;
                             }
                         }
                         // d. isolate the measuring thread on a reserved core
@@ -132,13 +95,13 @@ pub fn spawn(name: String, cfg: WorkerConfig, events: Sender<Event>) -> Sender<W
                                 }
                             }
                         }
-                        s.isolate_ms = ms(t.elapsed());
+                        s.timings.isolate_ms = ms(t.elapsed());
                         if let (Some(idx), Some(Some(n))) = (cfg.nvml_index, nvml.as_ref()) {
                             s.gpu = sample(n, idx);
                         }
-                        let _ = events.send(Event::RegionReady { region, steps: s });
+                        let _ = events.send(Event::RegionEntered { region, report: s }.into());
                     }
-                    WorkerOp::Leave { region } => {
+                    RegionStep::Leave { region } => {
                         if let Some((tid, before)) = pinned.take() {
                             let _ = kforge_cores::set_affinity(tid, &before);
                         }
@@ -155,7 +118,7 @@ pub fn spawn(name: String, cfg: WorkerConfig, events: Sender<Event>) -> Sender<W
                             (Some(idx), Some(Some(n))) => sample(n, idx),
                             _ => None,
                         };
-                        let _ = events.send(Event::RegionLeft { region, gpu });
+                        let _ = events.send(Event::RegionLeft { region, gpu }.into());
                     }
                 }
             }
@@ -170,7 +133,7 @@ pub fn spawn(name: String, cfg: WorkerConfig, events: Sender<Event>) -> Sender<W
                 g.open_gate();
             }
         })
-        .expect("spawn device worker");
+        .expect("spawn device thread");
     tx
 }
 

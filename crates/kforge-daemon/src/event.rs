@@ -1,0 +1,176 @@
+//! What arrives at the daemon's event loop: the closed [`Event`] enum the state machine handles
+//! and the plain data events carry.
+//!
+//! A bottom module: the state machine and the threads that report to it (`server`, `jobs`, `warm`,
+//! `device_thread`) all use it; it uses none of them.
+
+use kforge_proto::{ErrorCode, GpuSample, Reply, Request, StepTimings};
+use serde::Deserialize;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::mpsc::Sender;
+use std::time::Instant;
+
+pub type ConnId = u64;
+
+/// What a connection's writer thread sends.
+// `Close` is sent once per connection; boxing every reply instead would allocate per message.
+#[allow(clippy::large_enum_variant)]
+pub enum Outgoing {
+    Msg(Reply),
+    /// Flush what came before, then close the connection.
+    Close,
+}
+
+/// What the event loop receives: a new connection (its writer channel and socket stay with the
+/// server, which carries out effects on it) or an event for the state machine.
+pub enum Inbound {
+    Connected { conn: ConnId, tx: Sender<Outgoing>, stream: UnixStream },
+    Event(Event),
+}
+
+impl From<Event> for Inbound {
+    fn from(e: Event) -> Inbound {
+        Inbound::Event(e)
+    }
+}
+
+/// The moment an event is handled: a monotonic instant (leases, waits) and the wall clock in
+/// nanoseconds since the Unix epoch (what the store records). The state machine reads no clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    pub at: Instant,
+    pub unix_ns: i64,
+}
+
+impl Now {
+    pub fn current() -> Now {
+        Now { at: Instant::now(), unix_ns: crate::now_ns() }
+    }
+}
+
+/// Everything that can happen to the daemon's state machine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A client connected (the server keeps its socket).
+    Connected {
+        conn: ConnId,
+    },
+    Request {
+        conn: ConnId,
+        req: Request,
+    },
+    /// A frame that could not be decoded; the reader has stopped.
+    BadFrame {
+        conn: ConnId,
+        code: ErrorCode,
+        message: String,
+    },
+    /// The connection's reader ended: the client is gone.
+    Hangup {
+        conn: ConnId,
+    },
+    /// A job's process started (`Effect::SpawnJob` carried out).
+    JobSpawned {
+        job: u64,
+        pid: u32,
+        cgroup: Option<PathBuf>,
+    },
+    /// A job's process could not be started.
+    JobSpawnFailed {
+        job: u64,
+        error: String,
+    },
+    /// A cold job's process ended and all its output was sent.
+    JobExited {
+        job: u64,
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+    /// The device thread entered the region (`RegionStep::Enter` done).
+    RegionEntered {
+        region: u64,
+        report: EnterReport,
+    },
+    /// The device thread left the region (`RegionStep::Leave` done): the GPU at that moment.
+    RegionLeft {
+        region: u64,
+        gpu: Option<GpuSample>,
+    },
+    /// A warm worker process started (`Effect::SpawnWorker` carried out).
+    WorkerSpawned {
+        worker: u64,
+        pid: u32,
+        cgroup: Option<PathBuf>,
+    },
+    /// A warm worker process could not be started.
+    WorkerSpawnFailed {
+        worker: u64,
+        error: String,
+    },
+    /// A job was handed to a warm worker (`Effect::HandToWorker` carried out), or could not be.
+    HandedToWorker {
+        worker: u64,
+        job: u64,
+        result: Result<(), String>,
+    },
+    /// A warm worker said something.
+    Worker {
+        worker: u64,
+        msg: WorkerMsg,
+    },
+    /// A warm worker process ended.
+    WorkerExited {
+        worker: u64,
+        code: Option<i32>,
+        signal: Option<i32>,
+    },
+    /// Both output pipes of a warm job are closed.
+    WarmOutputClosed {
+        job: u64,
+    },
+    /// A deadline may have passed (a lease, a job's time limit).
+    Tick,
+    /// Stop (a signal, or a `shutdown` request).
+    Shutdown,
+}
+
+/// Messages a warm worker sends (`python/kforge/worker.py`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum WorkerMsg {
+    Ready {
+        pid: u32,
+        #[serde(default)]
+        preloaded: Vec<String>,
+        #[serde(default)]
+        cuda: bool,
+        #[serde(default)]
+        startup_ms: f64,
+        #[serde(default)]
+        error: Option<String>,
+    },
+    Done {
+        job: u64,
+        exit_code: i32,
+        #[serde(default)]
+        recycle: Vec<String>,
+    },
+}
+
+/// What entering a region took and found (the device thread's report).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct EnterReport {
+    /// How long each step took.
+    pub timings: StepTimings,
+    /// Processes that had not acknowledged the drain when it timed out.
+    pub pending_pids: Vec<u32>,
+    pub freeze_errors: Vec<String>,
+    /// The measuring thread was pinned to the region's reserved core.
+    pub pinned: bool,
+    /// The GPU when the region is handed over (after the settle step).
+    pub gpu: Option<GpuSample>,
+    /// A process kforge does not manage uses the GPU (NVML): the region cannot be exclusive.
+    pub tainted: bool,
+    pub unmanaged_pids: Vec<u32>,
+}

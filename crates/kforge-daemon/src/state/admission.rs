@@ -1,0 +1,365 @@
+//! Jobs: where a submitted job goes, when it starts (FIFO per device, within its concurrency and
+//! policy, never while a region is held there), and how it ends.
+
+use super::{ConnId, Daemon};
+use crate::config::FreezeScope;
+use crate::devices::DeviceKind;
+use crate::effect::{Effect, JobLaunch, StoreWrite};
+use crate::placement;
+use kforge_freeze::JobTarget;
+use kforge_proto::{ErrorCode, JobExit, Policy, Reply, SubmitSpec};
+use kforge_store::JobRow;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+pub(super) enum JobState {
+    Queued,
+    /// Admitted: its process is being started or handed to a warm worker (answered within the
+    /// same event).
+    Starting,
+    Running {
+        pid: u32,
+        cgroup: Option<PathBuf>,
+    },
+}
+
+impl JobState {
+    pub fn is_running(&self) -> bool {
+        matches!(self, JobState::Running { .. })
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        match self {
+            JobState::Running { pid, .. } => Some(*pid),
+            JobState::Queued | JobState::Starting => None,
+        }
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Starting => "starting",
+            JobState::Running { .. } => "running",
+        }
+    }
+}
+
+pub(super) struct Job {
+    pub id: u64,
+    pub device: usize,
+    pub policy: Policy,
+    pub spec: SubmitSpec,
+    pub conn: Option<ConnId>,
+    pub state: JobState,
+    pub cancel_reason: Option<String>,
+    /// What a warm worker runs (the command line without the interpreter); None = cold.
+    pub warm_argv: Option<Vec<String>>,
+    /// The warm worker running the job.
+    pub worker: Option<u64>,
+    /// Kill the job at this moment (time limit).
+    pub deadline: Option<Instant>,
+    /// Exit code a warm worker reported.
+    pub warm_exit: Option<i32>,
+    pub warm_output_closed: bool,
+}
+
+impl Job {
+    /// What freezing or killing the job acts on (once it runs).
+    pub fn target(&self) -> Option<JobTarget> {
+        match &self.state {
+            JobState::Running { pid, cgroup } => {
+                Some(JobTarget { job: self.id, pgid: *pid as i32, cgroup: cgroup.clone() })
+            }
+            JobState::Queued | JobState::Starting => None,
+        }
+    }
+}
+
+impl Daemon {
+    /// The device a name means: `auto` is the least loaded GPU (the cpu device when there is
+    /// none), for a job of a GPU group the group's GPU. Binds nothing.
+    pub(super) fn resolve_device(&self, name: &str, gpu_group: Option<&str>) -> Option<usize> {
+        let loads: Vec<placement::DeviceLoad> = self
+            .devices
+            .iter()
+            .map(|d| placement::DeviceLoad {
+                name: &d.info.name,
+                gpu: d.info.kind == DeviceKind::Gpu,
+                load: d.running.len() + d.queue.len(),
+            })
+            .collect();
+        self.placement.choose(&loads, name, gpu_group)
+    }
+
+    pub(super) fn on_submit(&mut self, conn: ConnId, spec: SubmitSpec) {
+        if spec.argv.is_empty() || spec.argv[0].is_empty() {
+            return self.fail(conn, ErrorCode::BadRequest, "submit: the command is empty".into());
+        }
+        if self.stopping {
+            return self.fail(conn, ErrorCode::ShuttingDown, "the daemon is shutting down".into());
+        }
+        if let Some(Err(why)) = spec.gpu_group.as_deref().map(placement::check_group) {
+            return self.fail(conn, ErrorCode::BadRequest, format!("submit: {why}"));
+        }
+        let Some(device) = self.resolve_device(&spec.device, spec.gpu_group.as_deref()) else {
+            let names: Vec<&str> = self.devices.iter().map(|d| d.info.name.as_str()).collect();
+            let message = format!("no device {:?}; this daemon has: auto, {}", spec.device, names.join(", "));
+            return self.fail(conn, ErrorCode::NoSuchDevice, message);
+        };
+        let warm_argv = match self.warm_argv_for(device, &spec) {
+            Ok(a) => a,
+            Err(message) => return self.fail(conn, ErrorCode::BadRequest, message),
+        };
+        let id = self.next_job;
+        self.next_job += 1;
+        let policy = spec.policy.unwrap_or(self.cfg.default_policy);
+        self.store(StoreWrite::InsertJob(JobRow {
+            id,
+            label: spec.label.clone(),
+            argv: spec.argv.clone(),
+            cwd: spec.cwd.clone(),
+            device: self.devices[device].info.name.clone(),
+            policy: policy.as_str().into(),
+            queued_ns: self.now.unix_ns,
+            started_ns: None,
+            ended_ns: None,
+            pid: None,
+            exit_code: None,
+            signal: None,
+            reason: None,
+        }));
+        // Accepted: the job's GPU group is bound to its GPU from now on.
+        if let Some(g) = spec.gpu_group.as_deref().filter(|_| self.devices[device].info.kind == DeviceKind::Gpu) {
+            self.placement.bind(g, device);
+        }
+        let gpu_group = spec.gpu_group.clone();
+        let job = Job {
+            id,
+            device,
+            policy,
+            spec,
+            conn: Some(conn),
+            state: JobState::Queued,
+            cancel_reason: None,
+            warm_argv,
+            worker: None,
+            deadline: None,
+            warm_exit: None,
+            warm_output_closed: false,
+        };
+        self.jobs.insert(id, job);
+        self.devices[device].queue.push_back(id);
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.jobs.insert(id);
+        }
+        let position = self.devices[device].queue.len();
+        let device_name = self.devices[device].info.name.clone();
+        self.send(conn, Reply::JobQueued { job: id, device: device_name, policy, position, gpu_group });
+        self.admit(device);
+    }
+
+    /// A region on the device (or the node) is held or being entered: new jobs wait, since they
+    /// would only be frozen.
+    fn region_busy(&self, device: usize) -> bool {
+        self.cfg.freeze_scope != FreezeScope::None && self.lines[self.line_of(device)].holder.is_some()
+    }
+
+    pub(super) fn admit_all(&mut self) {
+        for d in 0..self.devices.len() {
+            self.admit(d);
+        }
+    }
+
+    /// Start queued jobs of a device in FIFO order while its admission rules allow.
+    pub(super) fn admit(&mut self, device: usize) {
+        if self.stopping {
+            return;
+        }
+        while let Some(&head) = self.devices[device].queue.front() {
+            if !self.may_start(device, head) {
+                break;
+            }
+            self.devices[device].queue.pop_front();
+            self.start_job(head);
+        }
+    }
+
+    /// Whether the head of a device's queue may start now.
+    fn may_start(&self, device: usize, job: u64) -> bool {
+        let j = &self.jobs[&job];
+        let d = &self.devices[device];
+        if (j.warm_argv.is_some() && self.idle_worker(device).is_none()) || d.command_holder.is_some() {
+            false
+        } else if j.policy == Policy::Command {
+            d.running.is_empty()
+        } else {
+            d.running.len() < d.max_concurrent && !self.region_busy(device)
+        }
+    }
+
+    /// A job or worker is being started (its pid is not known yet).
+    pub(super) fn starting_any(&self) -> bool {
+        self.jobs.values().any(|j| matches!(j.state, JobState::Starting))
+            || self.workers.values().any(|w| w.pid.is_none())
+    }
+
+    /// The environment of a job or worker on a device: `base` without kforge's own variables,
+    /// plus the `KFORGE_*` variables, CUDA_VISIBLE_DEVICES, PYTHONPATH and (GPU) the shim.
+    pub(super) fn device_env(
+        &self,
+        device: usize,
+        base: &[(String, String)],
+        job: Option<u64>,
+        policy: Policy,
+    ) -> Vec<(String, String)> {
+        let dev = &self.devices[device];
+        let mut env: Vec<(String, String)> =
+            base.iter().filter(|(k, _)| !k.starts_with("KFORGE_") && k != "CUDA_VISIBLE_DEVICES").cloned().collect();
+        env.push(("KFORGE_SOCKET".into(), self.cfg.socket.display().to_string()));
+        if let Some(id) = job {
+            env.push(("KFORGE_JOB".into(), id.to_string()));
+        }
+        env.push(("KFORGE_DEVICE".into(), dev.info.name.clone()));
+        env.push(("KFORGE_POLICY".into(), policy.as_str().into()));
+        env.push(("CUDA_VISIBLE_DEVICES".into(), dev.info.cuda_visible.clone()));
+        if let Some(g) = &dev.gate_path {
+            env.push(("KFORGE_GATE".into(), g.display().to_string()));
+        }
+        if let (DeviceKind::Gpu, Some(shim)) = (dev.info.kind, self.cfg.shim.as_ref()) {
+            // The gate shim goes first, before whatever the job preloads itself.
+            prepend(&mut env, "LD_PRELOAD", shim.display().to_string());
+        }
+        prepend(&mut env, "PYTHONPATH", self.python_dir.display().to_string());
+        env
+    }
+
+    /// Admit a job: it counts as running from now on; its process is started (or it is handed
+    /// to a warm worker) by the effect emitted here.
+    fn start_job(&mut self, id: u64) {
+        let limit = self.jobs[&id].spec.timeout_ms.map(Duration::from_millis).or(self.cfg.job_timeout);
+        let now = self.now.at;
+        let j = self.jobs.get_mut(&id).expect("a queued job exists");
+        j.deadline = limit.map(|l| now + l);
+        j.state = JobState::Starting;
+        let (device, policy, conn, warm) = (j.device, j.policy, j.conn, j.warm_argv.is_some());
+        let d = &mut self.devices[device];
+        d.running.insert(id);
+        if policy == Policy::Command {
+            d.command_holder = Some(id);
+        }
+        if warm {
+            return self.start_warm_job(id);
+        }
+        let spec = &self.jobs[&id].spec;
+        let env = self.device_env(device, &spec.env, Some(id), policy);
+        let launch = JobLaunch {
+            job: id,
+            argv: spec.argv.clone(),
+            cwd: spec.cwd.clone(),
+            env,
+            cpus: self.job_cores.clone(),
+            conn,
+        };
+        self.emit(Effect::SpawnJob(launch));
+    }
+
+    pub(super) fn on_job_spawned(&mut self, id: u64, pid: u32, cgroup: Option<PathBuf>) {
+        let Some(j) = self.jobs.get_mut(&id) else { return };
+        j.state = JobState::Running { pid, cgroup };
+        self.job_running(id);
+        self.write_ledger();
+        self.grant_all();
+    }
+
+    /// A job's process runs (cold or warm): record it and tell its client.
+    pub(super) fn job_running(&mut self, id: u64) {
+        let j = &self.jobs[&id];
+        let (Some(pid), conn) = (j.state.pid(), j.conn) else { return };
+        // Cancelled while it was being started.
+        if let (Some(t), Some(_)) = (j.target(), &j.cancel_reason) {
+            self.emit(Effect::KillJob(t));
+        }
+        let ns = self.now.unix_ns;
+        self.store(StoreWrite::JobStarted { id, pid, ns });
+        if let Some(c) = conn {
+            self.send(c, Reply::JobStarted { job: id, pid });
+        }
+    }
+
+    pub(super) fn on_job_spawn_failed(&mut self, id: u64, error: &str) {
+        let Some(j) = self.jobs.get(&id) else { return };
+        let reason = format!("could not start {:?} in {}: {error}", j.spec.argv[0], j.spec.cwd);
+        self.emit(Effect::RemoveCgroup { id });
+        self.finish_job(id, Some(127), None, Some(reason));
+        self.grant_all();
+    }
+
+    /// Rewrite the guardian's ledger with every running job and worker.
+    pub(super) fn write_ledger(&mut self) {
+        let pgids: Vec<(u64, i32)> = self
+            .jobs
+            .values()
+            .filter_map(|j| j.state.pid().map(|pid| (j.id, pid as i32)))
+            .chain(self.workers.values().filter_map(|w| w.pid.map(|pid| (w.cgroup_id(), pid as i32))))
+            .collect();
+        self.emit(Effect::WriteLedger(pgids));
+    }
+
+    /// Process groups of every managed job and worker.
+    pub(super) fn managed_pgids(&self) -> Vec<i32> {
+        let jobs = self.jobs.values().filter_map(|j| j.target()).map(|t| t.pgid);
+        jobs.chain(self.workers.values().filter_map(|w| w.pid.map(|p| p as i32))).collect()
+    }
+
+    pub(super) fn cancel_job(&mut self, id: u64, reason: &str) {
+        let Some(j) = self.jobs.get_mut(&id) else { return };
+        match j.state {
+            JobState::Queued => {
+                let device = j.device;
+                self.devices[device].queue.retain(|&q| q != id);
+                self.finish_job(id, None, None, Some(reason.to_string()));
+            }
+            JobState::Starting | JobState::Running { .. } => {
+                j.cancel_reason.get_or_insert_with(|| reason.to_string());
+                if let Some(t) = j.target() {
+                    self.emit(Effect::KillJob(t));
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_job_exited(&mut self, id: u64, code: Option<i32>, signal: Option<i32>) {
+        let reason = self.jobs.get(&id).and_then(|j| j.cancel_reason.clone());
+        self.emit(Effect::RemoveCgroup { id });
+        self.finish_job(id, code, signal, reason);
+        self.write_ledger();
+    }
+
+    /// Record the end of a job, tell its client, and let others in.
+    pub(super) fn finish_job(&mut self, id: u64, code: Option<i32>, signal: Option<i32>, reason: Option<String>) {
+        let Some(j) = self.jobs.remove(&id) else { return };
+        let d = &mut self.devices[j.device];
+        d.running.remove(&id);
+        if d.command_holder == Some(id) {
+            d.command_holder = None;
+        }
+        let ns = self.now.unix_ns;
+        self.store(StoreWrite::JobEnded { id, ns, code, signal, reason: reason.clone() });
+        if let Some(c) = j.conn {
+            self.send(c, Reply::JobEnded { job: id, exit: JobExit { code, signal, reason } });
+            if let Some(conn) = self.conns.get_mut(&c) {
+                conn.jobs.remove(&id);
+            }
+        }
+        self.admit(j.device);
+    }
+}
+
+/// Put `value` first in the `:`-separated list variable `key`.
+fn prepend(env: &mut Vec<(String, String)>, key: &str, value: String) {
+    match env.iter_mut().find(|(k, _)| k == key) {
+        Some((_, v)) if !v.is_empty() => *v = format!("{value}:{v}"),
+        Some((_, v)) => *v = value,
+        None => env.push((key.into(), value)),
+    }
+}

@@ -1,0 +1,594 @@
+//! The state machine without processes: events in, effects out. A [`Sim`] stands in for the
+//! server: it answers spawns and hand-offs at once (pids from a counter) and keeps the clock.
+
+use super::*;
+use crate::effect::{RegionStep, StoreWrite};
+use crate::event::{EnterReport, WorkerMsg};
+use kforge_proto::{Grant, Policy, Reply, Request, SubmitSpec};
+use std::collections::VecDeque;
+
+const GPU0: usize = 1;
+const GPU1: usize = 2;
+
+struct Sim {
+    d: Daemon,
+    t0: Instant,
+    elapsed: Duration,
+    next_pid: u32,
+    next_conn: ConnId,
+    /// Answer spawns with a failure.
+    fail_spawns: bool,
+}
+
+fn devices() -> Vec<DeviceSetup> {
+    let dev = |name: &str, kind| DeviceSetup {
+        info: DeviceInfo { name: name.into(), kind, description: format!("fake {name}"), cuda_visible: name.into() },
+        gate_path: None,
+    };
+    vec![dev("cpu", DeviceKind::Cpu), dev("0", DeviceKind::Gpu), dev("1", DeviceKind::Gpu)]
+}
+
+impl Sim {
+    /// A daemon with a cpu device and two fake GPUs, no warm workers unless `tune` says so.
+    fn new(tune: impl FnOnce(&mut Config)) -> Sim {
+        let mut cfg = Config::new("/run/kforge-test.sock".into());
+        cfg.db = ":memory:".into();
+        cfg.warm_workers = Some(0);
+        tune(&mut cfg);
+        let t0 = Instant::now();
+        let parts = DaemonParts {
+            cfg,
+            freeze_mechanism: "test".into(),
+            python_dir: "/kforge-test/python".into(),
+            base_env: vec![],
+            daemon_pid: 1,
+            devices: devices(),
+            reserved_cores: vec![],
+            job_cores: vec![1],
+            first_ids: (0, 0, 0),
+        };
+        let now = Now { at: t0, unix_ns: 1_000_000_000 };
+        let mut sim = Sim {
+            d: Daemon::new(parts, now),
+            t0,
+            elapsed: Duration::ZERO,
+            next_pid: 1000,
+            next_conn: 1,
+            fail_spawns: false,
+        };
+        let effects = sim.d.start(now);
+        sim.carry(effects);
+        sim
+    }
+
+    fn now(&self) -> Now {
+        Now { at: self.t0 + self.elapsed, unix_ns: 1_000_000_000 + self.elapsed.as_nanos() as i64 }
+    }
+
+    fn advance(&mut self, ms: u64) {
+        self.elapsed += Duration::from_millis(ms);
+    }
+
+    fn status(&self) -> StatusReport {
+        self.d.status(self.now().at)
+    }
+
+    /// Handle an event as the server does; every effect, in the order carried out.
+    fn handle(&mut self, ev: Event) -> Vec<Effect> {
+        let effects = self.d.handle(ev, self.now());
+        self.carry(effects)
+    }
+
+    fn carry(&mut self, effects: Vec<Effect>) -> Vec<Effect> {
+        let mut done = Vec::new();
+        let mut pending: VecDeque<Effect> = effects.into();
+        while let Some(e) = pending.pop_front() {
+            let answer = self.answer(&e);
+            done.push(e);
+            if let Some(a) = answer {
+                for e in self.d.handle(a, self.now()).into_iter().rev() {
+                    pending.push_front(e);
+                }
+            }
+        }
+        done
+    }
+
+    fn answer(&mut self, e: &Effect) -> Option<Event> {
+        self.next_pid += 1;
+        let pid = self.next_pid;
+        match e {
+            Effect::SpawnJob(l) if self.fail_spawns => {
+                Some(Event::JobSpawnFailed { job: l.job, error: "No such file or directory".into() })
+            }
+            Effect::SpawnJob(l) => Some(Event::JobSpawned { job: l.job, pid, cgroup: None }),
+            Effect::SpawnWorker(l) => Some(Event::WorkerSpawned { worker: l.worker, pid, cgroup: None }),
+            Effect::HandToWorker(l) => Some(Event::HandedToWorker { worker: l.worker, job: l.job, result: Ok(()) }),
+            _ => None,
+        }
+    }
+
+    /// A greeted connection.
+    fn connect(&mut self) -> ConnId {
+        let conn = self.next_conn;
+        self.next_conn += 1;
+        self.handle(Event::Connected { conn });
+        let welcome = self.request(conn, Request::Hello { protocol: PROTOCOL_VERSION, client: "test".into() });
+        assert!(matches!(replies(&welcome, conn)[..], [Reply::Welcome { .. }]), "{welcome:?}");
+        conn
+    }
+
+    fn request(&mut self, conn: ConnId, req: Request) -> Vec<Effect> {
+        self.handle(Event::Request { conn, req })
+    }
+
+    /// Submit a command; its job id.
+    fn submit(&mut self, conn: ConnId, device: &str, policy: Policy) -> u64 {
+        let spec = SubmitSpec {
+            argv: vec!["bench".into()],
+            cwd: "/".into(),
+            env: vec![],
+            device: device.into(),
+            policy: Some(policy),
+            label: None,
+            warm: false,
+            timeout_ms: None,
+            gpu_group: None,
+        };
+        self.submit_spec(conn, spec).0
+    }
+
+    fn submit_spec(&mut self, conn: ConnId, spec: SubmitSpec) -> (u64, Vec<Effect>) {
+        let effects = self.request(conn, Request::Submit(spec));
+        let job = replies(&effects, conn)
+            .iter()
+            .find_map(|r| match r {
+                Reply::JobQueued { job, .. } => Some(*job),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("not queued: {effects:?}"));
+        (job, effects)
+    }
+
+    fn enter(&mut self, conn: ConnId, job: Option<u64>, device: &str, lease_ms: Option<u64>) -> Vec<Effect> {
+        let device = job.is_none().then(|| device.to_string());
+        let req = Request::RegionEnter { job, device, name: "r".into(), pid: 100 + conn as u32, tid: 7, lease_ms };
+        self.request(conn, req)
+    }
+
+    /// The device thread entered `region` (nothing tainted, nothing failed).
+    fn entered(&mut self, region: u64) -> Vec<Effect> {
+        self.handle(Event::RegionEntered { region, report: EnterReport::default() })
+    }
+
+    fn left(&mut self, region: u64) -> Vec<Effect> {
+        self.handle(Event::RegionLeft { region, gpu: None })
+    }
+}
+
+/// Replies sent to `conn`, in order.
+fn replies(effects: &[Effect], conn: ConnId) -> Vec<&Reply> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Send { conn: c, reply } if *c == conn => Some(reply),
+            _ => None,
+        })
+        .collect()
+}
+
+/// (device, region, jobs to freeze) of every region the device threads are asked to enter.
+fn enters(effects: &[Effect]) -> Vec<(usize, u64, Vec<u64>)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Step { device, step: RegionStep::Enter { region, targets, .. } } => {
+                Some((*device, *region, targets.iter().map(|t| t.job).collect()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+fn leaves(effects: &[Effect]) -> Vec<u64> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Step { step: RegionStep::Leave { region }, .. } => Some(*region),
+            _ => None,
+        })
+        .collect()
+}
+
+fn spawned(effects: &[Effect]) -> Vec<u64> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::SpawnJob(l) => Some(l.job),
+            _ => None,
+        })
+        .collect()
+}
+
+fn grant_to(effects: &[Effect], conn: ConnId) -> Option<Grant> {
+    replies(effects, conn).into_iter().find_map(|r| match r {
+        Reply::RegionGranted(g) => Some(g.clone()),
+        _ => None,
+    })
+}
+
+fn released_to(effects: &[Effect], conn: ConnId) -> Option<(u64, bool, bool)> {
+    replies(effects, conn).into_iter().find_map(|r| match r {
+        Reply::RegionReleased { region, valid, revoked, .. } => Some((*region, *valid, *revoked)),
+        _ => None,
+    })
+}
+
+fn queue_of(s: &StatusReport, device: usize) -> (Option<u64>, Vec<u64>) {
+    let d = &s.devices[device];
+    (d.region_holder.as_ref().map(|r| r.region), d.region_queue.iter().map(|r| r.region).collect())
+}
+
+fn frozen(s: &StatusReport) -> Vec<u64> {
+    s.jobs.iter().filter(|j| j.frozen).map(|j| j.job).collect()
+}
+
+#[test]
+fn regions_are_granted_in_request_order_one_per_device() {
+    let mut s = Sim::new(|_| {});
+    let (a, b, c, e) = (s.connect(), s.connect(), s.connect(), s.connect());
+    let ea = s.enter(a, None, "0", None);
+    let [(GPU0, ra, _)] = enters(&ea)[..] else { panic!("{ea:?}") };
+    assert!(enters(&s.enter(b, None, "0", None)).is_empty(), "a region of GPU 0 is entering");
+    assert!(enters(&s.enter(c, None, "0", None)).is_empty());
+    // Another device's line is its own.
+    let ee = s.enter(e, None, "1", None);
+    assert!(matches!(enters(&ee)[..], [(GPU1, _, _)]), "{ee:?}");
+    let (holder, waiting) = queue_of(&s.status(), GPU0);
+    assert_eq!(holder, Some(ra));
+    let [rb, rc] = waiting[..] else { panic!("{waiting:?}") };
+    assert!(ra < rb && rb < rc);
+
+    let ga = s.entered(ra);
+    assert_eq!(grant_to(&ga, a).map(|g| g.region), Some(ra));
+    assert!(enters(&ga).is_empty(), "still held");
+    let xa = s.request(a, Request::RegionExit { region: ra });
+    assert_eq!(leaves(&xa), vec![ra]);
+    assert!(enters(&xa).is_empty(), "not before the device thread has left");
+    let la = s.left(ra);
+    assert_eq!(released_to(&la, a), Some((ra, true, false)));
+    assert_eq!(enters(&la).iter().map(|e| e.1).collect::<Vec<_>>(), vec![rb], "b asked before c");
+    assert_eq!(queue_of(&s.status(), GPU0), (Some(rb), vec![rc]));
+}
+
+#[test]
+fn a_region_held_past_its_lease_is_revoked_and_the_next_granted() {
+    let mut s = Sim::new(|_| {});
+    let (a, b) = (s.connect(), s.connect());
+    let ra = enters(&s.enter(a, None, "0", Some(100)))[0].1;
+    s.enter(b, None, "0", None);
+    assert!(grant_to(&s.entered(ra), a).is_some());
+    assert_eq!(s.d.next_deadline(), Some(s.now().at + Duration::from_millis(100)));
+    s.advance(99);
+    assert!(s.handle(Event::Tick).is_empty(), "the lease has 1 ms left");
+    s.advance(1);
+    let t = s.handle(Event::Tick);
+    assert!(matches!(replies(&t, a)[..], [Reply::RegionRevoked { region, .. }] if *region == ra), "{t:?}");
+    assert_eq!(leaves(&t), vec![ra]);
+    let l = s.left(ra);
+    assert!(replies(&l, a).is_empty(), "a did not ask to exit yet");
+    assert!(l.contains(&Effect::Store(StoreWrite::RegionReleased {
+        id: ra,
+        ns: s.now().unix_ns,
+        revoked: true,
+        tainted: false,
+        gpu: None
+    })));
+    let rb = enters(&l)[0].1;
+    assert_eq!(queue_of(&s.status(), GPU0), (Some(rb), vec![]));
+    // a's exit, after the fact, is answered; its measurements are invalid.
+    let x = s.request(a, Request::RegionExit { region: ra });
+    assert_eq!(released_to(&x, a), Some((ra, false, true)));
+    let m = s.request(a, Request::Measurement { region: Some(ra), job: None, name: "t".into(), samples_ms: vec![1.0] });
+    assert!(matches!(replies(&m, a)[..], [Reply::Recorded { valid: false, .. }]), "{m:?}");
+}
+
+#[test]
+fn an_exit_during_the_revocation_is_answered_once_left() {
+    let mut s = Sim::new(|_| {});
+    let a = s.connect();
+    let ra = enters(&s.enter(a, None, "0", Some(10)))[0].1;
+    s.entered(ra);
+    s.advance(10);
+    s.handle(Event::Tick);
+    assert!(replies(&s.request(a, Request::RegionExit { region: ra }), a).is_empty(), "still leaving");
+    let l = s.left(ra);
+    assert_eq!(released_to(&l, a), Some((ra, false, true)));
+}
+
+#[test]
+fn client_death_mid_region_releases_it_and_the_queue_moves() {
+    let mut s = Sim::new(|_| {});
+    let (a, b) = (s.connect(), s.connect());
+    let ja = s.submit(a, "0", Policy::Region);
+    let ra = enters(&s.enter(a, Some(ja), "", None))[0].1;
+    s.enter(b, None, "0", None);
+    s.entered(ra);
+    let h = s.handle(Event::Hangup { conn: a });
+    assert!(h.iter().any(|e| matches!(e, Effect::KillJob(t) if t.job == ja)), "its job is cancelled: {h:?}");
+    assert_eq!(leaves(&h), vec![ra]);
+    let l = s.left(ra);
+    assert!(replies(&l, a).is_empty(), "nobody to tell");
+    let rb = enters(&l)[0].1;
+    assert_eq!(queue_of(&s.status(), GPU0), (Some(rb), vec![]));
+    let x = s.handle(Event::JobExited { job: ja, code: None, signal: Some(9) });
+    assert!(
+        x.iter().any(|e| matches!(e,
+        Effect::Store(StoreWrite::JobEnded { id, reason: Some(r), .. }) if *id == ja && r == "client connection lost"))
+    );
+}
+
+#[test]
+fn client_death_while_entering_leaves_once_entered_without_a_grant() {
+    let mut s = Sim::new(|_| {});
+    let (a, b) = (s.connect(), s.connect());
+    let ra = enters(&s.enter(a, None, "0", None))[0].1;
+    s.enter(b, None, "0", None);
+    assert!(leaves(&s.handle(Event::Hangup { conn: a })).is_empty(), "the device thread is still entering");
+    let e = s.entered(ra);
+    assert_eq!(leaves(&e), vec![ra]);
+    assert!(!e.iter().any(|e| matches!(e, Effect::Store(StoreWrite::InsertRegion(_)) | Effect::Send { .. })));
+    let l = s.left(ra);
+    assert!(!l.iter().any(|e| matches!(e, Effect::Store(StoreWrite::RegionReleased { .. }))), "never granted");
+    assert_eq!(enters(&l).len(), 1, "b's turn");
+}
+
+#[test]
+fn a_waiting_client_that_dies_loses_its_place() {
+    let mut s = Sim::new(|_| {});
+    let (a, b, c) = (s.connect(), s.connect(), s.connect());
+    let ra = enters(&s.enter(a, None, "0", None))[0].1;
+    s.enter(b, None, "0", None);
+    s.enter(c, None, "0", None);
+    let (_, waiting) = queue_of(&s.status(), GPU0);
+    s.handle(Event::Hangup { conn: b });
+    assert_eq!(queue_of(&s.status(), GPU0), (Some(ra), vec![waiting[1]]));
+    s.entered(ra);
+    s.request(a, Request::RegionExit { region: ra });
+    assert_eq!(enters(&s.left(ra))[0].1, waiting[1]);
+}
+
+#[test]
+fn a_job_that_exits_while_frozen_leaves_nothing_frozen() {
+    let mut s = Sim::new(|_| {});
+    let (a, b) = (s.connect(), s.connect());
+    let ja = s.submit(a, "0", Policy::Region);
+    let jb = s.submit(b, "0", Policy::Region);
+    let e = s.enter(b, Some(jb), "", None);
+    let [(GPU0, rb, ref targets)] = enters(&e)[..] else { panic!("{e:?}") };
+    assert_eq!(targets, &vec![ja], "the sibling on the device is frozen, not the holder");
+    s.entered(rb);
+    assert_eq!(frozen(&s.status()), vec![ja]);
+    // The frozen job is killed (cancelled here) and exits while frozen.
+    s.request(a, Request::Cancel { job: ja });
+    let x = s.handle(Event::JobExited { job: ja, code: None, signal: Some(9) });
+    assert!(x.contains(&Effect::RemoveCgroup { id: ja }));
+    assert!(matches!(replies(&x, a)[..], [Reply::JobEnded { job, .. }] if *job == ja));
+    assert!(frozen(&s.status()).is_empty());
+    s.request(b, Request::RegionExit { region: rb });
+    s.left(rb);
+    let st = s.status();
+    assert!(frozen(&st).is_empty());
+    assert_eq!(queue_of(&st, GPU0), (None, vec![]));
+}
+
+#[test]
+fn the_holder_job_exiting_releases_its_region_and_thaws_the_device() {
+    let mut s = Sim::new(|_| {});
+    let (a, b, c) = (s.connect(), s.connect(), s.connect());
+    let ja = s.submit(a, "0", Policy::Region);
+    let jb = s.submit(b, "0", Policy::Region);
+    let rb = enters(&s.enter(b, Some(jb), "", None))[0].1;
+    s.entered(rb);
+    let jc = s.submit(c, "0", Policy::Region);
+    assert_eq!(s.status().devices[GPU0].queued, vec![jc], "waits for the region");
+    // The holder's process dies: its job exits and its connection hangs up.
+    s.handle(Event::JobExited { job: jb, code: Some(1), signal: None });
+    let h = s.handle(Event::Hangup { conn: b });
+    assert_eq!(leaves(&h), vec![rb]);
+    let l = s.left(rb);
+    assert_eq!(spawned(&l), vec![jc]);
+    let st = s.status();
+    assert!(frozen(&st).is_empty());
+    assert_eq!(st.devices[GPU0].running, vec![ja, jc]);
+}
+
+#[test]
+fn no_job_is_admitted_on_a_device_while_a_region_is_held_there() {
+    let mut s = Sim::new(|_| {});
+    let (a, b, c, e) = (s.connect(), s.connect(), s.connect(), s.connect());
+    let ra = enters(&s.enter(a, None, "0", None))[0].1;
+    let (jb, q) = s.submit_spec(b, spec("0"));
+    assert!(spawned(&q).is_empty(), "it would only be frozen");
+    let (jc, q) = s.submit_spec(c, spec("1"));
+    assert_eq!(spawned(&q), vec![jc], "another device is free");
+    s.enter(e, None, "0", None);
+    s.entered(ra);
+    s.request(a, Request::RegionExit { region: ra });
+    let l = s.left(ra);
+    // The waiting job starts first, then the next region is entered, freezing it.
+    let spawn_at = l.iter().position(|x| matches!(x, Effect::SpawnJob(j) if j.job == jb)).expect("jb starts");
+    let enter_at = l.iter().position(|x| matches!(x, Effect::Step { step: RegionStep::Enter { .. }, .. })).unwrap();
+    assert!(spawn_at < enter_at, "{l:?}");
+    assert_eq!(enters(&l)[0].2, vec![jb]);
+}
+
+#[test]
+fn under_freeze_none_jobs_start_beside_a_held_region() {
+    let mut s = Sim::new(|c| c.freeze_scope = crate::config::FreezeScope::None);
+    let (a, b) = (s.connect(), s.connect());
+    let ra = enters(&s.enter(a, None, "0", None))[0].1;
+    s.entered(ra);
+    let (jb, q) = s.submit_spec(b, spec("0"));
+    assert_eq!(spawned(&q), vec![jb]);
+}
+
+#[test]
+fn under_freeze_node_one_region_at_a_time_node_wide_freezing_every_other_job() {
+    let mut s = Sim::new(|c| c.freeze_scope = crate::config::FreezeScope::Node);
+    let (a, b, c) = (s.connect(), s.connect(), s.connect());
+    let ja = s.submit(a, "0", Policy::Region);
+    let jc = s.submit(c, "cpu", Policy::Region);
+    let e = s.enter(a, Some(ja), "", None);
+    let [(GPU0, ra, ref targets)] = enters(&e)[..] else { panic!("{e:?}") };
+    assert_eq!(targets, &vec![jc], "the cpu job too");
+    assert!(enters(&s.enter(b, None, "1", None)).is_empty(), "GPU 1 waits in the node's line");
+    s.entered(ra);
+    s.request(a, Request::RegionExit { region: ra });
+    assert_eq!(enters(&s.left(ra)).iter().map(|e| e.0).collect::<Vec<_>>(), vec![GPU1]);
+}
+
+#[test]
+fn regions_of_none_and_command_jobs_are_granted_at_once_and_left_without_the_device_thread() {
+    let mut s = Sim::new(|_| {});
+    let (a, b) = (s.connect(), s.connect());
+    let ja = s.submit(a, "0", Policy::Command);
+    let jb = s.submit(b, "1", Policy::None);
+    for (conn, job, exclusive) in [(a, ja, true), (b, jb, false)] {
+        let e = s.enter(conn, Some(job), "", None);
+        assert!(enters(&e).is_empty(), "{e:?}");
+        let g = grant_to(&e, conn).expect("granted at once");
+        assert_eq!(g.exclusive, exclusive);
+        let x = s.request(conn, Request::RegionExit { region: g.region });
+        assert!(leaves(&x).is_empty());
+        assert_eq!(released_to(&x, conn), Some((g.region, true, false)));
+    }
+    // A command job holds its device: nothing else starts there while it runs.
+    let (jc, q) = s.submit_spec(b, spec("0"));
+    assert!(spawned(&q).is_empty());
+    assert_eq!(spawned(&s.handle(Event::JobExited { job: ja, code: Some(0), signal: None })), vec![jc]);
+}
+
+#[test]
+fn a_job_past_its_time_limit_is_killed_on_the_tick() {
+    let mut s = Sim::new(|_| {});
+    let a = s.connect();
+    let (j, _) = s.submit_spec(a, SubmitSpec { timeout_ms: Some(50), ..spec("cpu") });
+    assert_eq!(s.d.next_deadline(), Some(s.now().at + Duration::from_millis(50)));
+    s.advance(50);
+    let t = s.handle(Event::Tick);
+    assert!(matches!(t[..], [Effect::KillJob(ref target)] if target.job == j), "{t:?}");
+    assert_eq!(s.d.next_deadline(), None, "killed once");
+    let x = s.handle(Event::JobExited { job: j, code: None, signal: Some(9) });
+    assert!(
+        matches!(replies(&x, a)[..], [Reply::JobEnded { exit, .. }]
+        if exit.reason.as_deref() == Some("time limit of 0.050 s exceeded")),
+        "{x:?}"
+    );
+}
+
+#[test]
+fn a_command_that_cannot_start_ends_with_127() {
+    let mut s = Sim::new(|_| {});
+    s.fail_spawns = true;
+    let a = s.connect();
+    let (j, q) = s.submit_spec(a, spec("cpu"));
+    assert!(q.contains(&Effect::RemoveCgroup { id: j }));
+    let ended = replies(&q, a).into_iter().find_map(|r| match r {
+        Reply::JobEnded { exit, .. } => Some(exit.clone()),
+        _ => None,
+    });
+    let exit = ended.expect("the job ended");
+    assert_eq!(exit.code, Some(127));
+    assert!(exit.reason.unwrap_or_default().contains("could not start \"bench\""));
+    assert!(!replies(&q, a).iter().any(|r| matches!(r, Reply::JobStarted { .. })));
+    assert!(s.status().jobs.is_empty());
+}
+
+#[test]
+fn warm_jobs_go_to_an_idle_worker_one_at_a_time() {
+    let mut s = Sim::new(|c| c.warm_workers = Some(1));
+    // One worker per device, started one at a time at daemon start.
+    let pool = |s: &Sim| s.status().devices[GPU0].pool.clone();
+    assert_eq!(pool(&s).starting, 1);
+    let worker = 2; // cpu's is 1, GPU 0's is 2
+    s.handle(Event::Worker {
+        worker,
+        msg: WorkerMsg::Ready { pid: 0, preloaded: vec![], cuda: true, startup_ms: 1.0, error: None },
+    });
+    assert_eq!(pool(&s).warm, 1);
+    let a = s.connect();
+    let warm = SubmitSpec { argv: vec!["python3".into(), "a.py".into()], warm: true, ..spec("0") };
+    let (j1, q) = s.submit_spec(a, warm.clone());
+    let handed: Vec<(u64, u64, Vec<String>)> = q
+        .iter()
+        .filter_map(|e| match e {
+            Effect::HandToWorker(l) => Some((l.worker, l.job, l.argv.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(handed, vec![(worker, j1, vec!["a.py".to_string()])]);
+    assert!(matches!(replies(&q, a)[..], [Reply::JobQueued { .. }, Reply::JobStarted { .. }]), "{q:?}");
+    let (j2, q) = s.submit_spec(a, warm);
+    assert!(!q.iter().any(|e| matches!(e, Effect::HandToWorker(_))), "the worker is busy");
+    let done = s.handle(Event::Worker { worker, msg: WorkerMsg::Done { job: j1, exit_code: 0, recycle: vec![] } });
+    assert!(!replies(&done, a).iter().any(|r| matches!(r, Reply::JobEnded { .. })), "its output is still open");
+    assert!(done.iter().any(|e| matches!(e, Effect::HandToWorker(l) if l.job == j2 && l.worker == worker)));
+    let closed = s.handle(Event::WarmOutputClosed { job: j1 });
+    assert!(matches!(replies(&closed, a)[..],
+        [Reply::JobEnded { job, exit }] if *job == j1 && exit.code == Some(0)));
+    assert_eq!(pool(&s).jobs_served, 1);
+}
+
+#[test]
+fn a_recycled_worker_is_replaced() {
+    let mut s = Sim::new(|c| c.warm_workers = Some(1));
+    let worker = 2;
+    s.handle(Event::Worker {
+        worker,
+        msg: WorkerMsg::Ready { pid: 0, preloaded: vec![], cuda: true, startup_ms: 1.0, error: None },
+    });
+    let a = s.connect();
+    let warm = SubmitSpec { argv: vec!["python3".into(), "a.py".into()], warm: true, ..spec("0") };
+    let (j, _) = s.submit_spec(a, warm);
+    let recycle = vec!["thread left running: t".to_string()];
+    let done = s.handle(Event::Worker { worker, msg: WorkerMsg::Done { job: j, exit_code: 0, recycle } });
+    assert!(done.iter().any(|e| matches!(e, Effect::SpawnWorker(l) if l.worker == 4)), "{done:?}");
+    let p = s.status().devices[GPU0].pool.clone();
+    assert_eq!(p.recycled.get("thread left running"), Some(&1));
+    assert_eq!(p.starting, 1, "the replacement");
+    s.handle(Event::WorkerExited { worker, code: Some(0), signal: None });
+    assert_eq!(s.status().devices[GPU0].pool.recycled.len(), 1, "an expected exit");
+}
+
+#[test]
+fn shutdown_refuses_newcomers_and_leaves_held_regions() {
+    let mut s = Sim::new(|_| {});
+    let (a, b) = (s.connect(), s.connect());
+    let ra = enters(&s.enter(a, None, "0", None))[0].1;
+    s.enter(b, None, "0", None);
+    s.entered(ra);
+    let sd = s.request(a, Request::Shutdown);
+    assert_eq!(leaves(&sd), vec![ra]);
+    assert!(!s.d.quiescent());
+    let l = s.left(ra);
+    assert!(enters(&l).is_empty(), "nothing is granted while stopping");
+    assert!(s.d.quiescent());
+    let late = s.handle(Event::Connected { conn: 99 });
+    assert!(matches!(replies(&late, 99)[..], [Reply::Error { code: ErrorCode::ShuttingDown, .. }]));
+    assert!(late.contains(&Effect::Close { conn: 99 }));
+}
+
+fn spec(device: &str) -> SubmitSpec {
+    SubmitSpec {
+        argv: vec!["bench".into()],
+        cwd: "/".into(),
+        env: vec![],
+        device: device.into(),
+        policy: None,
+        label: None,
+        warm: false,
+        timeout_ms: None,
+        gpu_group: None,
+    }
+}
