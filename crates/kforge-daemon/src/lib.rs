@@ -22,7 +22,6 @@ pub use config::{Config, FreezeScope};
 pub use devices::GpuSelection;
 pub use server::{run, DaemonHandle};
 
-
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
     #[error("configuration: {0}")]

@@ -117,7 +117,7 @@ pub fn generate(count: usize, seed: u64) -> Vec<DemoCommand> {
         .collect()
 }
 
-pub use kforge_eval::runner::{run_job, PrivateDaemon};
+pub use kforge_eval::runner::{run_job_capturing, PrivateDaemon};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct PolicyResult {
@@ -220,7 +220,7 @@ pub fn demo(kforge: &Path, a: DemoArgs) -> Result<i32> {
     // Ground truth: each kernel alone on an idle device, one command at a time.
     eprint!("  isolated  ");
     for c in &cmds {
-        let r = run_job(&daemon.socket, spec(&dir, &a.python, c, Policy::Command, "isolated", false))?;
+        let r = run_job_capturing(&daemon.socket, spec(&dir, &a.python, c, Policy::Command, "isolated", false))?;
         check_exit("isolated", &c.name, &r)?;
         eprint!(".");
     }
@@ -239,7 +239,7 @@ pub fn demo(kforge: &Path, a: DemoArgs) -> Result<i32> {
                     let sp = spec(&dir, &a.python, c, policy, label, true);
                     let sock = daemon.socket.clone();
                     s.spawn(move || {
-                        let r = run_job(&sock, sp);
+                        let r = run_job_capturing(&sock, sp);
                         eprint!(".");
                         r
                     })
@@ -282,7 +282,7 @@ pub fn demo(kforge: &Path, a: DemoArgs) -> Result<i32> {
     // Ground truth again: how far the host alone moves the same timings (the noise floor).
     eprint!("  repeat    ");
     for c in &cmds {
-        let r = run_job(&daemon.socket, spec(&dir, &a.python, c, Policy::Command, "isolated-repeat", false))?;
+        let r = run_job_capturing(&daemon.socket, spec(&dir, &a.python, c, Policy::Command, "isolated-repeat", false))?;
         check_exit("isolated-repeat", &c.name, &r)?;
         eprint!(".");
     }

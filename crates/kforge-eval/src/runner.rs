@@ -6,6 +6,7 @@ use anyhow::{bail, Context, Result};
 use kforge_client::Client;
 use kforge_proto::{Policy, Reply, Request, SubmitSpec};
 use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -89,22 +90,28 @@ impl Drop for PrivateDaemon {
     }
 }
 
-/// Run one command through the daemon and wait for it; returns (exit code, stdout+stderr).
-pub fn run_job(socket: &Path, spec: SubmitSpec) -> Result<(i32, String)> {
-    let mut c = Client::connect(socket)?;
-    c.send(&Request::Submit(spec))?;
-    let mut out = Vec::new();
-    loop {
-        match c.recv()? {
-            Reply::Output { data, .. } => out.extend(kforge_proto::b64::decode(&data).unwrap_or_default()),
-            Reply::JobEnded { exit, .. } => {
-                if let Some(r) = &exit.reason {
-                    out.extend(format!("\n[kforge: {r}]").bytes());
-                }
-                return Ok((exit.shell_code(), String::from_utf8_lossy(&out).into_owned()));
-            }
-            _ => {}
-        }
+/// Run one command through the daemon and wait for it; returns (exit code, stdout and stderr
+/// interleaved as they came, and why the daemon ended it when it did).
+pub fn run_job_capturing(socket: &Path, spec: SubmitSpec) -> Result<(i32, String)> {
+    let out = RefCell::new(Vec::new());
+    let exit = kforge_client::run_job(socket, spec, &mut Interleaved(&out), &mut Interleaved(&out))?;
+    let mut out = out.into_inner();
+    if let Some(r) = &exit.reason {
+        out.extend(format!("\n[kforge: {r}]").bytes());
+    }
+    Ok((exit.shell_code(), String::from_utf8_lossy(&out).into_owned()))
+}
+
+/// One of the two writers of a job's output into one buffer: stdout and stderr interleaved.
+struct Interleaved<'a>(&'a RefCell<Vec<u8>>);
+
+impl std::io::Write for Interleaved<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -332,7 +339,7 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
                     timeout_ms: Some(o.timeout.as_millis() as u64),
                     gpu_group: gpu_groups.then(|| format!("{}/{}", c.operator, c.group)),
                 };
-                let r = run_job(&daemon.socket, spec);
+                let r = run_job_capturing(&daemon.socket, spec);
                 let fail = match r {
                     Ok((0, _)) => None,
                     Ok((code, out)) => Some((c.id.clone(), code, tail(&out))),

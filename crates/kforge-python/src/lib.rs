@@ -25,8 +25,11 @@ pub fn write_package(dir: &Path) -> Result<PathBuf, WriteError> {
     for (rel, body) in PY_FILES {
         let path = pkg.join(rel);
         let parent = path.parent().unwrap_or(&pkg);
-        std::fs::create_dir_all(parent)
-            .map_err(|source| WriteError { what: "creating", path: parent.to_path_buf(), source })?;
+        std::fs::create_dir_all(parent).map_err(|source| WriteError {
+            what: "creating",
+            path: parent.to_path_buf(),
+            source,
+        })?;
         std::fs::write(&path, body).map_err(|source| WriteError { what: "writing", path: path.clone(), source })?;
     }
     Ok(pkg)

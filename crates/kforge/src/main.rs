@@ -7,8 +7,7 @@ mod verify;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use kforge_client::{resolve_socket, Client};
-use kforge_proto::{b64, Policy, Reply, Request, Stream, SubmitSpec};
-use std::io::Write;
+use kforge_proto::{Policy, Reply, Request, SubmitSpec};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -610,7 +609,7 @@ fn daemon(socket: PathBuf, a: DaemonArgs) -> Result<i32> {
 }
 
 fn run(socket: PathBuf, a: RunArgs) -> Result<i32> {
-    let mut c = Client::connect(&socket)?;
+    let c = Client::connect(&socket)?;
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let spec = SubmitSpec {
         argv: a.command,
@@ -628,34 +627,15 @@ fn run(socket: PathBuf, a: RunArgs) -> Result<i32> {
         gpu_group: a.gpu_group,
     };
     let grouped = spec.gpu_group.is_some();
-    c.send(&Request::Submit(spec))?;
-    let mut out = std::io::stdout().lock();
-    let mut err = std::io::stderr();
-    loop {
-        match c.recv()? {
-            Reply::JobQueued { gpu_group: None, .. } if grouped => {
-                eprintln!("kforge run: warning: the daemon ignored --gpu-group (a daemon older than GPU groups)");
-            }
-            Reply::JobQueued { .. } | Reply::JobStarted { .. } => {}
-            Reply::Output { stream, data, .. } => {
-                let bytes = b64::decode(&data).context("daemon sent undecodable output")?;
-                match stream {
-                    Stream::Stdout => {
-                        out.write_all(&bytes).context("writing stdout")?;
-                        out.flush().context("flushing stdout")?;
-                    }
-                    Stream::Stderr => err.write_all(&bytes).context("writing stderr")?,
-                }
-            }
-            Reply::JobEnded { exit, .. } => {
-                if let Some(r) = &exit.reason {
-                    eprintln!("kforge: job ended: {r}");
-                }
-                return Ok(exit.shell_code());
-            }
-            other => bail!("unexpected reply while running: {other:?}"),
-        }
+    let job = c.submit(spec)?;
+    if grouped && job.gpu_group.is_none() {
+        eprintln!("kforge run: warning: the daemon ignored --gpu-group (a daemon older than GPU groups)");
     }
+    let exit = job.stream_output(&mut std::io::stdout().lock(), &mut std::io::stderr())?;
+    if let Some(r) = &exit.reason {
+        eprintln!("kforge: job ended: {r}");
+    }
+    Ok(exit.shell_code())
 }
 
 fn status(socket: PathBuf, json: bool) -> Result<i32> {
