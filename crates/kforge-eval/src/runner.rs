@@ -116,7 +116,7 @@ impl std::io::Write for Interleaved<'_> {
 }
 
 /// Steps of the ablation, each adding one mechanism to the previous (policy `region` only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Ablation {
     /// Close the submission gate only: no drain, no freeze, no core isolation, no settle.
@@ -156,6 +156,32 @@ impl Ablation {
         f.extend(["--reserve-cores", r.as_str(), "--warm-workers", w.as_str()]);
         f.into_iter().map(String::from).collect()
     }
+}
+
+/// Name of a ground-truth manifest: `name`, by default `truth` (or `truth-warm`: one state may
+/// hold both, to compare them), with `-OFFSET` added when the truth is a part of one (an offset
+/// or a limit given).
+pub fn truth_name(name: Option<&str>, warm: bool, offset: usize, limit: Option<usize>) -> String {
+    let base = name.unwrap_or(if warm { "truth-warm" } else { "truth" });
+    if offset > 0 || limit.is_some() {
+        format!("{base}-{offset}")
+    } else {
+        base.into()
+    }
+}
+
+/// Default name of a run: its policy, plus the ablation step under `region`.
+pub fn run_name(policy: Policy, ablation: Ablation) -> String {
+    if policy == Policy::Region {
+        format!("region-{}", ablation.as_str())
+    } else {
+        policy.as_str().to_string()
+    }
+}
+
+/// Default store of a workload's runs: `kforge-eval.db` beside the workload.
+pub fn default_db(workload: &Path) -> PathBuf {
+    workload.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).join("kforge-eval.db")
 }
 
 /// `flags` with the daemon's settle step set to at most `ms` (0: no settle step), replacing
@@ -403,6 +429,18 @@ mod tests {
 
     fn value_of<'a>(flags: &'a [String], name: &str) -> Vec<&'a str> {
         flags.windows(2).filter(|w| w[0] == name).map(|w| w[1].as_str()).collect()
+    }
+
+    #[test]
+    fn default_names_and_store() {
+        assert_eq!(truth_name(None, false, 0, None), "truth");
+        assert_eq!(truth_name(None, true, 0, None), "truth-warm");
+        assert_eq!(truth_name(Some("truth-gpu1"), false, 70, None), "truth-gpu1-70");
+        assert_eq!(truth_name(None, false, 0, Some(5)), "truth-0");
+        assert_eq!(run_name(Policy::Region, Ablation::Freeze), "region-freeze");
+        assert_eq!(run_name(Policy::Command, Ablation::Warm), "command");
+        assert_eq!(default_db(Path::new("w.jsonl")), PathBuf::from("./kforge-eval.db"));
+        assert_eq!(default_db(Path::new("state/w.jsonl")), PathBuf::from("state/kforge-eval.db"));
     }
 
     #[test]

@@ -118,7 +118,7 @@ pub fn verify(a: VerifyArgs, socket: PathBuf) -> Result<i32> {
         Ok(_) => run_candidate(&a, &device, &policy, &problem, &candidate, limits)?,
     };
     if let Some(j) = &a.json {
-        crate::write_out(j, &serde_json::to_string_pretty(&verdict).context("serializing the verdict")?)?;
+        crate::output::write_out(j, &serde_json::to_string_pretty(&verdict).context("serializing the verdict")?)?;
     }
     print!("{}", table(&verdict));
     Ok(verdict.outcome.exit_code())
@@ -133,7 +133,7 @@ fn run_candidate(
     mut limits: serde_json::Value,
 ) -> Result<kforge_verify::verdict::Verdict> {
     let mut cmd = Command::new(&a.python);
-    let tmp = crate::embedded_python(&mut cmd)?;
+    let tmp = crate::output::embedded_python(&mut cmd)?;
     let out = tmp.path().join("result.json");
     cmd.args(runner_args(a, policy, &out, device)?);
     if let Ok(i) = a.device.parse::<u32>() {
