@@ -5,7 +5,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kforge_verify::verdict::{compose, table, RunnerResult};
-use kforge_verify::{check_static_for, problem_dtypes, Policy};
+use kforge_verify::{check_static_for, problem_dtypes, Finding, Policy};
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -107,16 +107,17 @@ pub fn verify(a: VerifyArgs, socket: PathBuf) -> Result<i32> {
     }
     let source = std::fs::read_to_string(&a.candidate).with_context(|| format!("reading {}", a.candidate.display()))?;
     let (problem, candidate) = (a.problem.display().to_string(), a.candidate.display().to_string());
-    let limits = serde_json::json!({"time_s": a.time_limit_s, "memory_gib": a.memory_limit_gib});
+    let mut limits = serde_json::json!({"time_s": a.time_limit_s, "memory_gib": a.memory_limit_gib});
 
     let problem_source =
         std::fs::read_to_string(&a.problem).with_context(|| format!("reading {}", a.problem.display()))?;
-    let verdict = match check_static_for(&source, &policy, &problem_dtypes(&problem_source)) {
-        Err(e) => compose(&problem, &candidate, &[], None, Some(format!("{candidate}: {e}")), limits),
-        Ok(findings) if !findings.is_empty() => compose(&problem, &candidate, &findings, None, None, limits),
-        Ok(_) if a.daemon => run_candidate_job(&a, &socket, &policy, &problem, &candidate, limits)?,
-        Ok(_) => run_candidate(&a, &device, &policy, &problem, &candidate, limits)?,
+    let evidence = match check_static_for(&source, &policy, &problem_dtypes(&problem_source)) {
+        Err(e) => Evidence::failure(format!("{candidate}: {e}")),
+        Ok(findings) if !findings.is_empty() => Evidence { findings, result: None, failure: None },
+        Ok(_) if a.daemon => run_candidate_job(&a, &socket, &policy, &candidate, &mut limits)?,
+        Ok(_) => run_candidate(&a, &device, &policy, &candidate, &mut limits)?,
     };
+    let verdict = compose(&problem, &candidate, &evidence.findings, evidence.result.as_ref(), evidence.failure, limits);
     if let Some(j) = &a.json {
         crate::output::write_out(j, &serde_json::to_string_pretty(&verdict).context("serializing the verdict")?)?;
     }
@@ -128,10 +129,9 @@ fn run_candidate(
     a: &VerifyArgs,
     device: &str,
     policy: &Policy,
-    problem: &str,
     candidate: &str,
-    mut limits: serde_json::Value,
-) -> Result<kforge_verify::verdict::Verdict> {
+    limits: &mut serde_json::Value,
+) -> Result<Evidence> {
     let mut cmd = Command::new(&a.python);
     let tmp = crate::output::embedded_python(&mut cmd)?;
     let out = tmp.path().join("result.json");
@@ -223,24 +223,11 @@ fn run_candidate(
     limits["network_isolated"] = serde_json::json!(isolated);
     limits["peak_rss_bytes"] = serde_json::json!(peak);
     limits["wall_s"] = serde_json::json!(t0.elapsed().as_secs_f64());
-    if let Some(why) = killed {
-        return Ok(compose(problem, candidate, &[], None, Some(why), limits));
-    }
-    if !status.success() {
-        let why = failure_reason(&err_text).unwrap_or_else(|| format!("the candidate process ended with {status}"));
-        return Ok(compose(problem, candidate, &[], None, Some(why), limits));
-    }
-    match read_result(&out) {
-        Ok(result) => Ok(compose(problem, candidate, &[], Some(&result), None, limits)),
-        Err(e) => Ok(compose(
-            problem,
-            candidate,
-            &[],
-            None,
-            Some(format!("{candidate}: the candidate process wrote no usable result ({e:#})")),
-            limits,
-        )),
-    }
+    let failure = killed.or_else(|| {
+        (!status.success())
+            .then(|| failure_reason(&err_text).unwrap_or_else(|| format!("the candidate process ended with {status}")))
+    });
+    Ok(Evidence::of_run(failure, &out, candidate, "process"))
 }
 
 /// The runner's argv after the interpreter: the module, files, output and options.
@@ -273,10 +260,9 @@ fn run_candidate_job(
     a: &VerifyArgs,
     socket: &Path,
     policy: &Policy,
-    problem: &str,
     candidate: &str,
-    mut limits: serde_json::Value,
-) -> Result<kforge_verify::verdict::Verdict> {
+    limits: &mut serde_json::Value,
+) -> Result<Evidence> {
     let tmp = tempfile::tempdir().context("creating a temporary directory")?;
     let out = tmp.path().join("result.json");
     let (job_device, runner_device) = match a.device.as_str() {
@@ -293,25 +279,41 @@ fn run_candidate_job(
     limits["memory_limit_enforced"] = serde_json::json!(false);
     limits["network_isolated"] = serde_json::json!(false);
     limits["wall_s"] = serde_json::json!(t0.elapsed().as_secs_f64());
-    if exit.code == Some(0) {
-        return Ok(match read_result(&out) {
-            Ok(result) => compose(problem, candidate, &[], Some(&result), None, limits),
-            Err(e) => compose(
-                problem,
-                candidate,
-                &[],
-                None,
-                Some(format!("{candidate}: the candidate job wrote no usable result ({e:#})")),
-                limits,
-            ),
-        });
+    let failure = (exit.code != Some(0)).then(|| {
+        exit.reason
+            .clone()
+            .or_else(|| failure_reason(&err_text))
+            .unwrap_or_else(|| format!("the candidate job ended with status {}", exit.shell_code()))
+    });
+    Ok(Evidence::of_run(failure, &out, candidate, "job"))
+}
+
+/// What a verdict is composed from besides the files' names and the limits: the static gate's
+/// findings, the runner's result, or why there is none.
+struct Evidence {
+    findings: Vec<Finding>,
+    result: Option<RunnerResult>,
+    failure: Option<String>,
+}
+
+impl Evidence {
+    fn failure(why: String) -> Evidence {
+        Evidence { findings: Vec::new(), result: None, failure: Some(why) }
     }
-    let why = exit
-        .reason
-        .clone()
-        .or_else(|| failure_reason(&err_text))
-        .unwrap_or_else(|| format!("the candidate job ended with status {}", exit.shell_code()));
-    Ok(compose(problem, candidate, &[], None, Some(why), limits))
+
+    /// After the candidate's `process` or `job` ended: the runner's result in `out` when it
+    /// succeeded, else why it did not.
+    fn of_run(failure: Option<String>, out: &Path, candidate: &str, process: &str) -> Evidence {
+        match failure {
+            Some(why) => Evidence::failure(why),
+            None => match read_result(out) {
+                Ok(result) => Evidence { findings: Vec::new(), result: Some(result), failure: None },
+                Err(e) => {
+                    Evidence::failure(format!("{candidate}: the candidate {process} wrote no usable result ({e:#})"))
+                }
+            },
+        }
+    }
 }
 
 /// Why the candidate process failed, from its stderr: the runner's own `kforge verify:` line,
