@@ -281,6 +281,80 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
     if o.truth && o.device == "all" {
         bail!("the ground truth times one command at a time on one device: --device all is for runs");
     }
+    let cmds = selected_commands(o)?;
+    let workload_abs = o.workload.canonicalize().with_context(|| format!("resolving {}", o.workload.display()))?;
+    let dir = workload_abs.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    let (policy, concurrency, ablation) = protocol(o);
+    let warm = ablation == Ablation::Warm && (policy == Policy::Region || o.truth);
+    let mut flags = with_settle_timeout(ablation.daemon_flags(o.reserve_cores, concurrency), o.settle_timeout_ms);
+    flags.extend(["--max-concurrent".into(), concurrency.to_string()]);
+    let tmp = tempfile::Builder::new().prefix("kforge-eval-").tempdir().context("creating a daemon directory")?;
+    let daemon = PrivateDaemon::start(&o.kforge, tmp.path(), &o.db, &flags)?;
+    let placement = Placement::of(o, &daemon.status()?, concurrency);
+    let label = format!("eval:{}", o.name);
+    let env: Vec<(String, String)> =
+        std::env::vars().filter(|(k, _)| ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR"].contains(&k.as_str())).collect();
+    eprintln!(
+        "kforge workload: {} — {} commands, policy {}, ablation {}, {} in flight, device {}",
+        o.name,
+        cmds.len(),
+        policy.as_str(),
+        ablation.as_str(),
+        placement.in_flight,
+        placement.device
+    );
+    let spec_of = |c: &Command| SubmitSpec {
+        argv: c.argv.clone(),
+        cwd: dir.display().to_string(),
+        env: env.clone(),
+        device: placement.job_device.clone(),
+        policy: Some(policy),
+        label: Some(label.clone()),
+        warm,
+        timeout_ms: Some(o.timeout.as_millis() as u64),
+        gpu_group: placement.gpu_groups.then(|| format!("{}/{}", c.operator, c.group)),
+    };
+    let started_unix =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    let t0 = Instant::now();
+    let failed = run_all(&daemon.socket, &cmds, placement.in_flight, spec_of);
+    let wall_s = t0.elapsed().as_secs_f64();
+    drop(daemon);
+    let m = RunManifest {
+        name: o.name.clone(),
+        kind: if o.truth { "truth".into() } else { "run".into() },
+        policy: policy.as_str().into(),
+        ablation: if policy == Policy::Region { ablation.as_str().into() } else { "-".into() },
+        warm,
+        concurrency: placement.in_flight,
+        workload: workload_abs.display().to_string(),
+        db: o.db.canonicalize().unwrap_or_else(|_| o.db.clone()).display().to_string(),
+        label,
+        device: placement.device,
+        daemon_flags: flags,
+        started_unix,
+        wall_s,
+        commands: cmds.len(),
+        failed,
+        gpu_groups: placement.gpu_groups,
+    };
+    let path = dir.join(format!("{}.run.json", o.name));
+    std::fs::write(&path, serde_json::to_vec_pretty(&m)?).with_context(|| format!("writing {}", path.display()))?;
+    if !m.failed.is_empty() {
+        eprintln!(
+            "  {} of {} commands failed; first: {} (exit {}): {}",
+            m.failed.len(),
+            m.commands,
+            m.failed[0].0,
+            m.failed[0].1,
+            m.failed[0].2
+        );
+    }
+    Ok((m, path))
+}
+
+/// The workload's commands after the offset, at most the limit.
+fn selected_commands(o: &RunOptions) -> Result<Vec<Command>> {
     let mut cmds: Vec<Command> = workload::read(&o.workload)?;
     if o.offset >= cmds.len() {
         bail!("--offset {} skips all {} commands of {}", o.offset, cmds.len(), o.workload.display());
@@ -289,34 +363,51 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
     if let Some(n) = o.limit {
         cmds.truncate(n);
     }
-    let workload_abs = o.workload.canonicalize().with_context(|| format!("resolving {}", o.workload.display()))?;
-    let dir = workload_abs.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-    // The ground truth runs one command at a time on an otherwise idle device; with the warm
-    // step it runs them in one warm worker (same timing protocol, no start-up). Its timed parts
-    // are regions, like the runs': nothing else runs to gate, drain or freeze, but each one
-    // starts after the settle step (the GPU out of power-cap throttling) and records the SM
-    // clock at grant and release — which the report needs to tell power capping from the
-    // runtime's effect.
-    let (policy, concurrency, ablation) = if o.truth {
+    Ok(cmds)
+}
+
+/// The policy, concurrency and ablation step a run uses.
+///
+/// The ground truth runs one command at a time on an otherwise idle device; with the warm step it
+/// runs them in one warm worker (same timing protocol, no start-up). Its timed parts are regions,
+/// like the runs': nothing else runs to gate, drain or freeze, but each one starts after the
+/// settle step (the GPU out of power-cap throttling) and records the SM clock at grant and
+/// release — which the report needs to tell power capping from the runtime's effect.
+fn protocol(o: &RunOptions) -> (Policy, usize, Ablation) {
+    if o.truth {
         (Policy::Region, 1, if o.ablation == Ablation::Warm { Ablation::Warm } else { Ablation::Isolate })
     } else {
         (o.policy, o.concurrency, o.ablation)
-    };
-    let warm = ablation == Ablation::Warm && (policy == Policy::Region || o.truth);
-    let mut flags = with_settle_timeout(ablation.daemon_flags(o.reserve_cores, concurrency), o.settle_timeout_ms);
-    flags.extend(["--max-concurrent".into(), concurrency.to_string()]);
-    let tmp = tempfile::Builder::new().prefix("kforge-eval-").tempdir().context("creating a daemon directory")?;
-    let daemon = PrivateDaemon::start(&o.kforge, tmp.path(), &o.db, &flags)?;
-    let status = daemon.status()?;
-    let gpus: Vec<&kforge_proto::DeviceStatus> = status.devices.iter().filter(|d| d.kind == "gpu").collect();
-    let over_all = o.device == "all" && !gpus.is_empty();
-    // The daemon puts each `auto` job on its least busy GPU, or with GPU groups on the GPU of
-    // its candidate group; `concurrency` per GPU.
-    let gpu_groups = over_all && o.gpu_groups;
-    let (dev, device, in_flight) = if over_all {
-        let list: Vec<String> = gpus.iter().map(|d| format!("{} ({})", d.name, d.description)).collect();
-        ("auto".to_string(), format!("all: {}", list.join("; ")), concurrency * gpus.len())
-    } else {
+    }
+}
+
+/// Where a run's jobs go.
+struct Placement {
+    /// The device every job is submitted to (`auto` over every GPU).
+    job_device: String,
+    /// The device as the manifest records it: `NAME (DESCRIPTION)`, or `all: A; B`.
+    device: String,
+    /// Commands in flight: `concurrency`, per GPU over every GPU.
+    in_flight: usize,
+    /// Each candidate group to one GPU (over every GPU only).
+    gpu_groups: bool,
+}
+
+impl Placement {
+    fn of(o: &RunOptions, status: &kforge_proto::StatusReport, concurrency: usize) -> Placement {
+        let gpus: Vec<&kforge_proto::DeviceStatus> = status.devices.iter().filter(|d| d.kind == "gpu").collect();
+        let over_all = o.device == "all" && !gpus.is_empty();
+        // The daemon puts each `auto` job on its least busy GPU, or with GPU groups on the GPU of
+        // its candidate group; `concurrency` per GPU.
+        if over_all {
+            let list: Vec<String> = gpus.iter().map(|d| format!("{} ({})", d.name, d.description)).collect();
+            return Placement {
+                job_device: "auto".to_string(),
+                device: format!("all: {}", list.join("; ")),
+                in_flight: concurrency * gpus.len(),
+                gpu_groups: o.gpu_groups,
+            };
+        }
         let dev = if o.device == "auto" || o.device == "all" {
             gpus.first().copied().unwrap_or(&status.devices[0]).name.clone()
         } else {
@@ -328,45 +419,29 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
             .find(|d| d.name == dev)
             .map(|d| format!("{} ({})", d.name, d.description))
             .unwrap_or_else(|| dev.clone());
-        (dev, device, concurrency)
-    };
-    let label = format!("eval:{}", o.name);
-    let env: Vec<(String, String)> =
-        std::env::vars().filter(|(k, _)| ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR"].contains(&k.as_str())).collect();
+        Placement { job_device: dev, device, in_flight: concurrency, gpu_groups: false }
+    }
+}
+
+/// Run `cmds` through the daemon at `socket`, `in_flight` at a time, with progress on stderr;
+/// returns the failures, sorted: (command id, exit code, end of its output).
+fn run_all(
+    socket: &Path,
+    cmds: &[Command],
+    in_flight: usize,
+    spec_of: impl Fn(&Command) -> SubmitSpec + Sync,
+) -> Vec<(String, i32, String)> {
     let total = cmds.len();
-    eprintln!(
-        "kforge workload: {} — {} commands, policy {}, ablation {}, {} in flight, device {}",
-        o.name,
-        total,
-        policy.as_str(),
-        ablation.as_str(),
-        in_flight,
-        device
-    );
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let failed = Mutex::new(Vec::new());
-    let started_unix =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     let t0 = Instant::now();
     std::thread::scope(|s| {
         for _ in 0..in_flight {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(c) = cmds.get(i) else { break };
-                let spec = SubmitSpec {
-                    argv: c.argv.clone(),
-                    cwd: dir.display().to_string(),
-                    env: env.clone(),
-                    device: dev.clone(),
-                    policy: Some(policy),
-                    label: Some(label.clone()),
-                    warm,
-                    timeout_ms: Some(o.timeout.as_millis() as u64),
-                    gpu_group: gpu_groups.then(|| format!("{}/{}", c.operator, c.group)),
-                };
-                let r = run_job_capturing(&daemon.socket, spec);
-                let fail = match r {
+                let fail = match run_job_capturing(socket, spec_of(c)) {
                     Ok((0, _)) => None,
                     Ok((code, out)) => Some((c.id.clone(), code, tail(&out))),
                     Err(e) => Some((c.id.clone(), -1, e.to_string())),
@@ -381,41 +456,9 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
             });
         }
     });
-    let wall_s = t0.elapsed().as_secs_f64();
-    drop(daemon);
     let mut failed = failed.into_inner().expect("failed list");
     failed.sort();
-    let m = RunManifest {
-        name: o.name.clone(),
-        kind: if o.truth { "truth".into() } else { "run".into() },
-        policy: policy.as_str().into(),
-        ablation: if policy == Policy::Region { ablation.as_str().into() } else { "-".into() },
-        warm,
-        concurrency: in_flight,
-        workload: workload_abs.display().to_string(),
-        db: o.db.canonicalize().unwrap_or_else(|_| o.db.clone()).display().to_string(),
-        label,
-        device,
-        daemon_flags: flags,
-        started_unix,
-        wall_s,
-        commands: total,
-        failed,
-        gpu_groups,
-    };
-    let path = dir.join(format!("{}.run.json", o.name));
-    std::fs::write(&path, serde_json::to_vec_pretty(&m)?).with_context(|| format!("writing {}", path.display()))?;
-    if !m.failed.is_empty() {
-        eprintln!(
-            "  {} of {} commands failed; first: {} (exit {}): {}",
-            m.failed.len(),
-            total,
-            m.failed[0].0,
-            m.failed[0].1,
-            m.failed[0].2
-        );
-    }
-    Ok((m, path))
+    failed
 }
 
 fn tail(s: &str) -> String {
