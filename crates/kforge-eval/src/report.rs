@@ -928,12 +928,29 @@ pub fn run_label(run: &RunSummary) -> String {
 
 /// The table printed last by `kforge report RUN…`.
 pub fn table(r: &EvalReport) -> String {
-    let pct = |x: f64| if x.is_finite() { format!("{:.2}%", x * 100.0) } else { "-".into() };
-    let tau = |x: Option<PairRanking>| x.map(|t| format!("{:.3}", t.kendall_tau)).unwrap_or("-".into());
-    let gap_col = format!("TAU all/>={:.0}%", r.resolved_min_gap * 100.0);
     // Run-name column: as wide as the longest name (16 at least; 19 in the tables below).
     let w = r.runs.iter().map(|x| run_label(x).len()).max().unwrap_or(0).max(16);
     let w_below = w.max(19);
+    let mut s = runs_table(r, w);
+    s.push_str(&legend(r));
+    s.push_str(&serial_table(r, w_below));
+    s.push_str(&full_clock_table(r, w_below));
+    s
+}
+
+/// A share as a percentage with two decimals, `-` when undefined.
+fn pct(x: f64) -> String {
+    if x.is_finite() {
+        format!("{:.2}%", x * 100.0)
+    } else {
+        "-".into()
+    }
+}
+
+/// One row per run: throughput, inflation per bucket, ranking fidelity.
+fn runs_table(r: &EvalReport, w: usize) -> String {
+    let tau = |x: Option<PairRanking>| x.map(|t| format!("{:.3}", t.kendall_tau)).unwrap_or("-".into());
+    let gap_col = format!("TAU all/>={:.0}%", r.resolved_min_gap * 100.0);
     let mut s = format!(
         "{:<w$} {:<8} {:<8} {:>5} {:>4} {:>8} {:>10} {:>6} {:>17} {:>17} {:>17} {:>17} {:>15}\n",
         "RUN",
@@ -969,6 +986,12 @@ pub fn table(r: &EvalReport) -> String {
             format!("{}/{}", tau(run.ranking_all), tau(run.ranking_resolved)),
         ));
     }
+    s
+}
+
+/// The notes under the runs table: what its marks and columns mean, where they occur.
+fn legend(r: &EvalReport) -> String {
+    let mut s = String::new();
     if r.runs.iter().any(|x| x.compared_across_devices) {
         s.push_str("* inflation and ranking against ground truth taken on another GPU (no same-GPU truth for these commands)\n");
     }
@@ -1004,6 +1027,13 @@ pub fn table(r: &EvalReport) -> String {
         "TAU: Kendall tau over all candidate pairs / over the pairs whose ground truths differ by >= {:.1} %\n",
         r.resolved_min_gap * 100.0
     ));
+    s
+}
+
+/// Region runs' serial share per GPU: time held plus settle steps over the wall time, when any
+/// run settled.
+fn serial_table(r: &EvalReport, w: usize) -> String {
+    let mut s = String::new();
     // Region runs only: under `command` the whole command is exclusive, under `none` nothing is,
     // and a repeat of the truth runs one command at a time anyway.
     let serial: Vec<&RunSummary> = r
@@ -1012,7 +1042,6 @@ pub fn table(r: &EvalReport) -> String {
         .filter(|x| x.policy == "region" && !x.repeat_of_truth && x.regions.count > 0 && x.wall_s > 0.0)
         .collect();
     if serial.iter().any(|x| x.regions.settle_s > 0.0) {
-        let w = w_below;
         s.push_str(&format!(
             "\nserial time per GPU (regions are exclusive, and so is the settle step before each):\n{:<w$} {:>7} {:>7} {:>9} {:>9}\n",
             "RUN", "WALL_S", "HELD_S", "SETTLE_S", "SERIAL"
@@ -1029,9 +1058,14 @@ pub fn table(r: &EvalReport) -> String {
             ));
         }
     }
+    s
+}
+
+/// Inflation per bucket over the regions that ended at full clock, for runs that recorded clocks.
+fn full_clock_table(r: &EvalReport, w: usize) -> String {
+    let mut s = String::new();
     let clocked: Vec<&RunSummary> = r.runs.iter().filter(|x| !x.full_clock.is_empty()).collect();
     if !clocked.is_empty() {
-        let w = w_below;
         s.push_str(&format!(
             "\nregions that ended at full clock (SM clock at release >= {:.0} % of the top clock of the run or slice; the truth's too, where it recorded one):\n{:<w$} {:>7} {:>9} {:>19} {:>19} {:>19} {:>19}\n",
             FULL_CLOCK_FRACTION * 100.0, "RUN", "TOP_MHZ", "THROTTLED", "<0.1ms n p50/p95", "0.1-1ms n p50/p95", "1-10ms n p50/p95", ">10ms n p50/p95"

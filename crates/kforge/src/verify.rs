@@ -10,6 +10,7 @@ use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Args)]
@@ -140,8 +141,36 @@ fn run_candidate(
         cmd.env("CUDA_VISIBLE_DEVICES", i.to_string());
     }
     cmd.stdin(Stdio::null()).stdout(Stdio::inherit()).stderr(Stdio::piped());
-    // SAFETY: only async-signal-safe calls between fork and exec: its own process group (so the
-    // whole tree can be killed) and a new network namespace where permitted (failure is recorded).
+    let mut child = spawn_confined(&mut cmd).with_context(|| format!("starting {}", a.python))?;
+    let pid = child.id();
+    let isolated = match (net_ns(&pid.to_string()), net_ns("self")) {
+        (Some(c), Some(me)) => c != me,
+        _ => false,
+    };
+    let stderr = StderrTee::start(child.stderr.take().context("capturing the candidate's stderr")?);
+    let limit_memory = (a.memory_limit_gib * (1u64 << 30) as f64) as u64;
+    let t0 = Instant::now();
+    let watched = watch(&mut child, Duration::from_secs(a.time_limit_s), limit_memory)?;
+    let killed = watched.killed.map(|limit| match limit {
+        Limit::Time => format!("time limit of {} s exceeded", a.time_limit_s),
+        Limit::Memory => format!("memory limit of {} GiB exceeded", a.memory_limit_gib),
+    });
+    let err_text = stderr.text();
+    limits["network_isolated"] = serde_json::json!(isolated);
+    limits["peak_rss_bytes"] = serde_json::json!(watched.peak_rss);
+    limits["wall_s"] = serde_json::json!(t0.elapsed().as_secs_f64());
+    let status = watched.status;
+    let failure = killed.or_else(|| {
+        (!status.success())
+            .then(|| failure_reason(&err_text).unwrap_or_else(|| format!("the candidate process ended with {status}")))
+    });
+    Ok(Evidence::of_run(failure, &out, candidate, "process"))
+}
+
+/// Start `cmd` in its own process group (so the whole tree can be killed), dying with kforge,
+/// and in a new network namespace where permitted (whether it is, the caller checks).
+fn spawn_confined(cmd: &mut Command) -> std::io::Result<std::process::Child> {
+    // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
             libc::setpgid(0, 0);
@@ -151,20 +180,21 @@ fn run_candidate(
             Ok(())
         });
     }
-    let mut child = cmd.spawn().with_context(|| format!("starting {}", a.python))?;
-    let pid = child.id();
-    let isolated = match (net_ns(&pid.to_string()), net_ns("self")) {
-        (Some(c), Some(me)) => c != me,
-        _ => false,
-    };
-    let mut stderr = child.stderr.take().context("capturing the candidate's stderr")?;
-    // The runner's progress (one line per check) is shown as it comes and kept (as bytes,
-    // decoded once at the end) for the reason of a failure. The reader may outlive the child if
-    // something that escaped the process group holds the pipe: it is waited for with a deadline.
-    let err_bytes = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    {
-        let err_bytes = err_bytes.clone();
+    cmd.spawn()
+}
+
+/// The candidate's stderr — the runner's progress, one line per check — shown as it comes and
+/// kept (as bytes, decoded once at the end) for the reason of a failure.
+struct StderrTee {
+    bytes: Arc<Mutex<Vec<u8>>>,
+    done: mpsc::Receiver<()>,
+}
+
+impl StderrTee {
+    fn start(mut stderr: std::process::ChildStderr) -> StderrTee {
+        let bytes = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let (done_tx, done) = mpsc::channel::<()>();
+        let kept = bytes.clone();
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             let mut out = std::io::stderr();
@@ -173,7 +203,7 @@ fn run_candidate(
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
                         let _ = out.write_all(&buf[..n]);
-                        if let Ok(mut b) = err_bytes.lock() {
+                        if let Ok(mut b) = kept.lock() {
                             b.extend_from_slice(&buf[..n]);
                         }
                     }
@@ -181,12 +211,37 @@ fn run_candidate(
             }
             let _ = done_tx.send(());
         });
+        StderrTee { bytes, done }
     }
-    let limit_t = Duration::from_secs(a.time_limit_s);
-    let limit_m = (a.memory_limit_gib * (1u64 << 30) as f64) as u64;
+
+    /// Everything the candidate wrote. The reader may outlive the candidate if something that
+    /// escaped its process group holds the pipe: it is waited for with a deadline.
+    fn text(self) -> String {
+        let _ = self.done.recv_timeout(Duration::from_secs(5));
+        self.bytes.lock().map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
+    }
+}
+
+/// The limit a candidate was killed for.
+enum Limit {
+    Time,
+    Memory,
+}
+
+/// How a watched candidate ended.
+struct Watched {
+    status: std::process::ExitStatus,
+    peak_rss: u64,
+    killed: Option<Limit>,
+}
+
+/// Wait for the candidate, polling its resident memory, and kill its process group when it
+/// runs past `time` or `memory` bytes; whatever it left behind in its group ends with it.
+fn watch(child: &mut std::process::Child, time: Duration, memory: u64) -> Result<Watched> {
+    let pid = child.id();
     let t0 = Instant::now();
     let mut peak = 0u64;
-    let mut killed: Option<String> = None;
+    let mut killed: Option<Limit> = None;
     let mut polls = 0u64;
     let kill_group = || {
         // SAFETY: signalling the candidate's own process group.
@@ -206,10 +261,10 @@ fn run_candidate(
         polls += 1;
         let rss = if polls.is_multiple_of(10) { group_rss_bytes(pid) } else { rss_bytes(pid).unwrap_or(0) };
         peak = peak.max(rss);
-        if killed.is_none() && t0.elapsed() > limit_t {
-            killed = Some(format!("time limit of {} s exceeded", a.time_limit_s));
-        } else if killed.is_none() && peak > limit_m {
-            killed = Some(format!("memory limit of {} GiB exceeded", a.memory_limit_gib));
+        if killed.is_none() && t0.elapsed() > time {
+            killed = Some(Limit::Time);
+        } else if killed.is_none() && peak > memory {
+            killed = Some(Limit::Memory);
         }
         if killed.is_some() {
             kill_group();
@@ -218,16 +273,7 @@ fn run_candidate(
     };
     // Whatever the candidate left behind in its group (a background process) ends with it.
     kill_group();
-    let _ = done_rx.recv_timeout(Duration::from_secs(5));
-    let err_text = err_bytes.lock().map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
-    limits["network_isolated"] = serde_json::json!(isolated);
-    limits["peak_rss_bytes"] = serde_json::json!(peak);
-    limits["wall_s"] = serde_json::json!(t0.elapsed().as_secs_f64());
-    let failure = killed.or_else(|| {
-        (!status.success())
-            .then(|| failure_reason(&err_text).unwrap_or_else(|| format!("the candidate process ended with {status}")))
-    });
-    Ok(Evidence::of_run(failure, &out, candidate, "process"))
+    Ok(Watched { status, peak_rss: peak, killed })
 }
 
 /// The runner's argv after the interpreter: the module, files, output and options.
