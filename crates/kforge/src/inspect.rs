@@ -110,7 +110,7 @@ fn run_capture(a: &InspectArgs, out: &Path) -> Result<()> {
     }
 }
 
-pub fn inspect(a: InspectArgs, socket: PathBuf) -> Result<i32> {
+pub fn inspect(socket: &Path, a: InspectArgs) -> Result<i32> {
     if !MODES.contains(&a.mode.as_str()) {
         bail!("--mode must be one of {}, got {:?}", MODES.join(", "), a.mode);
     }
@@ -126,7 +126,7 @@ pub fn inspect(a: InspectArgs, socket: PathBuf) -> Result<i32> {
             if !a.source.is_file() {
                 bail!("{}: no such file", a.source.display());
             }
-            run_capture_job(&a, &socket, &out)?;
+            run_capture_job(&a, socket, &out)?;
         } else {
             run_capture(&a, &out)?;
         }

@@ -1,9 +1,11 @@
 //! `kforge`: the command-line front of the kforge libraries. Thin: this file parses arguments and
 //! dispatches to one module per command, which maps its flags onto a library call and prints.
 
+mod control;
 mod daemon;
 mod demo;
 mod inspect;
+mod internal;
 mod job;
 mod output;
 mod report;
@@ -13,12 +15,10 @@ mod values;
 mod verify;
 mod workload;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::{Parser, Subcommand};
-use kforge_client::{resolve_socket, Client};
-use kforge_proto::Request;
+use kforge_client::resolve_socket;
 use std::path::PathBuf;
-use std::time::Duration;
 
 #[derive(Parser)]
 #[command(
@@ -60,10 +60,7 @@ enum Cmd {
         cmd: workload::WorkloadCmd,
     },
     /// Cancel a queued or running job (kills its process tree).
-    Cancel {
-        /// Job id (from `kforge status`).
-        job: u64,
-    },
+    Cancel(control::CancelArgs),
     /// Stop the daemon: running jobs are killed, queued jobs fail.
     Shutdown,
     /// The main demo: a private daemon, a generated workload of short CPU benchmark commands under
@@ -73,32 +70,12 @@ enum Cmd {
     BenchRuntime(demo::BenchArgs),
     /// Internal: the guardian process a daemon starts (kills its jobs if it dies).
     #[command(name = "__guardian", hide = true)]
-    Guardian {
-        #[arg(long)]
-        ledger: PathBuf,
-    },
+    Guardian(internal::GuardianArgs),
     /// Debugging and test helpers.
     #[command(hide = true)]
     Debug {
         #[command(subcommand)]
-        cmd: DebugCmd,
-    },
-}
-
-#[derive(Subcommand)]
-enum DebugCmd {
-    /// A process that submits fake work honouring a gate segment (as the CUDA shim will).
-    Submitter {
-        #[arg(long, env = "KFORGE_GATE")]
-        gate: PathBuf,
-        #[arg(long)]
-        log: PathBuf,
-        /// Submissions to make (0 = until killed).
-        #[arg(long, default_value_t = 0)]
-        count: u64,
-        /// How long each fake submission stays in flight, in microseconds.
-        #[arg(long, default_value_t = 2000)]
-        in_flight_us: u64,
+        cmd: internal::DebugCmd,
     },
 }
 
@@ -122,28 +99,13 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Status(a) => status::status(&socket, a),
         Cmd::Report(a) => report::report(&socket, a),
         Cmd::Workload { cmd } => workload::workload(cmd),
-        Cmd::Inspect(a) => inspect::inspect(a, socket),
-        Cmd::Verify(a) => verify::verify(a, socket),
-        Cmd::Cancel { job } => {
-            Client::connect(&socket)?.request(&Request::Cancel { job })?;
-            println!("job {job} cancelled");
-            Ok(0)
-        }
-        Cmd::Shutdown => {
-            Client::connect(&socket)?.request(&Request::Shutdown)?;
-            Ok(0)
-        }
+        Cmd::Inspect(a) => inspect::inspect(&socket, a),
+        Cmd::Verify(a) => verify::verify(&socket, a),
+        Cmd::Cancel(a) => control::cancel(&socket, a),
+        Cmd::Shutdown => control::shutdown(&socket),
         Cmd::Demo(a) => demo::demo(a),
         Cmd::BenchRuntime(a) => demo::bench_runtime(a),
-        Cmd::Guardian { ledger } => {
-            kforge_daemon::guardian::run_guardian(&ledger)
-                .with_context(|| format!("guardian for {}", ledger.display()))?;
-            Ok(0)
-        }
-        Cmd::Debug { cmd: DebugCmd::Submitter { gate, log, count, in_flight_us } } => {
-            kforge_gate::run_test_submitter(&gate, &log, count, Duration::from_micros(in_flight_us))
-                .with_context(|| format!("test submitter on {}", gate.display()))?;
-            Ok(0)
-        }
+        Cmd::Guardian(a) => internal::guardian(a),
+        Cmd::Debug { cmd } => internal::debug(cmd),
     }
 }

@@ -82,7 +82,7 @@ fn net_ns(pid: &str) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()
 }
 
-pub fn verify(a: VerifyArgs, socket: PathBuf) -> Result<i32> {
+pub fn verify(socket: &Path, a: VerifyArgs) -> Result<i32> {
     if !(a.memory_limit_gib > 0.0 && a.memory_limit_gib.is_finite()) {
         bail!("--memory-limit-gib must be a positive number");
     }
@@ -115,7 +115,7 @@ pub fn verify(a: VerifyArgs, socket: PathBuf) -> Result<i32> {
     let evidence = match check_static_for(&source, &policy, &problem_dtypes(&problem_source)) {
         Err(e) => Evidence::failure(format!("{candidate}: {e}")),
         Ok(findings) if !findings.is_empty() => Evidence { findings, result: None, failure: None },
-        Ok(_) if a.daemon => run_candidate_job(&a, &socket, &policy, &candidate, &mut limits)?,
+        Ok(_) if a.daemon => run_candidate_job(&a, socket, &policy, &candidate, &mut limits)?,
         Ok(_) => run_candidate(&a, &device, &policy, &candidate, &mut limits)?,
     };
     let verdict = compose(&problem, &candidate, &evidence.findings, evidence.result.as_ref(), evidence.failure, limits);
