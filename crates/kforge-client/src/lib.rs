@@ -1,6 +1,8 @@
-//! A blocking client of the kforge daemon (used by the CLI, the demo and the benchmarks).
+//! A blocking client of the kforge daemon (used by the CLI, the demo and the benchmarks), and
+//! [`run_job`]: submit one command and stream its output — the one loop that reads a job's frames.
 
-use kforge_proto::{ErrorCode, ProtoError, Reply, Request, PROTOCOL_VERSION};
+use kforge_proto::{b64, ErrorCode, JobExit, ProtoError, Reply, Request, Stream, SubmitSpec, PROTOCOL_VERSION};
+use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
@@ -16,6 +18,10 @@ pub enum ClientError {
     Daemon { code: ErrorCode, message: String },
     #[error("daemon sent an unexpected reply: {0}")]
     Unexpected(String),
+    #[error("daemon sent undecodable output of job {job}")]
+    UndecodableOutput { job: u64 },
+    #[error("writing the job's {stream}: {source}")]
+    Output { stream: &'static str, source: std::io::Error },
 }
 
 pub struct Client {
@@ -69,4 +75,64 @@ impl Client {
     pub fn stream(&self) -> &UnixStream {
         &self.stream
     }
+}
+
+/// A job the daemon accepted: what it acknowledged, and the connection its output comes on.
+pub struct SubmittedJob {
+    client: Client,
+    pub job: u64,
+    pub device: String,
+    /// The job's GPU group as the daemon echoed it (None from a daemon that does not know groups).
+    pub gpu_group: Option<String>,
+}
+
+impl Client {
+    /// Submit a job and wait for the daemon to queue it.
+    pub fn submit(mut self, spec: SubmitSpec) -> Result<SubmittedJob, ClientError> {
+        self.send(&Request::Submit(spec))?;
+        match self.recv()? {
+            Reply::JobQueued { job, device, gpu_group, .. } => {
+                Ok(SubmittedJob { client: self, job, device, gpu_group })
+            }
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+}
+
+impl SubmittedJob {
+    /// Copy the job's output to `stdout` and `stderr` as it comes (each chunk written, then
+    /// flushed) until the job ends; returns how it ended.
+    pub fn stream_output(mut self, stdout: &mut dyn Write, stderr: &mut dyn Write) -> Result<JobExit, ClientError> {
+        loop {
+            match self.client.recv()? {
+                Reply::JobStarted { .. } => {}
+                Reply::Output { stream, data, .. } => {
+                    let bytes = b64::decode(&data).ok_or(ClientError::UndecodableOutput { job: self.job })?;
+                    let written = match stream {
+                        Stream::Stdout => write_chunk(stdout, &bytes).map_err(|e| ("stdout", e)),
+                        Stream::Stderr => write_chunk(stderr, &bytes).map_err(|e| ("stderr", e)),
+                    };
+                    written.map_err(|(stream, source)| ClientError::Output { stream, source })?;
+                }
+                Reply::JobEnded { exit, .. } => return Ok(exit),
+                other => return Err(ClientError::Unexpected(format!("{other:?}"))),
+            }
+        }
+    }
+}
+
+fn write_chunk(w: &mut dyn Write, bytes: &[u8]) -> std::io::Result<()> {
+    w.write_all(bytes)?;
+    w.flush()
+}
+
+/// Run one command as a job of the daemon at `socket`: submit `spec`, copy its output to
+/// `stdout` and `stderr` as it comes, and return how it ended.
+pub fn run_job(
+    socket: &Path,
+    spec: SubmitSpec,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> Result<JobExit, ClientError> {
+    Client::connect(socket)?.submit(spec)?.stream_output(stdout, stderr)
 }

@@ -20,6 +20,7 @@ pub mod guardian;
 pub mod jobs;
 pub mod placement;
 pub mod server;
+pub mod signals;
 pub mod state;
 pub mod store;
 pub mod warm;

@@ -6,6 +6,7 @@ use anyhow::{bail, Context, Result};
 use kforge_client::Client;
 use kforge_proto::{Policy, Reply, Request, SubmitSpec};
 use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -89,27 +90,33 @@ impl Drop for PrivateDaemon {
     }
 }
 
-/// Run one command through the daemon and wait for it; returns (exit code, stdout+stderr).
-pub fn run_job(socket: &Path, spec: SubmitSpec) -> Result<(i32, String)> {
-    let mut c = Client::connect(socket)?;
-    c.send(&Request::Submit(spec))?;
-    let mut out = Vec::new();
-    loop {
-        match c.recv()? {
-            Reply::Output { data, .. } => out.extend(kforge_proto::b64::decode(&data).unwrap_or_default()),
-            Reply::JobEnded { exit, .. } => {
-                if let Some(r) = &exit.reason {
-                    out.extend(format!("\n[kforge: {r}]").bytes());
-                }
-                return Ok((exit.shell_code(), String::from_utf8_lossy(&out).into_owned()));
-            }
-            _ => {}
-        }
+/// Run one command through the daemon and wait for it; returns (exit code, stdout and stderr
+/// interleaved as they came, and why the daemon ended it when it did).
+pub fn run_job_capturing(socket: &Path, spec: SubmitSpec) -> Result<(i32, String)> {
+    let out = RefCell::new(Vec::new());
+    let exit = kforge_client::run_job(socket, spec, &mut Interleaved(&out), &mut Interleaved(&out))?;
+    let mut out = out.into_inner();
+    if let Some(r) = &exit.reason {
+        out.extend(format!("\n[kforge: {r}]").bytes());
+    }
+    Ok((exit.shell_code(), String::from_utf8_lossy(&out).into_owned()))
+}
+
+/// One of the two writers of a job's output into one buffer: stdout and stderr interleaved.
+struct Interleaved<'a>(&'a RefCell<Vec<u8>>);
+
+impl std::io::Write for Interleaved<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
 /// Steps of the ablation, each adding one mechanism to the previous (policy `region` only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Ablation {
     /// Close the submission gate only: no drain, no freeze, no core isolation, no settle.
@@ -149,6 +156,32 @@ impl Ablation {
         f.extend(["--reserve-cores", r.as_str(), "--warm-workers", w.as_str()]);
         f.into_iter().map(String::from).collect()
     }
+}
+
+/// Name of a ground-truth manifest: `name`, by default `truth` (or `truth-warm`: one state may
+/// hold both, to compare them), with `-OFFSET` added when the truth is a part of one (an offset
+/// or a limit given).
+pub fn truth_name(name: Option<&str>, warm: bool, offset: usize, limit: Option<usize>) -> String {
+    let base = name.unwrap_or(if warm { "truth-warm" } else { "truth" });
+    if offset > 0 || limit.is_some() {
+        format!("{base}-{offset}")
+    } else {
+        base.into()
+    }
+}
+
+/// Default name of a run: its policy, plus the ablation step under `region`.
+pub fn run_name(policy: Policy, ablation: Ablation) -> String {
+    if policy == Policy::Region {
+        format!("region-{}", ablation.as_str())
+    } else {
+        policy.as_str().to_string()
+    }
+}
+
+/// Default store of a workload's runs: `kforge-eval.db` beside the workload.
+pub fn default_db(workload: &Path) -> PathBuf {
+    workload.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")).join("kforge-eval.db")
 }
 
 /// `flags` with the daemon's settle step set to at most `ms` (0: no settle step), replacing
@@ -248,6 +281,80 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
     if o.truth && o.device == "all" {
         bail!("the ground truth times one command at a time on one device: --device all is for runs");
     }
+    let cmds = selected_commands(o)?;
+    let workload_abs = o.workload.canonicalize().with_context(|| format!("resolving {}", o.workload.display()))?;
+    let dir = workload_abs.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    let (policy, concurrency, ablation) = protocol(o);
+    let warm = ablation == Ablation::Warm && (policy == Policy::Region || o.truth);
+    let mut flags = with_settle_timeout(ablation.daemon_flags(o.reserve_cores, concurrency), o.settle_timeout_ms);
+    flags.extend(["--max-concurrent".into(), concurrency.to_string()]);
+    let tmp = tempfile::Builder::new().prefix("kforge-eval-").tempdir().context("creating a daemon directory")?;
+    let daemon = PrivateDaemon::start(&o.kforge, tmp.path(), &o.db, &flags)?;
+    let placement = Placement::of(o, &daemon.status()?, concurrency);
+    let label = format!("eval:{}", o.name);
+    let env: Vec<(String, String)> =
+        std::env::vars().filter(|(k, _)| ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR"].contains(&k.as_str())).collect();
+    eprintln!(
+        "kforge workload: {} — {} commands, policy {}, ablation {}, {} in flight, device {}",
+        o.name,
+        cmds.len(),
+        policy.as_str(),
+        ablation.as_str(),
+        placement.in_flight,
+        placement.device
+    );
+    let spec_of = |c: &Command| SubmitSpec {
+        argv: c.argv.clone(),
+        cwd: dir.display().to_string(),
+        env: env.clone(),
+        device: placement.job_device.clone(),
+        policy: Some(policy),
+        label: Some(label.clone()),
+        warm,
+        timeout_ms: Some(o.timeout.as_millis() as u64),
+        gpu_group: placement.gpu_groups.then(|| format!("{}/{}", c.operator, c.group)),
+    };
+    let started_unix =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    let t0 = Instant::now();
+    let failed = run_all(&daemon.socket, &cmds, placement.in_flight, spec_of);
+    let wall_s = t0.elapsed().as_secs_f64();
+    drop(daemon);
+    let m = RunManifest {
+        name: o.name.clone(),
+        kind: if o.truth { "truth".into() } else { "run".into() },
+        policy: policy.as_str().into(),
+        ablation: if policy == Policy::Region { ablation.as_str().into() } else { "-".into() },
+        warm,
+        concurrency: placement.in_flight,
+        workload: workload_abs.display().to_string(),
+        db: o.db.canonicalize().unwrap_or_else(|_| o.db.clone()).display().to_string(),
+        label,
+        device: placement.device,
+        daemon_flags: flags,
+        started_unix,
+        wall_s,
+        commands: cmds.len(),
+        failed,
+        gpu_groups: placement.gpu_groups,
+    };
+    let path = dir.join(format!("{}.run.json", o.name));
+    std::fs::write(&path, serde_json::to_vec_pretty(&m)?).with_context(|| format!("writing {}", path.display()))?;
+    if !m.failed.is_empty() {
+        eprintln!(
+            "  {} of {} commands failed; first: {} (exit {}): {}",
+            m.failed.len(),
+            m.commands,
+            m.failed[0].0,
+            m.failed[0].1,
+            m.failed[0].2
+        );
+    }
+    Ok((m, path))
+}
+
+/// The workload's commands after the offset, at most the limit.
+fn selected_commands(o: &RunOptions) -> Result<Vec<Command>> {
     let mut cmds: Vec<Command> = workload::read(&o.workload)?;
     if o.offset >= cmds.len() {
         bail!("--offset {} skips all {} commands of {}", o.offset, cmds.len(), o.workload.display());
@@ -256,34 +363,51 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
     if let Some(n) = o.limit {
         cmds.truncate(n);
     }
-    let workload_abs = o.workload.canonicalize().with_context(|| format!("resolving {}", o.workload.display()))?;
-    let dir = workload_abs.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-    // The ground truth runs one command at a time on an otherwise idle device; with the warm
-    // step it runs them in one warm worker (same timing protocol, no start-up). Its timed parts
-    // are regions, like the runs': nothing else runs to gate, drain or freeze, but each one
-    // starts after the settle step (the GPU out of power-cap throttling) and records the SM
-    // clock at grant and release — which the report needs to tell power capping from the
-    // runtime's effect.
-    let (policy, concurrency, ablation) = if o.truth {
+    Ok(cmds)
+}
+
+/// The policy, concurrency and ablation step a run uses.
+///
+/// The ground truth runs one command at a time on an otherwise idle device; with the warm step it
+/// runs them in one warm worker (same timing protocol, no start-up). Its timed parts are regions,
+/// like the runs': nothing else runs to gate, drain or freeze, but each one starts after the
+/// settle step (the GPU out of power-cap throttling) and records the SM clock at grant and
+/// release — which the report needs to tell power capping from the runtime's effect.
+fn protocol(o: &RunOptions) -> (Policy, usize, Ablation) {
+    if o.truth {
         (Policy::Region, 1, if o.ablation == Ablation::Warm { Ablation::Warm } else { Ablation::Isolate })
     } else {
         (o.policy, o.concurrency, o.ablation)
-    };
-    let warm = ablation == Ablation::Warm && (policy == Policy::Region || o.truth);
-    let mut flags = with_settle_timeout(ablation.daemon_flags(o.reserve_cores, concurrency), o.settle_timeout_ms);
-    flags.extend(["--max-concurrent".into(), concurrency.to_string()]);
-    let tmp = tempfile::Builder::new().prefix("kforge-eval-").tempdir().context("creating a daemon directory")?;
-    let daemon = PrivateDaemon::start(&o.kforge, tmp.path(), &o.db, &flags)?;
-    let status = daemon.status()?;
-    let gpus: Vec<&kforge_proto::DeviceStatus> = status.devices.iter().filter(|d| d.kind == "gpu").collect();
-    let over_all = o.device == "all" && !gpus.is_empty();
-    // The daemon puts each `auto` job on its least busy GPU, or with GPU groups on the GPU of
-    // its candidate group; `concurrency` per GPU.
-    let gpu_groups = over_all && o.gpu_groups;
-    let (dev, device, in_flight) = if over_all {
-        let list: Vec<String> = gpus.iter().map(|d| format!("{} ({})", d.name, d.description)).collect();
-        ("auto".to_string(), format!("all: {}", list.join("; ")), concurrency * gpus.len())
-    } else {
+    }
+}
+
+/// Where a run's jobs go.
+struct Placement {
+    /// The device every job is submitted to (`auto` over every GPU).
+    job_device: String,
+    /// The device as the manifest records it: `NAME (DESCRIPTION)`, or `all: A; B`.
+    device: String,
+    /// Commands in flight: `concurrency`, per GPU over every GPU.
+    in_flight: usize,
+    /// Each candidate group to one GPU (over every GPU only).
+    gpu_groups: bool,
+}
+
+impl Placement {
+    fn of(o: &RunOptions, status: &kforge_proto::StatusReport, concurrency: usize) -> Placement {
+        let gpus: Vec<&kforge_proto::DeviceStatus> = status.devices.iter().filter(|d| d.kind == "gpu").collect();
+        let over_all = o.device == "all" && !gpus.is_empty();
+        // The daemon puts each `auto` job on its least busy GPU, or with GPU groups on the GPU of
+        // its candidate group; `concurrency` per GPU.
+        if over_all {
+            let list: Vec<String> = gpus.iter().map(|d| format!("{} ({})", d.name, d.description)).collect();
+            return Placement {
+                job_device: "auto".to_string(),
+                device: format!("all: {}", list.join("; ")),
+                in_flight: concurrency * gpus.len(),
+                gpu_groups: o.gpu_groups,
+            };
+        }
         let dev = if o.device == "auto" || o.device == "all" {
             gpus.first().copied().unwrap_or(&status.devices[0]).name.clone()
         } else {
@@ -295,45 +419,29 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
             .find(|d| d.name == dev)
             .map(|d| format!("{} ({})", d.name, d.description))
             .unwrap_or_else(|| dev.clone());
-        (dev, device, concurrency)
-    };
-    let label = format!("eval:{}", o.name);
-    let env: Vec<(String, String)> =
-        std::env::vars().filter(|(k, _)| ["PATH", "HOME", "LANG", "LC_ALL", "TMPDIR"].contains(&k.as_str())).collect();
+        Placement { job_device: dev, device, in_flight: concurrency, gpu_groups: false }
+    }
+}
+
+/// Run `cmds` through the daemon at `socket`, `in_flight` at a time, with progress on stderr;
+/// returns the failures, sorted: (command id, exit code, end of its output).
+fn run_all(
+    socket: &Path,
+    cmds: &[Command],
+    in_flight: usize,
+    spec_of: impl Fn(&Command) -> SubmitSpec + Sync,
+) -> Vec<(String, i32, String)> {
     let total = cmds.len();
-    eprintln!(
-        "kforge workload: {} — {} commands, policy {}, ablation {}, {} in flight, device {}",
-        o.name,
-        total,
-        policy.as_str(),
-        ablation.as_str(),
-        in_flight,
-        device
-    );
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let failed = Mutex::new(Vec::new());
-    let started_unix =
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     let t0 = Instant::now();
     std::thread::scope(|s| {
         for _ in 0..in_flight {
             s.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::SeqCst);
                 let Some(c) = cmds.get(i) else { break };
-                let spec = SubmitSpec {
-                    argv: c.argv.clone(),
-                    cwd: dir.display().to_string(),
-                    env: env.clone(),
-                    device: dev.clone(),
-                    policy: Some(policy),
-                    label: Some(label.clone()),
-                    warm,
-                    timeout_ms: Some(o.timeout.as_millis() as u64),
-                    gpu_group: gpu_groups.then(|| format!("{}/{}", c.operator, c.group)),
-                };
-                let r = run_job(&daemon.socket, spec);
-                let fail = match r {
+                let fail = match run_job_capturing(socket, spec_of(c)) {
                     Ok((0, _)) => None,
                     Ok((code, out)) => Some((c.id.clone(), code, tail(&out))),
                     Err(e) => Some((c.id.clone(), -1, e.to_string())),
@@ -348,41 +456,9 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
             });
         }
     });
-    let wall_s = t0.elapsed().as_secs_f64();
-    drop(daemon);
     let mut failed = failed.into_inner().expect("failed list");
     failed.sort();
-    let m = RunManifest {
-        name: o.name.clone(),
-        kind: if o.truth { "truth".into() } else { "run".into() },
-        policy: policy.as_str().into(),
-        ablation: if policy == Policy::Region { ablation.as_str().into() } else { "-".into() },
-        warm,
-        concurrency: in_flight,
-        workload: workload_abs.display().to_string(),
-        db: o.db.canonicalize().unwrap_or_else(|_| o.db.clone()).display().to_string(),
-        label,
-        device,
-        daemon_flags: flags,
-        started_unix,
-        wall_s,
-        commands: total,
-        failed,
-        gpu_groups,
-    };
-    let path = dir.join(format!("{}.run.json", o.name));
-    std::fs::write(&path, serde_json::to_vec_pretty(&m)?).with_context(|| format!("writing {}", path.display()))?;
-    if !m.failed.is_empty() {
-        eprintln!(
-            "  {} of {} commands failed; first: {} (exit {}): {}",
-            m.failed.len(),
-            total,
-            m.failed[0].0,
-            m.failed[0].1,
-            m.failed[0].2
-        );
-    }
-    Ok((m, path))
+    failed
 }
 
 fn tail(s: &str) -> String {
@@ -396,6 +472,18 @@ mod tests {
 
     fn value_of<'a>(flags: &'a [String], name: &str) -> Vec<&'a str> {
         flags.windows(2).filter(|w| w[0] == name).map(|w| w[1].as_str()).collect()
+    }
+
+    #[test]
+    fn default_names_and_store() {
+        assert_eq!(truth_name(None, false, 0, None), "truth");
+        assert_eq!(truth_name(None, true, 0, None), "truth-warm");
+        assert_eq!(truth_name(Some("truth-gpu1"), false, 70, None), "truth-gpu1-70");
+        assert_eq!(truth_name(None, false, 0, Some(5)), "truth-0");
+        assert_eq!(run_name(Policy::Region, Ablation::Freeze), "region-freeze");
+        assert_eq!(run_name(Policy::Command, Ablation::Warm), "command");
+        assert_eq!(default_db(Path::new("w.jsonl")), PathBuf::from("./kforge-eval.db"));
+        assert_eq!(default_db(Path::new("state/w.jsonl")), PathBuf::from("state/kforge-eval.db"));
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub const EVAL_CPU_PY: &str = include_str!("../py/eval_cpu.py");
 /// The candidate script of the gpu profile (torch + Triton).
 pub const EVAL_GPU_PY: &str = include_str!("../py/eval_gpu.py");
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Profile {
     /// Stdlib-Python kernels on the `cpu` device: runs anywhere (CI).
@@ -165,6 +165,40 @@ pub fn generate(profile: Profile, seed: u64, per_bucket: usize, gpu_list: Option
     Ok(cmds)
 }
 
+/// [`generate`], listing the gpu profile's candidate space with `python` when it needs it.
+pub fn generate_listing_with(profile: Profile, seed: u64, per_bucket: usize, python: &str) -> Result<Vec<Command>> {
+    let list = match profile {
+        Profile::Cpu => None,
+        Profile::Gpu => Some(gpu_candidate_list(python)?),
+    };
+    generate(profile, seed, per_bucket, list.as_ref())
+}
+
+/// The gpu profile's candidates and sizes: `eval_gpu.py --list` run with `python` (no GPU needed).
+pub fn gpu_candidate_list(python: &str) -> Result<Value> {
+    let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let script = dir.path().join("eval_gpu.py");
+    std::fs::write(&script, EVAL_GPU_PY).with_context(|| format!("writing {}", script.display()))?;
+    let o = std::process::Command::new(python)
+        .arg(&script)
+        .arg("--list")
+        .output()
+        .with_context(|| format!("running {python}"))?;
+    if !o.status.success() {
+        bail!("{python} eval_gpu.py --list failed: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    serde_json::from_slice(&o.stdout).context("reading the gpu candidate list")
+}
+
+/// Commands per duration bucket (see [`crate::report::BUCKETS`]), by estimate.
+pub fn bucket_counts(cmds: &[Command]) -> [usize; 4] {
+    let mut counts = [0usize; 4];
+    for c in cmds {
+        counts[crate::report::bucket_of(c.est_ms)] += 1;
+    }
+    counts
+}
+
 /// The gpu candidate space from `eval_gpu.py --list`.
 struct GpuSpace {
     /// operator → candidate params
@@ -282,6 +316,8 @@ mod tests {
             assert_eq!(c.argv[1], "eval_cpu.py");
         }
         assert!(counts.iter().all(|&n| n >= 12), "{counts:?}");
+        assert_eq!(bucket_counts(&a), counts);
+        assert_eq!(generate_listing_with(Profile::Cpu, 5, 12, "no-python-needed").unwrap(), a);
         // Every group holds all variants of one operator at one size.
         let g = &a[0].group;
         let members: Vec<&Command> = a.iter().filter(|c| &c.group == g).collect();

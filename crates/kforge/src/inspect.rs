@@ -90,7 +90,7 @@ fn run_capture(a: &InspectArgs, out: &Path) -> Result<()> {
         bail!("{}: no such file", a.source.display());
     }
     let mut cmd = Command::new(&a.python);
-    let _package = crate::embedded_python(&mut cmd)?;
+    let _package = crate::output::embedded_python(&mut cmd)?;
     cmd.args(capture_args(a, out)?);
     if let Some(d) = &a.device {
         cmd.env("CUDA_VISIBLE_DEVICES", d);
@@ -110,7 +110,7 @@ fn run_capture(a: &InspectArgs, out: &Path) -> Result<()> {
     }
 }
 
-pub fn inspect(a: InspectArgs, socket: PathBuf) -> Result<i32> {
+pub fn inspect(socket: &Path, a: InspectArgs) -> Result<i32> {
     if !MODES.contains(&a.mode.as_str()) {
         bail!("--mode must be one of {}, got {:?}", MODES.join(", "), a.mode);
     }
@@ -126,7 +126,7 @@ pub fn inspect(a: InspectArgs, socket: PathBuf) -> Result<i32> {
             if !a.source.is_file() {
                 bail!("{}: no such file", a.source.display());
             }
-            run_capture_job(&a, &socket, &out)?;
+            run_capture_job(&a, socket, &out)?;
         } else {
             run_capture(&a, &out)?;
         }
@@ -134,7 +134,7 @@ pub fn inspect(a: InspectArgs, socket: PathBuf) -> Result<i32> {
     };
     let r = report(&cap).with_context(|| format!("inventory of {}", cap.source))?;
     if let Some(j) = &a.json {
-        crate::write_out(j, &serde_json::to_string_pretty(&r).context("serializing the report")?)?;
+        crate::output::write_out(j, &serde_json::to_string_pretty(&r).context("serializing the report")?)?;
     }
     print!("{}", table(&r));
     Ok(0)

@@ -2,8 +2,8 @@
 //! `kforge run` does, as a function for commands (`verify --daemon`, `inspect --daemon`) whose
 //! own helper process should be managed like any benchmark job.
 
-use anyhow::{bail, Context, Result};
-use kforge_proto::{b64, JobExit, Reply, Request, Stream, SubmitSpec};
+use anyhow::{Context, Result};
+use kforge_proto::{JobExit, SubmitSpec};
 use std::io::Write;
 use std::path::Path;
 
@@ -17,8 +17,6 @@ pub fn run_as_job(
     label: &str,
     timeout_s: Option<u64>,
 ) -> Result<(JobExit, String)> {
-    let mut c =
-        kforge_client::Client::connect(socket).with_context(|| format!("no kforge daemon on {}", socket.display()))?;
     let spec = SubmitSpec {
         argv,
         cwd: std::env::current_dir().context("reading the current directory")?.display().to_string(),
@@ -30,28 +28,25 @@ pub fn run_as_job(
         timeout_ms: timeout_s.map(|s| s.saturating_mul(1000)),
         gpu_group: None,
     };
-    c.send(&Request::Submit(spec)).context("submitting the job")?;
-    let mut err_text = String::new();
-    let mut out = std::io::stdout();
-    loop {
-        match c.recv().context("waiting for the job")? {
-            Reply::JobQueued { .. } | Reply::JobStarted { .. } => {}
-            Reply::Output { stream, data, .. } => {
-                let bytes = b64::decode(&data).context("daemon sent undecodable output")?;
-                match stream {
-                    Stream::Stdout => {
-                        out.write_all(&bytes).context("writing stdout")?;
-                        out.flush().context("flushing stdout")?;
-                    }
-                    Stream::Stderr => {
-                        let text = String::from_utf8_lossy(&bytes);
-                        eprint!("{text}");
-                        err_text.push_str(&text);
-                    }
-                }
-            }
-            Reply::JobEnded { exit, .. } => return Ok((exit, err_text)),
-            other => bail!("unexpected reply while running the job: {other:?}"),
-        }
+    let job = kforge_client::Client::connect(socket)
+        .with_context(|| format!("no kforge daemon on {}", socket.display()))?
+        .submit(spec)
+        .context("submitting the job")?;
+    let mut stderr = KeptStderr(Vec::new());
+    let exit = job.stream_output(&mut std::io::stdout(), &mut stderr).context("waiting for the job")?;
+    Ok((exit, String::from_utf8_lossy(&stderr.0).into_owned()))
+}
+
+/// This process's stderr, keeping a copy of what passed through.
+struct KeptStderr(Vec<u8>);
+
+impl Write for KeptStderr {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        std::io::stderr().write_all(buf)?;
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
     }
 }

@@ -5,11 +5,12 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kforge_verify::verdict::{compose, table, RunnerResult};
-use kforge_verify::{check_static_for, problem_dtypes, Policy};
+use kforge_verify::{check_static_for, problem_dtypes, Finding, Policy};
 use std::io::{Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Args)]
@@ -81,7 +82,7 @@ fn net_ns(pid: &str) -> Option<PathBuf> {
     std::fs::read_link(format!("/proc/{pid}/ns/net")).ok()
 }
 
-pub fn verify(a: VerifyArgs, socket: PathBuf) -> Result<i32> {
+pub fn verify(socket: &Path, a: VerifyArgs) -> Result<i32> {
     if !(a.memory_limit_gib > 0.0 && a.memory_limit_gib.is_finite()) {
         bail!("--memory-limit-gib must be a positive number");
     }
@@ -107,18 +108,19 @@ pub fn verify(a: VerifyArgs, socket: PathBuf) -> Result<i32> {
     }
     let source = std::fs::read_to_string(&a.candidate).with_context(|| format!("reading {}", a.candidate.display()))?;
     let (problem, candidate) = (a.problem.display().to_string(), a.candidate.display().to_string());
-    let limits = serde_json::json!({"time_s": a.time_limit_s, "memory_gib": a.memory_limit_gib});
+    let mut limits = serde_json::json!({"time_s": a.time_limit_s, "memory_gib": a.memory_limit_gib});
 
     let problem_source =
         std::fs::read_to_string(&a.problem).with_context(|| format!("reading {}", a.problem.display()))?;
-    let verdict = match check_static_for(&source, &policy, &problem_dtypes(&problem_source)) {
-        Err(e) => compose(&problem, &candidate, &[], None, Some(format!("{candidate}: {e}")), limits),
-        Ok(findings) if !findings.is_empty() => compose(&problem, &candidate, &findings, None, None, limits),
-        Ok(_) if a.daemon => run_candidate_job(&a, &socket, &policy, &problem, &candidate, limits)?,
-        Ok(_) => run_candidate(&a, &device, &policy, &problem, &candidate, limits)?,
+    let evidence = match check_static_for(&source, &policy, &problem_dtypes(&problem_source)) {
+        Err(e) => Evidence::failure(format!("{candidate}: {e}")),
+        Ok(findings) if !findings.is_empty() => Evidence { findings, result: None, failure: None },
+        Ok(_) if a.daemon => run_candidate_job(&a, socket, &policy, &candidate, &mut limits)?,
+        Ok(_) => run_candidate(&a, &device, &policy, &candidate, &mut limits)?,
     };
+    let verdict = compose(&problem, &candidate, &evidence.findings, evidence.result.as_ref(), evidence.failure, limits);
     if let Some(j) = &a.json {
-        crate::write_out(j, &serde_json::to_string_pretty(&verdict).context("serializing the verdict")?)?;
+        crate::output::write_out(j, &serde_json::to_string_pretty(&verdict).context("serializing the verdict")?)?;
     }
     print!("{}", table(&verdict));
     Ok(verdict.outcome.exit_code())
@@ -128,20 +130,47 @@ fn run_candidate(
     a: &VerifyArgs,
     device: &str,
     policy: &Policy,
-    problem: &str,
     candidate: &str,
-    mut limits: serde_json::Value,
-) -> Result<kforge_verify::verdict::Verdict> {
+    limits: &mut serde_json::Value,
+) -> Result<Evidence> {
     let mut cmd = Command::new(&a.python);
-    let tmp = crate::embedded_python(&mut cmd)?;
+    let tmp = crate::output::embedded_python(&mut cmd)?;
     let out = tmp.path().join("result.json");
     cmd.args(runner_args(a, policy, &out, device)?);
     if let Ok(i) = a.device.parse::<u32>() {
         cmd.env("CUDA_VISIBLE_DEVICES", i.to_string());
     }
     cmd.stdin(Stdio::null()).stdout(Stdio::inherit()).stderr(Stdio::piped());
-    // SAFETY: only async-signal-safe calls between fork and exec: its own process group (so the
-    // whole tree can be killed) and a new network namespace where permitted (failure is recorded).
+    let mut child = spawn_confined(&mut cmd).with_context(|| format!("starting {}", a.python))?;
+    let pid = child.id();
+    let isolated = match (net_ns(&pid.to_string()), net_ns("self")) {
+        (Some(c), Some(me)) => c != me,
+        _ => false,
+    };
+    let stderr = StderrTee::start(child.stderr.take().context("capturing the candidate's stderr")?);
+    let limit_memory = (a.memory_limit_gib * (1u64 << 30) as f64) as u64;
+    let t0 = Instant::now();
+    let watched = watch(&mut child, Duration::from_secs(a.time_limit_s), limit_memory)?;
+    let killed = watched.killed.map(|limit| match limit {
+        Limit::Time => format!("time limit of {} s exceeded", a.time_limit_s),
+        Limit::Memory => format!("memory limit of {} GiB exceeded", a.memory_limit_gib),
+    });
+    let err_text = stderr.text();
+    limits["network_isolated"] = serde_json::json!(isolated);
+    limits["peak_rss_bytes"] = serde_json::json!(watched.peak_rss);
+    limits["wall_s"] = serde_json::json!(t0.elapsed().as_secs_f64());
+    let status = watched.status;
+    let failure = killed.or_else(|| {
+        (!status.success())
+            .then(|| failure_reason(&err_text).unwrap_or_else(|| format!("the candidate process ended with {status}")))
+    });
+    Ok(Evidence::of_run(failure, &out, candidate, "process"))
+}
+
+/// Start `cmd` in its own process group (so the whole tree can be killed), dying with kforge,
+/// and in a new network namespace where permitted (whether it is, the caller checks).
+fn spawn_confined(cmd: &mut Command) -> std::io::Result<std::process::Child> {
+    // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
             libc::setpgid(0, 0);
@@ -151,20 +180,21 @@ fn run_candidate(
             Ok(())
         });
     }
-    let mut child = cmd.spawn().with_context(|| format!("starting {}", a.python))?;
-    let pid = child.id();
-    let isolated = match (net_ns(&pid.to_string()), net_ns("self")) {
-        (Some(c), Some(me)) => c != me,
-        _ => false,
-    };
-    let mut stderr = child.stderr.take().context("capturing the candidate's stderr")?;
-    // The runner's progress (one line per check) is shown as it comes and kept (as bytes,
-    // decoded once at the end) for the reason of a failure. The reader may outlive the child if
-    // something that escaped the process group holds the pipe: it is waited for with a deadline.
-    let err_bytes = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    {
-        let err_bytes = err_bytes.clone();
+    cmd.spawn()
+}
+
+/// The candidate's stderr — the runner's progress, one line per check — shown as it comes and
+/// kept (as bytes, decoded once at the end) for the reason of a failure.
+struct StderrTee {
+    bytes: Arc<Mutex<Vec<u8>>>,
+    done: mpsc::Receiver<()>,
+}
+
+impl StderrTee {
+    fn start(mut stderr: std::process::ChildStderr) -> StderrTee {
+        let bytes = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let (done_tx, done) = mpsc::channel::<()>();
+        let kept = bytes.clone();
         std::thread::spawn(move || {
             let mut buf = [0u8; 4096];
             let mut out = std::io::stderr();
@@ -173,7 +203,7 @@ fn run_candidate(
                     Ok(0) | Err(_) => break,
                     Ok(n) => {
                         let _ = out.write_all(&buf[..n]);
-                        if let Ok(mut b) = err_bytes.lock() {
+                        if let Ok(mut b) = kept.lock() {
                             b.extend_from_slice(&buf[..n]);
                         }
                     }
@@ -181,12 +211,37 @@ fn run_candidate(
             }
             let _ = done_tx.send(());
         });
+        StderrTee { bytes, done }
     }
-    let limit_t = Duration::from_secs(a.time_limit_s);
-    let limit_m = (a.memory_limit_gib * (1u64 << 30) as f64) as u64;
+
+    /// Everything the candidate wrote. The reader may outlive the candidate if something that
+    /// escaped its process group holds the pipe: it is waited for with a deadline.
+    fn text(self) -> String {
+        let _ = self.done.recv_timeout(Duration::from_secs(5));
+        self.bytes.lock().map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
+    }
+}
+
+/// The limit a candidate was killed for.
+enum Limit {
+    Time,
+    Memory,
+}
+
+/// How a watched candidate ended.
+struct Watched {
+    status: std::process::ExitStatus,
+    peak_rss: u64,
+    killed: Option<Limit>,
+}
+
+/// Wait for the candidate, polling its resident memory, and kill its process group when it
+/// runs past `time` or `memory` bytes; whatever it left behind in its group ends with it.
+fn watch(child: &mut std::process::Child, time: Duration, memory: u64) -> Result<Watched> {
+    let pid = child.id();
     let t0 = Instant::now();
     let mut peak = 0u64;
-    let mut killed: Option<String> = None;
+    let mut killed: Option<Limit> = None;
     let mut polls = 0u64;
     let kill_group = || {
         // SAFETY: signalling the candidate's own process group.
@@ -206,10 +261,10 @@ fn run_candidate(
         polls += 1;
         let rss = if polls.is_multiple_of(10) { group_rss_bytes(pid) } else { rss_bytes(pid).unwrap_or(0) };
         peak = peak.max(rss);
-        if killed.is_none() && t0.elapsed() > limit_t {
-            killed = Some(format!("time limit of {} s exceeded", a.time_limit_s));
-        } else if killed.is_none() && peak > limit_m {
-            killed = Some(format!("memory limit of {} GiB exceeded", a.memory_limit_gib));
+        if killed.is_none() && t0.elapsed() > time {
+            killed = Some(Limit::Time);
+        } else if killed.is_none() && peak > memory {
+            killed = Some(Limit::Memory);
         }
         if killed.is_some() {
             kill_group();
@@ -218,29 +273,7 @@ fn run_candidate(
     };
     // Whatever the candidate left behind in its group (a background process) ends with it.
     kill_group();
-    let _ = done_rx.recv_timeout(Duration::from_secs(5));
-    let err_text = err_bytes.lock().map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default();
-    limits["network_isolated"] = serde_json::json!(isolated);
-    limits["peak_rss_bytes"] = serde_json::json!(peak);
-    limits["wall_s"] = serde_json::json!(t0.elapsed().as_secs_f64());
-    if let Some(why) = killed {
-        return Ok(compose(problem, candidate, &[], None, Some(why), limits));
-    }
-    if !status.success() {
-        let why = failure_reason(&err_text).unwrap_or_else(|| format!("the candidate process ended with {status}"));
-        return Ok(compose(problem, candidate, &[], None, Some(why), limits));
-    }
-    match read_result(&out) {
-        Ok(result) => Ok(compose(problem, candidate, &[], Some(&result), None, limits)),
-        Err(e) => Ok(compose(
-            problem,
-            candidate,
-            &[],
-            None,
-            Some(format!("{candidate}: the candidate process wrote no usable result ({e:#})")),
-            limits,
-        )),
-    }
+    Ok(Watched { status, peak_rss: peak, killed })
 }
 
 /// The runner's argv after the interpreter: the module, files, output and options.
@@ -273,10 +306,9 @@ fn run_candidate_job(
     a: &VerifyArgs,
     socket: &Path,
     policy: &Policy,
-    problem: &str,
     candidate: &str,
-    mut limits: serde_json::Value,
-) -> Result<kforge_verify::verdict::Verdict> {
+    limits: &mut serde_json::Value,
+) -> Result<Evidence> {
     let tmp = tempfile::tempdir().context("creating a temporary directory")?;
     let out = tmp.path().join("result.json");
     let (job_device, runner_device) = match a.device.as_str() {
@@ -293,25 +325,41 @@ fn run_candidate_job(
     limits["memory_limit_enforced"] = serde_json::json!(false);
     limits["network_isolated"] = serde_json::json!(false);
     limits["wall_s"] = serde_json::json!(t0.elapsed().as_secs_f64());
-    if exit.code == Some(0) {
-        return Ok(match read_result(&out) {
-            Ok(result) => compose(problem, candidate, &[], Some(&result), None, limits),
-            Err(e) => compose(
-                problem,
-                candidate,
-                &[],
-                None,
-                Some(format!("{candidate}: the candidate job wrote no usable result ({e:#})")),
-                limits,
-            ),
-        });
+    let failure = (exit.code != Some(0)).then(|| {
+        exit.reason
+            .clone()
+            .or_else(|| failure_reason(&err_text))
+            .unwrap_or_else(|| format!("the candidate job ended with status {}", exit.shell_code()))
+    });
+    Ok(Evidence::of_run(failure, &out, candidate, "job"))
+}
+
+/// What a verdict is composed from besides the files' names and the limits: the static gate's
+/// findings, the runner's result, or why there is none.
+struct Evidence {
+    findings: Vec<Finding>,
+    result: Option<RunnerResult>,
+    failure: Option<String>,
+}
+
+impl Evidence {
+    fn failure(why: String) -> Evidence {
+        Evidence { findings: Vec::new(), result: None, failure: Some(why) }
     }
-    let why = exit
-        .reason
-        .clone()
-        .or_else(|| failure_reason(&err_text))
-        .unwrap_or_else(|| format!("the candidate job ended with status {}", exit.shell_code()));
-    Ok(compose(problem, candidate, &[], None, Some(why), limits))
+
+    /// After the candidate's `process` or `job` ended: the runner's result in `out` when it
+    /// succeeded, else why it did not.
+    fn of_run(failure: Option<String>, out: &Path, candidate: &str, process: &str) -> Evidence {
+        match failure {
+            Some(why) => Evidence::failure(why),
+            None => match read_result(out) {
+                Ok(result) => Evidence { findings: Vec::new(), result: Some(result), failure: None },
+                Err(e) => {
+                    Evidence::failure(format!("{candidate}: the candidate {process} wrote no usable result ({e:#})"))
+                }
+            },
+        }
+    }
 }
 
 /// Why the candidate process failed, from its stderr: the runner's own `kforge verify:` line,

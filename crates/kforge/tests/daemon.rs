@@ -254,7 +254,7 @@ for i in range(3):
     assert_eq!(rep.jobs.len(), 50);
     assert_eq!(rep.regions.len(), 150);
     assert!(rep.regions.iter().all(|r| r.released_ns.is_some() && r.exclusive && !r.revoked));
-    assert_eq!(kforge_demo::stats::overlapping_pairs(&rep.regions), 0);
+    assert_eq!(kforge_eval::stats::overlapping_pairs(&rep.regions), 0);
     assert_eq!(rep.measurements.len(), 150);
     // Under the none policy the same workload does overlap (the check can fail).
     let jobs: Vec<_> = (0..8)
@@ -278,7 +278,7 @@ for i in range(3):
         assert!(j.wait().unwrap().success());
     }
     let none: Vec<_> = d.report().regions.into_iter().filter(|r| r.policy == "none").collect();
-    assert!(kforge_demo::stats::overlapping_pairs(&none) > 0);
+    assert!(kforge_eval::stats::overlapping_pairs(&none) > 0);
 }
 
 /// A counting sibling makes no progress while another job holds a region, with each freeze

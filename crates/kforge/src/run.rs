@@ -1,0 +1,68 @@
+//! `kforge run`: submit one command as a job and stream its output; exit with its exit code.
+
+use crate::values::PolicyArg;
+use anyhow::{bail, Context, Result};
+use kforge_client::Client;
+use kforge_proto::SubmitSpec;
+use std::path::Path;
+
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// auto, cpu, or a GPU index.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Isolation policy (default: the daemon's).
+    #[arg(long, value_enum)]
+    policy: Option<PolicyArg>,
+    /// Label stored with the job (to group a run in reports).
+    #[arg(long)]
+    label: Option<String>,
+    /// Run the Python command in a warm worker (preloaded torch/triton, live CUDA context).
+    #[arg(long)]
+    warm: bool,
+    /// Kill the job after this many seconds.
+    #[arg(long)]
+    timeout: Option<f64>,
+    /// Run on the same GPU as the other jobs of this group (e.g. one operator's candidates, so
+    /// that they are compared on one GPU): with --device auto, on the group's GPU — where its
+    /// first job went, or where a job of it was last sent with --device N.
+    #[arg(long, value_name = "NAME")]
+    gpu_group: Option<String>,
+    /// The command and its arguments.
+    #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
+    command: Vec<String>,
+}
+
+fn timeout_ms(seconds: Option<f64>) -> Result<Option<u64>> {
+    match seconds {
+        Some(t) if !(t > 0.0 && t.is_finite()) => bail!("--timeout must be a positive number of seconds"),
+        Some(t) => Ok(Some((t * 1e3).ceil() as u64)),
+        None => Ok(None),
+    }
+}
+
+pub fn run(socket: &Path, a: RunArgs) -> Result<i32> {
+    let c = Client::connect(socket)?;
+    let cwd = std::env::current_dir().context("reading the current directory")?;
+    let spec = SubmitSpec {
+        argv: a.command,
+        cwd: cwd.display().to_string(),
+        env: std::env::vars().collect(),
+        device: a.device,
+        policy: a.policy.map(Into::into),
+        label: a.label,
+        warm: a.warm,
+        timeout_ms: timeout_ms(a.timeout)?,
+        gpu_group: a.gpu_group,
+    };
+    let grouped = spec.gpu_group.is_some();
+    let job = c.submit(spec)?;
+    if grouped && job.gpu_group.is_none() {
+        eprintln!("kforge run: warning: the daemon ignored --gpu-group (a daemon older than GPU groups)");
+    }
+    let exit = job.stream_output(&mut std::io::stdout().lock(), &mut std::io::stderr())?;
+    if let Some(r) = &exit.reason {
+        eprintln!("kforge: job ended: {r}");
+    }
+    Ok(exit.shell_code())
+}
