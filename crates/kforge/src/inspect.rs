@@ -1,4 +1,4 @@
-//! `kforge inspect`: run the capture (`python3 -m kforge.capture`, the embedded package) or read a
+//! `kforge inspect`: run the capture (`python3 -m kforge.inspect.capture`, the embedded package) or read a
 //! saved capture, then print the inventory table and write the JSON report.
 
 use anyhow::{bail, Context, Result};

@@ -1,5 +1,5 @@
 //! `kforge verify`: gate 1's static check here, then the runtime gates in a separate candidate
-//! process (`python3 -m kforge.verify_runner`) under a time limit, a memory limit and, where the
+//! process (`python3 -m kforge.verify.runner`) under a time limit, a memory limit and, where the
 //! kernel lets us, without network; the verdict is composed by `kforge_verify::verdict`.
 
 use anyhow::{bail, Context, Result};
