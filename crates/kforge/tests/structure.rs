@@ -104,6 +104,7 @@ fn the_manifest_reader_sees_only_normal_dependencies() {
         "[package]\nname = \"x\"\n[dependencies]\nkforge-proto.workspace = true\nclap = { version = \"4\" }\n\
                     [dev-dependencies]\nkforge-store.workspace = true\n";
     assert_eq!(normal_dependencies(manifest), vec!["kforge-proto".to_string(), "clap".to_string()]);
-    let doc = "- `crates/kforge-proto` — the wire\n  - `crates/nested` no\n- `crates/` — all\n- `crates/kforge` — bin\n";
+    let doc =
+        "- `crates/kforge-proto` — the wire\n  - `crates/nested` no\n- `crates/` — all\n- `crates/kforge` — bin\n";
     assert_eq!(code_map_order(doc), vec!["kforge-proto".to_string(), "kforge".to_string()]);
 }
