@@ -264,10 +264,11 @@ impl Daemon {
     }
 
     pub(super) fn on_job_spawned(&mut self, id: u64, pid: u32, cgroup: Option<PathBuf>) {
-        let Some(j) = self.jobs.get_mut(&id) else { return };
-        j.state = JobState::Running { pid, cgroup };
-        self.job_running(id);
-        self.write_ledger();
+        if let Some(j) = self.jobs.get_mut(&id) {
+            j.state = JobState::Running { pid, cgroup };
+            self.job_running(id);
+            self.write_ledger();
+        }
         self.grant_all();
     }
 
@@ -287,10 +288,11 @@ impl Daemon {
     }
 
     pub(super) fn on_job_spawn_failed(&mut self, id: u64, error: &str) {
-        let Some(j) = self.jobs.get(&id) else { return };
-        let reason = format!("could not start {:?} in {}: {error}", j.spec.argv[0], j.spec.cwd);
-        self.emit(Effect::RemoveCgroup { id });
-        self.finish_job(id, Some(127), None, Some(reason));
+        if let Some(j) = self.jobs.get(&id) {
+            let reason = format!("could not start {:?} in {}: {error}", j.spec.argv[0], j.spec.cwd);
+            self.emit(Effect::RemoveCgroup { id });
+            self.finish_job(id, Some(127), None, Some(reason));
+        }
         self.grant_all();
     }
 

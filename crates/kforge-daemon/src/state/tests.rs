@@ -18,6 +18,8 @@ struct Sim {
     next_conn: ConnId,
     /// Answer spawns with a failure.
     fail_spawns: bool,
+    /// Leave hand-offs to warm workers unanswered (the test answers them).
+    hold_hand_offs: bool,
 }
 
 fn devices() -> Vec<DeviceSetup> {
@@ -55,6 +57,7 @@ impl Sim {
             next_pid: 1000,
             next_conn: 1,
             fail_spawns: false,
+            hold_hand_offs: false,
         };
         let effects = sim.d.start(now);
         sim.carry(effects);
@@ -103,6 +106,7 @@ impl Sim {
             }
             Effect::SpawnJob(l) => Some(Event::JobSpawned { job: l.job, pid, cgroup: None }),
             Effect::SpawnWorker(l) => Some(Event::WorkerSpawned { worker: l.worker, pid, cgroup: None }),
+            Effect::HandToWorker(_) if self.hold_hand_offs => None,
             Effect::HandToWorker(l) => Some(Event::HandedToWorker { worker: l.worker, job: l.job, result: Ok(()) }),
             _ => None,
         }
@@ -538,6 +542,28 @@ fn warm_jobs_go_to_an_idle_worker_one_at_a_time() {
     assert!(matches!(replies(&closed, a)[..],
         [Reply::JobEnded { job, exit }] if *job == j1 && exit.code == Some(0)));
     assert_eq!(pool(&s).jobs_served, 1);
+}
+
+#[test]
+fn a_hand_off_answered_for_a_worker_that_is_gone_fails_the_job_and_frees_the_regions() {
+    let mut s = Sim::new(|c| c.warm_workers = Some(1));
+    s.hold_hand_offs = true;
+    let worker = 2;
+    s.handle(Event::Worker {
+        worker,
+        msg: WorkerMsg::Ready { pid: 0, preloaded: vec![], cuda: true, startup_ms: 1.0, error: None },
+    });
+    let (a, b) = (s.connect(), s.connect());
+    let warm = SubmitSpec { argv: vec!["python3".into(), "a.py".into()], warm: true, ..spec("0") };
+    let (j, _) = s.submit_spec(a, warm);
+    // The job is being handed off: no region may be entered until that is answered.
+    assert!(enters(&s.enter(b, None, "0", None)).is_empty());
+    let answer = s.handle(Event::HandedToWorker { worker: 999, job: j, result: Ok(()) });
+    assert!(
+        matches!(replies(&answer, a)[..], [Reply::JobEnded { job, exit }] if *job == j && exit.code == Some(1)),
+        "{answer:?}"
+    );
+    assert_eq!(enters(&answer).len(), 1, "the waiting region is entered: {answer:?}");
 }
 
 #[test]

@@ -94,7 +94,22 @@ impl Daemon {
     }
 
     pub(super) fn on_handed_to_worker(&mut self, wid: u64, job: u64, result: Result<(), String>) {
-        let Some(w) = self.workers.get_mut(&wid) else { return };
+        self.answer_hand_off(wid, job, result);
+        // Whatever the answer, no job or worker of this hand-off is still being started: regions
+        // held back by `starting_any` may be entered now.
+        self.grant_all();
+    }
+
+    fn answer_hand_off(&mut self, wid: u64, job: u64, result: Result<(), String>) {
+        let Some(w) = self.workers.get_mut(&wid) else {
+            // The worker is gone (nothing removes one between the hand-off and its answer today):
+            // the job must not stay `Starting`, which would hold every region back.
+            if self.jobs.contains_key(&job) {
+                let reason = format!("warm worker {wid} was gone when job {job} was handed to it");
+                self.finish_job(job, Some(1), None, Some(reason));
+            }
+            return;
+        };
         match result {
             Ok(()) => {
                 let (pid, cgroup) = (w.pid.unwrap_or(0), w.cgroup.clone());
@@ -116,7 +131,6 @@ impl Daemon {
                 self.finish_job(job, Some(1), None, Some(reason));
             }
         }
-        self.grant_all();
     }
 
     /// Start a worker if the device's pool is short of its size (not counting ones on their way
@@ -150,20 +164,22 @@ impl Daemon {
     }
 
     pub(super) fn on_worker_spawned(&mut self, wid: u64, pid: u32, cgroup: Option<PathBuf>) {
-        let Some(w) = self.workers.get_mut(&wid) else { return };
-        w.pid = Some(pid);
-        w.cgroup = cgroup;
-        let device = w.device;
-        self.write_ledger();
-        self.fill_pool(device);
+        if let Some(w) = self.workers.get_mut(&wid) {
+            w.pid = Some(pid);
+            w.cgroup = cgroup;
+            let device = w.device;
+            self.write_ledger();
+            self.fill_pool(device);
+        }
         self.grant_all();
     }
 
     pub(super) fn on_worker_spawn_failed(&mut self, wid: u64, error: &str) {
-        let Some(w) = self.workers.remove(&wid) else { return };
-        let why = format!("cannot start {}: {error}", self.cfg.worker_python);
-        self.log(format!("warm pool of device {}: {why}", self.devices[w.device].info.name));
-        self.disable_pool(w.device, why);
+        if let Some(w) = self.workers.remove(&wid) {
+            let why = format!("cannot start {}: {error}", self.cfg.worker_python);
+            self.log(format!("warm pool of device {}: {why}", self.devices[w.device].info.name));
+            self.disable_pool(w.device, why);
+        }
         self.grant_all();
     }
 
