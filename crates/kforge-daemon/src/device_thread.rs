@@ -36,105 +36,163 @@ pub fn spawn(name: String, cfg: DeviceThreadConfig, events: Sender<Inbound>) -> 
     std::thread::Builder::new()
         .name(format!("kforge-dev-{name}"))
         .spawn(move || {
-            // What the current region changed, to undo on leave.
-            let mut frozen: Vec<JobTarget> = Vec::new();
-            let mut pinned: Option<(i32, Vec<u32>)> = None;
-            let mut gate_closed = false;
-            let mut nvml: Option<Option<nvml_wrapper::Nvml>> = None;
+            let mut device =
+                DeviceThread { cfg, events, frozen: Vec::new(), pinned: None, gate_closed: false, nvml: None };
             for op in rx {
                 match op {
                     RegionStep::Enter { region, holder_pid, tid, targets, core, managed_pgids } => {
-                        let mut s = EnterReport::default();
-                        if let Some(idx) = cfg.nvml_index {
-                            let nvml = nvml.get_or_insert_with(|| nvml_wrapper::Nvml::init().ok());
-                            if let Some(n) = nvml.as_ref() {
-                                s.unmanaged_pids = unmanaged_gpu_pids(n, idx, &managed_pgids);
-                                s.tainted = !s.unmanaged_pids.is_empty();
-                            }
-                        }
-                        // a. close the gate
-                        let t = Instant::now();
-                        let epoch = cfg.gate.as_ref().map(|g| g.close(holder_pid));
-                        gate_closed = epoch.is_some();
-                        s.timings.gate_ms = ms(t.elapsed());
-                        // b. drain
-                        if let (Some(g), Some(epoch), true) = (&cfg.gate, epoch, cfg.drain) {
-                            let d = g.wait_acks(epoch, cfg.drain_timeout);
-                            s.timings.drain_ms = ms(d.elapsed);
-                            s.timings.drain_timed_out = d.timed_out;
-                            s.pending_pids = d.pending_pids;
-                        }
-                        // c. freeze siblings
-                        let t = Instant::now();
-                        for (target, r) in targets.iter().zip(cfg.freezer.freeze_many(&targets, cfg.freeze_timeout)) {
-                            match r {
-                                Ok(()) => s.timings.frozen_jobs += 1,
-                                Err(e) => s.freeze_errors.push(format!("job {}: {e}", target.job)),
-                            }
-                        }
-                        // Thaw even a partial freeze on leave.
-                        frozen.extend(targets);
-                        s.timings.freeze_ms = ms(t.elapsed());
-                        // Settle: competitors' load can leave the GPU power-capped or thermally
-                        // throttled for a while after they stop; wait (bounded) until it clears.
-                        if let (Some(idx), false) = (cfg.nvml_index, cfg.settle_timeout.is_zero()) {
-                            if let Some(Some(n)) = nvml.as_ref() {
-                                let (waited, timed_out) = settle(n, idx, cfg.settle_timeout, cfg.settle_power_fraction);
-                                s.timings.settle_ms = ms(waited);
-                                s.timings.settle_timed_out = timed_out;
-                            }
-                        }
-                        // d. isolate the measuring thread on a reserved core
-                        let t = Instant::now();
-                        if let Some(core) = core {
-                            let tid = tid as i32;
-                            if let Ok(before) = kforge_cores::affinity(tid) {
-                                if kforge_cores::set_affinity(tid, &[core]).is_ok() {
-                                    pinned = Some((tid, before));
-                                    s.pinned = true;
-                                }
-                            }
-                        }
-                        s.timings.isolate_ms = ms(t.elapsed());
-                        if let (Some(idx), Some(Some(n))) = (cfg.nvml_index, nvml.as_ref()) {
-                            s.gpu = sample(n, idx);
-                        }
-                        let _ = events.send(Event::RegionEntered { region, report: s }.into());
+                        device.enter_region(region, holder_pid, tid, targets, core, &managed_pgids)
                     }
-                    RegionStep::Leave { region } => {
-                        if let Some((tid, before)) = pinned.take() {
-                            let _ = kforge_cores::set_affinity(tid, &before);
-                        }
-                        for target in frozen.drain(..).rev() {
-                            let _ = cfg.freezer.thaw(&target);
-                        }
-                        if gate_closed {
-                            if let Some(g) = &cfg.gate {
-                                g.open_gate();
-                            }
-                            gate_closed = false;
-                        }
-                        let gpu = match (cfg.nvml_index, nvml.as_ref()) {
-                            (Some(idx), Some(Some(n))) => sample(n, idx),
-                            _ => None,
-                        };
-                        let _ = events.send(Event::RegionLeft { region, gpu }.into());
-                    }
+                    RegionStep::Leave { region } => device.leave_region(region),
                 }
             }
-            // Channel closed (daemon stopping): undo whatever is still in force.
-            if let Some((tid, before)) = pinned.take() {
-                let _ = kforge_cores::set_affinity(tid, &before);
-            }
-            for target in frozen.drain(..) {
-                let _ = cfg.freezer.thaw(&target);
-            }
-            if let Some(g) = &cfg.gate {
-                g.open_gate();
-            }
+            device.undo_on_shutdown();
         })
         .expect("spawn device thread");
     tx
+}
+
+/// The state of one device thread between its steps.
+struct DeviceThread {
+    cfg: DeviceThreadConfig,
+    events: Sender<Inbound>,
+    // What the current region changed, to undo on leave.
+    frozen: Vec<JobTarget>,
+    pinned: Option<(i32, Vec<u32>)>,
+    gate_closed: bool,
+    /// NVML, initialised on the first region of a GPU device (inner None: it failed to start).
+    nvml: Option<Option<nvml_wrapper::Nvml>>,
+}
+
+impl DeviceThread {
+    fn nvml(&self) -> Option<&nvml_wrapper::Nvml> {
+        self.nvml.as_ref().and_then(Option::as_ref)
+    }
+
+    fn enter_region(
+        &mut self,
+        region: u64,
+        holder_pid: u32,
+        tid: u32,
+        targets: Vec<JobTarget>,
+        core: Option<u32>,
+        managed_pgids: &[i32],
+    ) {
+        let mut s = EnterReport::default();
+        self.check_unmanaged(&mut s, managed_pgids);
+        self.close_gate_and_drain(&mut s, holder_pid);
+        self.freeze_siblings(&mut s, targets);
+        self.settle_gpu(&mut s);
+        self.isolate_thread(&mut s, tid, core);
+        if let (Some(idx), Some(n)) = (self.cfg.nvml_index, self.nvml()) {
+            s.gpu = sample(n, idx);
+        }
+        let _ = self.events.send(Event::RegionEntered { region, report: s }.into());
+    }
+
+    /// The taint check: processes on the GPU that no managed job owns.
+    fn check_unmanaged(&mut self, s: &mut EnterReport, managed_pgids: &[i32]) {
+        if let Some(idx) = self.cfg.nvml_index {
+            let nvml = self.nvml.get_or_insert_with(|| nvml_wrapper::Nvml::init().ok());
+            if let Some(n) = nvml.as_ref() {
+                s.unmanaged_pids = unmanaged_gpu_pids(n, idx, managed_pgids);
+                s.tainted = !s.unmanaged_pids.is_empty();
+            }
+        }
+    }
+
+    /// a. Close the gate; b. drain: wait (bounded) until every gate participant has acknowledged the close.
+    fn close_gate_and_drain(&mut self, s: &mut EnterReport, holder_pid: u32) {
+        let cfg = &self.cfg;
+        // a. close the gate
+        let t = Instant::now();
+        let epoch = cfg.gate.as_ref().map(|g| g.close(holder_pid));
+        self.gate_closed = epoch.is_some();
+        s.timings.gate_ms = ms(t.elapsed());
+        // b. drain
+        if let (Some(g), Some(epoch), true) = (&cfg.gate, epoch, cfg.drain) {
+            let d = g.wait_acks(epoch, cfg.drain_timeout);
+            s.timings.drain_ms = ms(d.elapsed);
+            s.timings.drain_timed_out = d.timed_out;
+            s.pending_pids = d.pending_pids;
+        }
+    }
+
+    /// c. Freeze the sibling jobs.
+    fn freeze_siblings(&mut self, s: &mut EnterReport, targets: Vec<JobTarget>) {
+        let t = Instant::now();
+        for (target, r) in targets.iter().zip(self.cfg.freezer.freeze_many(&targets, self.cfg.freeze_timeout)) {
+            match r {
+                Ok(()) => s.timings.frozen_jobs += 1,
+                Err(e) => s.freeze_errors.push(format!("job {}: {e}", target.job)),
+            }
+        }
+        // Thaw even a partial freeze on leave.
+        self.frozen.extend(targets);
+        s.timings.freeze_ms = ms(t.elapsed());
+    }
+
+    /// Settle: competitors' load can leave the GPU power-capped or thermally
+    /// throttled for a while after they stop; wait (bounded) until it clears.
+    fn settle_gpu(&self, s: &mut EnterReport) {
+        let cfg = &self.cfg;
+        if let (Some(idx), false) = (cfg.nvml_index, cfg.settle_timeout.is_zero()) {
+            if let Some(n) = self.nvml() {
+                let (waited, timed_out) = settle(n, idx, cfg.settle_timeout, cfg.settle_power_fraction);
+                s.timings.settle_ms = ms(waited);
+                s.timings.settle_timed_out = timed_out;
+            }
+        }
+    }
+
+    /// d. Isolate the measuring thread on a reserved core.
+    fn isolate_thread(&mut self, s: &mut EnterReport, tid: u32, core: Option<u32>) {
+        let t = Instant::now();
+        if let Some(core) = core {
+            let tid = tid as i32;
+            if let Ok(before) = kforge_cores::affinity(tid) {
+                if kforge_cores::set_affinity(tid, &[core]).is_ok() {
+                    self.pinned = Some((tid, before));
+                    s.pinned = true;
+                }
+            }
+        }
+        s.timings.isolate_ms = ms(t.elapsed());
+    }
+
+    /// Undo what entering did, in reverse: unpin, thaw, open the gate.
+    fn leave_region(&mut self, region: u64) {
+        if let Some((tid, before)) = self.pinned.take() {
+            let _ = kforge_cores::set_affinity(tid, &before);
+        }
+        for target in self.frozen.drain(..).rev() {
+            let _ = self.cfg.freezer.thaw(&target);
+        }
+        if self.gate_closed {
+            if let Some(g) = &self.cfg.gate {
+                g.open_gate();
+            }
+            self.gate_closed = false;
+        }
+        let gpu = match (self.cfg.nvml_index, self.nvml()) {
+            (Some(idx), Some(n)) => sample(n, idx),
+            _ => None,
+        };
+        let _ = self.events.send(Event::RegionLeft { region, gpu }.into());
+    }
+
+    /// Channel closed (daemon stopping): undo whatever is still in force.
+    fn undo_on_shutdown(&mut self) {
+        if let Some((tid, before)) = self.pinned.take() {
+            let _ = kforge_cores::set_affinity(tid, &before);
+        }
+        for target in self.frozen.drain(..) {
+            let _ = self.cfg.freezer.thaw(&target);
+        }
+        if let Some(g) = &self.cfg.gate {
+            g.open_gate();
+        }
+    }
 }
 
 /// Processes NVML sees on the GPU that are not in a managed job's process group (nor this

@@ -10,9 +10,10 @@ use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 pub struct SpawnSpec {
     pub job: u64,
@@ -116,6 +117,17 @@ pub fn spawn(
     freezer: Arc<Freezer>,
     cgroup: Option<PathBuf>,
 ) -> std::io::Result<u32> {
+    let mut child = job_command(&spec)?.spawn()?;
+    let pid = child.id();
+    let job = spec.job;
+    let pumps = spawn_output_pumps(&mut child, job, &out);
+    spawn_waiter(child, JobTarget { job, pgid: pid as i32, cgroup }, pumps, freezer, events);
+    Ok(pid)
+}
+
+/// The job's command: its own process group, only the given environment, no stdin, piped
+/// output, confined to its cgroup and cores.
+fn job_command(spec: &SpawnSpec) -> std::io::Result<Command> {
     let Some((prog, args)) = spec.argv.split_first() else {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "empty command"));
     };
@@ -129,44 +141,60 @@ pub fn spawn(
         .stderr(Stdio::piped())
         .process_group(0);
     confine(&mut cmd, spec.cgroup_procs.as_deref(), &spec.cpus, None)?;
-    let mut child = cmd.spawn()?;
-    let pid = child.id();
-    let job = spec.job;
-    let pumps: Vec<_> = [
+    Ok(cmd)
+}
+
+/// One thread per output pipe of `child`, sending what it reads to `out`.
+fn spawn_output_pumps(child: &mut Child, job: u64, out: &Sender<Outgoing>) -> Vec<JoinHandle<()>> {
+    [
         (child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>), Stream::Stdout),
         (child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>), Stream::Stderr),
     ]
     .into_iter()
     .filter_map(|(r, stream)| r.map(|r| (r, stream)))
-    .map(|(mut r, stream)| {
+    .map(|(r, stream)| {
         let out = out.clone();
         std::thread::Builder::new()
             .name(format!("kforge-pump-{job}"))
-            .spawn(move || {
-                let mut buf = vec![0u8; 64 * 1024];
-                loop {
-                    match r.read(&mut buf) {
-                        Ok(0) => break,
-                        Ok(n) => {
-                            // A gone client must not block the job: keep draining the pipe.
-                            let _ =
-                                out.send(Outgoing::Msg(Reply::Output { job, stream, data: b64::encode(&buf[..n]) }));
-                        }
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(_) => break,
-                    }
-                }
-            })
+            .spawn(move || pump_output(r, job, stream, out))
             .expect("spawn pump thread")
     })
-    .collect();
+    .collect()
+}
+
+/// Send everything read from `r` as the job's `stream` output until the pipe closes.
+fn pump_output(mut r: Box<dyn Read + Send>, job: u64, stream: Stream, out: Sender<Outgoing>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                // A gone client must not block the job: keep draining the pipe.
+                let _ = out.send(Outgoing::Msg(Reply::Output { job, stream, data: b64::encode(&buf[..n]) }));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => break,
+        }
+    }
+}
+
+/// The thread that waits for the command, kills what it left behind, waits for its output to be
+/// sent, and reports its exit.
+fn spawn_waiter(
+    mut child: Child,
+    target: JobTarget,
+    pumps: Vec<JoinHandle<()>>,
+    freezer: Arc<Freezer>,
+    events: Sender<Inbound>,
+) {
+    let job = target.job;
     std::thread::Builder::new()
         .name(format!("kforge-wait-{job}"))
         .spawn(move || {
             let status = child.wait();
             // The command is done: whatever it left behind in its group or cgroup goes too,
             // so that background processes cannot escape management or hold the output pipes.
-            let _ = freezer.kill(&JobTarget { job, pgid: pid as i32, cgroup });
+            let _ = freezer.kill(&target);
             for p in pumps {
                 let _ = p.join();
             }
@@ -177,5 +205,4 @@ pub fn spawn(
             let _ = events.send(Event::JobExited { job, code, signal }.into());
         })
         .expect("spawn waiter thread");
-    Ok(pid)
 }

@@ -3,6 +3,7 @@
 
 use crate::config::Config;
 use crate::device_thread::{self, DeviceThreadConfig};
+use crate::effect::RegionStep;
 use crate::event::{ConnId, Event, Inbound, Now, Outgoing};
 use crate::executor::Executor;
 use crate::guardian::{recover_stale, Ledger};
@@ -70,6 +71,65 @@ fn mkdir_private(p: &Path) -> Result<(), DaemonError> {
 /// process (`kforge __guardian`); None runs without one (tests that kill nothing).
 pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandle, DaemonError> {
     let pid = std::process::id();
+    let state_dir = claim_socket_and_recover(&cfg)?;
+    let ledger_path = state_dir.join("ledger.json");
+
+    let freezer_name = format!("kforge-{pid}");
+    let freezer = Arc::new(Freezer::detect(&freezer_name, cfg.freeze_mechanism)?);
+    let (reserved, job_cores) = split_cores(cfg.reserve_cores)?;
+    let devs = devices::discover(&cfg.gpus)?;
+
+    let store = open_store(&cfg.db)?;
+    let first_ids = store.max_ids()?;
+
+    let python_dir = state_dir.join("python");
+    kforge_python::write_package(&python_dir)?;
+
+    let (events_tx, events_rx) = channel::<Inbound>();
+    let devices = start_devices(&cfg, pid, devs, &freezer, &events_tx)?;
+    let ledger = Ledger::new(ledger_path, pid, &freezer, &freezer_name, devices.gate_paths);
+    ledger.write(&[])?;
+
+    let listener = bind_owner_only(&cfg.socket)?;
+
+    let guardian_child = match guardian {
+        Some(argv) => Some(spawn_guardian(&argv, ledger.path())?),
+        None => None,
+    };
+
+    let daemon = Daemon::new(
+        DaemonParts {
+            cfg: cfg.clone(),
+            freeze_mechanism: freezer.describe(),
+            python_dir,
+            base_env: std::env::vars().collect(),
+            daemon_pid: pid,
+            devices: devices.setups,
+            reserved_cores: reserved,
+            job_cores,
+            first_ids,
+        },
+        Now::current(),
+    );
+    let executor = Executor::new(devices.steps, StoreHandle::spawn(store), ledger, freezer.clone(), events_tx.clone());
+    let stop_accept = spawn_accept_thread(listener, events_tx.clone(), &cfg.socket)?;
+    let socket = cfg.socket.clone();
+    let describe = freezer.describe();
+    let thread = std::thread::Builder::new()
+        .name("kforge-daemon".into())
+        .spawn(move || {
+            let r = event_loop(daemon, executor, events_rx);
+            clean_up_after_event_loop(&cfg.socket, &stop_accept, &freezer, guardian_child);
+            r
+        })
+        .map_err(|e| DaemonError::io("spawning daemon thread", &socket, e))?;
+    Ok(DaemonHandle { socket, freeze_mechanism: describe, events: events_tx, thread: Some(thread) })
+}
+
+/// Make the socket's and the state's directories, refuse if a daemon answers on the socket,
+/// recover what a dead daemon left behind (its ledger) and remove its stale socket. Returns the
+/// state directory.
+fn claim_socket_and_recover(cfg: &Config) -> Result<PathBuf, DaemonError> {
     let sock_dir = cfg.socket.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
     mkdir_private(&sock_dir)?;
     if UnixStream::connect(&cfg.socket).is_ok() {
@@ -77,44 +137,55 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
     }
     let state_dir = cfg.state_dir();
     mkdir_private(&state_dir)?;
-    let ledger_path = state_dir.join("ledger.json");
-    if let Some(r) = recover_stale(&ledger_path, false)? {
+    if let Some(r) = recover_stale(&state_dir.join("ledger.json"), false)? {
         eprintln!(
             "kforge daemon: recovered after a dead daemon: killed {} process groups, removed {} cgroups",
             r.process_groups_killed, r.cgroups_removed
         );
     }
     let _ = std::fs::remove_file(&cfg.socket);
+    Ok(state_dir)
+}
 
-    let freezer_name = format!("kforge-{pid}");
-    let freezer = Arc::new(Freezer::detect(&freezer_name, cfg.freeze_mechanism)?);
+/// The online CPUs split into (reserved for measuring threads, for jobs).
+fn split_cores(reserve_cores: usize) -> Result<(Vec<u32>, Vec<u32>), DaemonError> {
     let cpus = kforge_cores::online_cpus().map_err(|e| DaemonError::Config(e.to_string()))?;
-    let (reserved, job_cores) = kforge_cores::split(&cpus, cfg.reserve_cores)
-        .map_err(|e| DaemonError::Config(format!("--reserve-cores: {e}")))?;
-    let devs = devices::discover(&cfg.gpus)?;
+    kforge_cores::split(&cpus, reserve_cores).map_err(|e| DaemonError::Config(format!("--reserve-cores: {e}")))
+}
 
-    let store = if cfg.db.as_os_str() == ":memory:" {
-        kforge_store::Store::open_in_memory()?
-    } else {
-        if let Some(parent) = cfg.db.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| DaemonError::io("creating store directory", parent, e))?;
-        }
-        kforge_store::Store::open(&cfg.db)?
-    };
-    let first_ids = store.max_ids()?;
+/// The store at `db` (`:memory:`: an in-memory one), its directory created if missing.
+fn open_store(db: &Path) -> Result<kforge_store::Store, DaemonError> {
+    if db.as_os_str() == ":memory:" {
+        return Ok(kforge_store::Store::open_in_memory()?);
+    }
+    if let Some(parent) = db.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| DaemonError::io("creating store directory", parent, e))?;
+    }
+    Ok(kforge_store::Store::open(db)?)
+}
 
-    let python_dir = state_dir.join("python");
-    kforge_python::write_package(&python_dir)?;
+/// What starting the devices made: the gate segments (for the ledger), the devices as the state
+/// machine sees them, and the channel to each device's thread.
+struct StartedDevices {
+    gate_paths: Vec<PathBuf>,
+    setups: Vec<DeviceSetup>,
+    steps: Vec<Sender<RegionStep>>,
+}
 
-    let (events_tx, events_rx) = channel::<Inbound>();
-    let mut gates = Vec::new();
-    let mut dev_parts = Vec::new();
-    let mut device_threads = Vec::new();
+/// Create each device's gate segment and start its device thread.
+fn start_devices(
+    cfg: &Config,
+    pid: u32,
+    devs: Vec<devices::DeviceInfo>,
+    freezer: &Arc<Freezer>,
+    events_tx: &Sender<Inbound>,
+) -> Result<StartedDevices, DaemonError> {
+    let mut started = StartedDevices { gate_paths: Vec::new(), setups: Vec::new(), steps: Vec::new() };
     for d in devs {
         let gate_path = PathBuf::from(format!("/dev/shm/kforge-{pid}-gate-{}", d.name));
         let _ = std::fs::remove_file(&gate_path);
         let gate = Arc::new(Gate::create(&gate_path, GATE_SLOTS)?);
-        gates.push(gate_path.clone());
+        started.gate_paths.push(gate_path.clone());
         let steps = device_thread::spawn(
             d.name.clone(),
             DeviceThreadConfig {
@@ -132,70 +203,54 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
             },
             events_tx.clone(),
         );
-        device_threads.push(steps);
-        dev_parts.push(DeviceSetup { info: d, gate_path: Some(gate_path) });
+        started.steps.push(steps);
+        started.setups.push(DeviceSetup { info: d, gate_path: Some(gate_path) });
     }
-    let ledger = Ledger::new(ledger_path, pid, &freezer, &freezer_name, gates);
-    ledger.write(&[])?;
+    Ok(started)
+}
 
+/// Bind the listening socket, readable and writable by its owner only.
+fn bind_owner_only(socket: &Path) -> Result<UnixListener, DaemonError> {
     // Bind owner-only: no moment exists where the socket is reachable with wider permissions.
     // SAFETY: umask only changes this process's file creation mask.
     let old = unsafe { libc::umask(0o177) };
-    let bound = UnixListener::bind(&cfg.socket);
+    let bound = UnixListener::bind(socket);
     unsafe { libc::umask(old) };
-    let listener = bound.map_err(|e| DaemonError::io("binding socket", &cfg.socket, e))?;
-    std::fs::set_permissions(&cfg.socket, std::fs::Permissions::from_mode(0o600))
-        .map_err(|e| DaemonError::io("chmod socket", &cfg.socket, e))?;
+    let listener = bound.map_err(|e| DaemonError::io("binding socket", socket, e))?;
+    std::fs::set_permissions(socket, std::fs::Permissions::from_mode(0o600))
+        .map_err(|e| DaemonError::io("chmod socket", socket, e))?;
+    Ok(listener)
+}
 
-    let guardian_child = match guardian {
-        Some(argv) => Some(spawn_guardian(&argv, ledger.path())?),
-        None => None,
-    };
-
-    let daemon = Daemon::new(
-        DaemonParts {
-            cfg: cfg.clone(),
-            freeze_mechanism: freezer.describe(),
-            python_dir,
-            base_env: std::env::vars().collect(),
-            daemon_pid: pid,
-            devices: dev_parts,
-            reserved_cores: reserved,
-            job_cores,
-            first_ids,
-        },
-        Now::current(),
-    );
-    let executor = Executor::new(device_threads, StoreHandle::spawn(store), ledger, freezer.clone(), events_tx.clone());
+/// Start the thread that accepts connections; returns the flag that stops it.
+fn spawn_accept_thread(
+    listener: UnixListener,
+    events: Sender<Inbound>,
+    socket: &Path,
+) -> Result<Arc<AtomicBool>, DaemonError> {
     let stop_accept = Arc::new(AtomicBool::new(false));
-    {
-        let events = events_tx.clone();
-        let stop = stop_accept.clone();
-        std::thread::Builder::new()
-            .name("kforge-accept".into())
-            .spawn(move || accept_loop(listener, events, stop))
-            .map_err(|e| DaemonError::io("spawning accept thread", &cfg.socket, e))?;
+    let stop = stop_accept.clone();
+    std::thread::Builder::new()
+        .name("kforge-accept".into())
+        .spawn(move || accept_loop(listener, events, stop))
+        .map_err(|e| DaemonError::io("spawning accept thread", socket, e))?;
+    Ok(stop_accept)
+}
+
+/// After the event loop: stop accepting (a connection wakes the accept thread), remove the
+/// socket, undo any freezing, and close the guardian's pipe (it then recovers what is left and
+/// exits) and wait for it.
+fn clean_up_after_event_loop(socket: &Path, stop_accept: &AtomicBool, freezer: &Freezer, guardian: Option<Child>) {
+    stop_accept.store(true, Ordering::SeqCst);
+    let _ = UnixStream::connect(socket);
+    let _ = std::fs::remove_file(socket);
+    if let Err(e) = freezer.recover() {
+        eprintln!("kforge daemon: final cleanup: {e}");
     }
-    let socket = cfg.socket.clone();
-    let describe = freezer.describe();
-    let thread = std::thread::Builder::new()
-        .name("kforge-daemon".into())
-        .spawn(move || {
-            let r = event_loop(daemon, executor, events_rx);
-            stop_accept.store(true, Ordering::SeqCst);
-            let _ = UnixStream::connect(&cfg.socket);
-            let _ = std::fs::remove_file(&cfg.socket);
-            if let Err(e) = freezer.recover() {
-                eprintln!("kforge daemon: final cleanup: {e}");
-            }
-            if let Some(mut g) = guardian_child {
-                drop(g.stdin.take());
-                let _ = g.wait();
-            }
-            r
-        })
-        .map_err(|e| DaemonError::io("spawning daemon thread", &socket, e))?;
-    Ok(DaemonHandle { socket, freeze_mechanism: describe, events: events_tx, thread: Some(thread) })
+    if let Some(mut g) = guardian {
+        drop(g.stdin.take());
+        let _ = g.wait();
+    }
 }
 
 fn spawn_guardian(argv: &[OsString], ledger: &Path) -> Result<Child, DaemonError> {

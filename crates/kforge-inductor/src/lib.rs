@@ -700,19 +700,8 @@ impl<'a> Walker<'a> {
         let Expr::Call(c) = value else { return Ok(()) };
         let line = self.src.line_of(value);
 
-        // Partition call: `self.partitions[i](...)`.
         if let Expr::Subscript(s) = c.func.as_ref() {
-            if dotted(&s.value).as_deref() == Some("self.partitions") {
-                if let Expr::Constant(k) = s.slice.as_ref() {
-                    if let Constant::Int(i) = &k.value {
-                        let idx: usize = i.to_string().parse().unwrap_or(usize::MAX);
-                        if let Some(name) = self.partitions.get(idx).cloned() {
-                            return self.inline(&name);
-                        }
-                    }
-                }
-            }
-            return Ok(());
+            return self.partition_call(s);
         }
 
         let Some(func) = dotted(&c.func) else { return Ok(()) };
@@ -732,29 +721,12 @@ impl<'a> Walker<'a> {
         }
 
         if func.starts_with("extern_kernels.") {
-            let mut args: Vec<String> = c.args.iter().map(|x| self.src.text_of(x)).collect();
-            let mut out = None;
-            for k in &c.keywords {
-                match k.arg.as_ref().map(|a| a.as_str()) {
-                    Some("out") => out = Some(self.src.text_of(&k.value)),
-                    Some(name) => args.push(format!("{name}={}", self.src.text_of(&k.value))),
-                    None => args.push(format!("**{}", self.src.text_of(&k.value))),
-                }
-            }
-            self.launches.push(Launch::Extern { op: func, args, out: out.or(target), line });
+            self.extern_launch(c, func, target, line);
             return Ok(());
         }
 
         if func.starts_with("aten.") || func.starts_with("torch.ops.") {
-            let mut args: Vec<String> = c.args.iter().map(|x| self.src.text_of(x)).collect();
-            for k in &c.keywords {
-                let v = self.src.text_of(&k.value);
-                args.push(match &k.arg {
-                    Some(a) => format!("{}={v}", a.as_str()),
-                    None => format!("**{v}"),
-                });
-            }
-            self.launches.push(Launch::Aten { op: func, args, line });
+            self.aten_launch(c, func, line);
             return Ok(());
         }
 
@@ -765,6 +737,50 @@ impl<'a> Walker<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Partition call: `self.partitions[i](...)` inlines partition `i`; other subscripted calls
+    /// launch nothing.
+    fn partition_call(&mut self, s: &ast::ExprSubscript) -> Result<(), ParseError> {
+        if dotted(&s.value).as_deref() == Some("self.partitions") {
+            if let Expr::Constant(k) = s.slice.as_ref() {
+                if let Constant::Int(i) = &k.value {
+                    let idx: usize = i.to_string().parse().unwrap_or(usize::MAX);
+                    if let Some(name) = self.partitions.get(idx).cloned() {
+                        return self.inline(&name);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A vendor library call `extern_kernels.mm(a, b, out=buf)`; without `out=` its result is the
+    /// assignment's `target`.
+    fn extern_launch(&mut self, c: &ast::ExprCall, func: String, target: Option<String>, line: usize) {
+        let mut args: Vec<String> = c.args.iter().map(|x| self.src.text_of(x)).collect();
+        let mut out = None;
+        for k in &c.keywords {
+            match k.arg.as_ref().map(|a| a.as_str()) {
+                Some("out") => out = Some(self.src.text_of(&k.value)),
+                Some(name) => args.push(format!("{name}={}", self.src.text_of(&k.value))),
+                None => args.push(format!("**{}", self.src.text_of(&k.value))),
+            }
+        }
+        self.launches.push(Launch::Extern { op: func, args, out: out.or(target), line });
+    }
+
+    /// An aten fallback call: `aten.*` or `torch.ops.*`.
+    fn aten_launch(&mut self, c: &ast::ExprCall, func: String, line: usize) {
+        let mut args: Vec<String> = c.args.iter().map(|x| self.src.text_of(x)).collect();
+        for k in &c.keywords {
+            let v = self.src.text_of(&k.value);
+            args.push(match &k.arg {
+                Some(a) => format!("{}={v}", a.as_str()),
+                None => format!("**{v}"),
+            });
+        }
+        self.launches.push(Launch::Aten { op: func, args, line });
     }
 
     fn inline(&mut self, name: &str) -> Result<(), ParseError> {

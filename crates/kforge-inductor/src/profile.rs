@@ -12,6 +12,7 @@
 //! since; kernels that fit neither are reported as unattributed, never guessed.
 
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 
 use crate::{Inventory, Launch};
 
@@ -71,63 +72,125 @@ fn why_vendor(op: &str) -> &'static str {
 /// `iterations` holds the GPU kernels of each profiled run of the compiled model, in execution
 /// order. An empty list gives zero times everywhere.
 pub fn attribute(inv: &Inventory, iterations: &[Vec<KernelEvent>]) -> Attribution {
-    let n = inv.launches.len();
-    let mut time = vec![0.0f64; n];
-    let mut names: Vec<Vec<String>> = vec![Vec::new(); n];
-    let mut seen = vec![false; n];
-    let mut unattributed: Vec<(String, f64)> = Vec::new();
-    let mut total = 0.0;
-    let is_triton = |i: usize, name: &str| matches!(&inv.launches[i], Launch::Triton { kernel, .. } if kernel == name);
-    let is_vendor = |i: usize| !matches!(&inv.launches[i], Launch::Triton { .. });
-    // Limitation: consecutive vendor calls are told apart by position only — a call that
-    // launched two kernels followed by another vendor call shifts the second kernel onto the
-    // next call. The capture's profiler correlation could resolve it; not done yet.
-    let triton_names: std::collections::HashSet<&str> = inv.kernels.iter().map(|k| k.name.as_str()).collect();
+    let mut sums = KernelSums::new(inv.launches.len());
+    let triton_names: HashSet<&str> = inv.kernels.iter().map(|k| k.name.as_str()).collect();
     for events in iterations {
-        let mut p = 0usize; // next launch not yet passed
-        let mut last_vendor: Option<usize> = None;
+        let mut cursor = LaunchCursor::default();
         for e in events {
-            total += e.dur_us;
-            let target = if triton_names.contains(e.name.as_str()) {
-                let found = (p..n).find(|&i| is_triton(i, &e.name));
-                if let Some(i) = found {
-                    p = i + 1;
-                    last_vendor = None; // a Triton launch ran since: later vendor kernels are not its
-                }
-                found
-            } else if p < n && is_vendor(p) {
-                p += 1;
-                last_vendor = Some(p - 1);
-                last_vendor
-            } else {
-                last_vendor
-            };
-            match target {
-                Some(i) => {
-                    time[i] += e.dur_us;
-                    seen[i] = true;
-                    if !names[i].contains(&e.name) {
-                        names[i].push(e.name.clone());
-                    }
-                }
-                None => match unattributed.iter_mut().find(|(k, _)| *k == e.name) {
-                    Some(u) => u.1 += e.dur_us,
-                    None => unattributed.push((e.name.clone(), e.dur_us)),
-                },
-            }
+            sums.total += e.dur_us;
+            let target = cursor.target(inv, &triton_names, &e.name);
+            sums.add(target, e);
         }
     }
     let iters = iterations.len().max(1) as f64;
-    let total_us = total / iters;
+    let total_us = sums.total / iters;
+    let (launches, missing) = launch_times(inv, &mut sums, iters, total_us, !iterations.is_empty());
+    let mut unattributed = sums.unattributed;
+    for u in &mut unattributed {
+        u.1 /= iters;
+    }
+    let replaceable_share = launches.iter().filter(|l| l.replaceable).map(|l| l.share).fold(0.0, |a, b| a + b);
+    Attribution {
+        iterations: iterations.len(),
+        total_us,
+        launches,
+        unattributed,
+        replaceable_share,
+        missing_triton_launches: missing,
+    }
+}
+
+/// Kernel time summed over all iterations: per launch, and per name for the kernels no launch
+/// was found for.
+struct KernelSums {
+    time: Vec<f64>,
+    names: Vec<Vec<String>>,
+    seen: Vec<bool>,
+    unattributed: Vec<(String, f64)>,
+    total: f64,
+}
+
+impl KernelSums {
+    fn new(launches: usize) -> KernelSums {
+        KernelSums {
+            time: vec![0.0f64; launches],
+            names: vec![Vec::new(); launches],
+            seen: vec![false; launches],
+            unattributed: Vec::new(),
+            total: 0.0,
+        }
+    }
+
+    /// Add `e`'s time to launch `target` (None: to the unattributed kernels).
+    fn add(&mut self, target: Option<usize>, e: &KernelEvent) {
+        match target {
+            Some(i) => {
+                self.time[i] += e.dur_us;
+                self.seen[i] = true;
+                if !self.names[i].contains(&e.name) {
+                    self.names[i].push(e.name.clone());
+                }
+            }
+            None => match self.unattributed.iter_mut().find(|(k, _)| *k == e.name) {
+                Some(u) => u.1 += e.dur_us,
+                None => self.unattributed.push((e.name.clone(), e.dur_us)),
+            },
+        }
+    }
+}
+
+/// Where one iteration stands in the inventory's launches while its kernels are attributed.
+#[derive(Default)]
+struct LaunchCursor {
+    /// The next launch not yet passed.
+    next: usize,
+    last_vendor: Option<usize>,
+}
+
+impl LaunchCursor {
+    /// The launch the GPU kernel `name` belongs to (None: unattributed), moving past it.
+    fn target(&mut self, inv: &Inventory, triton_names: &HashSet<&str>, name: &str) -> Option<usize> {
+        let n = inv.launches.len();
+        let is_triton = |i: usize| matches!(&inv.launches[i], Launch::Triton { kernel, .. } if kernel == name);
+        let is_vendor = |i: usize| !matches!(&inv.launches[i], Launch::Triton { .. });
+        // Limitation: consecutive vendor calls are told apart by position only — a call that
+        // launched two kernels followed by another vendor call shifts the second kernel onto the
+        // next call. The capture's profiler correlation could resolve it; not done yet.
+        if triton_names.contains(name) {
+            let found = (self.next..n).find(|&i| is_triton(i));
+            if let Some(i) = found {
+                self.next = i + 1;
+                self.last_vendor = None; // a Triton launch ran since: later vendor kernels are not its
+            }
+            found
+        } else if self.next < n && is_vendor(self.next) {
+            self.next += 1;
+            self.last_vendor = Some(self.next - 1);
+            self.last_vendor
+        } else {
+            self.last_vendor
+        }
+    }
+}
+
+/// One [`LaunchTime`] per launch of `inv` (mean per iteration), and how many Triton launches
+/// never appeared in a `profiled` run.
+fn launch_times(
+    inv: &Inventory,
+    sums: &mut KernelSums,
+    iters: f64,
+    total_us: f64,
+    profiled: bool,
+) -> (Vec<LaunchTime>, usize) {
     let share = |us: f64| if total_us > 0.0 { us / total_us } else { 0.0 };
     let verdicts = inv.replaceable();
-    let mut launches = Vec::with_capacity(n);
+    let mut launches = Vec::with_capacity(inv.launches.len());
     let mut missing = 0;
     for (i, l) in inv.launches.iter().enumerate() {
-        let gpu_us = time[i] / iters;
+        let gpu_us = sums.time[i] / iters;
         let (kind, label, replaceable, why) = match l {
             Launch::Triton { kernel, .. } => {
-                if !seen[i] && !iterations.is_empty() {
+                if !sums.seen[i] && profiled {
                     missing += 1;
                 }
                 let (ok, why) =
@@ -143,21 +206,10 @@ pub fn attribute(inv: &Inventory, iterations: &[Vec<KernelEvent>]) -> Attributio
             label,
             gpu_us,
             share: share(gpu_us),
-            gpu_kernels: std::mem::take(&mut names[i]),
+            gpu_kernels: std::mem::take(&mut sums.names[i]),
             replaceable,
             why,
         });
     }
-    for u in &mut unattributed {
-        u.1 /= iters;
-    }
-    let replaceable_share = launches.iter().filter(|l| l.replaceable).map(|l| l.share).fold(0.0, |a, b| a + b);
-    Attribution {
-        iterations: iterations.len(),
-        total_us,
-        launches,
-        unattributed,
-        replaceable_share,
-        missing_triton_launches: missing,
-    }
+    (launches, missing)
 }

@@ -404,75 +404,105 @@ impl Checker<'_> {
     fn check_call(&mut self, c: &ast::ExprCall) {
         let name = dotted(&c.func, &self.aliases);
         if let Some(n) = &name {
-            let last = n.rsplit('.').next().unwrap_or(n);
-            let torch_fn = n.starts_with("torch.") && !n.starts_with("torch.cuda.") && COMPUTE_FUNCS.contains(&last);
-            let vendor = n.starts_with("torch.ops.") || n.starts_with("extern_kernels.") || n.starts_with("torch._C.");
-            let functional = n.starts_with("torch.nn.functional.");
-            // Constructing an nn layer only holds parameters (KernelBench candidates keep
-            // `self.linear = nn.Linear(...)` for its weight); calling it computes (below).
-            let layer = n.starts_with("torch.nn.") && NN_LAYERS.contains(&last);
-            if (torch_fn || vendor || functional) && self.in_kernel == 0 && !self.allowed(n) {
-                self.add(
-                    Rule::TorchCompute,
-                    c,
-                    format!("{n}(...) computes with torch instead of the candidate's kernel"),
-                );
-            }
-            if layer && self.in_kernel == 0 && !self.allowed(n) {
-                self.layer_ctor = Some(n.clone());
-            }
-            if let Some(layer) = self.layers.get(n.as_str()).cloned() {
-                if !self.allowed(&layer) {
-                    self.add(Rule::TorchCompute, c, format!("{n}(...) runs the {layer} layer: torch does the work"));
-                }
-            }
-            if n == "torch.cuda.Stream"
-                || n == "torch.cuda.stream"
-                || n == "torch.cuda.set_stream"
-                || n.ends_with("ExternalStream")
-            {
-                self.add(Rule::SideStream, c, format!("{n}(...): work on a side stream escapes the timed stream"));
-            }
-            let os_process = matches!(
-                n.as_str(),
-                "os.fork"
-                    | "os.forkpty"
-                    | "os.system"
-                    | "os.popen"
-                    | "os.posix_spawn"
-                    | "os.posix_spawnp"
-                    | "pty.spawn"
-            ) || n.starts_with("os.spawn")
-                || n.starts_with("os.exec");
-            if os_process
-                || n.starts_with("threading.")
-                || n.starts_with("multiprocessing.")
-                || n.starts_with("subprocess.")
-                || n.starts_with("concurrent.")
-            {
-                self.add(Rule::Concurrency, c, format!("{n}(...) runs work outside the timed call"));
-            }
-            if n == "torch.cuda.cudart"
-                || n.starts_with("torch.cuda.cudart.")
-                || (n.starts_with("torch._C._cuda") && n.contains("Persist"))
-            {
-                self.add(Rule::NativeAccess, c, format!("{n}(...) reaches the CUDA runtime directly"));
-            }
-            if HARNESS_CALLS.contains(&n.as_str()) {
-                self.add(Rule::HarnessAccess, c, format!("{n}(...) reads the harness instead of the inputs"));
-            }
-            if n == "setattr" {
-                if let Some(target) = c.args.first().and_then(|t| dotted(t, &self.aliases)) {
-                    if PATCHED_ROOTS.contains(&target.split('.').next().unwrap_or("")) {
-                        self.add(Rule::MonkeyPatch, c, format!("setattr on {target} replaces a library function"));
-                    }
-                }
-            }
-            let highest = matches!(c.args.first(), Some(Expr::Constant(k)) if matches!(&k.value, ast::Constant::Str(s) if s == "highest"));
-            if self.policy.precision == Precision::Strict && n == "torch.set_float32_matmul_precision" && !highest {
-                self.add(Rule::Precision, c, "torch.set_float32_matmul_precision lowers fp32 matmul precision".into());
+            self.rules_for_named_call(c, n);
+        }
+        self.rule_for_constructed_layer_call(c);
+        if let Expr::Attribute(a) = c.func.as_ref() {
+            self.rules_for_method_call(c, a, name.as_deref());
+        }
+        self.rules_for_keywords(c, name.as_deref());
+    }
+
+    /// The rules that look at the dotted name of the called function (`torch.mm`, `os.fork`, …).
+    fn rules_for_named_call(&mut self, c: &ast::ExprCall, n: &str) {
+        self.rule_for_torch_call(c, n);
+        self.rule_for_side_stream(c, n);
+        self.rule_for_concurrency(c, n);
+        self.rule_for_native_access(c, n);
+        if HARNESS_CALLS.contains(&n) {
+            self.add(Rule::HarnessAccess, c, format!("{n}(...) reads the harness instead of the inputs"));
+        }
+        self.rule_for_setattr(c, n);
+        self.rule_for_matmul_precision(c, n);
+    }
+
+    /// Torch, vendor and functional compute outside a kernel; an nn layer constructed or called.
+    fn rule_for_torch_call(&mut self, c: &ast::ExprCall, n: &str) {
+        let last = n.rsplit('.').next().unwrap_or(n);
+        let torch_fn = n.starts_with("torch.") && !n.starts_with("torch.cuda.") && COMPUTE_FUNCS.contains(&last);
+        let vendor = n.starts_with("torch.ops.") || n.starts_with("extern_kernels.") || n.starts_with("torch._C.");
+        let functional = n.starts_with("torch.nn.functional.");
+        // Constructing an nn layer only holds parameters (KernelBench candidates keep
+        // `self.linear = nn.Linear(...)` for its weight); calling it computes (below).
+        let layer = n.starts_with("torch.nn.") && NN_LAYERS.contains(&last);
+        if (torch_fn || vendor || functional) && self.in_kernel == 0 && !self.allowed(n) {
+            self.add(Rule::TorchCompute, c, format!("{n}(...) computes with torch instead of the candidate's kernel"));
+        }
+        if layer && self.in_kernel == 0 && !self.allowed(n) {
+            self.layer_ctor = Some(n.to_string());
+        }
+        if let Some(layer) = self.layers.get(n).cloned() {
+            if !self.allowed(&layer) {
+                self.add(Rule::TorchCompute, c, format!("{n}(...) runs the {layer} layer: torch does the work"));
             }
         }
+    }
+
+    fn rule_for_side_stream(&mut self, c: &ast::ExprCall, n: &str) {
+        if n == "torch.cuda.Stream"
+            || n == "torch.cuda.stream"
+            || n == "torch.cuda.set_stream"
+            || n.ends_with("ExternalStream")
+        {
+            self.add(Rule::SideStream, c, format!("{n}(...): work on a side stream escapes the timed stream"));
+        }
+    }
+
+    /// Processes, threads and executors: work that runs outside the timed call.
+    fn rule_for_concurrency(&mut self, c: &ast::ExprCall, n: &str) {
+        let os_process = matches!(
+            n,
+            "os.fork" | "os.forkpty" | "os.system" | "os.popen" | "os.posix_spawn" | "os.posix_spawnp" | "pty.spawn"
+        ) || n.starts_with("os.spawn")
+            || n.starts_with("os.exec");
+        if os_process
+            || n.starts_with("threading.")
+            || n.starts_with("multiprocessing.")
+            || n.starts_with("subprocess.")
+            || n.starts_with("concurrent.")
+        {
+            self.add(Rule::Concurrency, c, format!("{n}(...) runs work outside the timed call"));
+        }
+    }
+
+    fn rule_for_native_access(&mut self, c: &ast::ExprCall, n: &str) {
+        if n == "torch.cuda.cudart"
+            || n.starts_with("torch.cuda.cudart.")
+            || (n.starts_with("torch._C._cuda") && n.contains("Persist"))
+        {
+            self.add(Rule::NativeAccess, c, format!("{n}(...) reaches the CUDA runtime directly"));
+        }
+    }
+
+    /// `setattr(torch, ...)` and the like: replacing a library function.
+    fn rule_for_setattr(&mut self, c: &ast::ExprCall, n: &str) {
+        if n == "setattr" {
+            if let Some(target) = c.args.first().and_then(|t| dotted(t, &self.aliases)) {
+                if PATCHED_ROOTS.contains(&target.split('.').next().unwrap_or("")) {
+                    self.add(Rule::MonkeyPatch, c, format!("setattr on {target} replaces a library function"));
+                }
+            }
+        }
+    }
+
+    fn rule_for_matmul_precision(&mut self, c: &ast::ExprCall, n: &str) {
+        let highest = matches!(c.args.first(), Some(Expr::Constant(k)) if matches!(&k.value, ast::Constant::Str(s) if s == "highest"));
+        if self.policy.precision == Precision::Strict && n == "torch.set_float32_matmul_precision" && !highest {
+            self.add(Rule::Precision, c, "torch.set_float32_matmul_precision lowers fp32 matmul precision".into());
+        }
+    }
+
+    fn rule_for_constructed_layer_call(&mut self, c: &ast::ExprCall) {
         if let Expr::Call(inner) = c.func.as_ref() {
             // nn.Linear(...)(x): constructed and called at once.
             if let Some(n) = dotted(&inner.func, &self.aliases) {
@@ -484,40 +514,50 @@ impl Checker<'_> {
                 }
             }
         }
-        if let Expr::Attribute(a) = c.func.as_ref() {
-            let m = a.attr.as_str();
-            if let Expr::Name(n) = a.value.as_ref() {
-                if self.containers.contains(n.id.as_str()) && MUTATORS.contains(&m) {
-                    self.add(
-                        Rule::ModuleCache,
-                        c,
-                        format!("{}.{m}(...) writes into a module-level container: state kept across calls", n.id),
-                    );
-                }
-            }
-            let on_module = name
-                .as_deref()
-                .is_some_and(|n| n.starts_with("torch.") || n.starts_with("tl.") || n.starts_with("triton."));
-            if COMPUTE_METHODS.contains(&m) && !on_module && !self.allowed(&format!("Tensor.{m}")) {
-                self.add(Rule::TorchCompute, c, format!(".{m}(...) on a tensor computes with torch"));
-            }
-            if self.policy.precision != Precision::LowAllowed {
-                let own = self.problem_dtypes.iter().any(|p| canonical_dtype(p) == canonical_dtype(m));
-                if LOW_CASTS.contains(&m) && c.args.is_empty() && !on_module && !own {
-                    self.add(Rule::Precision, c, format!(".{m}() casts to a 16-bit type"));
-                }
-                if m == "to" || m == "type" {
-                    if let Some(d) = c
-                        .args
-                        .iter()
-                        .chain(c.keywords.iter().filter(|k| k.arg.as_deref() == Some("dtype")).map(|k| &k.value))
-                        .find_map(|e| self.low_dtype(e))
-                    {
-                        self.add(Rule::Precision, c, format!(".{m}({d}) casts to lower precision"));
-                    }
-                }
+    }
+
+    /// `x.m(...)`: module-container writes, tensor compute methods and low-precision casts.
+    fn rules_for_method_call(&mut self, c: &ast::ExprCall, a: &ast::ExprAttribute, name: Option<&str>) {
+        let m = a.attr.as_str();
+        if let Expr::Name(n) = a.value.as_ref() {
+            if self.containers.contains(n.id.as_str()) && MUTATORS.contains(&m) {
+                self.add(
+                    Rule::ModuleCache,
+                    c,
+                    format!("{}.{m}(...) writes into a module-level container: state kept across calls", n.id),
+                );
             }
         }
+        let on_module =
+            name.is_some_and(|n| n.starts_with("torch.") || n.starts_with("tl.") || n.starts_with("triton."));
+        if COMPUTE_METHODS.contains(&m) && !on_module && !self.allowed(&format!("Tensor.{m}")) {
+            self.add(Rule::TorchCompute, c, format!(".{m}(...) on a tensor computes with torch"));
+        }
+        if self.policy.precision != Precision::LowAllowed {
+            self.rules_for_cast_method(c, m, on_module);
+        }
+    }
+
+    /// `.half()`, `.to(torch.float16)`, `.type(dtype=...)`: casts below the problem's own dtypes.
+    fn rules_for_cast_method(&mut self, c: &ast::ExprCall, m: &str, on_module: bool) {
+        let own = self.problem_dtypes.iter().any(|p| canonical_dtype(p) == canonical_dtype(m));
+        if LOW_CASTS.contains(&m) && c.args.is_empty() && !on_module && !own {
+            self.add(Rule::Precision, c, format!(".{m}() casts to a 16-bit type"));
+        }
+        if m == "to" || m == "type" {
+            if let Some(d) = c
+                .args
+                .iter()
+                .chain(c.keywords.iter().filter(|k| k.arg.as_deref() == Some("dtype")).map(|k| &k.value))
+                .find_map(|e| self.low_dtype(e))
+            {
+                self.add(Rule::Precision, c, format!(".{m}({d}) casts to lower precision"));
+            }
+        }
+    }
+
+    /// `allow_tf32=True`, `input_precision="tf32"`, `dtype=torch.float16` passed to a call.
+    fn rules_for_keywords(&mut self, c: &ast::ExprCall, name: Option<&str>) {
         for k in &c.keywords {
             let key = k.arg.as_deref().unwrap_or("");
             let tf32 = (key == "allow_tf32"
@@ -528,7 +568,7 @@ impl Checker<'_> {
                 self.add(Rule::Precision, k, format!("{key}= selects TF32 for fp32 data"));
             }
             if key == "dtype" && self.policy.precision != Precision::LowAllowed {
-                if let (Some(d), Some(n)) = (self.low_dtype(&k.value), &name) {
+                if let (Some(d), Some(n)) = (self.low_dtype(&k.value), name) {
                     if n.starts_with("torch.") || n.starts_with("triton.language.") {
                         self.add(Rule::Precision, k, format!("{n}(..., dtype={d}) computes in lower precision"));
                     }
