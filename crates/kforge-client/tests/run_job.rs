@@ -18,6 +18,7 @@ fn spec(argv: &[&str]) -> SubmitSpec {
         warm: false,
         timeout_ms: None,
         gpu_group: None,
+        gpu_memory_bytes: None,
     }
 }
 
