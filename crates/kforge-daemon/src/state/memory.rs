@@ -18,8 +18,9 @@
 //!   job that fits may start before it at most [`MAX_PASSES`] times; then the queue waits for
 //!   the head.
 //! - **OOM retry**: a job whose stderr says CUDA ran out of memory, that did not exit 0, was not
-//!   cancelled, and beside which other processes held memory on its device in some sample while
-//!   it ran, is queued again at the front, to start only when nothing else runs on the device.
+//!   cancelled, and beside which other processes held memory on its device (in a sample while it
+//!   ran, or the latest one when it ended), is queued again at the front, to start only when
+//!   nothing else runs on the device; while it runs no other job starts there.
 //!   Its client gets `job_retried`, then the second run's output and exit; the store's job row
 //!   keeps the first run's reason (`reason` column). Once only: a second OOM is the job's own.
 
@@ -156,9 +157,14 @@ impl Daemon {
     /// Whether a queued job's memory allows it to start now.
     pub(super) fn memory_fits(&self, device: usize, id: u64) -> bool {
         let j = &self.jobs[&id];
-        let alone = self.devices[device].running.is_empty();
+        let d = &self.devices[device];
+        let alone = d.running.is_empty();
         if j.memory.retried.is_some() {
             return alone;
+        }
+        // A job run again alone stays alone.
+        if d.running.iter().filter_map(|r| self.jobs.get(r)).any(|r| r.memory.retried.is_some()) {
+            return false;
         }
         let (Some(s), Some((peak, _))) = (self.devices[device].memory.as_ref(), self.expected_peak(j)) else {
             return true;
@@ -224,16 +230,20 @@ impl Daemon {
     /// Why a job's run that just ended should run again alone (None: it ends).
     pub(super) fn oom_retry_reason(&self, id: u64, code: Option<i32>, oom: bool) -> Option<String> {
         let j = self.jobs.get(&id)?;
+        // Other processes' use in the latest sample counts too: a run shorter than the sampling
+        // interval may have seen no sample of its own.
+        let latest = self.devices[j.device].memory.as_ref().map_or(0, |s| others_in(j, s));
+        let siblings = j.memory.siblings_peak.max(latest);
         let retry = oom
             && code != Some(0)
             && !self.stopping
             && j.cancel_reason.is_none()
             && j.memory.retried.is_none()
-            && j.memory.siblings_peak > 0;
+            && siblings > 0;
         retry.then(|| {
             format!(
                 "CUDA out of memory while other processes held up to {} on device {}: run again, alone",
-                gib(j.memory.siblings_peak),
+                gib(siblings),
                 self.devices[j.device].info.name
             )
         })

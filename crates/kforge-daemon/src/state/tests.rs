@@ -777,8 +777,12 @@ fn an_oom_beside_siblings_runs_again_alone_and_the_client_gets_one_job_ended() {
     // The sibling ends: the job runs again, alone, and its client sees that run's end only.
     let x = s.exit(ja, 0, false);
     assert_eq!(spawned(&x), vec![jb]);
+    // While it runs alone, nothing starts beside it.
+    let (jc, q) = s.submit_mem(a, "0", Some(1));
+    assert!(spawned(&q).is_empty());
     let x = s.exit(jb, 0, false);
     assert_eq!(ended_to(&x, b), vec![(jb, Some(0))]);
+    assert_eq!(spawned(&x), vec![jc]);
     let reason = stored_end_reason(&x, jb).flatten().unwrap_or_default();
     assert!(reason.contains("second run, alone") && reason.contains("CUDA out of memory"), "{reason}");
 }
@@ -801,13 +805,14 @@ fn an_oom_without_siblings_or_a_second_oom_is_the_jobs_own_failure() {
     s.memory(GPU0, 80, 10, &[(p1, 60), (p2, 10)]);
     assert_eq!(retried_to(&s.exit(j2, 1, true), a), vec![j2]);
     s.exit(j1, 0, false);
-    let (j3, _) = s.submit_mem(a, "0", Some(1));
     let p2 = s.pid_of(j2);
-    s.memory(GPU0, 80, 10, &[(p2, 60), (s.pid_of(j3), 10)]);
+    // Alone among jobs now; another process (not kforge's) holds memory.
+    s.memory(GPU0, 80, 10, &[(p2, 60), (999, 10)]);
     let x = s.exit(j2, 1, true);
     assert!(retried_to(&x, a).is_empty());
     assert_eq!(ended_to(&x, a), vec![(j2, Some(1))]);
     // A cancelled job's OOM-looking exit is not retried either.
+    let (j3, _) = s.submit_mem(a, "0", Some(1));
     let x = s.request(a, Request::Cancel { job: j3 });
     assert!(x.iter().any(|e| matches!(e, Effect::KillJob(_))));
     s.memory(GPU0, 80, 10, &[(s.pid_of(j3), 10), (999, 5)]);
