@@ -81,6 +81,7 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
 
     let store = open_store(&cfg.db)?;
     let first_ids = store.max_ids()?;
+    let learned_peaks = store.learned_peaks(crate::state::LEARNED_CAPACITY)?;
 
     let python_dir = state_dir.join("python");
     kforge_python::write_package(&python_dir)?;
@@ -113,6 +114,7 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
             reserved_cores: reserved,
             job_cores,
             first_ids,
+            learned_peaks,
         },
         Now::current(),
     );

@@ -677,6 +677,9 @@ fn memory_admission_waits_retries_an_oom_alone_and_loses_nothing() {
     assert!(jb.reason.as_deref().is_some_and(|r| r.contains("second run, alone")), "{:?}", jb.reason);
     assert!(jb.started_ns >= ja.ended_ns, "b's second run started after a ended");
     assert!(jc.started_ns >= jb.ended_ns, "nothing ran beside b's second run");
+    let mem: Vec<(u64, u64, bool)> = rep.job_memory.iter().map(|m| (m.job, m.peak_bytes, m.retried)).collect();
+    assert_eq!(mem, vec![(ja.id, 60 * G, false), (jb.id, 0, true), (jc.id, 0, false)], "memory per job in the store");
+    assert!(rep.job_memory[1].siblings_peak_bytes >= 60 * G);
 }
 
 #[test]

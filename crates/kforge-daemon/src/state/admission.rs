@@ -410,7 +410,6 @@ impl Daemon {
         j.warm_oom = false;
         j.memory.expected = None;
         j.memory.current = 0;
-        j.memory.siblings_peak = 0;
         j.memory.retried = Some(why.clone());
         let (device, conn) = (j.device, j.conn);
         let spec = j.spec.clone();
@@ -445,6 +444,9 @@ impl Daemon {
             (None, r) => r.clone(),
         };
         self.store(StoreWrite::JobEnded { id, ns, code, signal, reason: stored });
+        if let Some(row) = self.job_memory_row(&j) {
+            self.store(StoreWrite::JobMemory(row));
+        }
         if let Some(c) = j.conn {
             self.send(c, Reply::JobEnded { job: id, exit: JobExit { code, signal, reason } });
             if let Some(conn) = self.conns.get_mut(&c) {

@@ -6,8 +6,9 @@
 //!   file) give a device's free/total memory and each process's use. A device without samples
 //!   (the cpu device, a GPU whose NVML fails) is admitted on its other rules only.
 //! - **Expected peak** of a job: declared (`SubmitSpec::gpu_memory_bytes`), else learned (the
-//!   highest use seen of an earlier job with the same command line, else the same label; kept in
-//!   memory, the [`LEARNED_CAPACITY`] most recently used), else the default: a quarter of the
+//!   highest use seen of an earlier job with the same command line, else the same label: the
+//!   [`LEARNED_CAPACITY`] most recently used, filled at start from the store's `job_memory`
+//!   rows), else the default: a quarter of the
 //!   device's total memory ([`DEFAULT_SHARE`]).
 //! - **Fit**: expected peak ≤ free − reserved, where reserved is, over the device's started jobs,
 //!   what each may still grow to (expected − its current use): two jobs admitted in one event do
@@ -28,14 +29,16 @@ use super::admission::Job;
 use super::Daemon;
 use crate::event::MemorySample;
 use kforge_proto::{DeviceMemoryStatus, JobMemoryStatus, SubmitSpec};
+use kforge_store::{JobMemoryRow, LearnedPeak};
 use std::collections::HashMap;
 
 /// An unknown job is expected to peak at the device's total memory divided by this.
 pub(super) const DEFAULT_SHARE: u64 = 4;
 /// How many later jobs may start before a queue head that waits for memory.
 pub(super) const MAX_PASSES: u32 = 4;
-/// Learned peaks kept (by command line and by label; the least recently used go).
-pub(super) const LEARNED_CAPACITY: usize = 4096;
+/// Learned peaks kept (by command line and by label; the least recently used go). At start the
+/// daemon replays the peaks of the most recent jobs of this many in its store.
+pub const LEARNED_CAPACITY: usize = 4096;
 
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -106,6 +109,25 @@ impl LearnedPeaks {
         while self.peaks.len() > LEARNED_CAPACITY {
             let Some(oldest) = self.peaks.iter().min_by_key(|(_, v)| v.1).map(|(k, _)| k.clone()) else { break };
             self.peaks.remove(&oldest);
+        }
+    }
+
+    /// Peaks of earlier jobs (from the store), oldest first.
+    pub fn replay(&mut self, peaks: &[LearnedPeak]) {
+        for p in peaks {
+            let spec = SubmitSpec {
+                argv: p.argv.clone(),
+                cwd: String::new(),
+                env: Vec::new(),
+                device: String::new(),
+                policy: None,
+                label: p.label.clone(),
+                warm: false,
+                timeout_ms: None,
+                gpu_group: None,
+                gpu_memory_bytes: None,
+            };
+            self.record(&spec, p.peak_bytes);
         }
     }
 
@@ -228,12 +250,15 @@ impl Daemon {
     }
 
     /// Why a job's run that just ended should run again alone (None: it ends).
-    pub(super) fn oom_retry_reason(&self, id: u64, code: Option<i32>, oom: bool) -> Option<String> {
-        let j = self.jobs.get(&id)?;
+    pub(super) fn oom_retry_reason(&mut self, id: u64, code: Option<i32>, oom: bool) -> Option<String> {
         // Other processes' use in the latest sample counts too: a run shorter than the sampling
         // interval may have seen no sample of its own.
+        let j = self.jobs.get(&id)?;
         let latest = self.devices[j.device].memory.as_ref().map_or(0, |s| others_in(j, s));
-        let siblings = j.memory.siblings_peak.max(latest);
+        let j = self.jobs.get_mut(&id)?;
+        j.memory.siblings_peak = j.memory.siblings_peak.max(latest);
+        let j = &self.jobs[&id];
+        let siblings = j.memory.siblings_peak;
         let retry = oom
             && code != Some(0)
             && !self.stopping
@@ -258,6 +283,22 @@ impl Daemon {
             s.processes.retain(|p| p.pgid != Some(pgid));
             s.free = (s.free + freed).min(s.total);
         }
+    }
+
+    /// The store row of an ending job's memory (None: its device never had a sample).
+    pub(super) fn job_memory_row(&self, j: &Job) -> Option<JobMemoryRow> {
+        let m = &j.memory;
+        if self.devices[j.device].memory.is_none() && m.expected.is_none() && m.observed_peak == 0 {
+            return None;
+        }
+        Some(JobMemoryRow {
+            job: j.id,
+            expected_bytes: m.expected.map(|e| e.0),
+            source: m.expected.map(|e| e.1.as_str().to_string()),
+            peak_bytes: m.observed_peak,
+            siblings_peak_bytes: m.siblings_peak,
+            retried: m.retried.is_some(),
+        })
     }
 
     pub(super) fn device_memory_status(&self, device: usize) -> Option<DeviceMemoryStatus> {

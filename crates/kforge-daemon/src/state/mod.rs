@@ -13,6 +13,7 @@
 
 mod admission;
 mod memory;
+pub use memory::LEARNED_CAPACITY;
 mod region;
 #[cfg(test)]
 mod tests;
@@ -77,6 +78,8 @@ pub struct DaemonParts {
     pub job_cores: Vec<u32>,
     /// The largest job, region and measurement ids in the store.
     pub first_ids: (u64, u64, u64),
+    /// Peaks of the store's most recent jobs, oldest first (admission's learned peaks).
+    pub learned_peaks: Vec<kforge_store::LearnedPeak>,
 }
 
 pub struct Daemon {
@@ -164,7 +167,11 @@ impl Daemon {
             workers: BTreeMap::new(),
             next_worker: 1,
             placement: Default::default(),
-            learned: Default::default(),
+            learned: {
+                let mut l = memory::LearnedPeaks::default();
+                l.replay(&p.learned_peaks);
+                l
+            },
             next_job: p.first_ids.0 + 1,
             next_region: p.first_ids.1 + 1,
             next_measurement: p.first_ids.2 + 1,

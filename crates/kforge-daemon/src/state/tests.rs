@@ -48,6 +48,7 @@ impl Sim {
             reserved_cores: vec![],
             job_cores: vec![1],
             first_ids: (0, 0, 0),
+            learned_peaks: vec![],
         };
         let now = Now { at: t0, unix_ns: 1_000_000_000 };
         let mut sim = Sim {
@@ -831,7 +832,16 @@ fn the_learned_peak_is_used_on_the_next_run_of_the_same_command() {
     let p = s.pid_of(j);
     s.memory(GPU0, 80, 30, &[(p, 50)]);
     s.memory(GPU0, 80, 40, &[(p, 40)]);
-    s.exit(j, 0, false);
+    let x = s.exit(j, 0, false);
+    let row = x.iter().find_map(|e| match e {
+        Effect::Store(StoreWrite::JobMemory(m)) => Some(m.clone()),
+        _ => None,
+    });
+    let row = row.expect("the job's memory is stored");
+    assert_eq!(
+        (row.job, row.peak_bytes, row.expected_bytes, row.source.as_deref()),
+        (j, 50 * GIB, Some(20 * GIB), Some("default"))
+    );
     s.memory(GPU0, 80, 80, &[]);
     let (again, _) = s.submit_spec(a, labelled("bench-a"));
     let m = s.job_memory(again);
@@ -842,6 +852,16 @@ fn the_learned_peak_is_used_on_the_next_run_of_the_same_command() {
     // A declared peak wins.
     let (declared, _) = s.submit_spec(a, SubmitSpec { gpu_memory_bytes: Some(GIB), ..labelled("bench-a") });
     assert_eq!(s.job_memory(declared).source, "declared");
+}
+
+#[test]
+fn learned_peaks_are_replayed_from_the_store_at_start() {
+    let mut l = super::memory::LearnedPeaks::default();
+    let peak =
+        |argv: &str, gib| kforge_store::LearnedPeak { argv: vec![argv.into()], label: None, peak_bytes: gib * GIB };
+    l.replay(&[peak("a", 3), peak("b", 5), peak("a", 2)]);
+    let get = |argv: &str| l.get(&SubmitSpec { argv: vec![argv.into()], ..spec("0") });
+    assert_eq!((get("a"), get("b"), get("c")), (Some(3 * GIB), Some(5 * GIB), None), "the highest of each");
 }
 
 #[test]
