@@ -6,7 +6,8 @@
 //!   file) give a device's free/total memory and each process's use. A device without samples
 //!   (the cpu device, a GPU whose NVML fails) is admitted on its other rules only.
 //! - **Expected peak** of a job: declared (`SubmitSpec::gpu_memory_bytes`), else learned (the
-//!   highest use seen of an earlier job with the same command line, else the same label: the
+//!   highest use seen of an earlier job with the same command line (temporary paths left out),
+//!   else the same label: the
 //!   [`LEARNED_CAPACITY`] most recently used, filled at start from the store's `job_memory`
 //!   rows), else the default: a quarter of the
 //!   device's total memory ([`DEFAULT_SHARE`]).
@@ -86,9 +87,14 @@ pub(super) struct LearnedPeaks {
     clock: u64,
 }
 
+/// The keys a job's peak is learned under: its command line without temporary paths (a
+/// `--out /tmp/…/result.json` differs from run to run of the same command), and its label.
 fn keys(spec: &SubmitSpec) -> impl Iterator<Item = String> + '_ {
-    std::iter::once(format!("argv:{}", spec.argv.join("\u{1f}")))
-        .chain(spec.label.as_ref().map(|l| format!("label:{l}")))
+    let tmpdir = spec.env.iter().find(|(k, _)| k == "TMPDIR").map(|(_, v)| v.as_str()).filter(|v| !v.is_empty());
+    let temporary =
+        move |a: &str| a.starts_with("/tmp/") || a.starts_with("/var/tmp/") || tmpdir.is_some_and(|t| a.starts_with(t));
+    let argv: Vec<&str> = spec.argv.iter().map(|a| if temporary(a) { "<tmp>" } else { a.as_str() }).collect();
+    std::iter::once(format!("argv:{}", argv.join("\u{1f}"))).chain(spec.label.as_ref().map(|l| format!("label:{l}")))
 }
 
 impl LearnedPeaks {

@@ -849,6 +849,20 @@ fn the_learned_peak_is_used_on_the_next_run_of_the_same_command() {
     // Another command of the same label learns from the label.
     let (other, _) = s.submit_spec(a, labelled("bench-b"));
     assert_eq!(s.job_memory(other).source, "learned");
+    // Temporary paths (a result file) do not make it another command.
+    let tmp_out = |dir: &str| SubmitSpec {
+        argv: vec!["runner".into(), "p.py".into(), "--out".into(), format!("{dir}/result.json")],
+        label: None,
+        env: vec![("TMPDIR".into(), "/scratch/t".into())],
+        ..spec("0")
+    };
+    let (t1, _) = s.submit_spec(a, tmp_out("/tmp/.tmpA1"));
+    let pt = s.pid_of(t1);
+    s.memory(GPU0, 80, 10, &[(pt, 7)]);
+    s.exit(t1, 0, false);
+    s.memory(GPU0, 80, 80, &[]);
+    let (t2, _) = s.submit_spec(a, tmp_out("/scratch/t/.tmpB2"));
+    assert_eq!(s.job_memory(t2).expected_bytes, Some(7 * GIB));
     // A declared peak wins.
     let (declared, _) = s.submit_spec(a, SubmitSpec { gpu_memory_bytes: Some(GIB), ..labelled("bench-a") });
     assert_eq!(s.job_memory(declared).source, "declared");
