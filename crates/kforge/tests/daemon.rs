@@ -9,6 +9,7 @@ use common::*;
 use kforge_proto::{Reply, Request};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(30);
@@ -655,6 +656,11 @@ fn memory_admission_waits_retries_an_oom_alone_and_loses_nothing() {
     let s = d.status();
     assert_eq!(s.devices[0].queued.len(), 2, "b (alone) and c wait: {:?}", s.devices[0]);
     assert_eq!(s.devices[0].memory.as_ref().map(|m| m.free_bytes), Some(20 * G));
+    let table = Command::new(KFORGE).arg("--socket").arg(&d.socket).arg("status").output().unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("memory: 20.0 GiB free of 80.0 GiB"), "{table}");
+    assert!(table.contains("60.0 GiB / 10.0 GiB declared"), "a's observed / expected peak: {table}");
+    assert!(table.contains("retried"), "{table}");
     std::fs::write(d.path("a.release"), "").unwrap();
     assert!(a.wait().unwrap().success());
     write_memory(&mem, 80, &[]);

@@ -924,3 +924,29 @@ impl Sim {
         assert_eq!(ended_to(&x, conn), vec![(job, None)]);
     }
 }
+
+#[test]
+fn a_warm_jobs_oom_beside_siblings_is_handed_to_a_worker_again() {
+    let mut s = Sim::new(|c| c.warm_workers = Some(1));
+    let worker = 2;
+    s.handle(Event::Worker {
+        worker,
+        msg: WorkerMsg::Ready { pid: 0, preloaded: vec![], cuda: true, startup_ms: 1.0, error: None },
+    });
+    let a = s.connect();
+    let wpid = s.d.workers[&worker].pid.expect("the worker runs");
+    s.memory(GPU0, 80, 70, &[(wpid, 1)]);
+    let warm = SubmitSpec { argv: vec!["python3".into(), "a.py".into()], warm: true, ..spec("0") };
+    let (j, _) = s.submit_spec(a, warm);
+    // Something else (not kforge's) holds 40 GiB on the GPU.
+    s.memory(GPU0, 80, 10, &[(wpid, 30), (999, 40)]);
+    s.handle(Event::Worker { worker, msg: WorkerMsg::Done { job: j, exit_code: 1, recycle: vec![] } });
+    let x = s.handle(Event::WarmOutputClosed { job: j, oom: true });
+    assert_eq!(retried_to(&x, a), vec![j]);
+    assert!(ended_to(&x, a).is_empty());
+    assert!(x.iter().any(|e| matches!(e, Effect::HandToWorker(l) if l.job == j)), "alone: handed again at once: {x:?}");
+    s.handle(Event::Worker { worker, msg: WorkerMsg::Done { job: j, exit_code: 0, recycle: vec![] } });
+    let x = s.handle(Event::WarmOutputClosed { job: j, oom: false });
+    assert_eq!(ended_to(&x, a), vec![(j, Some(0))]);
+    assert_eq!(s.status().devices[GPU0].pool.jobs_served, 2);
+}
