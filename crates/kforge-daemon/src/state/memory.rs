@@ -155,10 +155,19 @@ fn use_in(j: &Job, s: &MemorySample) -> u64 {
     used.saturating_sub(j.memory.baseline)
 }
 
-/// What processes other than the job's use in a sample.
-fn others_in(j: &Job, s: &MemorySample) -> u64 {
+/// What processes other than the job's use in a sample. Processes this pid namespace cannot see
+/// (NVML reporting a container's host pids) cannot be told apart: they count as others only
+/// when other managed processes (`others_managed`) share the device.
+fn others_in(j: &Job, s: &MemorySample, others_managed: bool) -> u64 {
     let pgid = j.state.pid().map(|p| p as i32);
-    s.processes.iter().filter(|p| pgid.is_none() || p.pgid != pgid).map(|p| p.used).sum()
+    s.processes
+        .iter()
+        .filter(|p| match p.pgid {
+            Some(g) => Some(g) != pgid,
+            None => others_managed,
+        })
+        .map(|p| p.used)
+        .sum()
 }
 
 impl Daemon {
@@ -235,13 +244,14 @@ impl Daemon {
             return;
         }
         let running: Vec<u64> = self.devices[device].running.iter().copied().collect();
+        let others_managed: Vec<u64> = running.iter().copied().filter(|&id| self.others_managed(id)).collect();
         let first = self.devices[device].memory.is_none();
         self.devices[device].memory = Some(sample);
         for id in running {
             let expected = if first { self.jobs.get(&id).and_then(|j| self.expected_peak(j)) } else { None };
             let s = self.devices[device].memory.as_ref().expect("just set");
             let Some(j) = self.jobs.get_mut(&id) else { continue };
-            let (used, others) = (use_in(j, s), others_in(j, s));
+            let (used, others) = (use_in(j, s), others_in(j, s, others_managed.contains(&id)));
             if j.state.is_running() {
                 let m = &mut j.memory;
                 m.current = used;
@@ -255,12 +265,21 @@ impl Daemon {
         self.admit(device);
     }
 
+    /// Whether other jobs or warm workers than the job (and its worker) are on its device.
+    fn others_managed(&self, id: u64) -> bool {
+        let Some(j) = self.jobs.get(&id) else { return false };
+        let d = &self.devices[j.device];
+        d.running.iter().any(|&r| r != id)
+            || self.workers.values().any(|w| w.device == j.device && Some(w.id) != j.worker && w.pid.is_some())
+    }
+
     /// Why a job's run that just ended should run again alone (None: it ends).
     pub(super) fn oom_retry_reason(&mut self, id: u64, code: Option<i32>, oom: bool) -> Option<String> {
         // Other processes' use in the latest sample counts too: a run shorter than the sampling
         // interval may have seen no sample of its own.
+        let others_managed = self.others_managed(id);
         let j = self.jobs.get(&id)?;
-        let latest = self.devices[j.device].memory.as_ref().map_or(0, |s| others_in(j, s));
+        let latest = self.devices[j.device].memory.as_ref().map_or(0, |s| others_in(j, s, others_managed));
         let j = self.jobs.get_mut(&id)?;
         j.memory.siblings_peak = j.memory.siblings_peak.max(latest);
         let j = &self.jobs[&id];

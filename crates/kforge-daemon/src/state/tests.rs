@@ -950,3 +950,25 @@ fn a_warm_jobs_oom_beside_siblings_is_handed_to_a_worker_again() {
     assert_eq!(ended_to(&x, a), vec![(j, Some(0))]);
     assert_eq!(s.status().devices[GPU0].pool.jobs_served, 2);
 }
+
+#[test]
+fn processes_this_namespace_cannot_see_count_as_siblings_only_beside_other_jobs() {
+    let mut s = Sim::new(|_| {});
+    let a = s.connect();
+    s.memory(GPU0, 80, 80, &[]);
+    let unseen = |used| crate::event::MemorySample {
+        total: 80 * GIB,
+        free: 10 * GIB,
+        processes: vec![crate::event::ProcessMemory { pid: 4242, pgid: None, used: used * GIB }],
+    };
+    // Alone: the unseen process may be the job itself; its OOM is its own.
+    let (j, _) = s.submit_mem(a, "0", Some(1));
+    s.handle(Event::GpuMemory { device: GPU0, sample: unseen(70) });
+    assert!(retried_to(&s.exit(j, 1, true), a).is_empty());
+    // Beside another job it cannot be told from a sibling: run again, alone.
+    let (j1, _) = s.submit_mem(a, "0", Some(1));
+    let (j2, _) = s.submit_mem(a, "0", Some(1));
+    s.handle(Event::GpuMemory { device: GPU0, sample: unseen(70) });
+    assert_eq!(retried_to(&s.exit(j2, 1, true), a), vec![j2]);
+    assert_eq!(spawned(&s.exit(j1, 0, false)), vec![j2]);
+}
