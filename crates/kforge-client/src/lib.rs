@@ -101,7 +101,9 @@ impl Client {
 
 impl SubmittedJob {
     /// Copy the job's output to `stdout` and `stderr` as it comes (each chunk written, then
-    /// flushed) until the job ends; returns how it ended.
+    /// flushed) until the job ends; returns how it ended. A job the daemon runs again (alone,
+    /// after a CUDA out-of-memory error beside other jobs: `job_retried`) gets a line on
+    /// `stderr` saying so; the second run's output follows, and its exit is the one returned.
     pub fn stream_output(mut self, stdout: &mut dyn Write, stderr: &mut dyn Write) -> Result<JobExit, ClientError> {
         loop {
             match self.client.recv()? {
@@ -115,6 +117,11 @@ impl SubmittedJob {
                     written.map_err(|(stream, source)| ClientError::Output { stream, source })?;
                 }
                 Reply::JobEnded { exit, .. } => return Ok(exit),
+                Reply::JobRetried { job, reason } => {
+                    let line = format!("kforge: job {job}: {reason}\n");
+                    write_chunk(stderr, line.as_bytes())
+                        .map_err(|source| ClientError::Output { stream: "stderr", source })?;
+                }
                 other => return Err(ClientError::Unexpected(format!("{other:?}"))),
             }
         }

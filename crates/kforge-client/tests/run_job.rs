@@ -18,6 +18,7 @@ fn spec(argv: &[&str]) -> SubmitSpec {
         warm: false,
         timeout_ms: None,
         gpu_group: None,
+        gpu_memory_bytes: None,
     }
 }
 
@@ -98,5 +99,30 @@ fn a_refused_submission_is_the_daemons_error() {
     let (socket, daemon) = scripted_daemon(dir.path(), vec![refusal]);
     let e = run_job(&socket, spec(&["x"]), &mut Vec::new(), &mut Vec::new()).unwrap_err();
     assert!(matches!(&e, ClientError::Daemon { message, .. } if message == "no such device"), "{e}");
+    daemon.join().unwrap();
+}
+
+#[test]
+fn a_retried_job_says_so_on_stderr_and_returns_the_second_runs_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let second = JobExit { code: Some(0), signal: None, reason: None };
+    let (socket, daemon) = scripted_daemon(
+        dir.path(),
+        vec![
+            queued(),
+            Reply::JobStarted { job: 7, pid: 42 },
+            output(Stream::Stderr, "torch.OutOfMemoryError: CUDA out of memory\n"),
+            Reply::JobRetried { job: 7, reason: "CUDA out of memory beside others: run again, alone".into() },
+            Reply::JobStarted { job: 7, pid: 43 },
+            output(Stream::Stdout, "ok\n"),
+            Reply::JobEnded { job: 7, exit: second.clone() },
+        ],
+    );
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let ended = run_job(&socket, spec(&["x"]), &mut out, &mut err).unwrap();
+    assert_eq!(ended, second);
+    assert_eq!(String::from_utf8(out).unwrap(), "ok\n");
+    let err = String::from_utf8(err).unwrap();
+    assert!(err.ends_with("kforge: job 7: CUDA out of memory beside others: run again, alone\n"), "{err}");
     daemon.join().unwrap();
 }

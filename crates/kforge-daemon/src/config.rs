@@ -78,6 +78,9 @@ pub struct Config {
     pub warm_python: bool,
     /// Default time limit of a job (None = none).
     pub job_timeout: Option<Duration>,
+    /// Test hook: read device memory from this JSON file instead of NVML
+    /// (`crate::memory::MemorySource::File`).
+    pub debug_gpu_memory: Option<PathBuf>,
 }
 
 impl Config {
@@ -106,6 +109,7 @@ impl Config {
             worker_max_rss_mb: 0,
             warm_python: false,
             job_timeout: None,
+            debug_gpu_memory: None,
         }
     }
 
@@ -143,6 +147,8 @@ pub struct DaemonFlags {
     pub worker_max_rss_mb: u64,
     pub warm_python: bool,
     pub job_timeout_s: Option<f64>,
+    /// Test hook (`--debug-gpu-memory FILE`): device memory from this file instead of NVML.
+    pub debug_gpu_memory: Option<PathBuf>,
 }
 
 /// Where the gate shim comes from.
@@ -233,6 +239,7 @@ impl Config {
             worker_max_rss_mb: f.worker_max_rss_mb,
             warm_python: f.warm_python,
             job_timeout,
+            debug_gpu_memory: f.debug_gpu_memory,
             ..defaults
         })
     }
@@ -284,6 +291,7 @@ mod tests {
             worker_max_rss_mb: 0,
             warm_python: false,
             job_timeout_s: None,
+            debug_gpu_memory: None,
         }
     }
 

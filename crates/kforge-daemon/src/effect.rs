@@ -8,7 +8,7 @@
 use crate::event::ConnId;
 use kforge_freeze::JobTarget;
 use kforge_proto::Reply;
-use kforge_store::{JobRow, MeasurementRow, RegionRow};
+use kforge_store::{JobMemoryRow, JobRow, MeasurementRow, RegionRow};
 use std::path::PathBuf;
 
 /// Warm worker ids live in their own range of cgroup names (`job-<WORKER_CGROUP_BASE + id>`).
@@ -72,6 +72,8 @@ pub enum StoreWrite {
         gpu: Option<(u32, u32)>,
     },
     InsertMeasurement(MeasurementRow),
+    /// A job's GPU memory, when it ends.
+    JobMemory(JobMemoryRow),
 }
 
 /// What a device thread does for the state machine.

@@ -81,11 +81,13 @@ pub enum Event {
         job: u64,
         error: String,
     },
-    /// A cold job's process ended and all its output was sent.
+    /// A cold job's process ended and all its output was sent. `oom`: its stderr said CUDA ran
+    /// out of memory ([`crate::memory::OOM_MARKERS`]).
     JobExited {
         job: u64,
         code: Option<i32>,
         signal: Option<i32>,
+        oom: bool,
     },
     /// The device thread entered the region (`RegionStep::Enter` done).
     RegionEntered {
@@ -125,14 +127,37 @@ pub enum Event {
         code: Option<i32>,
         signal: Option<i32>,
     },
-    /// Both output pipes of a warm job are closed.
+    /// Both output pipes of a warm job are closed; `oom` as for [`Event::JobExited`].
     WarmOutputClosed {
         job: u64,
+        oom: bool,
+    },
+    /// A device's memory was sampled (NVML, or the `--debug-gpu-memory` file).
+    GpuMemory {
+        device: usize,
+        sample: MemorySample,
     },
     /// A deadline may have passed (a lease, a job's time limit).
     Tick,
     /// Stop (a signal, or a `shutdown` request).
     Shutdown,
+}
+
+/// A device's memory at one moment, and what each process on it uses.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MemorySample {
+    pub total: u64,
+    pub free: u64,
+    pub processes: Vec<ProcessMemory>,
+}
+
+/// GPU memory one process uses; `pgid` is its process group (a managed job's or worker's pid),
+/// None when this pid namespace cannot see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessMemory {
+    pub pid: u32,
+    pub pgid: Option<i32>,
+    pub used: u64,
 }
 
 /// Messages a warm worker sends (`python/kforge/worker.py`).

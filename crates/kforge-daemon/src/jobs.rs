@@ -2,6 +2,7 @@
 //! threads that pump its output to the submitting connection and report its exit.
 
 use crate::event::{Event, Inbound, Outgoing};
+use crate::memory::OomScanner;
 use kforge_freeze::{Freezer, JobTarget};
 use kforge_proto::{b64, Reply, Stream};
 use std::ffi::CString;
@@ -11,6 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -120,8 +122,9 @@ pub fn spawn(
     let mut child = job_command(&spec)?.spawn()?;
     let pid = child.id();
     let job = spec.job;
-    let pumps = spawn_output_pumps(&mut child, job, &out);
-    spawn_waiter(child, JobTarget { job, pgid: pid as i32, cgroup }, pumps, freezer, events);
+    let oom = Arc::new(AtomicBool::new(false));
+    let pumps = spawn_output_pumps(&mut child, job, &out, &oom);
+    spawn_waiter(child, JobTarget { job, pgid: pid as i32, cgroup }, pumps, oom, freezer, events);
     Ok(pid)
 }
 
@@ -144,8 +147,14 @@ fn job_command(spec: &SpawnSpec) -> std::io::Result<Command> {
     Ok(cmd)
 }
 
-/// One thread per output pipe of `child`, sending what it reads to `out`.
-fn spawn_output_pumps(child: &mut Child, job: u64, out: &Sender<Outgoing>) -> Vec<JoinHandle<()>> {
+/// One thread per output pipe of `child`, sending what it reads to `out`; `oom` is set when its
+/// stderr says CUDA ran out of memory.
+fn spawn_output_pumps(
+    child: &mut Child,
+    job: u64,
+    out: &Sender<Outgoing>,
+    oom: &Arc<AtomicBool>,
+) -> Vec<JoinHandle<()>> {
     [
         (child.stdout.take().map(|s| Box::new(s) as Box<dyn Read + Send>), Stream::Stdout),
         (child.stderr.take().map(|s| Box::new(s) as Box<dyn Read + Send>), Stream::Stderr),
@@ -154,21 +163,36 @@ fn spawn_output_pumps(child: &mut Child, job: u64, out: &Sender<Outgoing>) -> Ve
     .filter_map(|(r, stream)| r.map(|r| (r, stream)))
     .map(|(r, stream)| {
         let out = out.clone();
+        let oom = (stream == Stream::Stderr).then(|| oom.clone());
         std::thread::Builder::new()
             .name(format!("kforge-pump-{job}"))
-            .spawn(move || pump_output(r, job, stream, out))
+            .spawn(move || pump_output(r, job, stream, out, oom.as_deref()))
             .expect("spawn pump thread")
     })
     .collect()
 }
 
-/// Send everything read from `r` as the job's `stream` output until the pipe closes.
-fn pump_output(mut r: Box<dyn Read + Send>, job: u64, stream: Stream, out: Sender<Outgoing>) {
+/// Send everything read from `r` as the job's `stream` output until the pipe closes; with `oom`,
+/// set it once the stream says CUDA ran out of memory.
+pub(crate) fn pump_output(
+    mut r: Box<dyn Read + Send>,
+    job: u64,
+    stream: Stream,
+    out: Sender<Outgoing>,
+    oom: Option<&AtomicBool>,
+) {
     let mut buf = vec![0u8; 64 * 1024];
+    let mut scan = OomScanner::default();
     loop {
         match r.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
+                if let Some(flag) = oom {
+                    scan.feed(&buf[..n]);
+                    if scan.seen() {
+                        flag.store(true, Ordering::SeqCst);
+                    }
+                }
                 // A gone client must not block the job: keep draining the pipe.
                 let _ = out.send(Outgoing::Msg(Reply::Output { job, stream, data: b64::encode(&buf[..n]) }));
             }
@@ -184,6 +208,7 @@ fn spawn_waiter(
     mut child: Child,
     target: JobTarget,
     pumps: Vec<JoinHandle<()>>,
+    oom: Arc<AtomicBool>,
     freezer: Arc<Freezer>,
     events: Sender<Inbound>,
 ) {
@@ -202,7 +227,8 @@ fn spawn_waiter(
                 Ok(s) => (s.code(), s.signal()),
                 Err(_) => (None, None),
             };
-            let _ = events.send(Event::JobExited { job, code, signal }.into());
+            let oom = oom.load(Ordering::SeqCst);
+            let _ = events.send(Event::JobExited { job, code, signal, oom }.into());
         })
         .expect("spawn waiter thread");
 }

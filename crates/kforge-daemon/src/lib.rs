@@ -18,6 +18,7 @@ pub mod event;
 pub mod executor;
 pub mod guardian;
 pub mod jobs;
+pub mod memory;
 pub mod placement;
 pub mod server;
 pub mod signals;

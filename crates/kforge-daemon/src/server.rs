@@ -9,7 +9,7 @@ use crate::executor::Executor;
 use crate::guardian::{recover_stale, Ledger};
 use crate::state::{Daemon, DaemonParts, DeviceSetup};
 use crate::store::StoreHandle;
-use crate::{devices, DaemonError};
+use crate::{devices, memory, DaemonError};
 use kforge_freeze::Freezer;
 use kforge_gate::Gate;
 use kforge_proto::{ErrorCode, ProtoError, Request};
@@ -81,11 +81,17 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
 
     let store = open_store(&cfg.db)?;
     let first_ids = store.max_ids()?;
+    let learned_peaks = store.learned_peaks(crate::state::LEARNED_CAPACITY)?;
 
     let python_dir = state_dir.join("python");
     kforge_python::write_package(&python_dir)?;
 
     let (events_tx, events_rx) = channel::<Inbound>();
+    let sampled: Vec<memory::SampledDevice> = devs
+        .iter()
+        .enumerate()
+        .map(|(index, d)| memory::SampledDevice { index, name: d.name.clone(), nvml_index: nvml_index(d) })
+        .collect();
     let devices = start_devices(&cfg, pid, devs, &freezer, &events_tx)?;
     let ledger = Ledger::new(ledger_path, pid, &freezer, &freezer_name, devices.gate_paths);
     ledger.write(&[])?;
@@ -108,10 +114,16 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
             reserved_cores: reserved,
             job_cores,
             first_ids,
+            learned_peaks,
         },
         Now::current(),
     );
     let executor = Executor::new(devices.steps, StoreHandle::spawn(store), ledger, freezer.clone(), events_tx.clone());
+    let source = match &cfg.debug_gpu_memory {
+        Some(f) => memory::MemorySource::File(f.clone()),
+        None => memory::MemorySource::Nvml,
+    };
+    memory::spawn_sampler(source, sampled, events_tx.clone());
     let stop_accept = spawn_accept_thread(listener, events_tx.clone(), &cfg.socket)?;
     let socket = cfg.socket.clone();
     let describe = freezer.describe();
@@ -196,10 +208,7 @@ fn start_devices(
                 freeze_timeout: cfg.freeze_timeout,
                 settle_timeout: cfg.settle_timeout,
                 settle_power_fraction: cfg.settle_power_fraction,
-                nvml_index: match d.kind {
-                    devices::DeviceKind::Gpu => d.name.parse().ok(),
-                    devices::DeviceKind::Cpu => None,
-                },
+                nvml_index: nvml_index(&d),
             },
             events_tx.clone(),
         );
@@ -207,6 +216,14 @@ fn start_devices(
         started.setups.push(DeviceSetup { info: d, gate_path: Some(gate_path) });
     }
     Ok(started)
+}
+
+/// The NVML index of a GPU device.
+fn nvml_index(d: &devices::DeviceInfo) -> Option<u32> {
+    match d.kind {
+        devices::DeviceKind::Gpu => d.name.parse().ok(),
+        devices::DeviceKind::Cpu => None,
+    }
 }
 
 /// Bind the listening socket, readable and writable by its owner only.

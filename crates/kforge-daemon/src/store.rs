@@ -78,5 +78,6 @@ fn write(s: &Store, w: StoreWrite) -> Result<(), kforge_store::StoreError> {
             s.region_released(id, ns, revoked, tainted, gpu)
         }
         StoreWrite::InsertMeasurement(m) => s.insert_measurement(&m),
+        StoreWrite::JobMemory(m) => s.insert_job_memory(&m),
     }
 }

@@ -6,13 +6,13 @@
 //! say as [`Event`]s. Which worker runs what is the state machine's (`state::warm_pool`).
 
 use crate::event::{Event, Inbound, Outgoing, WorkerMsg};
-use kforge_proto::{b64, Reply, Stream};
+use kforge_proto::Stream;
 use serde::Serialize;
-use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 
@@ -125,29 +125,24 @@ pub fn start_job(
     let msg = serde_json::to_vec(&ToWorker::Run { job, argv, cwd, env }).map_err(std::io::Error::other)?;
     send_with_fds(control.as_raw_fd(), &msg, &[pipes[0].1.as_raw_fd(), pipes[1].1.as_raw_fd()])?;
     let mut pumps = Vec::new();
+    let oom = Arc::new(AtomicBool::new(false));
     for ((read, write), stream) in pipes.into_iter().zip([Stream::Stdout, Stream::Stderr]) {
         drop(write); // the worker holds its copy now
         let out = out.clone();
-        let mut f = std::fs::File::from(read);
-        pumps.push(std::thread::Builder::new().name(format!("kforge-wpump-{job}")).spawn(move || {
-            let mut buf = vec![0u8; 64 * 1024];
-            loop {
-                match f.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        let _ = out.send(Outgoing::Msg(Reply::Output { job, stream, data: b64::encode(&buf[..n]) }));
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(_) => break,
-                }
-            }
-        })?);
+        let f = Box::new(std::fs::File::from(read));
+        let flag = (stream == Stream::Stderr).then(|| oom.clone());
+        pumps.push(
+            std::thread::Builder::new()
+                .name(format!("kforge-wpump-{job}"))
+                .spawn(move || crate::jobs::pump_output(f, job, stream, out, flag.as_deref()))?,
+        );
     }
     std::thread::Builder::new().name(format!("kforge-wjoin-{job}")).spawn(move || {
         for p in pumps {
             let _ = p.join();
         }
-        let _ = events.send(Event::WarmOutputClosed { job }.into());
+        let oom = oom.load(Ordering::SeqCst);
+        let _ = events.send(Event::WarmOutputClosed { job, oom }.into());
     })?;
     Ok(())
 }

@@ -177,6 +177,7 @@ impl DemoRun<'_> {
             warm: false,
             timeout_ms: None,
             gpu_group: None,
+            gpu_memory_bytes: None,
         }
     }
 

@@ -88,6 +88,11 @@ pub struct SubmitSpec {
     /// on the same GPU. A job sent to a GPU by name binds its group there.
     #[serde(default)]
     pub gpu_group: Option<String>,
+    /// The job's expected peak GPU memory in bytes: the daemon starts it only when that fits
+    /// beside what runs on the device. Absent: what earlier runs of the same command (or label)
+    /// peaked at, else a default (a quarter of the device's memory). See docs/protocol.md.
+    #[serde(default)]
+    pub gpu_memory_bytes: Option<u64>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -247,6 +252,35 @@ pub struct DeviceStatus {
     /// GPU groups bound to this device (`SubmitSpec::gpu_group`).
     #[serde(default)]
     pub gpu_groups: usize,
+    /// The device's memory as last sampled (None: no sample, so admission does not look at memory).
+    #[serde(default)]
+    pub memory: Option<DeviceMemoryStatus>,
+}
+
+/// A device's memory as the daemon's admission sees it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct DeviceMemoryStatus {
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+    /// Held back for jobs started but not yet at their expected peak (what admission subtracts
+    /// from `free_bytes`).
+    pub reserved_bytes: u64,
+    /// Used by managed jobs and warm workers in the sample.
+    pub managed_bytes: u64,
+}
+
+/// A job's GPU memory as admission sees it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct JobMemoryStatus {
+    /// The expected peak admission counts with (None: not known yet — the device has no sample).
+    pub expected_bytes: Option<u64>,
+    /// Where the expected peak came from: `declared`, `learned` or `default`.
+    pub source: String,
+    /// The highest use seen in the samples while it ran.
+    pub observed_peak_bytes: u64,
+    /// This is the job's second run, alone on its device, after a CUDA out-of-memory error
+    /// beside siblings.
+    pub retried: bool,
 }
 
 /// A device's warm workers.
@@ -284,6 +318,8 @@ pub struct JobStatus {
     pub pid: Option<u32>,
     pub argv: Vec<String>,
     pub frozen: bool,
+    #[serde(default)]
+    pub memory: Option<JobMemoryStatus>,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -339,6 +375,13 @@ pub enum Reply {
     JobEnded {
         job: u64,
         exit: JobExit,
+    },
+    /// The job's run failed with a CUDA out-of-memory error while sibling processes held memory
+    /// on its device: it runs once more, alone. Its output and `job_started`/`job_ended` follow;
+    /// the first run's exit is never reported as the job's.
+    JobRetried {
+        job: u64,
+        reason: String,
     },
     RegionGranted(Grant),
     /// The region's lease ran out: its measurements are invalid. Sent unprompted.
@@ -538,6 +581,20 @@ mod tests {
     }
 
     #[test]
+    fn memory_fields_are_optional_on_the_wire() {
+        // A submit from a client older than memory admission still reads.
+        let r: Request = decode(br#"{"type":"submit","argv":["x"],"cwd":"/","env":[],"device":"auto"}"#).unwrap();
+        let Request::Submit(spec) = r else { panic!("{r:?}") };
+        assert_eq!(spec.gpu_memory_bytes, None);
+        let v = serde_json::to_value(Reply::JobRetried { job: 4, reason: "oom".into() }).unwrap();
+        assert_eq!(v, serde_json::json!({"type": "job_retried", "job": 4, "reason": "oom"}));
+        let j: JobStatus = serde_json::from_value(serde_json::json!({"job": 1, "device": "0", "policy": "region",
+            "state": "queued", "pid": null, "argv": ["x"], "frozen": false}))
+        .unwrap();
+        assert_eq!(j.memory, None);
+    }
+
+    #[test]
     fn shell_code() {
         assert_eq!(JobExit { code: Some(3), signal: None, reason: None }.shell_code(), 3);
         assert_eq!(JobExit { code: None, signal: Some(9), reason: None }.shell_code(), 137);
@@ -567,7 +624,7 @@ mod tests {
 
         #[test]
         fn submit_round_trips(argv in proptest::collection::vec(".{0,20}", 1..5), dev in "[a-z0-9]{1,5}") {
-            let m = Request::Submit(SubmitSpec { argv, cwd: "/".into(), env: vec![("A".into(), "b".into())], device: dev, policy: Some(Policy::Region), label: None, warm: false, timeout_ms: Some(5), gpu_group: Some("matmul/g1".into()) });
+            let m = Request::Submit(SubmitSpec { argv, cwd: "/".into(), env: vec![("A".into(), "b".into())], device: dev, policy: Some(Policy::Region), label: None, warm: false, timeout_ms: Some(5), gpu_group: Some("matmul/g1".into()), gpu_memory_bytes: Some(1 << 30) });
             let f = encode(&m).unwrap();
             prop_assert_eq!(read_msg::<Request, _>(&mut &f[..]).unwrap(), m);
         }

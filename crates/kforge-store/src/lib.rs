@@ -92,12 +92,40 @@ pub struct MeasurementRow {
     pub valid: bool,
 }
 
+/// A job's GPU memory as the daemon's admission saw it (written when the job ends, on devices
+/// with memory samples).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct JobMemoryRow {
+    pub job: u64,
+    /// The expected peak admission counted with, bytes.
+    pub expected_bytes: Option<u64>,
+    /// `declared`, `learned` or `default`.
+    pub source: Option<String>,
+    /// The highest use seen in the samples while it ran (over both runs of a retried job).
+    pub peak_bytes: u64,
+    /// The most other processes used on its device in one sample while it ran.
+    pub siblings_peak_bytes: u64,
+    /// It ran a second time, alone, after a CUDA out-of-memory error beside siblings.
+    pub retried: bool,
+}
+
 /// Everything recorded for a set of jobs.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct Report {
     pub jobs: Vec<JobRow>,
     pub regions: Vec<RegionRow>,
     pub measurements: Vec<MeasurementRow>,
+    /// GPU memory per job (jobs on devices without memory samples have none).
+    #[serde(default)]
+    pub job_memory: Vec<JobMemoryRow>,
+}
+
+/// A peak seen of an earlier job, for the daemon's learned expected peaks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LearnedPeak {
+    pub argv: Vec<String>,
+    pub label: Option<String>,
+    pub peak_bytes: u64,
 }
 
 pub struct Store {
@@ -123,6 +151,9 @@ CREATE TABLE IF NOT EXISTS regions (
 CREATE TABLE IF NOT EXISTS measurements (
   id INTEGER PRIMARY KEY, job INTEGER, region INTEGER, name TEXT NOT NULL, recorded_ns INTEGER NOT NULL,
   samples_ms TEXT NOT NULL, valid INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS job_memory (
+  job INTEGER PRIMARY KEY, expected_bytes INTEGER, source TEXT, peak_bytes INTEGER NOT NULL,
+  siblings_peak_bytes INTEGER NOT NULL, retried INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS regions_job ON regions(job);
 CREATE INDEX IF NOT EXISTS measurements_job ON measurements(job);
 CREATE INDEX IF NOT EXISTS jobs_label ON jobs(label);
@@ -266,6 +297,50 @@ impl Store {
         Ok(())
     }
 
+    /// Record a job's GPU memory (once, when it ends).
+    pub fn insert_job_memory(&self, m: &JobMemoryRow) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO job_memory(job,expected_bytes,source,peak_bytes,siblings_peak_bytes,retried)
+                 VALUES(?1,?2,?3,?4,?5,?6)",
+                params![
+                    m.job as i64,
+                    m.expected_bytes.map(|b| b as i64),
+                    m.source,
+                    m.peak_bytes as i64,
+                    m.siblings_peak_bytes as i64,
+                    m.retried
+                ],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// The peaks of the `limit` most recent jobs with a peak, oldest first (so that replaying
+    /// them leaves the most recent ones the most recently used).
+    pub fn learned_peaks(&self, limit: usize) -> Result<Vec<LearnedPeak>, StoreError> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT j.argv, j.label, m.peak_bytes FROM job_memory m JOIN jobs j ON j.id = m.job
+                 WHERE m.peak_bytes > 0 ORDER BY m.job DESC LIMIT ?1",
+            )
+            .map_err(|e| self.err(e))?;
+        let mut rows = st
+            .query_map([limit as i64], |r| {
+                let argv: String = r.get(0)?;
+                Ok(LearnedPeak {
+                    argv: serde_json::from_str(&argv).unwrap_or_default(),
+                    label: r.get(1)?,
+                    peak_bytes: r.get::<_, i64>(2)? as u64,
+                })
+            })
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| self.err(e))?;
+        rows.reverse();
+        Ok(rows)
+    }
+
     pub fn insert_measurement(&self, m: &MeasurementRow) -> Result<(), StoreError> {
         let samples = serde_json::to_string(&m.samples_ms).expect("samples serialize");
         self.conn
@@ -353,7 +428,26 @@ impl Store {
             })
             .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
             .map_err(|e| self.err(e))?;
-        Ok(Report { jobs, regions, measurements })
+        let msql = if label.is_some() {
+            "SELECT * FROM job_memory WHERE job IN (SELECT id FROM jobs WHERE label=?1) ORDER BY job"
+        } else {
+            "SELECT * FROM job_memory WHERE ?1 IS NULL ORDER BY job"
+        };
+        let mut st = self.conn.prepare(msql).map_err(|e| self.err(e))?;
+        let job_memory = st
+            .query_map([label], |r| {
+                Ok(JobMemoryRow {
+                    job: r.get::<_, i64>("job")? as u64,
+                    expected_bytes: r.get::<_, Option<i64>>("expected_bytes")?.map(|b| b as u64),
+                    source: r.get("source")?,
+                    peak_bytes: r.get::<_, i64>("peak_bytes")? as u64,
+                    siblings_peak_bytes: r.get::<_, i64>("siblings_peak_bytes")? as u64,
+                    retried: r.get("retried")?,
+                })
+            })
+            .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| self.err(e))?;
+        Ok(Report { jobs, regions, measurements, job_memory })
     }
 
     fn jobs(&self, label: Option<&str>) -> Result<Vec<JobRow>, StoreError> {
@@ -510,6 +604,59 @@ mod tests {
         s.conn.execute("UPDATE meta SET value='99' WHERE key='schema_version'", []).unwrap();
         drop(s);
         assert!(matches!(Store::open(&p), Err(StoreError::SchemaVersion { found: 99, .. })));
+    }
+
+    #[test]
+    fn job_memory_is_reported_and_learned_peaks_come_newest_last() {
+        let s = Store::open_in_memory().unwrap();
+        for id in 1..=3 {
+            s.insert_job(&JobRow { argv: vec![format!("cmd{id}")], ..job(id, Some("a")) }).unwrap();
+        }
+        let mem = |job, peak| JobMemoryRow {
+            job,
+            expected_bytes: Some(5),
+            source: Some("default".into()),
+            peak_bytes: peak,
+            siblings_peak_bytes: 7,
+            retried: job == 2,
+        };
+        for (job, peak) in [(1, 10), (2, 20), (3, 0)] {
+            s.insert_job_memory(&mem(job, peak)).unwrap();
+        }
+        let r = s.report(Some("a")).unwrap();
+        assert_eq!(r.job_memory, vec![mem(1, 10), mem(2, 20), mem(3, 0)]);
+        assert!(s.report(Some("other")).unwrap().job_memory.is_empty());
+        let learned = s.learned_peaks(10).unwrap();
+        let got: Vec<(String, u64)> = learned.iter().map(|l| (l.argv[0].clone(), l.peak_bytes)).collect();
+        assert_eq!(got, vec![("cmd1".to_string(), 10), ("cmd2".to_string(), 20)], "no zero peaks; newest last");
+        assert_eq!(s.learned_peaks(1).unwrap()[0].argv, vec!["cmd2"], "the limit keeps the newest");
+    }
+
+    #[test]
+    fn a_store_written_before_job_memory_is_migrated_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("old.db");
+        {
+            // A file as the schema before the job_memory table wrote it.
+            let s = Store::open(&p).unwrap();
+            s.insert_job(&job(1, None)).unwrap();
+            s.conn.execute_batch("DROP TABLE job_memory;").unwrap();
+        }
+        let s = Store::open(&p).unwrap();
+        assert_eq!(s.report(None).unwrap().jobs.len(), 1, "its rows stay");
+        s.insert_job_memory(&JobMemoryRow {
+            job: 1,
+            expected_bytes: None,
+            source: None,
+            peak_bytes: 3,
+            siblings_peak_bytes: 0,
+            retried: false,
+        })
+        .unwrap();
+        assert_eq!(s.report(None).unwrap().job_memory.len(), 1);
+        // A report JSON without the field (an older daemon's) still reads.
+        let old: Report = serde_json::from_str(r#"{"jobs": [], "regions": [], "measurements": []}"#).unwrap();
+        assert!(old.job_memory.is_empty());
     }
 
     #[test]

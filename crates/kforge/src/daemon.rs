@@ -76,6 +76,10 @@ pub struct DaemonArgs {
     /// Default time limit of a job in seconds (`run --timeout` overrides).
     #[arg(long)]
     job_timeout_s: Option<f64>,
+    /// Test hook: read device memory (free/total, per-pid use) from this JSON file, re-read at
+    /// every sample, instead of NVML (docs/protocol.md, "GPU memory admission").
+    #[arg(long, hide = true, value_name = "FILE")]
+    debug_gpu_memory: Option<PathBuf>,
 }
 
 impl DaemonArgs {
@@ -106,6 +110,7 @@ impl DaemonArgs {
             worker_max_rss_mb: self.worker_max_rss_mb,
             warm_python: self.warm_python,
             job_timeout_s: self.job_timeout_s,
+            debug_gpu_memory: self.debug_gpu_memory,
         }
     }
 }

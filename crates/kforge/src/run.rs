@@ -28,6 +28,11 @@ pub struct RunArgs {
     /// first job went, or where a job of it was last sent with --device N.
     #[arg(long, value_name = "NAME")]
     gpu_group: Option<String>,
+    /// The job's expected peak GPU memory in GiB: the daemon starts it only when that fits beside
+    /// what runs on the device (default: what earlier runs of the command peaked at, else a
+    /// quarter of the device's memory).
+    #[arg(long, value_name = "GIB")]
+    gpu_memory: Option<f64>,
     /// The command and its arguments.
     #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
     command: Vec<String>,
@@ -41,7 +46,19 @@ fn timeout_ms(seconds: Option<f64>) -> Result<Option<u64>> {
     }
 }
 
+/// `--gpu-memory` in bytes.
+fn gpu_memory_bytes(gib: Option<f64>) -> Result<Option<u64>> {
+    match gib {
+        Some(g) if !(g > 0.0 && g.is_finite() && g < 1e9) => {
+            bail!("--gpu-memory must be a positive number of GiB (such as 40 or 0.5), got {g}")
+        }
+        Some(g) => Ok(Some((g * (1u64 << 30) as f64).ceil() as u64)),
+        None => Ok(None),
+    }
+}
+
 pub fn run(socket: &Path, a: RunArgs) -> Result<i32> {
+    let gpu_memory_bytes = gpu_memory_bytes(a.gpu_memory)?;
     let c = Client::connect(socket)?;
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let spec = SubmitSpec {
@@ -54,6 +71,7 @@ pub fn run(socket: &Path, a: RunArgs) -> Result<i32> {
         warm: a.warm,
         timeout_ms: timeout_ms(a.timeout)?,
         gpu_group: a.gpu_group,
+        gpu_memory_bytes,
     };
     let grouped = spec.gpu_group.is_some();
     let job = c.submit(spec)?;

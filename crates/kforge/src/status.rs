@@ -46,23 +46,36 @@ fn table(s: &StatusReport) -> String {
     if !s.jobs.is_empty() {
         t += "\n";
         t += &format!(
-            "{:>6} {:<6} {:<8} {:<8} {:>8} {:<6} COMMAND\n",
-            "JOB", "DEVICE", "POLICY", "STATE", "PID", "FROZEN"
+            "{:>6} {:<6} {:<8} {:<8} {:>8} {:<6} {:<28} COMMAND\n",
+            "JOB", "DEVICE", "POLICY", "STATE", "PID", "FROZEN", "GPU MEMORY (PEAK/EXPECTED)"
         );
         for j in &s.jobs {
             t += &format!(
-                "{:>6} {:<6} {:<8} {:<8} {:>8} {:<6} {}\n",
+                "{:>6} {:<6} {:<8} {:<8} {:>8} {:<6} {:<28} {}\n",
                 j.job,
                 j.device,
                 j.policy.as_str(),
                 j.state,
                 j.pid.map(|p| p.to_string()).unwrap_or("-".into()),
                 if j.frozen { "yes" } else { "no" },
+                job_memory(j.memory.as_ref()),
                 j.argv.join(" ")
             );
         }
     }
     t
+}
+
+fn gib(b: u64) -> String {
+    format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
+}
+
+/// A job's memory cell: observed peak / expected peak (its source), `retried` on a second run.
+fn job_memory(m: Option<&kforge_proto::JobMemoryStatus>) -> String {
+    let Some(m) = m else { return "-".into() };
+    let expected = m.expected_bytes.map(gib).unwrap_or("-".into());
+    let retried = if m.retried { " retried" } else { "" };
+    format!("{} / {} {}{retried}", gib(m.observed_peak_bytes), expected, m.source)
 }
 
 /// One device's row, its description, and its GPU groups and warm pool when it has them.
@@ -92,6 +105,15 @@ fn device_rows(d: &DeviceStatus) -> String {
         if queue.is_empty() { "-".into() } else { queue.join(" ") }
     );
     t += &format!("       {}\n", d.description);
+    if let Some(m) = &d.memory {
+        t += &format!(
+            "       memory: {} free of {}, {} reserved by admission, {} used by managed processes\n",
+            gib(m.free_bytes),
+            gib(m.total_bytes),
+            gib(m.reserved_bytes),
+            gib(m.managed_bytes)
+        );
+    }
     if d.gpu_groups > 0 {
         t += &format!("       GPU groups bound here: {}\n", d.gpu_groups);
     }

@@ -9,6 +9,7 @@ use common::*;
 use kforge_proto::{Reply, Request};
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(30);
@@ -609,4 +610,90 @@ fn jobs_do_not_inherit_the_daemons_descriptors() {
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "[]");
     let _ = kforge_client::Client::connect(&sock).unwrap().request(&kforge_proto::Request::Shutdown);
     let _ = daemon.wait();
+}
+
+/// Write the `--debug-gpu-memory` file in one step (the daemon re-reads it at every sample).
+fn write_memory(path: &std::path::Path, free_gib: u64, processes: &[(u32, u64)]) {
+    const G: u64 = 1 << 30;
+    let procs: Vec<serde_json::Value> =
+        processes.iter().map(|&(pid, used)| serde_json::json!({"pid": pid, "used": used * G})).collect();
+    let v = serde_json::json!({"cpu": {"total": 80 * G, "free": free_gib * G, "processes": procs}});
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, v.to_string()).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[test]
+fn memory_admission_waits_retries_an_oom_alone_and_loses_nothing() {
+    const G: u64 = 1 << 30;
+    let mem_dir = tempfile::tempdir().unwrap();
+    let mem = mem_dir.path().join("memory.json");
+    write_memory(&mem, 80, &[]);
+    let d = TestDaemon::start(&["--debug-gpu-memory", mem.to_str().unwrap(), "--max-concurrent", "4"]);
+    let hold = "import os, time\nwhile not os.path.exists('a.release'): time.sleep(0.01)\nprint('a done')";
+    let mut a = d.spawn_job("a", &["--device", "cpu", "--gpu-memory", "10", "--", "python3", "-c", hold]);
+    let a_pid = wait_for("job a runs", T, || d.status().jobs.first().and_then(|j| j.pid));
+    // The sibling holds 60 GiB; the daemon has seen it once status shows its peak.
+    write_memory(&mem, 20, &[(a_pid, 60)]);
+    wait_for("a's use sampled", T, || {
+        let s = d.status();
+        (s.jobs[0].memory.as_ref()?.observed_peak_bytes == 60 * G).then_some(())
+    });
+    // b fails like PyTorch out of memory on its first run, succeeds on its second.
+    let oom_once = "import os, sys\nif os.path.exists('b.marker'):\n    print('b second run ok'); sys.exit(0)\n\
+                    open('b.marker', 'w').close()\n\
+                    print('torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 30.00 GiB', file=sys.stderr)\n\
+                    sys.exit(1)";
+    let mut b = d.spawn_job("b", &["--device", "cpu", "--gpu-memory", "10", "--", "python3", "-c", oom_once]);
+    let b_job = wait_for("b queued again, to run alone", T, || {
+        let s = d.status();
+        s.jobs.iter().find(|j| j.state == "queued" && j.memory.as_ref().is_some_and(|m| m.retried)).map(|j| j.job)
+    });
+    assert!(d.path("b.marker").exists(), "the first run happened");
+    // c needs 30 GiB, which do not fit in 20: it waits.
+    let mut c = d.spawn_job("c", &["--device", "cpu", "--gpu-memory", "30", "--", "python3", "-c", "print('c ok')"]);
+    wait_for("c queued", T, || (d.status().jobs.len() == 3).then_some(()));
+    let s = d.status();
+    assert_eq!(s.devices[0].queued.len(), 2, "b (alone) and c wait: {:?}", s.devices[0]);
+    assert_eq!(s.devices[0].memory.as_ref().map(|m| m.free_bytes), Some(20 * G));
+    let table = Command::new(KFORGE).arg("--socket").arg(&d.socket).arg("status").output().unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(table.contains("memory: 20.0 GiB free of 80.0 GiB"), "{table}");
+    assert!(table.contains("60.0 GiB / 10.0 GiB declared"), "a's observed / expected peak: {table}");
+    assert!(table.contains("retried"), "{table}");
+    std::fs::write(d.path("a.release"), "").unwrap();
+    assert!(a.wait().unwrap().success());
+    write_memory(&mem, 80, &[]);
+    assert!(b.wait().unwrap().success(), "b's exit is its second run's");
+    assert!(c.wait().unwrap().success());
+
+    let read = |name: &str| std::fs::read_to_string(d.path(name)).unwrap();
+    assert_eq!(read("b.out"), "b second run ok\n");
+    let b_err = read("b.err");
+    assert!(b_err.contains("CUDA out of memory. Tried"), "the first run's output was streamed: {b_err}");
+    assert!(
+        b_err.contains(&format!("kforge: job {b_job}: CUDA out of memory while other processes held up to 60.0 GiB")),
+        "{b_err}"
+    );
+    assert_eq!((read("a.out"), read("c.out")), ("a done\n".to_string(), "c ok\n".to_string()));
+    let rep = d.report();
+    assert_eq!(rep.jobs.len(), 3, "one row per job, nothing lost");
+    let (ja, jb, jc) = (&rep.jobs[0], &rep.jobs[1], &rep.jobs[2]);
+    assert!(rep.jobs.iter().all(|j| j.exit_code == Some(0)), "{:?}", rep.jobs);
+    assert!(jb.reason.as_deref().is_some_and(|r| r.contains("second run, alone")), "{:?}", jb.reason);
+    assert!(jb.started_ns >= ja.ended_ns, "b's second run started after a ended");
+    assert!(jc.started_ns >= jb.ended_ns, "nothing ran beside b's second run");
+    let mem: Vec<(u64, u64, bool)> = rep.job_memory.iter().map(|m| (m.job, m.peak_bytes, m.retried)).collect();
+    assert_eq!(mem, vec![(ja.id, 60 * G, false), (jb.id, 0, true), (jc.id, 0, false)], "memory per job in the store");
+    assert!(rep.job_memory[1].siblings_peak_bytes >= 60 * G);
+}
+
+#[test]
+fn run_refuses_a_bad_gpu_memory() {
+    let d = TestDaemon::start(&[]);
+    for bad in ["0", "-3", "nan"] {
+        let out = d.run_cmd(&["--gpu-memory", bad, "--", "true"]).output().unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--gpu-memory must be a positive number of GiB"));
+    }
 }

@@ -1,6 +1,8 @@
 //! Jobs: where a submitted job goes, when it starts (FIFO per device, within its concurrency and
-//! policy, never while a region is held there), and how it ends.
+//! policy, never while a region is held there, only when its memory fits: `memory`), and how it
+//! ends (or, after a CUDA out-of-memory error beside siblings, runs again alone).
 
+use super::memory::{JobMemory, MAX_PASSES};
 use super::{ConnId, Daemon};
 use crate::config::FreezeScope;
 use crate::devices::DeviceKind;
@@ -61,6 +63,19 @@ pub(super) struct Job {
     /// Exit code a warm worker reported.
     pub warm_exit: Option<i32>,
     pub warm_output_closed: bool,
+    /// A warm job's stderr said CUDA ran out of memory.
+    pub warm_oom: bool,
+    pub memory: JobMemory,
+}
+
+/// Whether the head of a queue may start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Admit {
+    Yes,
+    /// Held back by concurrency, policy, a region or warm workers.
+    Wait,
+    /// Everything else allows it; its memory does not fit (yet).
+    WaitMemory,
 }
 
 impl Job {
@@ -94,6 +109,9 @@ impl Daemon {
     pub(super) fn on_submit(&mut self, conn: ConnId, spec: SubmitSpec) {
         if spec.argv.is_empty() || spec.argv[0].is_empty() {
             return self.fail(conn, ErrorCode::BadRequest, "submit: the command is empty".into());
+        }
+        if spec.gpu_memory_bytes == Some(0) {
+            return self.fail(conn, ErrorCode::BadRequest, "submit: gpu_memory_bytes must be positive".into());
         }
         if self.stopping {
             return self.fail(conn, ErrorCode::ShuttingDown, "the daemon is shutting down".into());
@@ -146,6 +164,8 @@ impl Daemon {
             deadline: None,
             warm_exit: None,
             warm_output_closed: false,
+            warm_oom: false,
+            memory: JobMemory::default(),
         };
         self.jobs.insert(id, job);
         self.devices[device].queue.push_back(id);
@@ -170,30 +190,52 @@ impl Daemon {
         }
     }
 
-    /// Start queued jobs of a device in FIFO order while its admission rules allow.
+    /// Start queued jobs of a device in FIFO order while its admission rules allow. A head that
+    /// waits only for memory lets a later job that fits start before it, at most `MAX_PASSES`
+    /// times (`memory`).
     pub(super) fn admit(&mut self, device: usize) {
         if self.stopping {
             return;
         }
         while let Some(&head) = self.devices[device].queue.front() {
-            if !self.may_start(device, head) {
-                break;
+            match self.may_start(device, head) {
+                Admit::Yes => {
+                    self.devices[device].queue.pop_front();
+                    self.start_job(head);
+                }
+                Admit::Wait => break,
+                Admit::WaitMemory => {
+                    if self.jobs[&head].memory.passed >= MAX_PASSES {
+                        break;
+                    }
+                    let q = &self.devices[device].queue;
+                    let Some(pos) = q.iter().skip(1).position(|&id| self.may_start(device, id) == Admit::Yes) else {
+                        break;
+                    };
+                    let id = self.devices[device].queue.remove(pos + 1).expect("a position in the queue");
+                    self.jobs.get_mut(&head).expect("the queue's head exists").memory.passed += 1;
+                    self.start_job(id);
+                }
             }
-            self.devices[device].queue.pop_front();
-            self.start_job(head);
         }
     }
 
-    /// Whether the head of a device's queue may start now.
-    fn may_start(&self, device: usize, job: u64) -> bool {
+    /// Whether a queued job of a device may start now.
+    fn may_start(&self, device: usize, job: u64) -> Admit {
         let j = &self.jobs[&job];
         let d = &self.devices[device];
-        if (j.warm_argv.is_some() && self.idle_worker(device).is_none()) || d.command_holder.is_some() {
-            false
-        } else if j.policy == Policy::Command {
-            d.running.is_empty()
-        } else {
-            d.running.len() < d.max_concurrent && !self.region_busy(device)
+        let others_allow =
+            if (j.warm_argv.is_some() && self.idle_worker(device).is_none()) || d.command_holder.is_some() {
+                false
+            } else if j.policy == Policy::Command {
+                d.running.is_empty()
+            } else {
+                d.running.len() < d.max_concurrent && !self.region_busy(device)
+            };
+        match (others_allow, self.memory_fits(device, job)) {
+            (false, _) => Admit::Wait,
+            (true, false) => Admit::WaitMemory,
+            (true, true) => Admit::Yes,
         }
     }
 
@@ -248,8 +290,10 @@ impl Daemon {
             d.command_holder = Some(id);
         }
         if warm {
-            return self.start_warm_job(id);
+            self.start_warm_job(id);
+            return self.memory_on_start(id);
         }
+        self.memory_on_start(id);
         let spec = &self.jobs[&id].spec;
         let env = self.device_env(device, &spec.env, Some(id), policy);
         let launch = JobLaunch {
@@ -330,23 +374,79 @@ impl Daemon {
         }
     }
 
-    pub(super) fn on_job_exited(&mut self, id: u64, code: Option<i32>, signal: Option<i32>) {
+    pub(super) fn on_job_exited(&mut self, id: u64, code: Option<i32>, signal: Option<i32>, oom: bool) {
         let reason = self.jobs.get(&id).and_then(|j| j.cancel_reason.clone());
         self.emit(Effect::RemoveCgroup { id });
-        self.finish_job(id, code, signal, reason);
+        self.memory_released(id);
+        self.run_ended(id, code, signal, reason, oom);
         self.write_ledger();
+    }
+
+    /// A run of a job ended (cold or warm): the job ends, or runs again alone after a CUDA
+    /// out-of-memory error beside siblings (`memory`).
+    pub(super) fn run_ended(
+        &mut self,
+        id: u64,
+        code: Option<i32>,
+        signal: Option<i32>,
+        reason: Option<String>,
+        oom: bool,
+    ) {
+        match self.oom_retry_reason(id, code, oom) {
+            Some(why) => self.retry_alone(id, why),
+            None => self.finish_job(id, code, signal, reason),
+        }
+    }
+
+    /// Queue a job again, first on its device, to start when nothing else runs there.
+    fn retry_alone(&mut self, id: u64, why: String) {
+        let Some(j) = self.jobs.get_mut(&id) else { return };
+        let peak = j.memory.observed_peak;
+        j.state = JobState::Queued;
+        j.worker = None;
+        j.deadline = None;
+        j.warm_exit = None;
+        j.warm_output_closed = false;
+        j.warm_oom = false;
+        j.memory.expected = None;
+        j.memory.current = 0;
+        j.memory.retried = Some(why.clone());
+        let (device, conn) = (j.device, j.conn);
+        let spec = j.spec.clone();
+        self.learned.record(&spec, peak);
+        let d = &mut self.devices[device];
+        d.running.remove(&id);
+        if d.command_holder == Some(id) {
+            d.command_holder = None;
+        }
+        d.queue.push_front(id);
+        self.log(format!("job {id}: {why}"));
+        if let Some(c) = conn {
+            self.send(c, Reply::JobRetried { job: id, reason: why });
+        }
+        self.admit(device);
     }
 
     /// Record the end of a job, tell its client, and let others in.
     pub(super) fn finish_job(&mut self, id: u64, code: Option<i32>, signal: Option<i32>, reason: Option<String>) {
         let Some(j) = self.jobs.remove(&id) else { return };
+        self.learned.record(&j.spec, j.memory.observed_peak);
         let d = &mut self.devices[j.device];
         d.running.remove(&id);
         if d.command_holder == Some(id) {
             d.command_holder = None;
         }
         let ns = self.now.unix_ns;
-        self.store(StoreWrite::JobEnded { id, ns, code, signal, reason: reason.clone() });
+        // The store keeps that this was a second run (the client was told by `job_retried`).
+        let stored = match (&j.memory.retried, &reason) {
+            (Some(why), Some(r)) => Some(format!("{r} (second run, alone: {why})")),
+            (Some(why), None) => Some(format!("second run, alone: {why}")),
+            (None, r) => r.clone(),
+        };
+        self.store(StoreWrite::JobEnded { id, ns, code, signal, reason: stored });
+        if let Some(row) = self.job_memory_row(&j) {
+            self.store(StoreWrite::JobMemory(row));
+        }
         if let Some(c) = j.conn {
             self.send(c, Reply::JobEnded { job: id, exit: JobExit { code, signal, reason } });
             if let Some(conn) = self.conns.get_mut(&c) {

@@ -7,10 +7,13 @@
 //!
 //! - `region`: a region's life (one enum) and the handlers that move it; the grant order.
 //! - `admission`: jobs: where a job goes, when it starts, how it ends.
+//! - `memory`: GPU-memory-aware admission (expected peaks, learned peaks, the OOM retry).
 //! - `warm_pool`: the warm worker pools and the hand-off of jobs to workers.
 //! - this module: the `Daemon`, the dispatch of events, connections and requests, `status`.
 
 mod admission;
+mod memory;
+pub use memory::LEARNED_CAPACITY;
 mod region;
 #[cfg(test)]
 mod tests;
@@ -50,6 +53,8 @@ struct Device {
     pool: PoolStatus,
     /// Workers that died before becoming ready, in a row.
     pool_start_failures: u32,
+    /// The latest memory sample (None: never sampled; admission then ignores memory).
+    memory: Option<crate::event::MemorySample>,
 }
 
 /// A device as the daemon starts with it.
@@ -73,6 +78,8 @@ pub struct DaemonParts {
     pub job_cores: Vec<u32>,
     /// The largest job, region and measurement ids in the store.
     pub first_ids: (u64, u64, u64),
+    /// Peaks of the store's most recent jobs, oldest first (admission's learned peaks).
+    pub learned_peaks: Vec<kforge_store::LearnedPeak>,
 }
 
 pub struct Daemon {
@@ -98,6 +105,8 @@ pub struct Daemon {
     next_worker: u64,
     /// GPU groups and the GPU each was placed on (`SubmitSpec::gpu_group`).
     placement: crate::placement::Placement,
+    /// Peaks seen of earlier jobs (admission's expected peak of a job that declares none).
+    learned: memory::LearnedPeaks,
     stopping: bool,
     /// The moment of the event being handled.
     now: Now,
@@ -135,6 +144,7 @@ impl Daemon {
                     gate_path,
                     pool,
                     pool_start_failures: 0,
+                    memory: None,
                 }
             })
             .collect();
@@ -157,6 +167,11 @@ impl Daemon {
             workers: BTreeMap::new(),
             next_worker: 1,
             placement: Default::default(),
+            learned: {
+                let mut l = memory::LearnedPeaks::default();
+                l.replay(&p.learned_peaks);
+                l
+            },
             next_job: p.first_ids.0 + 1,
             next_region: p.first_ids.1 + 1,
             next_measurement: p.first_ids.2 + 1,
@@ -201,7 +216,7 @@ impl Daemon {
             Event::Hangup { conn } => self.on_hangup(conn),
             Event::JobSpawned { job, pid, cgroup } => self.on_job_spawned(job, pid, cgroup),
             Event::JobSpawnFailed { job, error } => self.on_job_spawn_failed(job, &error),
-            Event::JobExited { job, code, signal } => self.on_job_exited(job, code, signal),
+            Event::JobExited { job, code, signal, oom } => self.on_job_exited(job, code, signal, oom),
             Event::RegionEntered { region, report } => self.on_region_entered(region, report),
             Event::RegionLeft { region, gpu } => self.on_region_left(region, gpu),
             Event::WorkerSpawned { worker, pid, cgroup } => self.on_worker_spawned(worker, pid, cgroup),
@@ -209,7 +224,8 @@ impl Daemon {
             Event::HandedToWorker { worker, job, result } => self.on_handed_to_worker(worker, job, result),
             Event::Worker { worker, msg } => self.on_worker_msg(worker, msg),
             Event::WorkerExited { worker, code, signal } => self.on_worker_exited(worker, code, signal),
-            Event::WarmOutputClosed { job } => self.on_warm_output_closed(job),
+            Event::WarmOutputClosed { job, oom } => self.on_warm_output_closed(job, oom),
+            Event::GpuMemory { device, sample } => self.on_gpu_memory(device, sample),
             Event::Tick => self.on_tick(),
             Event::Shutdown => self.begin_shutdown(),
         }
@@ -442,6 +458,7 @@ impl Daemon {
                     pid: j.state.pid(),
                     argv: j.spec.argv.clone(),
                     frozen: frozen_jobs.contains(&j.id),
+                    memory: self.job_memory_status(j),
                 })
                 .collect(),
         }
@@ -463,6 +480,7 @@ impl Daemon {
             max_concurrent: d.max_concurrent,
             pool: self.pool_status(i),
             gpu_groups: self.placement.bound_to(i),
+            memory: self.device_memory_status(i),
         }
     }
 }

@@ -48,6 +48,7 @@ impl Sim {
             reserved_cores: vec![],
             job_cores: vec![1],
             first_ids: (0, 0, 0),
+            learned_peaks: vec![],
         };
         let now = Now { at: t0, unix_ns: 1_000_000_000 };
         let mut sim = Sim {
@@ -138,6 +139,7 @@ impl Sim {
             warm: false,
             timeout_ms: None,
             gpu_group: None,
+            gpu_memory_bytes: None,
         };
         self.submit_spec(conn, spec).0
     }
@@ -325,7 +327,7 @@ fn client_death_mid_region_releases_it_and_the_queue_moves() {
     assert!(replies(&l, a).is_empty(), "nobody to tell");
     let rb = enters(&l)[0].1;
     assert_eq!(queue_of(&s.status(), GPU0), (Some(rb), vec![]));
-    let x = s.handle(Event::JobExited { job: ja, code: None, signal: Some(9) });
+    let x = s.handle(Event::JobExited { job: ja, code: None, signal: Some(9), oom: false });
     assert!(
         x.iter().any(|e| matches!(e,
         Effect::Store(StoreWrite::JobEnded { id, reason: Some(r), .. }) if *id == ja && r == "client connection lost"))
@@ -375,7 +377,7 @@ fn a_job_that_exits_while_frozen_leaves_nothing_frozen() {
     assert_eq!(frozen(&s.status()), vec![ja]);
     // The frozen job is killed (cancelled here) and exits while frozen.
     s.request(a, Request::Cancel { job: ja });
-    let x = s.handle(Event::JobExited { job: ja, code: None, signal: Some(9) });
+    let x = s.handle(Event::JobExited { job: ja, code: None, signal: Some(9), oom: false });
     assert!(x.contains(&Effect::RemoveCgroup { id: ja }));
     assert!(matches!(replies(&x, a)[..], [Reply::JobEnded { job, .. }] if *job == ja));
     assert!(frozen(&s.status()).is_empty());
@@ -397,7 +399,7 @@ fn the_holder_job_exiting_releases_its_region_and_thaws_the_device() {
     let jc = s.submit(c, "0", Policy::Region);
     assert_eq!(s.status().devices[GPU0].queued, vec![jc], "waits for the region");
     // The holder's process dies: its job exits and its connection hangs up.
-    s.handle(Event::JobExited { job: jb, code: Some(1), signal: None });
+    s.handle(Event::JobExited { job: jb, code: Some(1), signal: None, oom: false });
     let h = s.handle(Event::Hangup { conn: b });
     assert_eq!(leaves(&h), vec![rb]);
     let l = s.left(rb);
@@ -470,7 +472,7 @@ fn regions_of_none_and_command_jobs_are_granted_at_once_and_left_without_the_dev
     // A command job holds its device: nothing else starts there while it runs.
     let (jc, q) = s.submit_spec(b, spec("0"));
     assert!(spawned(&q).is_empty());
-    assert_eq!(spawned(&s.handle(Event::JobExited { job: ja, code: Some(0), signal: None })), vec![jc]);
+    assert_eq!(spawned(&s.handle(Event::JobExited { job: ja, code: Some(0), signal: None, oom: false })), vec![jc]);
 }
 
 #[test]
@@ -483,7 +485,7 @@ fn a_job_past_its_time_limit_is_killed_on_the_tick() {
     let t = s.handle(Event::Tick);
     assert!(matches!(t[..], [Effect::KillJob(ref target)] if target.job == j), "{t:?}");
     assert_eq!(s.d.next_deadline(), None, "killed once");
-    let x = s.handle(Event::JobExited { job: j, code: None, signal: Some(9) });
+    let x = s.handle(Event::JobExited { job: j, code: None, signal: Some(9), oom: false });
     assert!(
         matches!(replies(&x, a)[..], [Reply::JobEnded { exit, .. }]
         if exit.reason.as_deref() == Some("time limit of 0.050 s exceeded")),
@@ -538,7 +540,7 @@ fn warm_jobs_go_to_an_idle_worker_one_at_a_time() {
     let done = s.handle(Event::Worker { worker, msg: WorkerMsg::Done { job: j1, exit_code: 0, recycle: vec![] } });
     assert!(!replies(&done, a).iter().any(|r| matches!(r, Reply::JobEnded { .. })), "its output is still open");
     assert!(done.iter().any(|e| matches!(e, Effect::HandToWorker(l) if l.job == j2 && l.worker == worker)));
-    let closed = s.handle(Event::WarmOutputClosed { job: j1 });
+    let closed = s.handle(Event::WarmOutputClosed { job: j1, oom: false });
     assert!(matches!(replies(&closed, a)[..],
         [Reply::JobEnded { job, exit }] if *job == j1 && exit.code == Some(0)));
     assert_eq!(pool(&s).jobs_served, 1);
@@ -616,5 +618,357 @@ fn spec(device: &str) -> SubmitSpec {
         warm: false,
         timeout_ms: None,
         gpu_group: None,
+        gpu_memory_bytes: None,
     }
+}
+
+// GPU-memory-aware admission (`state/memory.rs`).
+
+const GIB: u64 = 1 << 30;
+
+impl Sim {
+    /// A memory sample of `device`: `total` and `free` GiB, and (pid, GiB used) per process.
+    fn memory(&mut self, device: usize, total: u64, free: u64, procs: &[(u32, u64)]) -> Vec<Effect> {
+        let processes = procs
+            .iter()
+            .map(|&(pid, used)| crate::event::ProcessMemory { pid, pgid: Some(pid as i32), used: used * GIB })
+            .collect();
+        let sample = crate::event::MemorySample { total: total * GIB, free: free * GIB, processes };
+        self.handle(Event::GpuMemory { device, sample })
+    }
+
+    fn pid_of(&self, job: u64) -> u32 {
+        self.status().jobs.iter().find(|j| j.job == job).and_then(|j| j.pid).expect("the job runs")
+    }
+
+    fn job_memory(&self, job: u64) -> kforge_proto::JobMemoryStatus {
+        self.status().jobs.into_iter().find(|j| j.job == job).and_then(|j| j.memory).expect("memory status")
+    }
+
+    /// Submit a command needing `gib` GiB (None: undeclared) on `device`.
+    fn submit_mem(&mut self, conn: ConnId, device: &str, gib: Option<u64>) -> (u64, Vec<Effect>) {
+        let spec = SubmitSpec { gpu_memory_bytes: gib.map(|g| g * GIB), ..spec(device) };
+        self.submit_spec(conn, spec)
+    }
+
+    fn exit(&mut self, job: u64, code: i32, oom: bool) -> Vec<Effect> {
+        self.handle(Event::JobExited { job, code: Some(code), signal: None, oom })
+    }
+}
+
+fn retried_to(effects: &[Effect], conn: ConnId) -> Vec<u64> {
+    replies(effects, conn)
+        .into_iter()
+        .filter_map(|r| match r {
+            Reply::JobRetried { job, .. } => Some(*job),
+            _ => None,
+        })
+        .collect()
+}
+
+fn ended_to(effects: &[Effect], conn: ConnId) -> Vec<(u64, Option<i32>)> {
+    replies(effects, conn)
+        .into_iter()
+        .filter_map(|r| match r {
+            Reply::JobEnded { job, exit } => Some((*job, exit.code)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn stored_end_reason(effects: &[Effect], job: u64) -> Option<Option<String>> {
+    effects.iter().find_map(|e| match e {
+        Effect::Store(StoreWrite::JobEnded { id, reason, .. }) if *id == job => Some(reason.clone()),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_job_waits_for_memory_and_starts_when_a_sample_shows_it_freed() {
+    let mut s = Sim::new(|_| {});
+    let a = s.connect();
+    s.memory(GPU0, 80, 10, &[]);
+    let (j, q) = s.submit_mem(a, "0", Some(20));
+    assert!(spawned(&q).is_empty(), "20 GiB do not fit in 10: {q:?}");
+    assert_eq!(s.status().devices[GPU0].queued, vec![j]);
+    assert!(spawned(&s.memory(GPU0, 80, 19, &[])).is_empty());
+    assert_eq!(spawned(&s.memory(GPU0, 80, 30, &[])), vec![j], "freed: it starts");
+    let m = s.job_memory(j);
+    assert_eq!((m.expected_bytes, m.source.as_str()), (Some(20 * GIB), "declared"));
+    // A device without samples (the cpu device here) admits on its other rules only.
+    let (c, q) = s.submit_mem(a, "cpu", Some(1000));
+    assert_eq!(spawned(&q), vec![c]);
+}
+
+#[test]
+fn two_jobs_admitted_in_one_event_do_not_count_on_the_same_free_memory() {
+    let mut s = Sim::new(|_| {});
+    let a = s.connect();
+    s.memory(GPU0, 80, 0, &[]);
+    let (j1, _) = s.submit_mem(a, "0", Some(20));
+    let (j2, _) = s.submit_mem(a, "0", Some(20));
+    // One sample frees 30 GiB: room for one of them, not both.
+    assert_eq!(spawned(&s.memory(GPU0, 80, 30, &[])), vec![j1]);
+    assert_eq!(s.status().devices[GPU0].memory.as_ref().map(|m| m.reserved_bytes), Some(20 * GIB));
+    // j1 reaches its peak: free drops by what it uses, its reservation by as much; still no room.
+    let p1 = s.pid_of(j1);
+    assert!(spawned(&s.memory(GPU0, 80, 10, &[(p1, 20)])).is_empty());
+    assert_eq!(s.status().devices[GPU0].memory.as_ref().map(|m| m.reserved_bytes), Some(0));
+    assert_eq!(s.job_memory(j1).observed_peak_bytes, 20 * GIB);
+    // j1 ends: its memory counts as free at once (before the next sample).
+    assert_eq!(spawned(&s.exit(j1, 0, false)), vec![j2]);
+}
+
+#[test]
+fn an_undeclared_job_counts_with_a_default_share_and_a_later_small_job_passes_a_waiting_one() {
+    let mut s = Sim::new(|_| {});
+    let a = s.connect();
+    s.memory(GPU0, 80, 15, &[]);
+    let (big, q) = s.submit_mem(a, "0", None);
+    assert!(spawned(&q).is_empty(), "a quarter of 80 GiB does not fit in 15");
+    let m = s.job_memory(big);
+    assert_eq!((m.expected_bytes, m.source.as_str()), (Some(20 * GIB), "default"));
+    let (small, q) = s.submit_mem(a, "0", Some(10));
+    assert_eq!(spawned(&q), vec![small], "it fits: it passes the waiting head");
+    assert_eq!(s.status().devices[GPU0].queued, vec![big]);
+}
+
+#[test]
+fn later_jobs_pass_a_head_waiting_for_memory_only_a_bounded_number_of_times() {
+    let mut s = Sim::new(|c| c.max_concurrent = Some(16));
+    let a = s.connect();
+    s.memory(GPU0, 80, 40, &[]);
+    let (head, _) = s.submit_mem(a, "0", Some(50));
+    let small: Vec<u64> = (0..super::memory::MAX_PASSES + 2).map(|_| s.submit_mem(a, "0", Some(1)).0).collect();
+    let started = s.status().devices[GPU0].running.clone();
+    assert_eq!(started, small[..super::memory::MAX_PASSES as usize].to_vec());
+    assert_eq!(s.status().devices[GPU0].queued[0], head, "FIFO again: the rest wait behind the head");
+    assert_eq!(s.status().devices[GPU0].queued.len(), 3);
+}
+
+#[test]
+fn a_job_larger_than_the_device_starts_alone_with_a_log_line() {
+    let mut s = Sim::new(|_| {});
+    let a = s.connect();
+    s.memory(GPU0, 80, 79, &[]);
+    let (small, _) = s.submit_mem(a, "0", Some(1));
+    let (huge, q) = s.submit_mem(a, "0", Some(100));
+    assert!(spawned(&q).is_empty(), "not beside another job");
+    let x = s.exit(small, 0, false);
+    assert_eq!(spawned(&x), vec![huge], "alone, rather than never");
+    assert!(x.iter().any(|e| matches!(e, Effect::Log(l) if l.contains("exceeds device 0"))), "{x:?}");
+}
+
+#[test]
+fn an_oom_beside_siblings_runs_again_alone_and_the_client_gets_one_job_ended() {
+    let mut s = Sim::new(|_| {});
+    let (a, b) = (s.connect(), s.connect());
+    s.memory(GPU0, 80, 80, &[]);
+    let (ja, _) = s.submit_mem(a, "0", Some(10));
+    let (jb, _) = s.submit_mem(b, "0", Some(10));
+    let (pa, pb) = (s.pid_of(ja), s.pid_of(jb));
+    s.memory(GPU0, 80, 20, &[(pa, 55), (pb, 5)]);
+    let x = s.exit(jb, 1, true);
+    assert_eq!(retried_to(&x, b), vec![jb]);
+    assert!(ended_to(&x, b).is_empty(), "the first run's exit is not the job's: {x:?}");
+    assert!(stored_end_reason(&x, jb).is_none(), "the job row stays open");
+    assert!(spawned(&x).is_empty(), "not beside the sibling");
+    assert_eq!(s.status().devices[GPU0].queued, vec![jb]);
+    assert!(s.job_memory(jb).retried);
+    // The sibling ends: the job runs again, alone, and its client sees that run's end only.
+    let x = s.exit(ja, 0, false);
+    assert_eq!(spawned(&x), vec![jb]);
+    // While it runs alone, nothing starts beside it.
+    let (jc, q) = s.submit_mem(a, "0", Some(1));
+    assert!(spawned(&q).is_empty());
+    let x = s.exit(jb, 0, false);
+    assert_eq!(ended_to(&x, b), vec![(jb, Some(0))]);
+    assert_eq!(spawned(&x), vec![jc]);
+    let reason = stored_end_reason(&x, jb).flatten().unwrap_or_default();
+    assert!(reason.contains("second run, alone") && reason.contains("CUDA out of memory"), "{reason}");
+}
+
+#[test]
+fn an_oom_without_siblings_or_a_second_oom_is_the_jobs_own_failure() {
+    let mut s = Sim::new(|_| {});
+    let a = s.connect();
+    s.memory(GPU0, 80, 80, &[]);
+    let (j, _) = s.submit_mem(a, "0", Some(10));
+    let p = s.pid_of(j);
+    s.memory(GPU0, 80, 1, &[(p, 79)]);
+    let x = s.exit(j, 1, true);
+    assert!(retried_to(&x, a).is_empty());
+    assert_eq!(ended_to(&x, a), vec![(j, Some(1))]);
+    // Retried once, the second OOM ends it even beside siblings.
+    let (j1, _) = s.submit_mem(a, "0", Some(10));
+    let (j2, _) = s.submit_mem(a, "0", Some(10));
+    let (p1, p2) = (s.pid_of(j1), s.pid_of(j2));
+    s.memory(GPU0, 80, 10, &[(p1, 60), (p2, 10)]);
+    assert_eq!(retried_to(&s.exit(j2, 1, true), a), vec![j2]);
+    s.exit(j1, 0, false);
+    let p2 = s.pid_of(j2);
+    // Alone among jobs now; another process (not kforge's) holds memory.
+    s.memory(GPU0, 80, 10, &[(p2, 60), (999, 10)]);
+    let x = s.exit(j2, 1, true);
+    assert!(retried_to(&x, a).is_empty());
+    assert_eq!(ended_to(&x, a), vec![(j2, Some(1))]);
+    // A cancelled job's OOM-looking exit is not retried either.
+    let (j3, _) = s.submit_mem(a, "0", Some(1));
+    let x = s.request(a, Request::Cancel { job: j3 });
+    assert!(x.iter().any(|e| matches!(e, Effect::KillJob(_))));
+    s.memory(GPU0, 80, 10, &[(s.pid_of(j3), 10), (999, 5)]);
+    let x = s.handle(Event::JobExited { job: j3, code: None, signal: Some(9), oom: true });
+    assert_eq!(ended_to(&x, a), vec![(j3, None)]);
+}
+
+#[test]
+fn the_learned_peak_is_used_on_the_next_run_of_the_same_command() {
+    let mut s = Sim::new(|_| {});
+    let a = s.connect();
+    s.memory(GPU0, 80, 80, &[]);
+    let labelled = |argv: &str| SubmitSpec { argv: vec![argv.into()], label: Some("verify".into()), ..spec("0") };
+    let (j, _) = s.submit_spec(a, labelled("bench-a"));
+    assert_eq!(s.job_memory(j).source, "default");
+    let p = s.pid_of(j);
+    s.memory(GPU0, 80, 30, &[(p, 50)]);
+    s.memory(GPU0, 80, 40, &[(p, 40)]);
+    let x = s.exit(j, 0, false);
+    let row = x.iter().find_map(|e| match e {
+        Effect::Store(StoreWrite::JobMemory(m)) => Some(m.clone()),
+        _ => None,
+    });
+    let row = row.expect("the job's memory is stored");
+    assert_eq!(
+        (row.job, row.peak_bytes, row.expected_bytes, row.source.as_deref()),
+        (j, 50 * GIB, Some(20 * GIB), Some("default"))
+    );
+    s.memory(GPU0, 80, 80, &[]);
+    let (again, _) = s.submit_spec(a, labelled("bench-a"));
+    let m = s.job_memory(again);
+    assert_eq!((m.expected_bytes, m.source.as_str()), (Some(50 * GIB), "learned"), "its highest use");
+    // Another command of the same label learns from the label.
+    let (other, _) = s.submit_spec(a, labelled("bench-b"));
+    assert_eq!(s.job_memory(other).source, "learned");
+    // Temporary paths (a result file) do not make it another command.
+    let tmp_out = |dir: &str| SubmitSpec {
+        argv: vec!["runner".into(), "p.py".into(), "--out".into(), format!("{dir}/result.json")],
+        label: None,
+        env: vec![("TMPDIR".into(), "/scratch/t".into())],
+        ..spec("0")
+    };
+    let (t1, _) = s.submit_spec(a, tmp_out("/tmp/.tmpA1"));
+    let pt = s.pid_of(t1);
+    s.memory(GPU0, 80, 10, &[(pt, 7)]);
+    s.exit(t1, 0, false);
+    s.memory(GPU0, 80, 80, &[]);
+    let (t2, _) = s.submit_spec(a, tmp_out("/scratch/t/.tmpB2"));
+    assert_eq!(s.job_memory(t2).expected_bytes, Some(7 * GIB));
+    // A declared peak wins.
+    let (declared, _) = s.submit_spec(a, SubmitSpec { gpu_memory_bytes: Some(GIB), ..labelled("bench-a") });
+    assert_eq!(s.job_memory(declared).source, "declared");
+}
+
+#[test]
+fn learned_peaks_are_replayed_from_the_store_at_start() {
+    let mut l = super::memory::LearnedPeaks::default();
+    let peak =
+        |argv: &str, gib| kforge_store::LearnedPeak { argv: vec![argv.into()], label: None, peak_bytes: gib * GIB };
+    l.replay(&[peak("a", 3), peak("b", 5), peak("a", 2)]);
+    let get = |argv: &str| l.get(&SubmitSpec { argv: vec![argv.into()], ..spec("0") });
+    assert_eq!((get("a"), get("b"), get("c")), (Some(3 * GIB), Some(5 * GIB), None), "the highest of each");
+}
+
+#[test]
+fn the_learned_table_is_bounded() {
+    let mut l = super::memory::LearnedPeaks::default();
+    for i in 0..super::memory::LEARNED_CAPACITY + 10 {
+        l.record(&SubmitSpec { argv: vec![format!("cmd{i}")], ..spec("0") }, GIB);
+    }
+    assert_eq!(l.len(), super::memory::LEARNED_CAPACITY);
+    assert_eq!(l.get(&SubmitSpec { argv: vec!["cmd0".into()], ..spec("0") }), None, "the oldest went");
+    let last = format!("cmd{}", super::memory::LEARNED_CAPACITY + 9);
+    assert_eq!(l.get(&SubmitSpec { argv: vec![last], ..spec("0") }), Some(GIB));
+}
+
+#[test]
+fn warm_workers_count_with_their_real_footprint() {
+    let mut s = Sim::new(|c| c.warm_workers = Some(1));
+    let worker = 2;
+    s.handle(Event::Worker {
+        worker,
+        msg: WorkerMsg::Ready { pid: 0, preloaded: vec![], cuda: true, startup_ms: 1.0, error: None },
+    });
+    let a = s.connect();
+    let wpid = s.d.workers[&worker].pid.expect("the worker runs");
+    // The idle worker holds 60 GiB: a 30 GiB job does not fit beside it.
+    s.memory(GPU0, 80, 20, &[(wpid, 60)]);
+    let (cold, q) = s.submit_mem(a, "0", Some(30));
+    assert!(spawned(&q).is_empty());
+    assert_eq!(s.status().devices[GPU0].memory.as_ref().map(|m| m.managed_bytes), Some(60 * GIB));
+    s.cancel_queued(a, cold);
+    // A warm job's use is its worker's above what the worker held when it was handed the job.
+    let warm = SubmitSpec {
+        argv: vec!["python3".into(), "a.py".into()],
+        warm: true,
+        gpu_memory_bytes: Some(GIB),
+        ..spec("0")
+    };
+    let (j, _) = s.submit_spec(a, warm);
+    s.memory(GPU0, 80, 12, &[(wpid, 68)]);
+    assert_eq!(s.job_memory(j).observed_peak_bytes, 8 * GIB);
+}
+
+impl Sim {
+    fn cancel_queued(&mut self, conn: ConnId, job: u64) {
+        let x = self.request(conn, Request::Cancel { job });
+        assert_eq!(ended_to(&x, conn), vec![(job, None)]);
+    }
+}
+
+#[test]
+fn a_warm_jobs_oom_beside_siblings_is_handed_to_a_worker_again() {
+    let mut s = Sim::new(|c| c.warm_workers = Some(1));
+    let worker = 2;
+    s.handle(Event::Worker {
+        worker,
+        msg: WorkerMsg::Ready { pid: 0, preloaded: vec![], cuda: true, startup_ms: 1.0, error: None },
+    });
+    let a = s.connect();
+    let wpid = s.d.workers[&worker].pid.expect("the worker runs");
+    s.memory(GPU0, 80, 70, &[(wpid, 1)]);
+    let warm = SubmitSpec { argv: vec!["python3".into(), "a.py".into()], warm: true, ..spec("0") };
+    let (j, _) = s.submit_spec(a, warm);
+    // Something else (not kforge's) holds 40 GiB on the GPU.
+    s.memory(GPU0, 80, 10, &[(wpid, 30), (999, 40)]);
+    s.handle(Event::Worker { worker, msg: WorkerMsg::Done { job: j, exit_code: 1, recycle: vec![] } });
+    let x = s.handle(Event::WarmOutputClosed { job: j, oom: true });
+    assert_eq!(retried_to(&x, a), vec![j]);
+    assert!(ended_to(&x, a).is_empty());
+    assert!(x.iter().any(|e| matches!(e, Effect::HandToWorker(l) if l.job == j)), "alone: handed again at once: {x:?}");
+    s.handle(Event::Worker { worker, msg: WorkerMsg::Done { job: j, exit_code: 0, recycle: vec![] } });
+    let x = s.handle(Event::WarmOutputClosed { job: j, oom: false });
+    assert_eq!(ended_to(&x, a), vec![(j, Some(0))]);
+    assert_eq!(s.status().devices[GPU0].pool.jobs_served, 2);
+}
+
+#[test]
+fn processes_this_namespace_cannot_see_count_as_siblings_only_beside_other_jobs() {
+    let mut s = Sim::new(|_| {});
+    let a = s.connect();
+    s.memory(GPU0, 80, 80, &[]);
+    let unseen = |used| crate::event::MemorySample {
+        total: 80 * GIB,
+        free: 10 * GIB,
+        processes: vec![crate::event::ProcessMemory { pid: 4242, pgid: None, used: used * GIB }],
+    };
+    // Alone: the unseen process may be the job itself; its OOM is its own.
+    let (j, _) = s.submit_mem(a, "0", Some(1));
+    s.handle(Event::GpuMemory { device: GPU0, sample: unseen(70) });
+    assert!(retried_to(&s.exit(j, 1, true), a).is_empty());
+    // Beside another job it cannot be told from a sibling: run again, alone.
+    let (j1, _) = s.submit_mem(a, "0", Some(1));
+    let (j2, _) = s.submit_mem(a, "0", Some(1));
+    s.handle(Event::GpuMemory { device: GPU0, sample: unseen(70) });
+    assert_eq!(retried_to(&s.exit(j2, 1, true), a), vec![j2]);
+    assert_eq!(spawned(&s.exit(j1, 0, false)), vec![j2]);
 }

@@ -308,9 +308,10 @@ impl Daemon {
         self.maybe_finish_warm(job);
     }
 
-    pub(super) fn on_warm_output_closed(&mut self, job: u64) {
+    pub(super) fn on_warm_output_closed(&mut self, job: u64, oom: bool) {
         if let Some(j) = self.jobs.get_mut(&job) {
             j.warm_output_closed = true;
+            j.warm_oom = oom;
         }
         self.maybe_finish_warm(job);
     }
@@ -319,8 +320,8 @@ impl Daemon {
     fn maybe_finish_warm(&mut self, job: u64) {
         let Some(j) = self.jobs.get(&job) else { return };
         if let (Some(code), true) = (j.warm_exit, j.warm_output_closed) {
-            let reason = j.cancel_reason.clone();
-            self.finish_job(job, Some(code), None, reason);
+            let (reason, oom) = (j.cancel_reason.clone(), j.warm_oom);
+            self.run_ended(job, Some(code), None, reason, oom);
         }
     }
 
