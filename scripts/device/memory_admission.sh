@@ -17,6 +17,7 @@ S=$W/k.sock
 JOBS=${JOBS:-6}
 GIB=${GIB:-45}
 HOLD_S=${HOLD_S:-4}
+ROUND_TIMEOUT_S=${ROUND_TIMEOUT_S:-120}
 SCRIPT=$PWD/scripts/device/hold_memory.py
 nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv
 setsid "$K" --socket "$S" daemon --db "$W/mem.db" --max-concurrent 8 >"$W/daemon.log" 2>&1 &
@@ -31,6 +32,19 @@ round() { # NAME EXTRA_FLAGS... -> one line per job: name job rc seconds
       "$K" --socket "$S" run --device 0 --label "mem-$i" "$@" -- python3 "$SCRIPT" "$GIB" "$HOLD_S" \
         >"$W/$name-$i.out" 2>"$W/$name-$i.err"
       echo "$name $i $? $(python3 -c "import time; print(round(time.time()-$t, 2))")" >>"$W/rounds.txt" ) &
+  done
+  # A round that does not end in time is a failure of admission: show the daemon's view and stop.
+  local deadline=$(( $(date +%s) + ROUND_TIMEOUT_S ))
+  while [ "$(jobs -r | wc -l)" -gt 0 ]; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      echo "round $name did not end within ${ROUND_TIMEOUT_S} s; the daemon's status and log:"
+      "$K" --socket "$S" status
+      "$K" --socket "$S" status --json | python3 -c "import json,sys; d=json.load(sys.stdin); print(json.dumps([x.get('memory') for x in d['devices']])); print(json.dumps([[j.get('id'), j.get('state'), j.get('memory')] for j in d['jobs']]))"
+      tail -n 40 "$W/daemon.log"
+      tail -n 5 "$W"/*.err
+      exit 3
+    fi
+    sleep 1
   done
   wait
   echo "$name wall $(python3 -c "import time; print(round(time.time()-$s, 2))")" >>"$W/walls.txt"
