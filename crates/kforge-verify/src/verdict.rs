@@ -587,4 +587,96 @@ mod tests {
         let empty = RunnerResult { checks: vec![], device: None, notes: vec![] };
         assert_eq!(compose("p", "c", &[], Some(&empty), None, json!({})).outcome, Outcome::CouldNotRun);
     }
+
+    fn ended(ending: Ending, stderr: &str, progress: &str) -> (RunnerResult, Cause) {
+        classify(&Ended { ending, stderr, progress: Progress::parse(progress), candidate_file: "/w/cand.py" })
+    }
+
+    const PASSED_DRY_RUN: &str = concat!(
+        r#"{"running": {"gate": "dry-run", "name": "runs"}}"#,
+        "\n",
+        r#"{"check": {"gate": "dry-run", "name": "runs", "ok": true, "evidence": {}}}"#,
+        "\n",
+        r#"{"running": {"gate": "correctness", "name": "seed-0-normal"}}"#,
+        "\n",
+        r#"{"check": {"gate": "correctness", "name": "cut sh"#,
+    );
+
+    #[test]
+    fn progress_keeps_checks_and_the_check_running_and_skips_a_cut_line() {
+        let p = Progress::parse(PASSED_DRY_RUN);
+        assert_eq!(p.checks.len(), 1);
+        assert_eq!(p.running, Some(("correctness".into(), "seed-0-normal".into())));
+    }
+
+    #[test]
+    fn a_timeout_in_a_candidate_stage_rejects_keeping_what_passed() {
+        let limit = Ending::Limit { kind: LimitKind::Time, limit: "time limit of 5 s".into() };
+        let (r, c) = ended(limit.clone(), "", PASSED_DRY_RUN);
+        assert_eq!((c.side, c.kind.as_str(), c.check.as_deref()), (Side::Candidate, "timeout", Some("seed-0-normal")));
+        let v = compose("p", "c", &[], Some(&r), Some(c), json!({}));
+        assert_eq!((v.outcome, v.rejected_by.as_deref()), (Outcome::Rejected, Some("correctness:timeout")));
+        assert_eq!(v.gates[1].status, "passed", "the dry run that passed is kept");
+        let t = table(&v);
+        assert!(t.contains("cause: the candidate's timeout") && t.contains("running correctness:seed-0-normal"), "{t}");
+        // Still in setup (torch importing): the environment's, with the fix.
+        let (_, c) = ended(limit, "", r#"{"running": {"gate": "setup", "name": "import-torch"}}"#);
+        assert_eq!(c.side, Side::Environment);
+        assert!(c.fix.unwrap().contains("--time-limit-s"));
+    }
+
+    #[test]
+    fn tracebacks_are_judged_by_their_frames() {
+        let tb = |file: &str| {
+            format!(
+                "  correctness  seed-0-normal   ok\nTraceback (most recent call last):\n  File \"/k/kforge/verify/checks.py\", \
+                 line 3, in run\n    f()\n  File \"{file}\", line 9, in forward\n    boom()\nKeyError: 'x'\n"
+            )
+        };
+        let (_, c) = ended(Ending::Exit(1), &tb("/w/cand.py"), PASSED_DRY_RUN);
+        assert_eq!((c.side, c.kind.as_str(), c.stage.as_deref()), (Side::Candidate, "crash", Some("correctness")));
+        assert_eq!(c.traceback.last().map(String::as_str), Some("KeyError: 'x'"));
+        assert_eq!(c.exit_status, Some(1));
+        let (_, c) = ended(Ending::Exit(1), &tb("/w/problem.py"), PASSED_DRY_RUN);
+        assert_eq!((c.side, c.kind.as_str()), (Side::Environment, "harness"));
+        assert!(c.message.contains("KeyError: 'x'") && c.fix.is_some());
+    }
+
+    #[test]
+    fn signals_exits_and_the_runners_own_line() {
+        let (_, c) = ended(Ending::Signal(11), "", PASSED_DRY_RUN);
+        assert_eq!((c.side, c.signal.as_deref()), (Side::Candidate, Some("SIGSEGV (11)")));
+        let (_, c) = ended(Ending::Exit(0), "", PASSED_DRY_RUN);
+        assert_eq!((c.side, c.kind.as_str(), c.exit_status), (Side::Candidate, "crash", Some(0)));
+        // SIGKILL from outside the watchdog: the OOM killer or an operator, not a rejection.
+        let (_, c) = ended(Ending::Signal(9), "", PASSED_DRY_RUN);
+        assert_eq!((c.side, c.kind.as_str()), (Side::Environment, "killed"));
+        let (_, c) = ended(
+            Ending::Exit(2),
+            "kforge verify: torch is not importable here (x)\nkforge verify fix: pip install torch\n",
+            "",
+        );
+        assert_eq!(
+            (c.side, c.message.as_str(), c.fix.as_deref()),
+            (Side::Environment, "torch is not importable here (x)", Some("pip install torch"))
+        );
+        let v = compose("p", "c", &[], None, Some(c), json!({}));
+        assert_eq!(v.outcome, Outcome::CouldNotRun);
+        assert!(v.error.unwrap().contains("fix: pip install torch"));
+        let (_, c) = ended(Ending::Daemon("daemon shut down".into()), "", PASSED_DRY_RUN);
+        assert_eq!(c.side, Side::Environment);
+        // Before the candidate ran, an exit without a traceback is not the candidate's.
+        let (_, c) = ended(Ending::Exit(3), "", r#"{"running": {"gate": "setup", "name": "load-problem"}}"#);
+        assert_eq!(c.side, Side::Environment);
+    }
+
+    #[test]
+    fn a_syntax_error_is_a_static_rejection() {
+        let mut c = Cause::environment("syntax", "line 1: invalid syntax", None);
+        c.side = Side::Candidate;
+        c.stage = Some("static".into());
+        let v = compose("p", "c", &[], None, Some(c), json!({}));
+        assert_eq!((v.outcome, v.rejected_by.as_deref()), (Outcome::Rejected, Some("static:syntax")));
+        assert!(table(&v).contains("line 1: invalid syntax"));
+    }
 }
