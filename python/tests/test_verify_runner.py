@@ -267,3 +267,27 @@ def test_gpu_out_of_memory_is_the_environments_only_when_others_held_memory(monk
     assert checks.environment_error(RuntimeError("CUDA out of memory"), gpu) is None
     own = checks.own_failure(RuntimeError("CUDA out of memory"), gpu)
     assert "this process held 79.0 GiB" in str(own)
+
+
+def test_performance_gate_validates_timed_outputs_end_to_end_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gate 4 as a whole, its GPU-only parts replaced: the baseline is the reference itself
+    (no torch.compile), the device peaks are constants; timing is the real interleaved loop on
+    CPU samples. An honest candidate's timed outputs pass; one exact for its first 5 calls and
+    wrong from then on — during timing — is rejected by exploits:revalidation-timed."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    monkeypatch.setattr(torch, "compile", lambda m, mode=None: m)
+    monkeypatch.setattr(perf, "copy_bandwidth", lambda dev: 1e15)
+    monkeypatch.setattr(perf, "matmul_rate", lambda dev, dtype: 1e18)
+    prob = types.SimpleNamespace(get_inputs=lambda: [torch.randn(512), torch.randn(512)])
+    dev = torch.device("cpu")
+    for cand, ok in ((Model(), True), (WrongLater(good=5), False)):
+        ck = harness.Check()
+        perf.performance_gate(ck, prob, Model(), cand, {"rounds": 2}, dev)
+        by = {(c["gate"], c["name"]): c for c in ck.items}
+        timed = by[("exploits", "revalidation-timed")]
+        assert timed["ok"] is ok, timed
+        assert len(timed["evidence"]["rounds"]) == 2 and all(r["sampled"] == perf.TIMED_SAMPLES for r in timed["evidence"]["rounds"])
+        assert by[("exploits", "revalidation-after-timing")]["ok"] is ok
+        assert ("performance", "speedup") in by and ("performance", "thread-count-timed") in by
