@@ -339,8 +339,21 @@ fn run_candidate_job(
     let mut argv = vec![a.python.clone()];
     argv.extend(runner_args(a, policy, &out, &progress, runner_device)?);
     let t0 = Instant::now();
-    let (exit, err_text) =
-        crate::job::run_as_job(socket, argv, job_device, "verify", Some(a.time_limit_s)).context("--daemon")?;
+    let (exit, err_text) = match crate::job::run_as_job(socket, argv, job_device, "verify", Some(a.time_limit_s)) {
+        Ok(done) => done,
+        // No daemon, or it went away mid-run: the environment's, with what passed until then.
+        Err(e) => {
+            let progress = Progress::parse(&std::fs::read_to_string(&progress).unwrap_or_default());
+            let mut cause = Cause::environment(
+                "daemon",
+                format!("--daemon: {e:#}"),
+                Some("start the daemon (kforge daemon) and run it again, or run without --daemon".into()),
+            );
+            (cause.stage, cause.check) = progress.running.clone().unzip();
+            let result = RunnerResult { checks: progress.checks, device: None, notes: Vec::new() };
+            return Ok(Evidence { findings: Vec::new(), result: Some(result), cause: Some(cause) });
+        }
+    };
     limits["via_daemon"] = serde_json::json!(true);
     limits["memory_limit_enforced"] = serde_json::json!(false);
     limits["network_isolated"] = serde_json::json!(false);

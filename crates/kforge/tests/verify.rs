@@ -340,3 +340,23 @@ fn leftovers_in_the_candidates_group_do_not_outlive_it() {
         std::thread::yield_now();
     }
 }
+
+#[test]
+fn no_daemon_is_the_environments_failure_with_a_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("v.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
+        .arg("--socket")
+        .arg(dir.path().join("nobody.sock"))
+        .args(["verify", "--daemon", "--device", "cpu", "--no-performance", "--json"])
+        .arg(&out)
+        .arg(corpus().join("problems/vector_add.py"))
+        .arg(corpus().join("vector_add/honest.py"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stdout));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!((v["outcome"].as_str(), v["cause"]["side"].as_str()), (Some("could-not-run"), Some("environment")));
+    assert_eq!(v["cause"]["kind"], "daemon");
+    assert!(v["cause"]["fix"].as_str().unwrap().contains("kforge daemon"));
+}

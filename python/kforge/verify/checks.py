@@ -363,7 +363,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     strict = {"rtol": {k: 1e-4 for k in ("float32", "float16", "bfloat16", "float64")}, "atol": {k: 1e-4 for k in ("float32", "float16", "bfloat16", "float64")}}
     model_ok = True
     for s in seeds[:3]:
-        ck.begin("model", f"seed-{s}")
+        ck.begin("model", f"eager-1e-4-seed-{s}")
         xs = make_inputs(problem, 200 + s, "normal", dev)
         with torch.no_grad():
             ref = ref_model(*clone_all(xs))
@@ -372,6 +372,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
         if r["ok"]:
             ck.add("model", f"eager-1e-4-seed-{s}", True, **r)
             continue
+        ck.begin("model", f"fp64-seed-{s}")
         f = fp64_rule(problem, init, ref_model, out, ref, xs)
         model_ok = ck.add("model", f"fp64-seed-{s}", f["ok"], **f) and model_ok
 
