@@ -11,10 +11,14 @@ that torch is importable, and say so (exit status 2) when it is not.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import statistics
 import sys
+import sysconfig
 import threading
+import weakref
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 #: The input distributions of the correctness checks, in the order seeds cycle through them.
@@ -168,29 +172,162 @@ def identical(a: Any, b: Any) -> bool:
 
 
 class Check:
-    """The checks of one run, in order: gate, name, passed (None: does not apply), evidence."""
+    """The checks of one run, in order: gate, name, passed (None: does not apply), evidence.
 
-    def __init__(self) -> None:
+    With a ``progress`` file, every check is also appended to it as one JSON line as it is added,
+    and ``begin`` writes which check is about to run: if the process dies or is killed midway
+    (a crash, ``os._exit``, a hang past the time limit), the orchestrator still knows which
+    checks passed and which stage and check were running."""
+
+    def __init__(self, progress: Optional[str] = None) -> None:
         self.items: List[Dict[str, Any]] = []
+        self.progress = progress
+
+    def _write(self, record: Dict[str, Any]) -> None:
+        if self.progress is None:
+            return
+        with open(self.progress, "a") as f:
+            f.write(json.dumps(finite_json(record), default=str, allow_nan=False) + "\n")
+            f.flush()
+
+    def begin(self, gate: str, name: str) -> None:
+        """``gate``:``name`` is about to run (the stage named if the process ends during it)."""
+        self._write({"running": {"gate": gate, "name": name}})
 
     def add(self, gate: str, name: str, passed: Optional[bool], **evidence: Any) -> bool:
         """passed None: the check does not apply here (reason in evidence)."""
         evidence.pop("ok", None)
-        self.items.append({"gate": gate, "name": name, "ok": passed, "evidence": evidence})
+        item = {"gate": gate, "name": name, "ok": passed, "evidence": evidence}
+        self.items.append(item)
+        self._write({"check": item})
         mark = "n/a" if passed is None else ("ok" if passed else "FAILED")
         print(f"  {gate:<12} {name:<40} {mark}", file=sys.stderr, flush=True)
         return bool(passed) or passed is None
 
 
-def thread_check(ck: Check, name: str, before: Set[Any], harness_compiles: bool, gate: str = "exploits") -> None:
-    """Fails when a thread started since ``before`` is alive. Only where the harness itself
-    compiled meanwhile (``--kernel`` mode) are torch.compile's own threads left out — otherwise a
-    candidate could hide work in Inductor's pool."""
+#: Packages whose own threads are not the candidate's: a Python thread whose ``start()`` was
+#: called from code in one of these packages (torch's Inductor compile pool and its
+#: ``subproc_worker_timer``, Triton's compile warm-up pool, DataLoader pin-memory threads, …) is
+#: left out of the thread checks. What started a thread is the first frame of the stack at
+#: ``Thread.start`` outside the standard library (``threading``, ``concurrent.futures``, …),
+#: judged by its file: under the package's own directory. A thread started by candidate code
+#: (directly, through an executor, or through names built at run time) is the candidate's.
+ALLOWED_THREAD_ORIGINS = ("torch", "triton")
+
+_origins: "weakref.WeakKeyDictionary[threading.Thread, str]" = weakref.WeakKeyDictionary()
+_original_start: List[Any] = []
+
+
+def _stdlib_dirs() -> Tuple[str, Tuple[str, ...]]:
+    paths = sysconfig.get_paths()
+    site = tuple({os.path.realpath(paths[k]) + os.sep for k in ("purelib", "platlib") if k in paths})
+    return os.path.realpath(paths["stdlib"]) + os.sep, site
+
+
+def _starter_file(frame: Any) -> str:
+    """The file of the first frame outside the standard library and this module."""
+    std, site = _stdlib_dirs()
+    here = os.path.realpath(__file__)
+    while frame is not None:
+        fn = os.path.realpath(frame.f_code.co_filename)
+        if fn != here and not (fn.startswith(std) and not fn.startswith(site)) and not fn.startswith("<frozen"):
+            return f"{fn}:{frame.f_lineno}"
+        frame = frame.f_back
+    return "?"
+
+
+def record_thread_origins() -> None:
+    """From now on every ``threading.Thread.start`` records what started the thread (see
+    ``ALLOWED_THREAD_ORIGINS``). Installed by the runner before the candidate is imported."""
+    if _original_start:
+        return
+    orig = threading.Thread.start
+    _original_start.append(orig)
+
+    def start(self: threading.Thread) -> None:
+        try:
+            _origins[self] = _starter_file(sys._getframe(1))
+        except Exception:
+            pass
+        orig(self)
+
+    threading.Thread.start = start  # type: ignore[method-assign]
+
+
+def package_dirs(names: Sequence[str] = ALLOWED_THREAD_ORIGINS) -> Dict[str, str]:
+    """The directories of the (imported) packages named, by name."""
+    out: Dict[str, str] = {}
+    for n in names:
+        mod = sys.modules.get(n)
+        f = getattr(mod, "__file__", None)
+        if f:
+            out[n] = os.path.realpath(os.path.dirname(f)) + os.sep
+    return out
+
+
+def thread_origin(t: threading.Thread) -> str:
+    """What started ``t``: ``file:line`` recorded at ``start()``; for a thread started before the
+    record was installed, the file of its target (or of its class, for a subclass)."""
+    o = _origins.get(t)
+    if o is not None:
+        return o
+    target = getattr(t, "_target", None)
+    code = getattr(getattr(target, "__func__", target), "__code__", None)
+    if code is not None:
+        return os.path.realpath(str(code.co_filename))
+    return os.path.realpath(str(getattr(sys.modules.get(type(t).__module__), "__file__", None) or "?"))
+
+
+def allowed_origin(origin: str, dirs: Dict[str, str]) -> Optional[str]:
+    """The allow-listed package whose code ``origin`` (a ``file[:line]``) is, or None."""
+    for name, d in dirs.items():
+        if origin.startswith(d):
+            return name
+    return None
+
+
+def native_threads() -> Dict[int, str]:
+    """This process's threads as the kernel lists them (``/proc/self/task/*/comm``): native
+    threads too (OpenMP, CUDA, C++ ``std::thread``). Empty where /proc is not there."""
+    out: Dict[int, str] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                out[int(tid)] = f.read().strip()
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def thread_check(ck: Check, name: str, before: Set[Any], harness_compiles: bool, gate: str = "exploits",
+                 native_before: Optional[Dict[int, str]] = None) -> None:
+    """Fails when a Python thread started since ``before`` by anything but an allow-listed package
+    (``ALLOWED_THREAD_ORIGINS``) is alive. Every new thread is in the evidence with its origin;
+    native threads new since ``native_before`` are listed (by kernel name) but not judged: the
+    OpenMP, CUDA and driver threads torch starts lazily carry the process's own name, so a name
+    does not tell whose they are. Where the harness itself compiled meanwhile (``--kernel``),
+    the threads of Inductor's compile pool are torch's as well (also found by the pool object)."""
     started = [t for t in threading.enumerate() if t not in before and t.is_alive()]
     own = harness_threads() if harness_compiles else set()
-    foreign = [t for t in started if t not in own]
+    dirs = package_dirs()
+    threads = []
+    foreign = []
+    for t in started:
+        origin = thread_origin(t)
+        pkg = "torch" if t in own else allowed_origin(origin, dirs)
+        threads.append({"name": t.name, "origin": origin, "allowed": pkg})
+        if pkg is None:
+            foreign.append(t)
+    native: List[str] = []
+    if native_before is not None:
+        native = sorted(n for tid, n in native_threads().items() if tid not in native_before)
     ck.add(gate, name, not foreign, before=len(before), after=len(before) + len(started),
-           started=[t.name for t in foreign], harness=[t.name for t in started if t in own])
+           started=[t.name for t in foreign], harness=[d["name"] for d in threads if d["allowed"]],
+           threads=threads, native_started=native, allowed_origins=list(ALLOWED_THREAD_ORIGINS))
 
 
 def harness_threads() -> Set[Any]:

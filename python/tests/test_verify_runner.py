@@ -101,3 +101,193 @@ def test_sentinels_take_every_cached_block_then_give_back_the_fresh_one(monkeypa
     checks.plant_sentinels([Out(), Out()])
     # First output: 3 cached blocks + 1 fresh; second: 1 fresh (the cache is NaN already).
     assert state["allocated"] == 5 and state["emptied"] == 2
+
+
+class Model(torch.nn.Module):
+    def forward(self, x: "torch.Tensor", y: "torch.Tensor") -> "torch.Tensor":
+        return x + y
+
+
+class WrongLater(torch.nn.Module):
+    """Exact for its first ``good`` calls, then half the output is zero (a cheat of class 2:
+    correct while checked, wrong while timed)."""
+
+    def __init__(self, good: int) -> None:
+        super().__init__()
+        self.good, self.calls = good, 0
+
+    def forward(self, x: "torch.Tensor", y: "torch.Tensor") -> "torch.Tensor":
+        self.calls += 1
+        out = x + y
+        if self.calls > self.good:
+            out[: out.numel() // 2] = 0
+        return out
+
+
+def input_sets(n: int = 3) -> "list[list[torch.Tensor]]":
+    g = torch.Generator().manual_seed(5)
+    return [[torch.randn(256, generator=g), torch.randn(256, generator=g)] for _ in range(n)]
+
+
+def test_timed_sample_is_uniform_over_calls_and_copies_outside_the_call() -> None:
+    """The reservoir keeps k calls; the copy is made in settle, and later calls may replace it."""
+    import random
+
+    sets = input_sets()
+    rot = perf.Rotation(sets)
+    s = perf.TimedSample(k=2, rng=random.Random(3))
+    outs = []
+    for _ in range(200):
+        s.settle()
+        rot.before()
+        outs.append(s.call(lambda x, y: x + y, rot))
+    s.settle()
+    assert s.calls == 200 and len(s.kept) == 2
+    for i, out in s.kept:
+        assert torch.equal(out, sets[i][0] + sets[i][1])
+        assert all(out is not o for o in outs), "kept outputs are copies"
+    # Uniform over the calls: over many rounds, about half the kept calls are from the second half.
+    kept = []
+    for seed in range(200):
+        n = [0]
+
+        def numbered(x: "torch.Tensor", y: "torch.Tensor") -> "torch.Tensor":
+            n[0] += 1
+            return torch.full((1,), float(n[0]))
+
+        t = perf.TimedSample(k=2, rng=random.Random(seed))
+        for _ in range(100):
+            t.settle()
+            rot.before()
+            t.call(numbered, rot)
+        t.settle()
+        kept += [int(out.item()) for _, out in t.kept]
+    late = sum(1 for c in kept if c > 50) / len(kept)
+    assert 0.4 < late < 0.6, late
+
+
+def test_timed_outputs_are_validated_on_the_cpu_timing_loop() -> None:
+    """The real interleaved timing loop (CPU samples; no daemon: regions are no-ops): an honest
+    candidate's sampled outputs match the reference for their inputs; one that goes wrong after
+    the checks' calls — during timing — is caught by the samples."""
+    import random
+    import warnings
+
+    ref = Model()
+    warnings.simplefilter("ignore")
+    (tb, tc, tb2), ok = perf.timed_outputs_round(ref, ref, Model(), input_sets(), "test:timed", {}, rng=random.Random(0))
+    assert ok["ok"] and ok["sampled"] == perf.TIMED_SAMPLES and ok["calls"] > perf.TIMED_SAMPLES, ok
+    assert tb > 0 and tc > 0 and tb2 > 0
+    _, bad = perf.timed_outputs_round(ref, ref, WrongLater(good=3), input_sets(), "test:timed", {}, rng=random.Random(0))
+    assert not bad["ok"] and bad["failed"] >= 1 and "beyond rtol" in bad["why"], bad
+
+
+def test_revalidation_checks_after_timing() -> None:
+    ck = harness.Check()
+    dev = torch.device("cpu")
+    prob = types.SimpleNamespace(get_inputs=lambda: [torch.randn(64), torch.randn(64)])
+    rounds = [{"ok": True, "calls": 10, "sampled": 2, "failed": 0, "why": ""}]
+    perf.revalidate_after_timing(ck, prob, Model(), Model(), {}, dev, rounds)
+    assert [(c["name"], c["ok"]) for c in ck.items] == [("revalidation-timed", True), ("revalidation-after-timing", True)]
+    ck = harness.Check()
+    perf.revalidate_after_timing(ck, prob, Model(), WrongLater(good=0), {}, dev, rounds + [dict(rounds[0], ok=False, why="x")])
+    assert [(c["name"], c["ok"]) for c in ck.items] == [("revalidation-timed", False), ("revalidation-after-timing", False)]
+    assert ck.items[0]["evidence"]["why"] == "round 1: x"
+
+
+def test_thread_origins_torch_threads_are_not_the_candidates() -> None:
+    """A thread started by torch's code (Inductor's compile-worker timer, the thread that once
+    rejected an honest candidate) is allowed; a thread the candidate's code starts is a finding,
+    also through an executor."""
+    import concurrent.futures
+    import threading
+
+    from torch._inductor.compile_worker.timer import Timer
+
+    harness.record_thread_origins()
+    before = set(threading.enumerate())
+    native0 = harness.native_threads()
+    timer = Timer(3600.0, lambda: None)
+    timer.record_call()
+    ck = harness.Check()
+    harness.thread_check(ck, "thread-count", before, False, native_before=native0)
+    ev = ck.items[0]["evidence"]
+    assert ck.items[0]["ok"] is True, ev
+    assert [t["allowed"] for t in ev["threads"]] == ["torch"] and ev["threads"][0]["name"] == "subproc_worker_timer"
+    assert "timer.py" in ev["threads"][0]["origin"]
+
+    stop = threading.Event()
+    mine = threading.Thread(target=stop.wait, name="mine", daemon=True)
+    mine.start()
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pooled")
+    pool.submit(lambda: None).result()
+    ck = harness.Check()
+    harness.thread_check(ck, "thread-count", before, False)
+    ev = ck.items[0]["evidence"]
+    assert ck.items[0]["ok"] is False
+    assert sorted(ev["started"]) == ["mine", "pooled_0"], ev
+    assert all(__file__ in t["origin"] for t in ev["threads"] if t["name"] in ("mine", "pooled_0")), ev
+    stop.set()
+    pool.shutdown()
+    timer.quit()
+
+
+def test_progress_file_records_checks_and_the_check_running(tmp_path: "pytest.TempPathFactory") -> None:
+    import json
+
+    p = str(tmp_path) + "/progress.jsonl"  # type: ignore[operator]
+    ck = harness.Check(p)
+    ck.begin("dry-run", "runs")
+    ck.add("dry-run", "runs", True, launches=1, x=float("inf"))
+    ck.begin("correctness", "seed-0-normal")
+    lines = [json.loads(line) for line in open(p)]
+    assert lines[0] == {"running": {"gate": "dry-run", "name": "runs"}}
+    assert lines[1]["check"]["name"] == "runs" and lines[1]["check"]["evidence"]["x"] == "inf"
+    assert lines[2] == {"running": {"gate": "correctness", "name": "seed-0-normal"}}
+
+
+def test_environment_errors_are_not_the_candidates() -> None:
+    cpu = torch.device("cpu")
+    env = checks.environment_error(RuntimeError("0 active drivers ([]). There should only be one."), cpu)
+    assert env is not None and "--device cpu" in env.fix
+    assert checks.environment_error(ValueError("wrong shape"), cpu) is None
+    # CPU out-of-memory is the candidate's own (no siblings on a GPU to blame).
+    assert checks.environment_error(RuntimeError("CUDA out of memory"), cpu) is None
+
+
+def test_gpu_out_of_memory_is_the_environments_only_when_others_held_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = types.SimpleNamespace(type="cuda")
+    gib = 1 << 30
+    state = {"free": 1 * gib, "total": 80 * gib, "own": 10 * gib}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev=None: (state["free"], state["total"]))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev=None: state["own"])
+    env = checks.environment_error(RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), gpu)
+    assert env is not None and "other processes held 69.0 GiB" in str(env) and env.fix
+    state["own"] = 79 * gib  # the candidate's own
+    assert checks.environment_error(RuntimeError("CUDA out of memory"), gpu) is None
+    own = checks.own_failure(RuntimeError("CUDA out of memory"), gpu)
+    assert "this process held 79.0 GiB" in str(own)
+
+
+def test_performance_gate_validates_timed_outputs_end_to_end_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gate 4 as a whole, its GPU-only parts replaced: the baseline is the reference itself
+    (no torch.compile), the device peaks are constants; timing is the real interleaved loop on
+    CPU samples. An honest candidate's timed outputs pass; one exact for its first 5 calls and
+    wrong from then on — during timing — is rejected by exploits:revalidation-timed."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    monkeypatch.setattr(torch, "compile", lambda m, mode=None: m)
+    monkeypatch.setattr(perf, "copy_bandwidth", lambda dev: 1e15)
+    monkeypatch.setattr(perf, "matmul_rate", lambda dev, dtype: 1e18)
+    prob = types.SimpleNamespace(get_inputs=lambda: [torch.randn(512), torch.randn(512)])
+    dev = torch.device("cpu")
+    for cand, ok in ((Model(), True), (WrongLater(good=5), False)):
+        ck = harness.Check()
+        perf.performance_gate(ck, prob, Model(), cand, {"rounds": 2}, dev)
+        by = {(c["gate"], c["name"]): c for c in ck.items}
+        timed = by[("exploits", "revalidation-timed")]
+        assert timed["ok"] is ok, timed
+        assert len(timed["evidence"]["rounds"]) == 2 and all(r["sampled"] == perf.TIMED_SAMPLES for r in timed["evidence"]["rounds"])
+        assert by[("exploits", "revalidation-after-timing")]["ok"] is ok
+        assert ("performance", "speedup") in by and ("performance", "thread-count-timed") in by

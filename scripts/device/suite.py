@@ -68,6 +68,7 @@ def tasks() -> List[Tuple[str, List[str], str]]:
                 n += 1
                 pol = ["--policy", f"tests/candidates/{e['policy']}"] if e.get("policy") else []
                 kern = ["--kernel", e["kernel"]] if e.get("kernel") else []
+                kern += ["--time-limit-s", str(e["time_limit_s"])] if e.get("time_limit_s") else []  # a hang candidate
                 argv = [K, "--socket", SOCKET, "verify", "--daemon", "--device", gpu, *pol, *kern, "--json", f"{d}/{i}.json",
                         f"tests/candidates/{e['problem']}", f"tests/candidates/{e['candidate']}"]
                 out.append((f"verify/{i}", argv, d))

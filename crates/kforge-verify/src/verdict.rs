@@ -1,5 +1,10 @@
 //! The verdict of `kforge verify`: gate 1's static findings and the runner's runtime checks
 //! (the JSON `python3 -m kforge.verify.runner` writes) composed in cascade order.
+//!
+//! When the candidate process ends without a result, [`classify`] is the one place that decides
+//! whose failure it was, from how it ended ([`Ending`]), its stderr and its progress file
+//! ([`Progress`]): the candidate's own (a rejection by `STAGE:crash`, `STAGE:timeout`,
+//! `STAGE:memory-limit`, with the cause) or the environment's (`could-not-run`, with the fix).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -28,6 +33,9 @@ pub struct RunnerResult {
     pub checks: Vec<CheckResult>,
     #[serde(default)]
     pub device: Option<String>,
+    /// What the runner wants said about how it ran (e.g. Triton's interpreter on the CPU).
+    #[serde(default)]
+    pub notes: Vec<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,6 +82,290 @@ pub struct Verdict {
     pub gates: Vec<GateReport>,
     /// Limits the candidate process ran under and whether each was enforced.
     pub limits: Value,
+    /// Why the candidate process ended without a result, when it did: whose failure, the stage
+    /// and check running, exit status or signal, the limit, the last traceback lines, the fix.
+    pub cause: Option<Cause>,
+    /// How it ran (the runner's notes, and the orchestrator's).
+    pub notes: Vec<String>,
+}
+
+/// Whose failure a cause is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Side {
+    /// The candidate's own: a rejection (a search counts it as a failed candidate).
+    Candidate,
+    /// The environment's (no driver, torch missing, a sibling's memory, the daemon, the harness):
+    /// could not run, and the fix is named.
+    Environment,
+}
+
+/// Why the candidate process ended without a result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Cause {
+    pub side: Side,
+    /// `crash`, `timeout`, `memory-limit`, `syntax` (the candidate's); `environment`, `harness`,
+    /// `killed`, `no-result` (the environment's); on the candidate's side it is the rejecting
+    /// check's name.
+    pub kind: String,
+    /// The gate running when it ended (`setup` before the candidate was imported).
+    pub stage: Option<String>,
+    /// The check running when it ended.
+    pub check: Option<String>,
+    pub exit_status: Option<i32>,
+    /// The signal that ended it, e.g. `SIGSEGV (11)`.
+    pub signal: Option<String>,
+    /// The limit it ran past, e.g. `time limit of 20 s`.
+    pub limit: Option<String>,
+    /// The last lines of the Python traceback, if there was one.
+    pub traceback: Vec<String>,
+    pub message: String,
+    /// What to do about an environment failure.
+    pub fix: Option<String>,
+}
+
+impl Cause {
+    /// An environment failure with no process details (bad input found before a run, a lost result).
+    pub fn environment(kind: &str, message: impl Into<String>, fix: Option<String>) -> Cause {
+        Cause {
+            side: Side::Environment,
+            kind: kind.into(),
+            stage: None,
+            check: None,
+            exit_status: None,
+            signal: None,
+            limit: None,
+            traceback: Vec::new(),
+            message: message.into(),
+            fix,
+        }
+    }
+
+    fn check_result(&self) -> CheckResult {
+        CheckResult {
+            gate: self.stage.clone().unwrap_or_else(|| "dry-run".into()),
+            name: self.kind.clone(),
+            ok: Some(false),
+            evidence: serde_json::to_value(self).unwrap_or(Value::Null),
+        }
+    }
+}
+
+/// Which limit the watchdog (or the daemon) ended the process for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitKind {
+    Time,
+    Memory,
+}
+
+/// How the candidate process ended, when it wrote no result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ending {
+    /// It exited with this status (0: without writing its result).
+    Exit(i32),
+    /// A signal ended it (not the watchdog's).
+    Signal(i32),
+    /// The watchdog or the daemon ended it for running past a limit (`limit`: e.g. `time limit of 20 s`).
+    Limit { kind: LimitKind, limit: String },
+    /// The daemon ended the job for another reason (cancelled, shut down, could not start it).
+    Daemon(String),
+}
+
+/// What the runner's progress file (`--progress`) says: the checks reported, in order, and the
+/// check that was running last. Lines that do not parse (a write cut short) are skipped.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Progress {
+    pub checks: Vec<CheckResult>,
+    pub running: Option<(String, String)>,
+}
+
+impl Progress {
+    pub fn parse(text: &str) -> Progress {
+        let mut p = Progress::default();
+        for line in text.lines() {
+            let Ok(v) = serde_json::from_str::<Value>(line) else { continue };
+            if let Some(c) = v.get("check").and_then(|c| serde_json::from_value::<CheckResult>(c.clone()).ok()) {
+                p.running = Some((c.gate.clone(), c.name.clone()));
+                p.checks.push(c);
+            } else if let Some(r) = v.get("running") {
+                let field = |k: &str| r.get(k).and_then(Value::as_str).map(String::from);
+                if let (Some(g), Some(n)) = (field("gate"), field("name")) {
+                    p.running = Some((g, n));
+                }
+            }
+        }
+        p
+    }
+}
+
+/// The candidate's stages: a failure while one of these runs is the candidate's unless shown otherwise.
+fn candidate_stage(stage: Option<&str>) -> bool {
+    stage.is_some_and(|s| GATES[1..].contains(&s))
+}
+
+fn signal_name(sig: i32) -> String {
+    let name = match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        4 => "SIGILL",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        15 => "SIGTERM",
+        _ => "signal",
+    };
+    format!("{name} ({sig})")
+}
+
+/// The last Python traceback in `stderr`: its frames' files and its last `keep` lines.
+fn last_traceback(stderr: &str, keep: usize) -> Option<(Vec<String>, Vec<String>)> {
+    let start = stderr.rfind("Traceback (most recent call last):")?;
+    let lines: Vec<&str> = stderr[start..].lines().filter(|l| !l.trim().is_empty()).collect();
+    // The traceback ends at its exception line: the first unindented line after the header.
+    let end = lines.iter().skip(1).position(|l| !l.starts_with(' ')).map(|i| i + 2).unwrap_or(lines.len());
+    let tb = &lines[..end];
+    let files = tb
+        .iter()
+        .filter_map(|l| l.trim_start().strip_prefix("File \"").and_then(|r| r.split('"').next()).map(String::from))
+        .collect();
+    let tail = tb[tb.len().saturating_sub(keep)..].iter().map(|l| l.to_string()).collect();
+    Some((files, tail))
+}
+
+/// The candidate process's description of the process's end, in this verdict's words.
+pub struct Ended<'a> {
+    pub ending: Ending,
+    /// Everything the process wrote on stderr.
+    pub stderr: &'a str,
+    pub progress: Progress,
+    /// The candidate file as the runner was given it (absolute): traceback frames in it are the
+    /// candidate's code.
+    pub candidate_file: &'a str,
+}
+
+/// Whose failure it was that the candidate process ended without a result, and the checks that
+/// passed before it (the progress file's).
+///
+/// - The runner's own `kforge verify: WHY` line with exit status 2: the environment or bad input
+///   (`kforge verify fix:` names the fix).
+/// - Past the time or memory limit while a candidate stage ran (`dry-run` … `performance`): the
+///   candidate's (`STAGE:timeout`, `STAGE:memory-limit`); during `setup` the environment's.
+/// - A Python traceback: the candidate's (`STAGE:crash`) when one of its frames is in the
+///   candidate's file, else the harness's or the problem's (could not run: `harness`).
+/// - A signal or an exit without a traceback (`os._exit`, `sys.exit`, a native abort, a segfault)
+///   while a candidate stage ran: the candidate's (`STAGE:crash`) — except SIGKILL from outside
+///   the watchdog (the kernel's OOM killer, an operator: the environment's) and the daemon ending
+///   the job for a reason of its own.
+pub fn classify(e: &Ended) -> (RunnerResult, Cause) {
+    let (stage, check) = match &e.progress.running {
+        Some((g, n)) => (Some(g.clone()), Some(n.clone())),
+        None => (None, None),
+    };
+    let running = match (&stage, &check) {
+        (Some(g), Some(n)) => format!("while running {g}:{n}"),
+        _ => "before the runner reported progress".into(),
+    };
+    let in_candidate = candidate_stage(stage.as_deref());
+    let tb = last_traceback(e.stderr, 8);
+    let mut cause = Cause::environment("environment", String::new(), None);
+    cause.stage = stage.clone();
+    cause.check = check.clone();
+    cause.traceback = tb.as_ref().map(|(_, t)| t.clone()).unwrap_or_default();
+    let own_line =
+        |prefix: &str| e.stderr.lines().rev().find_map(|l| l.strip_prefix(prefix).map(|r| r.trim().to_string()));
+    match &e.ending {
+        Ending::Exit(2) if own_line("kforge verify: ").is_some() => {
+            cause.exit_status = Some(2);
+            cause.message = own_line("kforge verify: ").unwrap_or_default();
+            cause.fix = own_line("kforge verify fix: ");
+        }
+        Ending::Limit { kind, limit } => {
+            cause.limit = Some(limit.clone());
+            cause.kind = match kind {
+                LimitKind::Time => "timeout",
+                LimitKind::Memory => "memory-limit",
+            }
+            .into();
+            cause.message = format!("ran past the {limit} {running}");
+            if in_candidate {
+                cause.side = Side::Candidate;
+            } else {
+                cause.fix = Some(match kind {
+                    LimitKind::Time => "raise --time-limit-s: the runner had not reached the candidate yet".into(),
+                    LimitKind::Memory => {
+                        "raise --memory-limit-gib: the runner had not reached the candidate yet".into()
+                    }
+                });
+            }
+        }
+        Ending::Daemon(reason) => {
+            cause.kind = "killed".into();
+            cause.message = format!("the daemon ended the job {running}: {reason}");
+            cause.fix = Some("run it again (the daemon's log says why it ended the job)".into());
+        }
+        ending => {
+            let (status, signal) = match ending {
+                Ending::Exit(c) => (Some(*c), None),
+                Ending::Signal(s) => (None, Some(*s)),
+                _ => (None, None),
+            };
+            cause.exit_status = status;
+            cause.signal = signal.map(signal_name);
+            let how = match (status, signal) {
+                (_, Some(s)) => format!("was killed by {}", signal_name(s)),
+                (Some(0), _) => "exited with status 0 before writing its result".to_string(),
+                (Some(c), _) => format!("exited with status {c}"),
+                _ => "ended".to_string(),
+            };
+            match &tb {
+                Some((files, tail)) => {
+                    let last = tail.last().cloned().unwrap_or_default();
+                    if files.iter().any(|f| f == e.candidate_file) {
+                        cause.side = Side::Candidate;
+                        cause.kind = "crash".into();
+                        cause.message = format!("the candidate's code raised {last} {running} (the process {how})");
+                        if stage.is_none() {
+                            cause.stage = Some("dry-run".into());
+                        }
+                    } else {
+                        cause.kind = "harness".into();
+                        cause.message = format!("the harness failed {running}: {last} (the process {how})");
+                        cause.fix = Some(
+                            "no frame of the traceback is in the candidate's file: the problem file or kforge \
+                             failed (the traceback names the frame)"
+                                .into(),
+                        );
+                    }
+                }
+                None if signal == Some(9) => {
+                    cause.kind = "killed".into();
+                    cause.message = format!("the process {how} from outside kforge {running}");
+                    cause.fix = Some("run it again; the kernel's OOM killer sends SIGKILL (dmesg says)".into());
+                }
+                None if in_candidate => {
+                    cause.side = Side::Candidate;
+                    cause.kind = "crash".into();
+                    cause.message = format!(
+                        "the process {how}, with no Python traceback, {running}: the candidate ended it (os._exit, \
+                         sys.exit, a native crash or abort)"
+                    );
+                }
+                None => {
+                    cause.kind = if status == Some(0) { "no-result" } else { "crash" }.into();
+                    cause.message = format!("the runner {how} {running}, before the candidate ran");
+                    cause.fix = Some("the runner's own output above says why".into());
+                }
+            }
+        }
+    }
+    if cause.message.is_empty() {
+        cause.message = format!("the candidate process ended {running}");
+    }
+    let result = RunnerResult { checks: e.progress.checks.clone(), device: None, notes: Vec::new() };
+    (result, cause)
 }
 
 fn finding_check(f: &Finding) -> CheckResult {
@@ -87,17 +379,35 @@ fn finding_check(f: &Finding) -> CheckResult {
 }
 
 /// Compose the verdict. `runner` is `None` when the candidate never ran (static rejection or a
-/// runner failure given in `error`).
+/// failure found before a run); with a `cause`, it holds what the progress file reported before
+/// the process ended. A candidate-side cause rejects by `STAGE:KIND`; an environment cause makes
+/// it `could-not-run` (the checks that passed are kept).
 pub fn compose(
     problem: &str,
     candidate: &str,
     findings: &[Finding],
     runner: Option<&RunnerResult>,
-    error: Option<String>,
+    cause: Option<Cause>,
     limits: Value,
 ) -> Verdict {
+    let notes = runner.map(|r| r.notes.clone()).unwrap_or_default();
+    let mut with_cause;
+    let runner = match (&cause, runner) {
+        (Some(c), r) if c.side == Side::Candidate => {
+            with_cause = r.cloned().unwrap_or(RunnerResult { checks: Vec::new(), device: None, notes: Vec::new() });
+            with_cause.checks.push(c.check_result());
+            Some(&with_cause)
+        }
+        (_, r) => r,
+    };
+    let error = cause.as_ref().filter(|c| c.side == Side::Environment).map(|c| match &c.fix {
+        Some(f) => format!("{} (fix: {f})", c.message),
+        None => c.message.clone(),
+    });
     let mut gates = Vec::new();
-    let static_checks: Vec<CheckResult> = findings.iter().map(finding_check).collect();
+    let mut static_checks: Vec<CheckResult> = findings.iter().map(finding_check).collect();
+    // A candidate that does not parse is rejected by `static:syntax` (a cause of stage `static`).
+    static_checks.extend(runner.iter().flat_map(|r| r.checks.iter().filter(|c| c.gate == "static").cloned()));
     gates.push(GateReport {
         gate: "static".into(),
         status: if static_checks.is_empty() { "passed" } else { "failed" }.into(),
@@ -142,7 +452,17 @@ pub fn compose(
     } else {
         Outcome::PassedWithoutPerformance
     };
-    Verdict { problem: problem.into(), candidate: candidate.into(), outcome, rejected_by, error, gates, limits }
+    Verdict {
+        problem: problem.into(),
+        candidate: candidate.into(),
+        outcome,
+        rejected_by,
+        error,
+        gates,
+        limits,
+        cause,
+        notes,
+    }
 }
 
 /// The table `kforge verify` prints last.
@@ -157,6 +477,32 @@ pub fn table(v: &Verdict) -> String {
         s.push_str(&format!("{:<12} {:<15} {}\n", g.gate, g.status, detail));
     }
     let outcome = serde_json::to_value(v.outcome).ok().and_then(|x| x.as_str().map(String::from)).unwrap_or_default();
+    if let Some(c) = &v.cause {
+        let mut how = Vec::new();
+        if let Some(x) = c.exit_status {
+            how.push(format!("exit status {x}"));
+        }
+        how.extend(c.signal.clone());
+        how.extend(c.limit.clone());
+        if let (Some(g), Some(n)) = (&c.stage, &c.check) {
+            how.push(format!("running {g}:{n}"));
+        }
+        let side = match c.side {
+            Side::Candidate => "the candidate's",
+            Side::Environment => "the environment's",
+        };
+        let how = if how.is_empty() { String::new() } else { format!(" [{}]", how.join(", ")) };
+        s.push_str(&format!("cause: {side} {}: {}{how}\n", c.kind, c.message));
+        for l in &c.traceback {
+            s.push_str(&format!("  | {l}\n"));
+        }
+        if let Some(f) = &c.fix {
+            s.push_str(&format!("fix: {f}\n"));
+        }
+    }
+    for n in &v.notes {
+        s.push_str(&format!("note: {n}\n"));
+    }
     match (&v.rejected_by, &v.error) {
         (Some(r), _) => s.push_str(&format!("verdict: {outcome} by {r}\n")),
         (None, Some(e)) => s.push_str(&format!("verdict: {outcome}: {e}\n")),
@@ -202,6 +548,7 @@ mod tests {
                 check("performance", "speedup", None),
             ],
             device: Some("cpu".into()),
+            notes: vec![],
         };
         let v = compose("p", "c", &[], Some(&all_ok), None, json!({}));
         assert_eq!((v.outcome, v.rejected_by.as_deref()), (Outcome::PassedWithoutPerformance, None));
@@ -217,6 +564,7 @@ mod tests {
         let failing = RunnerResult {
             checks: vec![check("exploits", "ghost-replay", Some(false)), check("correctness", "seed-1", Some(false))],
             device: None,
+            notes: vec![],
         };
         let v = compose("p", "c", &[], Some(&failing), None, json!({}));
         assert_eq!((v.outcome, v.rejected_by.as_deref()), (Outcome::Rejected, Some("correctness:seed-1")));
@@ -228,14 +576,107 @@ mod tests {
         let v = compose("p", "c", &[f], None, None, json!({}));
         assert_eq!(v.rejected_by.as_deref(), Some("static:side-stream"));
         assert!(table(&v).contains("line 4: m"));
-        let v = compose("p", "c", &[], None, Some("time limit".into()), json!({}));
+        let v = compose("p", "c", &[], None, Some(Cause::environment("environment", "no driver", None)), json!({}));
         assert_eq!((v.outcome, v.outcome.exit_code()), (Outcome::CouldNotRun, 2));
         // Fail closed: a result with only a passing performance check (or nothing) accepts nothing.
-        let forged = RunnerResult { checks: vec![check("performance", "speedup", Some(true))], device: None };
+        let forged =
+            RunnerResult { checks: vec![check("performance", "speedup", Some(true))], device: None, notes: vec![] };
         let v = compose("p", "c", &[], Some(&forged), None, json!({}));
         assert_eq!(v.outcome, Outcome::CouldNotRun);
         assert!(v.error.as_deref().unwrap().contains("dry-run, correctness, model, exploits"));
-        let empty = RunnerResult { checks: vec![], device: None };
+        let empty = RunnerResult { checks: vec![], device: None, notes: vec![] };
         assert_eq!(compose("p", "c", &[], Some(&empty), None, json!({})).outcome, Outcome::CouldNotRun);
+    }
+
+    fn ended(ending: Ending, stderr: &str, progress: &str) -> (RunnerResult, Cause) {
+        classify(&Ended { ending, stderr, progress: Progress::parse(progress), candidate_file: "/w/cand.py" })
+    }
+
+    const PASSED_DRY_RUN: &str = concat!(
+        r#"{"running": {"gate": "dry-run", "name": "runs"}}"#,
+        "\n",
+        r#"{"check": {"gate": "dry-run", "name": "runs", "ok": true, "evidence": {}}}"#,
+        "\n",
+        r#"{"running": {"gate": "correctness", "name": "seed-0-normal"}}"#,
+        "\n",
+        r#"{"check": {"gate": "correctness", "name": "cut sh"#,
+    );
+
+    #[test]
+    fn progress_keeps_checks_and_the_check_running_and_skips_a_cut_line() {
+        let p = Progress::parse(PASSED_DRY_RUN);
+        assert_eq!(p.checks.len(), 1);
+        assert_eq!(p.running, Some(("correctness".into(), "seed-0-normal".into())));
+    }
+
+    #[test]
+    fn a_timeout_in_a_candidate_stage_rejects_keeping_what_passed() {
+        let limit = Ending::Limit { kind: LimitKind::Time, limit: "time limit of 5 s".into() };
+        let (r, c) = ended(limit.clone(), "", PASSED_DRY_RUN);
+        assert_eq!((c.side, c.kind.as_str(), c.check.as_deref()), (Side::Candidate, "timeout", Some("seed-0-normal")));
+        let v = compose("p", "c", &[], Some(&r), Some(c), json!({}));
+        assert_eq!((v.outcome, v.rejected_by.as_deref()), (Outcome::Rejected, Some("correctness:timeout")));
+        assert_eq!(v.gates[1].status, "passed", "the dry run that passed is kept");
+        let t = table(&v);
+        assert!(t.contains("cause: the candidate's timeout") && t.contains("running correctness:seed-0-normal"), "{t}");
+        // Still in setup (torch importing): the environment's, with the fix.
+        let (_, c) = ended(limit, "", r#"{"running": {"gate": "setup", "name": "import-torch"}}"#);
+        assert_eq!(c.side, Side::Environment);
+        assert!(c.fix.unwrap().contains("--time-limit-s"));
+    }
+
+    #[test]
+    fn tracebacks_are_judged_by_their_frames() {
+        let tb = |file: &str| {
+            format!(
+                "  correctness  seed-0-normal   ok\nTraceback (most recent call last):\n  File \"/k/kforge/verify/checks.py\", \
+                 line 3, in run\n    f()\n  File \"{file}\", line 9, in forward\n    boom()\nKeyError: 'x'\n"
+            )
+        };
+        let (_, c) = ended(Ending::Exit(1), &tb("/w/cand.py"), PASSED_DRY_RUN);
+        assert_eq!((c.side, c.kind.as_str(), c.stage.as_deref()), (Side::Candidate, "crash", Some("correctness")));
+        assert_eq!(c.traceback.last().map(String::as_str), Some("KeyError: 'x'"));
+        assert_eq!(c.exit_status, Some(1));
+        let (_, c) = ended(Ending::Exit(1), &tb("/w/problem.py"), PASSED_DRY_RUN);
+        assert_eq!((c.side, c.kind.as_str()), (Side::Environment, "harness"));
+        assert!(c.message.contains("KeyError: 'x'") && c.fix.is_some());
+    }
+
+    #[test]
+    fn signals_exits_and_the_runners_own_line() {
+        let (_, c) = ended(Ending::Signal(11), "", PASSED_DRY_RUN);
+        assert_eq!((c.side, c.signal.as_deref()), (Side::Candidate, Some("SIGSEGV (11)")));
+        let (_, c) = ended(Ending::Exit(0), "", PASSED_DRY_RUN);
+        assert_eq!((c.side, c.kind.as_str(), c.exit_status), (Side::Candidate, "crash", Some(0)));
+        // SIGKILL from outside the watchdog: the OOM killer or an operator, not a rejection.
+        let (_, c) = ended(Ending::Signal(9), "", PASSED_DRY_RUN);
+        assert_eq!((c.side, c.kind.as_str()), (Side::Environment, "killed"));
+        let (_, c) = ended(
+            Ending::Exit(2),
+            "kforge verify: torch is not importable here (x)\nkforge verify fix: pip install torch\n",
+            "",
+        );
+        assert_eq!(
+            (c.side, c.message.as_str(), c.fix.as_deref()),
+            (Side::Environment, "torch is not importable here (x)", Some("pip install torch"))
+        );
+        let v = compose("p", "c", &[], None, Some(c), json!({}));
+        assert_eq!(v.outcome, Outcome::CouldNotRun);
+        assert!(v.error.unwrap().contains("fix: pip install torch"));
+        let (_, c) = ended(Ending::Daemon("daemon shut down".into()), "", PASSED_DRY_RUN);
+        assert_eq!(c.side, Side::Environment);
+        // Before the candidate ran, an exit without a traceback is not the candidate's.
+        let (_, c) = ended(Ending::Exit(3), "", r#"{"running": {"gate": "setup", "name": "load-problem"}}"#);
+        assert_eq!(c.side, Side::Environment);
+    }
+
+    #[test]
+    fn a_syntax_error_is_a_static_rejection() {
+        let mut c = Cause::environment("syntax", "line 1: invalid syntax", None);
+        c.side = Side::Candidate;
+        c.stage = Some("static".into());
+        let v = compose("p", "c", &[], None, Some(c), json!({}));
+        assert_eq!((v.outcome, v.rejected_by.as_deref()), (Outcome::Rejected, Some("static:syntax")));
+        assert!(table(&v).contains("line 1: invalid syntax"));
     }
 }

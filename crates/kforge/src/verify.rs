@@ -1,13 +1,15 @@
 //! `kforge verify`: gate 1's static check here, then the runtime gates in a separate candidate
 //! process (`python3 -m kforge.verify.runner`) under a time limit, a memory limit and, where the
-//! kernel lets us, without network; the verdict is composed by `kforge_verify::verdict`.
+//! kernel lets us, without network; the verdict is composed by `kforge_verify::verdict`. When
+//! the process ends without a result, `kforge_verify::verdict::classify` decides from how it
+//! ended, its stderr and its progress file whose failure it was.
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use kforge_verify::verdict::{compose, table, RunnerResult};
+use kforge_verify::verdict::{classify, compose, table, Cause, Ended, Ending, LimitKind, Progress, RunnerResult, Side};
 use kforge_verify::{check_static_for, problem_dtypes, Finding, Policy};
 use std::io::{Read, Write};
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
@@ -113,12 +115,24 @@ pub fn verify(socket: &Path, a: VerifyArgs) -> Result<i32> {
     let problem_source =
         std::fs::read_to_string(&a.problem).with_context(|| format!("reading {}", a.problem.display()))?;
     let evidence = match check_static_for(&source, &policy, &problem_dtypes(&problem_source)) {
-        Err(e) => Evidence::failure(format!("{candidate}: {e}")),
-        Ok(findings) if !findings.is_empty() => Evidence { findings, result: None, failure: None },
-        Ok(_) if a.daemon => run_candidate_job(&a, socket, &policy, &candidate, &mut limits)?,
-        Ok(_) => run_candidate(&a, &device, &policy, &candidate, &mut limits)?,
+        // A candidate that does not parse is its own failure: rejected, never run.
+        Err(e) => {
+            let mut cause = Cause::environment("syntax", format!("{candidate}: {e}"), None);
+            cause.side = Side::Candidate;
+            cause.stage = Some("static".into());
+            Evidence { findings: Vec::new(), result: None, cause: Some(cause) }
+        }
+        Ok(findings) if !findings.is_empty() => Evidence { findings, result: None, cause: None },
+        Ok(_) if a.daemon => run_candidate_job(&a, socket, &policy, &mut limits)?,
+        Ok(_) => run_candidate(&a, &device, &policy, &mut limits)?,
     };
-    let verdict = compose(&problem, &candidate, &evidence.findings, evidence.result.as_ref(), evidence.failure, limits);
+    let mut verdict =
+        compose(&problem, &candidate, &evidence.findings, evidence.result.as_ref(), evidence.cause, limits);
+    if a.device == "cpu" && !verdict.notes.iter().any(|n| n.contains("TRITON_INTERPRET")) {
+        verdict
+            .notes
+            .push("--device cpu: TRITON_INTERPRET=1 set for the candidate process (Triton's interpreter)".into());
+    }
     if let Some(j) = &a.json {
         crate::output::write_out(j, &serde_json::to_string_pretty(&verdict).context("serializing the verdict")?)?;
     }
@@ -126,19 +140,18 @@ pub fn verify(socket: &Path, a: VerifyArgs) -> Result<i32> {
     Ok(verdict.outcome.exit_code())
 }
 
-fn run_candidate(
-    a: &VerifyArgs,
-    device: &str,
-    policy: &Policy,
-    candidate: &str,
-    limits: &mut serde_json::Value,
-) -> Result<Evidence> {
+fn run_candidate(a: &VerifyArgs, device: &str, policy: &Policy, limits: &mut serde_json::Value) -> Result<Evidence> {
     let mut cmd = Command::new(&a.python);
     let tmp = crate::output::embedded_python(&mut cmd)?;
     let out = tmp.path().join("result.json");
-    cmd.args(runner_args(a, policy, &out, device)?);
+    let progress = tmp.path().join("progress.jsonl");
+    cmd.args(runner_args(a, policy, &out, &progress, device)?);
     if let Ok(i) = a.device.parse::<u32>() {
         cmd.env("CUDA_VISIBLE_DEVICES", i.to_string());
+    }
+    if device == "cpu" {
+        // Triton kernels on CPU tensors run in Triton's interpreter (the runner sets it too).
+        cmd.env("TRITON_INTERPRET", "1");
     }
     cmd.stdin(Stdio::null()).stdout(Stdio::inherit()).stderr(Stdio::piped());
     let mut child = spawn_confined(&mut cmd).with_context(|| format!("starting {}", a.python))?;
@@ -151,20 +164,25 @@ fn run_candidate(
     let limit_memory = (a.memory_limit_gib * (1u64 << 30) as f64) as u64;
     let t0 = Instant::now();
     let watched = watch(&mut child, Duration::from_secs(a.time_limit_s), limit_memory)?;
-    let killed = watched.killed.map(|limit| match limit {
-        Limit::Time => format!("time limit of {} s exceeded", a.time_limit_s),
-        Limit::Memory => format!("memory limit of {} GiB exceeded", a.memory_limit_gib),
-    });
     let err_text = stderr.text();
     limits["network_isolated"] = serde_json::json!(isolated);
     limits["peak_rss_bytes"] = serde_json::json!(watched.peak_rss);
     limits["wall_s"] = serde_json::json!(t0.elapsed().as_secs_f64());
     let status = watched.status;
-    let failure = killed.or_else(|| {
-        (!status.success())
-            .then(|| failure_reason(&err_text).unwrap_or_else(|| format!("the candidate process ended with {status}")))
-    });
-    Ok(Evidence::of_run(failure, &out, candidate, "process"))
+    let ending = match watched.killed {
+        Some(Limit::Time) => {
+            Ending::Limit { kind: LimitKind::Time, limit: format!("time limit of {} s", a.time_limit_s) }
+        }
+        Some(Limit::Memory) => {
+            Ending::Limit { kind: LimitKind::Memory, limit: format!("memory limit of {} GiB", a.memory_limit_gib) }
+        }
+        None => match (status.code(), status.signal()) {
+            (Some(c), _) => Ending::Exit(c),
+            (None, Some(s)) => Ending::Signal(s),
+            (None, None) => Ending::Exit(1),
+        },
+    };
+    Evidence::of_run(ending, &out, &progress, &err_text, a)
 }
 
 /// Start `cmd` in its own process group (so the whole tree can be killed), dying with kforge,
@@ -277,7 +295,7 @@ fn watch(child: &mut std::process::Child, time: Duration, memory: u64) -> Result
 }
 
 /// The runner's argv after the interpreter: the module, files, output and options.
-fn runner_args(a: &VerifyArgs, policy: &Policy, out: &Path, device: &str) -> Result<Vec<String>> {
+fn runner_args(a: &VerifyArgs, policy: &Policy, out: &Path, progress: &Path, device: &str) -> Result<Vec<String>> {
     let abs = |p: &Path| std::fs::canonicalize(p).with_context(|| format!("resolving {}", p.display()));
     let mut v = vec![
         "-m".to_string(),
@@ -290,6 +308,8 @@ fn runner_args(a: &VerifyArgs, policy: &Policy, out: &Path, device: &str) -> Res
         serde_json::to_string(policy).context("serializing the policy")?,
         "--device".into(),
         device.into(),
+        "--progress".into(),
+        progress.display().to_string(),
     ];
     if a.no_performance {
         v.push("--no-performance".into());
@@ -306,32 +326,49 @@ fn run_candidate_job(
     a: &VerifyArgs,
     socket: &Path,
     policy: &Policy,
-    candidate: &str,
     limits: &mut serde_json::Value,
 ) -> Result<Evidence> {
     let tmp = tempfile::tempdir().context("creating a temporary directory")?;
     let out = tmp.path().join("result.json");
+    let progress = tmp.path().join("progress.jsonl");
     let (job_device, runner_device) = match a.device.as_str() {
         "cpu" => ("cpu", "cpu"),
         "auto" => ("auto", "auto"),
         gpu => (gpu, "cuda"),
     };
     let mut argv = vec![a.python.clone()];
-    argv.extend(runner_args(a, policy, &out, runner_device)?);
+    argv.extend(runner_args(a, policy, &out, &progress, runner_device)?);
     let t0 = Instant::now();
-    let (exit, err_text) =
-        crate::job::run_as_job(socket, argv, job_device, "verify", Some(a.time_limit_s)).context("--daemon")?;
+    let (exit, err_text) = match crate::job::run_as_job(socket, argv, job_device, "verify", Some(a.time_limit_s)) {
+        Ok(done) => done,
+        // No daemon, or it went away mid-run: the environment's, with what passed until then.
+        Err(e) => {
+            let progress = Progress::parse(&std::fs::read_to_string(&progress).unwrap_or_default());
+            let mut cause = Cause::environment(
+                "daemon",
+                format!("--daemon: {e:#}"),
+                Some("start the daemon (kforge daemon) and run it again, or run without --daemon".into()),
+            );
+            (cause.stage, cause.check) = progress.running.clone().unzip();
+            let result = RunnerResult { checks: progress.checks, device: None, notes: Vec::new() };
+            return Ok(Evidence { findings: Vec::new(), result: Some(result), cause: Some(cause) });
+        }
+    };
     limits["via_daemon"] = serde_json::json!(true);
     limits["memory_limit_enforced"] = serde_json::json!(false);
     limits["network_isolated"] = serde_json::json!(false);
     limits["wall_s"] = serde_json::json!(t0.elapsed().as_secs_f64());
-    let failure = (exit.code != Some(0)).then(|| {
-        exit.reason
-            .clone()
-            .or_else(|| failure_reason(&err_text))
-            .unwrap_or_else(|| format!("the candidate job ended with status {}", exit.shell_code()))
-    });
-    Ok(Evidence::of_run(failure, &out, candidate, "job"))
+    let ending = match (&exit.reason, exit.code, exit.signal) {
+        // The daemon's own time limit (`time limit of S s exceeded`).
+        (Some(r), _, _) if r.starts_with("time limit") => {
+            Ending::Limit { kind: LimitKind::Time, limit: format!("time limit of {} s", a.time_limit_s) }
+        }
+        (Some(r), _, _) => Ending::Daemon(r.clone()),
+        (None, Some(c), _) => Ending::Exit(c),
+        (None, None, Some(s)) => Ending::Signal(s),
+        (None, None, None) => Ending::Exit(exit.shell_code()),
+    };
+    Evidence::of_run(ending, &out, &progress, &err_text, a)
 }
 
 /// What a verdict is composed from besides the files' names and the limits: the static gate's
@@ -339,37 +376,35 @@ fn run_candidate_job(
 struct Evidence {
     findings: Vec<Finding>,
     result: Option<RunnerResult>,
-    failure: Option<String>,
+    cause: Option<Cause>,
 }
 
 impl Evidence {
-    fn failure(why: String) -> Evidence {
-        Evidence { findings: Vec::new(), result: None, failure: Some(why) }
-    }
-
-    /// After the candidate's `process` or `job` ended: the runner's result in `out` when it
-    /// succeeded, else why it did not.
-    fn of_run(failure: Option<String>, out: &Path, candidate: &str, process: &str) -> Evidence {
-        match failure {
-            Some(why) => Evidence::failure(why),
-            None => match read_result(out) {
-                Ok(result) => Evidence { findings: Vec::new(), result: Some(result), failure: None },
-                Err(e) => {
-                    Evidence::failure(format!("{candidate}: the candidate {process} wrote no usable result ({e:#})"))
-                }
-            },
+    /// After the candidate's process or job ended: the runner's result in `out` when it exited 0
+    /// and wrote one, else the classified cause with the checks its progress file reported.
+    fn of_run(ending: Ending, out: &Path, progress: &Path, stderr: &str, a: &VerifyArgs) -> Result<Evidence> {
+        if ending == Ending::Exit(0) && out.is_file() {
+            return Ok(match read_result(out) {
+                Ok(result) => Evidence { findings: Vec::new(), result: Some(result), cause: None },
+                Err(e) => Evidence {
+                    findings: Vec::new(),
+                    result: None,
+                    cause: Some(Cause::environment(
+                        "no-result",
+                        format!("the candidate process wrote no usable result ({e:#})"),
+                        None,
+                    )),
+                },
+            });
         }
+        let candidate_file = std::fs::canonicalize(&a.candidate)
+            .with_context(|| format!("resolving {}", a.candidate.display()))?
+            .display()
+            .to_string();
+        let progress = Progress::parse(&std::fs::read_to_string(progress).unwrap_or_default());
+        let (result, cause) = classify(&Ended { ending, stderr, progress, candidate_file: &candidate_file });
+        Ok(Evidence { findings: Vec::new(), result: Some(result), cause: Some(cause) })
     }
-}
-
-/// Why the candidate process failed, from its stderr: the runner's own `kforge verify:` line,
-/// else the last line (of a traceback).
-fn failure_reason(err_text: &str) -> Option<String> {
-    let mut lines = err_text.lines().rev();
-    lines
-        .clone()
-        .find_map(|l| l.strip_prefix("kforge verify: ").map(String::from))
-        .or_else(|| lines.find(|l| !l.trim().is_empty()).map(|l| format!("the candidate process failed: {}", l.trim())))
 }
 
 fn read_result(p: &Path) -> Result<RunnerResult> {

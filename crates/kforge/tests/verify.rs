@@ -1,7 +1,9 @@
 //! `kforge verify` over the candidate corpus (tests/candidates/expect.json) on the CPU: every
 //! honest candidate passes the gates that can run here, every cheat is rejected by the check
-//! named for it. Needs python3 with torch, Triton and numpy (scripts/test installs them);
-//! Triton kernels run in the interpreter (TRITON_INTERPRET=1) on CPU tensors.
+//! named for it; a candidate that crashes, exits or hangs is rejected naming the cause. Needs
+//! python3 with torch, Triton and numpy (scripts/test installs them). Triton kernels run in the
+//! interpreter on CPU tensors: `--device cpu` sets TRITON_INTERPRET=1 for the candidate process
+//! itself, so these tests remove it from the environment rather than set it.
 
 mod common;
 use serde_json::Value;
@@ -22,6 +24,7 @@ fn verify(
     candidate: &str,
     policy: Option<&str>,
     kernel: Option<&str>,
+    time_limit_s: u64,
     out: &std::path::Path,
 ) -> (Option<i32>, Value, String) {
     let c = corpus();
@@ -34,11 +37,11 @@ fn verify(
         cmd.args(["--kernel", k]);
     }
     let o = cmd
-        .args(["--device", "cpu", "--no-performance", "--time-limit-s", "300", "--json"])
+        .args(["--device", "cpu", "--no-performance", "--time-limit-s", &time_limit_s.to_string(), "--json"])
         .arg(out)
         .arg(c.join(problem))
         .arg(c.join(candidate))
-        .env("TRITON_INTERPRET", "1")
+        .env_remove("TRITON_INTERPRET")
         .output()
         .unwrap();
     let v: Value = std::fs::read_to_string(out).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null);
@@ -61,7 +64,8 @@ fn corpus_verdicts() {
                 let Some((i, e)) = queue.lock().unwrap().pop() else { break };
                 let (p, c) = (e["problem"].as_str().unwrap(), e["candidate"].as_str().unwrap());
                 let kernel = e["kernel"].as_str();
-                let (code, v, log) = verify(p, c, e["policy"].as_str(), kernel, &dir.join(format!("{i}.json")));
+                let limit = e["time_limit_s"].as_u64().unwrap_or(300);
+                let (code, v, log) = verify(p, c, e["policy"].as_str(), kernel, limit, &dir.join(format!("{i}.json")));
                 let by = v["rejected_by"].as_str().unwrap_or("").to_string();
                 let static_reject =
                     e["rejected_by"].as_array().unwrap().iter().any(|w| w.as_str().unwrap().starts_with("static:"));
@@ -80,7 +84,7 @@ fn corpus_verdicts() {
                             && v["outcome"] == "rejected"
                             && e["rejected_by"].as_array().unwrap().iter().any(|w| by.starts_with(w.as_str().unwrap()))
                     }
-                };
+                } && cause_as_expected(&e, &v);
                 if !ok {
                     failures.lock().unwrap().push(format!(
                         "{c}: expected {} {}, got exit {code:?} {} by {by:?}\n{log}",
@@ -95,6 +99,32 @@ fn corpus_verdicts() {
     }
     let f = failures.lock().unwrap();
     assert!(f.is_empty(), "{} corpus entries wrong:\n{}", f.len(), f.join("\n"));
+}
+
+/// Every field of the entry's `cause` (if it has one) is in the verdict's cause, and a
+/// candidate-side cause names the check that was running.
+fn cause_as_expected(e: &Value, v: &Value) -> bool {
+    let Some(want) = e["cause"].as_object() else { return true };
+    want.iter().all(|(k, w)| &v["cause"][k] == w)
+        && (v["cause"]["side"] != "candidate" || v["cause"]["check"].is_string())
+}
+
+/// The gates that passed before the process ended are kept in the verdict.
+#[test]
+fn a_hang_keeps_what_passed_and_names_the_check_running() {
+    assert!(torch_available(), "python3 with torch, triton and numpy is needed (scripts/test installs them)");
+    let dir = tempfile::tempdir().unwrap();
+    let (code, v, log) =
+        verify("problems/vector_add.py", "vector_add/crash_hang.py", None, None, 45, &dir.path().join("v.json"));
+    assert_eq!(code, Some(1), "{log}");
+    assert_eq!(v["rejected_by"], "correctness:timeout", "{log}");
+    assert_eq!(v["gates"][1]["gate"], "dry-run");
+    assert_eq!(v["gates"][1]["status"], "passed", "{log}");
+    let c = &v["cause"];
+    assert_eq!((c["side"].as_str(), c["stage"].as_str()), (Some("candidate"), Some("correctness")), "{log}");
+    assert_eq!(c["check"], "seed-0-uniform", "the third call hangs: {log}");
+    assert_eq!(c["limit"], "time limit of 45 s");
+    assert!(log.contains("cause: the candidate's timeout"), "{log}");
 }
 
 #[test]
@@ -112,12 +142,38 @@ fn bad_input_is_named() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+    // The candidate's own failure: rejected, not retried.
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(text.contains("verdict: rejected by dry-run:interface"), "{text}");
+    assert!(text.contains("no class ModelNew"), "{text}");
+    // A candidate whose import raises: rejected by dry-run:import with the traceback's last lines.
+    std::fs::write(&nomodel, "import torch\n\ndef boom():\n    raise ValueError('kaputt')\n\nboom()\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
+        .args(["verify", "--device", "cpu", "--no-performance", "--json", "-"])
+        .arg(corpus().join("problems/vector_add.py"))
+        .arg(&nomodel)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(text.contains("verdict: rejected by dry-run:import") && text.contains("ValueError: kaputt"), "{text}");
+    assert!(text.contains("in boom"), "the traceback's frames: {text}");
+    // No GPU and no --device cpu: could not run, the fix named (never a rejection).
+    let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
+        .args(["verify", "--no-performance"])
+        .arg(corpus().join("problems/vector_add.py"))
+        .arg(corpus().join("vector_add/honest.py"))
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
     assert_eq!(o.status.code(), Some(2), "{text}");
-    if torch_available() {
-        assert!(text.contains("no class ModelNew"), "{text}");
-    }
+    assert!(
+        text.contains("no CUDA GPU is visible") && text.contains("fix: ") && text.contains("--device cpu"),
+        "{text}"
+    );
     // A replacement kernel needs the compiled problem on a GPU.
-    if torch_available() {
+    {
         let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
             .args(["verify", "--device", "cpu", "--kernel", "triton_poi_fused_add_0"])
             .arg(corpus().join("problems/vector_add.py"))
@@ -131,7 +187,7 @@ fn bad_input_is_named() {
             String::from_utf8_lossy(&o.stdout)
         );
     }
-    // Syntax error in the candidate: could not run, line named, nothing executed.
+    // Syntax error in the candidate: rejected by static:syntax, line named, nothing executed.
     std::fs::write(&nomodel, "def f(:\n").unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
         .args(["verify", "--device", "cpu"])
@@ -139,8 +195,9 @@ fn bad_input_is_named() {
         .arg(&nomodel)
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("line 1"));
+    assert_eq!(o.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("line 1") && text.contains("verdict: rejected by static:syntax"), "{text}");
     // Missing files, bad policy, bad device.
     let o = Command::new(env!("CARGO_BIN_EXE_kforge")).args(["verify", "nope.py", "nope2.py"]).output().unwrap();
     assert!(String::from_utf8_lossy(&o.stderr).contains("nope.py: no such file"));
@@ -163,19 +220,22 @@ fn bad_input_is_named() {
 
 #[test]
 fn time_limit_kills_the_candidate() {
+    assert!(torch_available(), "python3 with torch, triton and numpy is needed (scripts/test installs them)");
     let dir = tempfile::tempdir().unwrap();
     let slow = dir.path().join("slow.py");
-    // Blocks at import: the limit must end it (the static check passes this file).
+    // Blocks at import: the limit must end it (the static check passes this file). Its own
+    // failure: rejected by dry-run:timeout (the import is the dry run's first step).
     std::fs::write(&slow, "while True:\n    pass\n").unwrap();
     let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
-        .args(["verify", "--device", "cpu", "--time-limit-s", "2"])
+        .args(["verify", "--device", "cpu", "--time-limit-s", "20"])
         .arg(corpus().join("problems/vector_add.py"))
         .arg(&slow)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(o.status.code(), Some(2), "{text}");
-    assert!(text.contains("time limit of 2 s exceeded"), "{text}");
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(text.contains("ran past the time limit of 20 s while running dry-run:import"), "{text}");
+    assert!(text.contains("verdict: rejected by dry-run:timeout"), "{text}");
 }
 
 #[test]
@@ -191,8 +251,11 @@ fn memory_limit_kills_the_candidate() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(o.status.code(), Some(2), "{text}");
-    assert!(text.contains("memory limit of 1 GiB exceeded"), "{text}");
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(text.contains("ran past the memory limit of 1 GiB"), "{text}");
+    let v: Value = serde_json::from_str(&text[..text.rfind('}').unwrap() + 1]).unwrap();
+    assert_eq!(v["rejected_by"], "dry-run:memory-limit");
+    assert_eq!((v["cause"]["side"].as_str(), v["cause"]["check"].as_str()), (Some("candidate"), Some("import")));
 }
 
 #[test]
@@ -210,7 +273,7 @@ fn through_the_daemon_the_candidate_is_a_job() {
             .arg(&out)
             .arg(corpus().join("problems/mse.py"))
             .arg(corpus().join(cand))
-            .env("TRITON_INTERPRET", "1")
+            .env_remove("TRITON_INTERPRET")
             .output()
             .unwrap()
     };
@@ -247,13 +310,13 @@ fn memory_limit_counts_the_candidates_children() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(o.status.code(), Some(2), "{text}");
-    assert!(text.contains("memory limit of 1 GiB exceeded"), "{text}");
+    assert_eq!(o.status.code(), Some(1), "{text}");
+    assert!(text.contains("ran past the memory limit of 1 GiB"), "{text}");
 }
 
 #[test]
 fn leftovers_in_the_candidates_group_do_not_outlive_it() {
-    // The candidate starts a background process and ends (no ModelNew: could not run). kforge
+    // The candidate starts a background process and ends (no ModelNew: rejected). kforge
     // must neither wait for the background process nor leave it running.
     let dir = tempfile::tempdir().unwrap();
     let f = dir.path().join("bg.py");
@@ -265,7 +328,7 @@ fn leftovers_in_the_candidates_group_do_not_outlive_it() {
         .arg(&f)
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stdout));
+    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stdout));
     assert!(t.elapsed() < std::time::Duration::from_secs(30), "kforge waited for the background process");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
@@ -276,4 +339,24 @@ fn leftovers_in_the_candidates_group_do_not_outlive_it() {
         assert!(std::time::Instant::now() < deadline, "the candidate's background process survived");
         std::thread::yield_now();
     }
+}
+
+#[test]
+fn no_daemon_is_the_environments_failure_with_a_verdict() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("v.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
+        .arg("--socket")
+        .arg(dir.path().join("nobody.sock"))
+        .args(["verify", "--daemon", "--device", "cpu", "--no-performance", "--json"])
+        .arg(&out)
+        .arg(corpus().join("problems/vector_add.py"))
+        .arg(corpus().join("vector_add/honest.py"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stdout));
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!((v["outcome"].as_str(), v["cause"]["side"].as_str()), (Some("could-not-run"), Some("environment")));
+    assert_eq!(v["cause"]["kind"], "daemon");
+    assert!(v["cause"]["fix"].as_str().unwrap().contains("kforge daemon"));
 }

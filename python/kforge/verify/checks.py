@@ -11,18 +11,77 @@ torch, to report its absence); Triton is optional.
 from __future__ import annotations
 
 import copy
+import os
 import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import kforge
 
-from ..harness import DISTRIBUTIONS, Check, clone_all, clone_output, compare, flat, make_inputs, same_values, thread_check
+from ..harness import (DISTRIBUTIONS, Check, allowed_origin, clone_all, clone_output, compare, flat, make_inputs, package_dirs,
+                       same_values, thread_check)
 from .perf import performance_gate
 
 
 class RunnerError(Exception):
-    """The problem or candidate cannot be run at all (the verdict: could not run)."""
+    """The candidate cannot be evaluated here, through no fault of its own (the verdict: could
+    not run): the environment (no GPU driver, torch missing, memory held by other processes) or
+    bad input (the problem file). ``fix`` names what to do about it."""
+
+    def __init__(self, message: str, fix: str = "") -> None:
+        super().__init__(message)
+        self.fix = fix
+
+
+#: Memory other processes must hold on the GPU for an out-of-memory error to be theirs rather
+#: than the candidate's own: the environment, not a rejection (the daemon's admission retries it).
+OTHERS_OOM_BYTES = 1 << 30
+
+NO_DRIVER_FIX = ("run on a machine with a GPU, or pass --device cpu: kforge then runs Triton kernels "
+                 "in Triton's interpreter (TRITON_INTERPRET=1)")
+
+
+def is_oom(e: BaseException) -> bool:
+    import torch
+
+    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
+
+
+def environment_error(e: BaseException, dev: Any) -> Optional[RunnerError]:
+    """``e``, raised while the candidate ran, if it is the environment's doing: no GPU driver for
+    Triton (Triton kernels on a machine without one and not in the interpreter), or CUDA out of
+    memory while other processes held at least ``OTHERS_OOM_BYTES`` of the GPU. None when it is
+    the candidate's own failure."""
+    import torch
+
+    text = f"{type(e).__name__}: {e}"
+    if "active drivers" in text or "Found no NVIDIA driver" in text or "no CUDA-capable device" in text:
+        return RunnerError(f"no GPU driver for the candidate's kernels ({text.splitlines()[0]})", NO_DRIVER_FIX)
+    if is_oom(e) and dev.type == "cuda":
+        free, total = torch.cuda.mem_get_info(dev)
+        own = torch.cuda.memory_reserved(dev)
+        others = max(0, total - free - own)
+        if others >= OTHERS_OOM_BYTES:
+            return RunnerError(f"CUDA out of memory while other processes held {others / 2**30:.1f} GiB of the GPU's "
+                               f"{total / 2**30:.1f} GiB (this process: {own / 2**30:.1f} GiB): not the candidate's failure",
+                               "retry when the GPU has memory free (kforge verify --daemon: the daemon admits jobs by memory)")
+    return None
+
+
+class CandidateOOM(Exception):
+    """The candidate's own out-of-memory error, with whose memory it was."""
+
+
+def own_failure(e: Exception, dev: Any) -> Exception:
+    """``e`` as the candidate's failure; an out-of-memory error says whose memory the GPU held."""
+    import torch
+
+    if is_oom(e) and dev.type == "cuda":
+        free, total = torch.cuda.mem_get_info(dev)
+        own = torch.cuda.memory_reserved(dev)
+        return CandidateOOM(f"{type(e).__name__}: {e} (out of memory: this process held {own / 2**30:.1f} GiB, "
+                            f"other processes {max(0, total - free - own) / 2**30:.1f} GiB of {total / 2**30:.1f} GiB)")
+    return e
 
 
 def timer_identities() -> Dict[str, int]:
@@ -63,6 +122,21 @@ def library_identities(problem: Any) -> Dict[str, int]:
         if callable(v):
             out["problem.Model." + k] = id(v)
     return out
+
+
+def torch_own_wrapper(key: str, original: int) -> bool:
+    """``torch.NAME`` now a wrapper torch itself installed around the original (importing
+    ``torch._dynamo`` wraps ``torch.manual_seed``): defined in torch's own files and wrapping
+    exactly the object that was there before. Not a replacement by the candidate."""
+    import torch
+
+    if not key.startswith("torch.") or key.count(".") != 1:
+        return False
+    obj = vars(torch).get(key.split(".", 1)[1])
+    code = getattr(obj, "__code__", None)
+    dirs = package_dirs(("torch",))
+    return (id(getattr(obj, "__wrapped__", None)) == original and code is not None
+            and allowed_origin(os.path.realpath(str(code.co_filename)), dirs) == "torch")
 
 
 #: Most NaN blocks planted per output tensor (each is a free block the next allocation may get).
@@ -171,14 +245,15 @@ def fp64_rule(problem: Any, init: Sequence[Any], ref_model: Any, cand_out: Any, 
 
 
 def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, performance: bool,
-               timers0: Dict[str, int], threads0: Set[Any], libs0: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
+               timers0: Dict[str, int], threads0: Set[Any], libs0: Optional[Dict[str, int]] = None,
+               progress: Optional[str] = None, native0: Optional[Dict[int, str]] = None) -> Dict[str, Any]:
     """All runtime checks; ``timers0`` and ``threads0`` were taken before the candidate was imported.
 
     ``candidate`` is the candidate's module (a ``ModelNew`` file) or, for a replacement kernel, a
     ``kernel.KernelCandidate`` (the compiled model re-stitched with the kernel)."""
     import torch
 
-    ck = Check()
+    ck = Check(progress)
     seeds = list(range(int(policy.get("seeds", 3))))
     torch.manual_seed(0)
     init = problem.get_init_inputs()
@@ -186,6 +261,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     ref_model = problem.Model(*init).to(dev).eval()
     torch.manual_seed(1234)
     if hasattr(candidate, "restitch"):  # a replacement kernel
+        ck.begin("dry-run", "compile-and-restitch")
         try:
             cand, fns = candidate.restitch(ref_model, ck)
         except Exception as e:
@@ -195,9 +271,14 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
         # calls start is still counted (its source's imports and threads are gate 1's).
         threads0 = threads0 | set(threading.enumerate())
     else:
+        ck.begin("dry-run", "construct")
         try:
             cand = candidate.ModelNew(*init).to(dev).eval()
         except Exception as e:
+            env = environment_error(e, dev)
+            if env is not None:
+                raise env from e
+            e = own_failure(e, dev)
             ck.add("dry-run", "construct", False, error=f"{type(e).__name__}: {e}")
             return {"checks": ck.items}
         try:  # same weights as the reference where the parameter names agree
@@ -213,9 +294,13 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
             with torch.no_grad():
                 return clone_output(cand(*xs))
         except Exception as e:
-            return e
+            env = environment_error(e, dev)
+            if env is not None:
+                raise env from e
+            return own_failure(e, dev)
 
     # Dry run.
+    ck.begin("dry-run", "runs")
     xs = make_inputs(problem, 0, "normal", dev)
     with torch.no_grad():
         ref0 = ref_model(*clone_all(xs))
@@ -228,6 +313,8 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
             ck.add("dry-run", "runs", False, error=f"{type(out0).__name__}: {out0}")
             return {"checks": ck.items}
         ck.add("dry-run", "runs", True, kernel_launches=lc.count)
+    except RunnerError:
+        raise
     except Exception as e:
         ck.add("dry-run", "runs", False, error=f"{type(e).__name__}: {e}")
         return {"checks": ck.items}
@@ -235,6 +322,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     # Gate 2: seeds x distributions.
     for s in seeds:
         for dist in DISTRIBUTIONS:
+            ck.begin("correctness", f"seed-{s}-{dist}")
             xs = make_inputs(problem, 100 + s, dist, dev)
             keep = clone_all(xs)
             with torch.no_grad():
@@ -259,6 +347,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
         setattr(problem, name, int(value))
         try:
             for s in seeds:
+                ck.begin("correctness", f"ragged-{name}={value}-seed-{s}")
                 xs = make_inputs(problem, 150 + s, DISTRIBUTIONS[s % len(DISTRIBUTIONS)], dev)
                 keep = clone_all(xs)
                 with torch.no_grad():
@@ -274,6 +363,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     strict = {"rtol": {k: 1e-4 for k in ("float32", "float16", "bfloat16", "float64")}, "atol": {k: 1e-4 for k in ("float32", "float16", "bfloat16", "float64")}}
     model_ok = True
     for s in seeds[:3]:
+        ck.begin("model", f"eager-1e-4-seed-{s}")
         xs = make_inputs(problem, 200 + s, "normal", dev)
         with torch.no_grad():
             ref = ref_model(*clone_all(xs))
@@ -282,15 +372,18 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
         if r["ok"]:
             ck.add("model", f"eager-1e-4-seed-{s}", True, **r)
             continue
+        ck.begin("model", f"fp64-seed-{s}")
         f = fp64_rule(problem, init, ref_model, out, ref, xs)
         model_ok = ck.add("model", f"fp64-seed-{s}", f["ok"], **f) and model_ok
 
     # Exploit checks.
+    ck.begin("exploits", "determinism")
     xs = make_inputs(problem, 300, "normal", dev)
     a, b = call(clone_all(xs)), call(clone_all(xs))
     det = compare(a, b, policy)
     ck.add("exploits", "determinism", det["ok"], **det)
 
+    ck.begin("exploits", "input-perturbation")
     xs = make_inputs(problem, 301, "normal", dev)
     first = call(xs)
     new = make_inputs(problem, 302, "uniform", dev)
@@ -306,6 +399,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     follows = compare(second, ref_new, policy)
     ck.add("exploits", "input-perturbation", follows["ok"], **follows)
 
+    ck.begin("exploits", "revalidation")
     xs = make_inputs(problem, 303, "normal", dev)
     for _ in range(int(policy.get("revalidate_calls", 10))):
         call(xs)
@@ -315,13 +409,13 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     late = compare(call(xs), ref, policy)
     ck.add("exploits", "revalidation", late["ok"], after_calls=int(policy.get("revalidate_calls", 10)), **late)
 
-    thread_check(ck, "thread-count", threads0, kernel_mode)
+    thread_check(ck, "thread-count", threads0, kernel_mode, native_before=native0)
     timers1 = timer_identities()
     changed = sorted(k for k in timers0 if timers0[k] != timers1.get(k))
     ck.add("exploits", "timer-identity", not changed, replaced=changed)
     if libs0 is not None:
         libs1 = library_identities(problem)
-        replaced = sorted(k for k in libs0 if libs1.get(k) != libs0[k])
+        replaced = sorted(k for k in libs0 if libs1.get(k) != libs0[k] and not torch_own_wrapper(k, libs0[k]))
         added = sorted(k for k in libs1 if k not in libs0 and k.startswith(("torch.Tensor.", "torch.nn.Module.", "problem.Model.")))
         ck.add("exploits", "library-identity", not replaced and not added, replaced=replaced[:20], added=added[:20],
                note="the reference's functions were replaced: the reference no longer computes the reference" if replaced or added else "")
@@ -330,6 +424,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
         for n in ("ghost-replay", "kernels-ran"):
             ck.add("exploits", n, None, note="under CUDA graphs the graph replays the launches; the per-kernel replay checked the kernel")
     elif fns:
+        ck.begin("exploits", "ghost-replay")
         xs = make_inputs(problem, 304, "normal", dev)
         real = call(clone_all(xs))
         with LaunchCounter(fns) as lc:
@@ -350,6 +445,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
         ck.add("exploits", "kernels-ran", False, launches=0, note="no Triton kernel to run")
 
     if dev.type == "cuda":
+        ck.begin("exploits", "streams-synchronized")
         xs = make_inputs(problem, 305, "normal", dev)
         with torch.no_grad():
             out = cand(*xs)
@@ -365,6 +461,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     if performance and dev.type == "cuda" and failed:
         ck.add("performance", "speedup", None, note=f"not timed: already rejected by {failed[0]}")
     elif performance and dev.type == "cuda":
+        ck.begin("performance", "speedup")
         performance_gate(ck, problem, ref_model, cand, policy, dev)
     else:
         ck.add("performance", "speedup", None, note="needs a GPU" if dev.type != "cuda" else "not requested")

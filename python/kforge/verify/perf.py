@@ -10,6 +10,15 @@ speedup interval's lower end is beyond the noise floor; every round's times are 
 must at least move (its inputs and outputs) over its time must not exceed the device's measured
 copy bandwidth — faster than that is "does less work".
 
+The timed calls' outputs are validated too: in every round a random sample of the candidate's
+timed calls (``TIMED_SAMPLES``, reservoir-sampled over all its calls of the round, so that any
+call can be picked and the candidate cannot tell which) keeps its output — copied in the next
+``before_each``, outside the timed interval — with the input set it had; after the round each is
+compared with the reference's output for that set (``exploits:revalidation-timed``). After the
+last round the candidate is validated once more on fresh inputs
+(``exploits:revalidation-after-timing``). A candidate that computes less once it is being timed,
+or after N calls, is rejected instead of timed as faster.
+
 torch is imported inside the functions that use it (the runner's entry point must start without
 torch, to report its absence).
 """
@@ -17,12 +26,16 @@ torch, to report its absence).
 from __future__ import annotations
 
 import math
+import random
 import statistics
 import threading
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..bench import do_bench_interleaved, median_ms
-from ..harness import Check, flat, make_inputs, mean_half, thread_check
+from ..harness import Check, clone_all, clone_output, compare, flat, make_inputs, mean_half, native_threads, thread_check
+
+#: Timed candidate calls per round whose outputs are kept and compared with the reference.
+TIMED_SAMPLES = 2
 
 
 class Rotation:
@@ -45,13 +58,101 @@ class Rotation:
         return self.sets[self.i]
 
 
-def _round_ms(base: Any, cand: Any, sets: List[List[Any]], name: str) -> "tuple[float, float, float]":
+class TimedSample:
+    """A uniform random sample of ``k`` of the candidate's timed calls (reservoir sampling): each
+    kept call's input set index and a copy of its output. The timed call only counts and keeps a
+    reference to the output; the copy is made in ``settle``, called before the next call (outside
+    the timed interval) and once after the round."""
+
+    def __init__(self, k: int = TIMED_SAMPLES, rng: Optional[random.Random] = None) -> None:
+        self.k = k
+        self.rng = rng if rng is not None else random.Random()
+        self.calls = 0
+        self.kept: List[Tuple[int, Any]] = []
+        self._pending: Optional[Tuple[int, int, Any]] = None
+
+    def call(self, cand: Any, rot: Rotation) -> Any:
+        """The timed call: the candidate on the rotation's current set."""
+        i = rot.i
+        out = cand(*rot.current())
+        self.calls += 1
+        if len(self.kept) < self.k:
+            self._pending = (len(self.kept), i, out)
+        elif self.rng.random() < self.k / self.calls:
+            self._pending = (self.rng.randrange(self.k), i, out)
+        return out
+
+    def settle(self) -> None:
+        if self._pending is None:
+            return
+        slot, i, out = self._pending
+        self._pending = None
+        entry = (i, clone_output(out))
+        if slot == len(self.kept):
+            self.kept.append(entry)
+        else:
+            self.kept[slot] = entry
+
+    def validate(self, refs: List[Any], policy: Dict[str, Any]) -> Dict[str, Any]:
+        """Each kept output against the reference's output for its input set."""
+        results = [dict(compare(out, refs[i], policy), input_set=i) for i, out in self.kept]
+        bad = [r for r in results if not r["ok"]]
+        return {"ok": bool(results) and not bad, "calls": self.calls, "sampled": len(results),
+                "failed": len(bad), "why": bad[0].get("why", "") if bad else ("" if results else "no timed call was sampled")}
+
+
+def _round_ms(base: Any, cand: Any, sets: List[List[Any]], name: str,
+              sample: Optional[TimedSample] = None) -> "tuple[float, float, float]":
     """One round: baseline, candidate and baseline again timed call by call in turn in one
-    region (``do_bench_interleaved``; the input sets rotated before every call), their medians."""
+    region (``do_bench_interleaved``; the input sets rotated before every call), their medians.
+    With ``sample``, the candidate's timed calls are sampled (``TimedSample``)."""
     rot = Rotation(sets)
-    a, b, c = do_bench_interleaved([lambda: base(*rot.current()), lambda: cand(*rot.current()), lambda: base(*rot.current())],
-                                   name=name, before_each=rot.before)
+
+    def before() -> None:
+        if sample is not None:
+            sample.settle()
+        rot.before()
+
+    timed = (lambda: sample.call(cand, rot)) if sample is not None else (lambda: cand(*rot.current()))
+    a, b, c = do_bench_interleaved([lambda: base(*rot.current()), timed, lambda: base(*rot.current())],
+                                   name=name, before_each=before)
+    if sample is not None:
+        sample.settle()
     return statistics.median(a), statistics.median(b), statistics.median(c)
+
+
+def timed_outputs_round(ref_model: Any, base: Any, cand: Any, sets: List[List[Any]], name: str, policy: Dict[str, Any],
+                        rng: Optional[random.Random] = None) -> Tuple[Tuple[float, float, float], Dict[str, Any]]:
+    """One timed round (``_round_ms``) with its candidate calls sampled, and the sample validated
+    against the reference's outputs for the sets (computed before the round, on copies)."""
+    import torch
+
+    with torch.no_grad():
+        refs = [clone_output(ref_model(*clone_all(xs))) for xs in sets]
+    sample = TimedSample(rng=rng)
+    times = _round_ms(base, cand, sets, name, sample)
+    return times, sample.validate(refs, policy)
+
+
+def revalidate_after_timing(ck: Check, problem: Any, ref_model: Any, cand: Any, policy: Dict[str, Any], dev: Any,
+                            per_round: List[Dict[str, Any]]) -> None:
+    """``exploits:revalidation-timed`` from the rounds' samples, then one more validation on fresh
+    inputs (``exploits:revalidation-after-timing``)."""
+    import torch
+
+    bad = [r for r in per_round if not r["ok"]]
+    ck.add("exploits", "revalidation-timed", not bad, rounds=per_round, samples_per_round=TIMED_SAMPLES,
+           why=f"round {per_round.index(bad[0])}: {bad[0]['why']}" if bad else "")
+    ck.begin("exploits", "revalidation-after-timing")
+    xs = make_inputs(problem, 499, "normal", dev)
+    with torch.no_grad():
+        ref = ref_model(*clone_all(xs))
+        try:
+            out: Any = clone_output(cand(*clone_all(xs)))
+        except Exception as e:
+            out = e
+    r = compare(out, ref, policy)
+    ck.add("exploits", "revalidation-after-timing", r["ok"], **r)
 
 
 def _bytes(xs: Any) -> int:
@@ -118,7 +219,9 @@ def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy:
     noise: List[float] = []
     tc_all: List[float] = []
     per_round: List[Dict[str, float]] = []
+    sampled: List[Dict[str, Any]] = []
     threads: Any = None
+    native: Any = None
     with torch.no_grad():
         for r in range(rounds):
             sets = [make_inputs(problem, 400 + 3 * r + k, "normal", dev) for k in range(3)]
@@ -126,15 +229,17 @@ def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy:
             base(*xs)  # type: ignore[no-untyped-call]
             cand(*xs)
             if threads is None:  # after the baseline's compile: from here on only timing runs
-                threads = set(threading.enumerate())
-            tb, tc, tb2 = _round_ms(base, cand, sets, f"verify:round-{r}")
+                threads, native = set(threading.enumerate()), native_threads()
+            (tb, tc, tb2), check = timed_outputs_round(ref_model, base, cand, sets, f"verify:round-{r}", policy)
+            sampled.append(check)
             speed.append(math.log(tb / tc))
             noise.append(math.log(tb2 / tb))
             tc_all.append(tc)
             per_round.append({"baseline_ms": tb, "candidate_ms": tc, "baseline_again_ms": tb2})
         out = cand(*xs)
     # A thread the candidate starts only while it is timed.
-    thread_check(ck, "thread-count-timed", threads, False, gate="performance")
+    thread_check(ck, "thread-count-timed", threads, False, gate="performance", native_before=native)
+    revalidate_after_timing(ck, problem, ref_model, cand, policy, dev, sampled)
     mean, half = mean_half(speed)
     noise_mean, noise_half = mean_half(noise)
     floor = abs(noise_mean) + noise_half

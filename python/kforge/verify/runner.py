@@ -10,8 +10,14 @@ its own clones, inputs checked unchanged); gate 3 (eager at 1e-4, else the fp64 
 checks (determinism, input perturbation in place, re-validation after repeated calls, thread
 count, timer identity, ghost replay, kernels ran, side streams); and on a GPU gate 4 (interleaved
 timing against the compiled baseline, noise floor, confidence interval, bandwidth plausibility).
-The orchestrator (Rust) turns this into the verdict. Exit status: 0 result written, 2 could not run.
+The orchestrator (Rust) turns this into the verdict. Exit status: 0 result written, 2 could not run
+(the environment or the problem, never the candidate: a line ``kforge verify: WHY`` and, where
+there is one, ``kforge verify fix: WHAT TO DO``). Any other ending (a traceback, a signal, an
+``os._exit``) the orchestrator classifies from the progress file (``--progress``: one JSON line
+per check and per check about to run) and the traceback's frames.
 torch is imported inside the functions that use it: a missing torch is "could not run", said so.
+With ``--device cpu`` Triton kernels run in Triton's interpreter (``TRITON_INTERPRET=1``, set
+here before anything imports Triton, and by ``kforge verify`` in the process's environment).
 """
 
 from __future__ import annotations
@@ -22,14 +28,36 @@ import json
 import os
 import sys
 import threading
-from typing import Any, Optional, Sequence
+import traceback
+from typing import Any, Dict, Optional, Sequence
 
-from ..harness import finite_json
-from .checks import RunnerError, library_identities, run_checks, timer_identities
+from ..harness import Check, finite_json, native_threads, record_thread_origins
+from .checks import NO_DRIVER_FIX, RunnerError, library_identities, run_checks, timer_identities
 from .kernel import KernelCandidate
 
 
+#: Modules of the environment: a candidate or problem that cannot import one of these did not
+#: fail, the environment lacks it (could not run, with the install named).
+ENVIRONMENT_MODULES = ("torch", "triton", "numpy")
+
+#: Traceback lines kept as a failure's evidence.
+TRACEBACK_LINES = 8
+
+
+class CandidateImportError(Exception):
+    """Importing the candidate raised: its own failure (a rejection by ``dry-run:import``)."""
+
+
+def missing_environment_module(e: BaseException) -> Optional[str]:
+    if isinstance(e, ModuleNotFoundError) and (e.name or "").split(".")[0] in ENVIRONMENT_MODULES:
+        return (e.name or "").split(".")[0]
+    return None
+
+
 def load_module(path: str, tag: str) -> Any:
+    """Import the file at ``path``. A missing torch, Triton or numpy is the environment's
+    (``RunnerError``); anything else raised while the candidate imports is its own failure
+    (``CandidateImportError``), while the problem imports bad input (``RunnerError``)."""
     if not os.path.isfile(path):
         raise RunnerError(f"{path}: no such file")
     spec = importlib.util.spec_from_file_location(f"kforge_verify_{tag}", path)
@@ -40,8 +68,25 @@ def load_module(path: str, tag: str) -> Any:
     try:
         spec.loader.exec_module(mod)
     except Exception as e:
-        raise RunnerError(f"{path}: importing it failed: {type(e).__name__}: {e}") from e
+        missing = missing_environment_module(e)
+        if missing is not None:
+            raise RunnerError(f"{path}: needs {missing}, which is not importable here ({e})", f"pip install {missing}") from e
+        if tag == "candidate":
+            raise CandidateImportError(f"{type(e).__name__}: {e}") from e
+        raise RunnerError(f"{path}: importing it failed: {type(e).__name__}: {e}", f"fix {path}") from e
     return mod
+
+
+def traceback_tail(e: BaseException) -> "list[str]":
+    """The last lines of ``e``'s traceback (the innermost frames and the exception)."""
+    lines = "".join(traceback.format_exception(type(e), e, e.__traceback__)).rstrip().splitlines()
+    return lines[-TRACEBACK_LINES:]
+
+
+def rejected(ck: Check, gate: str, name: str, **evidence: Any) -> Dict[str, Any]:
+    """A result rejected by ``gate``:``name`` before the runtime checks could start."""
+    ck.add(gate, name, False, **evidence)
+    return {"checks": ck.items}
 
 
 def prime_torch_compile(dev: Any) -> None:
@@ -67,16 +112,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--no-performance", action="store_true")
     ap.add_argument("--kernel", help="CANDIDATE is a replacement source for this Inductor kernel of PROBLEM")
+    ap.add_argument("--progress", help="append one JSON line per check (and per check about to run) to this file")
     a = ap.parse_args(argv)
+    record_thread_origins()
+    ck = Check(a.progress)
     try:
+        if a.device == "cpu":
+            # Before anything imports Triton: its kernels then run in the interpreter on CPU tensors.
+            os.environ["TRITON_INTERPRET"] = "1"
+        ck.begin("setup", "import-torch")
         try:
             import torch
         except ImportError as e:
-            raise RunnerError(f"torch is not importable here ({e})") from e
-        dev_s = a.device if a.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+            raise RunnerError(f"torch is not importable here ({e})", "pip install torch") from e
+        ck.begin("setup", "device")
+        if a.device == "auto" and not torch.cuda.is_available():
+            raise RunnerError("--device auto and no CUDA GPU is visible", NO_DRIVER_FIX)
+        dev_s = a.device if a.device != "auto" else "cuda"
         if dev_s.startswith("cuda") and not torch.cuda.is_available():
-            raise RunnerError("--device cuda but no CUDA GPU is visible")
+            raise RunnerError("--device cuda but no CUDA GPU is visible", NO_DRIVER_FIX)
         policy = json.loads(a.policy_json)
+        ck.begin("setup", "load-problem")
         problem = load_module(a.problem, "problem")
         for fn in ("Model", "get_inputs", "get_init_inputs"):
             if getattr(problem, fn, None) is None:
@@ -85,20 +141,35 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if not dev_s.startswith("cuda"):
                 raise RunnerError("a replacement kernel is verified inside the torch.compile'd problem, which needs a CUDA GPU")
             prime_torch_compile(torch.device(dev_s))
-        timers0, threads0 = timer_identities(), set(threading.enumerate())
+        timers0, threads0, native0 = timer_identities(), set(threading.enumerate()), native_threads()
         libs0 = library_identities(problem)
         cand: Any
+        res: Dict[str, Any]
         if a.kernel:
             with open(a.candidate) as f:
                 cand = KernelCandidate(problem, a.kernel, f.read(), str(policy.get("baseline_mode", "default")), torch.device(dev_s), policy)
+            res = run_checks(problem, cand, policy, torch.device(dev_s), not a.no_performance, timers0, threads0, libs0,
+                             progress=a.progress, native0=native0)
         else:
-            cand = load_module(a.candidate, "candidate")
-            if getattr(cand, "ModelNew", None) is None:
-                raise RunnerError(f"{a.candidate}: no class ModelNew")
-        res = run_checks(problem, cand, policy, torch.device(dev_s), not a.no_performance, timers0, threads0, libs0)
+            ck.begin("dry-run", "import")
+            try:
+                cand = load_module(a.candidate, "candidate")
+            except CandidateImportError as e:
+                cause = e.__cause__ if e.__cause__ is not None else e
+                res = rejected(ck, "dry-run", "import", error=f"importing {a.candidate} raised {e}", traceback=traceback_tail(cause))
+            else:
+                if getattr(cand, "ModelNew", None) is None:
+                    res = rejected(ck, "dry-run", "interface", error=f"{a.candidate}: no class ModelNew")
+                else:
+                    res = run_checks(problem, cand, policy, torch.device(dev_s), not a.no_performance, timers0, threads0,
+                                     libs0, progress=a.progress, native0=native0)
         res["device"] = dev_s
+        if dev_s == "cpu":
+            res["notes"] = ["--device cpu: Triton kernels ran in Triton's interpreter (TRITON_INTERPRET=1 in the candidate process)"]
     except RunnerError as e:
         print(f"kforge verify: {e}", file=sys.stderr)
+        if e.fix:
+            print(f"kforge verify fix: {e.fix}", file=sys.stderr)
         return 2
     with open(a.out, "w") as f:
         json.dump(finite_json(res), f, default=str, allow_nan=False)
