@@ -4,13 +4,19 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::Finding;
+use crate::{Finding, Policy, TorchPolicy, VendorCall};
 
-/// Gates in cascade order; a candidate is rejected by the first failing check.
-pub const GATES: [&str; 6] = ["static", "dry-run", "correctness", "model", "exploits", "performance"];
+/// Gates in cascade order; a candidate is rejected by the first failing check. `dispatch` is
+/// the run-time record of the aten ops the candidate's forward dispatched, checked against the
+/// policy (`python/kforge/verify/dispatch.py`).
+pub const GATES: [&str; 7] = ["static", "dry-run", "dispatch", "correctness", "model", "exploits", "performance"];
 
 /// Gates that must report passing checks for a candidate to pass at all.
 pub const MANDATORY: [&str; 4] = ["dry-run", "correctness", "model", "exploits"];
+
+/// Gates that must be reported (passing, or not applicable: a replacement kernel's dispatch
+/// record) for a candidate to pass at all.
+pub const REPORTED: [&str; 1] = ["dispatch"];
 
 /// One runtime check as the runner reports it. `ok: None` means "does not apply here".
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -74,6 +80,25 @@ pub struct Verdict {
     pub gates: Vec<GateReport>,
     /// Limits the candidate process ran under and whether each was enforced.
     pub limits: Value,
+    /// The policy's torch rule (`dispatch-aware`, `strict-no-torch`).
+    #[serde(default)]
+    pub torch_policy: TorchPolicy,
+    /// The vendor-library calls of the reference the candidate was allowed to keep (empty under
+    /// `strict-no-torch`); what it dispatched of them is in the `dispatch` gate's evidence.
+    #[serde(default)]
+    pub allowed_vendor_calls: Vec<VendorCall>,
+}
+
+impl Verdict {
+    /// The verdict with the policy's torch rule and allowed vendor calls recorded.
+    pub fn with_policy(mut self, policy: &Policy) -> Verdict {
+        self.torch_policy = policy.torch_policy;
+        self.allowed_vendor_calls = match policy.torch_policy {
+            TorchPolicy::DispatchAware => policy.reference_vendor_calls.clone(),
+            TorchPolicy::StrictNoTorch => Vec::new(),
+        };
+        self
+    }
 }
 
 fn finding_check(f: &Finding) -> CheckResult {
@@ -124,7 +149,13 @@ pub fn compose(
     // result without them (a runner cut short, or a result file written by someone else) cannot
     // accept anything.
     let missing: Vec<&str> = if runner.is_some() && rejected_by.is_none() {
-        MANDATORY.iter().copied().filter(|m| !gates.iter().any(|g| g.gate == *m && g.status == "passed")).collect()
+        let status = |m: &str| gates.iter().find(|g| g.gate == m).map(|g| g.status.as_str()).unwrap_or("not-run");
+        MANDATORY
+            .iter()
+            .copied()
+            .filter(|m| status(m) != "passed")
+            .chain(REPORTED.iter().copied().filter(|m| !matches!(status(m), "passed" | "not-applicable")))
+            .collect()
     } else {
         Vec::new()
     };
@@ -142,7 +173,17 @@ pub fn compose(
     } else {
         Outcome::PassedWithoutPerformance
     };
-    Verdict { problem: problem.into(), candidate: candidate.into(), outcome, rejected_by, error, gates, limits }
+    Verdict {
+        problem: problem.into(),
+        candidate: candidate.into(),
+        outcome,
+        rejected_by,
+        error,
+        gates,
+        limits,
+        torch_policy: TorchPolicy::default(),
+        allowed_vendor_calls: Vec::new(),
+    }
 }
 
 /// The table `kforge verify` prints last.
@@ -196,6 +237,7 @@ mod tests {
         let all_ok = RunnerResult {
             checks: vec![
                 check("dry-run", "runs", Some(true)),
+                check("dispatch", "torch-compute", Some(true)),
                 check("correctness", "seed-0", Some(true)),
                 check("model", "eager", Some(true)),
                 check("exploits", "determinism", Some(true)),
@@ -207,10 +249,10 @@ mod tests {
         assert_eq!((v.outcome, v.rejected_by.as_deref()), (Outcome::PassedWithoutPerformance, None));
         assert_eq!(v.outcome.exit_code(), 0);
         let status: Vec<&str> = v.gates.iter().map(|g| g.status.as_str()).collect();
-        assert_eq!(status, ["passed", "passed", "passed", "passed", "passed", "not-applicable"]);
+        assert_eq!(status, ["passed", "passed", "passed", "passed", "passed", "passed", "not-applicable"]);
 
         let mut perf = all_ok.clone();
-        perf.checks[4].ok = Some(true);
+        perf.checks[5].ok = Some(true);
         assert_eq!(compose("p", "c", &[], Some(&perf), None, json!({})).outcome, Outcome::Accepted);
 
         // The first failing check in gate order names the rejection, whatever the list order.
@@ -237,5 +279,51 @@ mod tests {
         assert!(v.error.as_deref().unwrap().contains("dry-run, correctness, model, exploits"));
         let empty = RunnerResult { checks: vec![], device: None };
         assert_eq!(compose("p", "c", &[], Some(&empty), None, json!({})).outcome, Outcome::CouldNotRun);
+    }
+
+    #[test]
+    fn the_dispatch_record_must_be_reported_and_rejects_in_cascade_order() {
+        let with = |dispatch: Option<CheckResult>| RunnerResult {
+            checks: [
+                Some(check("dry-run", "runs", Some(true))),
+                dispatch,
+                Some(check("correctness", "seed-0", Some(false))),
+                Some(check("model", "eager", Some(true))),
+                Some(check("exploits", "determinism", Some(true))),
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+            device: None,
+        };
+        // Torch compute at run time names the rejection before a correctness failure.
+        let v =
+            compose("p", "c", &[], Some(&with(Some(check("dispatch", "torch-compute", Some(false))))), None, json!({}));
+        assert_eq!(v.rejected_by.as_deref(), Some("dispatch:torch-compute"));
+        // A result without the dispatch record cannot accept (fail closed) ...
+        let mut ok = with(None);
+        ok.checks[1].ok = Some(true);
+        let v = compose("p", "c", &[], Some(&ok), None, json!({}));
+        assert_eq!(v.outcome, Outcome::CouldNotRun);
+        assert!(v.error.as_deref().unwrap().contains("dispatch"), "{:?}", v.error);
+        // ... one where it does not apply (a replacement kernel) can.
+        let mut na = with(Some(check("dispatch", "torch-compute", None)));
+        na.checks[2].ok = Some(true);
+        assert_eq!(compose("p", "c", &[], Some(&na), None, json!({})).outcome, Outcome::PassedWithoutPerformance);
+    }
+
+    #[test]
+    fn the_verdict_records_the_allowed_vendor_calls() {
+        let problem = "import torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.linear = nn.Linear(4, 4)\n    def forward(self, x):\n        return self.linear(x).relu()\n";
+        let aware = Policy::default().for_problem(problem);
+        let v = compose("p", "c", &[], None, None, json!({})).with_policy(&aware);
+        assert_eq!(v.torch_policy, TorchPolicy::DispatchAware);
+        assert_eq!(v.allowed_vendor_calls.len(), 1);
+        assert_eq!(v.allowed_vendor_calls[0].call, "torch.nn.Linear");
+        let j = serde_json::to_value(&v).unwrap();
+        assert_eq!(j["allowed_vendor_calls"][0]["family"], "gemm");
+        let strict = Policy::preset("strict-no-torch").unwrap().for_problem(problem);
+        let v = compose("p", "c", &[], None, None, json!({})).with_policy(&strict);
+        assert_eq!((v.torch_policy, v.allowed_vendor_calls.len()), (TorchPolicy::StrictNoTorch, 0));
     }
 }

@@ -24,10 +24,11 @@ pub struct VerifyArgs {
     /// inspect` lists); it is verified re-stitched into the compiled model (needs a GPU).
     #[arg(long)]
     kernel: Option<String>,
-    /// Policy file (TOML): allowed_torch_ops, precision (strict | tf32-allowed | low-allowed),
-    /// [rtol] / [atol] per dtype, seeds, rounds, [ragged] input sizes to try (NAME = value).
+    /// A preset (dispatch-aware, the default: the reference's vendor-library calls stay allowed;
+    /// strict-no-torch) or a policy file (TOML): torch_policy, allowed_torch_ops, precision (strict |
+    /// tf32-allowed | low-allowed), [rtol] / [atol] per dtype, seeds, rounds, [ragged] sizes (NAME = value).
     #[arg(long)]
-    policy: Option<PathBuf>,
+    policy: Option<String>,
     /// Write the verdict as JSON to this file (`-`: standard output).
     #[arg(long)]
     json: Option<String>,
@@ -95,10 +96,7 @@ pub fn verify(socket: &Path, a: VerifyArgs) -> Result<i32> {
         d => bail!("--device must be auto, cpu or a GPU index, got {d:?}"),
     };
     let policy = match &a.policy {
-        Some(p) => {
-            Policy::from_toml(&std::fs::read_to_string(p).with_context(|| format!("reading policy {}", p.display()))?)
-                .with_context(|| format!("policy {}", p.display()))?
-        }
+        Some(p) => Policy::load(p).with_context(|| format!("--policy {p}"))?,
         None => Policy::default(),
     };
     for f in [&a.problem, &a.candidate] {
@@ -112,13 +110,15 @@ pub fn verify(socket: &Path, a: VerifyArgs) -> Result<i32> {
 
     let problem_source =
         std::fs::read_to_string(&a.problem).with_context(|| format!("reading {}", a.problem.display()))?;
+    let policy = policy.for_problem(&problem_source);
     let evidence = match check_static_for(&source, &policy, &problem_dtypes(&problem_source)) {
         Err(e) => Evidence::failure(format!("{candidate}: {e}")),
         Ok(findings) if !findings.is_empty() => Evidence { findings, result: None, failure: None },
         Ok(_) if a.daemon => run_candidate_job(&a, socket, &policy, &candidate, &mut limits)?,
         Ok(_) => run_candidate(&a, &device, &policy, &candidate, &mut limits)?,
     };
-    let verdict = compose(&problem, &candidate, &evidence.findings, evidence.result.as_ref(), evidence.failure, limits);
+    let verdict = compose(&problem, &candidate, &evidence.findings, evidence.result.as_ref(), evidence.failure, limits)
+        .with_policy(&policy);
     if let Some(j) = &a.json {
         crate::output::write_out(j, &serde_json::to_string_pretty(&verdict).context("serializing the verdict")?)?;
     }

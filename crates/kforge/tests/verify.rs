@@ -28,7 +28,8 @@ fn verify(
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kforge"));
     cmd.arg("verify");
     if let Some(p) = policy {
-        cmd.arg("--policy").arg(c.join(p));
+        // A policy file of the corpus, or a preset by name (`strict-no-torch`).
+        cmd.arg("--policy").arg(if p.ends_with(".toml") { c.join(p) } else { PathBuf::from(p) });
     }
     if let Some(k) = kernel {
         cmd.args(["--kernel", k]);
