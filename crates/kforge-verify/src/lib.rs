@@ -552,6 +552,11 @@ impl Checker<'_> {
     }
 
     fn check_call(&mut self, c: &ast::ExprCall) {
+        if let Expr::Attribute(a) = c.func.as_ref() {
+            if matches!(a.attr.as_str(), "get" | "__getitem__" | "pop" | "setdefault") {
+                self.rule_for_namespace_lookup(c, &a.value, c.args.first());
+            }
+        }
         let name = dotted(&c.func, &self.aliases);
         if let Some(n) = &name {
             self.rules_for_named_call(c, n);
@@ -823,15 +828,15 @@ impl Checker<'_> {
     }
 
     /// `globals()[name]`, `vars()[...]`, `locals().get(...)`: a lookup by a computed name, or of a
-    /// name bound to torch.
-    fn rule_for_namespace_lookup(&mut self, node: &ast::ExprSubscript) {
-        let Expr::Call(inner) = node.value.as_ref() else { return };
+    /// name bound to torch. `namespace` is the call that made the namespace, `key` the key.
+    fn rule_for_namespace_lookup(&mut self, at: &impl Ranged, namespace: &Expr, key: Option<&Expr>) {
+        let Expr::Call(inner) = namespace else { return };
         let Some(f) = dotted(&inner.func, &self.aliases) else { return };
         if !matches!(f.as_str(), "globals" | "locals" | "vars") || !inner.args.is_empty() {
             return;
         }
-        let key = match node.slice.as_ref() {
-            Expr::Constant(k) => match &k.value {
+        let key = match key {
+            Some(Expr::Constant(k)) => match &k.value {
                 ast::Constant::Str(s) => Some(s.to_string()),
                 _ => None,
             },
@@ -840,11 +845,11 @@ impl Checker<'_> {
         match key {
             None => self.add(
                 Rule::DynamicAccess,
-                node,
+                at,
                 format!("{f}()[<computed name>]: a global by a name built at run time"),
             ),
             Some(k) if self.aliases.get(&k).is_some_and(|t| t.starts_with("torch")) || k == "torch" => {
-                self.add(Rule::DynamicAccess, node, format!("{f}()[{k:?}]: torch looked up by key"))
+                self.add(Rule::DynamicAccess, at, format!("{f}()[{k:?}]: torch looked up by key"))
             }
             Some(_) => {}
         }
@@ -1075,7 +1080,7 @@ impl Visitor for Checker<'_> {
         if dotted(&node.value, &self.aliases).as_deref() == Some("sys.modules") {
             self.add(Rule::HarnessAccess, &node, "sys.modules[...] reaches into the harness's modules".into());
         }
-        self.rule_for_namespace_lookup(&node);
+        self.rule_for_namespace_lookup(&node, &node.value, Some(&node.slice));
         self.generic_visit_expr_subscript(node)
     }
     descend_everywhere!();

@@ -7,9 +7,11 @@ use serde_json::Value;
 use crate::{Finding, Policy, TorchPolicy, VendorCall};
 
 /// Gates in cascade order; a candidate is rejected by the first failing check. `dispatch` is
-/// the run-time record of the aten ops the candidate's forward dispatched, checked against the
-/// policy (`python/kforge/verify/dispatch.py`).
-pub const GATES: [&str; 7] = ["static", "dry-run", "dispatch", "correctness", "model", "exploits", "performance"];
+/// the run-time record of the aten ops the candidate's forward dispatched in all the runs before
+/// it, checked against the policy (`python/kforge/verify/dispatch.py`): a wrong candidate is
+/// named by the check it fails first, torch compute by `dispatch:torch-compute` once every
+/// other check passed.
+pub const GATES: [&str; 7] = ["static", "dry-run", "correctness", "model", "exploits", "dispatch", "performance"];
 
 /// Gates that must report passing checks for a candidate to pass at all.
 pub const MANDATORY: [&str; 4] = ["dry-run", "correctness", "model", "exploits"];
@@ -237,10 +239,10 @@ mod tests {
         let all_ok = RunnerResult {
             checks: vec![
                 check("dry-run", "runs", Some(true)),
-                check("dispatch", "torch-compute", Some(true)),
                 check("correctness", "seed-0", Some(true)),
                 check("model", "eager", Some(true)),
                 check("exploits", "determinism", Some(true)),
+                check("dispatch", "torch-compute", Some(true)),
                 check("performance", "speedup", None),
             ],
             device: Some("cpu".into()),
@@ -286,20 +288,23 @@ mod tests {
         let with = |dispatch: Option<CheckResult>| RunnerResult {
             checks: [
                 Some(check("dry-run", "runs", Some(true))),
-                dispatch,
                 Some(check("correctness", "seed-0", Some(false))),
                 Some(check("model", "eager", Some(true))),
                 Some(check("exploits", "determinism", Some(true))),
+                dispatch,
             ]
             .into_iter()
             .flatten()
             .collect(),
             device: None,
         };
-        // Torch compute at run time names the rejection before a correctness failure.
-        let v =
-            compose("p", "c", &[], Some(&with(Some(check("dispatch", "torch-compute", Some(false))))), None, json!({}));
-        assert_eq!(v.rejected_by.as_deref(), Some("dispatch:torch-compute"));
+        // A wrong candidate is named by its correctness failure; torch compute alone by the record.
+        let mut computes = with(Some(check("dispatch", "torch-compute", Some(false))));
+        let v = compose("p", "c", &[], Some(&computes), None, json!({}));
+        assert_eq!(v.rejected_by.as_deref(), Some("correctness:seed-0"));
+        computes.checks[1].ok = Some(true);
+        let v = compose("p", "c", &[], Some(&computes), None, json!({}));
+        assert_eq!((v.outcome, v.rejected_by.as_deref()), (Outcome::Rejected, Some("dispatch:torch-compute")));
         // A result without the dispatch record cannot accept (fail closed) ...
         let mut ok = with(None);
         ok.checks[1].ok = Some(true);
@@ -308,7 +313,7 @@ mod tests {
         assert!(v.error.as_deref().unwrap().contains("dispatch"), "{:?}", v.error);
         // ... one where it does not apply (a replacement kernel) can.
         let mut na = with(Some(check("dispatch", "torch-compute", None)));
-        na.checks[2].ok = Some(true);
+        na.checks[1].ok = Some(true);
         assert_eq!(compose("p", "c", &[], Some(&na), None, json!({})).outcome, Outcome::PassedWithoutPerformance);
     }
 

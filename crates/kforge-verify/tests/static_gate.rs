@@ -273,6 +273,7 @@ fn dynamic_access_to_torch_is_named_with_its_line() {
         ("import torch\ndef f(x):\n    return torch.__dict__['relu'](x)\n", Rule::DynamicAccess, 3),
         ("import torch\ndef f(x, name):\n    return globals()[name](x)\n", Rule::DynamicAccess, 3),
         ("import torch as T\ndef f(x):\n    return globals()['T'].relu(x)\n", Rule::DynamicAccess, 3),
+        ("def f(x, name):\n    return globals().get(name)(x)\n", Rule::DynamicAccess, 2),
         ("import kforge.harness\n", Rule::HarnessAccess, 1),
         ("from kforge.harness import compare\n", Rule::HarnessAccess, 1),
         ("from kforge_verify_problem import Model\n", Rule::HarnessAccess, 1),
@@ -296,7 +297,7 @@ fn honest_dynamic_looking_code_is_not_flagged() {
         "import re\nimport triton\nimport triton.language as tl\n@triton.jit\ndef k(p, BLOCK: tl.constexpr):\n    tl.store(p + tl.arange(0, BLOCK), tl.exp(tl.load(p + tl.arange(0, BLOCK))))\npat = re.compile('x')\n",
         "from re import compile\npat = compile('x')\n",
         // globals() lookups of names that are not torch.
-        "SIZES = {'a': 1}\ndef f():\n    return globals()['SIZES']\n",
+        "SIZES = {'a': 1}\ndef f():\n    return globals()['SIZES'], globals().get('SIZES')\n",
     ];
     for src in ok {
         assert_eq!(rules(src), vec![], "{src}");

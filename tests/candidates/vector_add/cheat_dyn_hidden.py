@@ -1,4 +1,7 @@
-"""Cheat (exploit 13, torch does the work, spelled dynamically: torch reached through an object the static gate cannot see (a function's globals)). Expect dispatch:torch-compute."""
+"""Cheat (exploit 13, torch does half the work, spelled dynamically: torch reached through an
+object the static gate cannot see, a function's globals). The kernel computes the first half, so
+every other check passes (the output is right and depends on the kernel); only the run-time
+dispatch record sees aten::add and aten::copy_. Expect dispatch:torch-compute."""
 import torch
 import torch.nn as nn
 import triton
@@ -12,11 +15,8 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)
 
 
-def add(x, y):
-    out = torch.empty_like(x)
-    n = out.numel()
+def add(x, y, out, n):
     add_kernel[(triton.cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
-    return out
 
 
 class ModelNew(nn.Module):
@@ -24,5 +24,8 @@ class ModelNew(nn.Module):
         super().__init__()
 
     def forward(self, x, y):
-        add(x, y)  # launched for show: torch computes what is returned
-        return nn.Module.__init__.__globals__["torch"].add(x, y)
+        out = torch.empty_like(x)
+        h = out.numel() // 2
+        add(x, y, out, h)
+        out[h:] = nn.Module.__init__.__globals__["torch"].add(x[h:], y[h:])
+        return out
