@@ -542,6 +542,18 @@ impl Checker<'_> {
             || vendor_family(name).is_some_and(|f| self.families.contains(&f))
     }
 
+    /// Why a vendor call is not allowed: the policy, or a reference that makes no such call.
+    fn vendor_hint(&self, n: &str) -> String {
+        match (vendor_family(n), self.policy.torch_policy) {
+            (Some(_), TorchPolicy::StrictNoTorch) => " (policy strict-no-torch: no vendor call allowed)".into(),
+            (Some(f), TorchPolicy::DispatchAware) => {
+                let f = serde_json::to_value(f).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+                format!(" (dispatch-aware: the reference makes no {f} call)")
+            }
+            (None, _) => String::new(),
+        }
+    }
+
     fn low_dtype(&self, e: &Expr) -> Option<String> {
         let d = dotted(e, &self.aliases)?;
         let last = d.rsplit('.').next()?;
@@ -686,7 +698,12 @@ impl Checker<'_> {
         // `self.linear = nn.Linear(...)` for its weight); calling it computes (below).
         let layer = n.starts_with("torch.nn.") && NN_LAYERS.contains(&last);
         if (torch_fn || vendor || functional) && self.in_kernel == 0 && !self.allowed(n) {
-            self.add(Rule::TorchCompute, c, format!("{n}(...) computes with torch instead of the candidate's kernel"));
+            let why = self.vendor_hint(n);
+            self.add(
+                Rule::TorchCompute,
+                c,
+                format!("{n}(...) computes with torch instead of the candidate's kernel{why}"),
+            );
         }
         if layer && self.in_kernel == 0 && !self.allowed(n) {
             self.layer_ctor = Some(n.to_string());

@@ -349,12 +349,15 @@ fn dispatch_aware_allows_the_references_vendor_calls_only() {
     let relu = "import torch\nimport torch.nn.functional as F\ndef f(x, w):\n    return torch.relu(F.linear(x, w))\ndef g(x, k):\n    return F.conv2d(x, k)\n";
     let got: Vec<(Rule, usize)> = check_static(relu, &aware).unwrap().into_iter().map(|f| (f.rule, f.line)).collect();
     assert_eq!(got, vec![(Rule::TorchCompute, 4), (Rule::TorchCompute, 6)]);
+    let f = check_static(relu, &aware).unwrap();
+    assert!(f[1].message.contains("the reference makes no conv call"), "{}", f[1].message);
     // strict-no-torch: today's rules, every GEMM spelling a finding.
     let strict = Policy::load("strict-no-torch").unwrap().for_problem(GEMM_PROBLEM);
     assert!(strict.reference_vendor_calls.is_empty());
     let got: Vec<(Rule, usize)> =
         check_static(DISPATCH_AWARE, &strict).unwrap().into_iter().map(|f| (f.rule, f.line)).collect();
     assert_eq!(got, vec![(Rule::TorchCompute, 12), (Rule::TorchCompute, 13), (Rule::TorchCompute, 14)]);
+    assert!(check_static(DISPATCH_AWARE, &strict).unwrap()[0].message.contains("strict-no-torch"));
 }
 
 #[test]
