@@ -24,7 +24,10 @@ allowed vendor call). An op is
   where they were called from.
 
 Limits: dispatch modes are per thread (threads are the thread-count checks' concern); a candidate
-that switches the modes off is the static gate's (``harness-access``: the dispatch machinery).
+that switches the modes off is the static gate's (``harness-access``: the dispatch machinery);
+work captured into a CUDA graph outside the forward (at construction) and replayed in it
+dispatches nothing at replay (GPU only; not covered). ``torch.compile`` inside the forward runs
+eagerly under the modes, so its ops are recorded.
 """
 
 from __future__ import annotations
