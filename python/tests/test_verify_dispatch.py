@@ -78,10 +78,39 @@ def test_ops_from_triton_code_are_not_the_candidates(monkeypatch: Any) -> None:
     monkeypatch.setattr(rec, "triton_dir", __file__)
     x = torch.randn(8)
     with rec:
-        x.clone()
+        x.exp()
     ck = Check()
     rec.check(ck)
-    assert ck.items[0]["ok"] is True and ck.items[0]["evidence"]["triton_ops"] == {"clone": 1}
+    assert ck.items[0]["ok"] is True and ck.items[0]["evidence"]["triton_ops"] == {"exp": 1}
+
+
+def test_layout_copies_are_allowed_unless_copies_are_the_references_work() -> None:
+    w = torch.randn(8, 3)
+
+    def forward(w: Any) -> Any:
+        return w.t().contiguous(), w.clone()  # a transposed weight made contiguous, a copy
+
+    def learned(reference: Any) -> Any:
+        dispatch.prepare()
+        rec = dispatch.DispatchRecord(GEMM)
+        with torch.no_grad():
+            with rec.of_reference():
+                reference(w)
+            with rec:
+                forward(w)
+        ck = Check()
+        rec.check(ck)
+        return {"ok": ck.items[0]["ok"], **ck.items[0]["evidence"]}
+
+    c = learned(lambda w: torch.relu(w @ w.t()))  # the reference computes: copies are layout
+    assert c["ok"] is True and c["layout_ops"] == {"clone": 2} and c["layout_copies_allowed"] is True, c
+    assert c["forward_calls"] == 1 and "relu" in c["reference_ops"]
+    c = learned(lambda w: w.t().contiguous())  # a transpose problem: the copy is the work
+    assert c["ok"] is False and c["compute_ops"] == {"clone": 2}, c
+    # A copy that casts is compute whatever the reference does.
+    c = learned(lambda w: torch.relu(w))
+    c2 = run(GEMM, lambda w: w.half(), w)
+    assert c["ok"] is True and c2["ok"] is False and "_to_copy" in c2["compute_ops"]
 
 
 def test_a_replacement_kernel_is_not_applicable() -> None:

@@ -226,7 +226,9 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     # Dry run.
     xs = make_inputs(problem, 0, "normal", dev)
     with torch.no_grad():
-        ref0 = ref_model(*clone_all(xs))
+        args0 = clone_all(xs)
+        with record.of_reference():  # what the reference dispatches (are copies its work?)
+            ref0 = ref_model(*args0)
     try:
         with LaunchCounter(fns) as lc:
             out0 = call(xs)

@@ -14,8 +14,12 @@ allowed vendor call). An op is
   or itself an aten op of such a family (``aten::mm``, ``aten::convolution``, …), or inside a call
   the policy's ``allowed_torch_ops`` names;
 - *plumbing*: in :data:`PLUMBING` — allocation, constant fills, views and metadata, which compute
-  nothing from the inputs (``clone`` and ``copy_`` are not plumbing: for a copy problem they are
-  the work);
+  nothing from the inputs;
+- *layout*: a copy that keeps the dtype (:data:`LAYOUT`: ``clone``, ``copy_``, ``_to_copy`` —
+  ``.contiguous()`` of a transposed weight): allowed unless the reference itself does nothing but
+  plumbing and copies (a transpose or copy problem, whose work the copy is), which
+  :meth:`DispatchRecord.of_reference` learns from one reference forward. A copy that changes the
+  dtype is a cast, compute;
 - *Triton's*: dispatched from Triton's own code (its interpreter copies arguments with torch under
   ``TRITON_INTERPRET=1``, its autotuner clears buffers). The op's caller is the innermost Python
   frame outside torch and this module; when that frame is in Triton's package, the op is Triton's,
@@ -52,6 +56,9 @@ PLUMBING = frozenset({
     "chunk", "diagonal", "alias", "detach", "unfold", "view_as", "view_as_real", "view_as_complex", "lift_fresh",
     "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_same_size", "_local_scalar_dense",
 })
+
+#: Copies: layout work, allowed when they keep the dtype and the reference computes more than copies.
+LAYOUT = frozenset({"clone", "copy_", "_to_copy"})
 
 #: Aten ops of each vendor family: allowed when the family is, also outside a vendor call.
 VENDOR_OPS: Dict[str, frozenset[str]] = {
@@ -119,6 +126,23 @@ def vendor_callables(families: Sequence[str], allowed_ops: Sequence[str]) -> Dic
     return out
 
 
+def same_dtype(op: str, args: Sequence[Any], kwargs: Dict[str, Any]) -> bool:
+    """Whether a copy keeps the dtype (a cast is compute) and the device (a move off the device is
+    not layout either)."""
+    import torch
+
+    src = args[0] if args else None
+    if not isinstance(src, torch.Tensor):
+        return False
+    if op == "copy_":
+        other = args[1] if len(args) > 1 else None
+        return isinstance(other, torch.Tensor) and other.dtype == src.dtype and other.device == src.device
+    if op == "_to_copy":
+        dtype, device = kwargs.get("dtype"), kwargs.get("device")
+        return (dtype is None or dtype == src.dtype) and (device is None or torch.device(device) == src.device)
+    return True
+
+
 class DispatchRecord:
     """Records the aten ops dispatched inside ``with record:`` (one candidate forward) and checks
     them against the policy once every call was made (:meth:`check`)."""
@@ -143,7 +167,10 @@ class DispatchRecord:
         self.skip_dirs = (package_dir(torch), os.path.abspath(__file__))
         self.triton_dir = triton_dir
         self.depth = 0
-        self.counts: Dict[str, Counter[str]] = {k: Counter() for k in ("vendor", "plumbing", "triton", "compute")}
+        self.counts: Dict[str, Counter[str]] = {k: Counter() for k in ("vendor", "plumbing", "layout", "triton", "compute")}
+        self.reference_ops: Counter[str] = Counter()
+        self.learning = False
+        self.layout_allowed = True
         self.vendor_calls: Counter[str] = Counter()
         self.sites: Dict[str, List[str]] = {}
         self.calls = 0
@@ -159,12 +186,18 @@ class DispatchRecord:
             f = f.f_back
         return "?", 0
 
-    def on_op(self, op: str) -> None:
+    def on_op(self, op: str, args: Sequence[Any], kwargs: Dict[str, Any]) -> None:
+        if self.learning:
+            self.reference_ops[op] += 1
+            return
         if self.depth > 0 or op in self.vendor_ops:
             self.counts["vendor"][op] += 1
             return
         if op in PLUMBING:
             self.counts["plumbing"][op] += 1
+            return
+        if op in LAYOUT and self.layout_allowed and same_dtype(op, args, kwargs):
+            self.counts["layout"][op] += 1
             return
         file, line = self.caller()
         if file.startswith(self.triton_dir):
@@ -196,7 +229,7 @@ class DispatchRecord:
 
         class Ops(TorchDispatchMode):  # type: ignore[no-untyped-call]
             def __torch_dispatch__(self, func: Any, types: Any, args: Sequence[Any] = (), kwargs: Optional[Dict[str, Any]] = None) -> Any:
-                record.on_op(str(func._schema.name).split("::")[-1])
+                record.on_op(str(func._schema.name).split("::")[-1], args, kwargs or {})
                 return func(*args, **(kwargs or {}))
 
         self.calls += 1
@@ -206,14 +239,25 @@ class DispatchRecord:
                 m.__enter__()
         return self
 
+    def of_reference(self) -> "DispatchRecord":
+        """``with record.of_reference(): ref_model(*xs)``: learns what the reference dispatches
+        (no finding); when that is nothing but plumbing and copies, copies are the work."""
+        self.learning = True
+        self.calls -= 1  # not one of the candidate's forwards
+        return self
+
     def __exit__(self, *exc: Any) -> None:
         for m in reversed(self.modes):
             m.__exit__(None, None, None)
         self.modes = []
+        if self.learning:
+            self.learning = False
+            self.layout_allowed = any(op not in PLUMBING and op not in LAYOUT for op in self.reference_ops)
 
     def evidence(self) -> Dict[str, Any]:
         return {"torch_policy": self.torch_policy, "allowed_families": self.families,
                 "reference_vendor_calls": self.reference_calls, "forward_calls": self.calls,
+                "reference_ops": dict(self.reference_ops), "layout_copies_allowed": self.layout_allowed,
                 "vendor_calls": dict(self.vendor_calls),
                 **{f"{k}_ops": dict(v) for k, v in self.counts.items()}, "compute_sites": self.sites}
 
