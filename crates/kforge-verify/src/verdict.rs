@@ -199,6 +199,18 @@ pub fn table(v: &Verdict) -> String {
         };
         s.push_str(&format!("{:<12} {:<15} {}\n", g.gate, g.status, detail));
     }
+    if !v.allowed_vendor_calls.is_empty() {
+        let calls: Vec<String> = v
+            .allowed_vendor_calls
+            .iter()
+            .map(|c| {
+                let f =
+                    serde_json::to_value(c.family).ok().and_then(|x| x.as_str().map(String::from)).unwrap_or_default();
+                format!("{} ({f}, reference line {})", c.call, c.line)
+            })
+            .collect();
+        s.push_str(&format!("vendor calls allowed (dispatch-aware): {}\n", calls.join(", ")));
+    }
     let outcome = serde_json::to_value(v.outcome).ok().and_then(|x| x.as_str().map(String::from)).unwrap_or_default();
     match (&v.rejected_by, &v.error) {
         (Some(r), _) => s.push_str(&format!("verdict: {outcome} by {r}\n")),
@@ -327,6 +339,7 @@ mod tests {
         assert_eq!(v.allowed_vendor_calls[0].call, "torch.nn.Linear");
         let j = serde_json::to_value(&v).unwrap();
         assert_eq!(j["allowed_vendor_calls"][0]["family"], "gemm");
+        assert!(table(&v).contains("vendor calls allowed (dispatch-aware): torch.nn.Linear (gemm, reference line 5)"));
         let strict = Policy::preset("strict-no-torch").unwrap().for_problem(problem);
         let v = compose("p", "c", &[], None, None, json!({})).with_policy(&strict);
         assert_eq!((v.torch_policy, v.allowed_vendor_calls.len()), (TorchPolicy::StrictNoTorch, 0));
