@@ -66,7 +66,8 @@ def tasks() -> List[Tuple[str, List[str], str]]:
                     continue
                 gpu = str(n % NGPU)
                 n += 1
-                pol = ["--policy", f"tests/candidates/{e['policy']}"] if e.get("policy") else []
+                p = e.get("policy")  # a corpus TOML file, or a preset by name (strict-no-torch)
+                pol = ["--policy", f"tests/candidates/{p}" if p.endswith(".toml") else p] if p else []
                 kern = ["--kernel", e["kernel"]] if e.get("kernel") else []
                 kern += ["--time-limit-s", str(e["time_limit_s"])] if e.get("time_limit_s") else []  # a hang candidate
                 argv = [K, "--socket", SOCKET, "verify", "--daemon", "--device", gpu, *pol, *kern, "--json", f"{d}/{i}.json",

@@ -27,6 +27,49 @@ pub enum Precision {
     LowAllowed,
 }
 
+/// What the candidate may leave to torch: the policy's presets (`kforge verify --policy NAME`),
+/// also its `torch_policy` key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum TorchPolicy {
+    /// Vendor-library calls the reference itself makes (its GEMMs, convolutions, fused attention:
+    /// cuBLAS, cuDNN) stay allowed in the candidate; any other torch compute is a finding.
+    #[default]
+    DispatchAware,
+    /// No torch compute at all outside `allowed_torch_ops` (the rules before dispatch-aware).
+    StrictNoTorch,
+}
+
+impl TorchPolicy {
+    /// Every preset with its name, as `--policy` takes it.
+    pub const PRESETS: [(&'static str, TorchPolicy); 2] =
+        [("dispatch-aware", TorchPolicy::DispatchAware), ("strict-no-torch", TorchPolicy::StrictNoTorch)];
+}
+
+/// A family of vendor-library calls: what a dispatch-aware policy allows when the reference makes
+/// one call of the family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VendorFamily {
+    /// cuBLAS GEMMs: `matmul`, `@`, `mm`, `bmm`, `addmm`, `baddbmm`, `addbmm`, `einsum`,
+    /// `tensordot`, `F.linear`, an `nn.Linear` layer called.
+    Gemm,
+    /// cuDNN convolutions: `F.conv1d`…`F.conv3d`, `F.conv_transpose1d`…`3d`, `nn.Conv*` layers.
+    Conv,
+    /// Fused attention: `F.scaled_dot_product_attention`.
+    Attention,
+}
+
+/// One vendor-library call of the reference (`Model` and the module's helper functions).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VendorCall {
+    pub family: VendorFamily,
+    /// The call as written, aliases resolved (`torch.nn.functional.linear`, `torch.nn.Linear`, `@`).
+    pub call: String,
+    /// 1-based line in the problem's source.
+    pub line: usize,
+}
+
 /// A verification policy (TOML), per problem or per run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -34,6 +77,12 @@ pub struct Policy {
     /// Fully qualified torch calls the candidate may use although they compute (for parts that
     /// are not under test), e.g. `["torch.nn.functional.relu"]`.
     pub allowed_torch_ops: Vec<String>,
+    /// `dispatch-aware` (default) or `strict-no-torch`.
+    pub torch_policy: TorchPolicy,
+    /// The reference's vendor-library calls ([`Policy::for_problem`]; never read from a file):
+    /// under `dispatch-aware` their families are allowed, statically and in the dispatch record.
+    #[serde(skip_deserializing)]
+    pub reference_vendor_calls: Vec<VendorCall>,
     pub precision: Precision,
     /// Relative and absolute tolerance per dtype name (`float32`, `float16`, `bfloat16`).
     pub rtol: HashMap<String, f64>,
@@ -58,6 +107,8 @@ impl Default for Policy {
         };
         Policy {
             allowed_torch_ops: Vec::new(),
+            torch_policy: TorchPolicy::DispatchAware,
+            reference_vendor_calls: Vec::new(),
             precision: Precision::Strict,
             rtol: tol(1e-4, 1e-2),
             atol: tol(1e-4, 1e-2),
@@ -81,6 +132,8 @@ pub enum PolicyError {
     Ragged { name: String, value: i64 },
     #[error("policy file: tolerance for {dtype} must be a finite number >= 0, got {value}")]
     Tolerance { dtype: String, value: f64 },
+    #[error("policy {spec:?}: neither a preset (dispatch-aware, strict-no-torch) nor a readable file: {source}")]
+    Read { spec: String, source: std::io::Error },
 }
 
 impl Policy {
@@ -101,6 +154,41 @@ impl Policy {
             }
         }
         Ok(p)
+    }
+
+    /// A preset by name (`dispatch-aware`, `strict-no-torch`): the default policy with that
+    /// `torch_policy`.
+    pub fn preset(name: &str) -> Option<Policy> {
+        let (_, torch_policy) = TorchPolicy::PRESETS.iter().find(|(n, _)| *n == name)?;
+        Some(Policy { torch_policy: *torch_policy, ..Policy::default() })
+    }
+
+    /// What `kforge verify --policy SPEC` names: a preset, else a TOML file.
+    pub fn load(spec: &str) -> Result<Policy, PolicyError> {
+        if let Some(p) = Policy::preset(spec) {
+            return Ok(p);
+        }
+        let text = std::fs::read_to_string(spec).map_err(|source| PolicyError::Read { spec: spec.into(), source })?;
+        Policy::from_toml(&text)
+    }
+
+    /// This policy for one problem: under `dispatch-aware` it learns the vendor-library calls
+    /// the problem's reference makes ([`reference_vendor_calls`]); under `strict-no-torch` none.
+    pub fn for_problem(mut self, problem_source: &str) -> Policy {
+        self.reference_vendor_calls = match self.torch_policy {
+            TorchPolicy::DispatchAware => reference_vendor_calls(problem_source),
+            TorchPolicy::StrictNoTorch => Vec::new(),
+        };
+        self
+    }
+
+    /// The vendor families the candidate may call: those of the reference's calls, under
+    /// `dispatch-aware`.
+    pub fn allowed_families(&self) -> std::collections::BTreeSet<VendorFamily> {
+        match self.torch_policy {
+            TorchPolicy::DispatchAware => self.reference_vendor_calls.iter().map(|c| c.family).collect(),
+            TorchPolicy::StrictNoTorch => Default::default(),
+        }
     }
 }
 
@@ -131,6 +219,15 @@ pub enum Rule {
     /// Native escapes: ctypes/cffi, the CUDA runtime or driver bindings (L2 persistence windows,
     /// stream attributes, raw launches the gate and the profiler cannot attribute).
     NativeAccess,
+    /// torch (or the harness) reached through a name computed at run time: `getattr(torch, name)`
+    /// with a name that is not a literal, `operator.attrgetter` / `methodcaller` with such a name
+    /// or a compute op's name, `vars(torch)` / `torch.__dict__`, `globals()[...]` / `vars()[...]`
+    /// / `locals()[...]` lookups by a computed name or of a torch alias.
+    DynamicAccess,
+    /// Modules loaded by a name computed at run time: `importlib.*`, `__import__`, `imp`, `runpy`.
+    DynamicImport,
+    /// Code compiled at run time: `eval`, `exec`, `compile`, `types.CodeType` / `FunctionType`.
+    DynamicCode,
 }
 
 /// One finding of the static check.
@@ -286,6 +383,54 @@ const LOW_CASTS: &[&str] = &["half", "bfloat16"];
 /// (Not `int8`: Inductor stores booleans and signs through `.to(tl.int8)`.)
 const TL_LOW_DTYPES: &[&str] =
     &["float16", "bfloat16", "float8e4nv", "float8e5", "float8e4b15", "float8e4b8", "float8e5b16"];
+/// Gate-1 spelling of the dispatch record's own machinery: a candidate switching the record off.
+const DISPATCH_MACHINERY: &[&str] = &[
+    "_python_dispatch",
+    "_disable_current_modes",
+    "_pop_mode",
+    "_push_mode",
+    "_pop_torch_dispatch_stack",
+    "_push_on_torch_dispatch_stack",
+    "_set_torch_function_mode",
+    "_unset_dispatch_mode",
+    "_DisableTorchDispatch",
+    "DisableTorchFunction",
+    "_len_torch_dispatch_stack",
+];
+/// The harness's modules: the kforge package and the problem and candidate as the runner loads them.
+fn harness_module(module: &str) -> bool {
+    let root = module.split('.').next().unwrap_or("");
+    root == "kforge" || root.starts_with("kforge_verify_")
+}
+
+const GEMM_CALLS: &[&str] = &["matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm", "einsum", "tensordot", "linear"];
+const CONV_CALLS: &[&str] = &["conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d"];
+
+/// The vendor family of a call as the static gate names it: a torch function
+/// (`torch.nn.functional.linear`), a tensor method (`Tensor.mm`), an nn layer
+/// (`torch.nn.Conv2d`) or `@` (`torch.matmul`).
+pub fn vendor_family(name: &str) -> Option<VendorFamily> {
+    let last = name.rsplit('.').next().unwrap_or(name);
+    if !(name.starts_with("torch.") || name.starts_with("Tensor.")) || name.starts_with("torch.cuda.") {
+        return None;
+    }
+    if let Some(m) = name.strip_prefix("Tensor.") {
+        // Tensor methods that are GEMMs (`x.linear` is no tensor method: `self.linear(x)` is a layer).
+        return ["matmul", "mm", "bmm", "addmm", "addbmm", "baddbmm", "__matmul__"]
+            .contains(&m)
+            .then_some(VendorFamily::Gemm);
+    }
+    if GEMM_CALLS.contains(&last) || last == "Linear" {
+        Some(VendorFamily::Gemm)
+    } else if CONV_CALLS.contains(&last) || (last.starts_with("Conv") && NN_LAYERS.contains(&last)) {
+        Some(VendorFamily::Conv)
+    } else if last == "scaled_dot_product_attention" {
+        Some(VendorFamily::Attention)
+    } else {
+        None
+    }
+}
+
 const MEMO_DECORATORS: &[&str] = &["lru_cache", "cache", "functools.lru_cache", "functools.cache", "cached_property"];
 
 /// Visitor methods for the nodes rustpython-ast's generated visitor does not descend into (with
@@ -380,6 +525,8 @@ struct Checker<'a> {
     /// Inside a `@triton.jit` function: device code, where `tl_math.exp` or `triton_helpers.*`
     /// (Inductor's kernel helpers) are the kernel's own arithmetic, not torch doing the work.
     in_kernel: usize,
+    /// Vendor families the policy allows ([`Policy::allowed_families`]).
+    families: std::collections::BTreeSet<VendorFamily>,
 }
 
 impl Checker<'_> {
@@ -388,8 +535,23 @@ impl Checker<'_> {
         self.findings.push(Finding { rule, line, col, message });
     }
 
+    /// A compute call the policy allows: named in `allowed_torch_ops`, or of a vendor family
+    /// the reference calls (dispatch-aware).
     fn allowed(&self, name: &str) -> bool {
         self.policy.allowed_torch_ops.iter().any(|a| a == name)
+            || vendor_family(name).is_some_and(|f| self.families.contains(&f))
+    }
+
+    /// Why a vendor call is not allowed: the policy, or a reference that makes no such call.
+    fn vendor_hint(&self, n: &str) -> String {
+        match (vendor_family(n), self.policy.torch_policy) {
+            (Some(_), TorchPolicy::StrictNoTorch) => " (policy strict-no-torch: no vendor call allowed)".into(),
+            (Some(f), TorchPolicy::DispatchAware) => {
+                let f = serde_json::to_value(f).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+                format!(" (dispatch-aware: the reference makes no {f} call)")
+            }
+            (None, _) => String::new(),
+        }
     }
 
     fn low_dtype(&self, e: &Expr) -> Option<String> {
@@ -402,6 +564,11 @@ impl Checker<'_> {
     }
 
     fn check_call(&mut self, c: &ast::ExprCall) {
+        if let Expr::Attribute(a) = c.func.as_ref() {
+            if matches!(a.attr.as_str(), "get" | "__getitem__" | "pop" | "setdefault") {
+                self.rule_for_namespace_lookup(c, &a.value, c.args.first());
+            }
+        }
         let name = dotted(&c.func, &self.aliases);
         if let Some(n) = &name {
             self.rules_for_named_call(c, n);
@@ -424,6 +591,101 @@ impl Checker<'_> {
         }
         self.rule_for_setattr(c, n);
         self.rule_for_matmul_precision(c, n);
+        self.rules_for_dynamic_access(c, n);
+    }
+
+    /// A dotted name that is torch or the harness (`torch`, `F`, `torch.nn`, `kforge`, `builtins`).
+    fn torch_or_harness(&self, e: &Expr) -> Option<String> {
+        let d = dotted(e, &self.aliases)?;
+        let root = d.split('.').next().unwrap_or("");
+        (root == "torch" || harness_module(&d) || matches!(root, "builtins" | "__builtins__")).then_some(d)
+    }
+
+    /// Names computed at run time: `getattr` on torch, `operator.attrgetter` / `methodcaller`,
+    /// `vars(torch)`, dynamic imports and run-time code.
+    fn rules_for_dynamic_access(&mut self, c: &ast::ExprCall, n: &str) {
+        let literal = |e: Option<&Expr>| match e {
+            Some(Expr::Constant(k)) => match &k.value {
+                ast::Constant::Str(s) => Some(s.to_string()),
+                _ => None,
+            },
+            _ => None,
+        };
+        let compute_name =
+            |s: &str| s.split('.').any(|part| COMPUTE_FUNCS.contains(&part) || COMPUTE_METHODS.contains(&part));
+        if n == "getattr" || n == "builtins.getattr" {
+            let (obj, name) = (c.args.first(), literal(c.args.get(1)));
+            if let Some(target) = obj.and_then(|o| self.torch_or_harness(o)) {
+                match name {
+                    None => self.add(
+                        Rule::DynamicAccess,
+                        c,
+                        format!("getattr({target}, <computed name>) reaches torch by a name built at run time"),
+                    ),
+                    Some(lit) if compute_name(&lit) && !self.allowed(&format!("{target}.{lit}")) => self.add(
+                        Rule::TorchCompute,
+                        c,
+                        format!("getattr({target}, {lit:?}) computes with torch instead of the candidate's kernel"),
+                    ),
+                    Some(_) => {}
+                }
+            } else if let Some(lit) = name {
+                let on_triton = obj
+                    .and_then(|o| dotted(o, &self.aliases))
+                    .is_some_and(|d| d.starts_with("triton") || d.starts_with("tl"));
+                if COMPUTE_METHODS.contains(&lit.as_str()) && !on_triton && !self.allowed(&format!("Tensor.{lit}")) {
+                    self.add(Rule::TorchCompute, c, format!("getattr(..., {lit:?}) calls a torch compute method"));
+                }
+            }
+        }
+        if n == "operator.attrgetter" || n == "operator.methodcaller" {
+            let names: Vec<Option<String>> = if n == "operator.methodcaller" {
+                vec![literal(c.args.first())]
+            } else {
+                c.args.iter().map(|a| literal(Some(a))).collect()
+            };
+            for lit in names {
+                match lit {
+                    None => self.add(
+                        Rule::DynamicAccess,
+                        c,
+                        format!("{n}(<computed name>): an attribute by a name built at run time"),
+                    ),
+                    Some(l)
+                        if compute_name(&l)
+                            && !self.allowed(&format!("Tensor.{l}"))
+                            && !self.allowed(&format!("torch.{l}")) =>
+                    {
+                        self.add(Rule::DynamicAccess, c, format!("{n}({l:?}) reaches a torch compute op by name"))
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        if n == "vars" {
+            if let Some(target) = c.args.first().and_then(|o| self.torch_or_harness(o)) {
+                self.add(Rule::DynamicAccess, c, format!("vars({target}): torch's namespace looked up by key"));
+            }
+        }
+        if n == "__import__"
+            || n == "builtins.__import__"
+            || ["importlib.", "imp.", "runpy."].iter().any(|p| n.starts_with(p))
+        {
+            self.add(Rule::DynamicImport, c, format!("{n}(...) loads a module by a name the static check cannot see"));
+        }
+        if matches!(
+            n,
+            "eval"
+                | "exec"
+                | "compile"
+                | "builtins.eval"
+                | "builtins.exec"
+                | "builtins.compile"
+                | "types.CodeType"
+                | "types.FunctionType"
+        ) {
+            self.add(Rule::DynamicCode, c, format!("{n}(...) runs code the static check cannot see"));
+        }
     }
 
     /// Torch, vendor and functional compute outside a kernel; an nn layer constructed or called.
@@ -436,7 +698,12 @@ impl Checker<'_> {
         // `self.linear = nn.Linear(...)` for its weight); calling it computes (below).
         let layer = n.starts_with("torch.nn.") && NN_LAYERS.contains(&last);
         if (torch_fn || vendor || functional) && self.in_kernel == 0 && !self.allowed(n) {
-            self.add(Rule::TorchCompute, c, format!("{n}(...) computes with torch instead of the candidate's kernel"));
+            let why = self.vendor_hint(n);
+            self.add(
+                Rule::TorchCompute,
+                c,
+                format!("{n}(...) computes with torch instead of the candidate's kernel{why}"),
+            );
         }
         if layer && self.in_kernel == 0 && !self.allowed(n) {
             self.layer_ctor = Some(n.to_string());
@@ -577,6 +844,34 @@ impl Checker<'_> {
         }
     }
 
+    /// `globals()[name]`, `vars()[...]`, `locals().get(...)`: a lookup by a computed name, or of a
+    /// name bound to torch. `namespace` is the call that made the namespace, `key` the key.
+    fn rule_for_namespace_lookup(&mut self, at: &impl Ranged, namespace: &Expr, key: Option<&Expr>) {
+        let Expr::Call(inner) = namespace else { return };
+        let Some(f) = dotted(&inner.func, &self.aliases) else { return };
+        if !matches!(f.as_str(), "globals" | "locals" | "vars") || !inner.args.is_empty() {
+            return;
+        }
+        let key = match key {
+            Some(Expr::Constant(k)) => match &k.value {
+                ast::Constant::Str(s) => Some(s.to_string()),
+                _ => None,
+            },
+            _ => None,
+        };
+        match key {
+            None => self.add(
+                Rule::DynamicAccess,
+                at,
+                format!("{f}()[<computed name>]: a global by a name built at run time"),
+            ),
+            Some(k) if self.aliases.get(&k).is_some_and(|t| t.starts_with("torch")) || k == "torch" => {
+                self.add(Rule::DynamicAccess, at, format!("{f}()[{k:?}]: torch looked up by key"))
+            }
+            Some(_) => {}
+        }
+    }
+
     /// Writing into a module-level container: `CACHE[k] = v`, `CACHE.setdefault(...)`, ….
     fn mutation(&mut self, t: &Expr) {
         let mut base = t;
@@ -692,6 +987,12 @@ impl Visitor for Checker<'_> {
             if NATIVE_MODULES.contains(&full.split('.').next().unwrap_or("")) {
                 self.add(Rule::NativeAccess, &node, format!("import {full}: native access around the harness"));
             }
+            if harness_module(&full) {
+                self.add(Rule::HarnessAccess, &node, format!("import {full}: the harness's own modules"));
+            }
+            if DISPATCH_MACHINERY.iter().any(|m| full.contains(m)) {
+                self.add(Rule::HarnessAccess, &node, format!("import {full}: the dispatch record's machinery"));
+            }
             let local = a
                 .asname
                 .as_ref()
@@ -709,6 +1010,14 @@ impl Visitor for Checker<'_> {
         }
         if NATIVE_MODULES.contains(&module.split('.').next().unwrap_or("")) {
             self.add(Rule::NativeAccess, &node, format!("from {module} import ...: native access around the harness"));
+        }
+        if harness_module(&module) || (node.level.is_some_and(|l| l.to_u32() > 0)) {
+            self.add(Rule::HarnessAccess, &node, format!("from {module} import ...: the harness's own modules"));
+        }
+        if DISPATCH_MACHINERY.iter().any(|m| module.contains(m))
+            || node.names.iter().any(|a| DISPATCH_MACHINERY.contains(&a.name.as_str()))
+        {
+            self.add(Rule::HarnessAccess, &node, format!("from {module} import ...: the dispatch record's machinery"));
         }
         for a in &node.names {
             if a.name.as_str() == "*" && (module == "torch" || module.starts_with("torch.")) {
@@ -770,12 +1079,25 @@ impl Visitor for Checker<'_> {
                 "sys.argv: the harness's command line (where it reads and writes its results)".into(),
             );
         }
+        if node.attr.as_str() == "__dict__" {
+            if let Some(target) = self.torch_or_harness(&node.value) {
+                self.add(Rule::DynamicAccess, &node, format!("{target}.__dict__: torch's namespace looked up by key"));
+            }
+        }
+        if DISPATCH_MACHINERY.contains(&node.attr.as_str()) {
+            self.add(
+                Rule::HarnessAccess,
+                &node,
+                format!("{}: the dispatch record's machinery", d.as_deref().unwrap_or(node.attr.as_str())),
+            );
+        }
         self.generic_visit_expr_attribute(node)
     }
     fn visit_expr_subscript(&mut self, node: ast::ExprSubscript) {
         if dotted(&node.value, &self.aliases).as_deref() == Some("sys.modules") {
             self.add(Rule::HarnessAccess, &node, "sys.modules[...] reaches into the harness's modules".into());
         }
+        self.rule_for_namespace_lookup(&node, &node.value, Some(&node.slice));
         self.generic_visit_expr_subscript(node)
     }
     descend_everywhere!();
@@ -871,6 +1193,127 @@ pub fn problem_dtypes(problem_source: &str) -> Vec<String> {
     v.0
 }
 
+/// The vendor-library calls the reference makes: calls of a [`VendorFamily`] (and `@`) in class
+/// `Model` and in the module's functions (its helpers), and vendor nn layers (`nn.Linear`,
+/// `nn.Conv2d`, also inside containers) that `Model` constructs and reads outside `__init__`.
+/// Sorted by line, one per call spelling. A source that does not parse makes none.
+pub fn reference_vendor_calls(problem_source: &str) -> Vec<VendorCall> {
+    let Ok(suite) = ast::Suite::parse(problem_source, "<problem>") else { return Vec::new() };
+    let lines = Lines::new(problem_source);
+    let policy = Policy { torch_policy: TorchPolicy::StrictNoTorch, ..Policy::default() };
+    // The problem's imports and aliases, as the static check learns them.
+    let mut learn = Checker {
+        lines: &lines,
+        policy: &policy,
+        aliases: HashMap::new(),
+        findings: Vec::new(),
+        problem_dtypes: &[],
+        containers: Default::default(),
+        layers: HashMap::new(),
+        layer_ctor: None,
+        in_kernel: 0,
+        families: Default::default(),
+    };
+    for s in suite.iter().cloned() {
+        learn.visit_stmt(s);
+    }
+    struct Reference<'a> {
+        lines: &'a Lines<'a>,
+        aliases: HashMap<String, String>,
+        calls: Vec<VendorCall>,
+        /// Vendor layers constructed, with the `self.X` they are assigned to (if any).
+        layers: Vec<(Option<String>, VendorCall)>,
+        /// `self.X` read in a method other than `__init__`.
+        read: std::collections::HashSet<String>,
+        assigning: Option<String>,
+        in_init: bool,
+    }
+    impl Reference<'_> {
+        fn push(&mut self, family: VendorFamily, call: String, at: &impl Ranged) {
+            let line = self.lines.at(at.range().start().to_usize()).0;
+            self.calls.push(VendorCall { family, call, line });
+        }
+    }
+    impl Visitor for Reference<'_> {
+        fn visit_stmt_function_def(&mut self, node: ast::StmtFunctionDef) {
+            let was = self.in_init;
+            self.in_init = node.name.as_str() == "__init__";
+            self.generic_visit_stmt_function_def(node);
+            self.in_init = was;
+        }
+        fn visit_stmt_assign(&mut self, node: ast::StmtAssign) {
+            self.assigning = match node.targets.as_slice() {
+                [Expr::Attribute(a)] if matches!(a.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self") => {
+                    Some(a.attr.to_string())
+                }
+                _ => None,
+            };
+            self.visit_expr(*node.value);
+            self.assigning = None;
+        }
+        fn visit_expr_call(&mut self, node: ast::ExprCall) {
+            if let Some(n) = dotted(&node.func, &self.aliases) {
+                let last = n.rsplit('.').next().unwrap_or("");
+                if let Some(f) = vendor_family(&n) {
+                    if n.starts_with("torch.nn.") && NN_LAYERS.contains(&last) {
+                        let line = self.lines.at(node.range().start().to_usize()).0;
+                        self.layers.push((self.assigning.clone(), VendorCall { family: f, call: n, line }));
+                    } else {
+                        self.push(f, n, &node);
+                    }
+                }
+            }
+            if let Expr::Attribute(a) = node.func.as_ref() {
+                let on_module = dotted(&a.value, &self.aliases).is_some_and(|d| d.starts_with("torch"));
+                if let (false, Some(f)) = (on_module, vendor_family(&format!("Tensor.{}", a.attr))) {
+                    self.push(f, format!("Tensor.{}", a.attr), &node);
+                }
+            }
+            self.generic_visit_expr_call(node)
+        }
+        fn visit_expr_bin_op(&mut self, node: ast::ExprBinOp) {
+            if node.op == ast::Operator::MatMult {
+                self.push(VendorFamily::Gemm, "@".into(), &node);
+            }
+            self.generic_visit_expr_bin_op(node)
+        }
+        fn visit_expr_attribute(&mut self, node: ast::ExprAttribute) {
+            if !self.in_init && matches!(node.value.as_ref(), Expr::Name(n) if n.id.as_str() == "self") {
+                self.read.insert(node.attr.to_string());
+            }
+            self.generic_visit_expr_attribute(node)
+        }
+        descend_everywhere!();
+    }
+    let mut r = Reference {
+        lines: &lines,
+        aliases: learn.aliases,
+        calls: Vec::new(),
+        layers: Vec::new(),
+        read: Default::default(),
+        assigning: None,
+        in_init: false,
+    };
+    for s in suite {
+        match &s {
+            Stmt::ClassDef(c) if c.name.as_str() == "Model" => r.visit_stmt(s),
+            Stmt::FunctionDef(f) if !matches!(f.name.as_str(), "get_inputs" | "get_init_inputs") => r.visit_stmt(s),
+            _ => {}
+        }
+    }
+    let layers = std::mem::take(&mut r.layers);
+    for (target, call) in layers {
+        if target.as_ref().is_none_or(|t| r.read.contains(t)) {
+            r.calls.push(call);
+        }
+    }
+    let mut calls = r.calls;
+    calls.sort_by_key(|c| c.line);
+    let mut seen = std::collections::HashSet::new();
+    calls.retain(|c| seen.insert(c.call.clone()));
+    calls
+}
+
 /// Gate 1's static check of a candidate's source (see [`check_static_for`]), for an fp32 problem.
 pub fn check_static(source: &str, policy: &Policy) -> Result<Vec<Finding>, SyntaxError> {
     check_static_for(source, policy, &[])
@@ -919,6 +1362,7 @@ fn check_inner(source: &str, policy: &Policy, problem_dtypes: &[String]) -> Resu
             layers,
             layer_ctor: None,
             in_kernel: 0,
+            families: policy.allowed_families(),
         }
     };
     // Pass 1 learns the imports, aliases and nn-layer attributes wherever they appear in the file

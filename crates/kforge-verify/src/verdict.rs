@@ -9,13 +9,21 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::Finding;
+use crate::{Finding, Policy, TorchPolicy, VendorCall};
 
-/// Gates in cascade order; a candidate is rejected by the first failing check.
-pub const GATES: [&str; 6] = ["static", "dry-run", "correctness", "model", "exploits", "performance"];
+/// Gates in cascade order; a candidate is rejected by the first failing check. `dispatch` is
+/// the run-time record of the aten ops the candidate's forward dispatched in all the runs before
+/// it, checked against the policy (`python/kforge/verify/dispatch.py`): a wrong candidate is
+/// named by the check it fails first, torch compute by `dispatch:torch-compute` once every
+/// other check passed.
+pub const GATES: [&str; 7] = ["static", "dry-run", "correctness", "model", "exploits", "dispatch", "performance"];
 
 /// Gates that must report passing checks for a candidate to pass at all.
 pub const MANDATORY: [&str; 4] = ["dry-run", "correctness", "model", "exploits"];
+
+/// Gates that must be reported (passing, or not applicable: a replacement kernel's dispatch
+/// record) for a candidate to pass at all.
+pub const REPORTED: [&str; 1] = ["dispatch"];
 
 /// One runtime check as the runner reports it. `ok: None` means "does not apply here".
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -87,6 +95,25 @@ pub struct Verdict {
     pub cause: Option<Cause>,
     /// How it ran (the runner's notes, and the orchestrator's).
     pub notes: Vec<String>,
+    /// The policy's torch rule (`dispatch-aware`, `strict-no-torch`).
+    #[serde(default)]
+    pub torch_policy: TorchPolicy,
+    /// The vendor-library calls of the reference the candidate was allowed to keep (empty under
+    /// `strict-no-torch`); what it dispatched of them is in the `dispatch` gate's evidence.
+    #[serde(default)]
+    pub allowed_vendor_calls: Vec<VendorCall>,
+}
+
+impl Verdict {
+    /// The verdict with the policy's torch rule and allowed vendor calls recorded.
+    pub fn with_policy(mut self, policy: &Policy) -> Verdict {
+        self.torch_policy = policy.torch_policy;
+        self.allowed_vendor_calls = match policy.torch_policy {
+            TorchPolicy::DispatchAware => policy.reference_vendor_calls.clone(),
+            TorchPolicy::StrictNoTorch => Vec::new(),
+        };
+        self
+    }
 }
 
 /// Whose failure a cause is.
@@ -434,7 +461,13 @@ pub fn compose(
     // result without them (a runner cut short, or a result file written by someone else) cannot
     // accept anything.
     let missing: Vec<&str> = if runner.is_some() && rejected_by.is_none() {
-        MANDATORY.iter().copied().filter(|m| !gates.iter().any(|g| g.gate == *m && g.status == "passed")).collect()
+        let status = |m: &str| gates.iter().find(|g| g.gate == m).map(|g| g.status.as_str()).unwrap_or("not-run");
+        MANDATORY
+            .iter()
+            .copied()
+            .filter(|m| status(m) != "passed")
+            .chain(REPORTED.iter().copied().filter(|m| !matches!(status(m), "passed" | "not-applicable")))
+            .collect()
     } else {
         Vec::new()
     };
@@ -462,6 +495,8 @@ pub fn compose(
         limits,
         cause,
         notes,
+        torch_policy: TorchPolicy::default(),
+        allowed_vendor_calls: Vec::new(),
     }
 }
 
@@ -475,6 +510,18 @@ pub fn table(v: &Verdict) -> String {
             None => format!("{} checks", g.checks.len()),
         };
         s.push_str(&format!("{:<12} {:<15} {}\n", g.gate, g.status, detail));
+    }
+    if !v.allowed_vendor_calls.is_empty() {
+        let calls: Vec<String> = v
+            .allowed_vendor_calls
+            .iter()
+            .map(|c| {
+                let f =
+                    serde_json::to_value(c.family).ok().and_then(|x| x.as_str().map(String::from)).unwrap_or_default();
+                format!("{} ({f}, reference line {})", c.call, c.line)
+            })
+            .collect();
+        s.push_str(&format!("vendor calls allowed (dispatch-aware): {}\n", calls.join(", ")));
     }
     let outcome = serde_json::to_value(v.outcome).ok().and_then(|x| x.as_str().map(String::from)).unwrap_or_default();
     if let Some(c) = &v.cause {
@@ -545,6 +592,7 @@ mod tests {
                 check("correctness", "seed-0", Some(true)),
                 check("model", "eager", Some(true)),
                 check("exploits", "determinism", Some(true)),
+                check("dispatch", "torch-compute", Some(true)),
                 check("performance", "speedup", None),
             ],
             device: Some("cpu".into()),
@@ -554,10 +602,10 @@ mod tests {
         assert_eq!((v.outcome, v.rejected_by.as_deref()), (Outcome::PassedWithoutPerformance, None));
         assert_eq!(v.outcome.exit_code(), 0);
         let status: Vec<&str> = v.gates.iter().map(|g| g.status.as_str()).collect();
-        assert_eq!(status, ["passed", "passed", "passed", "passed", "passed", "not-applicable"]);
+        assert_eq!(status, ["passed", "passed", "passed", "passed", "passed", "passed", "not-applicable"]);
 
         let mut perf = all_ok.clone();
-        perf.checks[4].ok = Some(true);
+        perf.checks[5].ok = Some(true);
         assert_eq!(compose("p", "c", &[], Some(&perf), None, json!({})).outcome, Outcome::Accepted);
 
         // The first failing check in gate order names the rejection, whatever the list order.
@@ -678,5 +726,56 @@ mod tests {
         let v = compose("p", "c", &[], None, Some(c), json!({}));
         assert_eq!((v.outcome, v.rejected_by.as_deref()), (Outcome::Rejected, Some("static:syntax")));
         assert!(table(&v).contains("line 1: invalid syntax"));
+    }
+
+    #[test]
+    fn the_dispatch_record_must_be_reported_and_rejects_in_cascade_order() {
+        let with = |dispatch: Option<CheckResult>| RunnerResult {
+            checks: [
+                Some(check("dry-run", "runs", Some(true))),
+                Some(check("correctness", "seed-0", Some(false))),
+                Some(check("model", "eager", Some(true))),
+                Some(check("exploits", "determinism", Some(true))),
+                dispatch,
+            ]
+            .into_iter()
+            .flatten()
+            .collect(),
+            device: None,
+            notes: vec![],
+        };
+        // A wrong candidate is named by its correctness failure; torch compute alone by the record.
+        let mut computes = with(Some(check("dispatch", "torch-compute", Some(false))));
+        let v = compose("p", "c", &[], Some(&computes), None, json!({}));
+        assert_eq!(v.rejected_by.as_deref(), Some("correctness:seed-0"));
+        computes.checks[1].ok = Some(true);
+        let v = compose("p", "c", &[], Some(&computes), None, json!({}));
+        assert_eq!((v.outcome, v.rejected_by.as_deref()), (Outcome::Rejected, Some("dispatch:torch-compute")));
+        // A result without the dispatch record cannot accept (fail closed) ...
+        let mut ok = with(None);
+        ok.checks[1].ok = Some(true);
+        let v = compose("p", "c", &[], Some(&ok), None, json!({}));
+        assert_eq!(v.outcome, Outcome::CouldNotRun);
+        assert!(v.error.as_deref().unwrap().contains("dispatch"), "{:?}", v.error);
+        // ... one where it does not apply (a replacement kernel) can.
+        let mut na = with(Some(check("dispatch", "torch-compute", None)));
+        na.checks[1].ok = Some(true);
+        assert_eq!(compose("p", "c", &[], Some(&na), None, json!({})).outcome, Outcome::PassedWithoutPerformance);
+    }
+
+    #[test]
+    fn the_verdict_records_the_allowed_vendor_calls() {
+        let problem = "import torch.nn as nn\nclass Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.linear = nn.Linear(4, 4)\n    def forward(self, x):\n        return self.linear(x).relu()\n";
+        let aware = Policy::default().for_problem(problem);
+        let v = compose("p", "c", &[], None, None, json!({})).with_policy(&aware);
+        assert_eq!(v.torch_policy, TorchPolicy::DispatchAware);
+        assert_eq!(v.allowed_vendor_calls.len(), 1);
+        assert_eq!(v.allowed_vendor_calls[0].call, "torch.nn.Linear");
+        let j = serde_json::to_value(&v).unwrap();
+        assert_eq!(j["allowed_vendor_calls"][0]["family"], "gemm");
+        assert!(table(&v).contains("vendor calls allowed (dispatch-aware): torch.nn.Linear (gemm, reference line 5)"));
+        let strict = Policy::preset("strict-no-torch").unwrap().for_problem(problem);
+        let v = compose("p", "c", &[], None, None, json!({})).with_policy(&strict);
+        assert_eq!((v.torch_policy, v.allowed_vendor_calls.len()), (TorchPolicy::StrictNoTorch, 0));
     }
 }

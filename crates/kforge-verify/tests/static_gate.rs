@@ -1,7 +1,10 @@
 //! Gate 1 static check: each exploit pattern is reported under its rule with its line; an honest
 //! Triton candidate has no finding; the policy relaxes what it says.
 
-use kforge_verify::{check_static, check_static_for, problem_dtypes, Finding, Policy, Precision, Rule};
+use kforge_verify::{
+    check_static, check_static_for, problem_dtypes, reference_vendor_calls, Finding, Policy, Precision, Rule,
+    TorchPolicy, VendorCall, VendorFamily,
+};
 
 const HONEST: &str = r#"
 import torch
@@ -237,4 +240,164 @@ fn triton_casts_to_lower_precision_are_cuts() {
     ))
     .unwrap();
     assert_eq!(rules(&honest), vec![]);
+}
+
+#[test]
+fn dynamic_access_to_torch_is_named_with_its_line() {
+    let cases: &[(&str, Rule, usize)] = &[
+        ("import torch\ndef f(x, y):\n    return getattr(torch, 'ad' + 'd')(x, y)\n", Rule::DynamicAccess, 3),
+        (
+            "import torch.nn.functional as F\nop = 'relu'\ndef f(x):\n    return getattr(F, op)(x)\n",
+            Rule::DynamicAccess,
+            4,
+        ),
+        ("import torch\ndef f(a, b):\n    return getattr(torch, 'mm')(a, b)\n", Rule::TorchCompute, 3),
+        ("def f(a, b):\n    return getattr(a, 'matmul')(b)\n", Rule::TorchCompute, 2),
+        (
+            "import importlib\ndef f(x, y):\n    return importlib.import_module('tor' + 'ch').add(x, y)\n",
+            Rule::DynamicImport,
+            3,
+        ),
+        ("def f(x, y):\n    return __import__('torch').add(x, y)\n", Rule::DynamicImport, 2),
+        ("import torch\ndef f(x, y):\n    return eval('torch.add(x, y)')\n", Rule::DynamicCode, 3),
+        ("def f(src):\n    exec(src)\n", Rule::DynamicCode, 2),
+        ("def f(src):\n    return compile(src, 'x', 'exec')\n", Rule::DynamicCode, 2),
+        (
+            "import operator, torch\ndef f(x, y):\n    return operator.attrgetter('ad' + 'd')(torch)(x, y)\n",
+            Rule::DynamicAccess,
+            3,
+        ),
+        ("import operator\ndef f(a, b):\n    return operator.methodcaller('matmul', b)(a)\n", Rule::DynamicAccess, 3),
+        ("import sys\ndef f(x, y):\n    return sys.modules['tor' + 'ch'].add(x, y)\n", Rule::HarnessAccess, 3),
+        ("import torch\ndef f(x):\n    return vars(torch)['relu'](x)\n", Rule::DynamicAccess, 3),
+        ("import torch\ndef f(x):\n    return torch.__dict__['relu'](x)\n", Rule::DynamicAccess, 3),
+        ("import torch\ndef f(x, name):\n    return globals()[name](x)\n", Rule::DynamicAccess, 3),
+        ("import torch as T\ndef f(x):\n    return globals()['T'].relu(x)\n", Rule::DynamicAccess, 3),
+        ("def f(x, name):\n    return globals().get(name)(x)\n", Rule::DynamicAccess, 2),
+        ("import kforge.harness\n", Rule::HarnessAccess, 1),
+        ("from kforge.harness import compare\n", Rule::HarnessAccess, 1),
+        ("from kforge_verify_problem import Model\n", Rule::HarnessAccess, 1),
+        ("from torch.utils._python_dispatch import _disable_current_modes\n", Rule::HarnessAccess, 1),
+        ("import torch\ndef f():\n    torch._C._unset_dispatch_mode(0)\n", Rule::HarnessAccess, 3),
+    ];
+    for (src, rule, line) in cases {
+        let got = rules(src);
+        assert!(got.contains(&(*rule, *line)), "{src:?}: expected {rule:?} at line {line}, got {got:?}");
+    }
+}
+
+#[test]
+fn honest_dynamic_looking_code_is_not_flagged() {
+    let ok = [
+        // getattr on the module itself, with a literal or a computed name.
+        "class M:\n    def forward(self, x):\n        w = getattr(self, 'weight')\n        return getattr(self, f'b{0}', None)\n",
+        // getattr / attrgetter with names that compute nothing.
+        "import torch, operator\ndef f(x):\n    return getattr(torch, 'float32'), operator.attrgetter('shape')(x)\n",
+        // tl.* inside a Triton kernel, re.compile and torch.compile are not the builtin compile.
+        "import re\nimport triton\nimport triton.language as tl\n@triton.jit\ndef k(p, BLOCK: tl.constexpr):\n    tl.store(p + tl.arange(0, BLOCK), tl.exp(tl.load(p + tl.arange(0, BLOCK))))\npat = re.compile('x')\n",
+        "from re import compile\npat = compile('x')\n",
+        // globals() lookups of names that are not torch.
+        "SIZES = {'a': 1}\ndef f():\n    return globals()['SIZES'], globals().get('SIZES')\n",
+    ];
+    for src in ok {
+        assert_eq!(rules(src), vec![], "{src}");
+    }
+}
+
+const GEMM_PROBLEM: &str = r#"
+import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    def __init__(self, i, o):
+        super().__init__()
+        self.linear = nn.Linear(i, o)
+        self.unused = nn.Conv2d(3, 3, 3)
+
+    def forward(self, x):
+        return torch.relu(self.linear(x))
+"#;
+
+const DISPATCH_AWARE: &str = r#"
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+class ModelNew(nn.Module):
+    def __init__(self, i, o):
+        super().__init__()
+        self.linear = nn.Linear(i, o)
+
+    def forward(self, x):
+        y = F.linear(x, self.linear.weight)
+        z = x @ self.linear.weight.t()
+        w = self.linear(x)
+        return epilogue(y, self.linear.bias)
+"#;
+
+#[test]
+fn dispatch_aware_allows_the_references_vendor_calls_only() {
+    let calls = reference_vendor_calls(GEMM_PROBLEM);
+    // nn.Linear used in forward; the Conv2d is constructed but never read outside __init__.
+    assert_eq!(calls, vec![VendorCall { family: VendorFamily::Gemm, call: "torch.nn.Linear".into(), line: 8 }]);
+    let aware = Policy::default().for_problem(GEMM_PROBLEM);
+    assert_eq!(aware.torch_policy, TorchPolicy::DispatchAware);
+    let got: Vec<(Rule, usize)> =
+        check_static(DISPATCH_AWARE, &aware).unwrap().into_iter().map(|f| (f.rule, f.line)).collect();
+    assert_eq!(got, vec![], "the GEMM family is the reference's: F.linear, @ and the layer call pass");
+    // Anything else torch computes stays a finding; so does a family the reference does not use.
+    let relu = "import torch\nimport torch.nn.functional as F\ndef f(x, w):\n    return torch.relu(F.linear(x, w))\ndef g(x, k):\n    return F.conv2d(x, k)\n";
+    let got: Vec<(Rule, usize)> = check_static(relu, &aware).unwrap().into_iter().map(|f| (f.rule, f.line)).collect();
+    assert_eq!(got, vec![(Rule::TorchCompute, 4), (Rule::TorchCompute, 6)]);
+    let f = check_static(relu, &aware).unwrap();
+    assert!(f[1].message.contains("the reference makes no conv call"), "{}", f[1].message);
+    // strict-no-torch: today's rules, every GEMM spelling a finding.
+    let strict = Policy::load("strict-no-torch").unwrap().for_problem(GEMM_PROBLEM);
+    assert!(strict.reference_vendor_calls.is_empty());
+    let got: Vec<(Rule, usize)> =
+        check_static(DISPATCH_AWARE, &strict).unwrap().into_iter().map(|f| (f.rule, f.line)).collect();
+    assert_eq!(got, vec![(Rule::TorchCompute, 12), (Rule::TorchCompute, 13), (Rule::TorchCompute, 14)]);
+    assert!(check_static(DISPATCH_AWARE, &strict).unwrap()[0].message.contains("strict-no-torch"));
+}
+
+#[test]
+fn reference_vendor_calls_cover_each_family_and_spelling() {
+    let src = "import torch\nfrom torch import nn\nimport torch.nn.functional as F\ndef helper(a, b):\n    return torch.bmm(a, b)\nclass Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n        self.net = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())\n    def forward(self, q, k, v, x):\n        y = self.net(x)\n        return F.scaled_dot_product_attention(q, k, v) @ v, helper(q, k), y\ndef get_inputs():\n    return [torch.matmul(torch.ones(2, 2), torch.ones(2, 2))]\n";
+    let got: Vec<(VendorFamily, String, usize)> =
+        reference_vendor_calls(src).into_iter().map(|c| (c.family, c.call, c.line)).collect();
+    assert_eq!(
+        got,
+        vec![
+            (VendorFamily::Gemm, "torch.bmm".into(), 5),
+            (VendorFamily::Conv, "torch.nn.Conv2d".into(), 9),
+            (VendorFamily::Gemm, "@".into(), 12),
+            (VendorFamily::Attention, "torch.nn.functional.scaled_dot_product_attention".into(), 12),
+        ]
+    );
+    assert!(reference_vendor_calls("def f(:").is_empty());
+    // An element-wise reference makes no vendor call: dispatch-aware is then strict.
+    assert!(reference_vendor_calls("import torch\nclass Model:\n    def forward(self, x, y):\n        return x + y\n")
+        .is_empty());
+}
+
+#[test]
+fn policy_presets_and_files() {
+    assert_eq!(Policy::load("dispatch-aware").unwrap(), Policy::default());
+    assert_eq!(Policy::load("strict-no-torch").unwrap().torch_policy, TorchPolicy::StrictNoTorch);
+    assert_eq!(
+        Policy::from_toml("torch_policy = \"strict-no-torch\"\n").unwrap().torch_policy,
+        TorchPolicy::StrictNoTorch
+    );
+    assert!(Policy::from_toml("torch_policy = \"lenient\"\n").is_err());
+    // The learned calls are never read from a file.
+    assert!(Policy::from_toml("reference_vendor_calls = []\n").is_err());
+    let dir = std::env::temp_dir().join(format!("kforge-policy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("p.toml");
+    std::fs::write(&f, "seeds = 4\n").unwrap();
+    let p = Policy::load(f.to_str().unwrap()).unwrap();
+    assert_eq!((p.seeds, p.torch_policy), (4, TorchPolicy::DispatchAware));
+    let e = Policy::load("no-such-preset").unwrap_err().to_string();
+    assert!(e.contains("no-such-preset") && e.contains("strict-no-torch"), "{e}");
+    std::fs::remove_dir_all(&dir).unwrap();
 }

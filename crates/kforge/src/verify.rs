@@ -26,10 +26,11 @@ pub struct VerifyArgs {
     /// inspect` lists); it is verified re-stitched into the compiled model (needs a GPU).
     #[arg(long)]
     kernel: Option<String>,
-    /// Policy file (TOML): allowed_torch_ops, precision (strict | tf32-allowed | low-allowed),
-    /// [rtol] / [atol] per dtype, seeds, rounds, [ragged] input sizes to try (NAME = value).
+    /// A preset (dispatch-aware, the default: the reference's vendor-library calls stay allowed;
+    /// strict-no-torch) or a policy file (TOML): torch_policy, allowed_torch_ops, precision (strict |
+    /// tf32-allowed | low-allowed), [rtol] / [atol] per dtype, seeds, rounds, [ragged] sizes (NAME = value).
     #[arg(long)]
-    policy: Option<PathBuf>,
+    policy: Option<String>,
     /// Write the verdict as JSON to this file (`-`: standard output).
     #[arg(long)]
     json: Option<String>,
@@ -97,10 +98,7 @@ pub fn verify(socket: &Path, a: VerifyArgs) -> Result<i32> {
         d => bail!("--device must be auto, cpu or a GPU index, got {d:?}"),
     };
     let policy = match &a.policy {
-        Some(p) => {
-            Policy::from_toml(&std::fs::read_to_string(p).with_context(|| format!("reading policy {}", p.display()))?)
-                .with_context(|| format!("policy {}", p.display()))?
-        }
+        Some(p) => Policy::load(p).with_context(|| format!("--policy {p}"))?,
         None => Policy::default(),
     };
     for f in [&a.problem, &a.candidate] {
@@ -114,6 +112,7 @@ pub fn verify(socket: &Path, a: VerifyArgs) -> Result<i32> {
 
     let problem_source =
         std::fs::read_to_string(&a.problem).with_context(|| format!("reading {}", a.problem.display()))?;
+    let policy = policy.for_problem(&problem_source);
     let evidence = match check_static_for(&source, &policy, &problem_dtypes(&problem_source)) {
         // A candidate that does not parse is its own failure: rejected, never run.
         Err(e) => {
@@ -127,7 +126,8 @@ pub fn verify(socket: &Path, a: VerifyArgs) -> Result<i32> {
         Ok(_) => run_candidate(&a, &device, &policy, &mut limits)?,
     };
     let mut verdict =
-        compose(&problem, &candidate, &evidence.findings, evidence.result.as_ref(), evidence.cause, limits);
+        compose(&problem, &candidate, &evidence.findings, evidence.result.as_ref(), evidence.cause, limits)
+            .with_policy(&policy);
     if a.device == "cpu" && !verdict.notes.iter().any(|n| n.contains("TRITON_INTERPRET")) {
         verdict
             .notes

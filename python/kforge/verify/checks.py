@@ -20,6 +20,7 @@ import kforge
 
 from ..harness import (DISTRIBUTIONS, Check, allowed_origin, clone_all, clone_output, compare, flat, make_inputs, package_dirs,
                        same_values, thread_check)
+from .dispatch import DispatchRecord, prepare
 from .perf import performance_gate
 
 
@@ -87,6 +88,8 @@ def own_failure(e: Exception, dev: Any) -> Exception:
 def timer_identities() -> Dict[str, int]:
     """Identities of the functions a timing harness relies on (exploit: patching them)."""
     import torch
+
+    prepare()  # the dispatch record's imports, before any identity or thread is taken
 
     out = {"time.perf_counter": id(time.perf_counter), "time.perf_counter_ns": id(time.perf_counter_ns),
            "time.time": id(time.time), "time.monotonic": id(time.monotonic),
@@ -287,12 +290,17 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
             pass
         fns = jit_functions(candidate)
 
+    record = DispatchRecord(policy, applies=not hasattr(candidate, "restitch"))
+
     def call(xs: Sequence[Any]) -> Any:
         """A copy of the candidate's output (a CUDA-graph replay overwrites its outputs on the
-        next replay), or the exception it raised (then every comparison fails)."""
+        next replay), or the exception it raised (then every comparison fails). The aten ops
+        its forward dispatches are recorded (``record``)."""
         try:
             with torch.no_grad():
-                return clone_output(cand(*xs))
+                with record:
+                    out = cand(*xs)
+                return clone_output(out)
         except Exception as e:
             env = environment_error(e, dev)
             if env is not None:
@@ -303,7 +311,9 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     ck.begin("dry-run", "runs")
     xs = make_inputs(problem, 0, "normal", dev)
     with torch.no_grad():
-        ref0 = ref_model(*clone_all(xs))
+        args0 = clone_all(xs)
+        with record.of_reference():  # what the reference dispatches (are copies its work?)
+            ref0 = ref_model(*args0)
     try:
         with LaunchCounter(fns) as lc:
             out0 = call(xs)
@@ -457,6 +467,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     else:
         ck.add("exploits", "streams-synchronized", None, note="CPU run: no streams")
 
+    record.check(ck)
     failed = [f"{c['gate']}:{c['name']}" for c in ck.items if c["ok"] is False]
     if performance and dev.type == "cuda" and failed:
         ck.add("performance", "speedup", None, note=f"not timed: already rejected by {failed[0]}")

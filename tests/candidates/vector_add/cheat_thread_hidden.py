@@ -1,7 +1,8 @@
 """Cheat (exploit 2, background thread started where the static check does not see it): the
 forward pass hands the work to a worker thread it keeps, started through module names built at
-run time. Expect exploits:thread-count."""
-import importlib
+run time. Expect exploits:thread-count. (`threading` is reached through the `queue` module's own
+import of it: the static check flags `importlib` and `__import__` as dynamic imports.)"""
+import queue
 
 import torch
 import torch.nn as nn
@@ -27,8 +28,8 @@ class ModelNew(nn.Module):
 
     def __init__(self):
         super().__init__()
-        th = importlib.import_module("thread" + "ing")
-        self.jobs = importlib.import_module("qu" + "eue").Queue()
+        th = queue.threading
+        self.jobs = queue.Queue()
         self.done = th.Event()
         self.worker = th.Thread(target=self.serve, daemon=True)
 
