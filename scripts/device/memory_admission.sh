@@ -21,12 +21,16 @@ ROUND_TIMEOUT_S=${ROUND_TIMEOUT_S:-120}
 SCRIPT=$PWD/scripts/device/hold_memory.py
 nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv
 setsid "$K" --socket "$S" daemon --db "$W/mem.db" --max-concurrent 8 >"$W/daemon.log" 2>&1 &
+# A failing round exits early: the daemon (and its warm workers' GPU memory) goes with the script.
+trap '"$K" --socket "$S" shutdown >/dev/null 2>&1 || true' EXIT
 for _ in $(seq 200); do "$K" --socket "$S" status >/dev/null 2>&1 && break; sleep 0.05; done
 "$K" --socket "$S" status | head -12
 
 round() { # NAME EXTRA_FLAGS... -> one line per job: name job rc seconds
   local name=$1; shift
   local s; s=$(date +%s.%N)
+  # A round ends when each of its clients wrote its line: the daemon is a background job of this
+  # shell too, so `wait` or `jobs -r` would wait for it as well (a round would never end).
   for i in $(seq "$JOBS"); do
     ( t=$(date +%s.%N)
       "$K" --socket "$S" run --device 0 --label "mem-$i" "$@" -- python3 "$SCRIPT" "$GIB" "$HOLD_S" \
@@ -35,18 +39,17 @@ round() { # NAME EXTRA_FLAGS... -> one line per job: name job rc seconds
   done
   # A round that does not end in time is a failure of admission: show the daemon's view and stop.
   local deadline=$(( $(date +%s) + ROUND_TIMEOUT_S ))
-  while [ "$(jobs -r | wc -l)" -gt 0 ]; do
+  while [ "$(grep -c "^$name " "$W/rounds.txt")" -lt "$JOBS" ]; do
     if [ "$(date +%s)" -ge "$deadline" ]; then
       echo "round $name did not end within ${ROUND_TIMEOUT_S} s; the daemon's status and log:"
       "$K" --socket "$S" status
-      "$K" --socket "$S" status --json | python3 -c "import json,sys; d=json.load(sys.stdin); print(json.dumps([x.get('memory') for x in d['devices']])); print(json.dumps([[j.get('id'), j.get('state'), j.get('memory')] for j in d['jobs']]))"
+      "$K" --socket "$S" status --json | python3 -c "import json,sys; d=json.load(sys.stdin); print(json.dumps([x.get('memory') for x in d['devices']])); print(json.dumps([[j.get('job'), j.get('state'), j.get('memory')] for j in d['jobs']]))"
       tail -n 40 "$W/daemon.log"
       tail -n 5 "$W"/*.err
       exit 3
     fi
     sleep 1
   done
-  wait
   echo "$name wall $(python3 -c "import time; print(round(time.time()-$s, 2))")" >>"$W/walls.txt"
   "$K" --socket "$S" status | grep -E "memory:" | head -2
 }

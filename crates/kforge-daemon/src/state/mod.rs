@@ -229,7 +229,42 @@ impl Daemon {
             Event::Tick => self.on_tick(),
             Event::Shutdown => self.begin_shutdown(),
         }
+        #[cfg(debug_assertions)]
+        self.check_job_tables();
         std::mem::take(&mut self.out)
+    }
+
+    /// Debug builds (every test) check after each event that no job is lost: a job is in its
+    /// device's queue (queued) or running set (starting, running), exactly once, and nowhere else;
+    /// both hold only known jobs; a job with a client is on that client's connection, so that
+    /// `finish_job` tells it. A job leaves `jobs` only through `finish_job`, which sends
+    /// `job_ended` to that connection.
+    #[cfg(debug_assertions)]
+    fn check_job_tables(&self) {
+        for (i, d) in self.devices.iter().enumerate() {
+            for id in d.queue.iter().chain(d.running.iter()) {
+                let j = self.jobs.get(id).unwrap_or_else(|| panic!("device {i} lists job {id}, which is gone"));
+                assert_eq!(j.device, i, "job {id} is listed on device {i}, not its own");
+            }
+        }
+        for j in self.jobs.values() {
+            let d = &self.devices[j.device];
+            let queued = d.queue.iter().filter(|&&q| q == j.id).count();
+            let running = d.running.contains(&j.id);
+            let placed = match j.state {
+                JobState::Queued => queued == 1 && !running,
+                JobState::Starting | JobState::Running { .. } => queued == 0 && running,
+            };
+            assert!(placed, "job {} ({}) is queued {queued} times, running {running}", j.id, j.state.as_str());
+            if let Some(c) = j.conn {
+                let on_conn = self.conns.get(&c).is_some_and(|c| c.jobs.contains(&j.id));
+                assert!(
+                    on_conn,
+                    "job {} belongs to connection {c}, which does not know it: its end would be lost",
+                    j.id
+                );
+            }
+        }
     }
 
     fn emit(&mut self, e: Effect) {

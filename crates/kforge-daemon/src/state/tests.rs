@@ -972,3 +972,80 @@ fn processes_this_namespace_cannot_see_count_as_siblings_only_beside_other_jobs(
     assert_eq!(retried_to(&s.exit(j2, 1, true), a), vec![j2]);
     assert_eq!(spawned(&s.exit(j1, 0, false)), vec![j2]);
 }
+
+/// Every client's replies in `effects`: how many `job_ended` each job got.
+fn ends_per_job(effects: &[Effect]) -> BTreeMap<u64, usize> {
+    let mut n = BTreeMap::new();
+    for e in effects {
+        if let Effect::Send { reply: Reply::JobEnded { job, .. }, .. } = e {
+            *n.entry(*job).or_insert(0) += 1;
+        }
+    }
+    n
+}
+
+#[test]
+fn an_h200_round_beside_idle_warm_workers_ends_every_job_once_and_the_retry_alone() {
+    // As on the H200 (scripts/device/memory_admission.sh, JOBS=4 GIB=45): 8 idle warm workers of
+    // 710 MiB on the GPU, 4 undeclared cold jobs of one command, one OOM beside two siblings.
+    let mut s = Sim::new(|c| {
+        c.warm_workers = None;
+        c.max_concurrent = Some(8);
+    });
+    let workers: Vec<u64> = s.d.workers.values().filter(|w| w.device == GPU0).map(|w| w.id).collect();
+    assert_eq!(workers.len(), 8);
+    for &worker in &workers {
+        let msg = WorkerMsg::Ready { pid: 0, preloaded: vec![], cuda: true, startup_ms: 1.0, error: None };
+        s.handle(Event::Worker { worker, msg });
+    }
+    let idle: Vec<(u32, u64)> = workers.iter().map(|w| (s.d.workers[w].pid.expect("spawned"), 710 << 20)).collect();
+    let sample = |s: &mut Sim, jobs: &[(u32, u64)]| {
+        let total = 140 * GIB;
+        let procs: Vec<(u32, u64)> = idle.iter().chain(jobs).copied().collect();
+        let used: u64 = procs.iter().map(|p| p.1).sum();
+        let processes = procs
+            .iter()
+            .map(|&(pid, used)| crate::event::ProcessMemory { pid, pgid: Some(pid as i32), used })
+            .collect();
+        let sample = crate::event::MemorySample { total, free: total - used, processes };
+        s.handle(Event::GpuMemory { device: GPU0, sample })
+    };
+    let mut all = sample(&mut s, &[]);
+    let hold = SubmitSpec { argv: vec!["python3".into(), "hold_memory.py".into(), "45".into()], ..spec("0") };
+    let conns: Vec<ConnId> = (0..4).map(|_| s.connect()).collect();
+    let jobs: Vec<u64> = conns
+        .iter()
+        .map(|&c| {
+            let (j, e) = s.submit_spec(c, hold.clone());
+            all.extend(e);
+            j
+        })
+        .collect();
+    let st = s.status();
+    assert_eq!((st.devices[GPU0].running.len(), st.devices[GPU0].queued.clone()), (3, vec![jobs[3]]));
+    // Two jobs hold 45 GiB; the third has only its context when it runs out of memory.
+    let (p0, p1, p2) = (s.pid_of(jobs[0]), s.pid_of(jobs[1]), s.pid_of(jobs[2]));
+    let held = [(p0, 45 * GIB + (600 << 20)), (p2, 45 * GIB + (600 << 20))];
+    all.extend(sample(&mut s, &[held[0], held[1], (p1, 518 << 20)]));
+    let x = s.exit(jobs[1], 1, true);
+    assert_eq!(retried_to(&x, conns[1]), vec![jobs[1]]);
+    all.extend(x);
+    all.extend(sample(&mut s, &held));
+    // The rest end one by one (the sampler keeps sampling); the retry runs alone, then ends.
+    for _ in 0..6 {
+        let running: Vec<u64> = s.status().devices[GPU0].running.clone();
+        if let Some(&j) = running.first() {
+            if s.d.jobs[&j].memory.retried.is_some() {
+                assert_eq!(running, vec![j], "the retry runs alone");
+            }
+            all.extend(s.exit(j, 0, false));
+        }
+        all.extend(sample(&mut s, &[]));
+    }
+    assert!(s.status().jobs.is_empty(), "{:?}", s.status().jobs);
+    let ends = ends_per_job(&all);
+    assert_eq!(ends, jobs.iter().map(|&j| (j, 1)).collect(), "every client gets one job_ended");
+    for (&c, &j) in conns.iter().zip(&jobs) {
+        assert_eq!(ended_to(&all, c), vec![(j, Some(0))], "job {j}'s client");
+    }
+}
