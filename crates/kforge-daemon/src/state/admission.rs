@@ -401,7 +401,6 @@ impl Daemon {
     /// Queue a job again, first on its device, to start when nothing else runs there.
     fn retry_alone(&mut self, id: u64, why: String) {
         let Some(j) = self.jobs.get_mut(&id) else { return };
-        let peak = j.memory.observed_peak;
         j.state = JobState::Queued;
         j.worker = None;
         j.deadline = None;
@@ -412,8 +411,8 @@ impl Daemon {
         j.memory.current = 0;
         j.memory.retried = Some(why.clone());
         let (device, conn) = (j.device, j.conn);
-        let spec = j.spec.clone();
-        self.learned.record(&spec, peak);
+        // The first run's peak is not learned: it was cut short by the out-of-memory error, and
+        // a low figure would let the command's next runs in beside siblings again.
         let d = &mut self.devices[device];
         d.running.remove(&id);
         if d.command_holder == Some(id) {

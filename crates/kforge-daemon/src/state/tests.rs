@@ -789,6 +789,24 @@ fn an_oom_beside_siblings_runs_again_alone_and_the_client_gets_one_job_ended() {
 }
 
 #[test]
+fn the_cut_short_peak_of_a_run_that_ran_out_of_memory_is_not_learned() {
+    let mut s = Sim::new(|_| {});
+    let (a, b) = (s.connect(), s.connect());
+    s.memory(GPU0, 80, 80, &[]);
+    let (ja, _) = s.submit_mem(a, "0", Some(10));
+    let (jb, _) = s.submit_mem(b, "0", None);
+    let (pa, pb) = (s.pid_of(ja), s.pid_of(jb));
+    // The undeclared job got 1 GiB before its allocation failed beside a 55 GiB sibling.
+    s.memory(GPU0, 80, 20, &[(pa, 55), (pb, 1)]);
+    assert_eq!(retried_to(&s.exit(jb, 1, true), b), vec![jb]);
+    // The same command again: counted with the default share, not the 1 GiB of the cut-short run.
+    let (jc, _) = s.submit_mem(a, "0", None);
+    let m = s.job_memory(jc);
+    assert_eq!(m.source, "default", "{m:?}");
+    assert_eq!(m.expected_bytes, Some(20 * GIB), "a quarter of the 80 GiB device: {m:?}");
+}
+
+#[test]
 fn an_oom_without_siblings_or_a_second_oom_is_the_jobs_own_failure() {
     let mut s = Sim::new(|_| {});
     let a = s.connect();
