@@ -570,12 +570,7 @@ fn a_hand_off_answered_for_a_worker_that_is_gone_fails_the_job_and_frees_the_reg
 
 #[test]
 fn a_recycled_worker_is_replaced() {
-    let mut s = Sim::new(|c| c.warm_workers = Some(1));
-    let worker = 2;
-    s.handle(Event::Worker {
-        worker,
-        msg: WorkerMsg::Ready { pid: 0, preloaded: vec![], cuda: true, startup_ms: 1.0, error: None },
-    });
+    let (mut s, worker) = Sim::with_ready_gpu_worker();
     let a = s.connect();
     let warm = SubmitSpec { argv: vec!["python3".into(), "a.py".into()], warm: true, ..spec("0") };
     let (j, _) = s.submit_spec(a, warm);
@@ -605,6 +600,19 @@ fn shutdown_refuses_newcomers_and_leaves_held_regions() {
     let late = s.handle(Event::Connected { conn: 99 });
     assert!(matches!(replies(&late, 99)[..], [Reply::Error { code: ErrorCode::ShuttingDown, .. }]));
     assert!(late.contains(&Effect::Close { conn: 99 }));
+}
+
+impl Sim {
+    /// A daemon with a pool of one warm worker per device; GPU 0's (worker 2) has said it is ready.
+    fn with_ready_gpu_worker() -> (Sim, u64) {
+        let mut s = Sim::new(|c| c.warm_workers = Some(1));
+        let worker = 2; // cpu's is 1, GPU 0's is 2
+        s.handle(Event::Worker {
+            worker,
+            msg: WorkerMsg::Ready { pid: 0, preloaded: vec![], cuda: true, startup_ms: 1.0, error: None },
+        });
+        (s, worker)
+    }
 }
 
 fn spec(device: &str) -> SubmitSpec {
@@ -910,12 +918,7 @@ fn the_learned_table_is_bounded() {
 
 #[test]
 fn warm_workers_count_with_their_real_footprint() {
-    let mut s = Sim::new(|c| c.warm_workers = Some(1));
-    let worker = 2;
-    s.handle(Event::Worker {
-        worker,
-        msg: WorkerMsg::Ready { pid: 0, preloaded: vec![], cuda: true, startup_ms: 1.0, error: None },
-    });
+    let (mut s, worker) = Sim::with_ready_gpu_worker();
     let a = s.connect();
     let wpid = s.d.workers[&worker].pid.expect("the worker runs");
     // The idle worker holds 60 GiB: a 30 GiB job does not fit beside it.
@@ -945,12 +948,7 @@ impl Sim {
 
 #[test]
 fn a_warm_jobs_oom_beside_siblings_is_handed_to_a_worker_again() {
-    let mut s = Sim::new(|c| c.warm_workers = Some(1));
-    let worker = 2;
-    s.handle(Event::Worker {
-        worker,
-        msg: WorkerMsg::Ready { pid: 0, preloaded: vec![], cuda: true, startup_ms: 1.0, error: None },
-    });
+    let (mut s, worker) = Sim::with_ready_gpu_worker();
     let a = s.connect();
     let wpid = s.d.workers[&worker].pid.expect("the worker runs");
     s.memory(GPU0, 80, 70, &[(wpid, 1)]);
