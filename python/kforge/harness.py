@@ -23,6 +23,31 @@ from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 #: The input distributions of the correctness checks, in the order seeds cycle through them.
 DISTRIBUTIONS = ("normal", "uniform", "heavy")
+SIZES = ("default", "large")
+
+
+def apply_size(mod: Any, size: str, path: str) -> None:
+    """Set problem module ``mod`` (loaded from ``path``) to size preset ``size``: ``"default"``
+    leaves it as written; ``"large"`` sets each key of its module-level ``LARGE`` dict as a module
+    attribute, before ``get_inputs()``/``get_init_inputs()`` read them. Raises ``ValueError``
+    naming the file for an unknown size, a missing or non-dict ``LARGE``, or a key that is not one
+    of the module's UPPER_CASE integer constants."""
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r} (one of: {', '.join(SIZES)})")
+    if size == "default":
+        return
+    preset = getattr(mod, size.upper(), None)
+    if not isinstance(preset, dict):
+        raise ValueError(f"{path}: no {size.upper()} dict, so no {size!r} size preset")
+    for key, value in preset.items():
+        current = getattr(mod, key, None) if isinstance(key, str) else None
+        if not (isinstance(key, str) and key.isupper() and key != size.upper()
+                and isinstance(current, int) and not isinstance(current, bool)):
+            raise ValueError(f"{path}: {size.upper()} key {key!r} is not an UPPER_CASE integer constant of the problem")
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise ValueError(f"{path}: {size.upper()}[{key!r}] = {value!r} is not an integer")
+        setattr(mod, key, value)
+
 
 # --- inputs and copies -------------------------------------------------------------------------
 

@@ -58,6 +58,19 @@ def test_missing_file_and_main_exit_status(tmp_path: Path, capsys: pytest.Captur
     assert capture.main([missing, "--out", str(out), "--iterations", "0"]) == 2
 
 
+def test_size_preset_is_applied_or_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "c.json"
+    plain = write(tmp_path, "p.py", "N = 4\nclass Model:\n    pass\ndef get_inputs():\n    return []\ndef get_init_inputs():\n    return []\n")
+    assert capture.main([plain, "--out", str(out), "--size", "large"]) == 2
+    assert "p.py: no LARGE dict" in capsys.readouterr().err
+    tri = write(tmp_path, "k.py", "def kernel_function(*a):\n    return a\ndef get_inputs():\n    return [1]\n")
+    assert capture.main([tri, "--out", str(out), "--size", "large"]) == 2
+    assert "k.py: --size large applies to a problem, not a Triton kernel file" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        capture.main([plain, "--out", str(out), "--size", "huge"])
+    assert not out.exists()
+
+
 def test_kernel_sources_of_a_real_wrapper() -> None:
     src = inductor.kernel_sources((FIXTURES / "mlp_softmax_t210.py").read_text())
     assert sorted(src) == ["triton_per_fused__softmax_1", "triton_poi_fused_addmm_relu_0"]

@@ -24,6 +24,9 @@ pub struct Capture {
     pub triton: Option<String>,
     #[serde(default)]
     pub device: Option<String>,
+    /// The problem's size preset captured (`default`, `large`: `kforge inspect --size`).
+    #[serde(default = "default_size")]
+    pub size: String,
     /// Inductor wrapper modules, in load (= execution) order.
     pub wrappers: Vec<String>,
     /// GPU kernels of each profiled iteration, in order.
@@ -55,6 +58,8 @@ pub struct InspectReport {
     pub torch: Option<String>,
     pub triton: Option<String>,
     pub device: Option<String>,
+    /// The problem's size preset captured.
+    pub size: String,
     /// All wrappers' inventories merged in execution order.
     pub inventory: Inventory,
     /// Number of wrapper modules (graphs) merged.
@@ -69,6 +74,10 @@ pub struct InspectReport {
 }
 
 /// Parse every wrapper of `cap`, merge them in order and attribute the profiled GPU time.
+fn default_size() -> String {
+    "default".into()
+}
+
 pub fn report(cap: &Capture) -> Result<InspectReport, InspectError> {
     if cap.kforge_capture != CAPTURE_VERSION {
         return Err(InspectError::Version { found: cap.kforge_capture });
@@ -89,6 +98,7 @@ pub fn report(cap: &Capture) -> Result<InspectReport, InspectError> {
         torch: cap.torch.clone(),
         triton: cap.triton.clone(),
         device: cap.device.clone(),
+        size: cap.size.clone(),
         graphs: cap.wrappers.len(),
         triton_kernels: inv.kernels.len(),
         template_kernels: inv.kernels.iter().filter(|k| k.category == KernelCategory::Template).count(),

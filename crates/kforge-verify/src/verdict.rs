@@ -102,6 +102,13 @@ pub struct Verdict {
     /// `strict-no-torch`); what it dispatched of them is in the `dispatch` gate's evidence.
     #[serde(default)]
     pub allowed_vendor_calls: Vec<VendorCall>,
+    /// The problem's size preset the candidate ran at (`default`, `large`: `kforge verify --size`).
+    #[serde(default = "default_size")]
+    pub size: String,
+}
+
+fn default_size() -> String {
+    "default".into()
 }
 
 impl Verdict {
@@ -497,6 +504,7 @@ pub fn compose(
         notes,
         torch_policy: TorchPolicy::default(),
         allowed_vendor_calls: Vec::new(),
+        size: default_size(),
     }
 }
 

@@ -26,6 +26,10 @@ pub struct InspectArgs {
     /// Skip the re-stitch round trip (a second compile).
     #[arg(long)]
     no_restitch: bool,
+    /// A problem's size preset: default (its constants as written) or large (its LARGE dict, see
+    /// problems/README.md).
+    #[arg(long, default_value = "default")]
+    size: String,
     /// GPU index to capture on (sets CUDA_VISIBLE_DEVICES; default: what the environment says).
     #[arg(long)]
     device: Option<String>,
@@ -64,6 +68,7 @@ fn capture_args(a: &InspectArgs, out: &Path) -> Result<Vec<String>> {
     if a.no_restitch {
         v.push("--no-restitch".into());
     }
+    v.extend(["--size".to_string(), a.size.clone()]);
     Ok(v)
 }
 
@@ -116,6 +121,9 @@ pub fn inspect(socket: &Path, a: InspectArgs) -> Result<i32> {
     }
     if a.iterations == 0 {
         bail!("--iterations must be at least 1");
+    }
+    if !crate::verify::SIZES.contains(&a.size.as_str()) {
+        bail!("--size must be one of {}, got {:?}", crate::verify::SIZES.join(", "), a.size);
     }
     let cap = if a.from_capture {
         read_capture(&a.source)?

@@ -40,6 +40,10 @@ pub struct VerifyArgs {
     /// Skip gate 4 (timing); the verdict is then at best "passed-without-performance".
     #[arg(long)]
     no_performance: bool,
+    /// The problem's size preset: default (its constants as written) or large (its LARGE dict,
+    /// see problems/README.md).
+    #[arg(long, default_value = "default")]
+    size: String,
     /// Wall-clock limit of the candidate process, seconds.
     #[arg(long, default_value_t = 600)]
     time_limit_s: u64,
@@ -56,6 +60,10 @@ pub struct VerifyArgs {
     #[arg(long)]
     daemon: bool,
 }
+
+/// The problem size presets (`--size`); the runner and the capture know the same list
+/// (python/kforge/harness.py `SIZES`).
+pub const SIZES: [&str; 2] = ["default", "large"];
 
 fn rss_bytes(pid: u32) -> Option<u64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
@@ -91,6 +99,9 @@ pub fn verify(socket: &Path, a: VerifyArgs) -> Result<i32> {
     }
     if a.time_limit_s == 0 {
         bail!("--time-limit-s must be at least 1");
+    }
+    if !SIZES.contains(&a.size.as_str()) {
+        bail!("--size must be one of {}, got {:?}", SIZES.join(", "), a.size);
     }
     let device = match a.device.as_str() {
         "auto" | "cpu" => a.device.clone(),
@@ -128,6 +139,7 @@ pub fn verify(socket: &Path, a: VerifyArgs) -> Result<i32> {
     let mut verdict =
         compose(&problem, &candidate, &evidence.findings, evidence.result.as_ref(), evidence.cause, limits)
             .with_policy(&policy);
+    verdict.size = a.size.clone();
     if a.device == "cpu" && !verdict.notes.iter().any(|n| n.contains("TRITON_INTERPRET")) {
         verdict
             .notes
@@ -314,6 +326,7 @@ fn runner_args(a: &VerifyArgs, policy: &Policy, out: &Path, progress: &Path, dev
     if a.no_performance {
         v.push("--no-performance".into());
     }
+    v.extend(["--size".to_string(), a.size.clone()]);
     if let Some(k) = &a.kernel {
         v.extend(["--kernel".to_string(), k.clone()]);
     }

@@ -55,6 +55,27 @@ fn report_from_a_capture() {
     assert_eq!(l[1]["replaceable"], true);
     assert_eq!(l[2]["gpu_us"], 70.0);
     assert_eq!(r["inventory"]["kernels"][1]["category"], "PersistentReduction");
+    // A capture from before --size existed is of the default preset; a large one says so.
+    assert_eq!(r["size"], "default");
+    let mut large = capture();
+    large["size"] = "large".into();
+    std::fs::write(&cap, large.to_string()).unwrap();
+    let o = kforge().args(["inspect", "--from-capture"]).arg(&cap).arg("--json").arg(&out).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(r["size"], "large");
+}
+
+#[test]
+fn an_unknown_size_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("p.py");
+    std::fs::write(&f, "x = 1\n").unwrap();
+    let o = kforge().args(["inspect", "--size", "huge"]).arg(&f).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--size must be one of default, large, got \"huge\""), "{err}");
+    assert!(!err.contains("capture of"), "refused before the capture ran: {err}");
 }
 
 #[test]

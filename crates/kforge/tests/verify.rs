@@ -361,3 +361,65 @@ fn no_daemon_is_the_environments_failure_with_a_verdict() {
     assert_eq!(v["cause"]["kind"], "daemon");
     assert!(v["cause"]["fix"].as_str().unwrap().contains("kforge daemon"));
 }
+
+/// `kforge verify --size`: an unknown preset is refused before anything runs; `default` leaves
+/// a corpus verdict as it was (and records the size); `large` applies the problem's LARGE dict
+/// before get_inputs() (a problem that refuses its default N passes only there), and a problem
+/// without LARGE cannot run at `large`, naming the file.
+#[test]
+fn size_presets() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = corpus();
+    let run = |size: &str, problem: &std::path::Path| {
+        let out = dir.path().join(format!("{size}.json"));
+        let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
+            .args(["verify", "--device", "cpu", "--no-performance", "--size", size, "--json"])
+            .arg(&out)
+            .arg("--policy")
+            .arg(c.join("problems/vector_add.toml"))
+            .arg(problem)
+            .arg(c.join("vector_add/honest.py"))
+            .env_remove("TRITON_INTERPRET")
+            .output()
+            .unwrap();
+        let v: Value =
+            std::fs::read_to_string(&out).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or(Value::Null);
+        let _ = std::fs::remove_file(&out);
+        (o.status.code(), v, format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+    };
+    let vector_add = c.join("problems/vector_add.py");
+
+    let (code, v, text) = run("bogus", &vector_add);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("--size must be one of default, large, got \"bogus\""), "{text}");
+    assert_eq!(v, Value::Null, "no verdict for a refused command: {text}");
+
+    assert!(torch_available(), "python3 with torch, triton and numpy is needed (scripts/test installs them)");
+    let (code, v, text) = run("default", &vector_add);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(v["outcome"], "passed-without-performance", "{text}");
+    assert_eq!(v["size"], "default", "{text}");
+
+    let sized = dir.path().join("vector_add_sized.py");
+    let src = std::fs::read_to_string(&vector_add).unwrap();
+    std::fs::write(
+        &sized,
+        src.replace("N = 4096\n", "N = 4096\nLARGE = {\"N\": 8192}\n")
+            // The policy's ragged sizes (N = 4000) still apply at the large preset; only 4096 is refused.
+            .replace(
+                "def get_inputs():\n",
+                "def get_inputs():\n    assert N != 4096, \"the large preset was not applied\"\n",
+            ),
+    )
+    .unwrap();
+    let (code, v, text) = run("large", &sized);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(v["outcome"], "passed-without-performance", "{text}");
+    assert_eq!(v["size"], "large", "{text}");
+    let (code, v, text) = run("default", &sized);
+    assert_ne!(v["outcome"], "passed-without-performance", "the default preset must leave N = 4096: {code:?} {text}");
+
+    let (code, _, text) = run("large", &vector_add);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("vector_add.py: no LARGE dict"), "{text}");
+}

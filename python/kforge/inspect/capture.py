@@ -31,7 +31,7 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..bench import median_ms
-from ..harness import clone_all, clone_output, finite_json, identical, max_abs_diff, to_device
+from ..harness import SIZES, apply_size, clone_all, clone_output, finite_json, identical, max_abs_diff, to_device
 from ..region import region
 from .inductor import CaptureError, WrapperHook, triton_globals
 from .restitch import compile_problem, restitch_round_trip
@@ -212,12 +212,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--mode", default="default", choices=MODES)
     ap.add_argument("--iterations", type=int, default=5)
     ap.add_argument("--no-restitch", action="store_true")
+    ap.add_argument("--size", default="default", choices=SIZES, help="a problem's size preset")
     a = ap.parse_args(argv)
     if a.iterations < 1:
         print(f"kforge capture: --iterations must be at least 1, got {a.iterations}", file=sys.stderr)
         return 2
     try:
         kind, mod = load_source(a.source)
+        if kind == "problem":
+            try:
+                apply_size(mod, a.size, a.source)
+            except ValueError as e:
+                raise CaptureError(str(e)) from e
+        elif a.size != "default":
+            raise CaptureError(f"{a.source}: --size {a.size} applies to a problem, not a Triton kernel file")
         try:
             import torch
         except ImportError as e:
@@ -226,7 +234,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             res = capture_problem(a.source, mod, a.mode, a.iterations, not a.no_restitch)
         else:
             res = capture_triton(a.source, mod, a.iterations)
-        res.update({"kforge_capture": CAPTURE_VERSION, "source": a.source, "kind": kind, "torch": torch.__version__,
+        res.update({"kforge_capture": CAPTURE_VERSION, "source": a.source, "kind": kind, "size": a.size, "torch": torch.__version__,
                     "device": torch.cuda.get_device_name()})
         try:
             import triton

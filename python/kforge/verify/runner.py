@@ -31,7 +31,7 @@ import threading
 import traceback
 from typing import Any, Dict, Optional, Sequence
 
-from ..harness import Check, finite_json, native_threads, record_thread_origins
+from ..harness import SIZES, Check, apply_size, finite_json, native_threads, record_thread_origins
 from .checks import NO_DRIVER_FIX, RunnerError, library_identities, run_checks, timer_identities
 from .kernel import KernelCandidate
 
@@ -111,6 +111,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--policy-json", default="{}")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--no-performance", action="store_true")
+    ap.add_argument("--size", default="default", choices=SIZES, help="the problem's size preset")
     ap.add_argument("--kernel", help="CANDIDATE is a replacement source for this Inductor kernel of PROBLEM")
     ap.add_argument("--progress", help="append one JSON line per check (and per check about to run) to this file")
     a = ap.parse_args(argv)
@@ -134,6 +135,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         policy = json.loads(a.policy_json)
         ck.begin("setup", "load-problem")
         problem = load_module(a.problem, "problem")
+        try:
+            apply_size(problem, a.size, a.problem)
+        except ValueError as e:
+            raise RunnerError(str(e), f"add a LARGE dict to {a.problem} (see problems/README.md)") from e
         for fn in ("Model", "get_inputs", "get_init_inputs"):
             if getattr(problem, fn, None) is None:
                 raise RunnerError(f"{a.problem}: no {fn} (a KernelBench problem needs class Model, get_inputs(), get_init_inputs())")
@@ -164,6 +169,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     res = run_checks(problem, cand, policy, torch.device(dev_s), not a.no_performance, timers0, threads0,
                                      libs0, progress=a.progress, native0=native0)
         res["device"] = dev_s
+        res["size"] = a.size
         if dev_s == "cpu":
             res["notes"] = ["--device cpu: Triton kernels ran in Triton's interpreter (TRITON_INTERPRET=1 in the candidate process)"]
     except RunnerError as e:
