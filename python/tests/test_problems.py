@@ -193,54 +193,90 @@ def _load(path: Path, size: str):
     return module
 
 
-def _meta_build(path: Path, size: str):
-    torch = pytest.importorskip("torch")
-    module = _load(path, size)
+# Meta-device forwards of some problems (and a TorchDispatchMode's first use) import Triton, so
+# they run in one child process: this process's later Triton tests still choose the interpreter.
+META_SCRIPT = r"""
+import importlib.util, json, sys, traceback
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from kforge.harness import apply_size
+
+def nbytes(ts):
+    return sum(t.numel() * t.element_size() for t in ts)
+
+class Allocated(TorchDispatchMode):
+    total = 0
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        self.total += nbytes([t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)])
+        return result
+
+def build(path, size):
+    spec = importlib.util.spec_from_file_location("kforge_problem_meta_" + size, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    apply_size(module, size, path)
     with torch.device("meta"):
         model = module.Model(*module.get_init_inputs())
         inputs = module.get_inputs()
-    tensors = [x for x in inputs if isinstance(x, torch.Tensor)]
-    tensors += list(model.parameters()) + list(model.buffers())
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor)] + list(model.parameters()) + list(model.buffers())
     return model, inputs, tensors
 
+report = {}
+for ident, path in json.loads(sys.argv[1]):
+    try:
+        _, _, small = build(path, "default")
+        model, inputs, large = build(path, "large")
+        counted = Allocated()
+        with torch.no_grad(), counted:
+            out = model(*inputs)
+        outs = [t for t in tree_flatten(out)[0]]
+        report[ident] = {
+            "default_bytes": nbytes(small), "large_bytes": nbytes(large), "allocated": counted.total,
+            "outputs_meta": bool(outs) and all(isinstance(t, torch.Tensor) and t.is_meta for t in outs),
+            "largest": max([list(t.shape) for t in large + [t for t in outs if isinstance(t, torch.Tensor)]],
+                           key=lambda s: torch.Size(s).numel()),
+        }
+    except Exception:
+        report[ident] = {"error": traceback.format_exc()}
+print(json.dumps(report))
+"""
 
-def _nbytes(tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
+
+@pytest.fixture(scope="module")
+def meta_report() -> Dict[str, Dict[str, object]]:
+    """Per problem, both presets built on the meta device (no memory) and one large forward:
+    input + parameter bytes at each preset, the bytes of every op's output summed (never freed:
+    an upper bound of the forward's intermediates and output), the largest tensor's shape."""
+    pytest.importorskip("torch")
+    import json
+    import subprocess
+    import sys
+
+    arg = json.dumps([[i, str(f)] for i, f in zip(IDS, ALL_FILES)])
+    done = subprocess.run([sys.executable, "-c", META_SCRIPT, arg], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1], timeout=600)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 @pytest.mark.parametrize("path", ALL_FILES, ids=IDS)
-def test_large_preset_on_meta(path: Path) -> None:
-    """Both presets build on the meta device (no memory); the large one is strictly bigger, keeps
-    inputs + parameters within 8 GiB, every tensor under 2^31 elements and inputs + parameters +
-    all intermediates (summed, never freed: an upper bound) within 40 GiB, and its forward runs
-    with consistent shapes."""
-    torch = pytest.importorskip("torch")
-    _, _, small = _meta_build(path, "default")
-    model, inputs, large = _meta_build(path, "large")
-    assert _nbytes(large) > _nbytes(small), "the large preset is not bigger than the default"
-    assert _nbytes(large) <= LARGE_INPUT_BYTES, f"large inputs + parameters {_nbytes(large) / GIB:.2f} GiB > 8 GiB"
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_flatten
-
-    class Allocated(TorchDispatchMode):
-        """Sums the bytes of every op's outputs: an upper bound of the forward's intermediates."""
-
-        total = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            result = func(*args, **(kwargs or {}))
-            self.total += _nbytes([t for t in tree_flatten(result)[0] if isinstance(t, torch.Tensor)])
-            return result
-
-    counted = Allocated()
-    with torch.no_grad(), counted:
-        out = model(*inputs)
-    footprint = _nbytes(large) + counted.total
-    assert footprint <= LARGE_FORWARD_BYTES, f"one large forward may hold {footprint / GIB:.1f} GiB > 40 GiB"
-    outs = _outputs(out)
-    assert outs and all(isinstance(t, torch.Tensor) and t.is_meta for t in outs)
-    for t in large + outs:
-        assert t.numel() < MAX_NUMEL, f"a tensor of shape {tuple(t.shape)} has 2^31 or more elements"
+def test_large_preset_on_meta(path: Path, meta_report: Dict[str, Dict[str, object]]) -> None:
+    """The large preset is strictly bigger than the default, keeps inputs + parameters within
+    8 GiB, every input, parameter and output under 2^31 elements and inputs + parameters + all
+    intermediates within 40 GiB, and its forward runs on the meta device with consistent shapes."""
+    r = meta_report[IDS[ALL_FILES.index(path)]]
+    assert "error" not in r, r.get("error")
+    large, small, allocated = int(r["large_bytes"]), int(r["default_bytes"]), int(r["allocated"])  # type: ignore[call-overload]
+    assert large > small, "the large preset is not bigger than the default"
+    assert large <= LARGE_INPUT_BYTES, f"large inputs + parameters {large / GIB:.2f} GiB > 8 GiB"
+    assert large + allocated <= LARGE_FORWARD_BYTES, f"one large forward may hold {(large + allocated) / GIB:.1f} GiB > 40 GiB"
+    assert r["outputs_meta"], "the forward returned no tensor, or one off the meta device"
+    numel = 1
+    for d in r["largest"]:  # type: ignore[attr-defined]
+        numel *= int(d)
+    assert numel < MAX_NUMEL, f"a tensor of shape {r['largest']} has 2^31 or more elements"
 
 
 def test_apply_size_errors(tmp_path: Path) -> None:
