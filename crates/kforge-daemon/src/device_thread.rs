@@ -209,16 +209,11 @@ fn unmanaged_gpu_pids(nvml: &nvml_wrapper::Nvml, index: u32, managed_pgids: &[i3
     let me = std::process::id();
     pids.into_iter()
         .filter(|&pid| pid != me)
-        .filter(|&pid| match pgid_of(pid) {
+        .filter(|&pid| match crate::memory::pgid_of(pid) {
             Some(g) => !managed_pgids.contains(&g),
             None => false,
         })
         .collect()
-}
-
-fn pgid_of(pid: u32) -> Option<i32> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    s.rsplit(')').next()?.split_whitespace().nth(2)?.parse().ok()
 }
 
 /// Clock-throttle reasons that make a timing unlike one on an idle, cool GPU.

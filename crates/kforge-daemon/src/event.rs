@@ -151,6 +151,13 @@ pub struct MemorySample {
     pub processes: Vec<ProcessMemory>,
 }
 
+impl MemorySample {
+    /// What the processes of one process group (a managed job or worker) use, bytes.
+    pub fn used_by(&self, pgid: i32) -> u64 {
+        self.processes.iter().filter(|p| p.pgid == Some(pgid)).map(|p| p.used).sum()
+    }
+}
+
 /// GPU memory one process uses; `pgid` is its process group (a managed job's or worker's pid),
 /// None when this pid namespace cannot see it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -69,24 +69,28 @@ class TimedSample:
         self.rng = rng if rng is not None else random.Random()
         self.calls = 0
         self.kept: List[Tuple[int, Any]] = []
-        self._pending: Optional[Tuple[int, int, Any]] = None
+        self._last: Optional[Tuple[int, Any]] = None
 
     def call(self, cand: Any, rot: Rotation) -> Any:
-        """The timed call: the candidate on the rotation's current set."""
+        """The timed call: the candidate on the rotation's current set; it only counts and keeps a
+        reference (the reservoir draw is made in ``settle``, outside the timed interval)."""
         i = rot.i
         out = cand(*rot.current())
         self.calls += 1
-        if len(self.kept) < self.k:
-            self._pending = (len(self.kept), i, out)
-        elif self.rng.random() < self.k / self.calls:
-            self._pending = (self.rng.randrange(self.k), i, out)
+        self._last = (i, out)
         return out
 
     def settle(self) -> None:
-        if self._pending is None:
+        if self._last is None:
             return
-        slot, i, out = self._pending
-        self._pending = None
+        i, out = self._last
+        self._last = None
+        if len(self.kept) < self.k:
+            slot = len(self.kept)
+        elif self.rng.random() < self.k / self.calls:
+            slot = self.rng.randrange(self.k)
+        else:
+            return
         entry = (i, clone_output(out))
         if slot == len(self.kept):
             self.kept.append(entry)

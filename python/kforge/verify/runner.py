@@ -169,7 +169,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     res = run_checks(problem, cand, policy, torch.device(dev_s), not a.no_performance, timers0, threads0,
                                      libs0, progress=a.progress, native0=native0)
         res["device"] = dev_s
-        res["size"] = a.size
         if dev_s == "cpu":
             res["notes"] = ["--device cpu: Triton kernels ran in Triton's interpreter (TRITON_INTERPRET=1 in the candidate process)"]
     except RunnerError as e:

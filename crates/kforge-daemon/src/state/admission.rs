@@ -232,10 +232,12 @@ impl Daemon {
             } else {
                 d.running.len() < d.max_concurrent && !self.region_busy(device)
             };
-        match (others_allow, self.memory_fits(device, job)) {
-            (false, _) => Admit::Wait,
-            (true, false) => Admit::WaitMemory,
-            (true, true) => Admit::Yes,
+        if !others_allow {
+            Admit::Wait
+        } else if self.memory_fits(device, job) {
+            Admit::Yes
+        } else {
+            Admit::WaitMemory
         }
     }
 

@@ -151,7 +151,7 @@ fn gib(b: u64) -> String {
 /// baseline).
 fn use_in(j: &Job, s: &MemorySample) -> u64 {
     let Some(pgid) = j.state.pid().map(|p| p as i32) else { return 0 };
-    let used: u64 = s.processes.iter().filter(|p| p.pgid == Some(pgid)).map(|p| p.used).sum();
+    let used = s.used_by(pgid);
     used.saturating_sub(j.memory.baseline)
 }
 
@@ -219,7 +219,7 @@ impl Daemon {
         let total = self.devices[j.device].memory.as_ref().map(|s| s.total);
         let worker_use = j.worker.and_then(|w| self.workers.get(&w)).and_then(|w| w.pid).map(|pid| {
             let s = self.devices[j.device].memory.as_ref();
-            s.map_or(0, |s| s.processes.iter().filter(|p| p.pgid == Some(pid as i32)).map(|p| p.used).sum())
+            s.map_or(0, |s| s.used_by(pid as i32))
         });
         let oversized = matches!((expected, total), (Some((peak, _)), Some(t)) if peak > t);
         let name = self.devices[j.device].info.name.clone();
@@ -304,7 +304,7 @@ impl Daemon {
         let Some(j) = self.jobs.get(&id) else { return };
         let (Some(pgid), false) = (j.state.pid().map(|p| p as i32), j.warm_argv.is_some()) else { return };
         if let Some(s) = self.devices[j.device].memory.as_mut() {
-            let freed: u64 = s.processes.iter().filter(|p| p.pgid == Some(pgid)).map(|p| p.used).sum();
+            let freed = s.used_by(pgid);
             s.processes.retain(|p| p.pgid != Some(pgid));
             s.free = (s.free + freed).min(s.total);
         }
