@@ -54,29 +54,47 @@ def apply_size(mod: Any, size: str, path: str) -> None:
 
 def make_inputs(problem: Any, seed: int, dist: str, dev: Any) -> List[Any]:
     """Fresh inputs: the problem's shapes and dtypes (get_inputs under `seed`), floating-point
-    contents redrawn from `dist`; integer inputs (indices, labels) as the problem draws them."""
+    contents redrawn from `dist`; integer inputs (indices, labels) as the problem draws them.
+
+    Everything is generated on ``dev``: ``get_inputs()`` runs with ``dev`` as torch's default
+    device (a tensor it places explicitly elsewhere is moved), and the redrawn contents come from
+    a generator on ``dev``, one floating-point input at a time, the problem's own draw of it freed
+    first — at GB sizes a draw on the host and a copy over PCIe take seconds per input set, on the
+    GPU milliseconds, and the peak is the inputs plus one of them."""
     import torch
 
     torch.manual_seed(seed)
-    base = problem.get_inputs()
-    g = torch.Generator().manual_seed(seed * 7919 + DISTRIBUTIONS.index(dist))
+    with torch.device(dev):
+        base = list(problem.get_inputs())
+    g = torch.Generator(device=dev).manual_seed(seed * 7919 + DISTRIBUTIONS.index(dist))
     out: List[Any] = []
-    for x in base:
+    for i, x in enumerate(base):
         if isinstance(x, torch.Tensor) and x.is_floating_point():
-            shape = x.shape
-            if dist == "normal":
-                v = torch.randn(shape, generator=g, dtype=torch.float64)
-            elif dist == "uniform":
-                v = torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1
-            else:  # heavy-tailed: normal over a uniform, clipped to stay finite in the dtype
-                v = torch.randn(shape, generator=g, dtype=torch.float64) / (torch.rand(shape, generator=g, dtype=torch.float64) + 0.1)
-                v = v.clamp(-50, 50)
-            out.append(v.to(dtype=x.dtype, device=dev).contiguous())
+            shape, dtype = x.shape, x.dtype
+            base[i] = x = None  # the problem's draw, freed before the new one is made
+            out.append(draw(shape, dtype, dist, g, dev))
         elif isinstance(x, torch.Tensor):
             out.append(x.to(dev))
         else:
             out.append(x)
     return out
+
+
+def draw(shape: Any, dtype: Any, dist: str, g: Any, dev: Any) -> Any:
+    """A contiguous tensor of ``shape`` and ``dtype`` on ``dev`` from distribution ``dist``: normal,
+    uniform on [-1, 1), or heavy-tailed (a normal over a uniform, clipped to stay finite in the
+    dtype), drawn in fp32 (fp64 for fp64 inputs) and rounded once to ``dtype``."""
+    import torch
+
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    if dist == "normal":
+        v = torch.randn(shape, generator=g, dtype=work, device=dev)
+    elif dist == "uniform":
+        v = torch.rand(shape, generator=g, dtype=work, device=dev).mul_(2).sub_(1)
+    else:
+        v = torch.randn(shape, generator=g, dtype=work, device=dev)
+        v.div_(torch.rand(shape, generator=g, dtype=work, device=dev).add_(0.1)).clamp_(-50, 50)
+    return v if v.dtype == dtype else v.to(dtype)
 
 
 def to_device(x: Any, dev: Any) -> Any:
@@ -127,10 +145,14 @@ def tolerance(policy: Dict[str, Any], dtype: Any) -> Tuple[float, float]:
     return float(rtol), float(atol)
 
 
+#: Elements compared at a time: the comparison runs where the tensors are (on the GPU for GPU
+#: outputs), in fp64, a chunk at a time, so that its temporaries stay bounded (2 x 8 bytes per
+#: element of a chunk) however large the outputs.
+COMPARE_CHUNK = 1 << 26
+
+
 def compare(out: Any, ref: Any, policy: Dict[str, Any]) -> Dict[str, Any]:
     """allclose per output tensor with the dtype's tolerance; NaN where the reference has none fails."""
-    import torch
-
     if isinstance(out, BaseException):
         return {"ok": False, "why": f"the candidate raised {type(out).__name__}: {out}"}
     outs, refs = flat(out), flat(ref)
@@ -143,15 +165,38 @@ def compare(out: Any, ref: Any, policy: Dict[str, Any]) -> Dict[str, Any]:
         if o.dtype != r.dtype:
             return {"ok": False, "why": f"output dtype {o.dtype}, reference {r.dtype}"}
         rtol, atol = tolerance(policy, r.dtype)
-        o64, r64 = o.detach().double().cpu(), r.detach().double().cpu()
-        if bool(torch.isnan(o64).any()) and not bool(torch.isnan(r64).any()):
-            return {"ok": False, "why": "NaN in the output (a sentinel was never overwritten, or the kernel produced NaN)"}
-        if o.numel():
-            diff = (o64 - r64).abs()
-            worst = max(worst, float(diff.max()))
-            if not bool(torch.allclose(o64, r64, rtol=rtol, atol=atol, equal_nan=True)):
-                return {"ok": False, "why": f"max abs diff {float(diff.max()):.3e} beyond rtol {rtol:g} / atol {atol:g}", "max_abs_diff": float(diff.max())}
+        found = compare_tensor(o.detach(), r.detach().to(o.device), rtol, atol)
+        if "why" in found:
+            return {"ok": False, **found}
+        worst = max(worst, found["max_abs_diff"])
     return {"ok": True, "max_abs_diff": worst}
+
+
+def compare_tensor(o: Any, r: Any, rtol: float, atol: float) -> Dict[str, Any]:
+    """One output against its reference, chunk by chunk in fp64 on their device: the largest
+    absolute difference, and ``why`` when a NaN appears where the reference has none or an
+    element is beyond ``atol + rtol * |ref|``."""
+    import torch
+
+    o1, r1 = o.reshape(-1), r.reshape(-1)
+    worst = 0.0
+    bad = False
+    for i in range(0, o1.numel(), COMPARE_CHUNK):
+        oc, rc = o1[i:i + COMPARE_CHUNK].double(), r1[i:i + COMPARE_CHUNK].double()
+        o_nan, r_nan = torch.isnan(oc), torch.isnan(rc)
+        if bool((o_nan & ~r_nan).any()) and not bool(torch.isnan(r1).any()):
+            return {"why": "NaN in the output (a sentinel was never overwritten, or the kernel produced NaN)"}
+        diff = (oc - rc).abs_()
+        both_nan = o_nan & r_nan
+        diff.masked_fill_(both_nan, 0.0)
+        worst = max(worst, float(diff.nan_to_num(nan=math.inf).max()))
+        limit = rc.abs().mul_(rtol).add_(atol)  # rc may be the reference itself (fp64): not in place
+        infs = (torch.isinf(oc) | torch.isinf(rc)) & (oc != rc)  # inf against anything else
+        bad = bad or bool((diff > limit).any()) or bool((o_nan != r_nan).any()) or bool(infs.any())
+        del oc, rc, diff, limit, o_nan, r_nan, both_nan, infs
+    if bad:
+        return {"why": f"max abs diff {worst:.3e} beyond rtol {rtol:g} / atol {atol:g}", "max_abs_diff": worst}
+    return {"max_abs_diff": worst}
 
 
 def same_values(a: Sequence[Any], b: Sequence[Any]) -> bool:
@@ -171,10 +216,16 @@ def max_abs_diff(a: Any, b: Any) -> float:
     if isinstance(a, torch.Tensor):
         if a.shape != b.shape:
             return float("inf")
-        if a.numel() == 0:
-            return 0.0
-        return float((a.double() - b.double()).abs().max().item())
+        a1, b1 = a.detach().reshape(-1), b.detach().to(a.device).reshape(-1)
+        return max([float((a1[i:i + COMPARE_CHUNK].double() - b1[i:i + COMPARE_CHUNK].double()).abs_().max())
+                    for i in range(0, a1.numel(), COMPARE_CHUNK)] or [0.0])
     return 0.0 if a == b else float("inf")
+
+
+def max_abs(t: Any) -> float:
+    """The largest absolute value of tensor ``t`` (0 when empty), chunk by chunk in fp64."""
+    t1 = t.detach().reshape(-1)
+    return max([float(t1[i:i + COMPARE_CHUNK].double().abs().max()) for i in range(0, t1.numel(), COMPARE_CHUNK)] or [0.0])
 
 
 def identical(a: Any, b: Any) -> bool:
