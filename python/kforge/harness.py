@@ -18,6 +18,7 @@ import statistics
 import sys
 import sysconfig
 import threading
+import time
 import weakref
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -258,6 +259,7 @@ class Check:
     def __init__(self, progress: Optional[str] = None) -> None:
         self.items: List[Dict[str, Any]] = []
         self.progress = progress
+        self._began: Optional[Tuple[str, str, float]] = None
 
     def _write(self, record: Dict[str, Any]) -> None:
         if self.progress is None:
@@ -268,11 +270,15 @@ class Check:
 
     def begin(self, gate: str, name: str) -> None:
         """``gate``:``name`` is about to run (the stage named if the process ends during it)."""
+        self._began = (gate, name, time.perf_counter())
         self._write({"running": {"gate": gate, "name": name}})
 
     def add(self, gate: str, name: str, passed: Optional[bool], **evidence: Any) -> bool:
-        """passed None: the check does not apply here (reason in evidence)."""
+        """passed None: the check does not apply here (reason in evidence). A check added after
+        its ``begin`` gets the seconds in between as ``evidence["seconds"]``."""
         evidence.pop("ok", None)
+        if self._began is not None and self._began[:2] == (gate, name):
+            evidence.setdefault("seconds", round(time.perf_counter() - self._began[2], 3))
         item = {"gate": gate, "name": name, "ok": passed, "evidence": evidence}
         self.items.append(item)
         self._write({"check": item})

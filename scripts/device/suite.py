@@ -6,8 +6,11 @@ it), so several compile at once while their timed parts run in exclusive regions
       TASK: inspect:MODE[:GLOB]   every problem file of GLOB (default problems/level*/*.py)
             verify[:WORDS]        every entry of tests/candidates/expect.json (WORDS: only candidates
                                   whose path contains one of these comma-separated words)
+            verify-suite[:NAMES]  the suite candidates of tests/candidates/suite/ (NAMES: comma-
+                                  separated file stems) against their problems
 
-Env: PARALLEL (tasks in flight, default 6 per GPU), DEADLINE_S (no task starts after this many
+Env: SIZE (the problems' size preset for inspect and verify-suite tasks, default "default"),
+PARALLEL (tasks in flight, default 6 per GPU), DEADLINE_S (no task starts after this many
 seconds, default 540), SKIP (a file of task keys already done, one per line), NGPU;
 FINAL_PACK=1 (no tasks): only pack WORKDIR, the stopped daemon's store included.
 A task named twice runs once, at its first place: list the longest first
@@ -40,6 +43,11 @@ PARALLEL = int(os.environ.get("PARALLEL", str(6 * NGPU)))
 DEADLINE = time.time() + float(os.environ.get("DEADLINE_S", "540"))
 SKIP = set(open(os.environ["SKIP"]).read().split()) if os.environ.get("SKIP") else set()
 PACK = threading.Lock()
+SIZE = os.environ.get("SIZE", "default")
+#: The suite candidates' problems (tests/candidates/suite/README.md).
+SUITE_CANDIDATES = {"silu_bf16": "level1/016_silu_bf16.py", "gelu_fp32": "level1/015_gelu_erf_fp32.py",
+                    "softmax_fp32": "level1/013_softmax_fp32.py", "layernorm_fp32": "level1/009_layernorm_fp32.py",
+                    "gemm_bias_gelu_bf16": "level2/002_gemm_bias_gelu_bf16.py"}
 
 
 def tasks() -> List[Tuple[str, List[str], str]]:
@@ -57,7 +65,7 @@ def tasks() -> List[Tuple[str, List[str], str]]:
                 gpu = str(n % NGPU)
                 n += 1
                 argv = [K, "--socket", SOCKET, "inspect", f, "--daemon", "--device", gpu, "--mode", mode,
-                        "--capture-out", f"{d}/{name}.capture.json", "--json", f"{d}/{name}.report.json"]
+                        "--size", SIZE, "--capture-out", f"{d}/{name}.capture.json", "--json", f"{d}/{name}.report.json"]
                 out.append((f"inspect-{mode}/{name}", argv, d))
         elif what == "verify":
             d = f"{WORK}/verify"
@@ -73,6 +81,16 @@ def tasks() -> List[Tuple[str, List[str], str]]:
                 argv = [K, "--socket", SOCKET, "verify", "--daemon", "--device", gpu, *pol, *kern, "--json", f"{d}/{i}.json",
                         f"tests/candidates/{e['problem']}", f"tests/candidates/{e['candidate']}"]
                 out.append((f"verify/{i}", argv, d))
+        elif what == "verify-suite":
+            d = f"{WORK}/verify-suite"
+            for name, prob in SUITE_CANDIDATES.items():
+                if rest and name not in rest[0].split(","):
+                    continue
+                gpu = str(n % NGPU)
+                n += 1
+                argv = [K, "--socket", SOCKET, "verify", "--daemon", "--device", gpu, "--size", SIZE, "--json", f"{d}/{name}.json",
+                        f"problems/{prob}", f"tests/candidates/suite/{name}.py"]
+                out.append((f"verify-suite/{name}", argv, d))
         else:
             sys.exit(f"unknown task {t}")
     seen = set(SKIP)  # a task named twice (a long subset listed first) runs once, at its first place
@@ -135,11 +153,16 @@ def main() -> None:
         pack(with_store=True)
         return
     todo = tasks()
-    print(f"{len(todo)} tasks, {PARALLEL} in flight, {NGPU} GPU(s)", flush=True)
+    print(f"{len(todo)} tasks, {PARALLEL} in flight, {NGPU} GPU(s), size {SIZE}", flush=True)
+    t0 = time.time()
     with cf.ThreadPoolExecutor(PARALLEL) as ex:
         results = list(ex.map(lambda t: run(*t), todo))
+    wall = round(time.time() - t0, 1)
     skipped = [r["key"] for r in results if r.get("skipped")]
-    summary: Dict[str, Any] = {"skipped": skipped}
+    summary: Dict[str, Any] = {"skipped": skipped, "size": SIZE, "parallel": PARALLEL, "wall_s": wall,
+                               "tasks": [{k: r[k] for k in ("key", "rc", "s") if k in r} for r in results]}
+    print(f"{len(results) - len(skipped)} tasks in {wall} s, {PARALLEL} in flight; task seconds summed: "
+          f"{sum(r.get('s', 0) for r in results):.1f}")
     for d in sorted(glob.glob(f"{WORK}/inspect-*")):
         mode = os.path.basename(d)[len("inspect-"):]
         rows = inspect_rows(d)
@@ -163,6 +186,20 @@ def main() -> None:
             sp = f"{r['speedup']:.3f}x" if isinstance(r["speedup"], float) else "-"
             print(f"{r['candidate']:<40} {r['outcome']:<26} {r['rejected_by']:<34} {sp:>8} {'yes' if r['as_expected'] else 'NO'}")
         print(f"{sum(r['as_expected'] for r in rows)}/{len(rows)} as expected")
+    if os.path.isdir(f"{WORK}/verify-suite"):
+        rows = []
+        for f in sorted(glob.glob(f"{WORK}/verify-suite/*.json")):
+            v = json.load(open(f))
+            checks = [c for g in v.get("gates", []) for c in g["checks"]]
+            perf = next((c for c in checks if c["gate"] == "performance" and c["name"] == "speedup"), None)
+            secs = next((r["s"] for r in results if r["key"] == f"verify-suite/{os.path.basename(f)[:-5]}"), None)
+            rows.append({"candidate": os.path.basename(f)[:-5], "outcome": v.get("outcome"), "rejected_by": v.get("rejected_by"),
+                         "speedup": (perf or {}).get("evidence", {}).get("speedup"), "seconds": secs})
+        summary["verify-suite"] = rows
+        print(f"\n== kforge verify, suite candidates, size {SIZE}")
+        for r in rows:
+            sp = f"{r['speedup']:.3f}x" if isinstance(r["speedup"], float) else "-"
+            print(f"{r['candidate']:<24} {str(r['outcome']):<26} {str(r['rejected_by'] or ''):<30} {sp:>8} {r['seconds']} s")
     json.dump(summary, open(f"{OUT}/summary.json", "w"), indent=1)
     if skipped:
         print(f"{len(skipped)} tasks not started before the deadline: run again with SKIP=<done.txt>")

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# kforge verify's wall time at the large preset against a naive single-seed harness
+# (scripts/device/naive_harness.py: allclose + triton.testing.do_bench), per suite candidate.
+#
+#   bash scripts/device/verify_scale.sh NAME...     NAME: a file stem of tests/candidates/suite/
+#
+# For each candidate: the naive harness with host inputs (KernelBench's practice) and with
+# device inputs (the fastest naive harness), then `kforge verify PROBLEM CANDIDATE --size large`
+# (the whole cascade, standalone), each process timed whole. Peak GPU memory of the GPU is
+# sampled with nvidia-smi every 0.5 s during the verify. Writes $OUT/verify_scale.json (with
+# every verdict's JSON) and prints a table last. Needs target/release/kforge carried.
+set -uo pipefail
+OUT=${OUT:-/tmp/kforge-out}
+mkdir -p "$OUT"
+test -x target/release/kforge || { echo "carry target/release/kforge"; exit 2; }
+[ $# -gt 0 ] || { echo "usage: verify_scale.sh NAME... (stems of tests/candidates/suite/*.py)"; exit 2; }
+declare -A PROBLEM=(
+  [silu_bf16]=problems/level1/016_silu_bf16.py
+  [gelu_fp32]=problems/level1/015_gelu_erf_fp32.py
+  [softmax_fp32]=problems/level1/013_softmax_fp32.py
+  [layernorm_fp32]=problems/level1/009_layernorm_fp32.py
+  [gemm_bias_gelu_bf16]=problems/level2/002_gemm_bias_gelu_bf16.py
+)
+W=$(mktemp -d /tmp/kforge-vscale.XXXXXX)
+now() { date +%s.%N; }
+for name in "$@"; do
+  prob=${PROBLEM[$name]:-}
+  cand=tests/candidates/suite/$name.py
+  [ -n "$prob" ] && [ -f "$cand" ] || { echo "unknown candidate $name"; continue; }
+  for inputs in host device; do
+    t0=$(now)
+    python3 scripts/device/naive_harness.py "$prob" "$cand" --size large --inputs "$inputs" >"$W/$name.naive-$inputs.json" 2>"$W/$name.naive-$inputs.err"
+    rc=$?
+    echo "$name naive-$inputs $rc $(awk -v a="$(now)" -v b="$t0" "BEGIN{printf \"%.3f\", a-b}")" >>"$W/walls.txt"
+  done
+  ( while :; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; sleep 0.5; done ) >"$W/$name.mem.txt" 2>/dev/null &
+  sampler=$!
+  t0=$(now)
+  target/release/kforge verify "$prob" "$cand" --size large --json "$W/$name.verdict.json" >"$W/$name.verify.out" 2>&1
+  rc=$?
+  echo "$name verify $rc $(awk -v a="$(now)" -v b="$t0" "BEGIN{printf \"%.3f\", a-b}")" >>"$W/walls.txt"
+  kill "$sampler" 2>/dev/null
+  tail -n 25 "$W/$name.verify.out"
+done
+python3 - "$W" "$OUT/verify_scale.json" <<'PY'
+import json, os, sys
+w, out = sys.argv[1], sys.argv[2]
+rows = {}
+for line in open(os.path.join(w, "walls.txt")):
+    name, what, rc, secs = line.split()
+    r = rows.setdefault(name, {"name": name})
+    r[what] = {"exit": int(rc), "seconds": float(secs)}
+    if what.startswith("naive"):
+        try:
+            r[what].update(json.loads(open(os.path.join(w, f"{name}.{what}.json")).read().strip().splitlines()[-1]))
+        except Exception as e:
+            r[what]["error"] = open(os.path.join(w, f"{name}.{what}.err")).read()[-600:]
+    else:
+        try:
+            v = json.load(open(os.path.join(w, f"{name}.verdict.json")))
+            r["verdict"] = v
+        except Exception as e:
+            r["verdict_error"] = open(os.path.join(w, f"{name}.verify.out")).read()[-1500:]
+        mem = [int(x) for x in open(os.path.join(w, f"{name}.mem.txt")).read().split() if x.isdigit()]
+        r["gpu_memory_peak_mib"] = max(mem) if mem else None
+json.dump(list(rows.values()), open(out, "w"), indent=1, default=str)
+print("%-22s %9s %9s %9s %7s %8s  %s" % ("CANDIDATE", "NAIVE-H s", "NAIVE-D s", "VERIFY s", "RATIO", "PEAK GiB", "VERDICT"))
+for r in rows.values():
+    nh, nd, v = r.get("naive-host", {}), r.get("naive-device", {}), r.get("verify", {})
+    fastest = min([x["seconds"] for x in (nh, nd) if x.get("exit") == 0] or [float("nan")])
+    verdict = r.get("verdict", {})
+    label = verdict.get("outcome", "?") if isinstance(verdict, dict) else "?"
+    first = (verdict.get("rejected_by") or "") if isinstance(verdict, dict) else ""
+    peak = r.get("gpu_memory_peak_mib")
+    print("%-22s %9.1f %9.1f %9.1f %7.2f %8s  %s %s" % (r["name"], nh.get("seconds", float("nan")), nd.get("seconds", float("nan")),
+          v.get("seconds", float("nan")), v.get("seconds", float("nan")) / fastest, "%.1f" % (peak / 1024) if peak else "-", label, first or ""))
+PY
