@@ -7,7 +7,8 @@
 # For each candidate: the naive harness with host inputs (KernelBench's practice) and with
 # device inputs (the fastest naive harness), then `kforge verify PROBLEM CANDIDATE --size large`
 # (the whole cascade, standalone), each process timed whole. Peak GPU memory of the GPU is
-# sampled with nvidia-smi every 0.5 s during the verify. Writes $OUT/verify_scale.json (with
+# sampled with nvidia-smi every 0.5 s during the verify. VERIFY_AGAIN=1: verify once more (a
+# search verifies many candidates of one problem: Inductor's caches are then warm). Writes $OUT/verify_scale.json (with
 # every verdict's JSON) and prints a table last. Needs target/release/kforge carried.
 set -uo pipefail
 OUT=${OUT:-/tmp/kforge-out}
@@ -33,14 +34,16 @@ for name in "$@"; do
     rc=$?
     echo "$name naive-$inputs $rc $(awk -v a="$(now)" -v b="$t0" "BEGIN{printf \"%.3f\", a-b}")" >>"$W/walls.txt"
   done
-  ( while :; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; sleep 0.5; done ) >"$W/$name.mem.txt" 2>/dev/null &
-  sampler=$!
-  t0=$(now)
-  target/release/kforge verify "$prob" "$cand" --size large --json "$W/$name.verdict.json" >"$W/$name.verify.out" 2>&1
-  rc=$?
-  echo "$name verify $rc $(awk -v a="$(now)" -v b="$t0" "BEGIN{printf \"%.3f\", a-b}")" >>"$W/walls.txt"
-  kill "$sampler" 2>/dev/null
-  tail -n 25 "$W/$name.verify.out"
+  for what in verify $( [ "${VERIFY_AGAIN:-0}" = 1 ] && echo verify-again ); do
+    ( while :; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; sleep 0.5; done ) >"$W/$name.$what.mem.txt" 2>/dev/null &
+    sampler=$!
+    t0=$(now)
+    target/release/kforge verify "$prob" "$cand" --size large --json "$W/$name.$what.verdict.json" >"$W/$name.$what.out" 2>&1
+    rc=$?
+    echo "$name $what $rc $(awk -v a="$(now)" -v b="$t0" "BEGIN{printf \"%.3f\", a-b}")" >>"$W/walls.txt"
+    kill "$sampler" 2>/dev/null
+    tail -n 12 "$W/$name.$what.out"
+  done
 done
 python3 - "$W" "$OUT/verify_scale.json" <<'PY'
 import json, os, sys
@@ -57,21 +60,24 @@ for line in open(os.path.join(w, "walls.txt")):
             r[what]["error"] = open(os.path.join(w, f"{name}.{what}.err")).read()[-600:]
     else:
         try:
-            v = json.load(open(os.path.join(w, f"{name}.verdict.json")))
-            r["verdict"] = v
+            r[what]["verdict"] = json.load(open(os.path.join(w, f"{name}.{what}.verdict.json")))
         except Exception as e:
-            r["verdict_error"] = open(os.path.join(w, f"{name}.verify.out")).read()[-1500:]
-        mem = [int(x) for x in open(os.path.join(w, f"{name}.mem.txt")).read().split() if x.isdigit()]
-        r["gpu_memory_peak_mib"] = max(mem) if mem else None
+            r[what]["verdict_error"] = open(os.path.join(w, f"{name}.{what}.out")).read()[-1500:]
+        mem = [int(x) for x in open(os.path.join(w, f"{name}.{what}.mem.txt")).read().split() if x.isdigit()]
+        r[what]["gpu_memory_peak_mib"] = max(mem) if mem else None
 json.dump(list(rows.values()), open(out, "w"), indent=1, default=str)
-print("%-22s %9s %9s %9s %7s %8s  %s" % ("CANDIDATE", "NAIVE-H s", "NAIVE-D s", "VERIFY s", "RATIO", "PEAK GiB", "VERDICT"))
+print("%-20s %-12s %9s %9s %8s %7s %7s %8s  %s" % ("CANDIDATE", "RUN", "NAIVE-H s", "NAIVE-D s", "VERIFY s", "/ NH", "/ ND", "PEAK GiB", "VERDICT; PHASES s"))
 for r in rows.values():
-    nh, nd, v = r.get("naive-host", {}), r.get("naive-device", {}), r.get("verify", {})
-    fastest = min([x["seconds"] for x in (nh, nd) if x.get("exit") == 0] or [float("nan")])
-    verdict = r.get("verdict", {})
-    label = verdict.get("outcome", "?") if isinstance(verdict, dict) else "?"
-    first = (verdict.get("rejected_by") or "") if isinstance(verdict, dict) else ""
-    peak = r.get("gpu_memory_peak_mib")
-    print("%-22s %9.1f %9.1f %9.1f %7.2f %8s  %s %s" % (r["name"], nh.get("seconds", float("nan")), nd.get("seconds", float("nan")),
-          v.get("seconds", float("nan")), v.get("seconds", float("nan")) / fastest, "%.1f" % (peak / 1024) if peak else "-", label, first or ""))
+    nh, nd = r.get("naive-host", {}), r.get("naive-device", {})
+    for what in ("verify", "verify-again"):
+        v = r.get(what)
+        if not v:
+            continue
+        verdict = v.get("verdict", {})
+        phases = " ".join(f"{k} {x:.1f}" for k, x in verdict.get("phase_seconds", {}).items())
+        peak = v.get("gpu_memory_peak_mib")
+        print("%-20s %-12s %9.1f %9.1f %8.1f %7.2f %7.2f %8s  %s %s; %s" % (
+            r["name"], what, nh.get("seconds", float("nan")), nd.get("seconds", float("nan")), v["seconds"],
+            v["seconds"] / nh.get("seconds", float("nan")), v["seconds"] / nd.get("seconds", float("nan")),
+            "%.1f" % (peak / 1024) if peak else "-", verdict.get("outcome", "?"), verdict.get("rejected_by") or "", phases))
 PY

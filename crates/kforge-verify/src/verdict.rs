@@ -6,6 +6,8 @@
 //! ([`Progress`]): the candidate's own (a rejection by `STAGE:crash`, `STAGE:timeout`,
 //! `STAGE:memory-limit`, with the cause) or the environment's (`could-not-run`, with the fix).
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -36,7 +38,7 @@ pub struct CheckResult {
 }
 
 /// What the runner wrote.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct RunnerResult {
     pub checks: Vec<CheckResult>,
     #[serde(default)]
@@ -44,6 +46,9 @@ pub struct RunnerResult {
     /// What the runner wants said about how it ran (e.g. Triton's interpreter on the CPU).
     #[serde(default)]
     pub notes: Vec<String>,
+    /// Seconds per phase of the runner (`setup`, `checks`, `baseline-compile`, `timing`, …).
+    #[serde(default)]
+    pub phase_seconds: BTreeMap<String, f64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,6 +110,11 @@ pub struct Verdict {
     /// The problem's size preset the candidate ran at (`default`, `large`: `kforge verify --size`).
     #[serde(default = "default_size")]
     pub size: String,
+    /// Where the time went: the runner's phases (`setup`: torch, the problem, the identities;
+    /// `checks`: gates 2–3 and the exploit checks; gate 4's `baseline-compile`, `timing`,
+    /// `revalidation-after-timing`, `plausibility`) and the orchestrator's `total`.
+    #[serde(default)]
+    pub phase_seconds: BTreeMap<String, f64>,
 }
 
 fn default_size() -> String {
@@ -398,7 +408,7 @@ pub fn classify(e: &Ended) -> (RunnerResult, Cause) {
     if cause.message.is_empty() {
         cause.message = format!("the candidate process ended {running}");
     }
-    let result = RunnerResult { checks: e.progress.checks.clone(), device: None, notes: Vec::new() };
+    let result = RunnerResult { checks: e.progress.checks.clone(), ..Default::default() };
     (result, cause)
 }
 
@@ -425,10 +435,11 @@ pub fn compose(
     limits: Value,
 ) -> Verdict {
     let notes = runner.map(|r| r.notes.clone()).unwrap_or_default();
+    let phase_seconds = runner.map(|r| r.phase_seconds.clone()).unwrap_or_default();
     let mut with_cause;
     let runner = match (&cause, runner) {
         (Some(c), r) if c.side == Side::Candidate => {
-            with_cause = r.cloned().unwrap_or(RunnerResult { checks: Vec::new(), device: None, notes: Vec::new() });
+            with_cause = r.cloned().unwrap_or_default();
             with_cause.checks.push(c.check_result());
             Some(&with_cause)
         }
@@ -505,6 +516,7 @@ pub fn compose(
         torch_policy: TorchPolicy::default(),
         allowed_vendor_calls: Vec::new(),
         size: default_size(),
+        phase_seconds,
     }
 }
 
@@ -604,10 +616,12 @@ mod tests {
                 check("performance", "speedup", None),
             ],
             device: Some("cpu".into()),
-            notes: vec![],
+            phase_seconds: BTreeMap::from([("setup".to_string(), 1.5)]),
+            ..Default::default()
         };
         let v = compose("p", "c", &[], Some(&all_ok), None, json!({}));
         assert_eq!((v.outcome, v.rejected_by.as_deref()), (Outcome::PassedWithoutPerformance, None));
+        assert_eq!(v.phase_seconds.get("setup"), Some(&1.5), "the runner's phases are kept in the verdict");
         assert_eq!(v.outcome.exit_code(), 0);
         let status: Vec<&str> = v.gates.iter().map(|g| g.status.as_str()).collect();
         assert_eq!(status, ["passed", "passed", "passed", "passed", "passed", "passed", "not-applicable"]);
@@ -619,8 +633,7 @@ mod tests {
         // The first failing check in gate order names the rejection, whatever the list order.
         let failing = RunnerResult {
             checks: vec![check("exploits", "ghost-replay", Some(false)), check("correctness", "seed-1", Some(false))],
-            device: None,
-            notes: vec![],
+            ..Default::default()
         };
         let v = compose("p", "c", &[], Some(&failing), None, json!({}));
         assert_eq!((v.outcome, v.rejected_by.as_deref()), (Outcome::Rejected, Some("correctness:seed-1")));
@@ -636,11 +649,11 @@ mod tests {
         assert_eq!((v.outcome, v.outcome.exit_code()), (Outcome::CouldNotRun, 2));
         // Fail closed: a result with only a passing performance check (or nothing) accepts nothing.
         let forged =
-            RunnerResult { checks: vec![check("performance", "speedup", Some(true))], device: None, notes: vec![] };
+            RunnerResult { checks: vec![check("performance", "speedup", Some(true))], ..Default::default() };
         let v = compose("p", "c", &[], Some(&forged), None, json!({}));
         assert_eq!(v.outcome, Outcome::CouldNotRun);
         assert!(v.error.as_deref().unwrap().contains("dry-run, correctness, model, exploits"));
-        let empty = RunnerResult { checks: vec![], device: None, notes: vec![] };
+        let empty = RunnerResult { checks: vec![], ..Default::default() };
         assert_eq!(compose("p", "c", &[], Some(&empty), None, json!({})).outcome, Outcome::CouldNotRun);
     }
 
@@ -749,8 +762,7 @@ mod tests {
             .into_iter()
             .flatten()
             .collect(),
-            device: None,
-            notes: vec![],
+            ..Default::default()
         };
         // A wrong candidate is named by its correctness failure; torch compute alone by the record.
         let mut computes = with(Some(check("dispatch", "torch-compute", Some(false))));

@@ -117,6 +117,7 @@ pub fn verify(socket: &Path, a: VerifyArgs) -> Result<i32> {
             bail!("{}: no such file", f.display());
         }
     }
+    let started = Instant::now();
     let source = std::fs::read_to_string(&a.candidate).with_context(|| format!("reading {}", a.candidate.display()))?;
     let (problem, candidate) = (a.problem.display().to_string(), a.candidate.display().to_string());
     let mut limits = serde_json::json!({"time_s": a.time_limit_s, "memory_gib": a.memory_limit_gib});
@@ -140,6 +141,7 @@ pub fn verify(socket: &Path, a: VerifyArgs) -> Result<i32> {
         compose(&problem, &candidate, &evidence.findings, evidence.result.as_ref(), evidence.cause, limits)
             .with_policy(&policy);
     verdict.size = a.size.clone();
+    verdict.phase_seconds.insert("total".into(), started.elapsed().as_secs_f64());
     if a.device == "cpu" && !verdict.notes.iter().any(|n| n.contains("TRITON_INTERPRET")) {
         verdict
             .notes
@@ -363,7 +365,7 @@ fn run_candidate_job(
                 Some("start the daemon (kforge daemon) and run it again, or run without --daemon".into()),
             );
             (cause.stage, cause.check) = progress.running.clone().unzip();
-            let result = RunnerResult { checks: progress.checks, device: None, notes: Vec::new() };
+            let result = RunnerResult { checks: progress.checks, ..Default::default() };
             return Ok(Evidence { findings: Vec::new(), result: Some(result), cause: Some(cause) });
         }
     };

@@ -296,6 +296,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     ``kernel.KernelCandidate`` (the compiled model re-stitched with the kernel)."""
     import torch
 
+    began = time.perf_counter()
     ck = Check(progress)
     seeds = list(range(int(policy.get("seeds", 3))))
     torch.manual_seed(0)
@@ -511,8 +512,10 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     if performance and dev.type == "cuda" and failed:
         ck.add("performance", "speedup", None, note=f"not timed: already rejected by {failed[0]}")
     elif performance and dev.type == "cuda":
+        checked = time.perf_counter()
         ck.begin("performance", "speedup")
-        performance_gate(ck, problem, ref_model, cand, policy, dev)
+        phases = performance_gate(ck, problem, ref_model, cand, policy, dev)
+        return {"checks": ck.items, "phase_seconds": {"checks": round(checked - began, 3), **phases}}
     else:
         ck.add("performance", "speedup", None, note="needs a GPU" if dev.type != "cuda" else "not requested")
-    return {"checks": ck.items}
+    return {"checks": ck.items, "phase_seconds": {"checks": round(time.perf_counter() - began, 3)}}

@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import threading
+import time
 import traceback
 from typing import Any, Dict, Optional, Sequence
 
@@ -115,6 +116,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--kernel", help="CANDIDATE is a replacement source for this Inductor kernel of PROBLEM")
     ap.add_argument("--progress", help="append one JSON line per check (and per check about to run) to this file")
     a = ap.parse_args(argv)
+    began = time.perf_counter()
     record_thread_origins()
     ck = Check(a.progress)
     try:
@@ -150,6 +152,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         libs0 = library_identities(problem)
         cand: Any
         res: Dict[str, Any]
+        checking = time.perf_counter()  # torch, the problem, the identities: set up
         if a.kernel:
             with open(a.candidate) as f:
                 cand = KernelCandidate(problem, a.kernel, f.read(), str(policy.get("baseline_mode", "default")), torch.device(dev_s), policy)
@@ -169,6 +172,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     res = run_checks(problem, cand, policy, torch.device(dev_s), not a.no_performance, timers0, threads0,
                                      libs0, progress=a.progress, native0=native0)
         res["device"] = dev_s
+        res["phase_seconds"] = {"setup": round(checking - began, 3), **res.get("phase_seconds", {})}
         if dev_s == "cpu":
             res["notes"] = ["--device cpu: Triton kernels ran in Triton's interpreter (TRITON_INTERPRET=1 in the candidate process)"]
     except RunnerError as e:

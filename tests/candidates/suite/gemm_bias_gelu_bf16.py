@@ -1,6 +1,7 @@
 """Honest dispatch-aware candidate for problems/level2/002_gemm_bias_gelu_bf16.py: the reference's
-GEMM stays a vendor call (F.linear without the bias: cuBLAS), the bias and the tanh GELU run in
-one Triton epilogue pass over the GEMM's output."""
+GEMM stays a vendor call (F.linear with its bias: cuBLAS, the bias added in its epilogue before
+the one rounding to bf16, as in the reference), the tanh GELU runs in one Triton pass over the
+GEMM's output, computed in fp32."""
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -9,11 +10,10 @@ import triton.language as tl
 
 
 @triton.jit
-def bias_gelu_kernel(y_ptr, b_ptr, out_ptr, n, cols, BLOCK: tl.constexpr):
+def gelu_tanh_kernel(y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
-    v = tl.load(y_ptr + offs, mask=mask).to(tl.float32) + tl.load(b_ptr + offs % cols, mask=mask).to(tl.float32)
-    v = v.to(tl.bfloat16).to(tl.float32)  # the reference rounds the linear's output to bf16
+    v = tl.load(y_ptr + offs, mask=mask).to(tl.float32)
     inner = 0.7978845608028654 * (v + 0.044715 * v * v * v)
     t = 2.0 / (1.0 + tl.exp(-2.0 * inner)) - 1.0
     tl.store(out_ptr + offs, (0.5 * v * (1.0 + t)).to(tl.bfloat16), mask=mask)
@@ -25,8 +25,8 @@ class ModelNew(nn.Module):
         self.linear = nn.Linear(hidden, ffn).to(torch.bfloat16)
 
     def forward(self, x):
-        y = F.linear(x, self.linear.weight)
+        y = F.linear(x, self.linear.weight, self.linear.bias)
         out = torch.empty_like(y)
         n = y.numel()
-        bias_gelu_kernel[(triton.cdiv(n, 4096),)](y, self.linear.bias, out, n, y.shape[-1], BLOCK=4096, num_warps=8)
+        gelu_tanh_kernel[(triton.cdiv(n, 4096),)](y, out, n, BLOCK=4096, num_warps=8)
         return out
