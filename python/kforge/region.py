@@ -50,9 +50,14 @@ class Region:
     * ``revoked``: whether the lease ran out and the daemon revoked the region;
     * ``tainted``: whether the daemon flagged the region (e.g. a drain timed out);
     * ``held_ms``: how long the region was held (the daemon's figure, else measured locally).
+
+    A ``joinable`` region (what ``kforge run --auto-regions`` enters around an unmodified
+    script's timing) may have regions of the same thread entered inside it: those run inside the
+    held region (same ``region`` id and grant, ``joined`` true) without asking the daemon, and
+    their exit leaves the outer region held.
     """
 
-    def __init__(self, name: str = "region", lease_s: Optional[float] = None) -> None:
+    def __init__(self, name: str = "region", lease_s: Optional[float] = None, joinable: bool = False) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError(f"kforge.region: name must be a non-empty string, got {name!r}")
         if lease_s is not None:
@@ -69,6 +74,8 @@ class Region:
         self.revoked: bool = False
         self.tainted: bool = False
         self.held_ms: Optional[float] = None
+        self.joinable: bool = joinable
+        self.joined: bool = False
         self._conn: Optional[Client] = None
         self._locked: bool = False
         self._t0: int = 0
@@ -77,12 +84,19 @@ class Region:
 
     def __enter__(self) -> "Region":
         active = getattr(_local, "active", None)
+        if active is not None and active[0] == os.getpid() and active[1].joinable and active[1] is not self:
+            outer: Region = active[1]
+            self.region, self.grant, self.exclusive = outer.region, outer.grant, outer.exclusive
+            self.valid, self.revoked, self.tainted, self.held_ms = None, False, outer.tainted, None
+            self.joined = True
+            self._t0 = time.perf_counter_ns()
+            return self
         if active is not None and active[0] == os.getpid():
             raise KforgeError(
                 f"kforge.region({self.name!r}) entered inside region {active[1].name!r} of the same "
                 "thread: regions are not re-entrant; time the inner part without a region"
             )
-        self.region, self.grant, self.exclusive = None, None, False
+        self.region, self.grant, self.exclusive, self.joined = None, None, False, False
         self.valid, self.revoked, self.tainted, self.held_ms = None, False, False, None
         conn = connection()
         if conn is not None:
@@ -121,6 +135,9 @@ class Region:
         tb: Optional[TracebackType],
     ) -> None:
         local_ms = (time.perf_counter_ns() - self._t0) / 1e6
+        if self.joined:
+            self.held_ms = local_ms
+            return  # the outer region stays held
         _local.active = None
         conn, self._conn = self._conn, None
         if conn is None:
@@ -208,6 +225,15 @@ def report_measurement(
     }
     reply = raise_for_error(conn.request(msg), "recorded")
     return int(reply["measurement"])
+
+
+def active_region() -> Optional[Region]:
+    """The region this thread holds (entered and not yet exited), if any."""
+    active = getattr(_local, "active", None)
+    if active is None or active[0] != os.getpid():
+        return None
+    r: Region = active[1]
+    return r
 
 
 def region_open() -> bool:
