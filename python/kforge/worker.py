@@ -100,6 +100,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 import kforge
 
 from .client import reset_connection
+from .autoregions import AutoRegions, enabled
 from .region import region_open
 
 #: Largest control message in bytes, either way.
@@ -439,6 +440,10 @@ class Worker:
         os.environ.update(job_env)
         sys.dont_write_bytecode = bool(job_env.get("PYTHONDONTWRITEBYTECODE"))
         self._wrap_atexit(atexits)
+        # `kforge run --auto-regions`: what the bootstrap's sitecustomize does in a cold job.
+        auto = AutoRegions() if enabled(job_env) else None
+        if auto is not None:
+            auto.install()
         try:
             if argv_error:
                 sys.stderr.write(f"{sys.executable}: {argv_error}\n")
@@ -455,6 +460,8 @@ class Worker:
 
         recycle = self._wait_threads(threads)
         self._run_atexits(atexits)
+        if auto is not None:
+            auto.uninstall()  # exits what is still open and restores what it patched
         if not self._flush() and code == 0:
             code = 120
         try:
