@@ -31,7 +31,10 @@ the job's non-daemon threads and runs the ``atexit`` callbacks the job registere
 restores its own state, drops the modules the job imported from outside the Python installation
 and kforge (so an edited candidate module is imported afresh), and checks hygiene: replaced
 timing/torch callables, threads left running, CUDA device/stream/sticky error/leaked memory, a
-kforge region left open, job count and RSS ceiling; any finding recycles the worker.
+kforge region left open, job count and RSS ceiling; any finding recycles the worker. A job whose
+environment has ``KFORGE_AUTO_REGIONS=1`` (``kforge run --auto-regions``) runs with the hooks of
+:mod:`kforge.autoregions` installed; they are removed (open regions exited, patched callables
+restored) before the hygiene checks.
 
 What cannot be identical to a fresh interpreter:
 
