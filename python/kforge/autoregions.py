@@ -104,6 +104,7 @@ class _Open:
     """An automatic region held by the event rule on one thread."""
 
     def __init__(self, region: Region, opened: float, lease_s: float) -> None:
+        self.pid = os.getpid()
         self.region = region
         self.opened = opened
         self.lease_s = lease_s
@@ -178,6 +179,12 @@ class AutoRegions:
 
     def held_event_region(self) -> Optional[_Open]:
         o: Optional[_Open] = getattr(self._local, "open", None)
+        if o is not None and o.pid != os.getpid():
+            # Inherited through fork: the parent holds that region on its own connection.
+            self._local.open = None
+            with self._lock:
+                self._open = {k: v for k, v in self._open.items() if v.pid == os.getpid()}
+            return None
         return o
 
     def before_record(self, event: Any) -> bool:
@@ -245,7 +252,7 @@ class AutoRegions:
     def close_all(self) -> None:
         """Exit every event region still open (interpreter exit, uninstall)."""
         with self._lock:
-            left = list(self._open.values())
+            left = [o for o in self._open.values() if o.pid == os.getpid()]
             self._open.clear()
         self._local.open = None
         for o in left:
@@ -415,12 +422,21 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
             self.busy.discard(fullname)
         loader = None if spec is None else spec.loader
         exec_module = getattr(loader, "exec_module", None)
-        if spec is None or exec_module is None:
+        # Only a loader object of its own with a __dict__ (not a class such as BuiltinImporter):
+        # its exec_module is wrapped for this one call and then put back, so a loader shared by
+        # several modules (a zip archive's) is left as it was.
+        if spec is None or exec_module is None or isinstance(loader, type) or not hasattr(loader, "__dict__"):
             return spec
+        own_attr = vars(loader).get("exec_module", _MISSING)
 
         def exec_then_patch(module: ModuleType) -> None:
+            if own_attr is _MISSING:
+                vars(loader).pop("exec_module", None)
+            else:
+                setattr(loader, "exec_module", own_attr)
             exec_module(module)
-            hook(module)
+            if module.__name__ == fullname:
+                hook(module)
 
         setattr(loader, "exec_module", exec_then_patch)
         return spec

@@ -347,3 +347,25 @@ def test_installing_patches_a_module_imported_before() -> None:
         else:
             sys.modules["triton.testing"] = saved
     assert not getattr(tt.do_bench, WRAPPED_MARK, False)  # type: ignore[attr-defined]
+
+
+def test_a_forked_child_does_not_exit_its_parents_region(rig: Rig) -> None:
+    s, e = FakeEvent(enable_timing=True), FakeEvent(enable_timing=True)
+    s.record()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: its copy of the open region is the parent's, not its own
+        os.close(r)
+        s.elapsed_time(s)  # would exit an open region of its own
+        rig.auto.close_all()
+        os.write(w, b"none" if rig.auto.held_event_region() is None else b"held")
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        said = f.read()
+    assert os.waitpid(pid, 0)[1] == 0
+    assert said == b"none"
+    assert rig.regions() == [f"enter {EVENT_REGION}"], "the child sent nothing on the parent's connection"
+    e.record()
+    rig.cuda.synchronize()
+    assert rig.regions() == [f"enter {EVENT_REGION}", "exit"]
