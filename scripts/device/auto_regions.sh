@@ -2,7 +2,7 @@
 # `kforge run --auto-regions` on a real GPU, one device call (< 4 min on an H200); builds nothing.
 # Needs target/release/kforge and target/release/libkforge_shim.so carried (built from this tree).
 #   The unmodified KernelBench-style eval scripts/device/kb_style_eval.py (matmul and swish, each
-#   timed with triton.testing.do_bench, per-trial CUDA events and an event loop) runs four times
+#   timed with triton.testing.do_bench, per-trial CUDA events, an event loop and torch.utils.benchmark.Timer) runs four times
 #   on one daemon, GPU 0:
 #     alone        nothing else on the GPU, no flag;
 #     alone-auto   nothing else on the GPU, --auto-regions (what the regions cost when alone);

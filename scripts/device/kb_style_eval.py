@@ -10,7 +10,9 @@ ways, as user scripts do:
 * ``events``: KernelBench's ``time_execution_with_cuda_event``: per trial a fresh event pair
   around one call, ``torch.cuda.synchronize()``, ``elapsed_time`` (100 trials);
 * ``event-loop``: one event pair around 10 calls, ``torch.cuda.synchronize()``, per-call mean
-  (30 loops).
+  (30 loops);
+* ``timer``: ``torch.utils.benchmark.Timer(...).blocked_autorange(min_run_time=0.2)``, its
+  per-block means.
 
 Writes ``{label, device, torch, triton, problems: {NAME: {METHOD: [ms, ...]}}}`` to OUT.json and
 prints p50/p95 per series. Imports no kforge module: under ``kforge run --auto-regions`` its timed
@@ -25,6 +27,7 @@ from typing import Callable, Dict, List
 
 import torch
 import torch.nn.functional as F
+import torch.utils.benchmark
 import triton
 import triton.testing
 
@@ -95,6 +98,11 @@ def time_event_loop(fn: Callable[[], object], loops: int = 30, calls: int = 10) 
     return times
 
 
+def time_timer(fn: Callable[[], object]) -> List[float]:
+    m = torch.utils.benchmark.Timer(stmt="fn()", globals={"fn": fn}).blocked_autorange(min_run_time=0.2)
+    return [t * 1e3 for t in m.times]
+
+
 def quantile(xs: List[float], p: float) -> float:
     s = sorted(xs)
     k = (len(s) - 1) * p
@@ -117,7 +125,8 @@ def main() -> None:
         def fn(model: torch.nn.Module = model, inputs: List[torch.Tensor] = inputs) -> object:
             return model(*inputs)
 
-        series = {"do_bench": time_do_bench(fn), "events": time_events(fn), "event-loop": time_event_loop(fn)}
+        series = {"do_bench": time_do_bench(fn), "events": time_events(fn), "event-loop": time_event_loop(fn),
+                  "timer": time_timer(fn)}
         problems[name] = series
         for method, xs in series.items():
             print(f"{label:<12} {name:<18} {method:<10} p50 {quantile(xs, 0.5):.4f} ms  p95 {quantile(xs, 0.95):.4f} ms"
