@@ -52,8 +52,10 @@ Nesting. An automatic region is *joinable*: a ``kforge.region``/``kforge.do_benc
 it (``kforge.do_bench`` inside a user's event loop) runs inside the held region instead of asking
 the daemon again, so nothing double-enters; and no automatic region is entered while the thread
 holds any region (``triton.testing.do_bench`` records events inside ``auto:do_bench``;
-``kforge.do_bench`` inside its own region). Regions of different threads are serialised, as
-with ``kforge.region``.
+``kforge.do_bench`` inside its own region). Inside a joined region or a wrapped call, events and
+waits are theirs, not the enclosing interval's: ``kforge.do_bench``'s own synchronize inside a
+user's event interval does not end that interval's region. Regions of different threads are
+serialised, as with ``kforge.region``.
 """
 
 from __future__ import annotations
@@ -155,15 +157,19 @@ class AutoRegions:
     def call_in_region(self, name: str, fn: Callable[..., Any], args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
         """``fn(*args, **kwargs)`` inside region ``name``, or as is when the thread holds one."""
         self.close_expired()
-        if active_region() is not None:
-            return fn(*args, **kwargs)
-        r = self._enter(name)
-        if r is None:
-            return fn(*args, **kwargs)
+        self._local.quiet = getattr(self._local, "quiet", 0) + 1
         try:
-            return fn(*args, **kwargs)
+            if active_region() is not None:
+                return fn(*args, **kwargs)
+            r = self._enter(name)
+            if r is None:
+                return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._exit(r)
         finally:
-            self._exit(r)
+            self._local.quiet -= 1
 
     def wrap(self, fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         """``fn`` so that each call runs inside region ``name``."""
@@ -186,6 +192,12 @@ class AutoRegions:
                 self._open = {k: v for k, v in self._open.items() if v.pid == os.getpid()}
             return None
         return o
+
+    def quiet(self, o: Optional[_Open]) -> bool:
+        """Events are someone else's now: inside a wrapped timing call, or inside a kforge region
+        joined into the event region (``kforge.do_bench`` in a user's event loop) — their own
+        events and waits must not end the user's interval."""
+        return getattr(self._local, "quiet", 0) > 0 or (o is not None and o.region.nested > 0)
 
     def before_record(self, event: Any) -> bool:
         """A timing event is about to be recorded: enter a region if the thread holds none.
@@ -210,24 +222,25 @@ class AutoRegions:
         """A timing event that did not open the region was recorded: inside an open event
         region it is an end event."""
         o = self.held_event_region()
-        if o is not None and getattr(event, TIMING_MARK, False):
+        if o is not None and getattr(event, TIMING_MARK, False) and not self.quiet(o):
             o.last_end = event
 
     def after_device_wait(self) -> None:
         """``torch.cuda.synchronize()`` / ``Stream.synchronize()`` returned."""
         o = self.held_event_region()
-        if o is not None and o.last_end is not None:
+        if o is not None and o.last_end is not None and not self.quiet(o):
             self.close_event_region()
 
     def after_event_wait(self, event: Any) -> None:
         """``Event.synchronize()`` returned for ``event``."""
         o = self.held_event_region()
-        if o is not None and o.last_end is not None and event is o.last_end:
+        if o is not None and o.last_end is not None and event is o.last_end and not self.quiet(o):
             self.close_event_region()
 
     def after_elapsed(self) -> None:
         """``Event.elapsed_time()`` returned: both events of an interval completed."""
-        if self.held_event_region() is not None:
+        o = self.held_event_region()
+        if o is not None and not self.quiet(o):
             self.close_event_region()
 
     def close_event_region(self) -> None:

@@ -54,7 +54,8 @@ class Region:
     A ``joinable`` region (what ``kforge run --auto-regions`` enters around an unmodified
     script's timing) may have regions of the same thread entered inside it: those run inside the
     held region (same ``region`` id and grant, ``joined`` true) without asking the daemon, and
-    their exit leaves the outer region held.
+    their exit leaves the outer region held. ``nested`` counts the regions joined into this one
+    that are still open.
     """
 
     def __init__(self, name: str = "region", lease_s: Optional[float] = None, joinable: bool = False) -> None:
@@ -76,6 +77,8 @@ class Region:
         self.held_ms: Optional[float] = None
         self.joinable: bool = joinable
         self.joined: bool = False
+        self.nested: int = 0
+        self._outer: Optional[Region] = None
         self._conn: Optional[Client] = None
         self._locked: bool = False
         self._t0: int = 0
@@ -88,7 +91,8 @@ class Region:
             outer: Region = active[1]
             self.region, self.grant, self.exclusive = outer.region, outer.grant, outer.exclusive
             self.valid, self.revoked, self.tainted, self.held_ms = None, False, outer.tainted, None
-            self.joined = True
+            self.joined, self._outer = True, outer
+            outer.nested += 1
             self._t0 = time.perf_counter_ns()
             return self
         if active is not None and active[0] == os.getpid():
@@ -137,6 +141,9 @@ class Region:
         local_ms = (time.perf_counter_ns() - self._t0) / 1e6
         if self.joined:
             self.held_ms = local_ms
+            if self._outer is not None:
+                self._outer.nested -= 1
+                self._outer = None
             return  # the outer region stays held
         _local.active = None
         conn, self._conn = self._conn, None

@@ -369,3 +369,45 @@ def test_a_forked_child_does_not_exit_its_parents_region(rig: Rig) -> None:
     e.record()
     rig.cuda.synchronize()
     assert rig.regions() == [f"enter {EVENT_REGION}", "exit"]
+
+
+def test_a_joined_regions_own_events_and_waits_do_not_end_the_users_interval(rig: Rig) -> None:
+    s, e = FakeEvent(enable_timing=True), FakeEvent(enable_timing=True)
+    s.record()
+    outer = active_region()
+    with kforge.region("kforge.do_bench-like") as inner:
+        assert outer is not None and outer.nested == 1 and inner.joined
+        a, b = FakeEvent(enable_timing=True), FakeEvent(enable_timing=True)
+        a.record()
+        b.record()
+        rig.cuda.synchronize()
+        b.synchronize()
+        a.elapsed_time(b)
+        assert active_region() is outer, "the inner timing did not exit the user's region"
+    assert outer.nested == 0
+    rig.cuda.synchronize()
+    assert active_region() is outer, "no end event of the user's own yet"
+    e.record()
+    rig.cuda.synchronize()
+    assert active_region() is None
+    assert rig.regions() == [f"enter {EVENT_REGION}", "exit"]
+
+
+def test_a_wrapped_do_bench_inside_an_event_interval_leaves_it_open(rig: Rig) -> None:
+    tt = fake_triton_testing(record_events=True)
+    rig.auto.patch_triton_testing(tt)
+
+    def fake_do_bench_with_sync(fn: Callable[[], Any]) -> float:
+        tt.do_bench(fn)  # type: ignore[attr-defined]
+        rig.cuda.synchronize()
+        return 0.0
+
+    wrapped = rig.auto.wrap(fake_do_bench_with_sync, "auto:outer")
+    s, e = FakeEvent(enable_timing=True), FakeEvent(enable_timing=True)
+    s.record()
+    wrapped(lambda: None)
+    assert active_region() is not None
+    e.record()
+    rig.cuda.synchronize()
+    assert active_region() is None
+    assert rig.regions() == [f"enter {EVENT_REGION}", "exit"]
