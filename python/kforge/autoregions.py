@@ -31,7 +31,8 @@ its *end* events. The region is *exited* when the host has seen the interval com
 1. ``torch.cuda.synchronize()`` or ``Stream.synchronize()`` returns after an end event was
    recorded (everything recorded before it has finished);
 2. ``Event.synchronize()`` returns for the last end event recorded;
-3. ``Event.elapsed_time()`` returns (it succeeds only when both events have completed).
+3. ``Event.elapsed_time()`` returns after an end event was recorded (it succeeds only when both
+   of its events have completed; before any end event it is an earlier interval's).
 
 Why host waits and not the first ``elapsed_time()`` alone: every timing loop must wait for its
 end event before it can read a time, so the wait is the earliest moment the interval is known to
@@ -238,9 +239,10 @@ class AutoRegions:
             self.close_event_region()
 
     def after_elapsed(self) -> None:
-        """``Event.elapsed_time()`` returned: both events of an interval completed."""
+        """``Event.elapsed_time()`` returned: both events of an interval completed (an earlier
+        interval's, if no end event was recorded in this region yet)."""
         o = self.held_event_region()
-        if o is not None and not self.quiet(o):
+        if o is not None and o.last_end is not None and not self.quiet(o):
             self.close_event_region()
 
     def close_event_region(self) -> None:
