@@ -55,8 +55,9 @@ the daemon again, so nothing double-enters; and no automatic region is entered w
 holds any region (``triton.testing.do_bench`` records events inside ``auto:do_bench``;
 ``kforge.do_bench`` inside its own region). Inside a joined region or a wrapped call, events and
 waits are theirs, not the enclosing interval's: ``kforge.do_bench``'s own synchronize inside a
-user's event interval does not end that interval's region. Regions of different threads are
-serialised, as with ``kforge.region``.
+user's event interval does not end that interval's region. A region another thread enters while
+an automatic region is held joins it as well (waiting for it could wait for ever: the holder may
+be waiting for that thread).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import types
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
@@ -414,3 +415,28 @@ def test_a_wrapped_do_bench_inside_an_event_interval_leaves_it_open(rig: Rig) ->
     rig.cuda.synchronize()
     assert active_region() is None
     assert rig.regions() == [f"enter {EVENT_REGION}", "exit"]
+
+
+def test_a_region_of_another_thread_inside_an_event_interval_joins_it(rig: Rig) -> None:
+    s, e = FakeEvent(enable_timing=True), FakeEvent(enable_timing=True)
+    s.record()
+    outer = active_region()
+    seen: List[Any] = []
+
+    def worker() -> None:  # would wait for the region lock for ever: the main thread joins it
+        with kforge.region("in-thread") as r:
+            seen.append((r.joined, r.region, active_region() is r))
+        seen.append(active_region())
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(timeout=20)
+    assert not t.is_alive(), "the thread's region waited for the main thread's"
+    assert outer is not None and seen == [(True, outer.region, True), None]
+    assert outer.nested == 0
+    e.record()
+    rig.cuda.synchronize()
+    assert rig.regions() == [f"enter {EVENT_REGION}", "exit"]
+    with kforge.region("after"):  # the process holds no joinable region any more: a real one
+        pass
+    assert rig.regions()[-2:] == ["enter after", "exit"]
