@@ -7,7 +7,7 @@ import os
 import threading
 import time
 from types import TracebackType
-from typing import Any, Dict, Iterable, Optional, Type, Union
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Type, Union
 
 from .client import Client, connection, raise_for_error
 from .errors import KforgeError, RegionRevoked
@@ -19,6 +19,19 @@ from .errors import KforgeError, RegionRevoked
 _region_lock = threading.Lock()
 # Per-thread record of the active region, to reject nesting: (pid, Region).
 _local = threading.local()
+# The joinable region this process holds, if any (at most one: regions of a process are
+# serialised): [(pid, Region)] or []. A region of another thread joins it.
+_joinable_lock = threading.Lock()
+_joinable_held: List[Tuple[int, "Region"]] = []
+# How often a thread waiting for the region lock looks for a joinable region to join.
+_JOIN_POLL_S = 0.05
+
+
+def _held_joinable() -> Optional["Region"]:
+    with _joinable_lock:
+        if _joinable_held and _joinable_held[0][0] == os.getpid():
+            return _joinable_held[0][1]
+    return None
 
 
 def _env_job() -> Optional[int]:
@@ -50,9 +63,16 @@ class Region:
     * ``revoked``: whether the lease ran out and the daemon revoked the region;
     * ``tainted``: whether the daemon flagged the region (e.g. a drain timed out);
     * ``held_ms``: how long the region was held (the daemon's figure, else measured locally).
+
+    A ``joinable`` region (what ``kforge run --auto-regions`` enters around an unmodified
+    script's timing) may have other regions of the process entered while it is held (of its own
+    thread, or of another thread, which would otherwise wait for it): those run inside the held
+    region (same ``region`` id and grant, ``joined`` true) without asking the daemon, and their
+    exit leaves the outer region held. ``nested`` counts the regions joined into this one
+    that are still open.
     """
 
-    def __init__(self, name: str = "region", lease_s: Optional[float] = None) -> None:
+    def __init__(self, name: str = "region", lease_s: Optional[float] = None, joinable: bool = False) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError(f"kforge.region: name must be a non-empty string, got {name!r}")
         if lease_s is not None:
@@ -69,6 +89,12 @@ class Region:
         self.revoked: bool = False
         self.tainted: bool = False
         self.held_ms: Optional[float] = None
+        self.joinable: bool = joinable
+        self.joined: bool = False
+        self.nested: int = 0
+        self._outer: Optional[Region] = None
+        self._prev_active: Optional[Tuple[int, Region]] = None
+        self._set_active: bool = False
         self._conn: Optional[Client] = None
         self._locked: bool = False
         self._t0: int = 0
@@ -77,21 +103,53 @@ class Region:
 
     def __enter__(self) -> "Region":
         active = getattr(_local, "active", None)
-        if active is not None and active[0] == os.getpid():
+        if active is not None and active[0] != os.getpid():
+            active = None  # inherited through fork: the parent's
+        if active is not None and active[1].joinable and active[1] is not self:
+            return self._join(active[1], cross_thread=False)
+        if active is not None:
             raise KforgeError(
                 f"kforge.region({self.name!r}) entered inside region {active[1].name!r} of the same "
                 "thread: regions are not re-entrant; time the inner part without a region"
             )
-        self.region, self.grant, self.exclusive = None, None, False
+        self.region, self.grant, self.exclusive, self.joined = None, None, False, False
         self.valid, self.revoked, self.tainted, self.held_ms = None, False, False, None
-        conn = connection()
-        if conn is not None:
-            self._enter_daemon(conn)
+        # Another thread of this process may hold a joinable region: waiting for the region lock
+        # could then wait for ever (that thread may be waiting for this one), so join it instead.
+        while not _region_lock.acquire(timeout=_JOIN_POLL_S):
+            held = _held_joinable()
+            if held is not None and held is not self:
+                return self._join(held, cross_thread=True)
+        self._locked = True
+        try:
+            conn = connection()
+            if conn is not None:
+                self._enter_daemon(conn)
+        finally:
+            if self._conn is None:
+                self._release_lock()  # no daemon (or refused): nothing to hold
         _local.active = (os.getpid(), self)
+        if self.joinable:
+            with _joinable_lock:
+                _joinable_held[:] = [(os.getpid(), self)]
+        self._t0 = time.perf_counter_ns()
+        return self
+
+    def _join(self, outer: "Region", cross_thread: bool) -> "Region":
+        """Run inside ``outer`` (a joinable region this process holds) without asking the daemon;
+        a region of another thread makes this thread's active region this one until exit."""
+        self.region, self.grant, self.exclusive = outer.region, outer.grant, outer.exclusive
+        self.valid, self.revoked, self.tainted, self.held_ms = None, False, outer.tainted, None
+        self.joined, self._outer = True, outer
+        outer.nested += 1
+        if cross_thread:
+            self._prev_active, self._set_active = getattr(_local, "active", None), True
+            _local.active = (os.getpid(), self)
         self._t0 = time.perf_counter_ns()
         return self
 
     def _enter_daemon(self, conn: Client) -> None:
+        """Ask the daemon for the region (the caller holds the region lock)."""
         msg: Dict[str, Any] = {
             "type": "region_enter",
             "job": _env_job(),
@@ -101,13 +159,7 @@ class Region:
             "tid": threading.get_native_id(),
             "lease_ms": None if self.lease_s is None else max(1, int(round(self.lease_s * 1000))),
         }
-        _region_lock.acquire()
-        try:
-            grant = raise_for_error(conn.request(msg), "region_granted")
-        except BaseException:
-            _region_lock.release()
-            raise
-        self._locked = True
+        grant = raise_for_error(conn.request(msg), "region_granted")
         self._conn = conn
         self.grant = grant
         self.region = int(grant["region"])
@@ -121,7 +173,19 @@ class Region:
         tb: Optional[TracebackType],
     ) -> None:
         local_ms = (time.perf_counter_ns() - self._t0) / 1e6
+        if self.joined:
+            self.held_ms = local_ms
+            if self._outer is not None:
+                self._outer.nested -= 1
+                self._outer = None
+            if self._set_active:
+                _local.active, self._prev_active, self._set_active = self._prev_active, None, False
+            return  # the outer region stays held
         _local.active = None
+        if self.joinable:
+            with _joinable_lock:
+                if _joinable_held and _joinable_held[0][1] is self:
+                    _joinable_held.clear()
         conn, self._conn = self._conn, None
         if conn is None:
             self.held_ms = local_ms
@@ -210,6 +274,15 @@ def report_measurement(
     return int(reply["measurement"])
 
 
+def active_region() -> Optional[Region]:
+    """The region this thread holds (entered and not yet exited), if any."""
+    active = getattr(_local, "active", None)
+    if active is None or active[0] != os.getpid():
+        return None
+    r: Region = active[1]
+    return r
+
+
 def region_open() -> bool:
     """A region of this thread is active, or any thread holds the process's region lock (the
     warm worker's check that a job left no region open)."""
@@ -217,8 +290,9 @@ def region_open() -> bool:
 
 
 def _after_fork_in_child() -> None:
-    global _region_lock
+    global _region_lock, _joinable_lock
     _region_lock = threading.Lock()
+    _joinable_lock = threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):

@@ -31,7 +31,10 @@ the job's non-daemon threads and runs the ``atexit`` callbacks the job registere
 restores its own state, drops the modules the job imported from outside the Python installation
 and kforge (so an edited candidate module is imported afresh), and checks hygiene: replaced
 timing/torch callables, threads left running, CUDA device/stream/sticky error/leaked memory, a
-kforge region left open, job count and RSS ceiling; any finding recycles the worker.
+kforge region left open, job count and RSS ceiling; any finding recycles the worker. A job whose
+environment has ``KFORGE_AUTO_REGIONS=1`` (``kforge run --auto-regions``) runs with the hooks of
+:mod:`kforge.autoregions` installed; they are removed (open regions exited, patched callables
+restored) before the hygiene checks.
 
 What cannot be identical to a fresh interpreter:
 
@@ -100,6 +103,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 import kforge
 
 from .client import reset_connection
+from .autoregions import AutoRegions, enabled
 from .region import region_open
 
 #: Largest control message in bytes, either way.
@@ -439,6 +443,10 @@ class Worker:
         os.environ.update(job_env)
         sys.dont_write_bytecode = bool(job_env.get("PYTHONDONTWRITEBYTECODE"))
         self._wrap_atexit(atexits)
+        # `kforge run --auto-regions`: what the bootstrap's sitecustomize does in a cold job.
+        auto = AutoRegions() if enabled(job_env) else None
+        if auto is not None:
+            auto.install()
         try:
             if argv_error:
                 sys.stderr.write(f"{sys.executable}: {argv_error}\n")
@@ -455,6 +463,8 @@ class Worker:
 
         recycle = self._wait_threads(threads)
         self._run_atexits(atexits)
+        if auto is not None:
+            auto.uninstall()  # exits what is still open and restores what it patched
         if not self._flush() and code == 0:
             code = 120
         try:

@@ -16,7 +16,7 @@ REPO = PACKAGE.parents[1]
 #: The bottom module: what verify and inspect share.
 BOTTOM = "kforge.harness"
 #: The public client: what a benchmark imports.
-CLIENT = {"kforge", "kforge.client", "kforge.region", "kforge.bench", "kforge.errors"}
+CLIENT = {"kforge", "kforge.client", "kforge.region", "kforge.bench", "kforge.errors", "kforge.autoregions"}
 #: Internals the public client must not import.
 INTERNALS = ("kforge.verify", "kforge.inspect", "kforge.harness", "kforge.worker")
 #: Third-party modules that may be imported inside functions: optional and heavy (the client and

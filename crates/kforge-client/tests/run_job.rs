@@ -19,6 +19,7 @@ fn spec(argv: &[&str]) -> SubmitSpec {
         timeout_ms: None,
         gpu_group: None,
         gpu_memory_bytes: None,
+        auto_regions: false,
     }
 }
 

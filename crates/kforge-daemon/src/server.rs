@@ -85,6 +85,7 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
 
     let python_dir = state_dir.join("python");
     kforge_python::write_package(&python_dir)?;
+    kforge_python::write_auto_regions(&python_dir)?;
 
     let (events_tx, events_rx) = channel::<Inbound>();
     let sampled: Vec<memory::SampledDevice> = devs

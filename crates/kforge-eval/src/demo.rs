@@ -178,6 +178,7 @@ impl DemoRun<'_> {
             timeout_ms: None,
             gpu_group: None,
             gpu_memory_bytes: None,
+            auto_regions: false,
         }
     }
 

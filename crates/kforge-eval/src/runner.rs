@@ -314,6 +314,7 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
         timeout_ms: Some(o.timeout.as_millis() as u64),
         gpu_group: placement.gpu_groups.then(|| format!("{}/{}", c.operator, c.group)),
         gpu_memory_bytes: None,
+        auto_regions: false,
     };
     let started_unix =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);

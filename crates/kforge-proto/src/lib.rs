@@ -93,6 +93,13 @@ pub struct SubmitSpec {
     /// peaked at, else a default (a quarter of the device's memory). See docs/protocol.md.
     #[serde(default)]
     pub gpu_memory_bytes: Option<u64>,
+    /// `kforge run --auto-regions`: the job's Python processes enter regions around the timing
+    /// calls of an unmodified script (`triton.testing.do_bench`, `torch.utils.benchmark.Timer`,
+    /// CUDA-event intervals; `python/kforge/autoregions.py`). The daemon sets
+    /// `KFORGE_AUTO_REGIONS=1` and prepends its bootstrap directory to `PYTHONPATH`, cold or
+    /// warm alike. See docs/protocol.md and docs/auto-regions.md.
+    #[serde(default)]
+    pub auto_regions: bool,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -586,6 +593,7 @@ mod tests {
         let r: Request = decode(br#"{"type":"submit","argv":["x"],"cwd":"/","env":[],"device":"auto"}"#).unwrap();
         let Request::Submit(spec) = r else { panic!("{r:?}") };
         assert_eq!(spec.gpu_memory_bytes, None);
+        assert!(!spec.auto_regions, "a submit without the field asks for no automatic regions");
         let v = serde_json::to_value(Reply::JobRetried { job: 4, reason: "oom".into() }).unwrap();
         assert_eq!(v, serde_json::json!({"type": "job_retried", "job": 4, "reason": "oom"}));
         let j: JobStatus = serde_json::from_value(serde_json::json!({"job": 1, "device": "0", "policy": "region",
@@ -624,7 +632,7 @@ mod tests {
 
         #[test]
         fn submit_round_trips(argv in proptest::collection::vec(".{0,20}", 1..5), dev in "[a-z0-9]{1,5}") {
-            let m = Request::Submit(SubmitSpec { argv, cwd: "/".into(), env: vec![("A".into(), "b".into())], device: dev, policy: Some(Policy::Region), label: None, warm: false, timeout_ms: Some(5), gpu_group: Some("matmul/g1".into()), gpu_memory_bytes: Some(1 << 30) });
+            let m = Request::Submit(SubmitSpec { argv, cwd: "/".into(), env: vec![("A".into(), "b".into())], device: dev, policy: Some(Policy::Region), label: None, warm: false, timeout_ms: Some(5), gpu_group: Some("matmul/g1".into()), gpu_memory_bytes: Some(1 << 30), auto_regions: true });
             let f = encode(&m).unwrap();
             prop_assert_eq!(read_msg::<Request, _>(&mut &f[..]).unwrap(), m);
         }

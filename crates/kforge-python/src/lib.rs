@@ -35,6 +35,41 @@ pub fn write_package(dir: &Path) -> Result<PathBuf, WriteError> {
     Ok(pkg)
 }
 
+/// The directory, inside the directory [`write_package`] wrote into, that holds the bootstrap of
+/// `kforge run --auto-regions`: only a `sitecustomize.py` (its name is no Python identifier, so
+/// the package's own PYTHONPATH entry cannot import it).
+pub const AUTO_REGIONS_DIR: &str = "kforge-auto-regions";
+
+/// The bootstrap's `sitecustomize.py`: chains to the environment's own `sitecustomize` and
+/// installs the hooks of `kforge.autoregions` (which do nothing outside a kforge job).
+pub const AUTO_REGIONS_SITECUSTOMIZE: &str = "\
+# Written by the kforge daemon for `kforge run --auto-regions` (a PYTHONPATH entry of such jobs):
+# runs the sitecustomize this one shadows, then installs kforge.autoregions' hooks.
+import os as _os
+
+from kforge.autoregions import bootstrap as _bootstrap
+
+_bootstrap(_os.path.dirname(_os.path.abspath(__file__)))
+";
+
+/// The bootstrap directory of `kforge run --auto-regions` for a package written into `dir`.
+pub fn auto_regions_dir(dir: &Path) -> PathBuf {
+    dir.join(AUTO_REGIONS_DIR)
+}
+
+/// Write the `--auto-regions` bootstrap into [`auto_regions_dir`]`(dir)`; returns that directory.
+pub fn write_auto_regions(dir: &Path) -> Result<PathBuf, WriteError> {
+    let boot = auto_regions_dir(dir);
+    std::fs::create_dir_all(&boot).map_err(|source| WriteError { what: "creating", path: boot.clone(), source })?;
+    let file = boot.join("sitecustomize.py");
+    std::fs::write(&file, AUTO_REGIONS_SITECUSTOMIZE).map_err(|source| WriteError {
+        what: "writing",
+        path: file,
+        source,
+    })?;
+    Ok(boot)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,6 +90,19 @@ mod tests {
             let got = std::fs::read_to_string(pkg.join(rel)).unwrap();
             assert_eq!(&got, body, "{rel}");
         }
+    }
+
+    #[test]
+    fn the_auto_regions_bootstrap_is_written_beside_the_package() {
+        let dir = tempfile::tempdir().unwrap();
+        write_package(dir.path()).unwrap();
+        let boot = write_auto_regions(dir.path()).unwrap();
+        assert_eq!(boot, dir.path().join(AUTO_REGIONS_DIR));
+        let names: Vec<_> = std::fs::read_dir(&boot).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["sitecustomize.py"], "the bootstrap directory holds nothing else");
+        let body = std::fs::read_to_string(boot.join("sitecustomize.py")).unwrap();
+        assert!(body.contains("from kforge.autoregions import bootstrap"), "{body}");
+        assert!(PY_FILES.iter().any(|(n, _)| *n == "autoregions.py"), "the module it imports is embedded");
     }
 
     #[test]

@@ -28,6 +28,7 @@ pub fn run_as_job(
         timeout_ms: timeout_s.map(|s| s.saturating_mul(1000)),
         gpu_group: None,
         gpu_memory_bytes: None,
+        auto_regions: false,
     };
     let job = kforge_client::Client::connect(socket)
         .with_context(|| format!("no kforge daemon on {}", socket.display()))?

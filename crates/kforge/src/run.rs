@@ -33,6 +33,11 @@ pub struct RunArgs {
     /// quarter of the device's memory).
     #[arg(long, value_name = "GIB")]
     gpu_memory: Option<f64>,
+    /// Put the timing calls of an unmodified Python script inside regions: each call of
+    /// `triton.testing.do_bench` / `do_bench_cudagraph` and of `torch.utils.benchmark.Timer`'s
+    /// measuring methods, and each CUDA-event interval (see docs/auto-regions.md).
+    #[arg(long)]
+    auto_regions: bool,
     /// The command and its arguments.
     #[arg(trailing_var_arg = true, required = true, allow_hyphen_values = true)]
     command: Vec<String>,
@@ -72,6 +77,7 @@ pub fn run(socket: &Path, a: RunArgs) -> Result<i32> {
         timeout_ms: timeout_ms(a.timeout)?,
         gpu_group: a.gpu_group,
         gpu_memory_bytes,
+        auto_regions: a.auto_regions,
     };
     let grouped = spec.gpu_group.is_some();
     let job = c.submit(spec)?;

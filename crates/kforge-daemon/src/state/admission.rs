@@ -277,6 +277,14 @@ impl Daemon {
         env
     }
 
+    /// A job submitted with `auto_regions`: `KFORGE_AUTO_REGIONS=1` (read by the bootstrap of a
+    /// cold job's interpreters and by a warm worker) and the bootstrap directory first on
+    /// PYTHONPATH (so the job's Python subprocesses get the hooks too).
+    pub(super) fn auto_regions_env(&self, env: &mut Vec<(String, String)>) {
+        env.push(("KFORGE_AUTO_REGIONS".into(), "1".into()));
+        prepend(env, "PYTHONPATH", kforge_python::auto_regions_dir(&self.python_dir).display().to_string());
+    }
+
     /// Admit a job: it counts as running from now on; its process is started (or it is handed
     /// to a warm worker) by the effect emitted here.
     fn start_job(&mut self, id: u64) {
@@ -297,7 +305,10 @@ impl Daemon {
         }
         self.memory_on_start(id);
         let spec = &self.jobs[&id].spec;
-        let env = self.device_env(device, &spec.env, Some(id), policy);
+        let mut env = self.device_env(device, &spec.env, Some(id), policy);
+        if spec.auto_regions {
+            self.auto_regions_env(&mut env);
+        }
         let launch = JobLaunch {
             job: id,
             argv: spec.argv.clone(),

@@ -132,6 +132,7 @@ impl LearnedPeaks {
                 timeout_ms: None,
                 gpu_group: None,
                 gpu_memory_bytes: None,
+                auto_regions: false,
             };
             self.record(&spec, p.peak_bytes);
         }

@@ -140,6 +140,7 @@ impl Sim {
             timeout_ms: None,
             gpu_group: None,
             gpu_memory_bytes: None,
+            auto_regions: false,
         };
         self.submit_spec(conn, spec).0
     }
@@ -627,6 +628,7 @@ fn spec(device: &str) -> SubmitSpec {
         timeout_ms: None,
         gpu_group: None,
         gpu_memory_bytes: None,
+        auto_regions: false,
     }
 }
 
@@ -932,6 +934,7 @@ fn warm_workers_count_with_their_real_footprint() {
         argv: vec!["python3".into(), "a.py".into()],
         warm: true,
         gpu_memory_bytes: Some(GIB),
+        auto_regions: false,
         ..spec("0")
     };
     let (j, _) = s.submit_spec(a, warm);
@@ -1064,4 +1067,49 @@ fn an_h200_round_beside_idle_warm_workers_ends_every_job_once_and_the_retry_alon
     for (&c, &j) in conns.iter().zip(&jobs) {
         assert_eq!(ended_to(&all, c), vec![(j, Some(0))], "job {j}'s client");
     }
+}
+
+#[test]
+fn auto_regions_jobs_get_the_bootstrap_cold_and_warm_and_others_do_not() {
+    let mut s = Sim::new(|c| c.warm_workers = Some(1));
+    let worker = 2;
+    s.handle(Event::Worker {
+        worker,
+        msg: WorkerMsg::Ready { pid: 0, preloaded: vec![], cuda: true, startup_ms: 1.0, error: None },
+    });
+    let a = s.connect();
+    let boot = "/kforge-test/python/kforge-auto-regions:/kforge-test/python";
+    let env_of = |effects: &[Effect]| -> Vec<(String, String)> {
+        effects
+            .iter()
+            .find_map(|e| match e {
+                Effect::SpawnJob(l) => Some(l.env.clone()),
+                Effect::HandToWorker(l) => Some(l.env.clone()),
+                _ => None,
+            })
+            .expect("the job started")
+    };
+    let get = |env: &[(String, String)], k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    // A user's own KFORGE_AUTO_REGIONS does not count: only the flag does.
+    let user_env = vec![("KFORGE_AUTO_REGIONS".to_string(), "1".to_string()), ("PYTHONPATH".into(), "/mine".into())];
+    let (_, q) = s.submit_spec(a, SubmitSpec { env: user_env.clone(), ..spec("cpu") });
+    let plain = env_of(&q);
+    assert_eq!(get(&plain, "KFORGE_AUTO_REGIONS"), None);
+    assert_eq!(get(&plain, "PYTHONPATH").as_deref(), Some("/kforge-test/python:/mine"));
+    let (_, q) = s.submit_spec(a, SubmitSpec { env: user_env.clone(), auto_regions: true, ..spec("cpu") });
+    let cold = env_of(&q);
+    assert_eq!(get(&cold, "KFORGE_AUTO_REGIONS").as_deref(), Some("1"));
+    assert_eq!(get(&cold, "PYTHONPATH"), Some(format!("{boot}:/mine")));
+    let warm = SubmitSpec {
+        argv: vec!["python3".into(), "a.py".into()],
+        warm: true,
+        auto_regions: true,
+        env: user_env,
+        ..spec("0")
+    };
+    let (_, q) = s.submit_spec(a, warm);
+    assert!(q.iter().any(|e| matches!(e, Effect::HandToWorker(_))), "{q:?}");
+    let w = env_of(&q);
+    assert_eq!(get(&w, "KFORGE_AUTO_REGIONS").as_deref(), Some("1"));
+    assert_eq!(get(&w, "PYTHONPATH"), Some(format!("{boot}:/mine")));
 }

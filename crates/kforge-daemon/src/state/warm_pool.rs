@@ -79,7 +79,10 @@ impl Daemon {
             // admit() checked; a worker cannot vanish in between (single thread).
             return self.finish_job(id, Some(1), None, Some("no warm worker was free".into()));
         };
-        let env = self.device_env(device, &j.spec.env, Some(id), policy);
+        let mut env = self.device_env(device, &j.spec.env, Some(id), policy);
+        if j.spec.auto_regions {
+            self.auto_regions_env(&mut env);
+        }
         let launch = WarmLaunch {
             worker: wid,
             job: id,

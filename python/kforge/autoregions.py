@@ -1,0 +1,495 @@
+"""Regions for unmodified benchmark scripts: ``kforge run --auto-regions``.
+
+With ``--auto-regions`` the daemon sets ``KFORGE_AUTO_REGIONS=1`` in the job's environment and
+prepends a directory holding only a ``sitecustomize.py`` to its ``PYTHONPATH``; that file calls
+:func:`bootstrap`, which runs the ``sitecustomize`` the environment already had (the next one on
+``sys.path``: chained, not shadowed) and then :func:`install`. A warm worker calls
+:func:`install` itself for such a job and :meth:`AutoRegions.uninstall` after it. Outside a
+kforge job (no ``KFORGE_SOCKET``) or without the variable, nothing is patched.
+
+Covered timing entry points (each wrapped when its module is imported, or at once if it already
+is), and the region each gets:
+
+* ``triton.testing.do_bench`` and ``triton.testing.do_bench_cudagraph``: each call runs inside one
+  region, ``auto:do_bench`` / ``auto:do_bench_cudagraph`` (attribute lookups and
+  ``from triton.testing import do_bench`` made after the import both see the wrapper);
+* ``torch.utils.benchmark.Timer.timeit``, ``.blocked_autorange`` and ``.adaptive_autorange``: each
+  call one region, ``auto:Timer.timeit`` and so on;
+* CUDA events, ``torch.cuda.Event(enable_timing=True)``: region ``auto:cuda-event``, by the rule
+  below.
+
+Not covered: host clocks (``time.perf_counter``/``time.time`` loops, ``timeit``), events created
+without ``enable_timing``, names bound before the hook saw the module (``from triton.testing
+import do_bench`` in a ``sitecustomize`` that ran before ours), CUDA events recorded from C++,
+processes started with ``python -S``/``-I`` (no ``sitecustomize``) and non-Python processes.
+
+The event rule (per thread). A region is *entered* when a timing event is recorded while the
+thread holds no region (kforge's own or an automatic one): before the event is recorded, so the
+interval it starts lies inside the region. Timing events recorded while the region is open are
+its *end* events. The region is *exited* when the host has seen the interval complete:
+
+1. ``torch.cuda.synchronize()`` or ``Stream.synchronize()`` returns after an end event was
+   recorded (everything recorded before it has finished);
+2. ``Event.synchronize()`` returns for the last end event recorded;
+3. ``Event.elapsed_time()`` returns after an end event was recorded (it succeeds only when both
+   of its events have completed; before any end event it is an earlier interval's).
+
+Why host waits and not the first ``elapsed_time()`` alone: every timing loop must wait for its
+end event before it can read a time, so the wait is the earliest moment the interval is known to
+be complete; GPU work the script issues after the wait and before it reads the time (a
+correctness check, the next input) then runs outside the region, and a loop that records all its
+event pairs and waits once gets one region, not one per pair. A wait before any end event
+(``start.record(); fn(); torch.cuda.synchronize(); end.record()``) does not exit: the interval
+is still open. ``elapsed_time()`` is the fallback for a script that waits some other way
+(``Event.query()`` polling).
+
+A region never stays open for good: one open longer than its lease (the daemon's maximum region
+length, ``lease_ms`` of the grant; the daemon revokes it then anyway) is exited at the next
+event call of the process, every open one is exited at interpreter exit (``atexit``) and by
+:meth:`AutoRegions.uninstall`, and a revoked region is reported on stderr, never raised into the
+script.
+
+Nesting. An automatic region is *joinable*: a ``kforge.region``/``kforge.do_bench`` entered inside
+it (``kforge.do_bench`` inside a user's event loop) runs inside the held region instead of asking
+the daemon again, so nothing double-enters; and no automatic region is entered while the thread
+holds any region (``triton.testing.do_bench`` records events inside ``auto:do_bench``;
+``kforge.do_bench`` inside its own region). Inside a joined region or a wrapped call, events and
+waits are theirs, not the enclosing interval's: ``kforge.do_bench``'s own synchronize inside a
+user's event interval does not end that interval's region. A region another thread enters while
+an automatic region is held joins it as well (waiting for it could wait for ever: the holder may
+be waiting for that thread).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import importlib
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+import threading
+import time
+from types import ModuleType
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+from .errors import KforgeError
+from .region import Region, active_region
+
+#: Set to ``1`` by the daemon for a job submitted with ``--auto-regions``.
+ENV = "KFORGE_AUTO_REGIONS"
+#: The attribute that marks an event created with ``enable_timing=True``.
+TIMING_MARK = "kforge_auto_timing"
+#: The attribute that marks a callable wrapped by this module.
+WRAPPED_MARK = "kforge_auto_wrapped"
+#: Lease used when the grant names none (no daemon): the daemon's default.
+DEFAULT_LEASE_S = 60.0
+EVENT_REGION = "auto:cuda-event"
+TIMER_METHODS = ("timeit", "blocked_autorange", "adaptive_autorange")
+TRITON_FUNCTIONS = ("do_bench", "do_bench_cudagraph")
+
+RegionFactory = Callable[[str], Region]
+_MISSING = object()
+
+
+def enabled(environ: Optional[Dict[str, str]] = None) -> bool:
+    """Whether this process is a job of a daemon that asked for automatic regions."""
+    env = os.environ if environ is None else environ
+    return env.get(ENV) == "1" and bool(env.get("KFORGE_SOCKET"))
+
+
+def joinable_region(name: str) -> Region:
+    """The region an automatic hook enters: joinable by kforge's own regions."""
+    return Region(name, joinable=True)
+
+
+class _Open:
+    """An automatic region held by the event rule on one thread."""
+
+    def __init__(self, region: Region, opened: float, lease_s: float) -> None:
+        self.pid = os.getpid()
+        self.region = region
+        self.opened = opened
+        self.lease_s = lease_s
+        self.last_end: Optional[Any] = None
+
+
+class AutoRegions:
+    """The hooks of one process: what they patched (to undo it) and the regions they hold.
+
+    ``open_region`` makes the region objects (a test can record them); ``clock`` measures how
+    long an event region has been open; ``warn`` writes a line for the user (stderr).
+    """
+
+    def __init__(
+        self,
+        open_region: RegionFactory = joinable_region,
+        clock: Callable[[], float] = time.monotonic,
+        warn: Optional[Callable[[str], None]] = None,
+    ) -> None:
+        self.open_region = open_region
+        self.clock = clock
+        self.warn = warn or (lambda line: sys.stderr.write(line + "\n"))
+        self.entered: Dict[str, int] = {}
+        self._patched: List[Tuple[Any, str, Any]] = []
+        self._local = threading.local()
+        self._open: Dict[int, _Open] = {}  # by thread id, for exit at interpreter exit
+        self._lock = threading.Lock()
+        self._finder: Optional[_PatchOnImport] = None
+
+    # -- regions -----------------------------------------------------------------------------
+
+    def _enter(self, name: str) -> Optional[Region]:
+        r = self.open_region(name)
+        try:
+            r.__enter__()
+        except KforgeError as e:
+            self.warn(f"kforge --auto-regions: could not enter region {name!r}: {e}")
+            return None
+        self.entered[name] = self.entered.get(name, 0) + 1
+        return r
+
+    def _exit(self, r: Region) -> None:
+        try:
+            r.__exit__(None, None, None)
+        except KforgeError as e:
+            self.warn(f"kforge --auto-regions: region {r.name!r} ({r.region}): {e}")
+
+    def call_in_region(self, name: str, fn: Callable[..., Any], args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
+        """``fn(*args, **kwargs)`` inside region ``name``, or as is when the thread holds one."""
+        self.close_expired()
+        self._local.quiet = getattr(self._local, "quiet", 0) + 1
+        try:
+            if active_region() is not None:
+                return fn(*args, **kwargs)
+            r = self._enter(name)
+            if r is None:
+                return fn(*args, **kwargs)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self._exit(r)
+        finally:
+            self._local.quiet -= 1
+
+    def wrap(self, fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+        """``fn`` so that each call runs inside region ``name``."""
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return self.call_in_region(name, fn, args, kwargs)
+
+        setattr(wrapper, WRAPPED_MARK, True)
+        return wrapper
+
+    # -- the event rule ------------------------------------------------------------------------
+
+    def held_event_region(self) -> Optional[_Open]:
+        o: Optional[_Open] = getattr(self._local, "open", None)
+        if o is not None and o.pid != os.getpid():
+            # Inherited through fork: the parent holds that region on its own connection.
+            self._local.open = None
+            with self._lock:
+                self._open = {k: v for k, v in self._open.items() if v.pid == os.getpid()}
+            return None
+        return o
+
+    def quiet(self, o: Optional[_Open]) -> bool:
+        """Events are someone else's now: inside a wrapped timing call, or inside a kforge region
+        joined into the event region (``kforge.do_bench`` in a user's event loop) — their own
+        events and waits must not end the user's interval."""
+        return getattr(self._local, "quiet", 0) > 0 or (o is not None and o.region.nested > 0)
+
+    def before_record(self, event: Any) -> bool:
+        """A timing event is about to be recorded: enter a region if the thread holds none.
+        Whether this event opened the region."""
+        self.close_expired()
+        if not getattr(event, TIMING_MARK, False) or self.held_event_region() is not None:
+            return False
+        if active_region() is not None:
+            return False  # kforge's own region, or a wrapped do_bench, holds the device already
+        r = self._enter(EVENT_REGION)
+        if r is None:
+            return False
+        lease_ms = (r.grant or {}).get("lease_ms")
+        lease_s = float(lease_ms) / 1e3 if isinstance(lease_ms, (int, float)) and lease_ms > 0 else DEFAULT_LEASE_S
+        o = _Open(r, self.clock(), lease_s)
+        self._local.open = o
+        with self._lock:
+            self._open[threading.get_ident()] = o
+        return True
+
+    def after_record(self, event: Any) -> None:
+        """A timing event that did not open the region was recorded: inside an open event
+        region it is an end event."""
+        o = self.held_event_region()
+        if o is not None and getattr(event, TIMING_MARK, False) and not self.quiet(o):
+            o.last_end = event
+
+    def after_device_wait(self) -> None:
+        """``torch.cuda.synchronize()`` / ``Stream.synchronize()`` returned."""
+        o = self.held_event_region()
+        if o is not None and o.last_end is not None and not self.quiet(o):
+            self.close_event_region()
+
+    def after_event_wait(self, event: Any) -> None:
+        """``Event.synchronize()`` returned for ``event``."""
+        o = self.held_event_region()
+        if o is not None and o.last_end is not None and event is o.last_end and not self.quiet(o):
+            self.close_event_region()
+
+    def after_elapsed(self) -> None:
+        """``Event.elapsed_time()`` returned: both events of an interval completed (an earlier
+        interval's, if no end event was recorded in this region yet)."""
+        o = self.held_event_region()
+        if o is not None and o.last_end is not None and not self.quiet(o):
+            self.close_event_region()
+
+    def close_event_region(self) -> None:
+        o = self.held_event_region()
+        if o is None:
+            return
+        self._local.open = None
+        with self._lock:
+            self._open.pop(threading.get_ident(), None)
+        self._exit(o.region)
+
+    def close_expired(self) -> None:
+        """Exit this thread's event region if it has been open longer than its lease."""
+        o = self.held_event_region()
+        if o is not None and self.clock() - o.opened > o.lease_s:
+            self.warn(
+                f"kforge --auto-regions: an event region stayed open past its lease ({o.lease_s:g} s) "
+                "without a synchronize or elapsed_time; it was exited"
+            )
+            self.close_event_region()
+
+    def close_all(self) -> None:
+        """Exit every event region still open (interpreter exit, uninstall)."""
+        with self._lock:
+            left = [o for o in self._open.values() if o.pid == os.getpid()]
+            self._open.clear()
+        self._local.open = None
+        for o in left:
+            self._exit(o.region)
+
+    # -- patching ------------------------------------------------------------------------------
+
+    def _set(self, owner: Any, attr: str, value: Any) -> None:
+        self._patched.append((owner, attr, vars(owner).get(attr, _MISSING)))
+        setattr(owner, attr, value)
+
+    def patch_event_class(self, cls: Any, sync_owner: Any = None) -> None:
+        """Patch an event class like ``torch.cuda.Event`` (``__new__(cls, enable_timing=False,
+        ...)``, ``record``, ``synchronize``, ``elapsed_time``) and, on ``sync_owner`` (the
+        ``torch.cuda`` module), ``synchronize`` and ``Stream.synchronize``."""
+        if getattr(vars(cls).get("record"), WRAPPED_MARK, False):
+            return
+        rule = self
+        original_new = cls.__new__
+        own_new = "__new__" in vars(cls)
+
+        def new(klass: Any, *args: Any, **kwargs: Any) -> Any:
+            if own_new:
+                ev = original_new(klass, *args, **kwargs)
+            else:
+                ev = original_new(klass)
+            timing = kwargs.get("enable_timing", args[0] if args else False)
+            try:
+                setattr(ev, TIMING_MARK, bool(timing))
+            except AttributeError:
+                pass  # an event without a __dict__ is never a region's event
+            return ev
+
+        record, synchronize, elapsed = cls.record, cls.synchronize, cls.elapsed_time
+
+        def record_w(ev: Any, *args: Any, **kwargs: Any) -> Any:
+            opened = rule.before_record(ev)
+            out = record(ev, *args, **kwargs)
+            if not opened:
+                rule.after_record(ev)
+            return out
+
+        def synchronize_w(ev: Any, *args: Any, **kwargs: Any) -> Any:
+            out = synchronize(ev, *args, **kwargs)
+            rule.after_event_wait(ev)
+            return out
+
+        def elapsed_w(ev: Any, *args: Any, **kwargs: Any) -> Any:
+            out = elapsed(ev, *args, **kwargs)
+            rule.after_elapsed()
+            return out
+
+        for attr, fn, orig in (("record", record_w, record), ("synchronize", synchronize_w, synchronize),
+                               ("elapsed_time", elapsed_w, elapsed)):
+            functools.update_wrapper(fn, orig)
+            setattr(fn, WRAPPED_MARK, True)
+            self._set(cls, attr, fn)
+        self._set(cls, "__new__", staticmethod(new))
+        if sync_owner is None:
+            return
+        device_sync = getattr(sync_owner, "synchronize", None)
+        if callable(device_sync) and not getattr(device_sync, WRAPPED_MARK, False):
+            self._set(sync_owner, "synchronize", self._after(device_sync))
+        stream = getattr(sync_owner, "Stream", None)
+        stream_sync = getattr(stream, "synchronize", None)
+        if stream is not None and callable(stream_sync) and not getattr(stream_sync, WRAPPED_MARK, False):
+            self._set(stream, "synchronize", self._after(stream_sync))
+
+    def _after(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            out = fn(*args, **kwargs)
+            self.after_device_wait()
+            return out
+
+        setattr(wrapper, WRAPPED_MARK, True)
+        return wrapper
+
+    def patch_triton_testing(self, module: Any) -> None:
+        """Wrap ``do_bench`` and ``do_bench_cudagraph`` of a ``triton.testing`` module."""
+        for attr in TRITON_FUNCTIONS:
+            fn = getattr(module, attr, None)
+            if callable(fn) and not getattr(fn, WRAPPED_MARK, False):
+                self._set(module, attr, self.wrap(fn, f"auto:{attr}"))
+
+    def patch_timer_class(self, cls: Any) -> None:
+        """Wrap the measuring methods of ``torch.utils.benchmark.Timer``."""
+        for attr in TIMER_METHODS:
+            fn = vars(cls).get(attr)
+            if callable(fn) and not getattr(fn, WRAPPED_MARK, False):
+                self._set(cls, attr, self.wrap(fn, f"auto:Timer.{attr}"))
+
+    def patch_torch_cuda(self, module: Any) -> None:
+        event = getattr(module, "Event", None)
+        if isinstance(event, type):
+            self.patch_event_class(event, module)
+
+    def patch_torch_benchmark(self, module: Any) -> None:
+        timer = getattr(module, "Timer", None)
+        if isinstance(timer, type):
+            self.patch_timer_class(timer)
+
+    def hooks(self) -> Dict[str, Callable[[Any], None]]:
+        """Module name → what to patch in it once it is imported."""
+        return {
+            "triton.testing": self.patch_triton_testing,
+            "torch.cuda": self.patch_torch_cuda,
+            "torch.utils.benchmark": self.patch_torch_benchmark,
+        }
+
+    def install(self) -> None:
+        """Patch the covered modules already imported; patch the others when they are."""
+        if self._finder is not None:
+            return
+        hooks = self.hooks()
+        self._finder = _PatchOnImport(hooks)
+        sys.meta_path.insert(0, self._finder)
+        for name, hook in hooks.items():
+            mod = sys.modules.get(name)
+            if mod is not None:
+                hook(mod)
+
+    def uninstall(self) -> None:
+        """Exit open regions, stop watching imports and restore everything patched."""
+        self.close_all()
+        if self._finder is not None and self._finder in sys.meta_path:
+            sys.meta_path.remove(self._finder)
+        self._finder = None
+        while self._patched:
+            owner, attr, old = self._patched.pop()
+            if old is _MISSING:
+                try:
+                    delattr(owner, attr)
+                except AttributeError:
+                    pass
+            else:
+                setattr(owner, attr, old)
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Finds a watched module through the other finders and runs its hook after the module's
+    code: the module's own loader is kept (only its ``exec_module`` is wrapped)."""
+
+    def __init__(self, hooks: Dict[str, Callable[[Any], None]]) -> None:
+        self.hooks = hooks
+        self.busy: Set[str] = set()
+
+    def find_spec(
+        self, fullname: str, path: Optional[Sequence[str]], target: Optional[ModuleType] = None
+    ) -> Optional[importlib.machinery.ModuleSpec]:
+        hook = self.hooks.get(fullname)
+        if hook is None or fullname in self.busy:
+            return None
+        self.busy.add(fullname)
+        try:
+            spec: Optional[importlib.machinery.ModuleSpec] = None
+            for finder in sys.meta_path:
+                if finder is self:
+                    continue
+                find = getattr(finder, "find_spec", None)
+                if find is None:
+                    continue
+                spec = find(fullname, path, target)
+                if spec is not None:
+                    break
+        finally:
+            self.busy.discard(fullname)
+        loader = None if spec is None else spec.loader
+        exec_module = getattr(loader, "exec_module", None)
+        # Only a loader object of its own with a __dict__ (not a class such as BuiltinImporter):
+        # its exec_module is wrapped for this one call and then put back, so a loader shared by
+        # several modules (a zip archive's) is left as it was.
+        if spec is None or exec_module is None or isinstance(loader, type) or not hasattr(loader, "__dict__"):
+            return spec
+        own_attr = vars(loader).get("exec_module", _MISSING)
+
+        def exec_then_patch(module: ModuleType) -> None:
+            if own_attr is _MISSING:
+                vars(loader).pop("exec_module", None)
+            else:
+                setattr(loader, "exec_module", own_attr)
+            exec_module(module)
+            if module.__name__ == fullname:
+                hook(module)
+
+        setattr(loader, "exec_module", exec_then_patch)
+        return spec
+
+
+_process: Optional[AutoRegions] = None
+
+
+def install() -> AutoRegions:
+    """Install the hooks in this process (once); their regions are exited at interpreter exit."""
+    global _process
+    if _process is None:
+        _process = AutoRegions()
+        _process.install()
+        atexit.register(_process.close_all)
+    return _process
+
+
+def chain_sitecustomize(own_dir: str) -> None:
+    """Run the ``sitecustomize`` that ``own_dir``'s one shadows, if there is one, and take
+    ``own_dir`` off ``sys.path`` (it holds nothing else)."""
+    own = os.path.realpath(own_dir)
+    sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != own]
+    mine = sys.modules.pop("sitecustomize", None)
+    try:
+        importlib.import_module("sitecustomize")
+    except ModuleNotFoundError as e:
+        if e.name != "sitecustomize":
+            raise
+        if mine is not None:
+            sys.modules["sitecustomize"] = mine
+
+
+def bootstrap(own_dir: str) -> None:
+    """What the ``sitecustomize.py`` of ``--auto-regions`` runs: chain, then install."""
+    try:
+        chain_sitecustomize(own_dir)
+    finally:
+        if enabled():
+            install()
