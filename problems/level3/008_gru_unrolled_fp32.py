@@ -10,8 +10,9 @@ STEPS = 64
 BATCH = 128
 INPUT = 512
 HIDDEN = 1024
-# large: T 128, B 256, in 512, hidden 1024, ~6 ms (309 GFLOP fp32, 128 sequential steps) est. on an H200 (roofline, not measured)
-LARGE = {"STEPS": 128, "BATCH": 256}
+# large: T 112, B 256, in 512, hidden 1024, ~14 ms est. (measured 16.3 ms at T 128 on an H200: launch-bound steps;
+# bench/results/large-preset-times)
+LARGE = {"STEPS": 112, "BATCH": 256}
 
 
 class Model(nn.Module):

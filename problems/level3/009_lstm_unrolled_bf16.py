@@ -10,8 +10,9 @@ STEPS = 64
 BATCH = 128
 INPUT = 512
 HIDDEN = 1024
-# large: T 128, B 256, in 1024, hidden 2048, ~5 ms (1.65 TFLOP bf16, 128 sequential steps) est. on an H200 (roofline, not measured)
-LARGE = {"STEPS": 128, "BATCH": 256, "INPUT": 1024, "HIDDEN": 2048}
+# large: T 112, B 256, in 1024, hidden 2048, ~14.5 ms est. (measured 16.6 ms at T 128 on an H200: launch-bound steps;
+# bench/results/large-preset-times)
+LARGE = {"STEPS": 112, "BATCH": 256, "INPUT": 1024, "HIDDEN": 2048}
 
 
 class Model(nn.Module):
