@@ -21,7 +21,7 @@ import kforge
 from ..harness import (DISTRIBUTIONS, Check, allowed_origin, clone_all, clone_output, compare, flat, make_inputs, max_abs,
                        max_abs_diff, package_dirs, same_values, thread_check)
 from .dispatch import DispatchRecord, prepare
-from .perf import performance_gate
+from .perf import BaselineCompile, performance_gate
 
 
 class RunnerError(Exception):
@@ -289,11 +289,14 @@ def release(dev: Any) -> None:
 
 def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, performance: bool,
                timers0: Dict[str, int], threads0: Set[Any], libs0: Optional[Dict[str, int]] = None,
-               progress: Optional[str] = None, native0: Optional[Dict[int, str]] = None) -> Dict[str, Any]:
+               progress: Optional[str] = None, native0: Optional[Dict[int, str]] = None,
+               background_compile: bool = False) -> Dict[str, Any]:
     """All runtime checks; ``timers0`` and ``threads0`` were taken before the candidate was imported.
 
     ``candidate`` is the candidate's module (a ``ModelNew`` file) or, for a replacement kernel, a
-    ``kernel.KernelCandidate`` (the compiled model re-stitched with the kernel)."""
+    ``kernel.KernelCandidate`` (the compiled model re-stitched with the kernel). With
+    ``background_compile`` (the caller primed torch.compile before its identity snapshots) the
+    baseline of gate 4 compiles in a thread while the checks run (``perf.BaselineCompile``)."""
     import torch
 
     began = time.perf_counter()
@@ -368,6 +371,9 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     except Exception as e:
         ck.add("dry-run", "runs", False, error=f"{type(e).__name__}: {e}")
         return {"checks": ck.items}
+    # The baseline compiles beside the checks (gate 4 needs it; the checks do not).
+    compiled = (BaselineCompile(ref_model, str(policy.get("baseline_mode", "default")), make_inputs(problem, 399, "normal", dev))
+                if performance and dev.type == "cuda" and background_compile else None)
 
     # Gate 2: seeds x distributions. Gate 3 (model level) shares the runs of the first three
     # seeds' normal inputs: the same candidate output, judged at 1e-4, else by the fp64 rule.
@@ -457,6 +463,8 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     ck.add("exploits", "revalidation", late["ok"], after_calls=int(policy.get("revalidate_calls", 10)), **late)
 
     del xs, out0, a, b, first, new, ref_new, second, ref
+    if compiled is not None:
+        compiled.wait()  # its thread is kforge's, not the candidate's: gone before threads are counted
     release(dev)
     thread_check(ck, "thread-count", threads0, kernel_mode, native_before=native0)
     timers1 = timer_identities()
@@ -514,7 +522,9 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     elif performance and dev.type == "cuda":
         checked = time.perf_counter()
         ck.begin("performance", "speedup")
-        phases = performance_gate(ck, problem, ref_model, cand, policy, dev)
+        phases = performance_gate(ck, problem, ref_model, cand, policy, dev, compiled)
+        if compiled is not None:
+            phases["baseline-compile-beside-checks"] = round(compiled.seconds, 3)
         return {"checks": ck.items, "phase_seconds": {"checks": round(checked - began, 3), **phases}}
     else:
         ck.add("performance", "speedup", None, note="needs a GPU" if dev.type != "cuda" else "not requested")
