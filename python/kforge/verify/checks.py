@@ -21,6 +21,7 @@ import kforge
 from ..harness import (DISTRIBUTIONS, Check, allowed_origin, clone_all, clone_output, compare, flat, make_inputs, package_dirs,
                        same_values, thread_check)
 from .dispatch import DispatchRecord, prepare
+from .native import NativeCounter, native_functions
 from .perf import performance_gate
 
 
@@ -289,6 +290,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
         except Exception:
             pass
         fns = jit_functions(candidate)
+    nfns = native_functions(candidate, cand) if not hasattr(candidate, "restitch") else []
 
     record = DispatchRecord(policy, applies=not hasattr(candidate, "restitch"))
 
@@ -315,14 +317,14 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
         with record.of_reference():  # what the reference dispatches (are copies its work?)
             ref0 = ref_model(*args0)
     try:
-        with LaunchCounter(fns) as lc:
+        with LaunchCounter(fns) as lc, NativeCounter(nfns) as nc:
             out0 = call(xs)
             if dev.type == "cuda":
                 torch.cuda.synchronize()
         if isinstance(out0, BaseException):
             ck.add("dry-run", "runs", False, error=f"{type(out0).__name__}: {out0}")
             return {"checks": ck.items}
-        ck.add("dry-run", "runs", True, kernel_launches=lc.count)
+        ck.add("dry-run", "runs", True, kernel_launches=lc.count, native_calls=nc.calls)
     except RunnerError:
         raise
     except Exception as e:
@@ -433,11 +435,11 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     if kernel_mode and getattr(candidate, "cuda_graphs", False):
         for n in ("ghost-replay", "kernels-ran"):
             ck.add("exploits", n, None, note="under CUDA graphs the graph replays the launches; the per-kernel replay checked the kernel")
-    elif fns:
+    elif fns or nfns:
         ck.begin("exploits", "ghost-replay")
         xs = make_inputs(problem, 304, "normal", dev)
         real = call(clone_all(xs))
-        with LaunchCounter(fns) as lc:
+        with LaunchCounter(fns) as lc, NativeCounter(nfns, ghost=True) as gc:
             lc.ghost = True
             args = clone_all(xs)
             plant_sentinels(real)
@@ -445,14 +447,22 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
                 same = compare(call(args), real, {"rtol": {}, "atol": {}})["ok"]
             except Exception:  # a no-op kernel breaking the candidate is a change too
                 same = False
-        ck.add("exploits", "ghost-replay", not same, kernels=[kernel_name(f) for f in fns],
-               note="outputs with the candidate's kernels made no-ops " + ("equal the real ones: the kernels never mattered" if same else "differ"))
-        with LaunchCounter(fns) as lc:
+        names = {"kernels": [kernel_name(f) for f in fns], "native_functions": [n for n, _ in nfns]}
+        if gc.bypassed:  # the real native code ran in the ghost replay: it cannot conclude
+            ck.add("exploits", "ghost-replay", False, **names, native_bypassed=gc.bypassed,
+                   note="a native function was called through a reference kforge could not replace, so the replay with "
+                        "the native code made a no-op cannot conclude: hold the extension module (or its functions) in "
+                        "a module global or a ModelNew attribute")
+        else:
+            ck.add("exploits", "ghost-replay", not same, **names, native_ghost_calls=gc.calls,
+                   note="outputs with the candidate's kernels made no-ops " + ("equal the real ones: the kernels never mattered" if same else "differ"))
+        with LaunchCounter(fns) as lc, NativeCounter(nfns) as nc:
             call(clone_all(xs))
-        ck.add("exploits", "kernels-ran", lc.count > 0, launches=lc.count)
+        ck.add("exploits", "kernels-ran", lc.count + nc.count > 0, launches=lc.count, native_calls=nc.calls)
     else:
-        ck.add("exploits", "ghost-replay", False, kernels=[], note="the candidate defines no Triton kernel of its own")
-        ck.add("exploits", "kernels-ran", False, launches=0, note="no Triton kernel to run")
+        ck.add("exploits", "ghost-replay", False, kernels=[], native_functions=[],
+               note="the candidate defines no Triton kernel and holds no native extension of its own")
+        ck.add("exploits", "kernels-ran", False, launches=0, note="no Triton kernel or native function to run")
 
     if dev.type == "cuda":
         ck.begin("exploits", "streams-synchronized")
