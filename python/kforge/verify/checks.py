@@ -21,7 +21,7 @@ import kforge
 from ..harness import (DISTRIBUTIONS, Check, allowed_origin, clone_all, clone_output, compare, flat, make_inputs, package_dirs,
                        same_values, thread_check)
 from .dispatch import DispatchRecord, prepare
-from .native import NativeCounter, native_functions
+from .native import NativeCounter, kernel_streams, native_functions
 from .perf import performance_gate
 
 
@@ -473,7 +473,14 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
             early = [t.clone() for t in flat(out)]
             torch.cuda.synchronize()
         late_ok = all(torch.equal(e, t) for e, t in zip(early, flat(out)))
-        ck.add("exploits", "streams-synchronized", late_ok, note="output read after the current stream vs after the whole device synchronized")
+        # Native code launches where the static gate cannot see: which stream each kernel of a
+        # forward ran on (torch.profiler), not only whether a race happened to show.
+        with torch.no_grad():
+            streams = kernel_streams(lambda: cand(*clone_all(xs))) if nfns else {}
+        off = streams.get("off_stream", [])
+        ck.add("exploits", "streams-synchronized", late_ok and not off, native_streams=streams,
+               note="output read after the current stream vs after the whole device synchronized"
+                    + (f"; {len(off)} kernel(s) of the native code ran off the current stream" if off else ""))
     else:
         ck.add("exploits", "streams-synchronized", None, note="CPU run: no streams")
 

@@ -194,7 +194,7 @@ class NativeCounter:
                 else:
                     self.calls[ids[id(arg)]] += 1
             if previous is not None:
-                previous(frame, event, arg)
+                previous(frame, event, arg)  # type: ignore[arg-type]
 
         self._profile = previous
         sys.setprofile(profile)
@@ -210,3 +210,42 @@ class NativeCounter:
             else:
                 container[key] = f
         self._restore = []
+
+
+#: A kernel name of torch's ``torch.cuda._sleep`` (the marker launched on the current stream).
+MARKER_KERNEL = "spin_kernel"
+
+
+def kernel_streams(fn: Any) -> Dict[str, Any]:
+    """Run ``fn()`` under ``torch.profiler`` (CUDA activity) and say on which streams its kernels
+    ran: ``current_stream`` (the profiler's id of PyTorch's current stream, learned from a marker
+    kernel launched there first), ``kernels`` (name and stream of each, first 20) and
+    ``off_stream`` (those not on the current stream: work a timer or a reader on the current
+    stream does not wait for). ``{"error": ...}`` when the profiler could not tell."""
+    import json
+    import tempfile
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            torch.cuda._sleep(1000)  # type: ignore[no-untyped-call]
+            fn()
+            torch.cuda.synchronize()
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "trace.json")
+            prof.export_chrome_trace(path)
+            with open(path) as f:
+                trace = json.load(f)
+    except Exception as e:  # no CUPTI here: the output comparison alone decides
+        return {"error": f"torch.profiler: {type(e).__name__}: {e}"}
+    events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    kernels: List[Dict[str, Any]] = [{"name": str(e.get("name", "?"))[:120], "stream": (e.get("args") or {}).get("stream")}
+               for e in sorted((e for e in events if isinstance(e, dict) and e.get("cat") == "kernel"),
+                               key=lambda e: float(e.get("ts", 0)))]
+    marker = [k["stream"] for k in kernels if MARKER_KERNEL in str(k["name"])]
+    if not marker:
+        return {"error": "torch.profiler recorded no kernel of the marker (CUPTI unavailable?)", "kernels": kernels[:20]}
+    ours = [k for k in kernels if MARKER_KERNEL not in str(k["name"])]
+    return {"current_stream": marker[0], "kernels": ours[:20], "off_stream": [k for k in ours if k["stream"] != marker[0]][:20]}

@@ -8,6 +8,7 @@ CPP_SOURCE = r"""
 #include <torch/extension.h>
 
 torch::Tensor vector_add(torch::Tensor x, torch::Tensor y) {
+    TORCH_CHECK(x.device().is_cpu() && y.device().is_cpu(), "CPU inputs expected (a C++ loop over host memory)");
     TORCH_CHECK(x.is_contiguous() && y.is_contiguous(), "contiguous inputs expected");
     TORCH_CHECK(x.scalar_type() == torch::kFloat && y.scalar_type() == torch::kFloat, "float32 inputs expected");
     TORCH_CHECK(x.numel() == y.numel(), "inputs of one size expected");
