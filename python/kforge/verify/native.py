@@ -29,9 +29,11 @@ torch is imported inside the functions that use it (the runner starts without it
 from __future__ import annotations
 
 import gc
+import json
 import os
 import sys
 import sysconfig
+import tempfile
 import types
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -222,9 +224,6 @@ def kernel_streams(fn: Any) -> Dict[str, Any]:
     kernel launched there first), ``kernels`` (name and stream of each, first 20) and
     ``off_stream`` (those not on the current stream: work a timer or a reader on the current
     stream does not wait for). ``{"error": ...}`` when the profiler could not tell."""
-    import json
-    import tempfile
-
     import torch
     from torch.profiler import ProfilerActivity, profile
 
