@@ -122,3 +122,18 @@ def test_missing_build_tools_are_the_environments(tmp_path: Any) -> None:
     cand.write_text("raise RuntimeError('Error building extension kforge_x: error: expected ;')\n")
     with pytest.raises(runner.CandidateImportError):
         runner.load_module(str(cand), "candidate")
+
+
+def test_kernels_off_the_current_stream_are_named_from_the_profilers_trace() -> None:
+    # As torch.profiler exported it on the H200: the marker (torch.cuda._sleep) on the current
+    # stream 7, the kernel of a stream created in C++ on 13.
+    spin = {"cat": "kernel", "name": "at::cuda::(anonymous namespace)::spin_kernel(long)", "ts": 1.0, "args": {"stream": 7}}
+    own = {"cat": "kernel", "name": "k(float const*, float const*, float*, long)", "ts": 2.0, "args": {"stream": 7}}
+    side = dict(own, ts=3.0, args={"stream": 13})
+    cpu = {"cat": "cpu_op", "name": "aten::empty_like", "ts": 1.5, "args": {}}
+    honest = native.streams_of({"traceEvents": [own, cpu, spin]})
+    assert honest["current_stream"] == 7 and honest["off_stream"] == [] and [k["stream"] for k in honest["kernels"]] == [7]
+    cheat = native.streams_of({"traceEvents": [spin, own, side]})
+    assert cheat["off_stream"] == [{"name": side["name"], "stream": 13}]
+    assert "error" in native.streams_of({"traceEvents": [own]}), "no marker: the profiler cannot tell"
+    assert "error" in native.kernel_streams(lambda: None) or torch.cuda.is_available()

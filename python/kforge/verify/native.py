@@ -239,10 +239,16 @@ def kernel_streams(fn: Any) -> Dict[str, Any]:
                 trace = json.load(f)
     except Exception as e:  # no CUPTI here: the output comparison alone decides
         return {"error": f"torch.profiler: {type(e).__name__}: {e}"}
+    return streams_of(trace)
+
+
+def streams_of(trace: Any) -> Dict[str, Any]:
+    """:func:`kernel_streams`'s answer from a Chrome trace (``torch.profiler``'s export): the
+    kernels (``"cat": "kernel"``) in time order, the marker's stream as the current one."""
     events = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
     kernels: List[Dict[str, Any]] = [{"name": str(e.get("name", "?"))[:120], "stream": (e.get("args") or {}).get("stream")}
-               for e in sorted((e for e in events if isinstance(e, dict) and e.get("cat") == "kernel"),
-                               key=lambda e: float(e.get("ts", 0)))]
+                                     for e in sorted((e for e in events if isinstance(e, dict) and e.get("cat") == "kernel"),
+                                                     key=lambda e: float(e.get("ts", 0)))]
     marker = [k["stream"] for k in kernels if MARKER_KERNEL in str(k["name"])]
     if not marker:
         return {"error": "torch.profiler recorded no kernel of the marker (CUPTI unavailable?)", "kernels": kernels[:20]}
