@@ -137,3 +137,48 @@ def test_kernels_off_the_current_stream_are_named_from_the_profilers_trace() -> 
     assert cheat["off_stream"] == [{"name": side["name"], "stream": 13}]
     assert "error" in native.streams_of({"traceEvents": [own]}), "no marker: the profiler cannot tell"
     assert "error" in native.kernel_streams(lambda: None) or torch.cuda.is_available()
+
+
+class AddModel(torch.nn.Module):  # type: ignore[misc]
+    def forward(self, x: Any, y: Any) -> Any:
+        return x + y
+
+
+def native_candidate(tmp_path: Any, numpy_output: bool) -> types.ModuleType:
+    """A candidate whose extension is built lazily in its first forward (held as a ModelNew
+    attribute); its function is ``operator.add`` (a builtin). ``numpy_output``: the extension
+    is called but the output is made by NumPy (the native code never matters)."""
+    cand = candidate_with()
+    tmp = tmp_path
+
+    class ModelNew(torch.nn.Module):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.ext: Any = None
+
+        def forward(self, x: Any, y: Any) -> Any:
+            if self.ext is None:
+                self.ext = fake_extension(tmp, "ext_lazy", vector_add=operator.add)
+            out = self.ext.vector_add(x, y)
+            return torch.from_numpy(x.numpy() + y.numpy()) if numpy_output else out
+
+    ModelNew.__module__ = cand.__name__
+    cand.ModelNew = ModelNew  # type: ignore[attr-defined]
+    return cand
+
+
+@pytest.mark.parametrize("numpy_output", [False, True])
+def test_run_checks_counts_and_ghosts_a_lazily_built_extension(tmp_path: Any, numpy_output: bool) -> None:
+    import threading
+
+    from kforge.verify import checks
+
+    prob = types.SimpleNamespace(Model=AddModel, get_inputs=lambda: [torch.randn(64), torch.randn(64)], get_init_inputs=lambda: [])
+    timers0, threads0 = checks.timer_identities(), set(threading.enumerate())
+    res = checks.run_checks(prob, native_candidate(tmp_path, numpy_output), {}, torch.device("cpu"), False, timers0, threads0)
+    by = {f"{c['gate']}:{c['name']}": c for c in res["checks"]}
+    ghost, ran = by["exploits:ghost-replay"], by["exploits:kernels-ran"]
+    assert ghost["evidence"]["native_functions"] == ["ext_lazy.vector_add"], ghost
+    assert ghost["ok"] is (not numpy_output), "with the native function a no-op, NumPy's output is unchanged"
+    assert ran["ok"] is True and ran["evidence"]["native_calls"] == {"ext_lazy.vector_add": 1}, ran
+    assert by["exploits:determinism"]["ok"] and by["correctness:seed-0-normal"]["ok"]

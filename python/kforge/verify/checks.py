@@ -330,6 +330,8 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     except Exception as e:
         ck.add("dry-run", "runs", False, error=f"{type(e).__name__}: {e}")
         return {"checks": ck.items}
+    if not hasattr(candidate, "restitch"):  # an extension built lazily, in the first forward
+        nfns = native_functions(candidate, cand)
 
     # Gate 2: seeds x distributions.
     for s in seeds:
