@@ -441,7 +441,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
         ck.begin("exploits", "ghost-replay")
         xs = make_inputs(problem, 304, "normal", dev)
         real = call(clone_all(xs))
-        with LaunchCounter(fns) as lc, NativeCounter(nfns, ghost=True) as gc:
+        with LaunchCounter(fns) as lc, NativeCounter(nfns, ghost=True) as ng:
             lc.ghost = True
             args = clone_all(xs)
             plant_sentinels(real)
@@ -450,13 +450,13 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
             except Exception:  # a no-op kernel breaking the candidate is a change too
                 same = False
         names = {"kernels": [kernel_name(f) for f in fns], "native_functions": [n for n, _ in nfns]}
-        if gc.bypassed:  # the real native code ran in the ghost replay: it cannot conclude
-            ck.add("exploits", "ghost-replay", False, **names, native_bypassed=gc.bypassed,
+        if ng.bypassed:  # the real native code ran in the ghost replay: it cannot conclude
+            ck.add("exploits", "ghost-replay", False, **names, native_bypassed=ng.bypassed,
                    note="a native function was called through a reference kforge could not replace, so the replay with "
                         "the native code made a no-op cannot conclude: hold the extension module (or its functions) in "
                         "a module global or a ModelNew attribute")
         else:
-            ck.add("exploits", "ghost-replay", not same, **names, native_ghost_calls=gc.calls,
+            ck.add("exploits", "ghost-replay", not same, **names, native_ghost_calls=ng.calls,
                    note="outputs with the candidate's kernels made no-ops " + ("equal the real ones: the kernels never mattered" if same else "differ"))
         with LaunchCounter(fns) as lc, NativeCounter(nfns) as nc:
             call(clone_all(xs))
