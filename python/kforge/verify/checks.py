@@ -21,6 +21,7 @@ import kforge
 from ..harness import (DISTRIBUTIONS, Check, allowed_origin, clone_all, clone_output, compare, flat, make_inputs, max_abs,
                        max_abs_diff, package_dirs, same_values, thread_check)
 from .dispatch import DispatchRecord, prepare
+from .native import NativeCounter, kernel_streams, native_functions
 from .perf import BaselineCompile, performance_gate
 
 
@@ -333,6 +334,7 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
         except Exception:
             pass
         fns = jit_functions(candidate)
+    nfns = native_functions(candidate, cand) if not hasattr(candidate, "restitch") else []
 
     record = DispatchRecord(policy, applies=not hasattr(candidate, "restitch"))
 
@@ -358,19 +360,21 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
         with record.of_reference():  # what the reference dispatches (are copies its work?)
             ref_model(*clone_all(xs))
     try:
-        with LaunchCounter(fns) as lc:
+        with LaunchCounter(fns) as lc, NativeCounter(nfns) as nc:
             out0 = call(xs)
             if dev.type == "cuda":
                 torch.cuda.synchronize()
         if isinstance(out0, BaseException):
             ck.add("dry-run", "runs", False, error=f"{type(out0).__name__}: {out0}")
             return {"checks": ck.items}
-        ck.add("dry-run", "runs", True, kernel_launches=lc.count)
+        ck.add("dry-run", "runs", True, kernel_launches=lc.count, native_calls=nc.calls)
     except RunnerError:
         raise
     except Exception as e:
         ck.add("dry-run", "runs", False, error=f"{type(e).__name__}: {e}")
         return {"checks": ck.items}
+    if not hasattr(candidate, "restitch"):  # an extension built lazily, in the first forward
+        nfns = native_functions(candidate, cand)
     # The baseline compiles beside the checks (gate 4 needs it; the checks do not).
     compiled = (BaselineCompile(ref_model, str(policy.get("baseline_mode", "default")), make_inputs(problem, 399, "normal", dev))
                 if performance and dev.type == "cuda" and background_compile else None)
@@ -480,11 +484,11 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
     if kernel_mode and getattr(candidate, "cuda_graphs", False):
         for n in ("ghost-replay", "kernels-ran"):
             ck.add("exploits", n, None, note="under CUDA graphs the graph replays the launches; the per-kernel replay checked the kernel")
-    elif fns:
+    elif fns or nfns:
         ck.begin("exploits", "ghost-replay")
         xs = make_inputs(problem, 304, "normal", dev)
         real = call(clone_all(xs))
-        with LaunchCounter(fns) as lc:
+        with LaunchCounter(fns) as lc, NativeCounter(nfns, ghost=True) as ng:
             lc.ghost = True
             args = clone_all(xs)
             plant_sentinels(real)
@@ -492,14 +496,22 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
                 same = compare(call(args), real, {"rtol": {}, "atol": {}})["ok"]
             except Exception:  # a no-op kernel breaking the candidate is a change too
                 same = False
-        ck.add("exploits", "ghost-replay", not same, kernels=[kernel_name(f) for f in fns],
-               note="outputs with the candidate's kernels made no-ops " + ("equal the real ones: the kernels never mattered" if same else "differ"))
-        with LaunchCounter(fns) as lc:
+        names = {"kernels": [kernel_name(f) for f in fns], "native_functions": [n for n, _ in nfns]}
+        if ng.bypassed:  # the real native code ran in the ghost replay: it cannot conclude
+            ck.add("exploits", "ghost-replay", False, **names, native_bypassed=ng.bypassed,
+                   note="a native function was called through a reference kforge could not replace, so the replay with "
+                        "the native code made a no-op cannot conclude: hold the extension module (or its functions) in "
+                        "a module global or a ModelNew attribute")
+        else:
+            ck.add("exploits", "ghost-replay", not same, **names, native_ghost_calls=ng.calls,
+                   note="outputs with the candidate's kernels made no-ops " + ("equal the real ones: the kernels never mattered" if same else "differ"))
+        with LaunchCounter(fns) as lc, NativeCounter(nfns) as nc:
             call(clone_all(xs))
-        ck.add("exploits", "kernels-ran", lc.count > 0, launches=lc.count)
+        ck.add("exploits", "kernels-ran", lc.count + nc.count > 0, launches=lc.count, native_calls=nc.calls)
     else:
-        ck.add("exploits", "ghost-replay", False, kernels=[], note="the candidate defines no Triton kernel of its own")
-        ck.add("exploits", "kernels-ran", False, launches=0, note="no Triton kernel to run")
+        ck.add("exploits", "ghost-replay", False, kernels=[], native_functions=[],
+               note="the candidate defines no Triton kernel and holds no native extension of its own")
+        ck.add("exploits", "kernels-ran", False, launches=0, note="no Triton kernel or native function to run")
 
     if dev.type == "cuda":
         ck.begin("exploits", "streams-synchronized")
@@ -510,7 +522,14 @@ def run_checks(problem: Any, candidate: Any, policy: Dict[str, Any], dev: Any, p
             early = [t.clone() for t in flat(out)]
             torch.cuda.synchronize()
         late_ok = all(torch.equal(e, t) for e, t in zip(early, flat(out)))
-        ck.add("exploits", "streams-synchronized", late_ok, note="output read after the current stream vs after the whole device synchronized")
+        # Native code launches where the static gate cannot see: which stream each kernel of a
+        # forward ran on (torch.profiler), not only whether a race happened to show.
+        with torch.no_grad():
+            streams = kernel_streams(lambda: cand(*clone_all(xs))) if nfns else {}
+        off = streams.get("off_stream", [])
+        ck.add("exploits", "streams-synchronized", late_ok and not off, native_streams=streams,
+               note="output read after the current stream vs after the whole device synchronized"
+                    + (f"; {len(off)} kernel(s) of the native code ran off the current stream" if off else ""))
     else:
         ck.add("exploits", "streams-synchronized", None, note="CPU run: no streams")
 

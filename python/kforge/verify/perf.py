@@ -282,7 +282,8 @@ def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy:
             xs = sets[0]
             base(*xs)  # type: ignore[no-untyped-call]
             if r == 0:
-                torch.cuda.synchronize(dev)
+                if dev.type == "cuda":
+                    torch.cuda.synchronize(dev)
                 t.append(time.perf_counter())  # the baseline compiled
             cand(*xs)
             if threads is None:  # after the baseline's compile: from here on only timing runs

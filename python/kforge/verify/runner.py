@@ -41,6 +41,12 @@ from .kernel import KernelCandidate
 #: fail, the environment lacks it (could not run, with the install named).
 ENVIRONMENT_MODULES = ("torch", "triton", "numpy")
 
+#: What ``torch.utils.cpp_extension`` raises when a native (``load_inline``) candidate's build
+#: tools are missing: the environment lacks them (could not run), with the fix. A compile error in
+#: the candidate's own source stays its failure.
+BUILD_TOOLS = (("Ninja is required to load C++ extensions", "pip install ninja"),
+               ("CUDA_HOME environment variable is not set", "install the CUDA toolkit (nvcc) and set CUDA_HOME"))
+
 #: Traceback lines kept as a failure's evidence.
 TRACEBACK_LINES = 8
 
@@ -72,6 +78,9 @@ def load_module(path: str, tag: str) -> Any:
         missing = missing_environment_module(e)
         if missing is not None:
             raise RunnerError(f"{path}: needs {missing}, which is not importable here ({e})", f"pip install {missing}") from e
+        for text, fix in BUILD_TOOLS:
+            if text in str(e):
+                raise RunnerError(f"{path}: a native extension cannot be built here ({type(e).__name__}: {e})", fix) from e
         if tag == "candidate":
             raise CandidateImportError(f"{type(e).__name__}: {e}") from e
         raise RunnerError(f"{path}: importing it failed: {type(e).__name__}: {e}", f"fix {path}") from e
