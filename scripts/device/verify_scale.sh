@@ -8,7 +8,8 @@
 # device inputs (the fastest naive harness), then `kforge verify PROBLEM CANDIDATE --size large`
 # (the whole cascade, standalone), each process timed whole. Peak GPU memory of the GPU is
 # sampled with nvidia-smi every 0.5 s during the verify. VERIFY_AGAIN=1: verify once more (a
-# search verifies many candidates of one problem: Inductor's caches are then warm). Writes $OUT/verify_scale.json (with
+# search verifies many candidates of one problem: Inductor's caches are then warm). SKIP_NAIVE=1:
+# kforge verify only. Writes $OUT/verify_scale.json (with
 # every verdict's JSON) and prints a table last. Needs target/release/kforge carried.
 set -uo pipefail
 OUT=${OUT:-/tmp/kforge-out}
@@ -28,7 +29,7 @@ for name in "$@"; do
   prob=${PROBLEM[$name]:-}
   cand=tests/candidates/suite/$name.py
   [ -n "$prob" ] && [ -f "$cand" ] || { echo "unknown candidate $name"; continue; }
-  for inputs in host device; do
+  for inputs in $( [ "${SKIP_NAIVE:-0}" = 1 ] || echo host device ); do
     t0=$(now)
     python3 scripts/device/naive_harness.py "$prob" "$cand" --size large --inputs "$inputs" >"$W/$name.naive-$inputs.json" 2>"$W/$name.naive-$inputs.err"
     rc=$?

@@ -105,11 +105,19 @@ def prime_torch_compile(dev: Any) -> None:
     baseline the exploit checks compare against — a replacement kernel is verified inside a
     compiled problem, so the harness compiles after that baseline."""
     import torch
+    import torch._inductor.config as inductor_config
 
-    f = torch.compile(lambda x: x * 2.0 + 1.0, dynamic=False)
-    f(torch.ones(64, device=dev))
-    if dev.type == "cuda":
-        torch.cuda.synchronize()
+    # In this process, not in a pool of compile workers: starting the pool took seconds on the
+    # H200 and a one-kernel compile needs none (the baseline, compiled later, gets the pool).
+    threads = inductor_config.compile_threads
+    inductor_config.compile_threads = 1
+    try:
+        f = torch.compile(lambda x: x * 2.0 + 1.0, dynamic=False)
+        f(torch.ones(64, device=dev))
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+    finally:
+        inductor_config.compile_threads = threads
     torch._dynamo.reset()
 
 
