@@ -648,8 +648,7 @@ mod tests {
         let v = compose("p", "c", &[], None, Some(Cause::environment("environment", "no driver", None)), json!({}));
         assert_eq!((v.outcome, v.outcome.exit_code()), (Outcome::CouldNotRun, 2));
         // Fail closed: a result with only a passing performance check (or nothing) accepts nothing.
-        let forged =
-            RunnerResult { checks: vec![check("performance", "speedup", Some(true))], ..Default::default() };
+        let forged = RunnerResult { checks: vec![check("performance", "speedup", Some(true))], ..Default::default() };
         let v = compose("p", "c", &[], Some(&forged), None, json!({}));
         assert_eq!(v.outcome, Outcome::CouldNotRun);
         assert!(v.error.as_deref().unwrap().contains("dry-run, correctness, model, exploits"));
