@@ -25,6 +25,7 @@ const NOT_RUN: &[(&str, &str)] = &[
     ("kforge inspect", "compiles and profiles on a GPU (--from-capture reads the capture the GPU run wrote)"),
     ("kforge verify problems/level1/001_matmul_square_fp32.py my_candidate.py", "my_candidate.py is the user's file"),
     ("bash scripts/device/", "device scripts: need an NVIDIA GPU"),
+    ("python3 scripts/device/", "device scripts: need an NVIDIA GPU"),
 ];
 
 /// Commands run as written; each must exit 0 (`true`: run in a scratch directory instead of the root,
