@@ -7,6 +7,7 @@ use crate::effect::RegionStep;
 use crate::event::{EnterReport, Event, Inbound};
 use kforge_freeze::{Freezer, JobTarget};
 use kforge_gate::Gate;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +25,9 @@ pub struct DeviceThreadConfig {
     pub settle_timeout: Duration,
     /// Settle also until the GPU's averaged power draw is at most this fraction of its limit.
     pub settle_power_fraction: f64,
+    /// True from the first step of entering a region to the last of leaving it: the memory
+    /// sampler makes no NVML query on this device meanwhile (`memory::SampledDevice`).
+    pub in_region: Arc<AtomicBool>,
 }
 
 fn ms(d: Duration) -> f64 {
@@ -78,6 +82,7 @@ impl DeviceThread {
         core: Option<u32>,
         managed_pgids: &[i32],
     ) {
+        self.cfg.in_region.store(true, Ordering::Release);
         let mut s = EnterReport::default();
         self.check_unmanaged(&mut s, managed_pgids);
         self.close_gate_and_drain(&mut s, holder_pid);
@@ -178,6 +183,7 @@ impl DeviceThread {
             (Some(idx), Some(n)) => sample(n, idx),
             _ => None,
         };
+        self.cfg.in_region.store(false, Ordering::Release);
         let _ = self.events.send(Event::RegionLeft { region, gpu }.into());
     }
 
@@ -192,6 +198,7 @@ impl DeviceThread {
         if let Some(g) = &self.cfg.gate {
             g.open_gate();
         }
+        self.cfg.in_region.store(false, Ordering::Release);
     }
 }
 

@@ -9,7 +9,9 @@ use crate::event::{Event, Inbound, MemorySample, ProcessMemory};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::Sender;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How often devices are sampled.
@@ -55,11 +57,21 @@ pub enum MemorySource {
     File(PathBuf),
 }
 
-/// A device the sampler looks at: its index in the state machine, its name, its NVML index.
+/// A device the sampler looks at: its index in the state machine, its name, its NVML index, and
+/// whether a region is being entered, held or left on it (set by the device's thread): NVML's
+/// process queries are not made on a device while a region holds it — the measured code is the
+/// only GPU client then, the daemon included. Admission meanwhile sees the device's last sample,
+/// at most one `SAMPLE_INTERVAL` older than the region.
 pub struct SampledDevice {
     pub index: usize,
     pub name: String,
     pub nvml_index: Option<u32>,
+    pub in_region: Arc<AtomicBool>,
+}
+
+/// The devices to sample now: those no region holds.
+fn quiet(devices: &[SampledDevice]) -> Vec<&SampledDevice> {
+    devices.iter().filter(|d| !d.in_region.load(Ordering::Acquire)).collect()
 }
 
 #[derive(Deserialize)]
@@ -94,8 +106,9 @@ pub fn spawn_sampler(source: MemorySource, devices: Vec<SampledDevice>, events: 
         };
         let mut last_error = String::new();
         loop {
+            let due = quiet(&devices);
             let samples = match (&source, &nvml) {
-                (MemorySource::File(path), _) => match read_fake(path, &devices) {
+                (MemorySource::File(path), _) => match read_fake(path, &due) {
                     Ok(s) => s,
                     Err(e) => {
                         if e != last_error {
@@ -105,7 +118,7 @@ pub fn spawn_sampler(source: MemorySource, devices: Vec<SampledDevice>, events: 
                         Vec::new()
                     }
                 },
-                (MemorySource::Nvml, Some(n)) => sample_nvml(n, &devices),
+                (MemorySource::Nvml, Some(n)) => sample_nvml(n, &due),
                 (MemorySource::Nvml, None) => Vec::new(),
             };
             for (device, sample) in samples {
@@ -121,7 +134,7 @@ pub fn spawn_sampler(source: MemorySource, devices: Vec<SampledDevice>, events: 
     }
 }
 
-fn read_fake(path: &std::path::Path, devices: &[SampledDevice]) -> Result<Vec<(usize, MemorySample)>, String> {
+fn read_fake(path: &std::path::Path, devices: &[&SampledDevice]) -> Result<Vec<(usize, MemorySample)>, String> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         // Not written yet: no samples.
@@ -143,7 +156,7 @@ fn read_fake(path: &std::path::Path, devices: &[SampledDevice]) -> Result<Vec<(u
         .collect())
 }
 
-fn sample_nvml(n: &nvml_wrapper::Nvml, devices: &[SampledDevice]) -> Vec<(usize, MemorySample)> {
+fn sample_nvml(n: &nvml_wrapper::Nvml, devices: &[&SampledDevice]) -> Vec<(usize, MemorySample)> {
     use nvml_wrapper::enums::device::UsedGpuMemory;
     devices
         .iter()
@@ -197,10 +210,8 @@ mod tests {
     fn the_fake_file_gives_samples_for_the_devices_it_names() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("mem.json");
-        let devs = vec![
-            SampledDevice { index: 0, name: "cpu".into(), nvml_index: None },
-            SampledDevice { index: 1, name: "0".into(), nvml_index: Some(0) },
-        ];
+        let devs = vec![device(0, "cpu", None), device(1, "0", Some(0))];
+        let devs: Vec<&SampledDevice> = devs.iter().collect();
         assert_eq!(read_fake(&path, &devs), Ok(vec![]), "no file yet: no samples");
         let me = std::process::id();
         std::fs::write(
@@ -216,5 +227,20 @@ mod tests {
         assert_eq!(got[0].1.processes[0].pgid, pgid_of(me));
         std::fs::write(&path, r#"{"7": {"total": 1, "free": 1}}"#).unwrap();
         assert!(read_fake(&path, &devs).unwrap_err().contains("\"7\""));
+    }
+
+    fn device(index: usize, name: &str, nvml_index: Option<u32>) -> SampledDevice {
+        SampledDevice { index, name: name.into(), nvml_index, in_region: Arc::new(AtomicBool::new(false)) }
+    }
+
+    #[test]
+    fn a_device_held_by_a_region_is_not_sampled_until_the_region_is_left() {
+        let devs = vec![device(0, "cpu", None), device(1, "0", Some(0)), device(2, "1", Some(1))];
+        let names = |d: Vec<&SampledDevice>| d.iter().map(|d| d.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(quiet(&devs)), ["cpu", "0", "1"]);
+        devs[1].in_region.store(true, Ordering::Release);
+        assert_eq!(names(quiet(&devs)), ["cpu", "1"], "GPU 0 holds a region: only the others are sampled");
+        devs[1].in_region.store(false, Ordering::Release);
+        assert_eq!(names(quiet(&devs)), ["cpu", "0", "1"]);
     }
 }

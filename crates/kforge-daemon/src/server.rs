@@ -88,12 +88,19 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
     kforge_python::write_auto_regions(&python_dir)?;
 
     let (events_tx, events_rx) = channel::<Inbound>();
+    // Per device: a region is held there (its device thread sets it; the memory sampler reads it).
+    let in_region: Vec<Arc<AtomicBool>> = devs.iter().map(|_| Arc::new(AtomicBool::new(false))).collect();
     let sampled: Vec<memory::SampledDevice> = devs
         .iter()
         .enumerate()
-        .map(|(index, d)| memory::SampledDevice { index, name: d.name.clone(), nvml_index: nvml_index(d) })
+        .map(|(index, d)| memory::SampledDevice {
+            index,
+            name: d.name.clone(),
+            nvml_index: nvml_index(d),
+            in_region: in_region[index].clone(),
+        })
         .collect();
-    let devices = start_devices(&cfg, pid, devs, &freezer, &events_tx)?;
+    let devices = start_devices(&cfg, pid, devs, &freezer, &events_tx, &in_region)?;
     let ledger = Ledger::new(ledger_path, pid, &freezer, &freezer_name, devices.gate_paths);
     ledger.write(&[])?;
 
@@ -192,9 +199,10 @@ fn start_devices(
     devs: Vec<devices::DeviceInfo>,
     freezer: &Arc<Freezer>,
     events_tx: &Sender<Inbound>,
+    in_region: &[Arc<AtomicBool>],
 ) -> Result<StartedDevices, DaemonError> {
     let mut started = StartedDevices { gate_paths: Vec::new(), setups: Vec::new(), steps: Vec::new() };
-    for d in devs {
+    for (d, in_region) in devs.into_iter().zip(in_region) {
         let gate_path = PathBuf::from(format!("/dev/shm/kforge-{pid}-gate-{}", d.name));
         let _ = std::fs::remove_file(&gate_path);
         let gate = Arc::new(Gate::create(&gate_path, GATE_SLOTS)?);
@@ -210,6 +218,7 @@ fn start_devices(
                 settle_timeout: cfg.settle_timeout,
                 settle_power_fraction: cfg.settle_power_fraction,
                 nvml_index: nvml_index(&d),
+                in_region: in_region.clone(),
             },
             events_tx.clone(),
         );
