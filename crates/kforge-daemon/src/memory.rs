@@ -210,7 +210,7 @@ mod tests {
     fn the_fake_file_gives_samples_for_the_devices_it_names() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("mem.json");
-        let devs = vec![device(0, "cpu", None), device(1, "0", Some(0))];
+        let devs = [device(0, "cpu", None), device(1, "0", Some(0))];
         let devs: Vec<&SampledDevice> = devs.iter().collect();
         assert_eq!(read_fake(&path, &devs), Ok(vec![]), "no file yet: no samples");
         let me = std::process::id();
@@ -235,7 +235,7 @@ mod tests {
 
     #[test]
     fn a_device_held_by_a_region_is_not_sampled_until_the_region_is_left() {
-        let devs = vec![device(0, "cpu", None), device(1, "0", Some(0)), device(2, "1", Some(1))];
+        let devs = [device(0, "cpu", None), device(1, "0", Some(0)), device(2, "1", Some(1))];
         let names = |d: Vec<&SampledDevice>| d.iter().map(|d| d.name.clone()).collect::<Vec<_>>();
         assert_eq!(names(quiet(&devs)), ["cpu", "0", "1"]);
         devs[1].in_region.store(true, Ordering::Release);

@@ -46,6 +46,11 @@ pub struct InspectArgs {
     /// at the gate during other jobs' regions, and its profile and timings run inside regions.
     #[arg(long)]
     daemon: bool,
+    /// With --daemon: the capture job's peak GPU memory, GiB, for the daemon's admission.
+    /// Without it the daemon uses what earlier captures of the same problem, size and mode used
+    /// (the job's label is `inspect:PROBLEM:SIZE:MODE`), else its default for unknown jobs.
+    #[arg(long, value_name = "GIB", requires = "daemon")]
+    gpu_memory: Option<f64>,
 }
 
 const MODES: [&str; 4] = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"];
@@ -77,7 +82,9 @@ fn run_capture_job(a: &InspectArgs, socket: &Path, out: &Path) -> Result<()> {
     argv.extend(capture_args(a, out)?);
     let device = a.device.clone().unwrap_or_else(|| "auto".into());
     eprintln!("kforge inspect: capturing {} (mode {}) as a daemon job on device {device}…", a.source.display(), a.mode);
-    let (exit, _) = crate::job::run_as_job(socket, argv, &device, "inspect", None).context("--daemon")?;
+    let label = format!("inspect:{}:{}:{}", a.source.display(), a.size, a.mode);
+    let peak = crate::job::gpu_memory_bytes(a.gpu_memory)?;
+    let (exit, _) = crate::job::run_as_job(socket, argv, &device, &label, None, peak).context("--daemon")?;
     match exit.code {
         Some(0) => Ok(()),
         Some(2) => bail!("capture of {} failed (reason above)", a.source.display()),

@@ -9,13 +9,16 @@ use std::path::Path;
 
 /// Submit `argv` on `device` (`auto`, `cpu` or a GPU index) with the caller's environment
 /// (minus PYTHONPATH: the daemon puts its own Python package there), stream stdout and stderr
-/// through, and return the exit with everything the job wrote on stderr.
+/// through, and return the exit with everything the job wrote on stderr. `label` names what the
+/// job is for its learned GPU-memory peak (a command not seen before gets its label's);
+/// `gpu_memory_bytes` declares the peak instead.
 pub fn run_as_job(
     socket: &Path,
     argv: Vec<String>,
     device: &str,
     label: &str,
     timeout_s: Option<u64>,
+    gpu_memory_bytes: Option<u64>,
 ) -> Result<(JobExit, String)> {
     let spec = SubmitSpec {
         argv,
@@ -27,7 +30,7 @@ pub fn run_as_job(
         warm: false,
         timeout_ms: timeout_s.map(|s| s.saturating_mul(1000)),
         gpu_group: None,
-        gpu_memory_bytes: None,
+        gpu_memory_bytes,
         auto_regions: false,
     };
     let job = kforge_client::Client::connect(socket)
@@ -50,5 +53,16 @@ impl Write for KeptStderr {
     }
     fn flush(&mut self) -> std::io::Result<()> {
         std::io::stderr().flush()
+    }
+}
+
+/// `--gpu-memory GiB` in bytes (`kforge run`, `verify --daemon`, `inspect --daemon`).
+pub fn gpu_memory_bytes(gib: Option<f64>) -> Result<Option<u64>> {
+    match gib {
+        Some(g) if !(g > 0.0 && g.is_finite() && g < 1e9) => {
+            anyhow::bail!("--gpu-memory must be a positive number of GiB (such as 40 or 0.5), got {g}")
+        }
+        Some(g) => Ok(Some((g * (1u64 << 30) as f64).ceil() as u64)),
+        None => Ok(None),
     }
 }

@@ -51,19 +51,8 @@ fn timeout_ms(seconds: Option<f64>) -> Result<Option<u64>> {
     }
 }
 
-/// `--gpu-memory` in bytes.
-fn gpu_memory_bytes(gib: Option<f64>) -> Result<Option<u64>> {
-    match gib {
-        Some(g) if !(g > 0.0 && g.is_finite() && g < 1e9) => {
-            bail!("--gpu-memory must be a positive number of GiB (such as 40 or 0.5), got {g}")
-        }
-        Some(g) => Ok(Some((g * (1u64 << 30) as f64).ceil() as u64)),
-        None => Ok(None),
-    }
-}
-
 pub fn run(socket: &Path, a: RunArgs) -> Result<i32> {
-    let gpu_memory_bytes = gpu_memory_bytes(a.gpu_memory)?;
+    let gpu_memory_bytes = crate::job::gpu_memory_bytes(a.gpu_memory)?;
     let c = Client::connect(socket)?;
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let spec = SubmitSpec {

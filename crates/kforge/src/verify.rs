@@ -59,6 +59,11 @@ pub struct VerifyArgs {
     /// namespace are not applied on this path (the verdict's limits say so).
     #[arg(long)]
     daemon: bool,
+    /// With --daemon: the candidate job's peak GPU memory, GiB, for the daemon's admission.
+    /// Without it the daemon uses what earlier verifications of the same problem and size used
+    /// (the job's label is `verify:PROBLEM:SIZE`), else its default for unknown jobs.
+    #[arg(long, value_name = "GIB", requires = "daemon")]
+    gpu_memory: Option<f64>,
 }
 
 /// The problem size presets (`--size`); the runner and the capture know the same list
@@ -354,7 +359,9 @@ fn run_candidate_job(
     let mut argv = vec![a.python.clone()];
     argv.extend(runner_args(a, policy, &out, &progress, runner_device)?);
     let t0 = Instant::now();
-    let (exit, err_text) = match crate::job::run_as_job(socket, argv, job_device, "verify", Some(a.time_limit_s)) {
+    let label = format!("verify:{}:{}", a.problem.display(), a.size);
+    let peak = crate::job::gpu_memory_bytes(a.gpu_memory)?;
+    let (exit, err_text) = match crate::job::run_as_job(socket, argv, job_device, &label, Some(a.time_limit_s), peak) {
         Ok(done) => done,
         // No daemon, or it went away mid-run: the environment's, with what passed until then.
         Err(e) => {

@@ -138,7 +138,15 @@ fn capture_as_a_daemon_job_reports_the_cause() {
     assert!(err.contains("notaproblem.py: no get_inputs()"), "{err}");
     assert!(err.contains("as a daemon job"), "{err}");
     let jobs = d.report().jobs;
-    assert_eq!(jobs.iter().filter(|j| j.label.as_deref() == Some("inspect")).count(), 1);
+    assert_eq!(
+        jobs.iter()
+            .filter(|j| j
+                .label
+                .as_deref()
+                .is_some_and(|l| l.starts_with("inspect:") && l.ends_with(":default:default")))
+            .count(),
+        1
+    );
     d.shutdown();
 }
 

@@ -337,9 +337,14 @@ fn through_the_daemon_the_candidate_is_a_job() {
     assert!(text.contains("correctness  seed-0-normal"), "progress streamed back: {text}");
     let o = run("mse/cheat_distribution.py");
     assert_eq!(o.status.code(), Some(1));
-    // The daemon ran both as jobs labelled "verify".
+    // The daemon ran both as jobs labelled "verify:PROBLEM:SIZE".
     let jobs = d.report().jobs;
-    assert_eq!(jobs.iter().filter(|j| j.label.as_deref() == Some("verify")).count(), 2);
+    assert_eq!(
+        jobs.iter()
+            .filter(|j| j.label.as_deref().is_some_and(|l| l.starts_with("verify:") && l.ends_with(":default")))
+            .count(),
+        2
+    );
     d.shutdown();
 }
 
