@@ -337,6 +337,7 @@ def do_bench_interleaved(
     device: Optional[str] = None,
     before_each: Optional[Callable[[], Any]] = None,
     prepare_each: Optional[Sequence[Callable[[], Any]]] = None,
+    min_calls: int = 1,
 ) -> List[List[float]]:
     """Time several functions call by call in turn — A, B, C, A, B, C, … — inside one kforge
     region; returns each function's samples in milliseconds. A slow drift of the machine (clocks,
@@ -348,11 +349,16 @@ def do_bench_interleaved(
     before every call, outside the timed interval; before it, ``prepare_each[i]`` (one per
     function, if given) before every call of ``fns[i]`` — e.g. one untimed call of it, so that a
     function that switches state (the kernels a model runs) is timed in that state, not switching
-    into it (``before_each`` then still gives the timed call fresh inputs)."""
+    into it (``before_each`` then still gives the timed call fresh inputs). ``min_calls``: at least
+    that many timed calls of each function, however long they take (``rep`` alone gives one call
+    each when the calls together take longer than ``rep``: a median of one sample is the call's
+    raw jitter)."""
     if not fns or not all(callable(f) for f in fns):
         raise ValueError("do_bench_interleaved: fns must be a non-empty sequence of callables")
     if warmup < 0 or rep <= 0:
         raise ValueError(f"do_bench_interleaved: warmup must be >= 0 and rep > 0, got {warmup}, {rep}")
+    if isinstance(min_calls, bool) or not isinstance(min_calls, int) or min_calls < 1:
+        raise ValueError(f"do_bench_interleaved: min_calls must be an integer >= 1, got {min_calls!r}")
     if prepare_each is not None and (len(prepare_each) != len(fns) or not all(callable(p) for p in prepare_each)):
         raise ValueError(f"do_bench_interleaved: prepare_each must hold one callable per function ({len(fns)}),"
                          f" got {len(prepare_each)} entries")
@@ -362,9 +368,9 @@ def do_bench_interleaved(
     dev = resolve_device(device)
     with _region(name or "do_bench_interleaved") as r:
         if dev == "cpu":
-            samples = _interleaved_cpu(list(fns), float(warmup), float(rep), befores)
+            samples = _interleaved_cpu(list(fns), float(warmup), float(rep), befores, min_calls)
         else:
-            samples = _interleaved_cuda(list(fns), float(warmup), float(rep), dev, befores)
+            samples = _interleaved_cuda(list(fns), float(warmup), float(rep), dev, befores, min_calls=min_calls)
         for i, xs in enumerate(samples):
             report_measurement(f"{name or 'do_bench_interleaved'}:{i}", _subsample(xs, MAX_REPORTED_SAMPLES), region=r.region)
     return samples
@@ -383,7 +389,7 @@ def _then(first: Optional[Callable[[], Any]], second: Optional[Callable[[], Any]
 
 
 def _interleaved_cpu(fns: List[Callable[[], Any]], warmup: float, rep: float,
-                     befores: List[Optional[Callable[[], Any]]]) -> List[List[float]]:
+                     befores: List[Optional[Callable[[], Any]]], min_calls: int = 1) -> List[List[float]]:
     estimates = []
     for fn, before in zip(fns, befores):
         if before is not None:
@@ -397,7 +403,7 @@ def _interleaved_cpu(fns: List[Callable[[], Any]], warmup: float, rep: float,
             return (time.perf_counter_ns() - t0) / 1e6
 
         estimates.append(warm_up_and_estimate(batch, warmup))
-    rounds = timed_calls(sum(estimates), rep)
+    rounds = max(min_calls, timed_calls(sum(estimates), rep))
     out: List[List[float]] = [[] for _ in fns]
     for _ in range(rounds):
         for i, fn in enumerate(fns):
@@ -411,7 +417,8 @@ def _interleaved_cpu(fns: List[Callable[[], Any]], warmup: float, rep: float,
 
 
 def _interleaved_cuda(fns: List[Callable[[], Any]], warmup: float, rep: float, device: str,
-                      befores: List[Optional[Callable[[], Any]]], grads: Sequence[Any] = ()) -> List[List[float]]:
+                      befores: List[Optional[Callable[[], Any]]], grads: Sequence[Any] = (),
+                      min_calls: int = 1) -> List[List[float]]:
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     dev = torch.device(device)
@@ -436,7 +443,7 @@ def _interleaved_cuda(fns: List[Callable[[], Any]], warmup: float, rep: float, d
 
             estimates.append(warm_up_and_estimate(batch, warmup))
             spins.append(spin_length_us(probe_host_us(torch, fn, before)))
-        rounds = min(timed_calls(sum(estimates), rep), max(1, MAX_HOST_COUNTED_CALLS // len(fns)))
+        rounds = min(max(min_calls, timed_calls(sum(estimates), rep)), max(1, MAX_HOST_COUNTED_CALLS // len(fns)))
         out: List[List[float]] = [[] for _ in fns]
         for _ in range(rounds):
             for i, fn in enumerate(fns):

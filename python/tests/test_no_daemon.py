@@ -339,3 +339,25 @@ def test_interleaved_bench_prepares_each_function_before_its_calls(monkeypatch: 
     assert timed == ["pa", "-", "a", "pb", "-", "b"] * len(a)  # the untimed call, fresh inputs, the timed call
     with pytest.raises(ValueError, match="one callable per function"):
         kforge.do_bench_interleaved([f("a"), f("b")], device="cpu", prepare_each=[f("pa")])
+
+
+def test_interleaved_bench_times_at_least_min_calls_of_slow_functions(monkeypatch: pytest.MonkeyPatch,
+                                                                     clean_env: str) -> None:
+    """Calls that together take longer than ``rep`` get one timed call each, unless ``min_calls``
+    asks for more (a round's median of one sample is that call's jitter)."""
+    monkeypatch.setenv("KFORGE_SOCKET", os.path.join(clean_env, "missing.sock"))
+
+    def slow() -> None:
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 0.002:  # 2 ms per call, rep 1 ms: one call by rep alone
+            pass
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", kforge.KforgeWarning)
+        a, b = kforge.do_bench_interleaved([slow, slow], warmup=0.1, rep=1.0, device="cpu")
+        assert len(a) == len(b) == 1
+        a, b = kforge.do_bench_interleaved([slow, slow], warmup=0.1, rep=1.0, device="cpu", min_calls=7)
+        assert len(a) == len(b) == 7
+        for bad in (0, -1, 2.5, True):
+            with pytest.raises(ValueError, match="min_calls"):
+                kforge.do_bench_interleaved([slow], device="cpu", min_calls=bad)  # type: ignore[arg-type]

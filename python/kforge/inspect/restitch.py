@@ -58,6 +58,11 @@ def _median(xs: List[Optional[float]]) -> Optional[float]:
     return vals[len(vals) // 2] if vals else None
 
 
+#: Timed calls of each side per round at least: a launch-bound model of 15 ms per call got one
+#: call per side per round from 50 ms of calls, and its noise floor was that one call's jitter.
+ROUND_MIN_CALLS = 15
+
+
 def interleaved_ratio(time_round: Callable[[], Tuple[float, float, float]], rounds: int = 5) -> Dict[str, Any]:
     """new/base over rounds of ``time_round()`` → (base, new, base again) in ms: the geometric-mean
     ratio with its 95 % interval, and the noise floor — the upper end of that interval for
@@ -78,14 +83,15 @@ def interleaved_ratio(time_round: Callable[[], Tuple[float, float, float]], roun
 
 def _round_ms(base: Callable[[], Any], new: Callable[[], Any]) -> Tuple[float, float, float]:
     """Baseline, re-stitched and baseline again, call by call in turn in one region (about 50 ms
-    of calls: the round trip takes 5 rounds, in regions that on a shared GPU hold every other job).
+    of calls, at least ``ROUND_MIN_CALLS`` of each: the round trip takes 5 rounds, in regions that
+    on a shared GPU hold every other job).
     Every timed call follows an untimed call of the same function: without CUDA graphs the two
     are one model whose kernels are switched in its wrapper module, and a call right after the
     switch runs on CPU caches warmed by the other kernels — on the H200 host-bound GRU and LSTM
     models (64 kernels) timed 9–13 % slower with replacements so timed, at the same device time
     and the same host time per call when called in a row."""
     a, b, c = do_bench_interleaved([base, new, base], warmup=10, rep=50, name="inspect:round-trip",
-                                   prepare_each=[base, new, base])
+                                   prepare_each=[base, new, base], min_calls=ROUND_MIN_CALLS)
     return statistics.median(a), statistics.median(b), statistics.median(c)
 
 

@@ -38,6 +38,9 @@ from ..harness import Check, clone_all, clone_output, compare, flat, make_inputs
 #: Timed candidate calls per round whose outputs are kept and compared with the reference.
 TIMED_SAMPLES = 2
 
+#: Timed calls of each side per round at least (100 ms of calls is one each at 15 ms per call).
+ROUND_MIN_CALLS = 10
+
 
 class Rotation:
     """Input sets used in turn by the timed calls, each set's version counters bumped (an
@@ -120,7 +123,7 @@ def _round_ms(base: Any, cand: Any, sets: List[List[Any]], name: str,
 
     timed = (lambda: sample.call(cand, rot)) if sample is not None else (lambda: cand(*rot.current()))
     a, b, c = do_bench_interleaved([lambda: base(*rot.current()), timed, lambda: base(*rot.current())],
-                                   name=name, before_each=before)
+                                   name=name, before_each=before, min_calls=ROUND_MIN_CALLS)
     if sample is not None:
         sample.settle()
     return statistics.median(a), statistics.median(b), statistics.median(c)
