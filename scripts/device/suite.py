@@ -150,6 +150,22 @@ def verify_rows(d: str) -> List[Dict[str, Any]]:
     return [verify_row(d, i, e) for i, e in enumerate(expect) if os.path.exists(f"{d}/{i}.log")]
 
 
+def memory_summary() -> Dict[str, Any]:
+    """What the daemon's admission recorded (`kforge report --json`: job_memory): jobs, how many
+    were retried alone after a CUDA out-of-memory error beside siblings, the largest peak, and
+    where the expected peaks came from (declared, learned, default)."""
+    p = subprocess.run([K, "--socket", SOCKET, "report", "--json"], capture_output=True, text=True)
+    try:
+        rows = json.loads(p.stdout).get("job_memory", [])
+    except ValueError:
+        return {}
+    by: Dict[str, int] = {}
+    for r in rows:
+        by[str(r.get("source"))] = by.get(str(r.get("source")), 0) + 1
+    return {"jobs": len(rows), "retried_alone": sum(1 for r in rows if r.get("retried")),
+            "peak_gib_max": max([r.get("peak_bytes", 0) for r in rows] or [0]) / 2**30, "by_source": by}
+
+
 def main() -> None:
     if os.environ.get("FINAL_PACK"):  # suite.sh, after the daemon stopped: the store too
         pack(with_store=True)
@@ -165,6 +181,11 @@ def main() -> None:
                                "tasks": [{k: r[k] for k in ("key", "rc", "s") if k in r} for r in results]}
     print(f"{len(results) - len(skipped)} tasks in {wall} s, {PARALLEL} in flight; task seconds summed: "
           f"{sum(r.get('s', 0) for r in results):.1f}")
+    summary["memory"] = memory_summary()
+    m = summary["memory"]
+    if m:
+        print(f"GPU memory: {m['jobs']} jobs recorded, {m['retried_alone']} retried alone after an out-of-memory error, "
+              f"peak {m['peak_gib_max']:.1f} GiB (by admission source: {m['by_source']})")
     for d in sorted(glob.glob(f"{WORK}/inspect-*")):
         mode = os.path.basename(d)[len("inspect-"):]
         rows = inspect_rows(d)
