@@ -460,6 +460,12 @@ class AutoRegions:
                 if self._stopping:
                     return
 
+    def threads(self) -> Set[threading.Thread]:
+        """The threads these hooks started (the reaper), which :meth:`uninstall` stops: not the
+        job's (a warm worker's check for threads a job left running skips them)."""
+        t = self._reaper
+        return {t} if t is not None and self._reaper_pid == os.getpid() else set()
+
     def _stop_reaper(self) -> None:
         with self._cond:
             self._stopping = True
