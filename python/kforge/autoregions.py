@@ -199,6 +199,7 @@ class AutoRegions:
         self._reaper: Optional[threading.Thread] = None
         self._reaper_pid = 0
         self._stopping = False
+        self._changes = 0
         _instances.add(self)
 
     def _after_fork_in_child(self) -> None:
@@ -218,7 +219,7 @@ class AutoRegions:
         w = _Waiting(name, r, self.clock())
         with self._cond:
             self._waiting[tid] = w
-            self._cond.notify_all()
+            self._changed()
         try:
             r.__enter__()
         except KforgeError as e:
@@ -360,12 +361,16 @@ class AutoRegions:
         with self._cond:
             o.last_end = None
             o.linger_until = self.clock() + LINGER_S
-            self._cond.notify_all()
+            self._changed()
 
-    def _close(self, o: _Open, force: bool = False) -> bool:
+    def _close(self, o: _Open, force: bool = False, lingered_out: bool = False) -> bool:
         """Exit event region ``o`` unless it is already being exited or (without ``force``) a
-        kforge region joined into it is still open. Whether this call exited it."""
+        kforge region joined into it is still open; with ``lingered_out`` (the reaper) only if it
+        still lingers past its grace period (its thread may have started the next interval
+        meanwhile). Whether this call exited it."""
         with self._lock:
+            if lingered_out and (o.linger_until is None or self.clock() < o.linger_until):
+                return False
             if o.closed or not (o.region.claim_idle() or force):
                 return False
             o.closed = True
@@ -400,29 +405,35 @@ class AutoRegions:
             )
             self.close_event_region()
 
-    def reap(self) -> float:
+    def reap(self) -> Optional[float]:
         """Exit the lingering regions of this process whose grace period ended, report entries
         waiting longer than :data:`SLOW_ENTRY_S`; return the seconds until the next such moment
-        (:data:`SLOW_ENTRY_S` when there is none). What the reaper thread runs in a loop."""
+        (``None``: nothing to watch until a region lingers or an entry starts, which notify the
+        reaper). What the reaper thread runs in a loop."""
         due: List[_Open] = []
         slow: List[str] = []
         with self._lock:
             now = self.clock()
-            wait = SLOW_ENTRY_S
+            wait: Optional[float] = None
             for o in self._open.values():
                 if o.pid != os.getpid() or o.closed or o.linger_until is None:
                     continue
-                if now >= o.linger_until and o.region.nested == 0:
+                if now < o.linger_until:
+                    nxt = o.linger_until - now
+                elif o.region.nested == 0:
                     due.append(o)
+                    continue
                 else:
-                    wait = min(wait, max(o.linger_until - now, 0.001))
+                    nxt = LINGER_S  # a kforge region joined into it is still open: look again later
+                wait = nxt if wait is None else min(wait, nxt)
             for tid, w in self._waiting.items():
                 if now >= w.next_report:
                     w.next_report = now + SLOW_ENTRY_S
                     slow.append(self._describe_wait(tid, w, now))
-                wait = min(wait, max(w.next_report - now, 0.001))
+                nxt = max(w.next_report - now, 0.001)
+                wait = nxt if wait is None else min(wait, nxt)
         for o in due:
-            self._close(o)
+            self._close(o, lingered_out=True)
         for line in slow:
             self.warn(line)
         return wait
@@ -452,13 +463,21 @@ class AutoRegions:
 
     def _reap_loop(self) -> None:
         while True:
+            with self._cond:
+                seen = self._changes
             wait = self.reap()
             with self._cond:
                 if self._stopping:
                     return
-                self._cond.wait(timeout=wait)
+                if self._changes == seen:  # nothing lingered or started entering since reap looked
+                    self._cond.wait(timeout=wait)
                 if self._stopping:
                     return
+
+    def _changed(self) -> None:
+        """Wake the reaper (the caller holds the lock): a region lingers or an entry started."""
+        self._changes += 1
+        self._cond.notify_all()
 
     def threads(self) -> Set[threading.Thread]:
         """The threads these hooks started (the reaper), which :meth:`uninstall` stops: not the
@@ -469,7 +488,7 @@ class AutoRegions:
     def _stop_reaper(self) -> None:
         with self._cond:
             self._stopping = True
-            self._cond.notify_all()
+            self._changed()
             t, self._reaper = self._reaper, None
         if t is not None and t is not threading.current_thread() and self._reaper_pid == os.getpid():
             t.join(timeout=5)

@@ -591,3 +591,19 @@ def test_a_region_of_another_thread_inside_an_event_interval_joins_it(rig: Rig) 
     with kforge.region("after"):  # the process holds no joinable region any more: a real one
         pass
     assert rig.regions()[-2:] == ["enter after", "exit"]
+
+
+def test_a_lingering_region_with_a_kforge_region_joined_is_exited_only_after_that_one(rig: Rig) -> None:
+    s, e = FakeEvent(enable_timing=True), FakeEvent(enable_timing=True)
+    s.record()
+    e.record()
+    rig.cuda.synchronize()
+    outer = active_region()
+    with kforge.region("user's kforge.do_bench") as inner:  # joins the lingering region
+        assert outer is not None and inner.joined and inner.region == outer.region
+        rig.after_grace()
+        assert rig.regions() == [f"enter {EVENT_REGION}"], "not exited under a joined region"
+        FakeEvent(enable_timing=True).record()  # its own events start no interval of the user's
+        assert rig.auto.continued == 0
+    rig.auto.reap()
+    assert rig.regions() == [f"enter {EVENT_REGION}", "exit"] and active_region() is None
