@@ -50,7 +50,8 @@ interval in the same region (a trial loop — KernelBench's one event pair, ``sy
 every trial pay the entry (the gate closed and drained, the siblings frozen and thawed, the
 thread moved to a reserved core) right before its start event: on the H200 the per-trial event
 times rose 7-10 % at p50 and 27-32 % at p95 with nothing else on the GPU, and beside three
-competing jobs each entry also waited for their queued work to drain. A lingering region is
+competing jobs each entry also waited ~0.55 s (p50) for their queued work to drain and the GPU's
+power to settle: a 100-trial series took 43 s and the eval ran into its time limit. A lingering region is
 exited by the first of: the grace period passing (a reaper thread, at most a few ms late, or the
 next hook call of the thread), a wrapped timing call (``do_bench``, ``Timer``: it gets its own
 region), the lease check below, ``atexit``/``uninstall``. A continuing region older than
