@@ -201,6 +201,7 @@ class AutoRegions:
         self._reaper_pid = 0
         self._stopping = False
         self._changes = 0
+        self._wake_at: Optional[float] = None  # when the reaper wakes next (None: when notified)
         _instances.add(self)
 
     def _after_fork_in_child(self) -> None:
@@ -220,7 +221,7 @@ class AutoRegions:
         w = _Waiting(name, r, self.clock())
         with self._cond:
             self._waiting[tid] = w
-            self._changed()
+            self._changed(w.next_report)
         try:
             r.__enter__()
         except KforgeError as e:
@@ -362,7 +363,7 @@ class AutoRegions:
         with self._cond:
             o.last_end = None
             o.linger_until = self.clock() + LINGER_S
-            self._changed()
+            self._changed(o.linger_until)
 
     def _close(self, o: _Open, force: bool = False, lingered_out: bool = False) -> bool:
         """Exit event region ``o`` unless it is already being exited or (without ``force``) a
@@ -433,6 +434,7 @@ class AutoRegions:
                     slow.append(self._describe_wait(tid, w, now))
                 nxt = max(w.next_report - now, 0.001)
                 wait = nxt if wait is None else min(wait, nxt)
+            self._wake_at = None if wait is None else now + wait
         for o in due:
             self._close(o, lingered_out=True)
         for line in slow:
@@ -475,10 +477,14 @@ class AutoRegions:
                 if self._stopping:
                     return
 
-    def _changed(self) -> None:
-        """Wake the reaper (the caller holds the lock): a region lingers or an entry started."""
-        self._changes += 1
-        self._cond.notify_all()
+    def _changed(self, at: Optional[float] = None) -> None:
+        """Something for the reaper at clock time ``at`` (``None``: now): a region lingers until
+        then, or an entry's slow-entry report is due. Wakes it only if it would sleep past that
+        (the caller holds the lock): in a trial loop it wakes about once per grace period, not
+        once per trial, so it does not compete for the GIL while the script launches work."""
+        if at is None or self._wake_at is None or at < self._wake_at:
+            self._changes += 1
+            self._cond.notify_all()
 
     def threads(self) -> Set[threading.Thread]:
         """The threads these hooks started (the reaper), which :meth:`uninstall` stops: not the
