@@ -25,8 +25,8 @@ processes started with ``python -S``/``-I`` (no ``sitecustomize``) and non-Pytho
 
 The event rule (per thread). A region is *entered* when a timing event is recorded while the
 thread holds no region (kforge's own or an automatic one): before the event is recorded, so the
-interval it starts lies inside the region. Timing events recorded while the region is open are
-its *end* events. The region is *exited* when the host has seen the interval complete:
+interval it starts lies inside the region. Timing events recorded while the interval is open are
+its *end* events. The interval *ends* when the host has seen it complete:
 
 1. ``torch.cuda.synchronize()`` or ``Stream.synchronize()`` returns after an end event was
    recorded (everything recorded before it has finished);
@@ -43,9 +43,29 @@ event pairs and waits once gets one region, not one per pair. A wait before any 
 is still open. ``elapsed_time()`` is the fallback for a script that waits some other way
 (``Event.query()`` polling).
 
+Linger. When an interval ends the region is not exited at once: it *lingers* for
+:data:`LINGER_S`, and a timing event recorded on the same thread within that time starts the next
+interval in the same region (a trial loop — KernelBench's one event pair, ``synchronize`` and
+``elapsed_time`` per trial — is one region, not one per trial). A region entered per trial made
+every trial pay the entry (the gate closed and drained, the siblings frozen and thawed, the
+thread moved to a reserved core) right before its start event: on the H200 the per-trial event
+times rose 7-10 % at p50 and 27-32 % at p95 with nothing else on the GPU, and beside three
+competing jobs each entry also waited ~0.55 s (p50) for their queued work to drain and the GPU's
+power to settle: a 100-trial series took 43 s and the eval ran into its time limit. A lingering region is
+exited by the first of: the grace period passing (a reaper thread, at most a few ms late, or the
+next hook call of the thread), a wrapped timing call (``do_bench``, ``Timer``: it gets its own
+region), the lease check below, ``atexit``/``uninstall``. A continuing region older than
+:data:`CONTINUE_WITHIN_LEASE` of its lease is exited and a new one entered instead, so a long
+loop never runs into the daemon's revocation. Bound: a region outlives its last interval by at
+most ``LINGER_S`` plus the reaper's wake-up (the GIL's switch interval, 5 ms) and one
+``region_exit`` round trip, except while a ``kforge.region`` joined into it is still open (it is
+exited when that one exits, if the grace period has passed). What the script does in that window
+(the next problem's set-up, a correctness check) runs inside the region: at most ``LINGER_S`` of
+it, never a long computation. The first interval of a region still follows its entry directly.
+
 A region never stays open for good: one open longer than its lease (the daemon's maximum region
 length, ``lease_ms`` of the grant; the daemon revokes it then anyway) is exited at the next
-event call of the process, every open one is exited at interpreter exit (``atexit``) and by
+event call of the thread, every open one is exited at interpreter exit (``atexit``) and by
 :meth:`AutoRegions.uninstall`, and a revoked region is reported on stderr, never raised into the
 script.
 
@@ -58,6 +78,11 @@ waits are theirs, not the enclosing interval's: ``kforge.do_bench``'s own synchr
 user's event interval does not end that interval's region. A region another thread enters while
 an automatic region is held joins it as well (waiting for it could wait for ever: the holder may
 be waiting for that thread).
+
+Diagnostics: an automatic region whose entry waits longer than :data:`SLOW_ENTRY_S` gets a line
+on stderr then (and every ``SLOW_ENTRY_S`` after) naming the region, the wait so far, what it waits
+for (the process's region lock or the daemon's grant) and the automatic regions the process
+holds, and one when it is finally granted.
 """
 
 from __future__ import annotations
@@ -71,6 +96,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -86,6 +112,15 @@ WRAPPED_MARK = "kforge_auto_wrapped"
 #: Lease used when the grant names none (no daemon): the daemon's default.
 DEFAULT_LEASE_S = 60.0
 EVENT_REGION = "auto:cuda-event"
+#: How long an event region stays held after its interval ended, waiting for the next interval
+#: of the thread (see "Linger" above). Trials of a timing loop are well under 1 ms apart; 50 ms
+#: also covers a loop that makes fresh inputs or flushes the L2 between trials.
+LINGER_S = 0.05
+#: A lingering region older than this fraction of its lease is not continued: exited, and a new
+#: one entered for the next interval (a long loop never reaches the daemon's revocation).
+CONTINUE_WITHIN_LEASE = 0.5
+#: An automatic region entry that waits longer than this is reported on stderr while it waits.
+SLOW_ENTRY_S = 2.0
 TIMER_METHODS = ("timeit", "blocked_autorange", "adaptive_autorange")
 TRITON_FUNCTIONS = ("do_bench", "do_bench_cudagraph")
 
@@ -109,17 +144,36 @@ class _Open:
 
     def __init__(self, region: Region, opened: float, lease_s: float) -> None:
         self.pid = os.getpid()
+        self.tid = threading.get_ident()
         self.region = region
         self.opened = opened
         self.lease_s = lease_s
         self.last_end: Optional[Any] = None
+        # Set while the region lingers (its interval ended): when the grace period ends.
+        self.linger_until: Optional[float] = None
+        # Claimed for an exit (by the thread or the reaper); done: the exit finished.
+        self.closed = False
+        self.done = threading.Event()
+
+
+class _Waiting:
+    """An automatic region entry in progress (for the slow-entry report)."""
+
+    def __init__(self, name: str, region: Region, started: float) -> None:
+        self.name = name
+        self.region = region
+        self.started = started
+        self.next_report = started + SLOW_ENTRY_S
+        self.reported = False
 
 
 class AutoRegions:
     """The hooks of one process: what they patched (to undo it) and the regions they hold.
 
     ``open_region`` makes the region objects (a test can record them); ``clock`` measures how
-    long an event region has been open; ``warn`` writes a line for the user (stderr).
+    long an event region has been open and lingers; ``warn`` writes a line for the user
+    (stderr). ``reaper``: start the thread that exits lingering regions when their grace period
+    ends and reports slow entries (a test without it calls :meth:`reap` itself).
     """
 
     def __init__(
@@ -127,26 +181,58 @@ class AutoRegions:
         open_region: RegionFactory = joinable_region,
         clock: Callable[[], float] = time.monotonic,
         warn: Optional[Callable[[str], None]] = None,
+        reaper: bool = True,
     ) -> None:
         self.open_region = open_region
         self.clock = clock
         self.warn = warn or (lambda line: sys.stderr.write(line + "\n"))
         self.entered: Dict[str, int] = {}
+        #: Intervals that started in a lingering region instead of entering one.
+        self.continued = 0
         self._patched: List[Tuple[Any, str, Any]] = []
         self._local = threading.local()
-        self._open: Dict[int, _Open] = {}  # by thread id, for exit at interpreter exit
+        self._open: Dict[int, _Open] = {}  # by thread id: for the reaper and interpreter exit
+        self._waiting: Dict[int, _Waiting] = {}  # entries in progress, by thread id
         self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._finder: Optional[_PatchOnImport] = None
+        self._use_reaper = reaper
+        self._reaper: Optional[threading.Thread] = None
+        self._reaper_pid = 0
+        self._stopping = False
+        self._changes = 0
+        self._wake_at: Optional[float] = None  # when the reaper wakes next (None: when notified)
+        _instances.add(self)
+
+    def _after_fork_in_child(self) -> None:
+        # A lock the parent's reaper held at fork time would never be released here.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._reaper, self._reaper_pid = None, 0
+        self._open = {k: v for k, v in self._open.items() if v.pid == os.getpid()}
+        self._waiting = {}
 
     # -- regions -----------------------------------------------------------------------------
 
     def _enter(self, name: str) -> Optional[Region]:
         r = self.open_region(name)
+        self._ensure_reaper()
+        tid = threading.get_ident()
+        w = _Waiting(name, r, self.clock())
+        with self._cond:
+            self._waiting[tid] = w
+            self._changed(w.next_report)
         try:
             r.__enter__()
         except KforgeError as e:
             self.warn(f"kforge --auto-regions: could not enter region {name!r}: {e}")
             return None
+        finally:
+            with self._cond:
+                self._waiting.pop(tid, None)
+            waited = self.clock() - w.started
+            if waited > SLOW_ENTRY_S:
+                self.warn(f"kforge --auto-regions: region {name!r} was granted after {waited:.1f} s")
         self.entered[name] = self.entered.get(name, 0) + 1
         return r
 
@@ -157,8 +243,12 @@ class AutoRegions:
             self.warn(f"kforge --auto-regions: region {r.name!r} ({r.region}): {e}")
 
     def call_in_region(self, name: str, fn: Callable[..., Any], args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
-        """``fn(*args, **kwargs)`` inside region ``name``, or as is when the thread holds one."""
+        """``fn(*args, **kwargs)`` inside region ``name``, or as is when the thread holds one (a
+        lingering event region of the thread is exited first: the call gets its own)."""
         self.close_expired()
+        o = self.held_event_region()
+        if o is not None and o.linger_until is not None:
+            self._close(o)
         self._local.quiet = getattr(self._local, "quiet", 0) + 1
         try:
             if active_region() is not None:
@@ -186,12 +276,16 @@ class AutoRegions:
     # -- the event rule ------------------------------------------------------------------------
 
     def held_event_region(self) -> Optional[_Open]:
+        """This thread's event region (an interval open in it, or lingering), if it holds one."""
         o: Optional[_Open] = getattr(self._local, "open", None)
         if o is not None and o.pid != os.getpid():
             # Inherited through fork: the parent holds that region on its own connection.
             self._local.open = None
             with self._lock:
                 self._open = {k: v for k, v in self._open.items() if v.pid == os.getpid()}
+            return None
+        if o is not None and o.closed:
+            self._local.open = None  # exited (by the reaper, or at the lease)
             return None
         return o
 
@@ -202,11 +296,17 @@ class AutoRegions:
         return getattr(self._local, "quiet", 0) > 0 or (o is not None and o.region.nested > 0)
 
     def before_record(self, event: Any) -> bool:
-        """A timing event is about to be recorded: enter a region if the thread holds none.
-        Whether this event opened the region."""
+        """A timing event is about to be recorded: enter a region if the thread holds none, or
+        start the next interval in its lingering one. Whether this event started an interval."""
         self.close_expired()
-        if not getattr(event, TIMING_MARK, False) or self.held_event_region() is not None:
+        if not getattr(event, TIMING_MARK, False):
             return False
+        o = self.held_event_region()
+        if o is not None:
+            if o.linger_until is None or self.quiet(o):
+                return False  # inside an open interval (an end event), or someone else's events
+            if self._continue(o):
+                return True
         if active_region() is not None:
             return False  # kforge's own region, or a wrapped do_bench, holds the device already
         r = self._enter(EVENT_REGION)
@@ -217,62 +317,196 @@ class AutoRegions:
         o = _Open(r, self.clock(), lease_s)
         self._local.open = o
         with self._lock:
-            self._open[threading.get_ident()] = o
+            self._open[o.tid] = o
         return True
 
+    def _continue(self, o: _Open) -> bool:
+        """Start the next interval in lingering region ``o``; False when it is too old to go on
+        (then exited) or is being exited."""
+        with self._lock:
+            young = self.clock() - o.opened <= o.lease_s * CONTINUE_WITHIN_LEASE
+            if not o.closed and young:
+                o.linger_until, o.last_end = None, None
+                self.continued += 1
+                return True
+        self._close(o)
+        return False
+
     def after_record(self, event: Any) -> None:
-        """A timing event that did not open the region was recorded: inside an open event
-        region it is an end event."""
+        """A timing event that did not start an interval was recorded: inside an open interval
+        it is an end event."""
         o = self.held_event_region()
-        if o is not None and getattr(event, TIMING_MARK, False) and not self.quiet(o):
+        if o is not None and o.linger_until is None and getattr(event, TIMING_MARK, False) and not self.quiet(o):
             o.last_end = event
 
     def after_device_wait(self) -> None:
         """``torch.cuda.synchronize()`` / ``Stream.synchronize()`` returned."""
         o = self.held_event_region()
         if o is not None and o.last_end is not None and not self.quiet(o):
-            self.close_event_region()
+            self._linger(o)
 
     def after_event_wait(self, event: Any) -> None:
         """``Event.synchronize()`` returned for ``event``."""
         o = self.held_event_region()
         if o is not None and o.last_end is not None and event is o.last_end and not self.quiet(o):
-            self.close_event_region()
+            self._linger(o)
 
     def after_elapsed(self) -> None:
         """``Event.elapsed_time()`` returned: both events of an interval completed (an earlier
         interval's, if no end event was recorded in this region yet)."""
         o = self.held_event_region()
         if o is not None and o.last_end is not None and not self.quiet(o):
-            self.close_event_region()
+            self._linger(o)
+
+    def _linger(self, o: _Open) -> None:
+        """The interval of ``o`` ended: keep the region for :data:`LINGER_S`."""
+        with self._cond:
+            o.last_end = None
+            o.linger_until = self.clock() + LINGER_S
+            self._changed(o.linger_until)
+
+    def _close(self, o: _Open, force: bool = False, lingered_out: bool = False) -> bool:
+        """Exit event region ``o`` unless it is already being exited or (without ``force``) a
+        kforge region joined into it is still open; with ``lingered_out`` (the reaper) only if it
+        still lingers past its grace period (its thread may have started the next interval
+        meanwhile). Whether this call exited it."""
+        with self._lock:
+            if lingered_out and (o.linger_until is None or self.clock() < o.linger_until):
+                return False
+            if o.closed or not (o.region.claim_idle() or force):
+                return False
+            o.closed = True
+            if self._open.get(o.tid) is o:
+                del self._open[o.tid]
+        try:
+            self._exit(o.region)
+        finally:
+            o.done.set()
+        return True
 
     def close_event_region(self) -> None:
+        """Exit this thread's event region now (an open interval or a lingering region)."""
+        o = self.held_event_region()
+        if o is not None:
+            self._close(o, force=True)
+            self._local.open = None
+
+    def close_expired(self) -> None:
+        """Exit this thread's event region if its grace period ended or it has been open longer
+        than its lease."""
         o = self.held_event_region()
         if o is None:
             return
-        self._local.open = None
-        with self._lock:
-            self._open.pop(threading.get_ident(), None)
-        self._exit(o.region)
-
-    def close_expired(self) -> None:
-        """Exit this thread's event region if it has been open longer than its lease."""
-        o = self.held_event_region()
-        if o is not None and self.clock() - o.opened > o.lease_s:
+        now = self.clock()
+        if o.linger_until is not None and now >= o.linger_until:
+            self._close(o)
+        elif now - o.opened > o.lease_s:
             self.warn(
                 f"kforge --auto-regions: an event region stayed open past its lease ({o.lease_s:g} s) "
                 "without a synchronize or elapsed_time; it was exited"
             )
             self.close_event_region()
 
+    def reap(self) -> Optional[float]:
+        """Exit the lingering regions of this process whose grace period ended, report entries
+        waiting longer than :data:`SLOW_ENTRY_S`; return the seconds until the next such moment
+        (``None``: nothing to watch until a region lingers or an entry starts, which notify the
+        reaper). What the reaper thread runs in a loop."""
+        due: List[_Open] = []
+        slow: List[str] = []
+        with self._lock:
+            now = self.clock()
+            wait: Optional[float] = None
+            for o in self._open.values():
+                if o.pid != os.getpid() or o.closed or o.linger_until is None:
+                    continue
+                if now < o.linger_until:
+                    nxt = o.linger_until - now
+                elif o.region.nested == 0:
+                    due.append(o)
+                    continue
+                else:
+                    nxt = LINGER_S  # a kforge region joined into it is still open: look again later
+                wait = nxt if wait is None else min(wait, nxt)
+            for tid, w in self._waiting.items():
+                if now >= w.next_report:
+                    w.next_report = now + SLOW_ENTRY_S
+                    slow.append(self._describe_wait(tid, w, now))
+                nxt = max(w.next_report - now, 0.001)
+                wait = nxt if wait is None else min(wait, nxt)
+            self._wake_at = None if wait is None else now + wait
+        for o in due:
+            self._close(o, lingered_out=True)
+        for line in slow:
+            self.warn(line)
+        return wait
+
+    def _describe_wait(self, tid: int, w: _Waiting, now: float) -> str:
+        held = ", ".join(
+            f"{o.region.name} {o.region.region} on thread {t} "
+            f"({'lingering' if o.linger_until is not None else 'interval open'}, {now - o.opened:.1f} s)"
+            for t, o in self._open.items()
+            if o.pid == os.getpid() and not o.closed
+        )
+        return (
+            f"kforge --auto-regions: region {w.name!r} of thread {tid} still waiting after {now - w.started:.1f} s "
+            f"for {w.region.waiting_for or 'its entry'}; event regions this process holds: {held or 'none'}"
+        )
+
+    def _ensure_reaper(self) -> None:
+        if not self._use_reaper:
+            return
+        with self._lock:
+            if self._reaper is not None and self._reaper_pid == os.getpid():
+                return
+            self._stopping = False
+            self._reaper_pid = os.getpid()
+            self._reaper = threading.Thread(target=self._reap_loop, name="kforge-auto-regions", daemon=True)
+            self._reaper.start()
+
+    def _reap_loop(self) -> None:
+        while True:
+            with self._cond:
+                seen = self._changes
+            wait = self.reap()
+            with self._cond:
+                if self._stopping:
+                    return
+                if self._changes == seen:  # nothing lingered or started entering since reap looked
+                    self._cond.wait(timeout=wait)
+                if self._stopping:
+                    return
+
+    def _changed(self, at: Optional[float] = None) -> None:
+        """Something for the reaper at clock time ``at`` (``None``: now): a region lingers until
+        then, or an entry's slow-entry report is due. Wakes it only if it would sleep past that
+        (the caller holds the lock): in a trial loop it wakes about once per grace period, not
+        once per trial, so it does not compete for the GIL while the script launches work."""
+        if at is None or self._wake_at is None or at < self._wake_at:
+            self._changes += 1
+            self._cond.notify_all()
+
+    def threads(self) -> Set[threading.Thread]:
+        """The threads these hooks started (the reaper), which :meth:`uninstall` stops: not the
+        job's (a warm worker's check for threads a job left running skips them)."""
+        t = self._reaper
+        return {t} if t is not None and self._reaper_pid == os.getpid() else set()
+
+    def _stop_reaper(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._changed()
+            t, self._reaper = self._reaper, None
+        if t is not None and t is not threading.current_thread() and self._reaper_pid == os.getpid():
+            t.join(timeout=5)
+
     def close_all(self) -> None:
-        """Exit every event region still open (interpreter exit, uninstall)."""
+        """Exit every event region still open or lingering (interpreter exit, uninstall)."""
         with self._lock:
             left = [o for o in self._open.values() if o.pid == os.getpid()]
-            self._open.clear()
         self._local.open = None
         for o in left:
-            self._exit(o.region)
+            self._close(o, force=True)
 
     # -- patching ------------------------------------------------------------------------------
 
@@ -392,8 +626,10 @@ class AutoRegions:
                 hook(mod)
 
     def uninstall(self) -> None:
-        """Exit open regions, stop watching imports and restore everything patched."""
+        """Exit open regions, stop the reaper, stop watching imports and restore everything
+        patched."""
         self.close_all()
+        self._stop_reaper()
         if self._finder is not None and self._finder in sys.meta_path:
             sys.meta_path.remove(self._finder)
         self._finder = None
@@ -459,6 +695,16 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
 
 _process: Optional[AutoRegions] = None
+_instances: "weakref.WeakSet[AutoRegions]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for auto in list(_instances):
+        auto._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def install() -> AutoRegions:

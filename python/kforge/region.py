@@ -29,7 +29,7 @@ _JOIN_POLL_S = 0.05
 
 def _held_joinable() -> Optional["Region"]:
     with _joinable_lock:
-        if _joinable_held and _joinable_held[0][0] == os.getpid():
+        if _joinable_held and _joinable_held[0][0] == os.getpid() and _joinable_held[0][1]._live():
             return _joinable_held[0][1]
     return None
 
@@ -69,7 +69,13 @@ class Region:
     thread, or of another thread, which would otherwise wait for it): those run inside the held
     region (same ``region`` id and grant, ``joined`` true) without asking the daemon, and their
     exit leaves the outer region held. ``nested`` counts the regions joined into this one
-    that are still open.
+    that are still open. A joinable region may be exited from another thread than the one that
+    entered it (:meth:`claim_idle` first; ``kforge --auto-regions`` ends a lingering region from
+    its reaper thread): from then on it is no longer the entering thread's active region.
+
+    ``waiting_for`` says, while ``__enter__`` blocks, what it waits for (``"region lock"``: another
+    thread of this process holds a region; ``"daemon grant"``: the daemon has not answered yet);
+    ``None`` otherwise.
     """
 
     def __init__(self, name: str = "region", lease_s: Optional[float] = None, joinable: bool = False) -> None:
@@ -92,6 +98,10 @@ class Region:
         self.joinable: bool = joinable
         self.joined: bool = False
         self.nested: int = 0
+        self.waiting_for: Optional[str] = None
+        # Entered and not yet exited; closing: claimed for an exit (no more joins).
+        self._held: bool = False
+        self._closing: bool = False
         self._outer: Optional[Region] = None
         self._prev_active: Optional[Tuple[int, Region]] = None
         self._set_active: bool = False
@@ -103,10 +113,12 @@ class Region:
 
     def __enter__(self) -> "Region":
         active = getattr(_local, "active", None)
-        if active is not None and active[0] != os.getpid():
-            active = None  # inherited through fork: the parent's
+        if active is not None and (active[0] != os.getpid() or not active[1]._live()):
+            active = None  # inherited through fork (the parent's), or exited by another thread
         if active is not None and active[1].joinable and active[1] is not self:
-            return self._join(active[1], cross_thread=False)
+            if self._join(active[1], cross_thread=False):
+                return self
+            active = None  # being exited right now: wait for the region lock below
         if active is not None:
             raise KforgeError(
                 f"kforge.region({self.name!r}) entered inside region {active[1].name!r} of the same "
@@ -116,18 +128,24 @@ class Region:
         self.valid, self.revoked, self.tainted, self.held_ms = None, False, False, None
         # Another thread of this process may hold a joinable region: waiting for the region lock
         # could then wait for ever (that thread may be waiting for this one), so join it instead.
-        while not _region_lock.acquire(timeout=_JOIN_POLL_S):
-            held = _held_joinable()
-            if held is not None and held is not self:
-                return self._join(held, cross_thread=True)
-        self._locked = True
+        self.waiting_for = "region lock"
         try:
-            conn = connection()
-            if conn is not None:
-                self._enter_daemon(conn)
+            while not _region_lock.acquire(timeout=_JOIN_POLL_S):
+                held = _held_joinable()
+                if held is not None and held is not self and self._join(held, cross_thread=True):
+                    return self
+            self._locked = True
+            try:
+                conn = connection()
+                if conn is not None:
+                    self.waiting_for = "daemon grant"
+                    self._enter_daemon(conn)
+            finally:
+                if self._conn is None:
+                    self._release_lock()  # no daemon (or refused): nothing to hold
         finally:
-            if self._conn is None:
-                self._release_lock()  # no daemon (or refused): nothing to hold
+            self.waiting_for = None
+        self._held, self._closing = True, False
         _local.active = (os.getpid(), self)
         if self.joinable:
             with _joinable_lock:
@@ -135,18 +153,36 @@ class Region:
         self._t0 = time.perf_counter_ns()
         return self
 
-    def _join(self, outer: "Region", cross_thread: bool) -> "Region":
+    def _live(self) -> bool:
+        return self._held and not self._closing
+
+    def claim_idle(self) -> bool:
+        """Claim this held joinable region for an exit if no region is joined into it: from now
+        on nothing joins it and it is no thread's active region. False (nothing changed) if it
+        is not held, already claimed, or a joined region is still open."""
+        with _joinable_lock:
+            if not self._live() or self.nested > 0:
+                return False
+            self._closing = True
+            return True
+
+    def _join(self, outer: "Region", cross_thread: bool) -> bool:
         """Run inside ``outer`` (a joinable region this process holds) without asking the daemon;
-        a region of another thread makes this thread's active region this one until exit."""
+        a region of another thread makes this thread's active region this one until exit.
+        False if ``outer`` is being exited (claimed) meanwhile."""
+        with _joinable_lock:
+            if not outer._live():
+                return False
+            outer.nested += 1
         self.region, self.grant, self.exclusive = outer.region, outer.grant, outer.exclusive
         self.valid, self.revoked, self.tainted, self.held_ms = None, False, outer.tainted, None
         self.joined, self._outer = True, outer
-        outer.nested += 1
+        self._held = True
         if cross_thread:
             self._prev_active, self._set_active = getattr(_local, "active", None), True
             _local.active = (os.getpid(), self)
         self._t0 = time.perf_counter_ns()
-        return self
+        return True
 
     def _enter_daemon(self, conn: Client) -> None:
         """Ask the daemon for the region (the caller holds the region lock)."""
@@ -173,10 +209,12 @@ class Region:
         tb: Optional[TracebackType],
     ) -> None:
         local_ms = (time.perf_counter_ns() - self._t0) / 1e6
+        self._held = False
         if self.joined:
             self.held_ms = local_ms
             if self._outer is not None:
-                self._outer.nested -= 1
+                with _joinable_lock:
+                    self._outer.nested -= 1
                 self._outer = None
             if self._set_active:
                 _local.active, self._prev_active, self._set_active = self._prev_active, None, False
@@ -209,6 +247,7 @@ class Region:
         self.tainted = self.tainted or bool(reply.get("tainted", False))
         held = reply.get("held_ms")
         self.held_ms = float(held) if held is not None else local_ms
+        self._closing = False
         if self.revoked and exc_type is None:
             raise RegionRevoked(region, reason)
 
@@ -277,8 +316,8 @@ def report_measurement(
 def active_region() -> Optional[Region]:
     """The region this thread holds (entered and not yet exited), if any."""
     active = getattr(_local, "active", None)
-    if active is None or active[0] != os.getpid():
-        return None
+    if active is None or active[0] != os.getpid() or not active[1]._live():
+        return None  # none, inherited through fork, or exited (or being exited) by another thread
     r: Region = active[1]
     return r
 
@@ -286,7 +325,7 @@ def active_region() -> Optional[Region]:
 def region_open() -> bool:
     """A region of this thread is active, or any thread holds the process's region lock (the
     warm worker's check that a job left no region open)."""
-    return getattr(_local, "active", None) is not None or _region_lock.locked()
+    return active_region() is not None or _region_lock.locked()
 
 
 def _after_fork_in_child() -> None:

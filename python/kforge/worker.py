@@ -461,7 +461,7 @@ class Worker:
             self._flush()
             os._exit(code)
 
-        recycle = self._wait_threads(threads)
+        recycle = self._wait_threads(threads | (auto.threads() if auto is not None else set()))
         self._run_atexits(atexits)
         if auto is not None:
             auto.uninstall()  # exits what is still open and restores what it patched

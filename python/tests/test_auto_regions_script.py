@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import tarfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,8 +50,11 @@ PY
        echo "$label $auto" >> "$KF_STATE/labels"
        beside=0; for p in "$KF_STATE"/comp.*; do [ -e "$p" ] && kill -0 "${p##*.}" 2>/dev/null && beside=1; done
        python3 - "$4" "$3" "$auto" "$beside" <<'PY'
-import json, sys
+import json, os, sys
 out, label, auto, beside = sys.argv[1], sys.argv[2], sys.argv[3] == "1", sys.argv[4] == "1"
+if label == os.environ.get("KF_FAIL"):
+    print(label, "matmul events start +1.00")
+    sys.exit(137)  # killed at its time limit: no JSON
 t = (1.1 if auto else 3.0) if beside else 1.0
 series = {m: [t] * 10 for m in ("do_bench", "events", "event-loop")}
 json.dump({"label": label, "device": "stand-in", "problems": {"matmul": series}, "wall_s": 1.0}, open(out, "w"))
@@ -61,7 +65,7 @@ esac
 """
 
 
-def test_the_script_runs_four_evals_and_writes_the_inflation_summary(tmp_path: Path) -> None:
+def run_script(tmp_path: Path, **env_extra: str) -> "tuple[subprocess.CompletedProcess[str], Path, Path]":
     repo, out, state = tmp_path / "repo", tmp_path / "out", tmp_path / "state"
     for d in (repo / "target" / "release", repo / "bin", state, repo / "scripts"):
         d.mkdir(parents=True)
@@ -73,10 +77,21 @@ def test_the_script_runs_four_evals_and_writes_the_inflation_summary(tmp_path: P
     smi = repo / "bin" / "nvidia-smi"
     smi.write_text("#!/bin/sh\necho 'GPU 0: stand-in'\n")
     smi.chmod(0o755)
-    env = dict(os.environ, OUT=str(out), KF_STATE=str(state), HEAT_S="0", PATH=f"{repo / 'bin'}:{os.environ['PATH']}")
+    env = dict(os.environ, OUT=str(out), KF_STATE=str(state), HEAT_S="0", PATH=f"{repo / 'bin'}:{os.environ['PATH']}",
+               **env_extra)
     r = subprocess.run(["bash", "scripts/device/auto_regions.sh"], cwd=repo, env=env, capture_output=True, text=True,
                        timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
+    return r, out, state
+
+
+def members(tgz: Path) -> "set[str]":
+    with tarfile.open(tgz) as t:
+        return {os.path.normpath(n) for n in t.getnames()} - {"."}
+
+
+def test_the_script_runs_four_evals_and_writes_the_inflation_summary(tmp_path: Path) -> None:
+    r, out, state = run_script(tmp_path)
     log = (state / "log").read_text().splitlines()
     runs = [line for line in log if line.startswith("run ") and "kb_style_eval.py" in line]
     assert [("--auto-regions" in line, line.split("--label ")[1].split()[0]) for line in runs] == [
@@ -92,3 +107,23 @@ def test_the_script_runs_four_evals_and_writes_the_inflation_summary(tmp_path: P
     assert rs["beside-auto"]["frozen_jobs_max"] == 3
     assert summary["command"] == "bash scripts/device/auto_regions.sh"
     assert "beside-auto" in r.stdout.splitlines()[-1], "the table comes last"
+    assert sorted(p.name for p in out.iterdir()) == ["auto_regions.json", "auto_regions.tgz", "auto_regions.txt"]
+    assert (out / "auto_regions.txt").read_text().splitlines()[-1] == r.stdout.splitlines()[-1]
+    runs_ = ("alone", "alone-auto", "beside", "beside-auto")
+    assert members(out / "auto_regions.tgz") == {"gpu.txt", "daemon.log", "exits.txt", "report.json", "meta.json"} | {
+        f"{run}.{ext}" for run in runs_ for ext in ("txt", "json")}
+    assert rs["beside-auto"]["exit"] == 0
+
+
+def test_a_run_killed_at_its_time_limit_is_still_summarised(tmp_path: Path) -> None:
+    r, out, _ = run_script(tmp_path, KF_FAIL="beside-auto")
+    rs = json.loads((out / "auto_regions.json").read_text())["runs"]
+    assert rs["beside-auto"]["exit"] == 137 and rs["beside-auto"]["series"] == {}
+    assert rs["beside-auto"]["regions"] == {"auto:do_bench": 3}, "its regions still come from the store dump"
+    assert rs["beside-auto"]["region_enter_ms_total"] == 1.5 and rs["beside-auto"]["region_drain_ms_max"] == 0.5
+    assert "beside-auto.json" not in members(out / "auto_regions.tgz")
+    with tarfile.open(out / "auto_regions.tgz") as t:
+        f = t.extractfile("./beside-auto.txt")
+        assert f is not None and b"matmul events start" in f.read(), "the progress line says where it was"
+    last = r.stdout.splitlines()[-1].split()
+    assert last[:2] == ["beside-auto", "137"], last

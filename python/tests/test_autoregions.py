@@ -16,9 +16,17 @@ from typing import Any, Callable, Dict, List, Optional
 import pytest
 
 import kforge
-from kforge.autoregions import EVENT_REGION, WRAPPED_MARK, AutoRegions, enabled
+from kforge.autoregions import (
+    CONTINUE_WITHIN_LEASE,
+    EVENT_REGION,
+    LINGER_S,
+    SLOW_ENTRY_S,
+    WRAPPED_MARK,
+    AutoRegions,
+    enabled,
+)
 from kforge.client import connection
-from kforge.region import active_region
+from kforge.region import Region, active_region
 
 from conftest import FakeDaemon
 
@@ -73,7 +81,8 @@ class Rig:
         self.daemon = daemon
         self.now = 0.0
         self.warnings: List[str] = []
-        self.auto = AutoRegions(clock=lambda: self.now, warn=self.warnings.append)
+        # No reaper thread: the test ends grace periods itself (after_grace), deterministically.
+        self.auto = AutoRegions(clock=lambda: self.now, warn=self.warnings.append, reaper=False)
         self.cuda = fake_cuda()
         self.auto.patch_event_class(FakeEvent, self.cuda)
 
@@ -86,6 +95,11 @@ class Rig:
             elif m["type"] == "region_exit":
                 out.append("exit")
         return out
+
+    def after_grace(self) -> None:
+        """Let the grace period of a lingering region pass (what the reaper thread does)."""
+        self.now += LINGER_S + 0.001
+        self.auto.reap()
 
     def close(self) -> None:
         self.auto.uninstall()
@@ -107,9 +121,15 @@ def test_start_is_recorded_inside_the_region_and_the_wait_after_the_end_exits(ri
     end.record()
     assert active_region() is not None, "still open until the host waited"
     rig.cuda.synchronize()
-    assert active_region() is None
+    o = rig.auto.held_event_region()
+    assert o is not None and o.linger_until == pytest.approx(LINGER_S), "the interval ended: it lingers"
     assert start.elapsed_time(end) == 1.0
     assert LOG.calls == ["record:in", "record:in", "sync"]
+    assert rig.regions() == [f"enter {EVENT_REGION}"]
+    rig.auto.reap()  # before the grace period ended: nothing
+    assert rig.regions() == [f"enter {EVENT_REGION}"]
+    rig.after_grace()
+    assert active_region() is None
     assert rig.regions() == [f"enter {EVENT_REGION}", "exit"]
     assert rig.auto.entered == {EVENT_REGION: 1}
 
@@ -122,8 +142,11 @@ def test_a_wait_before_any_end_event_does_not_exit(rig: Rig) -> None:
     assert active_region() is not None
     end.record()
     start.synchronize()  # not the end event: the interval may still run
-    assert active_region() is not None
+    o = rig.auto.held_event_region()
+    assert o is not None and o.linger_until is None
     end.synchronize()
+    assert o.linger_until is not None
+    rig.after_grace()
     assert active_region() is None
     assert rig.regions() == [f"enter {EVENT_REGION}", "exit"]
 
@@ -136,17 +159,136 @@ def test_event_pairs_of_a_loop_waited_for_once_are_one_region(rig: Rig) -> None:
     FakeStream().synchronize()
     times = [s.elapsed_time(e) for s, e in pairs]
     assert times == [1.0] * 5
+    rig.after_grace()
     assert rig.regions() == [f"enter {EVENT_REGION}", "exit"]
 
 
-def test_kernelbench_style_trials_are_one_region_each(rig: Rig) -> None:
-    for _ in range(4):
+def test_kernelbench_style_trials_are_one_region(rig: Rig) -> None:
+    # Per trial a fresh event pair, one call, synchronize, elapsed_time: a region per trial made
+    # every trial pay the entry right before its start event (and beside competitors, wait for
+    # their queued work each time): the trials within the grace period share one region.
+    for _ in range(100):
         s, e = FakeEvent(enable_timing=True), FakeEvent(enable_timing=True)
         s.record()
         e.record()
         rig.cuda.synchronize(device=0)
         s.elapsed_time(e)
-    assert rig.regions() == [f"enter {EVENT_REGION}", "exit"] * 4
+        rig.now += 0.0005  # the loop's own time between trials
+    assert LOG.calls.count("record:in") == 200
+    assert rig.regions() == [f"enter {EVENT_REGION}"]
+    assert rig.auto.continued == 99
+    rig.after_grace()
+    assert rig.regions() == [f"enter {EVENT_REGION}", "exit"]
+
+
+def test_an_interval_after_the_grace_period_enters_a_new_region(rig: Rig) -> None:
+    for _ in range(2):
+        s, e = FakeEvent(enable_timing=True), FakeEvent(enable_timing=True)
+        s.record()
+        e.record()
+        rig.cuda.synchronize()
+        rig.now += LINGER_S + 0.01  # unrelated work longer than the grace period
+    # the next hook call of the thread exits the lingering region (no reaper here)
+    FakeEvent().record()
+    assert active_region() is None
+    assert rig.regions() == [f"enter {EVENT_REGION}", "exit"] * 2
+    assert rig.auto.continued == 0
+
+
+def test_a_lingering_region_is_not_continued_past_half_its_lease(rig: Rig) -> None:
+    lease_s = 60.0  # the fake daemon's grant
+    s, e = FakeEvent(enable_timing=True), FakeEvent(enable_timing=True)
+    s.record()
+    rig.now += lease_s * CONTINUE_WITHIN_LEASE - 1.0  # a long interval
+    e.record()
+    rig.cuda.synchronize()
+    rig.now += 0.01
+    s.record()  # within the grace period and the lease's half: continues
+    rig.now += 2.0
+    e.record()
+    rig.cuda.synchronize()
+    rig.now += 0.01
+    assert rig.regions() == [f"enter {EVENT_REGION}"] and rig.auto.continued == 1
+    s.record()  # the region is older than half its lease now: a new one
+    assert rig.regions() == [f"enter {EVENT_REGION}", "exit", f"enter {EVENT_REGION}"]
+    assert rig.auto.continued == 1 and not rig.warnings
+
+
+def test_a_wrapped_call_after_an_event_loop_gets_its_own_region(rig: Rig) -> None:
+    tt = fake_triton_testing(record_events=True)
+    rig.auto.patch_triton_testing(tt)
+    s, e = FakeEvent(enable_timing=True), FakeEvent(enable_timing=True)
+    s.record()
+    e.record()
+    rig.cuda.synchronize()
+    tt.do_bench(lambda: None)  # type: ignore[attr-defined]
+    assert rig.regions() == [f"enter {EVENT_REGION}", "exit", "enter auto:do_bench", "exit"]
+    assert active_region() is None
+
+
+def test_the_reaper_thread_exits_a_lingering_region_after_the_grace_period(daemon: FakeDaemon) -> None:
+    LOG.calls.clear()
+    cuda = fake_cuda()
+    auto = AutoRegions(warn=lambda _: None)  # the real clock and the reaper thread
+    auto.patch_event_class(FakeEvent, cuda)
+    try:
+        s, e = FakeEvent(enable_timing=True), FakeEvent(enable_timing=True)
+        s.record()
+        e.record()
+        cuda.synchronize()  # type: ignore[attr-defined]
+        o = auto.held_event_region()
+        assert o is not None and o.linger_until is not None
+        ended = o.linger_until
+        assert o.done.wait(timeout=10), "the reaper did not exit the lingering region"
+        assert auto.clock() >= ended
+        assert active_region() is None and auto.held_event_region() is None
+        assert [m["type"] for m in daemon.requests if m["type"].startswith("region")] == ["region_enter", "region_exit"]
+        with kforge.region("after") as r:  # the main thread's stale record does not make it join
+            assert not r.joined and r.region != o.region.region
+        s.record()  # a new interval: a new region
+        assert auto.held_event_region() is not None and auto.held_event_region() is not o
+    finally:
+        auto.uninstall()
+    assert [m["type"] for m in daemon.requests if m["type"].startswith("region")] == ["region_enter", "region_exit"] * 3
+
+
+class SlowRegion(Region):
+    """A region whose grant comes only when the test says so."""
+
+    def __init__(self, name: str, waiting: threading.Event, grant: threading.Event) -> None:
+        super().__init__(name, joinable=True)
+        self.waiting, self.grant_now = waiting, grant
+
+    def __enter__(self) -> "SlowRegion":
+        self.waiting_for = "daemon grant"
+        self.waiting.set()
+        assert self.grant_now.wait(timeout=20)
+        self.waiting_for = None
+        super().__enter__()
+        return self
+
+
+def test_an_entry_that_waits_long_is_reported_while_it_waits(rig: Rig) -> None:
+    waiting, grant = threading.Event(), threading.Event()
+    auto = rig.auto
+    auto.open_region = lambda name: SlowRegion(name, waiting, grant)
+    t = threading.Thread(target=lambda: FakeEvent(enable_timing=True).record())
+    t.start()
+    assert waiting.wait(timeout=20)
+    auto.reap()
+    assert rig.warnings == []
+    rig.now += SLOW_ENTRY_S + 0.5
+    auto.reap()
+    assert len(rig.warnings) == 1, rig.warnings
+    assert f"region '{EVENT_REGION}'" in rig.warnings[0] and "still waiting after 2.5 s for daemon grant" in \
+        rig.warnings[0], rig.warnings
+    auto.reap()
+    assert len(rig.warnings) == 1, "once per SLOW_ENTRY_S"
+    grant.set()
+    t.join(timeout=20)
+    assert not t.is_alive()
+    assert rig.warnings[-1] == f"kforge --auto-regions: region '{EVENT_REGION}' was granted after 2.5 s"
+    assert len(rig.warnings) == 2 and rig.auto.entered == {EVENT_REGION: 1}
 
 
 def test_elapsed_time_exits_when_the_script_waited_some_other_way(rig: Rig) -> None:
@@ -156,8 +298,11 @@ def test_elapsed_time_exits_when_the_script_waited_some_other_way(rig: Rig) -> N
     old_s.elapsed_time(old_e)  # an earlier interval's time: this one has no end event yet
     assert active_region() is not None
     e.record()
-    assert active_region() is not None
+    o = rig.auto.held_event_region()
+    assert o is not None and o.linger_until is None
     s.elapsed_time(e)
+    assert o.linger_until is not None
+    rig.after_grace()
     assert active_region() is None
 
 
@@ -199,6 +344,7 @@ def test_kforge_regions_inside_an_event_region_join_it(rig: Rig) -> None:
     assert active_region() is outer, "the outer region is still held"
     e.record()
     rig.cuda.synchronize()
+    rig.after_grace()
     assert rig.regions() == [f"enter {EVENT_REGION}", "exit"], "nothing double-entered"
 
 
@@ -372,6 +518,7 @@ def test_a_forked_child_does_not_exit_its_parents_region(rig: Rig) -> None:
     assert rig.regions() == [f"enter {EVENT_REGION}"], "the child sent nothing on the parent's connection"
     e.record()
     rig.cuda.synchronize()
+    rig.after_grace()
     assert rig.regions() == [f"enter {EVENT_REGION}", "exit"]
 
 
@@ -393,6 +540,7 @@ def test_a_joined_regions_own_events_and_waits_do_not_end_the_users_interval(rig
     assert active_region() is outer, "no end event of the user's own yet"
     e.record()
     rig.cuda.synchronize()
+    rig.after_grace()
     assert active_region() is None
     assert rig.regions() == [f"enter {EVENT_REGION}", "exit"]
 
@@ -410,9 +558,11 @@ def test_a_wrapped_do_bench_inside_an_event_interval_leaves_it_open(rig: Rig) ->
     s, e = FakeEvent(enable_timing=True), FakeEvent(enable_timing=True)
     s.record()
     wrapped(lambda: None)
-    assert active_region() is not None
+    o = rig.auto.held_event_region()
+    assert o is not None and o.linger_until is None
     e.record()
     rig.cuda.synchronize()
+    rig.after_grace()
     assert active_region() is None
     assert rig.regions() == [f"enter {EVENT_REGION}", "exit"]
 
@@ -436,7 +586,24 @@ def test_a_region_of_another_thread_inside_an_event_interval_joins_it(rig: Rig) 
     assert outer.nested == 0
     e.record()
     rig.cuda.synchronize()
+    rig.after_grace()
     assert rig.regions() == [f"enter {EVENT_REGION}", "exit"]
     with kforge.region("after"):  # the process holds no joinable region any more: a real one
         pass
     assert rig.regions()[-2:] == ["enter after", "exit"]
+
+
+def test_a_lingering_region_with_a_kforge_region_joined_is_exited_only_after_that_one(rig: Rig) -> None:
+    s, e = FakeEvent(enable_timing=True), FakeEvent(enable_timing=True)
+    s.record()
+    e.record()
+    rig.cuda.synchronize()
+    outer = active_region()
+    with kforge.region("user's kforge.do_bench") as inner:  # joins the lingering region
+        assert outer is not None and inner.joined and inner.region == outer.region
+        rig.after_grace()
+        assert rig.regions() == [f"enter {EVENT_REGION}"], "not exited under a joined region"
+        FakeEvent(enable_timing=True).record()  # its own events start no interval of the user's
+        assert rig.auto.continued == 0
+    rig.auto.reap()
+    assert rig.regions() == [f"enter {EVENT_REGION}", "exit"] and active_region() is None

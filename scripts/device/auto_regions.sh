@@ -10,20 +10,26 @@
 #                  have run for HEAT_S s), no flag: the script's timing shares the GPU;
 #     beside-auto  the same competitors, --auto-regions: each timed call inside a region.
 #   Inflation = a series' p50 (p95) over the same series' p50 (p95) in `alone`.
-# Writes $OUT/auto_regions.json (compact), $OUT/daemon.log, $OUT/RUN.txt and prints a table last.
+# $OUT gets three files (a device call returns at most 8): auto_regions.json (the summary),
+# auto_regions.txt (the table, also printed last) and auto_regions.tgz (everything else: gpu.txt,
+# daemon.log, RUN.txt (each eval's output, with its progress lines), RUN.json, exits.txt,
+# report.json (the store dump: every region's gate/drain/freeze/settle times), meta.json).
+# Total < 3 min: each eval is a job with --timeout EVAL_TIMEOUT_S (default 60 s).
 set -uo pipefail
 OUT=${OUT:-/tmp/kforge-out}
 mkdir -p "$OUT"
 HEAT_S=${HEAT_S:-3}
-EVAL_TIMEOUT_S=${EVAL_TIMEOUT_S:-100}
+EVAL_TIMEOUT_S=${EVAL_TIMEOUT_S:-60}
 K=$PWD/target/release/kforge
 test -x "$K" && test -f target/release/libkforge_shim.so || { echo "carry target/release/kforge and target/release/libkforge_shim.so"; exit 2; }
 W=$(mktemp -d /tmp/kforge-auto.XXXXXX)
 S=$W/k.sock
 D=$PWD/scripts/device
+L=$W/files  # what goes into auto_regions.tgz
+mkdir -p "$L"
 export PYTHONUNBUFFERED=1
-nvidia-smi -L | tee "$OUT/gpu.txt"
-setsid "$K" --socket "$S" daemon --db "$W/auto.db" --reserve-cores 2 --warm-workers 0 >"$OUT/daemon.log" 2>&1 &
+nvidia-smi -L | tee "$L/gpu.txt"
+setsid "$K" --socket "$S" daemon --db "$W/auto.db" --reserve-cores 2 --warm-workers 0 >"$L/daemon.log" 2>&1 &
 # The daemon is a background job of this shell: never `wait` for all jobs; shut it down on exit.
 trap '"$K" --socket "$S" shutdown >/dev/null 2>&1 || true' EXIT
 for _ in $(seq 200); do "$K" --socket "$S" status >/dev/null 2>&1 && break; sleep 0.05; done
@@ -44,11 +50,11 @@ stop_competitors() { # a lost client cancels its job; poll the daemon until they
   kill "${CPIDS[@]}" 2>/dev/null || true
   for _ in $(seq 600); do "$K" --socket "$S" status | grep -q "competitor" || return 0; sleep 0.05; done
 }
-eval_run() { # RUN [FLAGS...]: the unmodified eval as one job; its output in $OUT/RUN.txt
+eval_run() { # RUN [FLAGS...]: the unmodified eval as one job; its output in RUN.txt
   local run=$1; shift
   echo "== $run ($(date +%T))"
   "$K" --socket "$S" run --device 0 --label "$run" --gpu-memory 4 --timeout "$EVAL_TIMEOUT_S" "$@" -- \
-    python3 "$D/kb_style_eval.py" "$run" "$W/$run.json" 2>&1 | tee "$OUT/$run.txt"
+    python3 "$D/kb_style_eval.py" "$run" "$W/$run.json" 2>&1 | tee "$L/$run.txt"
   echo "$run exit ${PIPESTATUS[0]}" | tee -a "$W/exits.txt"
 }
 
@@ -68,5 +74,6 @@ import json, sys
 json.dump({"rev": sys.argv[2], "wall_s_total": int(sys.argv[3]), "command": "bash scripts/device/auto_regions.sh"},
           open(sys.argv[1], "w"))
 PY
-cp "$W/exits.txt" "$OUT/exits.txt"
-python3 "$D/auto_regions_summary.py" "$W" "$OUT/auto_regions.json"
+cp "$W"/exits.txt "$W"/*.json "$L"/ 2>/dev/null
+tar -czf "$OUT/auto_regions.tgz" -C "$L" .
+python3 "$D/auto_regions_summary.py" "$W" "$OUT/auto_regions.json" | tee "$OUT/auto_regions.txt"

@@ -15,7 +15,8 @@ ways, as user scripts do:
   per-block means.
 
 Writes ``{label, device, torch, triton, problems: {NAME: {METHOD: [ms, ...]}}}`` to OUT.json and
-prints p50/p95 per series. Imports no kforge module: under ``kforge run --auto-regions`` its timed
+prints p50/p95 per series, and a progress line (``LABEL NAME METHOD start +SECONDS``, flushed)
+before each series and the check, so a run killed at its time limit shows where it was. Imports no kforge module: under ``kforge run --auto-regions`` its timed
 calls get regions without edits.
 """
 from __future__ import annotations
@@ -117,16 +118,24 @@ def main() -> None:
     res: Dict[str, object] = {"label": label, "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
                               "triton": triton.__version__}
     problems: Dict[str, Dict[str, List[float]]] = {}
+    def progress(name: str, step: str) -> None:
+        print(f"{label} {name} {step} start +{time.time() - t0:.2f}", flush=True)
+
     for name, model, inputs in (("matmul_bf16_4096", MatmulModel(), matmul_inputs()),
                                 ("swish_fp32_64M", SwishModel(), swish_inputs())):
+        progress(name, "check")
         rel = check(model, inputs)
         assert rel < 2e-2, f"{name}: relative error {rel}"
 
         def fn(model: torch.nn.Module = model, inputs: List[torch.Tensor] = inputs) -> object:
             return model(*inputs)
 
-        series = {"do_bench": time_do_bench(fn), "events": time_events(fn), "event-loop": time_event_loop(fn),
-                  "timer": time_timer(fn)}
+        methods: Dict[str, Callable[[Callable[[], object]], List[float]]] = {
+            "do_bench": time_do_bench, "events": time_events, "event-loop": time_event_loop, "timer": time_timer}
+        series: Dict[str, List[float]] = {}
+        for method, timing in methods.items():
+            progress(name, method)
+            series[method] = timing(fn)
         problems[name] = series
         for method, xs in series.items():
             print(f"{label:<12} {name:<18} {method:<10} p50 {quantile(xs, 0.5):.4f} ms  p95 {quantile(xs, 0.95):.4f} ms"
