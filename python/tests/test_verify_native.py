@@ -171,11 +171,11 @@ def native_candidate(tmp_path: Any, numpy_output: bool) -> types.ModuleType:
 def test_run_checks_counts_and_ghosts_a_lazily_built_extension(tmp_path: Any, numpy_output: bool) -> None:
     import threading
 
-    from kforge.verify import checks
+    from kforge.verify import cascade, checks
 
     prob = types.SimpleNamespace(Model=AddModel, get_inputs=lambda: [torch.randn(64), torch.randn(64)], get_init_inputs=lambda: [])
     timers0, threads0 = checks.timer_identities(), set(threading.enumerate())
-    res = checks.run_checks(prob, native_candidate(tmp_path, numpy_output), {}, torch.device("cpu"), False, timers0, threads0)
+    res = cascade.run_checks(prob, native_candidate(tmp_path, numpy_output), {}, torch.device("cpu"), False, timers0, threads0)
     by = {f"{c['gate']}:{c['name']}": c for c in res["checks"]}
     ghost, ran = by["exploits:ghost-replay"], by["exploits:kernels-ran"]
     assert ghost["evidence"]["native_functions"] == ["ext_lazy.vector_add"], ghost

@@ -33,7 +33,8 @@ import traceback
 from typing import Any, Dict, Optional, Sequence
 
 from ..harness import SIZES, Check, apply_size, finite_json, native_threads, record_thread_origins
-from .checks import NO_DRIVER_FIX, RunnerError, library_identities, run_checks, timer_identities
+from .cascade import run_checks
+from .checks import NO_DRIVER_FIX, RunnerError, library_identities, timer_identities
 from .kernel import KernelCandidate
 
 
