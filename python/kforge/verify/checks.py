@@ -44,20 +44,25 @@ def is_oom(e: BaseException) -> bool:
     return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
 
 
+def gpu_memory_split(dev: Any) -> Tuple[int, int, int]:
+    """Bytes of GPU ``dev``: (this process's allocator holds, other processes hold, total)."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info(dev)
+    own = torch.cuda.memory_reserved(dev)
+    return own, max(0, total - free - own), total
+
+
 def environment_error(e: BaseException, dev: Any) -> Optional[RunnerError]:
     """``e``, raised while the candidate ran, if it is the environment's doing: no GPU driver for
     Triton (Triton kernels on a machine without one and not in the interpreter), or CUDA out of
     memory while other processes held at least ``OTHERS_OOM_BYTES`` of the GPU. None when it is
     the candidate's own failure."""
-    import torch
-
     text = f"{type(e).__name__}: {e}"
     if "active drivers" in text or "Found no NVIDIA driver" in text or "no CUDA-capable device" in text:
         return RunnerError(f"no GPU driver for the candidate's kernels ({text.splitlines()[0]})", NO_DRIVER_FIX)
     if is_oom(e) and dev.type == "cuda":
-        free, total = torch.cuda.mem_get_info(dev)
-        own = torch.cuda.memory_reserved(dev)
-        others = max(0, total - free - own)
+        own, others, total = gpu_memory_split(dev)
         if others >= OTHERS_OOM_BYTES:
             return RunnerError(f"CUDA out of memory while other processes held {others / 2**30:.1f} GiB of the GPU's "
                                f"{total / 2**30:.1f} GiB (this process: {own / 2**30:.1f} GiB): not the candidate's failure",
@@ -71,13 +76,10 @@ class CandidateOOM(Exception):
 
 def own_failure(e: Exception, dev: Any) -> Exception:
     """``e`` as the candidate's failure; an out-of-memory error says whose memory the GPU held."""
-    import torch
-
     if is_oom(e) and dev.type == "cuda":
-        free, total = torch.cuda.mem_get_info(dev)
-        own = torch.cuda.memory_reserved(dev)
+        own, others, total = gpu_memory_split(dev)
         return CandidateOOM(f"{type(e).__name__}: {e} (out of memory: this process held {own / 2**30:.1f} GiB, "
-                            f"other processes {max(0, total - free - own) / 2**30:.1f} GiB of {total / 2**30:.1f} GiB)")
+                            f"other processes {others / 2**30:.1f} GiB of {total / 2**30:.1f} GiB)")
     return e
 
 
