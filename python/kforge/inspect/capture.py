@@ -191,7 +191,8 @@ def capture_triton(path: str, mod: Any, iterations: int) -> Dict[str, Any]:
     if not torch.cuda.is_available():
         raise CaptureError(f"{path}: no CUDA GPU visible (kforge inspect profiles on a GPU)")
     torch.manual_seed(1)
-    inputs = [to_device(x, torch.device("cuda")) for x in mod.get_inputs()]
+    with torch.device("cuda"):  # drawn on the GPU, not drawn on the host and copied
+        inputs = [to_device(x, torch.device("cuda")) for x in mod.get_inputs()]
     try:
         mod.kernel_function(*inputs)
         torch.cuda.synchronize()
