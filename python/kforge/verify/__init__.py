@@ -2,7 +2,8 @@
 ``python3 -m kforge.verify.runner``.
 
 * :mod:`.runner`: the entry point — load the problem and the candidate, run the checks, write the result;
-* :mod:`.checks`: the runtime checks (dry run, correctness, model level, exploits);
+* :mod:`.cascade`: the runtime checks in order (dry run, correctness, model level, exploits, dispatch);
+* :mod:`.checks`: what the stages are made of (identities, sentinels, counters, the fp64 rule);
 * :mod:`.perf`: gate 4, interleaved timing against the compiled baseline (GPU);
 * :mod:`.kernel`: replacement-kernel candidates (``--kernel NAME``), re-stitched into the compiled problem.
 

@@ -1,0 +1,230 @@
+"""The ``dispatch`` agent of ``kforge optimize``: how a problem's forward is dispatched — eager,
+or ``torch.compile`` in one of its modes — chosen per problem by measurement.
+
+``python3 -m kforge.optimize.dispatch PROBLEM --out RESULT.json [--device cpu|cuda]
+[--size default|large] [--modes eager,default,...] [--baseline MODE] [--rounds N]``
+
+Each mode runs on its own copy of the reference model (the same weights; a copy per mode, so
+that no compiled code is shared between modes); its first call (the compile) is timed, and its
+output is compared with eager's at the dtype's tolerance (a mode that computes otherwise, or
+fails to compile, is excluded with its reason). Then the modes that remain are timed against the
+baseline in interleaved rounds: per round fresh inputs, and baseline, every mode and baseline
+again called in turn inside one kforge region (``kforge.do_bench_interleaved``; at least
+``ROUND_MIN_CALLS`` timed calls of each, every timed call after an untimed call of the same
+mode). Per mode the speedup is the geometric mean of baseline/mode over rounds with its 95 %
+interval; the noise floor is the upper end of the same interval for baseline-again/baseline. The
+winner is the fastest mode whose interval's lower end clears the floor; if none does, the
+baseline stays (``fallback``). Exit status: 0 result written, 2 could not run (bad input or the
+environment: one line ``kforge optimize: WHY``).
+
+torch is imported inside the functions that use it (the entry point reports a missing torch).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import importlib.util
+import json
+import math
+import sys
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from ..bench import do_bench_interleaved
+from ..harness import SIZES, apply_size, clone_output, compare, finite_json, make_inputs, mean_half
+
+#: Every mode the agent knows: eager and torch.compile's modes.
+MODES = ("eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+#: Modes that need a GPU (CUDA graphs; max-autotune's graphs are skipped on the CPU by Inductor).
+GPU_ONLY = ("reduce-overhead",)
+#: Timed calls of each mode per round at least.
+ROUND_MIN_CALLS = 10
+
+
+class DispatchError(Exception):
+    """Bad input or an environment that cannot run the measurement (exit status 2)."""
+
+
+def parse_modes(text: str, baseline: str, device: str) -> List[str]:
+    """The modes to measure, the baseline first: each a known mode, no repeats, none that needs
+    a GPU when the device is the CPU."""
+    modes = [m.strip() for m in text.split(",") if m.strip()]
+    unknown = [m for m in modes + [baseline] if m not in MODES]
+    if unknown:
+        raise DispatchError(f"unknown mode {unknown[0]!r} (one of: {', '.join(MODES)})")
+    if device == "cpu":
+        gpu = [m for m in modes + [baseline] if m in GPU_ONLY]
+        if gpu:
+            raise DispatchError(f"mode {gpu[0]!r} uses CUDA graphs: it needs a GPU (--device cuda)")
+    ordered = [baseline] + [m for m in modes if m != baseline]
+    if len(set(ordered)) != len(ordered):
+        raise DispatchError(f"a mode is named twice in {text!r}")
+    if len(ordered) < 2:
+        raise DispatchError("nothing to compare: name at least one mode besides the baseline")
+    return ordered
+
+
+def load_problem(path: str, size: str) -> Any:
+    try:
+        spec = importlib.util.spec_from_file_location("kforge_dispatch_problem", path)
+        if spec is None or spec.loader is None:
+            raise DispatchError(f"{path}: not a Python file")
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+    except FileNotFoundError as e:
+        raise DispatchError(f"{path}: no such file") from e
+    except DispatchError:
+        raise
+    except Exception as e:
+        raise DispatchError(f"{path}: importing it failed: {type(e).__name__}: {e}") from e
+    for fn in ("Model", "get_inputs", "get_init_inputs"):
+        if getattr(mod, fn, None) is None:
+            raise DispatchError(f"{path}: no {fn} (a KernelBench problem needs class Model, get_inputs(), get_init_inputs())")
+    try:
+        apply_size(mod, size, path)
+    except ValueError as e:
+        raise DispatchError(str(e)) from e
+    return mod
+
+
+def build(model: Any, mode: str) -> Callable[..., Any]:
+    """``model`` dispatched as ``mode``: itself (eager) or compiled with static shapes."""
+    import torch
+
+    if mode == "eager":
+        return model  # type: ignore[no-any-return]
+    return torch.compile(model, mode=mode, dynamic=False)  # type: ignore[no-any-return]
+
+
+def prepare_modes(problem: Any, modes: Sequence[str], dev: Any) -> Tuple[Dict[str, Callable[..., Any]], Dict[str, Dict[str, Any]]]:
+    """Per mode its callable on its own copy of the reference, its compile time and how its
+    output compares with eager's; modes that fail or compute otherwise are left out of the first
+    dict and say why in the second."""
+    import torch
+
+    torch.manual_seed(0)
+    with torch.device(dev):
+        ref = problem.Model(*problem.get_init_inputs()).eval()
+    xs = make_inputs(problem, 0, "normal", dev)
+    with torch.no_grad():
+        expected = clone_output(ref(*xs))
+    ready: Dict[str, Callable[..., Any]] = {}
+    report: Dict[str, Dict[str, Any]] = {}
+    for mode in modes:
+        t0 = time.perf_counter()
+        try:
+            fn = build(copy.deepcopy(ref), mode)
+            with torch.no_grad():
+                out = clone_output(fn(*xs))
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+        except Exception as e:
+            report[mode] = {"ok": False, "why": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
+            continue
+        r = compare(out, expected, {})
+        report[mode] = {"ok": bool(r["ok"]), "first_call_s": round(time.perf_counter() - t0, 3),
+                        **{k: v for k, v in r.items() if k != "ok"}}
+        if r["ok"]:
+            ready[mode] = fn
+    return ready, report
+
+
+def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str, dev: Any,
+                rounds: int) -> Dict[str, List[Tuple[float, float, float]]]:
+    """Per mode (not the baseline), per round: (baseline ms, mode ms, baseline again ms), all of
+    a round called in turn in one region on the round's fresh inputs."""
+    import torch
+
+    others = [m for m in fns if m != baseline]
+    out: Dict[str, List[Tuple[float, float, float]]] = {m: [] for m in others}
+    for r in range(rounds):
+        xs = make_inputs(problem, 10 + r, "normal", dev)
+        calls = [fns[baseline]] + [fns[m] for m in others] + [fns[baseline]]
+        timed = [(lambda f=f: f(*xs)) for f in calls]
+        with torch.no_grad():
+            samples = do_bench_interleaved(timed, name=f"optimize:dispatch-round-{r}", prepare_each=timed,
+                                           min_calls=ROUND_MIN_CALLS, device=str(dev))
+        med = [sorted(s)[len(s) // 2] for s in samples]
+        for i, m in enumerate(others):
+            out[m].append((med[0], med[1 + i], med[-1]))
+    return out
+
+
+def choose(baseline: str, per_round: Dict[str, List[Tuple[float, float, float]]]) -> Dict[str, Any]:
+    """Speedup per mode with its 95 % interval, the noise floor, and the winner: the fastest
+    mode whose interval's lower end clears the floor, else the baseline (``fallback``)."""
+    first = next(iter(per_round.values()), [])  # baseline and baseline again are each round's, shared by the modes
+    noise = [math.log(c / a) for a, _, c in first]
+    nmean, nhalf = mean_half(noise) if len(noise) > 1 else (0.0, math.inf)
+    floor = abs(nmean) + nhalf
+    modes: Dict[str, Any] = {}
+    for m, rows in per_round.items():
+        logs = [math.log(a / b) for a, b, _ in rows]
+        mean, half = mean_half(logs) if len(logs) > 1 else (logs[0] if logs else 0.0, math.inf)
+        modes[m] = {"speedup": math.exp(mean), "ci95": [math.exp(mean - half), math.exp(mean + half)],
+                    "beyond_noise": mean - half > floor, "per_round": [{"baseline_ms": a, "mode_ms": b, "baseline_again_ms": c}
+                                                                      for a, b, c in rows]}
+    winners = sorted((v["speedup"], m) for m, v in modes.items() if v["beyond_noise"])
+    winner = winners[-1][1] if winners else baseline
+    return {"modes": modes, "noise_floor": math.exp(floor), "winner": winner, "fallback": not winners}
+
+
+def measure(problem: Any, modes: Sequence[str], dev: Any, rounds: int) -> Dict[str, Any]:
+    """The whole agent step: modes prepared and checked, timed against ``modes[0]`` (the
+    baseline), the choice."""
+    baseline = modes[0]
+    fns, report = prepare_modes(problem, modes, dev)
+    if baseline not in fns:
+        raise DispatchError(f"the baseline {baseline!r} does not run: {report[baseline].get('why', 'its output differs from eager')}")
+    result: Dict[str, Any] = {"baseline": baseline, "prepared": report}
+    if len(fns) < 2:
+        result.update({"modes": {}, "noise_floor": None, "winner": baseline, "fallback": True,
+                       "why": "no mode besides the baseline runs and matches eager"})
+        return result
+    result.update(choose(baseline, time_rounds(problem, fns, baseline, dev, rounds)))
+    return result
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m kforge.optimize.dispatch")
+    ap.add_argument("problem")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="cuda", help="cpu or cuda (cuda:N)")
+    ap.add_argument("--size", default="default", choices=SIZES)
+    ap.add_argument("--modes", default="eager,default,max-autotune,max-autotune-no-cudagraphs,reduce-overhead")
+    ap.add_argument("--baseline", default="max-autotune")
+    ap.add_argument("--rounds", type=int, default=5)
+    a = ap.parse_args(argv)
+    try:
+        if a.rounds < 2:
+            raise DispatchError(f"--rounds must be at least 2 (an interval needs two rounds), got {a.rounds}")
+        modes = parse_modes(a.modes, a.baseline, "cpu" if a.device == "cpu" else "cuda")
+        try:
+            import torch
+        except ImportError as e:
+            raise DispatchError(f"torch is not importable here ({e})") from e
+        if a.device != "cpu" and not torch.cuda.is_available():
+            raise DispatchError(f"--device {a.device} but no CUDA GPU is visible (pass --device cpu)")
+        problem = load_problem(a.problem, a.size)
+        result = measure(problem, modes, torch.device(a.device), a.rounds)
+    except DispatchError as e:
+        print(f"kforge optimize: {e}", file=sys.stderr)
+        return 2
+    result.update(problem=a.problem, size=a.size, device=a.device, agent="dispatch",
+                  versions={"torch": torch.__version__, "triton": triton_version()})
+    with open(a.out, "w") as f:
+        json.dump(finite_json(result), f, indent=1, allow_nan=False)
+    return 0
+
+
+def triton_version() -> Optional[str]:
+    try:
+        import triton
+    except ImportError:
+        return None
+    return str(triton.__version__)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

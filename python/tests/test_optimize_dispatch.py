@@ -1,0 +1,123 @@
+"""The dispatch agent of ``kforge optimize`` on the CPU: its input checks, the choice rule on
+given round times, and one measurement end to end (eager against Inductor's CPU backend)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any, List, Tuple
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+torch = pytest.importorskip("torch")
+
+from kforge.optimize import dispatch  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+VECTOR_ADD = str(REPO / "tests" / "candidates" / "problems" / "vector_add.py")
+
+
+def test_modes_are_checked_and_the_baseline_comes_first() -> None:
+    assert dispatch.parse_modes("eager, default", "default", "cpu") == ["default", "eager"]
+    for text, baseline, device, why in (
+        ("eager,turbo", "eager", "cpu", "unknown mode 'turbo'"),
+        ("eager,default", "fastest", "cpu", "unknown mode 'fastest'"),
+        ("eager,reduce-overhead", "eager", "cpu", "'reduce-overhead' uses CUDA graphs"),
+        ("eager,default,eager", "default", "cpu", "named twice"),
+        ("eager", "eager", "cpu", "nothing to compare"),
+    ):
+        with pytest.raises(dispatch.DispatchError, match=why):
+            dispatch.parse_modes(text, baseline, device)
+    assert dispatch.parse_modes("eager,reduce-overhead", "eager", "cuda") == ["eager", "reduce-overhead"]
+
+
+def rounds(base: List[float], mode: List[float], again: List[float]) -> List[Tuple[float, float, float]]:
+    return list(zip(base, mode, again))
+
+
+def test_the_fastest_mode_beyond_noise_wins_else_the_baseline_stays() -> None:
+    steady = [1.0, 1.01, 0.99, 1.0, 1.0]
+    per_round = {"default": rounds(steady, [0.50, 0.51, 0.49, 0.50, 0.50], steady),
+                 "max-autotune-no-cudagraphs": rounds(steady, [0.80, 0.81, 0.79, 0.80, 0.80], steady)}
+    c = dispatch.choose("eager", per_round)
+    assert (c["winner"], c["fallback"]) == ("default", False)
+    assert c["modes"]["default"]["speedup"] == pytest.approx(2.0, rel=0.02)
+    assert c["modes"]["default"]["ci95"][0] > c["noise_floor"]
+    assert len(c["modes"]["default"]["per_round"]) == 5
+    # Faster on average, but the baseline timed twice disagrees with itself by as much: noise.
+    noisy = [1.0, 1.3, 0.8, 1.2, 0.9]
+    c = dispatch.choose("eager", {"default": rounds(steady, [0.95, 0.97, 0.96, 0.95, 0.96], noisy)})
+    assert (c["winner"], c["fallback"]) == ("eager", True)
+    assert c["modes"]["default"]["beyond_noise"] is False
+    # Slower than the baseline: never the winner.
+    c = dispatch.choose("eager", {"default": rounds(steady, [2.0] * 5, steady)})
+    assert (c["winner"], c["fallback"]) == ("eager", True) and c["modes"]["default"]["speedup"] < 1
+
+
+def test_the_noise_floor_counts_each_round_once() -> None:
+    """Baseline and baseline again belong to the round, not to a mode: with three modes the floor
+    is the same as with one (three copies of each round would narrow its interval)."""
+    base, again = [1.0, 1.0, 1.0], [1.02, 0.99, 1.01]
+    one = dispatch.choose("eager", {"default": rounds(base, [0.5] * 3, again)})
+    three = dispatch.choose("eager", {m: rounds(base, [0.5] * 3, again) for m in ("default", "max-autotune", "max-autotune-no-cudagraphs")})
+    assert one["noise_floor"] == pytest.approx(three["noise_floor"])
+    noise = [math.log(c / a) for a, c in zip(base, again)]
+    assert one["noise_floor"] > math.exp(abs(sum(noise) / 3))
+
+
+def test_a_mode_that_computes_otherwise_is_left_out_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = dispatch.build
+
+    def build(model: Any, mode: str) -> Any:
+        if mode == "default":
+            return lambda *xs: real(model, "eager")(*xs) * 2  # wrong
+        if mode == "max-autotune-no-cudagraphs":
+            raise RuntimeError("compiler exploded")
+        return real(model, mode)
+
+    monkeypatch.setattr(dispatch, "build", build)
+    problem = dispatch.load_problem(VECTOR_ADD, "default")
+    r = dispatch.measure(problem, ["eager", "default", "max-autotune-no-cudagraphs"], torch.device("cpu"), 2)
+    assert r["prepared"]["default"]["ok"] is False and "beyond rtol" in r["prepared"]["default"]["why"]
+    assert r["prepared"]["max-autotune-no-cudagraphs"] == {"ok": False, "why": "RuntimeError: compiler exploded"}
+    assert (r["winner"], r["fallback"]) == ("eager", True) and "no mode besides the baseline" in r["why"]
+
+
+def test_bad_input_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = str(tmp_path / "r.json")
+    no_model = tmp_path / "no_model.py"
+    no_model.write_text("def get_inputs():\n    return []\n\ndef get_init_inputs():\n    return []\n")
+    base = ["--out", out, "--device", "cpu", "--baseline", "eager"]
+    for argv, why in (
+        ([str(tmp_path / "missing.py"), "--modes", "eager,default"], "no such file"),
+        ([str(no_model), "--modes", "eager,default"], "no Model"),
+        ([VECTOR_ADD, "--modes", "eager,warp-speed"], "unknown mode 'warp-speed'"),
+        ([VECTOR_ADD, "--modes", "eager,default", "--rounds", "1"], "--rounds must be at least 2"),
+        ([VECTOR_ADD, "--modes", "eager,default", "--size", "large"], "no LARGE dict"),
+    ):
+        assert dispatch.main(argv + base) == 2
+        assert why in capsys.readouterr().err
+        assert not os.path.exists(out)
+
+
+def test_eager_against_inductor_on_the_cpu_end_to_end(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real compile with Inductor's CPU backend, timed against eager in interleaved rounds; the
+    result names the winner consistently with the intervals and records the versions."""
+    monkeypatch.setenv("KFORGE_SOCKET", str(tmp_path / "no-daemon.sock"))
+    out = tmp_path / "r.json"
+    with pytest.warns(Warning):  # no daemon: regions are not exclusive
+        rc = dispatch.main([VECTOR_ADD, "--out", str(out), "--device", "cpu", "--modes", "eager,default",
+                            "--baseline", "eager", "--rounds", "3"])
+    assert rc == 0
+    r = json.loads(out.read_text())
+    assert r["agent"] == "dispatch" and r["baseline"] == "eager" and r["versions"]["torch"] == torch.__version__
+    assert r["prepared"]["eager"]["ok"] and r["prepared"]["default"]["ok"], r["prepared"]
+    m = r["modes"]["default"]
+    assert len(m["per_round"]) == 3 and all(x["mode_ms"] > 0 for x in m["per_round"])
+    assert m["ci95"][0] <= m["speedup"] <= m["ci95"][1]
+    assert r["winner"] == ("default" if m["beyond_noise"] else "eager")
+    assert r["fallback"] is (not m["beyond_noise"])
