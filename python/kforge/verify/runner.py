@@ -122,6 +122,19 @@ def prime_torch_compile(dev: Any) -> None:
     torch._dynamo.reset()
 
 
+class Laps:
+    """Seconds between marks: ``mark(name)`` records the time since the previous mark."""
+
+    def __init__(self, start: float) -> None:
+        self.last = start
+        self.seconds: Dict[str, float] = {}
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = round(now - self.last, 3)
+        self.last = now
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m kforge.verify.runner")
     ap.add_argument("problem")
@@ -135,6 +148,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--progress", help="append one JSON line per check (and per check about to run) to this file")
     a = ap.parse_args(argv)
     began = time.perf_counter()
+    laps = Laps(began)
     record_thread_origins()
     ck = Check(a.progress)
     try:
@@ -146,6 +160,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             import torch
         except ImportError as e:
             raise RunnerError(f"torch is not importable here ({e})", "pip install torch") from e
+        laps.mark("setup.import-torch")
         ck.begin("setup", "device")
         if a.device == "auto" and not torch.cuda.is_available():
             raise RunnerError("--device auto and no CUDA GPU is visible", NO_DRIVER_FIX)
@@ -167,10 +182,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # A replacement kernel runs inside a compiled problem; gate 4's baseline compiles beside
         # the checks: either way torch.compile's process-wide patches come before the snapshots.
         background = dev_s.startswith("cuda") and not a.no_performance and not a.kernel
+        laps.mark("setup.load-problem")
         if a.kernel or background:
             prime_torch_compile(torch.device(dev_s))
+            laps.mark("setup.prime-torch-compile")
         timers0, threads0, native0 = timer_identities(), set(threading.enumerate()), native_threads()
         libs0 = library_identities(problem)
+        laps.mark("setup.snapshots")
         cand: Any
         res: Dict[str, Any]
         checking = time.perf_counter()  # torch, the problem, the identities: set up
@@ -193,7 +211,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     res = run_checks(problem, cand, policy, torch.device(dev_s), not a.no_performance, timers0, threads0,
                                      libs0, progress=a.progress, native0=native0, background_compile=background)
         res["device"] = dev_s
-        res["phase_seconds"] = {"setup": round(checking - began, 3), **res.get("phase_seconds", {})}
+        res["phase_seconds"] = {"setup": round(checking - began, 3), **laps.seconds, **res.get("phase_seconds", {})}
         if dev_s == "cpu":
             res["notes"] = ["--device cpu: Triton kernels ran in Triton's interpreter (TRITON_INTERPRET=1 in the candidate process)"]
     except RunnerError as e:
