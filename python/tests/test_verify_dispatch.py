@@ -113,6 +113,33 @@ def test_layout_copies_are_allowed_unless_copies_are_the_references_work() -> No
     assert c["ok"] is True and c2["ok"] is False and "_to_copy" in c2["compute_ops"]
 
 
+def test_reference_ops_allows_the_ops_the_reference_dispatched_and_no_other() -> None:
+    """Under ``reference-ops`` (a dispatch result: the reference's forward itself) the ops the
+    reference's forward dispatched are allowed; any other op stays compute."""
+    x = torch.randn(4, 8)
+
+    def judged(forward: Any, policy: str = "reference-ops") -> Dict[str, Any]:
+        dispatch.prepare()
+        rec = dispatch.DispatchRecord({"torch_policy": policy})
+        with torch.no_grad():
+            with rec.of_reference():
+                torch.softmax(x, dim=-1).sum(-1)
+            with rec:
+                forward(x)
+        ck = Check()
+        rec.check(ck)
+        return {"ok": ck.items[0]["ok"], **ck.items[0]["evidence"]}
+
+    c = judged(lambda x: torch.softmax(x, dim=-1).sum(-1))
+    assert c["ok"] is True and set(c["reference_allowed_ops"]) >= {"_softmax", "sum"} and c["compute_ops"] == {}, c
+    assert c["torch_policy"] == "reference-ops"
+    c = judged(lambda x: torch.relu(torch.softmax(x, dim=-1)))
+    assert c["ok"] is False and c["compute_ops"] == {"relu": 1}, c
+    # The same forward under the default policy: all of it is torch compute.
+    c = judged(lambda x: torch.softmax(x, dim=-1).sum(-1), policy="dispatch-aware")
+    assert c["ok"] is False and set(c["compute_ops"]) >= {"_softmax", "sum"}, c
+
+
 def test_a_replacement_kernel_is_not_applicable() -> None:
     rec = dispatch.DispatchRecord(GEMM, applies=False)
     with rec:

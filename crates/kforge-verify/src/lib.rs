@@ -38,12 +38,21 @@ pub enum TorchPolicy {
     DispatchAware,
     /// No torch compute at all outside `allowed_torch_ops` (the rules before dispatch-aware).
     StrictNoTorch,
+    /// The candidate may compute with what the reference computes with: the torch calls its
+    /// source makes (statically) and the aten ops its forward dispatches (in the dispatch
+    /// record), besides its vendor calls. For candidates that are torch code by design — `kforge
+    /// optimize`'s dispatch results (the reference's forward, eager or compiled in another mode);
+    /// correctness, exploits and gate 4 judge them as any other.
+    ReferenceOps,
 }
 
 impl TorchPolicy {
     /// Every preset with its name, as `--policy` takes it.
-    pub const PRESETS: [(&'static str, TorchPolicy); 2] =
-        [("dispatch-aware", TorchPolicy::DispatchAware), ("strict-no-torch", TorchPolicy::StrictNoTorch)];
+    pub const PRESETS: [(&'static str, TorchPolicy); 3] = [
+        ("dispatch-aware", TorchPolicy::DispatchAware),
+        ("strict-no-torch", TorchPolicy::StrictNoTorch),
+        ("reference-ops", TorchPolicy::ReferenceOps),
+    ];
 }
 
 /// A family of vendor-library calls: what a dispatch-aware policy allows when the reference makes
@@ -83,6 +92,10 @@ pub struct Policy {
     /// under `dispatch-aware` their families are allowed, statically and in the dispatch record.
     #[serde(skip_deserializing)]
     pub reference_vendor_calls: Vec<VendorCall>,
+    /// The torch calls the reference's source makes ([`Policy::for_problem`]; never read from a
+    /// file): under `reference-ops` the candidate may make them too.
+    #[serde(skip_deserializing)]
+    pub reference_torch_calls: Vec<String>,
     pub precision: Precision,
     /// Relative and absolute tolerance per dtype name (`float32`, `float16`, `bfloat16`).
     pub rtol: HashMap<String, f64>,
@@ -109,6 +122,7 @@ impl Default for Policy {
             allowed_torch_ops: Vec::new(),
             torch_policy: TorchPolicy::DispatchAware,
             reference_vendor_calls: Vec::new(),
+            reference_torch_calls: Vec::new(),
             precision: Precision::Strict,
             rtol: tol(1e-4, 1e-2),
             atol: tol(1e-4, 1e-2),
@@ -132,7 +146,7 @@ pub enum PolicyError {
     Ragged { name: String, value: i64 },
     #[error("policy file: tolerance for {dtype} must be a finite number >= 0, got {value}")]
     Tolerance { dtype: String, value: f64 },
-    #[error("policy {spec:?}: neither a preset (dispatch-aware, strict-no-torch) nor a readable file: {source}")]
+    #[error("policy {spec:?}: neither a preset (dispatch-aware, strict-no-torch, reference-ops) nor a readable file: {source}")]
     Read { spec: String, source: std::io::Error },
 }
 
@@ -176,8 +190,12 @@ impl Policy {
     /// the problem's reference makes ([`reference_vendor_calls`]); under `strict-no-torch` none.
     pub fn for_problem(mut self, problem_source: &str) -> Policy {
         self.reference_vendor_calls = match self.torch_policy {
-            TorchPolicy::DispatchAware => reference_vendor_calls(problem_source),
+            TorchPolicy::DispatchAware | TorchPolicy::ReferenceOps => reference_vendor_calls(problem_source),
             TorchPolicy::StrictNoTorch => Vec::new(),
+        };
+        self.reference_torch_calls = match self.torch_policy {
+            TorchPolicy::ReferenceOps => reference_torch_calls(problem_source),
+            _ => Vec::new(),
         };
         self
     }
@@ -186,7 +204,9 @@ impl Policy {
     /// `dispatch-aware`.
     pub fn allowed_families(&self) -> std::collections::BTreeSet<VendorFamily> {
         match self.torch_policy {
-            TorchPolicy::DispatchAware => self.reference_vendor_calls.iter().map(|c| c.family).collect(),
+            TorchPolicy::DispatchAware | TorchPolicy::ReferenceOps => {
+                self.reference_vendor_calls.iter().map(|c| c.family).collect()
+            }
             TorchPolicy::StrictNoTorch => Default::default(),
         }
     }
@@ -527,6 +547,9 @@ struct Checker<'a> {
     in_kernel: usize,
     /// Vendor families the policy allows ([`Policy::allowed_families`]).
     families: std::collections::BTreeSet<VendorFamily>,
+    /// Every compute name the policy did not allow, where one was asked about (for
+    /// [`reference_torch_calls`]: what a reference computes with).
+    denied: std::cell::RefCell<std::collections::BTreeSet<String>>,
 }
 
 impl Checker<'_> {
@@ -538,15 +561,21 @@ impl Checker<'_> {
     /// A compute call the policy allows: named in `allowed_torch_ops`, or of a vendor family
     /// the reference calls (dispatch-aware).
     fn allowed(&self, name: &str) -> bool {
-        self.policy.allowed_torch_ops.iter().any(|a| a == name)
+        let ok = self.policy.allowed_torch_ops.iter().any(|a| a == name)
             || vendor_family(name).is_some_and(|f| self.families.contains(&f))
+            || (self.policy.torch_policy == TorchPolicy::ReferenceOps
+                && self.policy.reference_torch_calls.iter().any(|a| a == name));
+        if !ok {
+            self.denied.borrow_mut().insert(name.to_string());
+        }
+        ok
     }
 
     /// Why a vendor call is not allowed: the policy, or a reference that makes no such call.
     fn vendor_hint(&self, n: &str) -> String {
         match (vendor_family(n), self.policy.torch_policy) {
             (Some(_), TorchPolicy::StrictNoTorch) => " (policy strict-no-torch: no vendor call allowed)".into(),
-            (Some(f), TorchPolicy::DispatchAware) => {
+            (Some(f), TorchPolicy::DispatchAware | TorchPolicy::ReferenceOps) => {
                 let f = serde_json::to_value(f).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
                 format!(" (dispatch-aware: the reference makes no {f} call)")
             }
@@ -1213,6 +1242,7 @@ pub fn reference_vendor_calls(problem_source: &str) -> Vec<VendorCall> {
         layer_ctor: None,
         in_kernel: 0,
         families: Default::default(),
+        denied: Default::default(),
     };
     for s in suite.iter().cloned() {
         learn.visit_stmt(s);
@@ -1345,6 +1375,23 @@ pub fn check_static_for(source: &str, policy: &Policy, problem_dtypes: &[String]
 pub const MAX_SOURCE_BYTES: usize = 512 * 1024;
 
 fn check_inner(source: &str, policy: &Policy, problem_dtypes: &[String]) -> Result<Vec<Finding>, SyntaxError> {
+    run_checker(source, policy, problem_dtypes).map(|(findings, _)| findings)
+}
+
+/// The torch calls a reference computes with: every compute name the static check flags in the
+/// problem's source under `strict-no-torch` (its `Model` and helpers; the names as the check
+/// spells them, aliases resolved). A source that does not parse makes none.
+pub fn reference_torch_calls(problem_source: &str) -> Vec<String> {
+    let policy = Policy { torch_policy: TorchPolicy::StrictNoTorch, ..Policy::default() };
+    run_checker(problem_source, &policy, &[]).map(|(_, denied)| denied.into_iter().collect()).unwrap_or_default()
+}
+
+/// The static check's two passes: the findings, sorted by line, and the compute names it denied.
+fn run_checker(
+    source: &str,
+    policy: &Policy,
+    problem_dtypes: &[String],
+) -> Result<(Vec<Finding>, std::collections::BTreeSet<String>), SyntaxError> {
     let lines = Lines::new(source);
     let suite = ast::Suite::parse(source, "<candidate>").map_err(|e| {
         let (line, col) = lines.at(e.offset.to_usize());
@@ -1363,6 +1410,7 @@ fn check_inner(source: &str, policy: &Policy, problem_dtypes: &[String]) -> Resu
             layer_ctor: None,
             in_kernel: 0,
             families: policy.allowed_families(),
+            denied: Default::default(),
         }
     };
     // Pass 1 learns the imports, aliases and nn-layer attributes wherever they appear in the file
@@ -1378,5 +1426,5 @@ fn check_inner(source: &str, policy: &Policy, problem_dtypes: &[String]) -> Resu
     let mut f = ck.findings;
     f.sort_by_key(|x| (x.line, x.col));
     f.dedup_by(|a, b| a.line == b.line && a.col == b.col && a.rule == b.rule);
-    Ok(f)
+    Ok((f, ck.denied.into_inner()))
 }

@@ -126,7 +126,7 @@ impl Verdict {
     pub fn with_policy(mut self, policy: &Policy) -> Verdict {
         self.torch_policy = policy.torch_policy;
         self.allowed_vendor_calls = match policy.torch_policy {
-            TorchPolicy::DispatchAware => policy.reference_vendor_calls.clone(),
+            TorchPolicy::DispatchAware | TorchPolicy::ReferenceOps => policy.reference_vendor_calls.clone(),
             TorchPolicy::StrictNoTorch => Vec::new(),
         };
         self

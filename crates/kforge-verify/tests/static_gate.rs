@@ -2,8 +2,8 @@
 //! Triton candidate has no finding; the policy relaxes what it says.
 
 use kforge_verify::{
-    check_static, check_static_for, problem_dtypes, reference_vendor_calls, Finding, Policy, Precision, Rule,
-    TorchPolicy, VendorCall, VendorFamily,
+    check_static, check_static_for, problem_dtypes, reference_torch_calls, reference_vendor_calls, Finding, Policy,
+    Precision, Rule, TorchPolicy, VendorCall, VendorFamily,
 };
 
 const HONEST: &str = r#"
@@ -358,6 +358,30 @@ fn dispatch_aware_allows_the_references_vendor_calls_only() {
         check_static(DISPATCH_AWARE, &strict).unwrap().into_iter().map(|f| (f.rule, f.line)).collect();
     assert_eq!(got, vec![(Rule::TorchCompute, 12), (Rule::TorchCompute, 13), (Rule::TorchCompute, 14)]);
     assert!(check_static(DISPATCH_AWARE, &strict).unwrap()[0].message.contains("strict-no-torch"));
+}
+
+#[test]
+fn reference_ops_allows_what_the_reference_computes_with_and_nothing_else() {
+    let problem = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\nclass Model(nn.Module):\n    def forward(self, x, w):\n        return torch.softmax(F.linear(x, w), dim=-1).sum(-1)\n";
+    let calls = reference_torch_calls(problem);
+    for c in ["torch.softmax", "torch.nn.functional.linear"] {
+        assert!(calls.iter().any(|n| n == c), "{c} in {calls:?}");
+    }
+    assert!(reference_torch_calls("def f(:").is_empty());
+    let p = Policy::load("reference-ops").unwrap().for_problem(problem);
+    assert_eq!(p.torch_policy, TorchPolicy::ReferenceOps);
+    assert_eq!(p.allowed_families(), [VendorFamily::Gemm].into_iter().collect());
+    // The reference's own computation passes; torch.relu, which the reference never calls, does not.
+    let candidate = "import torch\nimport torch.nn.functional as F\ndef f(x, w):\n    y = torch.softmax(F.linear(x, w), dim=-1).sum(-1)\n    return torch.relu(y)\n";
+    let got: Vec<(Rule, usize)> = check_static(candidate, &p).unwrap().into_iter().map(|f| (f.rule, f.line)).collect();
+    assert_eq!(got, vec![(Rule::TorchCompute, 5)]);
+    // Under the default policy the softmax is a finding too (the GEMM is the reference's vendor call).
+    let aware = Policy::default().for_problem(problem);
+    let got: Vec<(Rule, usize)> =
+        check_static(candidate, &aware).unwrap().into_iter().map(|f| (f.rule, f.line)).collect();
+    assert_eq!(got, vec![(Rule::TorchCompute, 4), (Rule::TorchCompute, 5)]);
+    // The learned calls are never read from a file.
+    assert!(Policy::from_toml("reference_torch_calls = []\n").is_err());
 }
 
 #[test]

@@ -27,7 +27,8 @@ pub struct VerifyArgs {
     #[arg(long)]
     kernel: Option<String>,
     /// A preset (dispatch-aware, the default: the reference's vendor-library calls stay allowed;
-    /// strict-no-torch) or a policy file (TOML): torch_policy, allowed_torch_ops, precision (strict |
+    /// strict-no-torch; reference-ops: what the reference computes with, for results that are
+    /// torch code by design) or a policy file (TOML): torch_policy, allowed_torch_ops, precision (strict |
     /// tf32-allowed | low-allowed), [rtol] / [atol] per dtype, seeds, rounds, [ragged] sizes (NAME = value).
     #[arg(long)]
     policy: Option<String>,

@@ -478,3 +478,74 @@ fn size_presets() {
     assert_eq!(code, Some(2), "{text}");
     assert!(text.contains("vector_add.py: no LARGE dict"), "{text}");
 }
+
+/// The dispatch agent's result (`python3 -m kforge.optimize.dispatch`, then
+/// `python3 -m kforge.optimize.result`) is torch code by design: verified with the policy written
+/// beside it (`reference-ops`) it passes every gate that runs on the CPU; under the default policy
+/// its torch call is `static:torch-compute`.
+#[test]
+fn a_dispatch_result_passes_with_the_policy_beside_it() {
+    assert!(torch_available(), "python3 with torch, triton and numpy is needed (scripts/test installs them)");
+    let dir = tempfile::tempdir().unwrap();
+    let python = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../python");
+    let problem = corpus().join("problems/row_softmax.py");
+    let measured = dir.path().join("dispatch.json");
+    let run = |args: &[&std::ffi::OsStr]| {
+        let o = Command::new("python3")
+            .args(args)
+            .env("PYTHONPATH", &python)
+            .env("KFORGE_SOCKET", dir.path().join("none.sock"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    };
+    run(&[
+        "-m".as_ref(),
+        "kforge.optimize.dispatch".as_ref(),
+        problem.as_os_str(),
+        "--out".as_ref(),
+        measured.as_os_str(),
+        "--device".as_ref(),
+        "cpu".as_ref(),
+        "--modes".as_ref(),
+        "eager,default".as_ref(),
+        "--baseline".as_ref(),
+        "default".as_ref(),
+        "--rounds".as_ref(),
+        "2".as_ref(),
+    ]);
+    let m: Value = serde_json::from_str(&std::fs::read_to_string(&measured).unwrap()).unwrap();
+    let winner = m["winner"].as_str().unwrap().to_string();
+    assert!(winner == "eager" || winner == "default", "{m}");
+    let out = dir.path().join("result");
+    run(&[
+        "-m".as_ref(),
+        "kforge.optimize.result".as_ref(),
+        problem.as_os_str(),
+        measured.as_os_str(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ]);
+    let source = std::fs::read_to_string(out.join("model_new.py")).unwrap();
+    assert!(
+        !source
+            .lines()
+            .any(|l| l.trim_start().starts_with("import kforge") || l.trim_start().starts_with("from kforge")),
+        "the result imports no kforge: {source}"
+    );
+    let policy = out.join("policy.toml");
+    let candidate = out.join("model_new.py");
+    let (code, v, text) = verify(
+        problem.to_str().unwrap(),
+        candidate.to_str().unwrap(),
+        Some(policy.to_str().unwrap()),
+        None,
+        300,
+        &dir.path().join("v.json"),
+    );
+    assert_eq!((code, v["outcome"].as_str()), (Some(0), Some("passed-without-performance")), "{text}");
+    assert_eq!(v["torch_policy"], "reference-ops");
+    let (code, v, text) =
+        verify(problem.to_str().unwrap(), candidate.to_str().unwrap(), None, None, 300, &dir.path().join("v2.json"));
+    assert_eq!((code, v["rejected_by"].as_str()), (Some(1), Some("static:torch-compute")), "{text}");
+}

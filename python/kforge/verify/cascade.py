@@ -302,6 +302,12 @@ class Cascade:
             for n in ("ghost-replay", "kernels-ran"):
                 ck.add("exploits", n, None, note="under CUDA graphs the graph replays the launches; the per-kernel replay checked the kernel")
             return
+        if not fns and not nfns and self.policy.get("torch_policy") == "reference-ops":
+            for n in ("ghost-replay", "kernels-ran"):
+                ck.add("exploits", n, None, kernels=[], native_functions=[],
+                       note="policy reference-ops: the candidate computes with the reference's own torch ops, by design; "
+                            "the dispatch record checks it dispatched nothing else")
+            return
         if not fns and not nfns:
             ck.add("exploits", "ghost-replay", False, kernels=[], native_functions=[],
                    note="the candidate defines no Triton kernel and holds no native extension of its own")

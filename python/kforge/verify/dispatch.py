@@ -159,7 +159,7 @@ class DispatchRecord:
 
         self.applies = applies
         self.torch_policy = str(policy.get("torch_policy", "dispatch-aware"))
-        calls = list(policy.get("reference_vendor_calls", [])) if self.torch_policy == "dispatch-aware" else []
+        calls = list(policy.get("reference_vendor_calls", [])) if self.torch_policy in ("dispatch-aware", "reference-ops") else []
         self.reference_calls = calls
         self.families = sorted({str(c.get("family")) for c in calls if isinstance(c, dict)})
         self.vendor_ops: frozenset[str] = frozenset(op for f in self.families for op in VENDOR_OPS.get(f, frozenset()))
@@ -167,7 +167,7 @@ class DispatchRecord:
         self.skip_dirs = (package_dir(torch), os.path.abspath(__file__))
         self.triton_dir = triton_dir
         self.depth = 0
-        self.counts: Dict[str, Counter[str]] = {k: Counter() for k in ("vendor", "plumbing", "layout", "triton", "compute")}
+        self.counts: Dict[str, Counter[str]] = {k: Counter() for k in ("vendor", "plumbing", "layout", "triton", "reference_allowed", "compute")}
         self.reference_ops: Counter[str] = Counter()
         self.learning = False
         self.layout_allowed = True
@@ -202,6 +202,9 @@ class DispatchRecord:
         file, line = self.caller()
         if file.startswith(self.triton_dir):
             self.counts["triton"][op] += 1
+            return
+        if self.torch_policy == "reference-ops" and op in self.reference_ops:
+            self.counts["reference_allowed"][op] += 1  # the reference computes with it too: allowed by the policy
             return
         self.counts["compute"][op] += 1
         sites = self.sites.setdefault(op, [])
