@@ -75,13 +75,18 @@ def test_the_result_runs_standalone_with_the_references_weights(tmp_path: Path, 
     text = Path(model_path).read_text()
     assert "class Reference(nn.Module)" in text and "class ModelNew(Reference)" in text and "class Model(" not in text
     assert ("torch.compile" in text) is (mode != "eager") and "measured speedup 1.300x" in text
-    assert Path(policy_path).read_text() == 'torch_policy = "reference-ops"\n'
+    assert Path(policy_path).read_text() == 'torch_policy = "reference-ops"\nbaseline_mode = "default"\n'
     script = tmp_path / "check.py"
     script.write_text(CHECK)
     out = subprocess.run([sys.executable, str(script), str(problem), model_path], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     d1, d2 = (float(x) for x in out.stdout.split())
     assert d1 <= 1e-5 and d2 <= 1e-5, out.stdout
+
+
+def test_the_policy_names_a_compiled_baseline_only() -> None:
+    assert result.policy_text({"baseline": "max-autotune"}) == 'torch_policy = "reference-ops"\nbaseline_mode = "max-autotune"\n'
+    assert result.policy_text({"baseline": "eager"}) == 'torch_policy = "reference-ops"\n'
 
 
 def test_a_kept_baseline_says_so() -> None:

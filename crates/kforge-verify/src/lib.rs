@@ -55,6 +55,17 @@ impl TorchPolicy {
     ];
 }
 
+/// The `torch.compile` mode gate 4's baseline is compiled in (`baseline_mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum CompileMode {
+    #[default]
+    Default,
+    ReduceOverhead,
+    MaxAutotune,
+    MaxAutotuneNoCudagraphs,
+}
+
 /// A family of vendor-library calls: what a dispatch-aware policy allows when the reference makes
 /// one call of the family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -104,6 +115,8 @@ pub struct Policy {
     pub seeds: u32,
     /// Interleaved timing rounds (gate 4).
     pub rounds: u32,
+    /// The mode gate 4's baseline is compiled in (`torch.compile(reference, mode=...)`).
+    pub baseline_mode: CompileMode,
     /// Ragged sizes: module-level size variables of the problem that only shape its inputs, with
     /// a value to try besides the problem's own (e.g. `N = 4000` for `N = 4096`): gate 2 then also
     /// checks the candidate on those shapes.
@@ -128,6 +141,7 @@ impl Default for Policy {
             atol: tol(1e-4, 1e-2),
             seeds: 3,
             rounds: 5,
+            baseline_mode: CompileMode::Default,
             ragged: Default::default(),
             flops: None,
         }

@@ -2,8 +2,8 @@
 //! Triton candidate has no finding; the policy relaxes what it says.
 
 use kforge_verify::{
-    check_static, check_static_for, problem_dtypes, reference_torch_calls, reference_vendor_calls, Finding, Policy,
-    Precision, Rule, TorchPolicy, VendorCall, VendorFamily,
+    check_static, check_static_for, problem_dtypes, reference_torch_calls, reference_vendor_calls, CompileMode,
+    Finding, Policy, Precision, Rule, TorchPolicy, VendorCall, VendorFamily,
 };
 
 const HONEST: &str = r#"
@@ -413,6 +413,13 @@ fn policy_presets_and_files() {
         TorchPolicy::StrictNoTorch
     );
     assert!(Policy::from_toml("torch_policy = \"lenient\"\n").is_err());
+    // Gate 4's baseline mode: torch.compile's modes by name, nothing else.
+    assert_eq!(Policy::default().baseline_mode, CompileMode::Default);
+    assert_eq!(
+        Policy::from_toml("baseline_mode = \"max-autotune\"\n").unwrap().baseline_mode,
+        CompileMode::MaxAutotune
+    );
+    assert!(Policy::from_toml("baseline_mode = \"turbo\"\n").is_err());
     // The learned calls are never read from a file.
     assert!(Policy::from_toml("reference_vendor_calls = []\n").is_err());
     let dir = std::env::temp_dir().join(format!("kforge-policy-{}", std::process::id()));

@@ -5,8 +5,8 @@ The winner is the reference's own forward, eager or compiled in another mode: to
 design. So the module carries the problem's source with its ``Model`` renamed ``Reference``, and
 ``ModelNew`` derives from it (the same parameter names: ``load_state_dict`` of the reference's
 weights works) and, for a compile mode, compiles its forward on the first call. The policy
-beside it is ``torch_policy = "reference-ops"``: the candidate may compute with what the
-reference computes with; correctness, the exploit checks and the performance gate judge it as
+beside it is ``torch_policy = "reference-ops"``, with gate 4's ``baseline_mode`` the baseline the
+agent measured against: the candidate may compute with what the reference computes with; correctness, the exploit checks and the performance gate judge it as
 any other candidate (``kforge verify PROBLEM model_new.py --policy policy.toml``).
 
 ``python3 -m kforge.optimize.result PROBLEM DISPATCH.json --out DIR`` writes ``DIR/model_new.py``
@@ -25,7 +25,18 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 from .dispatch import MODES
 
-POLICY = 'torch_policy = "reference-ops"\n'
+#: Baselines a verify policy can name (gate 4 compiles its baseline; eager is no baseline there).
+COMPILE_BASELINES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def policy_text(measured: Dict[str, Any]) -> str:
+    """The verify policy of a dispatch result: ``reference-ops``, and gate 4 timed against the
+    baseline the dispatch agent measured against (when it is a compile mode)."""
+    text = 'torch_policy = "reference-ops"\n'
+    baseline = measured.get("baseline")
+    if baseline in COMPILE_BASELINES:
+        text += f'baseline_mode = "{baseline}"\n'
+    return text
 
 
 class ResultError(Exception):
@@ -109,7 +120,7 @@ def write_result(problem_path: str, measured: Dict[str, Any], out_dir: str) -> T
     with open(model_path, "w") as f:
         f.write(model_new_source(problem_path, source, winner, measured))
     with open(policy_path, "w") as f:
-        f.write(POLICY)
+        f.write(policy_text(measured))
     return model_path, policy_path
 
 
