@@ -1236,6 +1236,28 @@ pub fn problem_dtypes(problem_source: &str) -> Vec<String> {
     v.0
 }
 
+/// Whether `source` is a KernelBench-format problem: it parses, and defines `class Model`,
+/// `get_inputs()` and `get_init_inputs()` at module level. The error names what is missing.
+pub fn problem_interface(source: &str) -> Result<(), String> {
+    let suite = ast::Suite::parse(source, "<problem>").map_err(|e| format!("does not parse: {}", e.error))?;
+    let defined = |name: &str| {
+        suite.iter().any(|s| match s {
+            ast::Stmt::ClassDef(c) => c.name.as_str() == name,
+            ast::Stmt::FunctionDef(f) => f.name.as_str() == name,
+            _ => false,
+        })
+    };
+    let missing: Vec<&str> = ["Model", "get_inputs", "get_init_inputs"].into_iter().filter(|n| !defined(n)).collect();
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "no {} (a KernelBench problem defines class Model, get_inputs() and get_init_inputs())",
+            missing.join(", ")
+        ))
+    }
+}
+
 /// The vendor-library calls the reference makes: calls of a [`VendorFamily`] (and `@`) in class
 /// `Model` and in the module's functions (its helpers), and vendor nn layers (`nn.Linear`,
 /// `nn.Conv2d`, also inside containers) that `Model` constructs and reads outside `__init__`.

@@ -2,8 +2,8 @@
 //! Triton candidate has no finding; the policy relaxes what it says.
 
 use kforge_verify::{
-    check_static, check_static_for, problem_dtypes, reference_torch_calls, reference_vendor_calls, CompileMode,
-    Finding, Policy, Precision, Rule, TorchPolicy, VendorCall, VendorFamily,
+    check_static, check_static_for, problem_dtypes, problem_interface, reference_torch_calls, reference_vendor_calls,
+    CompileMode, Finding, Policy, Precision, Rule, TorchPolicy, VendorCall, VendorFamily,
 };
 
 const HONEST: &str = r#"
@@ -431,4 +431,13 @@ fn policy_presets_and_files() {
     let e = Policy::load("no-such-preset").unwrap_err().to_string();
     assert!(e.contains("no-such-preset") && e.contains("strict-no-torch"), "{e}");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_problem_file_is_told_from_other_files() {
+    let ok = "import torch\nclass Model(torch.nn.Module):\n    pass\ndef get_inputs():\n    return []\ndef get_init_inputs():\n    return []\n";
+    assert_eq!(problem_interface(ok), Ok(()));
+    let e = problem_interface("class Model:\n    pass\n").unwrap_err();
+    assert!(e.starts_with("no get_inputs, get_init_inputs"), "{e}");
+    assert!(problem_interface("def f(:\n").unwrap_err().starts_with("does not parse"));
 }

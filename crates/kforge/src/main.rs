@@ -7,6 +7,7 @@ mod demo;
 mod inspect;
 mod internal;
 mod job;
+mod optimize;
 mod output;
 mod report;
 mod run;
@@ -54,6 +55,10 @@ enum Cmd {
     /// dry run, multi-seed correctness, model level (fp64 rule), exploit checks, performance.
     /// Exit 0 accepted (or passed without the performance gate), 1 rejected, 2 could not run.
     Verify(verify::VerifyArgs),
+    /// Make a problem faster: run the agents (today: dispatch — eager or a torch.compile mode,
+    /// chosen by interleaved timing against the baseline), write the winner as a standalone
+    /// ModelNew file with its verify policy, verify it, and keep the baseline when nothing wins.
+    Optimize(optimize::OptimizeArgs),
     /// Agent-like benchmark workloads: generate, time in isolation, run under a policy.
     Workload {
         #[command(subcommand)]
@@ -101,6 +106,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Workload { cmd } => workload::workload(cmd),
         Cmd::Inspect(a) => inspect::inspect(&socket, a),
         Cmd::Verify(a) => verify::verify(&socket, a),
+        Cmd::Optimize(a) => optimize::optimize(&socket, a),
         Cmd::Cancel(a) => control::cancel(&socket, a),
         Cmd::Shutdown => control::shutdown(&socket),
         Cmd::Demo(a) => demo::demo(a),

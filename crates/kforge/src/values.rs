@@ -132,3 +132,19 @@ mod tests {
         }
     }
 }
+
+/// What `kforge optimize` is measured against (`kforge_optimize::Baseline`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BaselineArg {
+    MaxAutotune,
+    Default,
+}
+
+impl From<BaselineArg> for kforge_optimize::Baseline {
+    fn from(b: BaselineArg) -> Self {
+        match b {
+            BaselineArg::MaxAutotune => kforge_optimize::Baseline::MaxAutotune,
+            BaselineArg::Default => kforge_optimize::Baseline::Default,
+        }
+    }
+}

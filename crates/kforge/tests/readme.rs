@@ -23,6 +23,7 @@ const NOT_RUN: &[(&str, &str)] = &[
     ("kforge workload run", "runs the generated GPU workload"),
     ("kforge report eval/", "reads the runs of the GPU workload"),
     ("kforge inspect", "compiles and profiles on a GPU (--from-capture reads the capture the GPU run wrote)"),
+    ("kforge optimize", "compiles and times every mode (a GPU, or Inductor's CPU backend): crates/kforge/tests/optimize.rs runs it on the CPU"),
     ("kforge verify problems/level1/001_matmul_square_fp32.py my_candidate.py", "my_candidate.py is the user's file"),
     ("bash scripts/device/", "device scripts: need an NVIDIA GPU"),
     ("python3 scripts/device/", "device scripts: need an NVIDIA GPU"),

@@ -1,0 +1,84 @@
+//! `kforge optimize` on the CPU (Inductor's CPU backend): the dispatch agent measured, the
+//! winner's standalone result file written and verified under its policy, the report; bad input
+//! named before anything runs. Needs python3 with torch and Triton (scripts/test installs them).
+
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn optimize(args: &[&str], out: &std::path::Path) -> (Option<i32>, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
+        .arg("optimize")
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .current_dir(repo())
+        .env("KFORGE_SOCKET", out.with_extension("no-daemon.sock"))
+        .env_remove("TRITON_INTERPRET")
+        .output()
+        .unwrap();
+    (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+}
+
+#[test]
+fn a_problem_is_optimized_end_to_end_on_the_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let (code, text) = optimize(
+        &["tests/candidates/problems/row_softmax.py", "--device", "cpu", "--baseline", "default", "--rounds", "3"],
+        &out,
+    );
+    assert_eq!(code, Some(0), "{text}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!((r["baseline"].as_str(), r["agents"][0].as_str()), (Some("default"), Some("dispatch")));
+    let m = &r["measurement"];
+    for mode in ["default", "eager", "max-autotune-no-cudagraphs"] {
+        assert!(m["prepared"][mode]["ok"].as_bool().unwrap(), "{mode}: {m}");
+    }
+    assert!(m["modes"]["eager"]["ci95"][0].as_f64().unwrap() <= m["modes"]["eager"]["speedup"].as_f64().unwrap());
+    let result = std::fs::read_to_string(out.join("model_new.py")).unwrap();
+    assert!(result.contains("class ModelNew(Reference)"), "{result}");
+    let policy = std::fs::read_to_string(out.join("policy.toml")).unwrap();
+    assert!(policy.contains("torch_policy = \"reference-ops\"") && policy.contains("baseline_mode = \"default\""));
+    match r["decision"]["kind"].as_str() {
+        // Improved only with a verified result file; its mode was beyond noise.
+        Some("improved") => {
+            assert_eq!(r["verified"], "passed-without-performance", "{r}");
+            let mode = r["decision"]["mode"].as_str().unwrap();
+            assert_eq!(m["modes"][mode]["beyond_noise"], true);
+            assert!(text.contains(&format!("result: {mode} (dispatch)")), "{text}");
+        }
+        // Kept: the result file is the baseline's own (compiled in the baseline mode).
+        Some("fallback") => {
+            assert!(result.contains("mode='default'"), "{result}");
+            assert!(text.contains("result: the baseline kept"), "{text}");
+        }
+        k => panic!("decision {k:?}: {r}"),
+    }
+}
+
+#[test]
+fn bad_input_is_named_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_a_problem = dir.path().join("helper.py");
+    std::fs::write(&not_a_problem, "def helper():\n    return 1\n").unwrap();
+    let p = not_a_problem.to_str().unwrap();
+    for (args, why) in [
+        (vec![p, "--device", "cpu"], "not a problem file: no Model, get_inputs, get_init_inputs"),
+        (vec!["tests/candidates/problems/row_softmax.py", "--agents", "dispatch,oracle"], "unknown agent \"oracle\""),
+        (vec!["tests/candidates/problems/row_softmax.py", "--rounds", "1"], "--rounds must be at least 2"),
+        (vec!["tests/candidates/problems/row_softmax.py", "--device", "gpu0"], "--device must be auto, cpu or a GPU index"),
+        (vec!["tests/candidates/problems/row_softmax.py", "--baseline", "eager"], "invalid value 'eager'"),
+        (vec!["no/such/problem.py", "--device", "cpu"], "reading no/such/problem.py"),
+    ] {
+        let out = dir.path().join("o");
+        let (code, text) = optimize(&args, &out);
+        assert_eq!(code, Some(2), "{args:?}: {text}");
+        assert!(text.contains(why), "{args:?}: {text}");
+        assert!(!out.join("dispatch.json").exists(), "{args:?}: nothing ran");
+    }
+}
