@@ -193,14 +193,24 @@ fn fallback_reason(m: &DispatchMeasurement) -> String {
     why
 }
 
-/// The run's report: what was asked, measured, judged and decided.
+/// What a run is asked: the problem and everything that decides its answer (`--resume` takes an
+/// earlier report only for the same question).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Report {
+pub struct Question {
     pub problem: String,
     pub size: String,
     pub device: String,
     pub baseline: Baseline,
     pub agents: Vec<Agent>,
+    /// The dispatch agent's timing rounds.
+    pub rounds: u32,
+}
+
+/// The run's report: what was asked, measured, judged and decided.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    #[serde(flatten)]
+    pub question: Question,
     pub measurement: DispatchMeasurement,
     /// The winner's verification (`None` when nothing won).
     pub verified: Option<Verified>,
@@ -213,8 +223,8 @@ pub struct Report {
 impl Report {
     /// A table for people: every mode's timing, then the decision.
     pub fn table(&self) -> String {
-        let mut t =
-            format!("{} (size {}, device {}) against {}\n", self.problem, self.size, self.device, self.baseline.mode());
+        let q = &self.question;
+        let mut t = format!("{} (size {}, device {}) against {}\n", q.problem, q.size, q.device, q.baseline.mode());
         t.push_str(&format!("{:<28} {:>9} {:>19}  {}\n", "MODE", "SPEEDUP", "95% INTERVAL", "NOTE"));
         for (name, p) in &self.measurement.prepared {
             let note = if p.ok {
@@ -249,6 +259,104 @@ impl Report {
         }
         t
     }
+}
+
+/// One problem of a campaign: its report's decision, or why it could not be optimized.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProblemOutcome {
+    pub problem: String,
+    /// The group it is summarised in: its folder's name (`level1`), else `.`.
+    pub level: String,
+    /// The decision (`None`: the run failed, `error` says why).
+    pub decision: Option<Decision>,
+    #[serde(default)]
+    pub error: Option<String>,
+    pub seconds: f64,
+    /// Taken from an earlier run's report (`--resume`), not run again.
+    #[serde(default)]
+    pub resumed: bool,
+}
+
+impl ProblemOutcome {
+    /// The speedup it counts with: the verified winner's, else 1.0 (the baseline kept, or a
+    /// failed run: the campaign ships the baseline for it).
+    pub fn speedup(&self) -> f64 {
+        match &self.decision {
+            Some(Decision::Improved { speedup, .. }) => *speedup,
+            _ => 1.0,
+        }
+    }
+}
+
+/// A campaign's summary for one level (or all): geometric-mean speedup over the baseline
+/// (fallbacks and failures count as 1.0), how many were optimized, kept, failed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LevelSummary {
+    pub level: String,
+    pub problems: usize,
+    pub optimized: usize,
+    pub fallbacks: usize,
+    pub failed: usize,
+    pub geomean: f64,
+    /// Share of problems faster than the baseline by a verified winner (KernelBench's fast_1).
+    pub fast_1: f64,
+    pub seconds: f64,
+}
+
+/// Per level, in name order, then `all`.
+pub fn summarize(outcomes: &[ProblemOutcome]) -> Vec<LevelSummary> {
+    let mut levels: Vec<String> = outcomes.iter().map(|o| o.level.clone()).collect();
+    levels.sort();
+    levels.dedup();
+    let mut out: Vec<LevelSummary> =
+        levels.iter().map(|l| level_summary(l, outcomes.iter().filter(|o| &o.level == l))).collect();
+    if levels.len() != 1 {
+        out.push(level_summary("all", outcomes.iter()));
+    }
+    out
+}
+
+fn level_summary<'a>(level: &str, of: impl Iterator<Item = &'a ProblemOutcome>) -> LevelSummary {
+    let of: Vec<&ProblemOutcome> = of.collect();
+    let n = of.len();
+    let optimized = of.iter().filter(|o| matches!(o.decision, Some(Decision::Improved { .. }))).count();
+    let failed = of.iter().filter(|o| o.decision.is_none()).count();
+    let logs: f64 = of.iter().map(|o| o.speedup().ln()).sum();
+    LevelSummary {
+        level: level.into(),
+        problems: n,
+        optimized,
+        fallbacks: n - optimized - failed,
+        failed,
+        geomean: if n == 0 { 1.0 } else { (logs / n as f64).exp() },
+        fast_1: if n == 0 { 0.0 } else { optimized as f64 / n as f64 },
+        seconds: of.iter().map(|o| o.seconds).sum(),
+    }
+}
+
+/// The campaign's table: one row per problem, then one per level.
+pub fn campaign_table(outcomes: &[ProblemOutcome], summary: &[LevelSummary]) -> String {
+    let mut t = format!("{:<52} {:>9} {:>8}  {}\n", "PROBLEM", "SPEEDUP", "SECONDS", "RESULT");
+    for o in outcomes {
+        let what = match (&o.decision, &o.error) {
+            (Some(Decision::Improved { mode, agent, .. }), _) => format!("{mode} ({})", agent.name()),
+            (Some(Decision::Fallback { .. }), _) => "baseline kept".to_string(),
+            (None, e) => format!("failed: {}", e.as_deref().unwrap_or("?")),
+        };
+        let resumed = if o.resumed { " (resumed)" } else { "" };
+        t.push_str(&format!("{:<52} {:>8.3}x {:>8.1}  {what}{resumed}\n", o.problem, o.speedup(), o.seconds));
+    }
+    t.push_str(&format!(
+        "\n{:<10} {:>8} {:>9} {:>9} {:>6} {:>8} {:>6} {:>9}\n",
+        "LEVEL", "PROBLEMS", "OPTIMIZED", "FALLBACKS", "FAILED", "GEOMEAN", "FAST_1", "SECONDS"
+    ));
+    for s in summary {
+        t.push_str(&format!(
+            "{:<10} {:>8} {:>9} {:>9} {:>6} {:>7.3}x {:>6.2} {:>9.1}\n",
+            s.level, s.problems, s.optimized, s.fallbacks, s.failed, s.geomean, s.fast_1, s.seconds
+        ));
+    }
+    t
 }
 
 #[cfg(test)]
@@ -323,18 +431,27 @@ mod tests {
     #[test]
     fn the_table_lists_every_mode_and_the_decision() {
         let m = measured("default", false);
-        let r = Report {
+        let question = Question {
             problem: "p.py".into(),
             size: "default".into(),
             device: "0".into(),
             baseline: Baseline::MaxAutotune,
             agents: vec![Agent::Dispatch],
+            rounds: 5,
+        };
+        let r = Report {
+            question: question.clone(),
             decision: decide(&m, Some(Verified::Accepted), true),
             measurement: m,
             verified: Some(Verified::Accepted),
             result: "out/model_new.py".into(),
             policy: "out/policy.toml".into(),
         };
+        // The report reads back as written, its question flattened into it (--resume reads it).
+        let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+        assert_eq!(serde_json::to_value(&r).unwrap()["problem"], "p.py");
+        assert_ne!(back.question, Question { rounds: 3, ..question });
         let t = r.table();
         for want in [
             "max-autotune",
@@ -347,5 +464,49 @@ mod tests {
         ] {
             assert!(t.contains(want), "{want} in\n{t}");
         }
+    }
+
+    fn outcome(problem: &str, level: &str, decision: Option<Decision>) -> ProblemOutcome {
+        ProblemOutcome {
+            problem: problem.into(),
+            level: level.into(),
+            decision,
+            error: None,
+            seconds: 2.0,
+            resumed: false,
+        }
+    }
+
+    #[test]
+    fn a_campaign_counts_fallbacks_and_failures_as_the_baseline() {
+        let won = |s: f64| {
+            Some(Decision::Improved { agent: Agent::Dispatch, mode: "default".into(), speedup: s, ci95: [s, s] })
+        };
+        let kept = || Some(Decision::Fallback { reason: "nothing won".into() });
+        let outcomes = vec![
+            outcome("level1/a.py", "level1", won(4.0)),
+            outcome("level1/b.py", "level1", kept()),
+            outcome("level2/c.py", "level2", won(1.5)),
+            ProblemOutcome {
+                error: Some("the dispatch step ended with Some(1)".into()),
+                ..outcome("level2/d.py", "level2", None)
+            },
+        ];
+        let s = summarize(&outcomes);
+        assert_eq!(s.iter().map(|l| l.level.as_str()).collect::<Vec<_>>(), ["level1", "level2", "all"]);
+        assert_eq!((s[0].problems, s[0].optimized, s[0].fallbacks, s[0].failed), (2, 1, 1, 0));
+        assert!((s[0].geomean - 2.0).abs() < 1e-9, "sqrt(4 x 1)");
+        assert_eq!((s[1].optimized, s[1].fallbacks, s[1].failed), (1, 0, 1));
+        assert!((s[1].geomean - 1.5f64.sqrt()).abs() < 1e-9);
+        assert!((s[2].geomean - (4.0f64 * 1.5).powf(0.25)).abs() < 1e-9 && (s[2].fast_1 - 0.5).abs() < 1e-9);
+        assert_eq!(s[2].seconds, 8.0);
+        let t = campaign_table(&outcomes, &s);
+        for want in
+            ["level1/a.py", "default (dispatch)", "baseline kept", "failed: the dispatch step ended", "GEOMEAN", "all"]
+        {
+            assert!(t.contains(want), "{want} in\n{t}");
+        }
+        // One level: no separate `all` row.
+        assert_eq!(summarize(&outcomes[..2]).len(), 1);
     }
 }

@@ -71,7 +71,10 @@ fn bad_input_is_named_before_anything_runs() {
         (vec![p, "--device", "cpu"], "not a problem file: no Model, get_inputs, get_init_inputs"),
         (vec!["tests/candidates/problems/row_softmax.py", "--agents", "dispatch,oracle"], "unknown agent \"oracle\""),
         (vec!["tests/candidates/problems/row_softmax.py", "--rounds", "1"], "--rounds must be at least 2"),
-        (vec!["tests/candidates/problems/row_softmax.py", "--device", "gpu0"], "--device must be auto, cpu or a GPU index"),
+        (
+            vec!["tests/candidates/problems/row_softmax.py", "--device", "gpu0"],
+            "--device must be auto, cpu or a GPU index",
+        ),
         (vec!["tests/candidates/problems/row_softmax.py", "--baseline", "eager"], "invalid value 'eager'"),
         (vec!["no/such/problem.py", "--device", "cpu"], "reading no/such/problem.py"),
     ] {
@@ -81,4 +84,62 @@ fn bad_input_is_named_before_anything_runs() {
         assert!(text.contains(why), "{args:?}: {text}");
         assert!(!out.join("dispatch.json").exists(), "{args:?}: nothing ran");
     }
+}
+
+/// A directory is a campaign: every problem below it (other Python files are not problems), one
+/// output folder each, a summary per level; `--resume` takes the earlier reports that answer the
+/// same question and runs again those that do not.
+#[test]
+fn a_campaign_summarizes_per_level_and_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let problems = dir.path().join("problems");
+    for (level, name) in [("level1", "row_softmax.py"), ("level2", "vector_add.py")] {
+        std::fs::create_dir_all(problems.join(level)).unwrap();
+        std::fs::copy(repo().join("tests/candidates/problems").join(name), problems.join(level).join(name)).unwrap();
+    }
+    std::fs::write(problems.join("level2/helpers.py"), "def helper():\n    return 1\n").unwrap();
+    let out = dir.path().join("o");
+    let p = problems.to_str().unwrap();
+    let args = [p, "--device", "cpu", "--baseline", "default", "--rounds", "2"];
+    let (code, text) = optimize(&args, &out);
+    assert_eq!(code, Some(0), "{text}");
+    let campaign = |out: &std::path::Path| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(out.join("campaign.json")).unwrap()).unwrap()
+    };
+    let c = campaign(&out);
+    let names: Vec<&str> = c["problems"].as_array().unwrap().iter().map(|p| p["problem"].as_str().unwrap()).collect();
+    assert_eq!(names, ["level1/row_softmax.py", "level2/vector_add.py"], "helpers.py is not a problem");
+    let levels: Vec<&str> = c["summary"].as_array().unwrap().iter().map(|s| s["level"].as_str().unwrap()).collect();
+    assert_eq!(levels, ["level1", "level2", "all"]);
+    let all = &c["summary"][2];
+    assert_eq!(all["problems"], 2);
+    assert_eq!(all["optimized"].as_u64().unwrap() + all["fallbacks"].as_u64().unwrap(), 2);
+    assert!(all["geomean"].as_f64().unwrap() >= 1.0, "fallbacks count as 1.0, winners were beyond noise: {all}");
+    assert!(
+        out.join("level1/row_softmax/report.json").is_file() && out.join("level2/vector_add/model_new.py").is_file()
+    );
+    assert!(text.contains("GEOMEAN"), "{text}");
+    // Resumed: the same question, nothing runs again.
+    let (code, text) = optimize(&[&args[..], &["--resume"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(campaign(&out)["problems"].as_array().unwrap().iter().all(|p| p["resumed"] == true), "{text}");
+    // Another question (more rounds) for one problem: it runs again.
+    let single = out.join("level1/row_softmax");
+    let (code, text) = optimize(
+        &[
+            problems.join("level1/row_softmax.py").to_str().unwrap(),
+            "--device",
+            "cpu",
+            "--baseline",
+            "default",
+            "--rounds",
+            "3",
+            "--resume",
+        ],
+        &single,
+    );
+    assert_eq!(code, Some(0), "{text}");
+    assert!(!text.contains("resumed from"), "{text}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(single.join("report.json")).unwrap()).unwrap();
+    assert_eq!(r["rounds"], 3);
 }
