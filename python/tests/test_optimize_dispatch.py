@@ -33,6 +33,20 @@ def test_modes_are_checked_and_the_baseline_comes_first() -> None:
         with pytest.raises(dispatch.DispatchError, match=why):
             dispatch.parse_modes(text, baseline, device)
     assert dispatch.parse_modes("eager,reduce-overhead", "eager", "cuda") == ["eager", "reduce-overhead"]
+    # The inductor agent's variants: the baseline's mode with one knob changed, each alone.
+    assert dispatch.parse_modes("eager", "default", "cpu", "freezing,aggressive-fusion") == [
+        "default", "eager", "default+freezing", "default+aggressive-fusion"]
+    for knobs, baseline, why in (("turbo", "default", "unknown knob 'turbo'"), ("freezing", "eager", "need a compiled baseline"),
+                                 ("freezing,freezing", "default", "named twice")):
+        with pytest.raises(dispatch.DispatchError, match=why):
+            dispatch.parse_modes("eager", baseline, "cpu", knobs)
+
+
+def test_a_knob_variant_compiles_with_its_modes_options_and_the_knob() -> None:
+    mode, options = dispatch.variant_options("max-autotune+no-epilogue-fusion")
+    assert mode == "max-autotune" and options is not None
+    assert options["epilogue_fusion"] is False and options["max_autotune"] is True, options
+    assert dispatch.variant_options("default") == ("default", None)
 
 
 def rounds(base: List[float], mode: List[float], again: List[float]) -> List[Tuple[float, float, float]]:

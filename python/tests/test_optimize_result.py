@@ -5,6 +5,7 @@ clearly. Its verification under the policy beside it is crates/kforge/tests/veri
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -67,7 +68,7 @@ def measured(winner: str, speedup: float = 1.3) -> dict:  # type: ignore[type-ar
             "versions": {"torch": "2.x", "triton": "3.x"}}
 
 
-@pytest.mark.parametrize("mode", ["eager", "default"])
+@pytest.mark.parametrize("mode", ["eager", "default", "default+aggressive-fusion"])
 def test_the_result_runs_standalone_with_the_references_weights(tmp_path: Path, mode: str) -> None:
     problem = tmp_path / "linear.py"
     problem.write_text(LINEAR)
@@ -75,6 +76,7 @@ def test_the_result_runs_standalone_with_the_references_weights(tmp_path: Path, 
     text = Path(model_path).read_text()
     assert "class Reference(nn.Module)" in text and "class ModelNew(Reference)" in text and "class Model(" not in text
     assert ("torch.compile" in text) is (mode != "eager") and "measured speedup 1.300x" in text
+    assert ("options={'aggressive_fusion': True}" in text) is (mode == "default+aggressive-fusion"), text
     assert Path(policy_path).read_text() == 'torch_policy = "reference-ops"\nbaseline_mode = "default"\n'
     script = tmp_path / "check.py"
     script.write_text(CHECK)
@@ -99,8 +101,9 @@ def test_bad_inputs_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                         ("class Model:\n    pass\nReference = 1\n", "already uses the name Reference")):
         with pytest.raises(result.ResultError, match=why):
             result.renamed_reference(source, "p.py")
-    with pytest.raises(result.ResultError, match="unknown mode 'fast'"):
-        result.model_new_source("p.py", LINEAR, "fast", {})
+    for bad in ("fast", "default+turbo", "eager+freezing"):
+        with pytest.raises(result.ResultError, match=re.escape(f"unknown mode {bad!r}")):
+            result.model_new_source("p.py", LINEAR, bad, {})
     m = tmp_path / "m.json"
     m.write_text(json.dumps({"baseline": "default"}))
     assert result.main([str(SOFTMAX), str(m), "--out", str(tmp_path / "o")]) == 2

@@ -13,10 +13,21 @@ use std::collections::BTreeMap;
 pub enum Agent {
     /// Eager or a torch.compile mode per problem, by measurement.
     Dispatch,
+    /// The baseline's mode with one of Inductor's knobs changed (`MODE+KNOB`), by measurement.
+    Inductor,
 }
 
 impl Agent {
-    pub const ALL: [(&'static str, Agent); 1] = [("dispatch", Agent::Dispatch)];
+    pub const ALL: [(&'static str, Agent); 2] = [("dispatch", Agent::Dispatch), ("inductor", Agent::Inductor)];
+
+    /// The agent that proposed a measured variant: `MODE+KNOB` is the inductor agent's.
+    pub fn of_variant(variant: &str) -> Agent {
+        if variant.contains('+') {
+            Agent::Inductor
+        } else {
+            Agent::Dispatch
+        }
+    }
 
     pub fn name(self) -> &'static str {
         Agent::ALL.iter().find(|(_, a)| *a == self).map(|(n, _)| *n).unwrap_or("?")
@@ -66,6 +77,23 @@ pub fn parse_agents(list: &str) -> Result<Vec<Agent>, OptimizeError> {
         return Err(OptimizeError::NoAgent);
     }
     Ok(out)
+}
+
+/// Inductor's knobs the inductor agent tries on a device (python/kforge/optimize/dispatch.py
+/// `KNOBS`): on the CPU those that change its C++ backend's code.
+pub fn inductor_knobs(gpu: bool) -> &'static [&'static str] {
+    if gpu {
+        &[
+            "freezing",
+            "aggressive-fusion",
+            "coordinate-descent",
+            "no-layout-optimization",
+            "max-autotune-pointwise",
+            "no-epilogue-fusion",
+        ]
+    } else {
+        &["freezing", "aggressive-fusion"]
+    }
 }
 
 /// The modes the dispatch agent measures on a device: CUDA graphs only on a GPU.
@@ -156,7 +184,7 @@ pub fn decide(m: &DispatchMeasurement, verified: Option<Verified>, gpu: bool) ->
     };
     if passed {
         Decision::Improved {
-            agent: Agent::Dispatch,
+            agent: Agent::of_variant(&m.winner),
             mode: m.winner.clone(),
             speedup: timing.speedup,
             ci95: timing.ci95,
@@ -378,9 +406,14 @@ mod tests {
     fn agents_are_a_closed_list() {
         assert_eq!(parse_agents("dispatch"), Ok(vec![Agent::Dispatch]));
         assert_eq!(parse_agents(" dispatch, dispatch "), Ok(vec![Agent::Dispatch]));
+        assert_eq!(parse_agents("inductor,dispatch"), Ok(vec![Agent::Inductor, Agent::Dispatch]));
+        assert_eq!(
+            (Agent::of_variant("max-autotune+freezing"), Agent::of_variant("eager")),
+            (Agent::Inductor, Agent::Dispatch)
+        );
         assert_eq!(parse_agents("dispatch,llm"), Err(OptimizeError::UnknownAgent("llm".into())));
         assert_eq!(parse_agents(" , "), Err(OptimizeError::NoAgent));
-        assert!(OptimizeError::UnknownAgent("x".into()).to_string().contains("known: dispatch"));
+        assert!(OptimizeError::UnknownAgent("x".into()).to_string().contains("known: dispatch, inductor"));
     }
 
     #[test]

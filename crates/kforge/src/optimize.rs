@@ -9,8 +9,8 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kforge_optimize::{
-    campaign_table, decide, dispatch_modes, parse_agents, summarize, Agent, Baseline, Decision, DispatchMeasurement,
-    ProblemOutcome, Question, Report, Verified,
+    campaign_table, decide, dispatch_modes, inductor_knobs, parse_agents, summarize, Agent, Baseline, Decision,
+    DispatchMeasurement, ProblemOutcome, Question, Report, Verified,
 };
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,7 +23,8 @@ pub struct OptimizeArgs {
     /// What to beat: torch.compile in max-autotune or default mode.
     #[arg(long, value_enum, default_value = "max-autotune")]
     baseline: crate::values::BaselineArg,
-    /// Agents to run, comma-separated (known: dispatch — eager or a torch.compile mode per problem).
+    /// Agents to run, comma-separated (known: dispatch — eager or a torch.compile mode per problem;
+    /// inductor — the baseline's mode with one of Inductor's knobs changed, each measured).
     #[arg(long, default_value = "dispatch")]
     agents: String,
     /// Where it runs: auto (a GPU if torch sees one), cpu (Inductor's CPU backend), or a GPU index.
@@ -193,7 +194,7 @@ fn problem_files(dir: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
 /// One problem: the agent, the result file, its verification, the decision; `out/report.json`.
 fn optimize_one(socket: &Path, a: &OptimizeArgs, plan: &Plan, problem: &Path, out: &Path) -> Result<Report> {
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let step = Step { socket, a, problem, out };
+    let step = Step { socket, plan, a, problem, out };
     let measurement = step.run_dispatch(plan.baseline, plan.gpu)?;
     step.write_result()?;
     let (result, policy) = (out.join("model_new.py"), out.join("policy.toml"));
@@ -219,6 +220,7 @@ fn optimize_one(socket: &Path, a: &OptimizeArgs, plan: &Plan, problem: &Path, ou
 /// The steps of one problem's run.
 struct Step<'a> {
     socket: &'a Path,
+    plan: &'a Plan,
     a: &'a OptimizeArgs,
     problem: &'a Path,
     out: &'a Path,
@@ -230,7 +232,10 @@ impl Step<'_> {
         let a = self.a;
         let out = self.out.join("dispatch.json");
         let device = if gpu { "cuda".to_string() } else { "cpu".to_string() };
-        let modes = dispatch_modes(gpu).join(",");
+        // The dispatch agent's modes, the inductor agent's knobs: one measurement, one baseline.
+        let agents = &self.plan.agents;
+        let modes = if agents.contains(&Agent::Dispatch) { dispatch_modes(gpu).join(",") } else { String::new() };
+        let knobs = if agents.contains(&Agent::Inductor) { inductor_knobs(gpu).join(",") } else { String::new() };
         let args: Vec<String> = vec![
             "-m".into(),
             "kforge.optimize.dispatch".into(),
@@ -243,6 +248,8 @@ impl Step<'_> {
             a.size.clone(),
             "--modes".into(),
             modes,
+            "--knobs".into(),
+            knobs,
             "--baseline".into(),
             baseline.mode().into(),
             "--rounds".into(),

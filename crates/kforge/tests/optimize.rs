@@ -29,14 +29,26 @@ fn a_problem_is_optimized_end_to_end_on_the_cpu() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("o");
     let (code, text) = optimize(
-        &["tests/candidates/problems/row_softmax.py", "--device", "cpu", "--baseline", "default", "--rounds", "3"],
+        &[
+            "tests/candidates/problems/row_softmax.py",
+            "--device",
+            "cpu",
+            "--baseline",
+            "default",
+            "--agents",
+            "dispatch,inductor",
+            "--rounds",
+            "3",
+        ],
         &out,
     );
     assert_eq!(code, Some(0), "{text}");
     let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
-    assert_eq!((r["baseline"].as_str(), r["agents"][0].as_str()), (Some("default"), Some("dispatch")));
+    assert_eq!(r["baseline"], "default");
+    assert_eq!(r["agents"], serde_json::json!(["dispatch", "inductor"]));
     let m = &r["measurement"];
-    for mode in ["default", "eager", "max-autotune-no-cudagraphs"] {
+    // The dispatch agent's modes and the inductor agent's knobs on the baseline's mode.
+    for mode in ["default", "eager", "max-autotune-no-cudagraphs", "default+freezing", "default+aggressive-fusion"] {
         assert!(m["prepared"][mode]["ok"].as_bool().unwrap(), "{mode}: {m}");
     }
     assert!(m["modes"]["eager"]["ci95"][0].as_f64().unwrap() <= m["modes"]["eager"]["speedup"].as_f64().unwrap());
@@ -50,7 +62,9 @@ fn a_problem_is_optimized_end_to_end_on_the_cpu() {
             assert_eq!(r["verified"], "passed-without-performance", "{r}");
             let mode = r["decision"]["mode"].as_str().unwrap();
             assert_eq!(m["modes"][mode]["beyond_noise"], true);
-            assert!(text.contains(&format!("result: {mode} (dispatch)")), "{text}");
+            let agent = if mode.contains('+') { "inductor" } else { "dispatch" };
+            assert_eq!(r["decision"]["agent"], agent);
+            assert!(text.contains(&format!("result: {mode} ({agent})")), "{text}");
         }
         // Kept: the result file is the baseline's own (compiled in the baseline mode).
         Some("fallback") => {

@@ -1,8 +1,11 @@
-"""The ``dispatch`` agent of ``kforge optimize``: how a problem's forward is dispatched — eager,
-or ``torch.compile`` in one of its modes — chosen per problem by measurement.
+"""The ``dispatch`` and ``inductor`` agents of ``kforge optimize``: how a problem's forward is
+dispatched — eager, or ``torch.compile`` in one of its modes (dispatch), or in the baseline's mode
+with one of Inductor's knobs changed (inductor: ``MODE+KNOB`` variants) — chosen per problem by
+measurement, never set globally.
 
 ``python3 -m kforge.optimize.dispatch PROBLEM --out RESULT.json [--device cpu|cuda]
-[--size default|large] [--modes eager,default,...] [--baseline MODE] [--rounds N]``
+[--size default|large] [--modes eager,default,...] [--knobs freezing,...] [--baseline MODE]
+[--rounds N]``
 
 Each mode runs on its own copy of the reference model (the same weights; a copy per mode, so
 that no compiled code is shared between modes); its first call (the compile) is timed, and its
@@ -41,15 +44,34 @@ GPU_ONLY = ("reduce-overhead",)
 #: Timed calls of each mode per round at least.
 ROUND_MIN_CALLS = 10
 
+#: Inductor's knobs the inductor agent tries, each alone on top of the baseline's mode (a variant
+#: ``BASELINE+KNOB``): the config it sets. Measured per problem; a knob that helps one problem
+#: can cost another.
+KNOBS: Dict[str, Dict[str, Any]] = {
+    "freezing": {"freezing": True},  # weights folded in as constants (inference)
+    "aggressive-fusion": {"aggressive_fusion": True},  # fuse even without shared reads
+    "coordinate-descent": {"coordinate_descent_tuning": True},  # tune each kernel's config further
+    "no-layout-optimization": {"layout_optimization": False},  # keep NCHW (no channels-last transposes)
+    "max-autotune-pointwise": {"max_autotune_pointwise": True},  # autotune pointwise kernels too
+    "no-epilogue-fusion": {"epilogue_fusion": False},  # keep GEMM epilogues apart
+}
+
 
 class DispatchError(Exception):
     """Bad input or an environment that cannot run the measurement (exit status 2)."""
 
 
-def parse_modes(text: str, baseline: str, device: str) -> List[str]:
-    """The modes to measure, the baseline first: each a known mode, no repeats, none that needs
-    a GPU when the device is the CPU."""
+def parse_modes(text: str, baseline: str, device: str, knobs: str = "") -> List[str]:
+    """The variants to measure, the baseline first: each a known mode, no repeats, none that
+    needs a GPU when the device is the CPU; then ``BASELINE+KNOB`` per known knob (only on a
+    compiled baseline)."""
     modes = [m.strip() for m in text.split(",") if m.strip()]
+    named = [k.strip() for k in knobs.split(",") if k.strip()]
+    bad = [k for k in named if k not in KNOBS]
+    if bad:
+        raise DispatchError(f"unknown knob {bad[0]!r} (one of: {', '.join(KNOBS)})")
+    if named and baseline == "eager":
+        raise DispatchError("knobs are Inductor's: they need a compiled baseline, not eager")
     unknown = [m for m in modes + [baseline] if m not in MODES]
     if unknown:
         raise DispatchError(f"unknown mode {unknown[0]!r} (one of: {', '.join(MODES)})")
@@ -58,8 +80,9 @@ def parse_modes(text: str, baseline: str, device: str) -> List[str]:
         if gpu:
             raise DispatchError(f"mode {gpu[0]!r} uses CUDA graphs: it needs a GPU (--device cuda)")
     ordered = [baseline] + [m for m in modes if m != baseline]
-    if len(set(ordered)) != len(ordered):
-        raise DispatchError(f"a mode is named twice in {text!r}")
+    if len(set(ordered)) != len(ordered) or len(set(named)) != len(named):
+        raise DispatchError(f"a mode or knob is named twice in {text!r} / {knobs!r}")
+    ordered += [f"{baseline}+{k}" for k in named]
     if len(ordered) < 2:
         raise DispatchError("nothing to compare: name at least one mode besides the baseline")
     return ordered
@@ -88,12 +111,27 @@ def load_problem(path: str, size: str) -> Any:
     return mod
 
 
-def build(model: Any, mode: str) -> Callable[..., Any]:
-    """``model`` dispatched as ``mode``: itself (eager) or compiled with static shapes."""
+def variant_options(variant: str) -> Tuple[str, Optional[Dict[str, Any]]]:
+    """A variant's mode and, for ``MODE+KNOB``, the Inductor options to compile with: the mode's
+    own (``torch._inductor.list_mode_options``) with the knob's setting over them."""
+    mode, _, knob = variant.partition("+")
+    if not knob:
+        return mode, None
+    import torch._inductor
+
+    return mode, {**torch._inductor.list_mode_options(mode), **KNOBS[knob]}
+
+
+def build(model: Any, variant: str) -> Callable[..., Any]:
+    """``model`` dispatched as ``variant``: itself (eager), compiled in a mode, or compiled with a
+    mode's options and one knob changed; static shapes."""
     import torch
 
+    mode, options = variant_options(variant)
     if mode == "eager":
         return model  # type: ignore[no-any-return]
+    if options is not None:
+        return torch.compile(model, options=options, dynamic=False)  # type: ignore[no-any-return]
     return torch.compile(model, mode=mode, dynamic=False)  # type: ignore[no-any-return]
 
 
@@ -193,13 +231,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--device", default="cuda", help="cpu or cuda (cuda:N)")
     ap.add_argument("--size", default="default", choices=SIZES)
     ap.add_argument("--modes", default="eager,default,max-autotune,max-autotune-no-cudagraphs,reduce-overhead")
+    ap.add_argument("--knobs", default="", help=f"Inductor knobs to try on the baseline's mode (of: {', '.join(KNOBS)})")
     ap.add_argument("--baseline", default="max-autotune")
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args(argv)
     try:
         if a.rounds < 2:
             raise DispatchError(f"--rounds must be at least 2 (an interval needs two rounds), got {a.rounds}")
-        modes = parse_modes(a.modes, a.baseline, "cpu" if a.device == "cpu" else "cuda")
+        modes = parse_modes(a.modes, a.baseline, "cpu" if a.device == "cpu" else "cuda", a.knobs)
         try:
             import torch
         except ImportError as e:

@@ -23,7 +23,7 @@ import os
 import sys
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from .dispatch import MODES
+from .dispatch import KNOBS, MODES, variant_options
 
 #: Baselines a verify policy can name (gate 4 compiles its baseline; eager is no baseline there).
 COMPILE_BASELINES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -71,12 +71,16 @@ def renamed_reference(problem_source: str, path: str) -> str:
 
 
 def model_new_source(problem_path: str, problem_source: str, mode: str, measured: Dict[str, Any]) -> str:
-    """The standalone module for the dispatch winner ``mode`` (eager: the reference as it is)."""
-    if mode not in MODES:
-        raise ResultError(f"unknown mode {mode!r} (one of: {', '.join(MODES)})")
+    """The standalone module for the winner ``mode``: eager (the reference as it is), a compile
+    mode, or ``MODE+KNOB`` (compiled with the mode's Inductor options and the knob's setting)."""
+    base, _, knob = mode.partition("+")
+    if base not in MODES or (knob and (knob not in KNOBS or base == "eager")):
+        raise ResultError(f"unknown mode {mode!r} (one of: {', '.join(MODES)}, or MODE+KNOB with a knob of: {', '.join(KNOBS)})")
+    options = variant_options(mode)[1]
     versions = measured.get("versions", {})
     speedup = measured.get("modes", {}).get(mode, {}).get("speedup")
-    how = "eagerly, as the reference" if mode == "eager" else f"compiled with torch.compile(mode={mode!r}, dynamic=False)"
+    how = ("eagerly, as the reference" if mode == "eager" else f"compiled with torch.compile(mode={mode!r}, dynamic=False)"
+           if options is None else f"compiled with torch.compile(options={options!r}, dynamic=False): {base} with {knob}")
     header = (f'"""kforge optimize result for {os.path.basename(problem_path)} (agent dispatch): the reference\'s forward,\n'
               f"{how}. Baseline {measured.get('baseline')!r}; measured speedup "
               f"{'%.3fx' % speedup if isinstance(speedup, float) else 'none (the baseline kept)'}; "
@@ -90,6 +94,7 @@ class ModelNew(Reference):
     """The reference's forward, dispatched eagerly."""
 '''
     else:
+        compile_args = f"mode={mode!r}" if options is None else f"options={options!r}"
         tail = f'''
 
 class ModelNew(Reference):
@@ -98,7 +103,7 @@ class ModelNew(Reference):
     def forward(self, *inputs):
         compiled = self.__dict__.get("_compiled_forward")
         if compiled is None:
-            compiled = torch.compile(super().forward, mode={mode!r}, dynamic=False)
+            compiled = torch.compile(super().forward, {compile_args}, dynamic=False)
             self.__dict__["_compiled_forward"] = compiled
         return compiled(*inputs)
 '''
