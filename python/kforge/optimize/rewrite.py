@@ -658,18 +658,25 @@ def module_source(result: RewriteResult, source: Optional[str] = None) -> str:
     model, gm = result.model, result.module
     for n in gm.graph.nodes:
         if n.op in ("get_attr", "call_module"):
+            made_by_trace = str(n.target).split(".")[-1].startswith("_tensor_constant")  # symbolic_trace's names
             try:
                 model.get_submodule(n.target) if n.op == "call_module" else attr_of(model, str(n.target))
             except AttributeError:
-                raise ValueError(f"the graph uses self.{n.target}, which the model's __init__ does not make") from None
+                made_by_trace = True
+            if made_by_trace:
+                raise ValueError(f"the graph uses self.{n.target}, which the model's __init__ does not make")
     if source is None:
-        path = inspect.getsourcefile(type(model))
-        if path is None:
-            raise ValueError(f"no source file for {type(model).__name__}")
-        source = Path(path).read_text()
+        code = getattr(getattr(type(model), "forward", None), "__code__", None)
+        path = Path(code.co_filename) if code is not None else None
+        if path is None or not path.is_file():
+            raise ValueError(f"no source file for {type(model).__name__}: pass the problem's source")
+        source = path.read_text()
     tree = ast.parse(source)
     fwd = ast.parse(forward_source(gm)).body[0]
     assert isinstance(fwd, ast.FunctionDef), "FX prints forward as one function definition"
+    for a in fwd.args.args + fwd.args.kwonlyargs:
+        a.annotation = None  # FX prints the traced signature's annotations through its own globals
+    fwd.returns = None
     extra = [GLOBALS[u] for u in free_names(fwd) if u != "torch" and u in GLOBALS]
     unknown = [u for u in free_names(fwd) if u != "torch" and u not in GLOBALS]
     if unknown:
