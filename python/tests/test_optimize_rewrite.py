@@ -70,6 +70,11 @@ def check_close(model: Any, r: rw.RewriteResult, inputs: Sequence[Any]) -> None:
     """The rewritten module's outputs against the model's within the result's class tolerance;
     for ``reassociates`` in a reduced dtype, where the original's own rounding dominates (a
     cancelling sum), no further from an fp64 evaluation than 10x the original (verify's fp64 rule)."""
+    with torch.no_grad():
+        check_close_no_grad(model, r, inputs)
+
+
+def check_close_no_grad(model: Any, r: rw.RewriteResult, inputs: Sequence[Any]) -> None:
     ref, out = model(*inputs), r.module(*inputs)
     refs = list(ref) if isinstance(ref, (tuple, list)) else [ref]
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
@@ -415,6 +420,15 @@ def test_the_model_itself_is_not_changed() -> None:
     assert r.changed and torch.fx.symbolic_trace(model).code == before
 
 
+def test_only_the_matched_nodes_are_removed() -> None:
+    def f(a: Any, x: Any) -> Any:
+        torch.rand_like(x)  # unused, but it draws from the generator: it stays
+        return torch.diag(a) @ x
+
+    model, r = rewrite(f, randn(4), randn(4, 3))
+    assert "rand_like" in calls(r.module) and not calls(r.module) & {"diag", "matmul"}
+
+
 def test_meta_inputs_are_enough() -> None:
     with torch.device("meta"):
         model = Linears(4096, 8192)
@@ -515,6 +529,15 @@ def test_module_source_runs_standalone(name: str, tmp_path: Path) -> None:
     assert "torch._C" not in text
     for rule in set(FIXTURE_RULES[name]):
         assert rule in ast.get_docstring(tree)  # type: ignore[operator]
+
+
+def test_module_source_keeps_future_imports_first(tmp_path: Path) -> None:
+    source = (FIXTURES / "row_col_scale.py").read_text().replace("import torch\n", "from __future__ import annotations\nimport torch\n", 1)
+    problem = tmp_path / "row_col_scale_future.py"
+    problem.write_text(source)
+    r, text, found = standalone(problem, tmp_path)
+    assert found["ok"] and rules_applied(r) == ["diag-matmul", "diag-matmul"]
+    assert isinstance(ast.parse(text).body[1], ast.ImportFrom) and "__future__" in text.splitlines()[2]
 
 
 def test_module_source_of_the_corpus_diag_problem(tmp_path: Path) -> None:

@@ -38,6 +38,7 @@ import inspect
 import operator
 import re
 from dataclasses import dataclass, field
+from itertools import takewhile
 from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence, Tuple
 
@@ -563,7 +564,11 @@ def apply_match(gm: Module, rule: Rule, m: Match, inputs: Sequence[Any]) -> Appl
         new = m.build(g)
     m.anchor.replace_all_uses_with(new)
     name = new.name
-    g.eliminate_dead_code()
+    # Only the matched nodes the replacement left unused go (not a graph-wide dead-code pass:
+    # an unused random op of the original still draws from the generator).
+    for matched in reversed([x for x in g.nodes if x is m.anchor or x.name in m.nodes]):  # users first
+        if matched is not new and not matched.users:
+            g.erase_node(matched)
     g.lint()
     gm.recompile()
     propagate(gm, inputs)
@@ -702,7 +707,8 @@ def module_source(result: RewriteResult, source: Optional[str] = None) -> str:
     if not found_model:
         raise ValueError("the source defines no class Model")
     header = [ast.parse(line).body[0] for line in (["import torch"] if not has_torch else []) + extra]
-    module = ast.Module(body=body[:1] + header + body[1:], type_ignores=[])
+    at = 1 + sum(1 for _ in takewhile(lambda s: isinstance(s, ast.ImportFrom) and s.module == "__future__", body[1:]))
+    module = ast.Module(body=body[:at] + header + body[at:], type_ignores=[])
     return ast.unparse(ast.fix_missing_locations(module)) + "\n"
 
 
