@@ -297,6 +297,34 @@ def test_linear_sum_does_not_fire() -> None:
     check_close(model, r, inputs)
 
 
+def test_linear_sum_does_not_bypass_a_hook_or_a_subclass() -> None:
+    class Scaled(nn.Linear):
+        def forward(self, x: Any) -> Any:
+            return super().forward(x) * 2
+
+    class Two(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.hooked, self.scaled = nn.Linear(8, 6), Scaled(8, 6)
+            self.hooked.register_forward_hook(lambda mod, args, out: out * 3)
+
+        def forward(self, x: Any) -> Any:
+            return self.hooked(x).sum(-1), self.scaled(x).sum(-1)
+
+    model = Two()
+    r = rw.rewrite_model(model, (randn(4, 8),))
+    # the subclass is traced through (its own forward is inlined): its linear is a plain F.linear
+    # whose output is scaled before the sum, so nothing fires there either
+    assert r.applications == [], r.applications
+    check_close(model, r, (randn(4, 8),))
+
+
+def test_aten_mutations_are_seen() -> None:
+    a, x = randn(5), randn(5, 5)
+    r = rw.rewrite_model(Fn(lambda a, x: torch.ops.aten.mul_.Tensor(torch.diag(a) @ x, x)), (a, x))
+    assert r.skipped is not None and "in-place" in r.skipped
+
+
 # --- triangles ---------------------------------------------------------------------------------
 
 

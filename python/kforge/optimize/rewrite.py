@@ -375,8 +375,8 @@ def linear_map(y: Any, gm: Module) -> Optional[LinearMap]:
         return LinearMap(x, lambda g: method(g, "sum", w, 0), biases, (y.name,))
     if y.op == "call_module" and not y.kwargs and len(y.args) == 1:
         mod = gm.get_submodule(y.target)
-        if type(mod) is not torch.nn.Linear:
-            return None
+        if type(mod) is not torch.nn.Linear or mod._forward_hooks or mod._forward_pre_hooks:
+            return None  # a subclass may compute something else, a hook may change the output
         x, target = y.args[0], str(y.target)
         if dtype_name(x) != str(mod.weight.dtype) or dtype_name(x) not in FLOATING or shape(x) is None:
             return None
@@ -536,6 +536,9 @@ def mutates(n: Node, gm: Module) -> bool:
             (name.startswith("__i") and name.endswith("__"))
     if n.op == "call_function":
         if any(n.target is f for f in INPLACE_OPERATORS) or "out" in n.kwargs:
+            return True
+        schema = getattr(n.target, "_schema", None)  # an ATen overload says whether it mutates
+        if schema is not None and getattr(schema, "is_mutable", False):
             return True
         if getattr(n.target, "__name__", "").endswith("_"):
             return True
