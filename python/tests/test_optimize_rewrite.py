@@ -568,6 +568,39 @@ def test_module_source_keeps_future_imports_first(tmp_path: Path) -> None:
     assert isinstance(ast.parse(text).body[1], ast.ImportFrom) and "__future__" in text.splitlines()[2]
 
 
+GLOBALS_PROBLEM = '''"""A forward whose printed graph needs FX's globals (a device, inf)."""
+import torch
+import torch.nn as nn
+
+N = 6
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, x):
+        shift = torch.zeros(x.shape[-1], device=torch.device("cpu"))
+        return (torch.diag(a) @ x + shift).clamp(max=float("inf"))
+
+
+def get_inputs():
+    return [torch.randn(N), torch.randn(N, N)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_module_source_defines_the_globals_fx_prints(tmp_path: Path) -> None:
+    problem = tmp_path / "needs_globals.py"
+    problem.write_text(GLOBALS_PROBLEM)
+    r, text, found = standalone(problem, tmp_path)
+    assert rules_applied(r) == ["diag-matmul"] and found["ok"], (found, text)
+    assert "device(type='cpu')" in text and "inf" in r.code
+
+
 def test_module_source_of_the_corpus_diag_problem(tmp_path: Path) -> None:
     r, text, found = standalone(CORPUS_DIAG, tmp_path)
     assert rules_applied(r) == ["diag-matmul"] and found["ok"] and found["max_abs_diff"] == 0.0

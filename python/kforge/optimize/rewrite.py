@@ -33,6 +33,7 @@ sizes at run time, never baked in).
 from __future__ import annotations
 
 import ast
+import builtins
 import copy
 import inspect
 import operator
@@ -526,14 +527,15 @@ INPLACE_OPERATORS = (operator.setitem, operator.iadd, operator.isub, operator.im
                      operator.ifloordiv, operator.imod, operator.ipow, operator.imatmul, operator.iand,
                      operator.ior, operator.ixor, operator.ilshift, operator.irshift)
 
+INPLACE_DUNDERS = tuple(f"__{f.__name__}__" for f in INPLACE_OPERATORS)  # __iadd__, __setitem__, ...
+
 
 def mutates(n: Node, gm: Module) -> bool:
     """Whether node ``n`` may write into a tensor in place (``x.add_()``, ``x[i] = v``, ``out=``,
     ``inplace=True`` as an argument or a module attribute)."""
     if n.op == "call_method":
         name = str(n.target)
-        return (name.endswith("_") and not name.startswith("__")) or name == "__setitem__" or \
-            (name.startswith("__i") and name.endswith("__"))
+        return (name.endswith("_") and not name.startswith("__")) or name in INPLACE_DUNDERS
     if n.op == "call_function":
         if any(n.target is f for f in INPLACE_OPERATORS) or "out" in n.kwargs:
             return True
@@ -647,8 +649,7 @@ def free_names(fn: ast.FunctionDef) -> List[str]:
         if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
             bound.add(node.id)
     used = [node.id for node in ast.walk(fn) if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load)]
-    builtin = set(dir(__builtins__)) if not isinstance(__builtins__, dict) else set(__builtins__)
-    return sorted({u for u in used if u not in bound and u not in builtin})
+    return sorted({u for u in used if u not in bound and u not in dir(builtins)})
 
 
 def module_source(result: RewriteResult, source: Optional[str] = None) -> str:
@@ -709,9 +710,13 @@ def module_source(result: RewriteResult, source: Optional[str] = None) -> str:
         body.append(s)
     if not found_model:
         raise ValueError("the source defines no class Model")
-    header = [ast.parse(line).body[0] for line in (["import torch"] if not has_torch else []) + extra]
-    at = 1 + sum(1 for _ in takewhile(lambda s: isinstance(s, ast.ImportFrom) and s.module == "__future__", body[1:]))
-    module = ast.Module(body=body[:at] + header + body[at:], type_ignores=[])
+    if not has_torch:
+        at = 1 + sum(1 for _ in takewhile(lambda s: isinstance(s, ast.ImportFrom) and s.module == "__future__",
+                                          body[1:]))
+        body.insert(at, ast.parse("import torch").body[0])
+    last_import = max(i for i, s in enumerate(body) if isinstance(s, (ast.Import, ast.ImportFrom)))
+    body[last_import + 1:last_import + 1] = [ast.parse(line).body[0] for line in extra]
+    module = ast.Module(body=body, type_ignores=[])
     return ast.unparse(ast.fix_missing_locations(module)) + "\n"
 
 
