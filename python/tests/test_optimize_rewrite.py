@@ -601,6 +601,19 @@ def test_module_source_defines_the_globals_fx_prints(tmp_path: Path) -> None:
     assert "device(type='cpu')" in text and "inf" in r.code
 
 
+def test_candidate_is_plain_data_with_a_dedup_key() -> None:
+    mod = load(FIXTURES / "tril_product.py")
+    first = rw.candidate(rw.rewrite_model(mod.Model(), mod.get_inputs()))
+    again = rw.candidate(rw.rewrite_model(mod.Model(), mod.get_inputs()))
+    assert json.loads(json.dumps(first)) == first
+    assert first["agent"] == "rewrite" and first["replaces"] == "forward" and first["exactness"] == "reassociates"
+    assert [c["rule"] for c in first["changes"]] == ["redundant-triangle", "triangular-product"]
+    assert all(c["description"] and c["nodes"] for c in first["changes"])
+    assert "class ModelNew" in first["source"] and first["key"] == again["key"]
+    other = load(FIXTURES / "row_col_scale.py")
+    assert rw.candidate(rw.rewrite_model(other.Model(*other.get_init_inputs()), other.get_inputs()))["key"] != first["key"]
+
+
 def test_module_source_of_the_corpus_diag_problem(tmp_path: Path) -> None:
     r, text, found = standalone(CORPUS_DIAG, tmp_path)
     assert rules_applied(r) == ["diag-matmul"] and found["ok"] and found["max_abs_diff"] == 0.0

@@ -35,13 +35,14 @@ from __future__ import annotations
 import ast
 import builtins
 import copy
+import hashlib
 import inspect
 import operator
 import re
 from dataclasses import dataclass, field
 from itertools import takewhile
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from kforge.harness import tolerance as harness_tolerance
 
@@ -740,3 +741,23 @@ def model_new(cls: ast.ClassDef, forward: ast.FunctionDef) -> ast.ClassDef:
     new = copy.copy(cls)
     new.name, new.body, new.decorator_list = "ModelNew", renamed + [forward], []
     return new
+
+
+def candidate(result: RewriteResult, source: Optional[str] = None) -> Dict[str, Any]:
+    """The rewrite as a search candidate, plain data (JSON-ready): the ``ModelNew`` source, what it
+    replaces (the forward), what changed (each application with its rule's description and
+    class), the weakest class, the agent, the torch version, and ``key``: a hash of the rewritten
+    forward's source, identical for identical rewrites (de-duplication)."""
+    import torch
+
+    described = {r.name: r.description for r in RULES}
+    return {
+        "agent": "rewrite",
+        "replaces": "forward",
+        "source": module_source(result, source),
+        "changes": [{"rule": a.rule, "description": described.get(a.rule, ""), "exactness": a.exactness,
+                     "nodes": list(a.nodes), "replacement": a.replacement} for a in result.applications],
+        "exactness": result.exactness,
+        "torch": torch.__version__,
+        "key": hashlib.sha256(result.code.encode()).hexdigest(),
+    }
