@@ -22,6 +22,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
+from kforge.harness import apply_size  # noqa: E402
 from kforge.optimize import rewrite as rw  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -637,8 +638,9 @@ def test_module_source_refuses_tracing_constants() -> None:
 # --- the problem suite -------------------------------------------------------------------------
 
 
-def build_on_meta(path: Path) -> Tuple[Any, List[Any]]:
+def build_on_meta(path: Path, size: str = "default") -> Tuple[Any, List[Any]]:
     mod = load(path)
+    apply_size(mod, size, str(path))
     with torch.device("meta"):
         torch.manual_seed(0)
         return mod.Model(*mod.get_init_inputs()), list(mod.get_inputs())
@@ -655,11 +657,12 @@ UNTRACEABLE = {"level3/004_decoder_layer_causal_fp32.py", "level3/008_gru_unroll
 FIRES: dict = {}
 
 
+@pytest.mark.parametrize("size", ["default", "large"])
 @pytest.mark.parametrize("path", PROBLEMS, ids=[f"{p.parent.name}/{p.name}" for p in PROBLEMS])
-def test_suite_problems_find_nothing_or_stay_equal(path: Path) -> None:
-    """At the default preset, built on the meta device (nothing computed); where a rule fires the
-    problem is built on the CPU and the rewritten module compared with it."""
-    model, inputs = build_on_meta(path)
+def test_suite_problems_find_nothing_or_stay_equal(path: Path, size: str) -> None:
+    """At both presets, built on the meta device (nothing computed); where a rule fires the
+    problem is built on the CPU at the default preset and the rewritten module compared with it."""
+    model, inputs = build_on_meta(path, size)
     r = rw.rewrite_model(model, inputs)
     key = f"{path.parent.name}/{path.name}"
     assert (r.module is None) == (key in UNTRACEABLE), r.skipped
