@@ -7,7 +7,8 @@ from a closed set (:data:`EXACTNESS`), a statement about finite inputs:
 * ``exact`` (:data:`EXACT`): the same roundings as the original (a product with structural zeros
   dropped, a no-op removed): equal bit for bit up to the sign of zero. Where the original
   multiplies a structural zero by an infinity or NaN the original gives NaN and the rewrite may
-  not. Tolerance 0.
+  not; where the original's GEMM ran at reduced precision (TF32) the rewrite is the more
+  accurate of the two. Tolerance 0.
 * ``reassociates`` (:data:`REASSOCIATES`): the same real-number expression with sums reordered or
   regrouped (associativity; distributivity of a product over a sum): it differs from the original
   by rounding, within the usual bound of a reordered summation (a small multiple of the dtype's
