@@ -248,7 +248,9 @@ class Linears(nn.Module):
                 torch.sum(F.linear(x, self.w), 1),
                 (x @ self.w.t() + self.b).sum(-1),
                 torch.sum(self.b + torch.matmul(x, m), dim=-1, keepdim=True),
-                self.fc(x[0]).sum(-1))  # one row: a dot product
+                self.fc(x[0]).sum(-1),  # one row: a dot product
+                self.fc(x3).mean(-1),
+                torch.mean(x @ self.w.t() + self.b, dim=-1, keepdim=True))
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -256,7 +258,7 @@ def test_linear_sum(bias: bool) -> None:
     model = Linears(24, 40, bias)
     inputs = (randn(5, 24), randn(2, 5, 24), randn(24, 40))
     r = rw.rewrite_model(model, inputs)
-    assert rules_applied(r) == ["linear-sum"] * 7 and r.exactness == "reassociates"
+    assert rules_applied(r) == ["linear-sum"] * 9 and r.exactness == "reassociates"
     assert matmuls(r.module) and all(len(rw.shape(rhs) or ()) == 1 for _, rhs in map(rw.matmul_operands, matmuls(r.module)))
     assert not calls(r.module) & {"fc", "linear"}
     check_close(model, r, inputs)
@@ -268,7 +270,7 @@ def test_linear_sum_in_bf16() -> None:
     inputs = (randn(8, 64, dtype=torch.bfloat16), randn(2, 8, 64, dtype=torch.bfloat16),
               randn(64, 128, dtype=torch.bfloat16))
     r = rw.rewrite_model(model, inputs)
-    assert rules_applied(r) == ["linear-sum"] * 7
+    assert rules_applied(r) == ["linear-sum"] * 9
     check_close(model, r, inputs)
 
 
@@ -287,7 +289,8 @@ class NotLinearSums(nn.Module):
                 y.sum(-1), y,                           # the linear output used elsewhere
                 torch.matmul(x, mb).sum(-1),            # a batch of matrices (broadcast): not handled
                 (self.fc(x) + c).sum(-1),               # a full-shape addend, not a bias
-                self.fc(x).mean(-1))                    # not a sum
+                self.fc(x).amax(-1),                    # not a linear reduction
+                self.fc(x).mean(0))                     # a mean over the batch
 
 
 def test_linear_sum_does_not_fire() -> None:
@@ -463,7 +466,7 @@ def test_meta_inputs_are_enough() -> None:
         model = Linears(4096, 8192)
         inputs = (randn(4096, 4096), randn(2, 64, 4096), randn(4096, 8192))
     r = rw.rewrite_model(model, inputs)
-    assert rules_applied(r) == ["linear-sum"] * 7
+    assert rules_applied(r) == ["linear-sum"] * 9
 
 
 def test_a_rule_whose_replacement_changes_the_shape_is_caught() -> None:

@@ -330,12 +330,18 @@ def match_diag_of_product(n: Node, gm: Module) -> Optional[Match]:
     return Match(n, (n.name, c.name), build)
 
 
-def reduced_dim(n: Node) -> Optional[Tuple[Node, bool]]:
-    """(y, keepdim) when ``n`` sums ``y`` over its last dim (``y.sum(-1)``, ``torch.sum(y, dim=d)``
-    with d the last dim, as an int or a one-element tuple/list), with no dtype argument."""
+#: The reductions over a linear map's output features that commute with it.
+FEATURE_REDUCTIONS = ("sum", "mean")
+
+
+def reduced_dim(n: Node) -> Optional[Tuple[Node, bool, str]]:
+    """(y, keepdim, "sum"|"mean") when ``n`` sums or averages ``y`` over its last dim
+    (``y.sum(-1)``, ``torch.mean(y, dim=d)`` with d the last dim, as an int or a one-element
+    tuple/list), with no dtype argument."""
     import torch
 
-    if not is_call(n, (torch.sum,), ("sum",)) or not only_kwargs(n, ("dim", "keepdim")) or len(n.args) > 3:
+    op = next((r for r in FEATURE_REDUCTIONS if is_call(n, (getattr(torch, r),), (r,))), None)
+    if op is None or not only_kwargs(n, ("dim", "keepdim")) or len(n.args) > 3:
         return None
     y = n.args[0]
     s = shape(y)
@@ -345,15 +351,17 @@ def reduced_dim(n: Node) -> Optional[Tuple[Node, bool]]:
     dim = int_arg(dim)
     if s is None or len(s) < 1 or dim is None or not isinstance(keepdim, bool) or dim % len(s) != len(s) - 1:
         return None
-    return y, keepdim
+    return y, keepdim, op
 
 
 @dataclass(frozen=True)
 class LinearMap:
-    """``x @ M`` (+ ``c``) over the last dim: how to build ``M``'s row sums and which bias terms add up."""
+    """``x @ M`` (+ biases) over the last dim: ``M`` as ``weight`` reduced over ``weight_dim``
+    (its output features), and the bias vectors that add up."""
 
     x: Node
-    row_sums: Callable[[Graph], Node]
+    weight: Callable[[Graph], Node]
+    weight_dim: int
     biases: Tuple[Callable[[Graph], Node], ...]
     nodes: Tuple[str, ...]
 
@@ -374,8 +382,7 @@ def linear_map(y: Any, gm: Module) -> Optional[LinearMap]:
         x, w, b = y.args[0], arg(y, 1, "weight", None), arg(y, 2, "bias", None)
         if len(shape(w) or ()) != 2 or not floating(x, w, *([b] if b is not None else [])):
             return None
-        biases = () if b is None else (lambda g: method(g, "sum", b),)
-        return LinearMap(x, lambda g: method(g, "sum", w, 0), biases, (y.name,))
+        return LinearMap(x, lambda g: w, 0, () if b is None else (lambda g: b,), (y.name,))
     if y.op == "call_module" and not y.kwargs and len(y.args) == 1:
         mod = gm.get_submodule(y.target)
         if type(mod) is not torch.nn.Linear or mod._forward_hooks or mod._forward_pre_hooks:
@@ -383,41 +390,40 @@ def linear_map(y: Any, gm: Module) -> Optional[LinearMap]:
         x, target = y.args[0], str(y.target)
         if dtype_name(x) != str(mod.weight.dtype) or dtype_name(x) not in FLOATING or shape(x) is None:
             return None
-        has_bias = mod.bias is not None
-        biases = (lambda g: method(g, "sum", g.get_attr(f"{target}.bias")),) if has_bias else ()
-        return LinearMap(x, lambda g: method(g, "sum", g.get_attr(f"{target}.weight"), 0), biases, (y.name,))
+        biases = (lambda g: g.get_attr(f"{target}.bias"),) if mod.bias is not None else ()
+        return LinearMap(x, lambda g: g.get_attr(f"{target}.weight"), 0, biases, (y.name,))
     ops = matmul_operands(y)
     if ops is not None:
         x, m = ops
         if len(shape(m) or ()) != 2 or not floating(x, m):
             return None
-        return LinearMap(x, lambda g: method(g, "sum", m, -1), (), (y.name,))
+        return LinearMap(x, lambda g: m, -1, (), (y.name,))
     if is_call(y, (operator.add, torch.add), ("add",)) and len(y.args) == 2 and not y.kwargs:
         for z, c in (y.args, y.args[::-1]):
             inner = linear_map(z, gm)
             if inner is None or not single_use(z) or shape(z) != sy or shape(c) != sy[-1:] or not floating(z, c):
                 continue
             bias = c
-            return LinearMap(inner.x, inner.row_sums, inner.biases + (lambda g: method(g, "sum", bias),),
+            return LinearMap(inner.x, inner.weight, inner.weight_dim, inner.biases + (lambda g: bias,),
                              inner.nodes + (y.name,))
     return None
 
 
 def match_linear_sum(n: Node, gm: Module) -> Optional[Match]:
     """``linear(x, W, b).sum(-1)`` → ``x @ W.sum(0) + b.sum()`` (and ``(x @ M + c).sum(-1)`` →
-    ``x @ M.sum(-1) + c.sum()``): the output features summed before the product."""
+    ``x @ M.sum(-1) + c.sum()``; ``mean`` alike): the output features reduced before the product."""
     found = reduced_dim(n)
     if found is None:
         return None
-    y, keepdim = found
+    y, keepdim, op = found
     lm = linear_map(y, gm)
     if lm is None or not single_use(y):
         return None
 
     def build(g: Graph) -> Node:
-        out = call(g, operator.matmul, lm.x, lm.row_sums(g))
+        out = call(g, operator.matmul, lm.x, method(g, op, lm.weight(g), lm.weight_dim))
         for bias in lm.biases:
-            out = call(g, operator.add, out, bias(g))
+            out = call(g, operator.add, out, method(g, op, bias(g)))
         return method(g, "unsqueeze", out, -1) if keepdim else out
 
     return Match(n, (n.name,) + lm.nodes, build)
@@ -506,7 +512,8 @@ RULES: Tuple[Rule, ...] = (
          EXACT, match_diag_matmul),
     Rule("diag-of-product", "diag(A @ B) as (A * B^T).sum(-1): only the diagonal's dot products", REASSOCIATES,
          match_diag_of_product),
-    Rule("linear-sum", "a linear map summed over its output features, x @ W.sum(0) + b.sum()", REASSOCIATES,
+    Rule("linear-sum", "a linear map summed (or averaged) over its output features, x @ W.sum(0) + b.sum()",
+         REASSOCIATES,
          match_linear_sum),
     Rule("redundant-triangle", "tril of a product of lower-triangular factors is the product (triu mirrored)",
          EXACT, match_redundant_triangle),
