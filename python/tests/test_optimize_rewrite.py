@@ -10,6 +10,7 @@ import copy
 import importlib.util
 import inspect
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -636,6 +637,36 @@ def test_module_source_refuses_tracing_constants() -> None:
     assert [str(n.target) for n in r.module.graph.nodes if n.op == "get_attr"] == ["_tensor_constant0"]
     with pytest.raises(ValueError, match="does not make"):
         rw.module_source(r, "class Model: pass\n")
+
+
+def cli(*args: str) -> "subprocess.CompletedProcess[str]":
+    env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
+    return subprocess.run([sys.executable, "-m", "kforge.optimize.rewrite", *args], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=REPO)
+
+
+def test_command_line_writes_the_candidate(tmp_path: Path) -> None:
+    out = tmp_path / "tril_product_new.py"
+    done = cli(str(FIXTURES / "tril_product.py"), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["skipped"] is None and found["size"] == "default"
+    assert [c["rule"] for c in found["candidate"]["changes"]] == ["redundant-triangle", "triangular-product"]
+    assert out.read_text() == found["candidate"]["source"]
+    none = json.loads(cli(str(FIXTURES / "sigmoid_rowsum.py")).stdout)
+    assert none["candidate"] is None and none["skipped"] is None
+    gru = json.loads(cli(str(REPO / "problems/level3/008_gru_unrolled_fp32.py"), "--size", "large").stdout)
+    assert gru["candidate"] is None and "symbolic_trace" in gru["skipped"]
+
+
+def test_command_line_names_bad_input(tmp_path: Path) -> None:
+    (tmp_path / "not_a_problem.py").write_text("X = 1\n")
+    done = cli(str(tmp_path / "not_a_problem.py"))
+    assert done.returncode == 2 and "not a problem file (no Model)" in done.stderr
+    done = cli(str(tmp_path / "missing.py"))
+    assert done.returncode == 2 and "missing.py" in done.stderr
+    done = cli(str(FIXTURES / "tril_product.py"), "--size", "large")
+    assert done.returncode == 2 and "no LARGE dict" in done.stderr
 
 
 # --- the problem suite -------------------------------------------------------------------------

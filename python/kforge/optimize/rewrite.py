@@ -33,18 +33,23 @@ sizes at run time, never baked in).
 
 from __future__ import annotations
 
+import argparse
 import ast
 import builtins
 import copy
 import hashlib
+import importlib.util
 import inspect
+import json
 import operator
 import re
+import sys
 from dataclasses import dataclass, field
 from itertools import takewhile
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from kforge.harness import SIZES, apply_size
 from kforge.harness import tolerance as harness_tolerance
 
 EXACT = "exact"
@@ -769,3 +774,57 @@ def candidate(result: RewriteResult, source: Optional[str] = None) -> Dict[str, 
         "torch": torch.__version__,
         "key": hashlib.sha256(result.code.encode()).hexdigest(),
     }
+
+
+# --- the command line --------------------------------------------------------------------------
+
+
+def load_problem(path: str, size: str) -> Any:
+    """Problem file ``path`` as a module, at size preset ``size``."""
+    spec = importlib.util.spec_from_file_location(f"kforge_rewrite_problem_{Path(path).stem}", path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"{path}: not a Python file")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for name in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(mod, name):
+            raise ValueError(f"{path}: not a problem file (no {name})")
+    apply_size(mod, size, path)
+    return mod
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python3 -m kforge.optimize.rewrite PROBLEM [--size default|large] [--out FILE]``: the
+    problem built on the meta device (nothing computed), every rule applied, and on standard
+    output one JSON object: ``problem``, ``size``, ``skipped`` and ``candidate`` (see
+    :func:`candidate`; null when no rule applied). ``--out`` also writes the ModelNew file.
+    Exit 0, or 2 with the reason on standard error for bad input."""
+    import torch
+
+    parser = argparse.ArgumentParser(prog="python3 -m kforge.optimize.rewrite")
+    parser.add_argument("problem")
+    parser.add_argument("--size", default="default", choices=SIZES)
+    parser.add_argument("--out", default=None, help="write the ModelNew file here when a rule applied")
+    args = parser.parse_args(argv)
+    try:
+        mod = load_problem(args.problem, args.size)
+    except (OSError, SyntaxError, ValueError) as e:
+        print(f"kforge.optimize.rewrite: {e}", file=sys.stderr)
+        return 2
+    try:
+        with torch.device("meta"):
+            torch.manual_seed(0)
+            model, inputs = mod.Model(*mod.get_init_inputs()), list(mod.get_inputs())
+    except Exception as e:  # the problem's own code: say what failed, not a traceback
+        result = RewriteResult(None, None, skipped=f"could not build on the meta device: {type(e).__name__}: {e}")
+    else:
+        result = rewrite_model(model, inputs)
+    found = candidate(result, Path(args.problem).read_text()) if result.changed else None
+    if found is not None and args.out:
+        Path(args.out).write_text(found["source"])
+    print(json.dumps({"problem": args.problem, "size": args.size, "skipped": result.skipped, "candidate": found}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
