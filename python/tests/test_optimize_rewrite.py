@@ -134,6 +134,8 @@ def test_exactness_classes_are_a_closed_set() -> None:
     with pytest.raises(ValueError, match="unknown rewrite rule"):
         rw.rule_named("nope")
     assert len({r.name for r in rw.RULES}) == len(rw.RULES)
+    with pytest.raises(ValueError, match="unknown exactness"):
+        rw.Rule("loose", "a rule outside the classes", "approximately", lambda n, gm: None)
 
 
 # --- diag-matmul -------------------------------------------------------------------------------

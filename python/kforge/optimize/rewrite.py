@@ -13,7 +13,9 @@ from a closed set (:data:`EXACTNESS`), a statement about finite inputs:
   regrouped (associativity; distributivity of a product over a sum): it differs from the original
   by rounding, within the usual bound of a reordered summation (a small multiple of the dtype's
   epsilon times the sum of the terms' magnitudes). Tolerance: the verify harness's default for
-  the dtype (:func:`kforge.harness.tolerance`).
+  the dtype (:func:`kforge.harness.tolerance`); in bf16/fp16 a cancelling sum can differ by more
+  than that from the original's own rounding, and the rewrite is then held to verify's fp64 rule
+  (no further from an fp64 evaluation than 10x the original).
 
 Tracing: ``torch.fx.symbolic_trace``. It needs no inputs, keeps the model's own parameter and
 submodule names (``get_attr fc.weight``, ``call_module fc``) and prints the graph back as plain
@@ -87,6 +89,11 @@ class Rule:
     description: str
     exactness: str
     match: Callable[[Node, Module], Optional[Match]]
+
+    def __post_init__(self) -> None:
+        if self.exactness not in EXACTNESS:
+            raise ValueError(f"rule {self.name}: unknown exactness class {self.exactness!r} "
+                             f"(one of: {', '.join(EXACTNESS)})")
 
 
 @dataclass(frozen=True)
