@@ -464,6 +464,12 @@ def test_only_the_matched_nodes_are_removed() -> None:
     assert "rand_like" in calls(r.module) and not calls(r.module) & {"diag", "matmul"}
 
 
+def test_applications_are_bounded() -> None:
+    a, x = randn(4), randn(4, 4)
+    r = rw.rewrite_model(Fn(lambda a, x: (torch.diag(a) @ x, x @ torch.diag(a))), (a, x), max_applications=1)
+    assert rules_applied(r) == ["diag-matmul"] and r.skipped == "stopped after 1 applications"
+
+
 def test_meta_inputs_are_enough() -> None:
     with torch.device("meta"):
         model = Linears(4096, 8192)

@@ -597,12 +597,26 @@ def apply_match(gm: Module, rule: Rule, m: Match, inputs: Sequence[Any]) -> Appl
             g.erase_node(matched)
     g.lint()
     gm.recompile()
-    propagate(gm, inputs)
+    try:
+        propagate(gm, inputs)
+    except Exception as e:
+        raise RuleError(f"rule {rule.name}: the rewritten graph does not run: {type(e).__name__}: {e}") from e
     node = next(x for x in g.nodes if x.name == name)
     after = (shape(node), dtype_name(node))
     if after != before:
         raise RuleError(f"rule {rule.name}: the replacement of {m.anchor.name} is {after}, it was {before}")
     return Application(rule.name, rule.exactness, m.nodes, name)
+
+
+def first_match(gm: Module, rules: Sequence[Rule]) -> Optional[Tuple[Rule, Match]]:
+    """The first rule of ``rules`` that matches somewhere in ``gm``, and its first match in graph order."""
+    for rule in rules:
+        for n in gm.graph.nodes:
+            if n.op in ("call_function", "call_method", "call_module"):
+                m = rule.match(n, gm)
+                if m is not None:
+                    return rule, m
+    return None
 
 
 def rewrite_model(model: Any, example_inputs: Sequence[Any], rules: Sequence[Rule] = RULES,
@@ -627,18 +641,14 @@ def rewrite_model(model: Any, example_inputs: Sequence[Any], rules: Sequence[Rul
     except Exception as e:
         result.skipped = f"shape propagation failed: {type(e).__name__}: {e}"
         return result
-    changed = True
-    while changed and len(result.applications) < max_applications:
-        changed = False
-        for rule in rules:
-            # one application at a time, then every rule again from the first: a match is
-            # always made against the current graph and its freshly propagated shapes
-            m = next((m for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module")
-                      for m in [rule.match(n, gm)] if m is not None), None)
-            if m is not None:
-                result.applications.append(apply_match(gm, rule, m, example_inputs))
-                changed = True
-                break
+    # One application at a time, then every rule again from the first: a match is always made
+    # against the current graph and its freshly propagated shapes.
+    found = first_match(gm, rules)
+    while found is not None and len(result.applications) < max_applications:
+        result.applications.append(apply_match(gm, found[0], found[1], example_inputs))
+        found = first_match(gm, rules)
+    if found is not None:
+        result.skipped = f"stopped after {max_applications} applications"
     result.code = gm.code
     return result
 
