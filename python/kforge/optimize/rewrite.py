@@ -111,7 +111,9 @@ class Application:
 class RewriteResult:
     """What :func:`rewrite_model` made: the rewritten ``GraphModule`` (None when the model could
     not be traced), the applications in order, the rewritten forward as Python source, and why
-    nothing was tried (``skipped``) when that is the case."""
+    nothing (or not everything) was tried, ``skipped``, when that is the case: the model does not
+    trace, its shapes do not propagate, its graph mutates in place, or the application limit was
+    reached with matches left."""
 
     model: Any
     module: Optional[Module]
