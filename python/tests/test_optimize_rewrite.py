@@ -304,6 +304,16 @@ def test_linear_sum_does_not_fire() -> None:
     check_close(model, r, inputs)
 
 
+def test_linear_sum_does_not_fire_on_a_broadcast_bias() -> None:
+    """A scalar or (1,) bias is added to each of the N outputs: its share of the sum is N * b, not b."""
+    x, w = randn(3, 4), randn(5, 4)
+    model = Fn(lambda x, w, b0, b1: (F.linear(x, w, b0).sum(-1), F.linear(x, w, b1).sum(-1)))
+    inputs = (x, w, torch.tensor(1.5), torch.ones(1))
+    r = rw.rewrite_model(model, inputs)
+    assert r.applications == [], r.applications
+    check_close(model, r, inputs)
+
+
 def test_linear_sum_does_not_bypass_a_hook_or_a_subclass() -> None:
     class Scaled(nn.Linear):
         def forward(self, x: Any) -> Any:

@@ -394,8 +394,11 @@ def linear_map(y: Any, gm: Module) -> Optional[LinearMap]:
         return None
     if is_call(y, (F.linear,)) and only_kwargs(y, ("weight", "bias")) and len(y.args) <= 3:
         x, w, b = y.args[0], arg(y, 1, "weight", None), arg(y, 2, "bias", None)
-        if len(shape(w) or ()) != 2 or not floating(x, w, *([b] if b is not None else [])):
+        sw = shape(w)
+        if sw is None or len(sw) != 2 or not floating(x, w, *([b] if b is not None else [])):
             return None
+        if b is not None and shape(b) != sw[:1]:
+            return None  # a scalar or (1,) bias broadcasts over the N outputs: it sums to N * b
         return LinearMap(x, lambda g: w, 0, () if b is None else (lambda g: b,), (y.name,))
     if y.op == "call_module" and not y.kwargs and len(y.args) == 1:
         mod = gm.get_submodule(y.target)
@@ -403,6 +406,8 @@ def linear_map(y: Any, gm: Module) -> Optional[LinearMap]:
             return None  # a subclass may compute something else, a hook may change the output
         x, target = y.args[0], str(y.target)
         if dtype_name(x) != str(mod.weight.dtype) or dtype_name(x) not in FLOATING or shape(x) is None:
+            return None
+        if mod.weight.dim() != 2 or (mod.bias is not None and tuple(mod.bias.shape) != tuple(mod.weight.shape[:1])):
             return None
         biases = (lambda g: g.get_attr(f"{target}.bias"),) if mod.bias is not None else ()
         return LinearMap(x, lambda g: g.get_attr(f"{target}.weight"), 0, biases, (y.name,))
