@@ -11,6 +11,7 @@ import importlib.util
 import inspect
 import json
 import os
+import random
 import subprocess
 import sys
 import textwrap
@@ -725,3 +726,80 @@ def test_suite_problems_find_nothing_or_stay_equal(path: Path, size: str) -> Non
         model = mod.Model(*mod.get_init_inputs())
         inputs = mod.get_inputs()
         check_close(model, rw.rewrite_model(model, inputs), inputs)
+
+
+# --- random programs ---------------------------------------------------------------------------
+
+
+def random_case(rng: Any) -> Tuple[Callable[..., Any], List[Any]]:
+    """One random program around a rule's pattern, valid or not (shapes, dims, offsets, keepdim,
+    bias shapes and broadcast batches drawn at random): the matchers must fire only where the
+    value stays the same."""
+    pick = lambda xs: xs[rng.randrange(len(xs))]  # noqa: E731
+    n, k, m, b = (rng.randint(1, 4) for _ in range(4))
+    t = lambda *s: torch.randn(*s, dtype=torch.float64)  # noqa: E731
+    kind = pick(["diag", "diag-product", "linear", "triangle"])
+    if kind == "diag":
+        batch = pick([(), (b,), (b, 1), (1, b)])
+        v = t(*pick([(n,), (b, n), (1, n)]))
+        x = t(*pick([(n,), (n, m), batch + (n, m), (m, n), batch + (m, n)]))
+        offset, dims = pick([0, 0, 1, -1]), pick([(-2, -1), (-1, -2), (0, -1)])
+        plain = v.dim() == 1 and pick([True, False])
+        make = (lambda v: torch.diag(v, offset)) if plain else (lambda v: torch.diag_embed(v, offset, *dims))
+        side = pick(["left", "right"])
+        return (lambda v, x: make(v) @ x) if side == "left" else (lambda v, x: x @ make(v)), [v, x]
+    if kind == "diag-product":
+        batch_a, batch_b = pick([((), ()), ((b,), (b,)), ((b,), ()), ((1,), (b,))])
+        a_, b_ = t(*batch_a, n, k), t(*batch_b, k, pick([n, m]))
+        offset, dims = pick([0, 0, 1]), pick([(-2, -1), (0, 1), (-1, -2)])
+        take = pick([lambda c: torch.diag(c, offset), lambda c: torch.diagonal(c, offset, *dims)])
+        return (lambda a, bb: take(a @ bb)), [a_, b_]
+    if kind == "linear":
+        x = t(*pick([(k,), (n, k), (b, n, k)]))
+        w = t(m, k)
+        bias = pick([None, t(m), t(1), t(()), t(n, m)])
+        op = pick(["sum", "mean"])
+        dim, keep = pick([-1, 0, 1, 2, (-1,), (0, 1)]), pick([False, True])
+        form = pick(["linear", "matmul", "matmul-add", "add-matmul"])
+        with_bias = bias is not None and bias.dim() <= 1
+
+        def f(x: Any, w: Any, c: Any) -> Any:
+            if form == "linear":
+                y = F.linear(x, w, c if with_bias else None)
+            elif form == "matmul":
+                y = x @ w.t()
+            else:
+                y = x @ w.t() + c if form == "matmul-add" else c + x @ w.t()
+            return getattr(y, op)(dim, keepdim=keep)
+
+        return f, [x, w, bias if bias is not None else t(m)]
+    shape_p, shape_q = pick([((n, n), (n, n)), ((n, k), (k, m)), ((b, n, n), (n, n)), ((b, n, n), (b, n, n))])
+    tri_p, tri_q, outer = pick(["tril", "triu"]), pick(["tril", "triu"]), pick(["tril", "triu", None])
+    k1, k2, k0 = (rng.randint(-2, 2) for _ in range(3))
+
+    def g(p: Any, q: Any) -> Any:
+        c = getattr(torch, tri_p)(p, k1) @ getattr(torch, tri_q)(q, k2)
+        return c if outer is None else getattr(torch, outer)(c, k0)
+
+    return g, [t(*shape_p), t(*shape_q)]
+
+
+def test_random_programs_keep_their_values() -> None:
+    rng = random.Random(18)
+    fired: Set[str] = set()
+    valid = 0
+    for _ in range(400):
+        fn, inputs = random_case(rng)
+        model = Fn(fn)
+        try:
+            expected = model(*inputs)
+        except (RuntimeError, IndexError):  # not a valid program for these shapes
+            continue
+        valid += 1
+        r = rw.rewrite_model(model, inputs)
+        assert r.skipped is None, r.skipped
+        fired |= set(rules_applied(r))
+        got = r.module(*inputs)
+        assert got.shape == expected.shape, (r.code, got.shape, expected.shape)
+        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9, msg=lambda m: f"{m}\n{r.code}")
+    assert valid > 150 and fired == {r.name for r in rw.RULES}, (valid, fired)
