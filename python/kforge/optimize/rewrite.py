@@ -630,8 +630,9 @@ def rewrite_model(model: Any, example_inputs: Sequence[Any], rules: Sequence[Rul
                   max_applications: int = 256) -> RewriteResult:
     """Trace ``model``, then apply every rule of ``rules`` wherever it matches, in order, until
     none matches (or ``max_applications``). ``example_inputs`` give the shapes and dtypes (real,
-    fake or meta tensors: only their metadata is used). ``model`` itself is not changed: the
-    result's module is a new ``GraphModule`` sharing its parameters."""
+    fake or meta tensors: only their metadata is used). ``model``'s forward is not changed
+    (``symbolic_trace`` itself may set ``_tensor_constant*`` attributes on it for tensors made in
+    forward): the result's module is a new ``GraphModule`` sharing its parameters."""
     import torch.fx
 
     try:
