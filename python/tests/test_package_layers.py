@@ -18,7 +18,7 @@ BOTTOM = "kforge.harness"
 #: The public client: what a benchmark imports.
 CLIENT = {"kforge", "kforge.client", "kforge.region", "kforge.bench", "kforge.errors", "kforge.autoregions"}
 #: Internals the public client must not import.
-INTERNALS = ("kforge.verify", "kforge.inspect", "kforge.harness", "kforge.worker")
+INTERNALS = ("kforge.verify", "kforge.inspect", "kforge.optimize", "kforge.harness", "kforge.worker")
 #: Third-party modules that may be imported inside functions: optional and heavy (the client and
 #: the entry points start without them).
 LAZY = ("torch", "triton")
@@ -105,7 +105,8 @@ def cycle(g: Dict[str, Set[str]]) -> List[str]:
 
 def test_the_walk_finds_the_subpackages() -> None:
     mods = modules()
-    for name in ("kforge", BOTTOM, "kforge.verify.runner", "kforge.inspect.capture", "kforge.worker"):
+    for name in ("kforge", BOTTOM, "kforge.verify.runner", "kforge.inspect.capture", "kforge.optimize.rewrite",
+                 "kforge.worker"):
         assert name in mods, sorted(mods)
 
 
@@ -126,7 +127,7 @@ def test_bottom_module_imports_nothing_from_kforge() -> None:
 def test_internal_packages_import_nothing() -> None:
     """Importing one internal module does not import its siblings."""
     g = graph()
-    assert g["kforge.verify"] == set() and g["kforge.inspect"] == set()
+    assert g["kforge.verify"] == set() and g["kforge.inspect"] == set() and g["kforge.optimize"] == set()
 
 
 def test_public_client_imports_no_internals() -> None:

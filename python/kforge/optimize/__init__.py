@@ -1,7 +1,12 @@
 """Internals of ``kforge optimize``: the agents that propose candidates.
 
-* :mod:`.dispatch`: the ``dispatch`` agent, ``python3 -m kforge.optimize.dispatch`` — eager or a
-  torch.compile mode per problem, chosen by interleaved timing.
+* :mod:`.dispatch`: the ``dispatch`` and ``inductor`` agents, ``python3 -m kforge.optimize.dispatch`` —
+  eager, a torch.compile mode, or the baseline's mode with one Inductor knob, per problem, chosen by
+  interleaved timing;
+* :mod:`.result`: a dispatch winner as a standalone KernelBench ``ModelNew`` file and its verify policy;
+* :mod:`.rewrite`: the ``rewrite`` agent's library — algebraic rewrite rules on a model's FX graph,
+  each with its exactness class, ``rewrite_model`` (every rule to a fixed point) and
+  ``module_source`` (the rewritten forward as a standalone KernelBench ``ModelNew`` file).
 
 Nothing is imported here: importing a submodule does not import the others.
 """
