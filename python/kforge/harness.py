@@ -11,6 +11,7 @@ that torch is importable, and say so (exit status 2) when it is not.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -48,6 +49,29 @@ def apply_size(mod: Any, size: str, path: str) -> None:
         if not isinstance(value, int) or isinstance(value, bool):
             raise ValueError(f"{path}: {size.upper()}[{key!r}] = {value!r} is not an integer")
         setattr(mod, key, value)
+
+
+def load_problem(path: str, size: str, tag: str) -> Any:
+    """Problem file ``path`` imported as module ``kforge_<tag>_problem`` and set to size preset
+    ``size`` (:func:`apply_size`). ``ValueError`` naming the file for every way it is not a
+    problem: missing, not Python, raising on import, without ``Model``/``get_inputs``/
+    ``get_init_inputs``, or without the preset."""
+    if not os.path.isfile(path):
+        raise ValueError(f"{path}: no such file")
+    spec = importlib.util.spec_from_file_location(f"kforge_{tag}_problem", path)
+    if spec is None or spec.loader is None:
+        raise ValueError(f"{path}: not a Python file")
+    mod = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(mod)
+    except Exception as e:  # the file's own import-time failure, whatever it is
+        raise ValueError(f"{path}: importing it failed: {type(e).__name__}: {e}") from e
+    for name in ("Model", "get_inputs", "get_init_inputs"):
+        if getattr(mod, name, None) is None:
+            raise ValueError(f"{path}: not a problem file (no {name}); a KernelBench problem defines class Model, "
+                             "get_inputs() and get_init_inputs()")
+    apply_size(mod, size, path)
+    return mod
 
 
 # --- inputs and copies -------------------------------------------------------------------------

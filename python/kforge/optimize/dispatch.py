@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import importlib.util
 import json
 import math
 import sys
@@ -35,7 +34,8 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..bench import do_bench_interleaved
-from ..harness import SIZES, apply_size, clone_output, compare, finite_json, make_inputs, mean_half
+from ..harness import SIZES, clone_output, compare, finite_json, make_inputs, mean_half
+from ..harness import load_problem as harness_load_problem
 
 #: Every mode the agent knows: eager and torch.compile's modes.
 MODES = ("eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -89,26 +89,11 @@ def parse_modes(text: str, baseline: str, device: str, knobs: str = "") -> List[
 
 
 def load_problem(path: str, size: str) -> Any:
+    """The problem at size preset ``size`` (``harness.load_problem``); bad input is a ``DispatchError``."""
     try:
-        spec = importlib.util.spec_from_file_location("kforge_dispatch_problem", path)
-        if spec is None or spec.loader is None:
-            raise DispatchError(f"{path}: not a Python file")
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-    except FileNotFoundError as e:
-        raise DispatchError(f"{path}: no such file") from e
-    except DispatchError:
-        raise
-    except Exception as e:
-        raise DispatchError(f"{path}: importing it failed: {type(e).__name__}: {e}") from e
-    for fn in ("Model", "get_inputs", "get_init_inputs"):
-        if getattr(mod, fn, None) is None:
-            raise DispatchError(f"{path}: no {fn} (a KernelBench problem needs class Model, get_inputs(), get_init_inputs())")
-    try:
-        apply_size(mod, size, path)
+        return harness_load_problem(path, size, "dispatch")
     except ValueError as e:
         raise DispatchError(str(e)) from e
-    return mod
 
 
 def variant_options(variant: str) -> Tuple[str, Optional[Dict[str, Any]]]:

@@ -40,7 +40,6 @@ import ast
 import builtins
 import copy
 import hashlib
-import importlib.util
 import inspect
 import json
 import operator
@@ -51,7 +50,7 @@ from itertools import takewhile
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from kforge.harness import SIZES, apply_size
+from kforge.harness import SIZES, load_problem
 from kforge.harness import tolerance as harness_tolerance
 
 EXACT = "exact"
@@ -804,20 +803,6 @@ def candidate(result: RewriteResult, source: Optional[str] = None) -> Dict[str, 
 # --- the command line --------------------------------------------------------------------------
 
 
-def load_problem(path: str, size: str) -> Any:
-    """Problem file ``path`` as a module, at size preset ``size``."""
-    spec = importlib.util.spec_from_file_location(f"kforge_rewrite_problem_{Path(path).stem}", path)
-    if spec is None or spec.loader is None:
-        raise ValueError(f"{path}: not a Python file")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    for name in ("Model", "get_inputs", "get_init_inputs"):
-        if not hasattr(mod, name):
-            raise ValueError(f"{path}: not a problem file (no {name})")
-    apply_size(mod, size, path)
-    return mod
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """``python3 -m kforge.optimize.rewrite PROBLEM [--size default|large] [--out FILE]``: the
     problem built on the meta device (nothing computed), every rule applied, and on standard
@@ -832,8 +817,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--out", default=None, help="write the ModelNew file here when a rule applied")
     args = parser.parse_args(argv)
     try:
-        mod = load_problem(args.problem, args.size)
-    except (OSError, SyntaxError, ValueError) as e:
+        mod = load_problem(args.problem, args.size, "rewrite")
+    except ValueError as e:
         print(f"kforge.optimize.rewrite: {e}", file=sys.stderr)
         return 2
     try:
