@@ -466,6 +466,16 @@ def mean_half(logs: List[float]) -> Tuple[float, float]:
     return mean, T95[min(len(logs) - 2, len(T95) - 1)] * sd / math.sqrt(len(logs))
 
 
+def noise_floor(noise: List[float]) -> float:
+    """The noise floor, in logs, of a baseline timed against itself over rounds (``noise``: one
+    log ratio per round): the upper end of its 95 % interval, ``|mean| + half``. A ratio is
+    beyond noise when its interval clears it. Infinite with fewer than two rounds (no interval)."""
+    if len(noise) < 2:
+        return math.inf
+    mean, half = mean_half(noise)
+    return abs(mean) + half
+
+
 def finite_json(x: Any) -> Any:
     """JSON has no NaN or infinity: such floats become the strings "nan", "inf", "-inf"."""
     if isinstance(x, float) and not (x == x and abs(x) != float("inf")):

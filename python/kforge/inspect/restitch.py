@@ -13,7 +13,7 @@ import statistics
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..bench import do_bench_interleaved
-from ..harness import clone_output, identical, max_abs_diff, mean_half, to_device
+from ..harness import clone_output, identical, max_abs_diff, mean_half, noise_floor, to_device
 from .inductor import (
     CUDA_GRAPH_MODES,
     WrapperHook,
@@ -78,8 +78,7 @@ def interleaved_ratio(time_round: Callable[[], Tuple[float, float, float]], roun
         logs.append(math.log(tn / tb))
         noise.append(math.log(tb2 / tb))
     mean, half = mean_half(logs)
-    nmean, nhalf = mean_half(noise)
-    floor = abs(nmean) + nhalf
+    floor = noise_floor(noise)
     return {"ratio": math.exp(mean), "ratio_ci95": [math.exp(mean - half), math.exp(mean + half)], "noise_floor": math.exp(floor),
             "within_noise": mean - half <= floor and mean + half >= -floor, "per_round": per_round}
 

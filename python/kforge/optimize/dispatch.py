@@ -34,7 +34,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..bench import do_bench_interleaved
-from ..harness import SIZES, clone_output, compare, finite_json, make_inputs, mean_half
+from ..harness import SIZES, clone_output, compare, finite_json, make_inputs, mean_half, noise_floor
 from ..harness import load_problem as harness_load_problem
 
 #: Every mode the agent knows: eager and torch.compile's modes.
@@ -179,8 +179,7 @@ def choose(baseline: str, per_round: Dict[str, List[Tuple[float, float, float]]]
     mode whose interval's lower end clears the floor, else the baseline (``fallback``)."""
     first = next(iter(per_round.values()), [])  # baseline and baseline again are each round's, shared by the modes
     noise = [math.log(c / a) for a, _, c in first]
-    nmean, nhalf = mean_half(noise) if len(noise) > 1 else (0.0, math.inf)
-    floor = abs(nmean) + nhalf
+    floor = noise_floor(noise)
     modes: Dict[str, Any] = {}
     for m, rows in per_round.items():
         logs = [math.log(a / b) for a, b, _ in rows]

@@ -33,7 +33,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..bench import do_bench_interleaved, median_ms
-from ..harness import Check, clone_all, clone_output, compare, flat, make_inputs, mean_half, native_threads, thread_check
+from ..harness import Check, clone_all, clone_output, compare, flat, make_inputs, mean_half, native_threads, noise_floor, thread_check
 
 #: Timed candidate calls per round whose outputs are kept and compared with the reference.
 TIMED_SAMPLES = 2
@@ -305,8 +305,7 @@ def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy:
     revalidate_after_timing(ck, problem, ref_model, cand, policy, dev, sampled)
     t.append(time.perf_counter())
     mean, half = mean_half(speed)
-    noise_mean, noise_half = mean_half(noise)
-    floor = abs(noise_mean) + noise_half
+    floor = noise_floor(noise)
     lo, hi = math.exp(mean - half), math.exp(mean + half)
     ck.add("performance", "speedup", mean - half > floor, baseline=f"torch.compile(mode={mode!r})", speedup=math.exp(mean),
            ci95=[lo, hi], noise_floor=math.exp(floor), largest_baseline_self_ratio=math.exp(max(abs(n) for n in noise)),
