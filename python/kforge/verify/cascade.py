@@ -187,21 +187,26 @@ class Cascade:
         return model
 
     def seed_run(self, s: int, dist: str, strict: Dict[str, Any], fp64: Fp64Reference, judge: bool) -> Optional[ModelJudgement]:
-        """One correctness run. Inputs are regenerated instead of copied (make_inputs is
+        """One correctness run of seed ``s``; with ``judge``, also gate 3's judgement of it."""
+        out, ref = self.checked_run(f"seed-{s}-{dist}", 100 + s, dist)
+        return model_check(s, out, ref, lambda: self.inputs(100 + s, dist), strict, fp64) if judge else None
+
+    def checked_run(self, name: str, seed: int, dist: str) -> Tuple[Any, Any]:
+        """``correctness:NAME``: the candidate against the reference on inputs of ``seed``;
+        (its output, the reference's). Inputs are regenerated instead of copied (make_inputs is
         deterministic and takes milliseconds on a GPU): the reference runs on a set of its own,
         the candidate on a fresh one, and a third, made after its call, shows whether it changed
         its inputs. At GB sizes each copy not kept is an input set of device memory less."""
-        name = f"seed-{s}-{dist}"
         self.ck.begin("correctness", name)
-        ref = self.reference(self.inputs(100 + s, dist))
-        xs = self.inputs(100 + s, dist)
+        ref = self.reference(self.inputs(seed, dist))
+        xs = self.inputs(seed, dist)
         plant_sentinels(ref)
         out = self.call(xs)
         self.sync()
         r = compare(out, ref, self.policy)
-        unchanged = same_values(xs, self.inputs(100 + s, dist))
+        unchanged = same_values(xs, self.inputs(seed, dist))
         self.ck.add("correctness", name, r["ok"] and unchanged, **r, inputs_unchanged=unchanged)
-        return model_check(s, out, ref, lambda: self.inputs(100 + s, dist), strict, fp64) if judge else None
+        return out, ref
 
     def ragged(self) -> None:
         """Gate 2 on the policy's ragged sizes: module-level size variables set to its values."""
@@ -217,15 +222,7 @@ class Cascade:
             setattr(self.problem, name, int(value))
             try:
                 for s in self.seeds:
-                    check = f"ragged-{name}={value}-seed-{s}"
-                    self.ck.begin("correctness", check)
-                    xs = self.inputs(150 + s, DISTRIBUTIONS[s % len(DISTRIBUTIONS)])
-                    keep = clone_all(xs)
-                    ref = self.reference(clone_all(xs))
-                    plant_sentinels(ref)
-                    r = compare(self.call(xs), ref, self.policy)
-                    unchanged = same_values(xs, keep)
-                    self.ck.add("correctness", check, r["ok"] and unchanged, **r, inputs_unchanged=unchanged)
+                    self.checked_run(f"ragged-{name}={value}-seed-{s}", 150 + s, DISTRIBUTIONS[s % len(DISTRIBUTIONS)])
             finally:
                 setattr(self.problem, name, own)
 
