@@ -33,6 +33,7 @@ def inspect_row(d: str, name: str) -> Dict[str, Any]:
             "restitch_identical": rs.get("identical"), "restitch_ratio": rs.get("ratio"), "restitch_replaced": rs.get("kernels_replaced"),
             "baseline_ms": rs.get("baseline_ms"), "restitched_ms": rs.get("restitched_ms"),
             "restitch_ci95": rs.get("ratio_ci95"), "restitch_within_noise": rs.get("within_noise"),
+            "noise_floor": rs.get("noise_floor"),
             "restitch_against": rs.get("timed_against"),
             "restitch_why": (rs.get("difference") or {}).get("why") or rs.get("timing_skipped")
             or (f"round trip failed: {rs['error']}" if rs.get("error") else None),

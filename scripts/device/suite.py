@@ -8,10 +8,16 @@ it), so several compile at once while their timed parts run in exclusive regions
                                   whose path contains one of these comma-separated words)
             verify-suite[:NAMES]  the suite candidates of tests/candidates/suite/ (NAMES: comma-
                                   separated file stems) against their problems
+            verify-eager[:GLOB]   every problem of GLOB (default problems/level*/*.py) against its
+                                  own eager forward as the candidate: `kforge optimize`'s dispatch
+                                  result for "eager" (python -m kforge.optimize.result), verified
+                                  with the policy.toml written beside it (reference-ops, baseline
+                                  default) — a candidate per problem, to verify the whole suite
 
 Env: SIZE (the problems' size preset for inspect and verify-suite tasks, default "default"),
 PARALLEL (tasks in flight, default 6 per GPU), DEADLINE_S (no task starts after this many
-seconds, default 540), SKIP (a file of task keys already done, one per line), NGPU;
+seconds, default 540), SKIP (a file of task keys already done, one per line), NGPU,
+INTERLEAVE=1 (the tasks of the named kinds taken in turn, one of each, instead of kind after kind);
 FINAL_PACK=1 (no tasks): only pack WORKDIR, the stopped daemon's store included.
 A task named twice runs once, at its first place: list the longest first
 (`inspect:max-autotune:problems/level3/*.py inspect:max-autotune`) so they do not end the call.
@@ -93,8 +99,20 @@ def tasks() -> List[Tuple[str, List[str], str]]:
                 argv = [K, "--socket", SOCKET, "verify", "--daemon", "--device", gpu, "--size", SIZE, "--json", f"{d}/{name}.json",
                         f"problems/{prob}", f"tests/candidates/suite/{name}.py"]
                 out.append((f"verify-suite/{name}", argv, d))
+        elif what == "verify-eager":
+            d = f"{WORK}/verify-eager"
+            for f in sorted(glob.glob(rest[0] if rest else "problems/level*/*.py")):
+                name = os.path.basename(f)[:-3]
+                gpu = str(n % NGPU)
+                n += 1
+                model, policy = eager_result(f, f"{WORK}/eager/{name}")
+                argv = [K, "--socket", SOCKET, "verify", "--daemon", "--device", gpu, "--size", SIZE, "--policy", policy,
+                        "--json", f"{d}/{name}.json", f, model]
+                out.append((f"verify-eager/{name}", argv, d))
         else:
             sys.exit(f"unknown task {t}")
+    if os.environ.get("INTERLEAVE") == "1":
+        out = interleaved(out)
     seen = set(SKIP)  # a task named twice (a long subset listed first) runs once, at its first place
     todo = []
     for t in out:
@@ -102,6 +120,27 @@ def tasks() -> List[Tuple[str, List[str], str]]:
             seen.add(t[0])
             todo.append(t)
     return todo
+
+
+def eager_result(problem: str, out_dir: str) -> Tuple[str, str]:
+    """The dispatch agent's result file for "eager" (the reference's own forward) and its policy."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+    from kforge.optimize.result import write_result  # noqa: E402  (the tree's package, not installed)
+    return write_result(problem, {"winner": "eager", "baseline": "default", "modes": {}}, out_dir)
+
+
+def interleaved(tasks: List[Tuple[str, List[str], str]]) -> List[Tuple[str, List[str], str]]:
+    """One task of each kind in turn (kinds in their first-named order)."""
+    kinds: Dict[str, List[Tuple[str, List[str], str]]] = {}
+    for t in tasks:
+        kinds.setdefault(t[0].split("/")[0], []).append(t)
+    queues = list(kinds.values())
+    out = []
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
 
 
 def _results_only(info: tarfile.TarInfo, with_store: bool = False) -> "tarfile.TarInfo | None":
@@ -191,15 +230,19 @@ def main() -> None:
         rows = inspect_rows(d)
         summary[f"inspect-{mode}"] = rows
         print(f"\n== kforge inspect, mode {mode}")
-        print(f"{'PROBLEM':<40} {'TRITON':>6} {'TEMPL':>5} {'VENDOR':>6} {'GPU_US':>9} {'REPL%':>6} {'REPLAY':>7} {'RESTITCH':>9} {'T/T0':>6}")
+        print(f"{'PROBLEM':<40} {'TRITON':>6} {'TEMPL':>5} {'VENDOR':>6} {'GPU_US':>9} {'REPL%':>6} {'REPLAY':>7} {'RESTITCH':>9} {'T/T0':>6} {'FLOOR':>6}")
         for r in rows:
             if r["ok"]:
                 ratio = f"{r['restitch_ratio']:.3f}" if r["restitch_ratio"] else "-"
+                floor = f"{r['noise_floor']:.3f}" if r.get("noise_floor") else "-"
                 print(f"{r['problem']:<40} {r['triton']:>6} {r['templates']:>5} {r['vendor']:>6} {r['gpu_us']:>9.1f} "
-                      f"{r['replaceable_share'] * 100:>5.1f}% {r['replay_ok']:>3}/{r['replay_n']:<3} {str(r['restitch_identical']):>9} {ratio:>6}")
+                      f"{r['replaceable_share'] * 100:>5.1f}% {r['replay_ok']:>3}/{r['replay_n']:<3} {str(r['restitch_identical']):>9} {ratio:>6} {floor:>6}")
             else:
                 print(f"{r['problem']:<40} FAILED: {r['reason']}")
         print(f"{sum(r['ok'] for r in rows)}/{len(rows)} problems inspected in mode {mode}")
+        floors = [r["noise_floor"] for r in rows if r.get("noise_floor")]
+        if floors:
+            print(f"noise floor: max {max(floors):.4f}, {sum(f <= 1.01 for f in floors)}/{len(floors)} at most 1.01")
     if os.path.isdir(f"{WORK}/verify"):
         rows = verify_rows(f"{WORK}/verify")
         summary["verify"] = rows
@@ -209,23 +252,31 @@ def main() -> None:
             sp = f"{r['speedup']:.3f}x" if isinstance(r["speedup"], float) else "-"
             print(f"{r['candidate']:<40} {r['outcome']:<26} {r['rejected_by']:<34} {sp:>8} {'yes' if r['as_expected'] else 'NO'}")
         print(f"{sum(r['as_expected'] for r in rows)}/{len(rows)} as expected")
-    if os.path.isdir(f"{WORK}/verify-suite"):
-        rows = []
-        for f in sorted(glob.glob(f"{WORK}/verify-suite/*.json")):
-            v = json.load(open(f))
-            checks = [c for g in v.get("gates", []) for c in g["checks"]]
-            perf = next((c for c in checks if c["gate"] == "performance" and c["name"] == "speedup"), None)
-            secs = next((r["s"] for r in results if r["key"] == f"verify-suite/{os.path.basename(f)[:-5]}"), None)
-            rows.append({"candidate": os.path.basename(f)[:-5], "outcome": v.get("outcome"), "rejected_by": v.get("rejected_by"),
-                         "speedup": (perf or {}).get("evidence", {}).get("speedup"), "seconds": secs})
-        summary["verify-suite"] = rows
-        print(f"\n== kforge verify, suite candidates, size {SIZE}")
-        for r in rows:
-            sp = f"{r['speedup']:.3f}x" if isinstance(r["speedup"], float) else "-"
-            print(f"{r['candidate']:<24} {str(r['outcome']):<26} {str(r['rejected_by'] or ''):<30} {sp:>8} {r['seconds']} s")
+    for kind in ("verify-suite", "verify-eager"):
+        suite_verdicts(kind, results, summary)
     json.dump(summary, open(f"{OUT}/summary.json", "w"), indent=1)
     if skipped:
         print(f"{len(skipped)} tasks not started before the deadline: run again with SKIP=<done.txt>")
+
+
+def suite_verdicts(kind: str, results: List[Dict[str, Any]], summary: Dict[str, Any]) -> None:
+    """The verdicts of the verify-suite or verify-eager tasks: a row each, printed and in summary."""
+    if os.path.isdir(f"{WORK}/{kind}"):
+        rows = []
+        for f in sorted(glob.glob(f"{WORK}/{kind}/*.json")):
+            v = json.load(open(f))
+            checks = [c for g in v.get("gates", []) for c in g["checks"]]
+            perf = next((c for c in checks if c["gate"] == "performance" and c["name"] == "speedup"), None)
+            secs = next((r["s"] for r in results if r["key"] == f"{kind}/{os.path.basename(f)[:-5]}"), None)
+            rows.append({"candidate": os.path.basename(f)[:-5], "outcome": v.get("outcome"), "rejected_by": v.get("rejected_by"),
+                         "speedup": (perf or {}).get("evidence", {}).get("speedup"), "seconds": secs,
+                         "phase_seconds": v.get("phase_seconds"), "error": v.get("error"), "cause": v.get("cause")})
+        summary[kind] = rows
+        print(f"\n== kforge verify, {kind}, size {SIZE}")
+        for r in rows:
+            sp = f"{r['speedup']:.3f}x" if isinstance(r["speedup"], float) else "-"
+            print(f"{r['candidate']:<40} {str(r['outcome']):<26} {str(r['rejected_by'] or ''):<30} {sp:>8} {r['seconds']} s")
+        print(f"{sum(r['outcome'] != 'could-not-run' for r in rows)}/{len(rows)} with a verdict (not could-not-run)")
 
 
 main()
