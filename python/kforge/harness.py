@@ -330,13 +330,24 @@ def _stdlib_dirs() -> Tuple[str, Tuple[str, ...]]:
     return os.path.realpath(paths["stdlib"]) + os.sep, site
 
 
+def _third_party(fn: str, site: Tuple[str, ...]) -> bool:
+    """Whether ``fn`` is an installed package's file other than an allow-listed one's."""
+    for d in site:
+        if fn.startswith(d):
+            return fn[len(d):].split(os.sep, 1)[0] not in ALLOWED_THREAD_ORIGINS
+    return False
+
+
 def _starter_file(frame: Any) -> str:
-    """The file of the first frame outside the standard library and this module."""
+    """The file of the first frame outside the standard library, this module and installed
+    third-party packages: a thread a library starts (tqdm's monitor, for a progress bar Inductor
+    draws) is its caller's — torch's when torch called it, the candidate's when the candidate did."""
     std, site = _stdlib_dirs()
     here = os.path.realpath(__file__)
     while frame is not None:
         fn = os.path.realpath(frame.f_code.co_filename)
-        if fn != here and not (fn.startswith(std) and not fn.startswith(site)) and not fn.startswith("<frozen"):
+        stdlib = fn.startswith(std) and not any(fn.startswith(d) for d in site)
+        if fn != here and not stdlib and not fn.startswith("<frozen") and not _third_party(fn, site):
             return f"{fn}:{frame.f_lineno}"
         frame = frame.f_back
     return "?"
@@ -360,10 +371,10 @@ def record_thread_origins() -> None:
     threading.Thread.start = start  # type: ignore[method-assign]
 
 
-def package_dirs(names: Sequence[str] = ALLOWED_THREAD_ORIGINS) -> Dict[str, str]:
-    """The directories of the (imported) packages named, by name."""
+def package_dirs(names: Optional[Sequence[str]] = None) -> Dict[str, str]:
+    """The directories of the (imported) packages named (default ``ALLOWED_THREAD_ORIGINS``), by name."""
     out: Dict[str, str] = {}
-    for n in names:
+    for n in ALLOWED_THREAD_ORIGINS if names is None else names:
         mod = sys.modules.get(n)
         f = getattr(mod, "__file__", None)
         if f:

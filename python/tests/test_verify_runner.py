@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import types
 
 import pytest
@@ -230,6 +231,49 @@ def test_thread_origins_torch_threads_are_not_the_candidates() -> None:
     stop.set()
     pool.shutdown()
     timer.quit()
+
+
+def test_a_third_party_librarys_thread_is_its_callers(tmp_path: "pytest.TempPathFactory", monkeypatch: "pytest.MonkeyPatch") -> None:
+    """A thread an installed library starts (tqdm's monitor thread, for a progress bar Inductor's
+    compile draws — it once rejected four honest candidates) is attributed to the library's
+    caller: allowed when an allow-listed package called it, the candidate's when its code did."""
+    import sys
+    import threading
+
+    site = str(tmp_path) + "/site"  # type: ignore[operator]
+    os.makedirs(site + "/monitorlib")
+    os.makedirs(site + "/allowedpkg")
+    with open(site + "/monitorlib/__init__.py", "w") as f:
+        f.write("import threading\nSTOP = threading.Event()\n"
+                "def start(name):\n    t = threading.Thread(target=STOP.wait, name=name, daemon=True)\n"
+                "    t.start()\n    return t\n")
+    with open(site + "/allowedpkg/__init__.py", "w") as f:
+        f.write("import monitorlib\ndef progress_bar():\n    return monitorlib.start('lib-monitor')\n")
+    real = harness._stdlib_dirs()
+    monkeypatch.setattr(harness, "_stdlib_dirs", lambda: (real[0], real[1] + (os.path.realpath(site) + os.sep,)))
+    monkeypatch.setattr(harness, "ALLOWED_THREAD_ORIGINS", ("torch", "triton", "allowedpkg"))
+    monkeypatch.syspath_prepend(site)
+    import allowedpkg  # type: ignore[import-not-found]
+    import monitorlib  # type: ignore[import-not-found]
+
+    harness.record_thread_origins()
+    before = set(threading.enumerate())
+    allowedpkg.progress_bar()
+    ck = harness.Check()
+    harness.thread_check(ck, "thread-count", before, False)
+    ev = ck.items[0]["evidence"]
+    assert ck.items[0]["ok"] is True, ev
+    assert ev["threads"][0]["allowed"] == "allowedpkg" and "allowedpkg" in ev["threads"][0]["origin"], ev
+
+    monitorlib.start("candidate-monitor")  # the candidate calls the library itself
+    ck = harness.Check()
+    harness.thread_check(ck, "thread-count", before, False)
+    ev = ck.items[0]["evidence"]
+    assert ck.items[0]["ok"] is False and ev["started"] == ["candidate-monitor"], ev
+    assert __file__ in next(t["origin"] for t in ev["threads"] if t["name"] == "candidate-monitor"), ev
+    monitorlib.STOP.set()
+    for m in ("allowedpkg", "monitorlib"):
+        sys.modules.pop(m, None)
 
 
 def test_progress_file_records_checks_and_the_check_running(tmp_path: "pytest.TempPathFactory") -> None:
