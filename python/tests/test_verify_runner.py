@@ -335,3 +335,17 @@ def test_performance_gate_validates_timed_outputs_end_to_end_on_the_cpu(monkeypa
         assert len(timed["evidence"]["rounds"]) == 2 and all(r["sampled"] == perf.TIMED_SAMPLES for r in timed["evidence"]["rounds"])
         assert by[("exploits", "revalidation-after-timing")]["ok"] is ok
         assert ("performance", "speedup") in by and ("performance", "thread-count-timed") in by
+
+
+def test_outputs_that_are_nan_in_the_same_places_are_the_same() -> None:
+    """A reference whose output is NaN for redrawn inputs (KL divergence of negative
+    "probabilities": log of a negative value) read twice is the same output: the streams check
+    once rejected the reference's own eager forward this way (``torch.equal`` of NaN is False)."""
+    a = torch.tensor([1.0, float("nan"), 3.0])
+    assert not torch.equal(a, a.clone())
+    assert harness.same_tensor(a, a.clone())
+    assert not harness.same_tensor(a, torch.tensor([1.0, float("nan"), 4.0]))
+    assert not harness.same_tensor(a, torch.tensor([1.0, 2.0, 3.0]))
+    assert harness.same_values([a, 2], [a.clone(), 2]) and not harness.same_values([a, 2], [a.clone(), 3])
+    i = torch.arange(4)
+    assert harness.same_tensor(i, i.clone()) and not harness.same_tensor(i, i + 1)

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
-from ..harness import DISTRIBUTIONS, Check, clone_all, clone_output, compare, flat, make_inputs, same_values, thread_check
+from ..harness import DISTRIBUTIONS, Check, clone_all, clone_output, compare, flat, make_inputs, same_tensor, same_values, thread_check
 from .checks import (FLOAT_DTYPES, Fp64Reference, LaunchCounter, RunnerError, environment_error, jit_functions, kernel_name,
                      library_identities, model_check, own_failure, plant_sentinels, release, timer_identities,
                      torch_own_wrapper)
@@ -349,7 +349,7 @@ class Cascade:
             torch.cuda.current_stream().synchronize()
             early = [t.clone() for t in flat(out)]
             torch.cuda.synchronize()
-        late_ok = all(torch.equal(e, t) for e, t in zip(early, flat(out)))
+        late_ok = all(same_tensor(e, t) for e, t in zip(early, flat(out)))
         # Native code launches where the static gate cannot see: which stream each kernel of a
         # forward ran on (torch.profiler), not only whether a race happened to show.
         with torch.no_grad():
