@@ -10,9 +10,9 @@ STEPS = 64
 BATCH = 128
 INPUT = 512
 HIDDEN = 1024
-# large: T 112, B 256, in 1024, hidden 2048, ~14.5 ms est. (measured 16.6 ms at T 128 on an H200: launch-bound steps;
-# bench/results/large-preset-times)
-LARGE = {"STEPS": 112, "BATCH": 256, "INPUT": 1024, "HIDDEN": 2048}
+# large: T 80, B 256, in 1024, hidden 2048, ~13 ms est. (measured on an H200 at T 112: 17.7 ms GRU, 18.8 ms LSTM,
+# launch-bound steps ~0.16 ms each; bench/results/large-preset-times)
+LARGE = {"STEPS": 80, "BATCH": 256, "INPUT": 1024, "HIDDEN": 2048}
 
 
 class Model(nn.Module):
