@@ -1,10 +1,14 @@
-//! The kforge store: one SQLite file holding jobs, regions and measurements.
+//! The kforge store: one SQLite file holding jobs, regions and measurements, and the journal of
+//! `kforge optimize` runs ([`journal`]).
 //!
 //! Rows are written as events happen (a job queued, started, ended; a region granted, released;
 //! a measurement reported), each in its own transaction, so whatever was recorded before a client
 //! or the daemon died stays recorded. The daemon owns one [`Store`] on a dedicated writer thread;
 //! nothing else writes the file while the daemon runs.
 
+pub mod journal;
+
+pub use journal::{CandidateRow, DecisionRow, Journal, QuestionRow, RunRow, StepEnd, StepRow};
 pub use kforge_proto::StepTimings;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
@@ -180,6 +184,7 @@ impl Store {
             .execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;")
             .map_err(|e| s.err(e))?;
         s.conn.execute_batch(SCHEMA).map_err(|e| s.err(e))?;
+        s.conn.execute_batch(journal::SCHEMA).map_err(|e| s.err(e))?;
         let found: Option<String> = s
             .conn
             .query_row("SELECT value FROM meta WHERE key='schema_version'", [], |r| r.get(0))
