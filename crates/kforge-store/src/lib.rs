@@ -124,6 +124,17 @@ pub struct Report {
     pub job_memory: Vec<JobMemoryRow>,
 }
 
+impl Report {
+    /// Seconds job `job` spent inside released regions (its exclusive GPU time).
+    pub fn region_seconds(&self, job: u64) -> f64 {
+        self.regions
+            .iter()
+            .filter(|r| r.job == Some(job))
+            .filter_map(|r| r.released_ns.map(|end| (end - r.granted_ns).max(0) as f64 / 1e9))
+            .sum()
+    }
+}
+
 /// A peak seen of an earlier job, for the daemon's learned expected peaks.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LearnedPeak {
@@ -562,6 +573,22 @@ mod tests {
         let all = s.report(None).unwrap();
         assert_eq!((all.jobs.len(), all.regions.len()), (2, 2));
         assert_eq!(s.max_ids().unwrap(), (2, 2, 1));
+    }
+
+    #[test]
+    fn a_jobs_region_seconds_count_its_released_regions() {
+        let done = |id, job, granted_ns, released_ns| RegionRow { granted_ns, released_ns, ..region(id, job) };
+        let r = Report {
+            regions: vec![
+                done(1, 1, 1_000_000_000, Some(3_500_000_000)),
+                done(2, 1, 4_000_000_000, Some(4_500_000_000)),
+                done(3, 1, 5_000_000_000, None), // still held: not counted
+                done(4, 2, 0, Some(9_000_000_000)),
+            ],
+            ..Report::default()
+        };
+        assert!((r.region_seconds(1) - 3.0).abs() < 1e-9);
+        assert_eq!(r.region_seconds(3), 0.0);
     }
 
     #[test]
