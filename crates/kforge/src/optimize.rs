@@ -296,10 +296,12 @@ impl Run<'_> {
 
     /// A progress line: the problem, what happened, the time and budget left.
     fn progress(&self, index: usize, problem: &Path, what: &str) {
+        let shown =
+            if self.a.problem.is_dir() { problem.strip_prefix(&self.a.problem).unwrap_or(problem) } else { problem };
         eprintln!(
             "kforge optimize: [{index}/{}] {}: {what} ({})",
             self.total,
-            problem.display(),
+            shown.display(),
             self.spending.progress()
         );
     }
@@ -615,6 +617,7 @@ impl ProblemRun<'_> {
 /// The output directory as a git repository: one commit per verified improvement. Without git
 /// (or when `git init` fails) the run goes on without commits, after one warning.
 struct Workspace {
+    git: String,
     dir: PathBuf,
     /// One commit at a time (problems in flight commit from their threads).
     lock: Mutex<()>,
@@ -622,6 +625,11 @@ struct Workspace {
 
 impl Workspace {
     fn open(dir: &Path) -> Option<Workspace> {
+        Workspace::open_with("git", dir)
+    }
+
+    /// With `git` the program to run.
+    fn open_with(git: &str, dir: &Path) -> Option<Workspace> {
         let warn = |why: String| {
             eprintln!(
                 "kforge optimize: warning: {why}; {} is not a git workspace (no commit per improvement)",
@@ -629,13 +637,13 @@ impl Workspace {
             );
             None
         };
-        match Command::new("git").arg("--version").output() {
+        match Command::new(git).arg("--version").output() {
             Ok(o) if o.status.success() => {}
             Ok(o) => return warn(format!("git --version ended with {}", o.status)),
             Err(e) => return warn(format!("git is not runnable ({e})")),
         }
         if !dir.join(".git").exists() {
-            match Command::new("git").args(["init", "-q"]).arg(dir).output() {
+            match Command::new(git).args(["init", "-q"]).arg(dir).output() {
                 Ok(o) if o.status.success() => {}
                 Ok(o) => {
                     return warn(format!(
@@ -651,7 +659,7 @@ impl Workspace {
         if !ignore.exists() && std::fs::write(&ignore, "journal.db*\n").is_err() {
             return warn(format!("cannot write {}", ignore.display()));
         }
-        Some(Workspace { dir: dir.to_path_buf(), lock: Mutex::new(()) })
+        Some(Workspace { git: git.into(), dir: dir.to_path_buf(), lock: Mutex::new(()) })
     }
 
     /// Commit `files` (paths below the workspace) with `message`; a failure is a warning (the
@@ -674,7 +682,7 @@ impl Workspace {
     }
 
     fn git(&self, args: &[&str]) -> Result<()> {
-        let o = Command::new("git").arg("-C").arg(&self.dir).args(args).output().context("running git")?;
+        let o = Command::new(&self.git).arg("-C").arg(&self.dir).args(args).output().context("running git")?;
         if !o.status.success() {
             bail!(
                 "git {} ended with {}: {}",
@@ -721,4 +729,49 @@ fn torch_sees_a_gpu(python: &str) -> bool {
         .status()
         .map(|s| s.success())
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(dir: &Path) -> String {
+        let o = Command::new("git").arg("-C").arg(dir).args(["log", "--format=%s"]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    #[test]
+    fn the_workspace_commits_each_improvement_and_only_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = Workspace::open(dir.path()).expect("git is installed here");
+        assert!(dir.path().join(".git").is_dir());
+        let p = dir.path().join("level1/a");
+        std::fs::create_dir_all(&p).unwrap();
+        for f in ["model_new.py", "policy.toml", "report.json", "dispatch.json"] {
+            std::fs::write(p.join(f), f).unwrap();
+        }
+        let files = ["model_new.py", "policy.toml", "report.json"].map(|f| p.join(f));
+        w.commit(
+            &files.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+            "optimize level1/a.py: eager (dispatch) 1.500x",
+        );
+        assert_eq!(log(dir.path()), "optimize level1/a.py: eager (dispatch) 1.500x\n");
+        let o =
+            Command::new("git").arg("-C").arg(dir.path()).args(["show", "--name-only", "--format="]).output().unwrap();
+        let names = String::from_utf8_lossy(&o.stdout).into_owned();
+        let names: Vec<&str> = names.lines().filter(|l| !l.is_empty()).collect();
+        assert_eq!(names, ["level1/a/model_new.py", "level1/a/policy.toml", "level1/a/report.json"]);
+        // Opened again: the same repository, the next commit on top.
+        let again = Workspace::open(dir.path()).unwrap();
+        std::fs::write(p.join("model_new.py"), "better").unwrap();
+        again.commit(&[&p.join("model_new.py")], "optimize level1/a.py: default (dispatch) 2.000x");
+        assert_eq!(log(dir.path()).lines().count(), 2);
+    }
+
+    #[test]
+    fn without_git_there_is_no_workspace() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(Workspace::open_with("/no/such/git", dir.path()).is_none());
+        assert!(!dir.path().join(".git").exists());
+    }
 }

@@ -340,6 +340,13 @@ fn a_spent_budget_stops_new_work_and_resume_completes_it() {
         .map(|s| s.status.as_str())
         .collect();
     assert_eq!(first[0], "reused", "{first:?}");
+
+    // One problem: stopped by the budget after its measurement, exit status 3, no report.
+    let single = dir.path().join("single");
+    let (code, text) =
+        optimize(&[p.join("level1/a.py").to_str().unwrap(), "--device", "cpu", "--budget-gpu-s", "0.001"], &single);
+    assert_eq!(code, Some(3), "{text}");
+    assert!(text.contains("not reached: budget: gpu") && !single.join("report.json").exists(), "{text}");
 }
 
 /// Two identical problems (the same source) in one run: measured and verified once, the second
