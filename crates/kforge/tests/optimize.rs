@@ -2,6 +2,8 @@
 //! winner's standalone result file written and verified under its policy, the report; bad input
 //! named before anything runs. Needs python3 with torch and Triton (scripts/test installs them).
 
+mod common;
+
 use serde_json::Value;
 use std::io::BufRead;
 use std::os::unix::process::CommandExt;
@@ -395,4 +397,26 @@ fn identical_candidates_are_measured_once_and_jobs_run_side_by_side() {
     let c = campaign(&out2);
     let names: Vec<&str> = c["problems"].as_array().unwrap().iter().map(|p| p["problem"].as_str().unwrap()).collect();
     assert_eq!(names, ["level1/a.py", "level2/b.py"], "in order, whatever finished first");
+}
+
+/// With `--daemon` the measure step is a daemon job: its GPU-seconds are its time inside the
+/// daemon's regions (no more than the step's wall seconds), journaled as such.
+#[test]
+fn through_the_daemon_the_measurement_counts_its_region_time() {
+    let mut d = common::TestDaemon::start(&[]);
+    let out = d.path("o");
+    let args = ["tests/candidates/problems/vector_add.py", "--device", "cpu", "--baseline", "default", "--rounds", "2"];
+    let o = command(&[&args[..], &["--daemon"]].concat(), &out).env("KFORGE_SOCKET", &d.socket).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    let j = journal(&out);
+    let m = j.steps.iter().find(|s| s.step == "measure").unwrap();
+    assert_eq!(m.gpu_seconds_kind.as_deref(), Some("region"), "{m:?}");
+    let (gpu, wall) = (m.gpu_seconds.unwrap(), m.seconds.unwrap());
+    assert!(gpu > 0.0 && gpu <= wall, "region {gpu} s within the step's {wall} s");
+    let jobs = d.report().jobs;
+    assert!(jobs
+        .iter()
+        .any(|j| j.label.as_deref() == Some("optimize:dispatch:tests/candidates/problems/vector_add.py")));
+    d.shutdown();
 }
