@@ -91,6 +91,12 @@ impl Journal {
         self.store().decision_for(&question_row(q))
     }
 
+    /// Whether any decision of `problem` is journaled, for whatever question (an output folder
+    /// from before the journal has none).
+    pub fn decided_any(&self, problem: &str) -> Result<bool, StoreError> {
+        self.store().decided_any(problem)
+    }
+
     /// A finished step whose output can stand for this one: the same step and input hash, in
     /// this run (or, with `--resume`, in any run).
     pub fn finished(&self, step: Step, input_hash: &str) -> Result<Option<StepRow>, StoreError> {

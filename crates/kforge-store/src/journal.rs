@@ -382,6 +382,13 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// Whether any decision of `problem` is journaled (for whatever question).
+    pub fn decided_any(&self, problem: &str) -> Result<bool, StoreError> {
+        self.conn
+            .query_row("SELECT EXISTS(SELECT 1 FROM optimize_decisions WHERE problem=?1)", [problem], |r| r.get(0))
+            .map_err(|e| self.err(e))
+    }
+
     /// Everything journaled, in id order (of run `run` only, or of all runs).
     pub fn journal(&self, run: Option<u64>) -> Result<Journal, StoreError> {
         let run = run.map(|r| r as i64);
@@ -527,6 +534,7 @@ mod tests {
         let latest = s.insert_decision(&d(r2, 3)).unwrap();
         assert_eq!(s.decision_for(&q("p.py", 3)).unwrap().map(|d| d.id), Some(latest));
         assert_eq!(s.decision_for(&q("p.py", 4)).unwrap(), None, "another question");
+        assert!(s.decided_any("p.py").unwrap() && !s.decided_any("q.py").unwrap());
     }
 
     #[test]

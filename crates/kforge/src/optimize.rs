@@ -282,16 +282,19 @@ impl Run<'_> {
         p.steps()
     }
 
-    /// With `--resume`, the problem's report when the journal holds a decision for the same
-    /// question (or, from before the journal, its `report.json` answers it).
+    /// With `--resume`, the problem's report (`out/report.json`) when it answers the same
+    /// question and the journal holds a decision for it (or the report is from before the
+    /// journal: a journal without any decision of this problem).
     fn resumed(&self, q: &Question, out: &Path) -> Result<Option<Report>> {
         if !self.a.resume {
             return Ok(None);
         }
-        let journaled = self.journal.decision_for(q)?;
-        let path = journaled.map(|d| PathBuf::from(d.report)).unwrap_or_else(|| out.join("report.json"));
-        let Ok(text) = std::fs::read_to_string(&path) else { return Ok(None) };
-        Ok(serde_json::from_str::<Report>(&text).ok().filter(|r| r.question == *q))
+        let Ok(text) = std::fs::read_to_string(out.join("report.json")) else { return Ok(None) };
+        let Some(report) = serde_json::from_str::<Report>(&text).ok().filter(|r| r.question == *q) else {
+            return Ok(None);
+        };
+        let journaled = self.journal.decision_for(q)?.is_some();
+        Ok((journaled || !self.journal.decided_any(&q.problem)?).then_some(report))
     }
 
     /// A progress line: the problem, what happened, the time and budget left.
@@ -405,7 +408,7 @@ impl ProblemRun<'_> {
         if let Some(from) = journal.finished(step, input_hash)? {
             if self.take(&from.output, &from.output_hash, outputs)? {
                 let id = journal.started(&self.question.problem, step, input_hash)?;
-                journal.reused(id, &from, &self.out.join(outputs[0]).display().to_string())?;
+                journal.reused(id, &from, &self.journaled_path(outputs[0]))?;
                 self.progress(&format!("{}: reused (step {} of run {})", step.name(), from.id, from.run));
                 return Ok(Some(from.outcome));
             }
@@ -424,7 +427,7 @@ impl ProblemRun<'_> {
                 None => step.uses_device().then_some((seconds, "wall")),
             };
             let output_hash = files_hash(self.out, outputs)?;
-            let output = self.out.join(outputs[0]).display().to_string();
+            let output = self.journaled_path(outputs[0]);
             Ok(StepDone { seconds, gpu_seconds, output, output_hash, outcome: w.outcome })
         });
         match done {
@@ -465,6 +468,13 @@ impl ProblemRun<'_> {
         self.run.progress(self.index, self.problem, what)
     }
 
+    /// A file of `out` as the journal names it: absolute, so that a run resumed from another
+    /// working directory finds it.
+    fn journaled_path(&self, name: &str) -> String {
+        let path = self.out.join(name);
+        std::path::absolute(&path).unwrap_or(path).display().to_string()
+    }
+
     /// The decision from the measurement and the verdict; the report, the journal's candidates
     /// and decision, and a workspace commit for an improvement.
     fn decide(
@@ -493,7 +503,7 @@ impl ProblemRun<'_> {
         let journal = &self.run.journal;
         let winner = verified.map(|v| (report.measurement.winner.as_str(), v));
         journal.candidates(&self.question.problem, &report.measurement, measure_hash, winner)?;
-        journal.decided(&self.question, &report.decision, &report_path)?;
+        journal.decided(&self.question, &report.decision, Path::new(&self.journaled_path("report.json")))?;
         let what = match &report.decision {
             Decision::Improved { agent, mode, speedup, .. } => {
                 let message = format!("optimize {}: {mode} ({}) {speedup:.3}x", self.problem.display(), agent.name());

@@ -212,6 +212,14 @@ fn a_campaign_summarizes_per_level_and_resumes() {
     let (code, text) = optimize(&[&args[..], &["--resume"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     assert!(campaign(&out)["problems"].as_array().unwrap().iter().all(|p| p["resumed"] == true), "{text}");
+    // Output from before the journal: its reports answer the same question, so they count.
+    for f in ["journal.db", "journal.db-wal", "journal.db-shm"] {
+        std::fs::remove_file(out.join(f)).ok();
+    }
+    let (code, text) = optimize(&[&args[..], &["--resume"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(campaign(&out)["problems"].as_array().unwrap().iter().all(|p| p["resumed"] == true), "{text}");
+    assert!(journal(&out).steps.is_empty(), "nothing ran");
     // Another question (more rounds) for one problem: it runs again.
     let single = out.join("level1/row_softmax");
     let (code, text) = optimize(
