@@ -329,6 +329,13 @@ struct Work {
     outcome: Option<String>,
 }
 
+/// What a problem's steps found so far.
+#[derive(Default)]
+struct Found {
+    measurement: Option<DispatchMeasurement>,
+    verified: Option<Verified>,
+}
+
 /// One problem's run: its steps, each journaled.
 struct ProblemRun<'a> {
     run: &'a Run<'a>,
@@ -344,54 +351,66 @@ impl ProblemRun<'_> {
     /// The steps of `kforge_optimize::search` in order, then the decision; `NotReached` when a
     /// budget was spent before a step.
     fn steps(&self) -> Result<Outcome> {
-        let (a, plan) = (self.run.a, self.run.plan);
+        let plan = self.run.plan;
         let flags = measure_args(&plan.agents, plan.gpu);
-        let mut parts: Vec<&[u8]> = vec![&self.source, a.size.as_bytes(), a.device.as_bytes()];
-        let rounds = a.rounds.to_string();
-        parts.extend([plan.baseline.mode().as_bytes(), rounds.as_bytes()]);
-        for (flag, v) in &flags {
-            parts.extend([flag.as_bytes(), v.as_bytes()]);
-        }
-        let measure_hash = content_hash(&parts);
-        let step_list = kforge_optimize::search::steps(&plan.agents);
-        let mut measurement = None;
-        let mut verified = None;
-        for step in step_list {
-            let answer = match step {
-                Step::Measure => self.step(step, &measure_hash, &["dispatch.json"], || self.measure(&flags))?,
-                Step::Result => {
-                    let hash = content_hash(&[&self.source, files_hash(self.out, &["dispatch.json"])?.as_bytes()]);
-                    self.step(step, &hash, &["model_new.py", "policy.toml"], || {
-                        self.write_result("dispatch.json").map(|_| Work::default())
-                    })?
-                }
-                Step::Verify => {
-                    let m: &DispatchMeasurement =
-                        measurement.as_ref().context("the verify step before the measure step")?;
-                    if m.fallback {
-                        continue; // nothing won: nothing to verify
-                    }
-                    let inputs = files_hash(self.out, &["model_new.py", "policy.toml"])?;
-                    let hash = content_hash(&[&self.source, inputs.as_bytes(), a.size.as_bytes(), a.device.as_bytes()]);
-                    self.step(step, &hash, &["verdict.json"], || self.verify())?
-                }
-            };
-            let Some(answer) = answer else { return Ok(Outcome::NotReached) };
-            match step {
-                Step::Measure => {
-                    let path = self.out.join("dispatch.json");
-                    let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-                    measurement = Some(DispatchMeasurement::parse(&text)?);
-                }
-                Step::Verify => {
-                    let name = answer.unwrap_or_default();
-                    verified = Some(verified_of(&name).with_context(|| format!("a verify outcome {name:?}"))?);
-                }
-                Step::Result => {}
+        let measure_hash = self.measure_hash(&flags);
+        let mut found = Found::default();
+        for step in kforge_optimize::search::steps(&plan.agents) {
+            if !self.take_step(step, &flags, &measure_hash, &mut found)? {
+                return Ok(Outcome::NotReached);
             }
         }
-        let measurement = measurement.context("no measure step")?;
-        self.decide(measurement, verified, &measure_hash)
+        let measurement = found.measurement.context("no measure step")?;
+        self.decide(measurement, found.verified, &measure_hash)
+    }
+
+    /// The measure step's input hash: the problem's source, size, device, baseline, rounds and
+    /// every agent's variants.
+    fn measure_hash(&self, flags: &[(&str, String)]) -> String {
+        let (a, plan) = (self.run.a, self.run.plan);
+        let rounds = a.rounds.to_string();
+        let mut parts: Vec<&[u8]> = vec![&self.source, a.size.as_bytes(), a.device.as_bytes()];
+        parts.extend([plan.baseline.mode().as_bytes(), rounds.as_bytes()]);
+        for (flag, v) in flags {
+            parts.extend([flag.as_bytes(), v.as_bytes()]);
+        }
+        content_hash(&parts)
+    }
+
+    /// One step, what it found kept in `found`; false when a budget kept it from starting.
+    fn take_step(&self, step: Step, flags: &[(&str, String)], measure_hash: &str, found: &mut Found) -> Result<bool> {
+        let a = self.run.a;
+        match step {
+            Step::Measure => {
+                let Some(_) = self.step(step, measure_hash, &["dispatch.json"], || self.measure(flags))? else {
+                    return Ok(false);
+                };
+                let path = self.out.join("dispatch.json");
+                let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+                found.measurement = Some(DispatchMeasurement::parse(&text)?);
+            }
+            Step::Result => {
+                let hash = content_hash(&[&self.source, files_hash(self.out, &["dispatch.json"])?.as_bytes()]);
+                let write = || self.write_result("dispatch.json").map(|_| Work::default());
+                if self.step(step, &hash, &["model_new.py", "policy.toml"], write)?.is_none() {
+                    return Ok(false);
+                }
+            }
+            Step::Verify => {
+                let m = found.measurement.as_ref().context("the verify step before the measure step")?;
+                if m.fallback {
+                    return Ok(true); // nothing won: nothing to verify
+                }
+                let inputs = files_hash(self.out, &["model_new.py", "policy.toml"])?;
+                let hash = content_hash(&[&self.source, inputs.as_bytes(), a.size.as_bytes(), a.device.as_bytes()]);
+                let Some(answer) = self.step(step, &hash, &["verdict.json"], || self.verify())? else {
+                    return Ok(false);
+                };
+                let name = answer.unwrap_or_default();
+                found.verified = Some(verified_of(&name).with_context(|| format!("a verify outcome {name:?}"))?);
+            }
+        }
+        Ok(true)
     }
 
     /// Run a step unless a finished one with the same input hash stands for it (its outputs
