@@ -18,10 +18,11 @@ use kforge_optimize::{
     Question, Report, Verified,
 };
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 #[derive(Args)]
@@ -106,6 +107,7 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
     let run = Run {
         socket,
         workspace: Workspace::open(&a.out),
+        in_flight: InFlight::default(),
         spending: Spending::new(plan.budget),
         total: problems.len(),
         a: &a,
@@ -167,7 +169,20 @@ struct Run<'a> {
     journal: Journal,
     spending: Spending,
     workspace: Option<Workspace>,
+    in_flight: InFlight,
     total: usize,
+}
+
+/// One lock per step input in flight, so that problems running at once with identical inputs
+/// run the step once: the second waits for the first and reuses its output.
+#[derive(Default)]
+struct InFlight(Mutex<HashMap<String, Arc<Mutex<()>>>>);
+
+impl InFlight {
+    fn lock_for(&self, step: Step, input_hash: &str) -> Arc<Mutex<()>> {
+        let key = format!("{}:{input_hash}", step.name());
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default().clone()
+    }
 }
 
 impl Run<'_> {
@@ -424,6 +439,9 @@ impl ProblemRun<'_> {
         work: impl FnOnce() -> Result<Work>,
     ) -> Result<Option<Option<String>>> {
         let journal = &self.run.journal;
+        // A step with the same input in flight in another problem: wait for it, then take its output.
+        let same = self.run.in_flight.lock_for(step, input_hash);
+        let _one = same.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(from) = journal.finished(step, input_hash)? {
             if self.take(&from.output, &from.output_hash, outputs)? {
                 let id = journal.started(&self.question.problem, step, input_hash)?;
