@@ -55,16 +55,12 @@ pub fn run_as_numbered_job(
     Ok((exit, String::from_utf8_lossy(&stderr.0).into_owned(), id))
 }
 
-/// Seconds the daemon's job `job` (labelled `label`) spent inside its regions, from the
-/// daemon's store.
-pub fn region_seconds(socket: &Path, label: &str, job: u64) -> Result<f64> {
+/// What the daemon's store holds of the jobs labelled `label` (their regions: GPU time).
+pub fn labelled(socket: &Path, label: &str) -> Result<kforge_store::Report> {
     let mut c =
         kforge_client::Client::connect(socket).with_context(|| format!("no kforge daemon on {}", socket.display()))?;
     match c.request(&kforge_proto::Request::Report { label: Some(label.to_string()) })? {
-        kforge_proto::Reply::Report { report } => {
-            let r: kforge_store::Report = serde_json::from_value(report).context("reading the daemon's report")?;
-            Ok(r.region_seconds(job))
-        }
+        kforge_proto::Reply::Report { report } => serde_json::from_value(report).context("reading the daemon's report"),
         other => anyhow::bail!("unexpected reply {other:?}"),
     }
 }

@@ -573,7 +573,8 @@ impl ProblemRun<'_> {
             args.extend([flag.to_string(), variants.clone()]);
         }
         let job = self.python_step(args, "dispatch")?;
-        let region_s = job.and_then(|(label, id)| crate::job::region_seconds(self.run.socket, &label, id).ok());
+        let region_s = job
+            .and_then(|(label, id)| crate::job::labelled(self.run.socket, &label).ok().map(|r| r.region_seconds(id)));
         Ok(Work { region_s, outcome: None })
     }
 
@@ -623,6 +624,7 @@ impl ProblemRun<'_> {
             cmd.arg("--daemon");
         }
         std::fs::remove_file(&verdict).ok(); // an earlier run's verdict is not this one's
+        let since_ns = now_ns();
         let status = cmd.status().context("running kforge verify")?;
         let text = std::fs::read_to_string(&verdict)
             .with_context(|| format!("kforge verify wrote no verdict ({status}); reading {}", verdict.display()))?;
@@ -630,7 +632,13 @@ impl ProblemRun<'_> {
             serde_json::from_str(&text).with_context(|| format!("parsing {}", verdict.display()))?;
         let outcome: Verified = serde_json::from_value(v["outcome"].clone())
             .with_context(|| format!("the outcome in {}", verdict.display()))?;
-        Ok(Work { region_s: None, outcome: Some(verified_name(outcome)) })
+        // With the daemon, its jobs' region time (the label `kforge verify` gives them).
+        let label = format!("verify:{}:{}", self.problem.display(), a.size);
+        let since = |r: kforge_store::Report| -> f64 {
+            r.jobs.iter().filter(|j| j.queued_ns >= since_ns).map(|j| r.region_seconds(j.id)).sum()
+        };
+        let region_s = if a.daemon { crate::job::labelled(self.run.socket, &label).ok().map(since) } else { None };
+        Ok(Work { region_s, outcome: Some(verified_name(outcome)) })
     }
 
     /// Run `python3 ARGS` here (the embedded package on its PYTHONPATH) or as a daemon job (its
@@ -762,6 +770,10 @@ fn problem_files(dir: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
     }
     out.sort();
     Ok(out)
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
 fn last_lines(text: &str) -> String {

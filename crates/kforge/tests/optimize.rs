@@ -423,6 +423,9 @@ fn through_the_daemon_the_measurement_counts_its_region_time() {
     assert_eq!(m.gpu_seconds_kind.as_deref(), Some("region"), "{m:?}");
     let (gpu, wall) = (m.gpu_seconds.unwrap(), m.seconds.unwrap());
     assert!(gpu > 0.0 && gpu <= wall, "region {gpu} s within the step's {wall} s");
+    if let Some(v) = j.steps.iter().find(|s| s.step == "verify") {
+        assert_eq!(v.gpu_seconds_kind.as_deref(), Some("region"), "{v:?}");
+    }
     let jobs = d.report().jobs;
     assert!(jobs
         .iter()
