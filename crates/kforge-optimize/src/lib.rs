@@ -7,6 +7,10 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+pub mod budget;
+pub mod journal;
+pub mod search;
+
 /// An agent: what proposes candidates. Closed: a name outside it is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -61,6 +65,8 @@ pub enum OptimizeError {
     NotAProblem { path: String, why: String },
     #[error("the dispatch agent's result is not readable: {0}")]
     Measurement(String),
+    #[error("{flag} must be a positive number of seconds, got {value}")]
+    Budget { flag: &'static str, value: f64 },
 }
 
 /// `--agents LIST`: comma-separated names, each known, in order, without repeats.
@@ -289,17 +295,26 @@ impl Report {
     }
 }
 
-/// One problem of a campaign: its report's decision, or why it could not be optimized.
+/// One problem of a campaign: its report's decision, why it could not be optimized, or why it
+/// was not reached.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProblemOutcome {
     pub problem: String,
     /// The group it is summarised in: its folder's name (`level1`), else `.`.
     pub level: String,
-    /// The decision (`None`: the run failed, `error` says why).
+    /// The decision (`None`: the run failed, `error` says why, or it was not reached).
     pub decision: Option<Decision>,
     #[serde(default)]
     pub error: Option<String>,
+    /// Why no step of it (or not all) ran: `budget` (a budget was spent first). Not a failure:
+    /// `--resume` continues it.
+    #[serde(default)]
+    pub not_reached: Option<String>,
     pub seconds: f64,
+    /// The device seconds its steps spent in this run (region time where known, else the
+    /// steps' wall seconds; see the journal).
+    #[serde(default)]
+    pub gpu_seconds: f64,
     /// Taken from an earlier run's report (`--resume`), not run again.
     #[serde(default)]
     pub resumed: bool,
@@ -325,10 +340,15 @@ pub struct LevelSummary {
     pub optimized: usize,
     pub fallbacks: usize,
     pub failed: usize,
+    /// Not reached (a budget was spent); counted as the baseline like a fallback.
+    #[serde(default)]
+    pub not_reached: usize,
     pub geomean: f64,
     /// Share of problems faster than the baseline by a verified winner (KernelBench's fast_1).
     pub fast_1: f64,
     pub seconds: f64,
+    #[serde(default)]
+    pub gpu_seconds: f64,
 }
 
 /// Per level, in name order, then `all`.
@@ -348,40 +368,59 @@ fn level_summary<'a>(level: &str, of: impl Iterator<Item = &'a ProblemOutcome>) 
     let of: Vec<&ProblemOutcome> = of.collect();
     let n = of.len();
     let optimized = of.iter().filter(|o| matches!(o.decision, Some(Decision::Improved { .. }))).count();
-    let failed = of.iter().filter(|o| o.decision.is_none()).count();
+    let not_reached = of.iter().filter(|o| o.decision.is_none() && o.not_reached.is_some()).count();
+    let failed = of.iter().filter(|o| o.decision.is_none()).count() - not_reached;
     let logs: f64 = of.iter().map(|o| o.speedup().ln()).sum();
     LevelSummary {
         level: level.into(),
         problems: n,
         optimized,
-        fallbacks: n - optimized - failed,
+        fallbacks: n - optimized - failed - not_reached,
         failed,
+        not_reached,
         geomean: if n == 0 { 1.0 } else { (logs / n as f64).exp() },
         fast_1: if n == 0 { 0.0 } else { optimized as f64 / n as f64 },
         seconds: of.iter().map(|o| o.seconds).sum(),
+        gpu_seconds: of.iter().map(|o| o.gpu_seconds).sum(),
     }
 }
 
 /// The campaign's table: one row per problem, then one per level.
 pub fn campaign_table(outcomes: &[ProblemOutcome], summary: &[LevelSummary]) -> String {
-    let mut t = format!("{:<52} {:>9} {:>8}  {}\n", "PROBLEM", "SPEEDUP", "SECONDS", "RESULT");
+    let mut t = format!("{:<52} {:>9} {:>8} {:>8}  {}\n", "PROBLEM", "SPEEDUP", "SECONDS", "GPU-S", "RESULT");
     for o in outcomes {
-        let what = match (&o.decision, &o.error) {
-            (Some(Decision::Improved { mode, agent, .. }), _) => format!("{mode} ({})", agent.name()),
-            (Some(Decision::Fallback { .. }), _) => "baseline kept".to_string(),
-            (None, e) => format!("failed: {}", e.as_deref().unwrap_or("?")),
+        let what = match (&o.decision, &o.error, &o.not_reached) {
+            (Some(Decision::Improved { mode, agent, .. }), _, _) => format!("{mode} ({})", agent.name()),
+            (Some(Decision::Fallback { .. }), _, _) => "baseline kept".to_string(),
+            (None, _, Some(why)) => format!("not reached: {why}"),
+            (None, e, None) => format!("failed: {}", e.as_deref().unwrap_or("?")),
         };
         let resumed = if o.resumed { " (resumed)" } else { "" };
-        t.push_str(&format!("{:<52} {:>8.3}x {:>8.1}  {what}{resumed}\n", o.problem, o.speedup(), o.seconds));
+        t.push_str(&format!(
+            "{:<52} {:>8.3}x {:>8.1} {:>8.1}  {what}{resumed}\n",
+            o.problem,
+            o.speedup(),
+            o.seconds,
+            o.gpu_seconds
+        ));
     }
     t.push_str(&format!(
-        "\n{:<10} {:>8} {:>9} {:>9} {:>6} {:>8} {:>6} {:>9}\n",
-        "LEVEL", "PROBLEMS", "OPTIMIZED", "FALLBACKS", "FAILED", "GEOMEAN", "FAST_1", "SECONDS"
+        "\n{:<10} {:>8} {:>9} {:>9} {:>6} {:>11} {:>8} {:>6} {:>9} {:>8}\n",
+        "LEVEL", "PROBLEMS", "OPTIMIZED", "FALLBACKS", "FAILED", "NOT-REACHED", "GEOMEAN", "FAST_1", "SECONDS", "GPU-S"
     ));
     for s in summary {
         t.push_str(&format!(
-            "{:<10} {:>8} {:>9} {:>9} {:>6} {:>7.3}x {:>6.2} {:>9.1}\n",
-            s.level, s.problems, s.optimized, s.fallbacks, s.failed, s.geomean, s.fast_1, s.seconds
+            "{:<10} {:>8} {:>9} {:>9} {:>6} {:>11} {:>7.3}x {:>6.2} {:>9.1} {:>8.1}\n",
+            s.level,
+            s.problems,
+            s.optimized,
+            s.fallbacks,
+            s.failed,
+            s.not_reached,
+            s.geomean,
+            s.fast_1,
+            s.seconds,
+            s.gpu_seconds
         ));
     }
     t
@@ -505,7 +544,9 @@ mod tests {
             level: level.into(),
             decision,
             error: None,
+            not_reached: None,
             seconds: 2.0,
+            gpu_seconds: 1.5,
             resumed: false,
         }
     }
@@ -524,19 +565,28 @@ mod tests {
                 error: Some("the dispatch step ended with Some(1)".into()),
                 ..outcome("level2/d.py", "level2", None)
             },
+            ProblemOutcome { not_reached: Some("budget".into()), ..outcome("level2/e.py", "level2", None) },
         ];
         let s = summarize(&outcomes);
         assert_eq!(s.iter().map(|l| l.level.as_str()).collect::<Vec<_>>(), ["level1", "level2", "all"]);
         assert_eq!((s[0].problems, s[0].optimized, s[0].fallbacks, s[0].failed), (2, 1, 1, 0));
         assert!((s[0].geomean - 2.0).abs() < 1e-9, "sqrt(4 x 1)");
-        assert_eq!((s[1].optimized, s[1].fallbacks, s[1].failed), (1, 0, 1));
-        assert!((s[1].geomean - 1.5f64.sqrt()).abs() < 1e-9);
-        assert!((s[2].geomean - (4.0f64 * 1.5).powf(0.25)).abs() < 1e-9 && (s[2].fast_1 - 0.5).abs() < 1e-9);
-        assert_eq!(s[2].seconds, 8.0);
+        // Not reached is neither a failure nor a fallback; it counts as the baseline.
+        assert_eq!((s[1].optimized, s[1].fallbacks, s[1].failed, s[1].not_reached), (1, 0, 1, 1));
+        assert!((s[1].geomean - 1.5f64.cbrt()).abs() < 1e-9);
+        assert!((s[2].geomean - (4.0f64 * 1.5).powf(0.2)).abs() < 1e-9 && (s[2].fast_1 - 0.4).abs() < 1e-9);
+        assert_eq!((s[2].seconds, s[2].gpu_seconds), (10.0, 7.5));
         let t = campaign_table(&outcomes, &s);
-        for want in
-            ["level1/a.py", "default (dispatch)", "baseline kept", "failed: the dispatch step ended", "GEOMEAN", "all"]
-        {
+        for want in [
+            "level1/a.py",
+            "default (dispatch)",
+            "baseline kept",
+            "failed: the dispatch step ended",
+            "not reached: budget",
+            "GEOMEAN",
+            "GPU-S",
+            "all",
+        ] {
             assert!(t.contains(want), "{want} in\n{t}");
         }
         // One level: no separate `all` row.

@@ -1,10 +1,14 @@
-//! The kforge store: one SQLite file holding jobs, regions and measurements.
+//! The kforge store: one SQLite file holding jobs, regions and measurements, and the journal of
+//! `kforge optimize` runs ([`journal`]).
 //!
 //! Rows are written as events happen (a job queued, started, ended; a region granted, released;
 //! a measurement reported), each in its own transaction, so whatever was recorded before a client
 //! or the daemon died stays recorded. The daemon owns one [`Store`] on a dedicated writer thread;
 //! nothing else writes the file while the daemon runs.
 
+pub mod journal;
+
+pub use journal::{CandidateRow, DecisionRow, Journal, QuestionRow, RunRow, StepEnd, StepRow};
 pub use kforge_proto::StepTimings;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
@@ -120,6 +124,17 @@ pub struct Report {
     pub job_memory: Vec<JobMemoryRow>,
 }
 
+impl Report {
+    /// Seconds job `job` spent inside released regions (its exclusive GPU time).
+    pub fn region_seconds(&self, job: u64) -> f64 {
+        self.regions
+            .iter()
+            .filter(|r| r.job == Some(job))
+            .filter_map(|r| r.released_ns.map(|end| (end - r.granted_ns).max(0) as f64 / 1e9))
+            .sum()
+    }
+}
+
 /// A peak seen of an earlier job, for the daemon's learned expected peaks.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LearnedPeak {
@@ -180,6 +195,7 @@ impl Store {
             .execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000;")
             .map_err(|e| s.err(e))?;
         s.conn.execute_batch(SCHEMA).map_err(|e| s.err(e))?;
+        s.conn.execute_batch(journal::SCHEMA).map_err(|e| s.err(e))?;
         let found: Option<String> = s
             .conn
             .query_row("SELECT value FROM meta WHERE key='schema_version'", [], |r| r.get(0))
@@ -557,6 +573,22 @@ mod tests {
         let all = s.report(None).unwrap();
         assert_eq!((all.jobs.len(), all.regions.len()), (2, 2));
         assert_eq!(s.max_ids().unwrap(), (2, 2, 1));
+    }
+
+    #[test]
+    fn a_jobs_region_seconds_count_its_released_regions() {
+        let done = |id, job, granted_ns, released_ns| RegionRow { granted_ns, released_ns, ..region(id, job) };
+        let r = Report {
+            regions: vec![
+                done(1, 1, 1_000_000_000, Some(3_500_000_000)),
+                done(2, 1, 4_000_000_000, Some(4_500_000_000)),
+                done(3, 1, 5_000_000_000, None), // still held: not counted
+                done(4, 2, 0, Some(9_000_000_000)),
+            ],
+            ..Report::default()
+        };
+        assert!((r.region_seconds(1) - 3.0).abs() < 1e-9);
+        assert_eq!(r.region_seconds(3), 0.0);
     }
 
     #[test]

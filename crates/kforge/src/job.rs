@@ -20,6 +20,18 @@ pub fn run_as_job(
     timeout_s: Option<u64>,
     gpu_memory_bytes: Option<u64>,
 ) -> Result<(JobExit, String)> {
+    run_as_numbered_job(socket, argv, device, label, timeout_s, gpu_memory_bytes).map(|(exit, err, _)| (exit, err))
+}
+
+/// `run_as_job`, also returning the job's id (to look up its regions in the daemon's store).
+pub fn run_as_numbered_job(
+    socket: &Path,
+    argv: Vec<String>,
+    device: &str,
+    label: &str,
+    timeout_s: Option<u64>,
+    gpu_memory_bytes: Option<u64>,
+) -> Result<(JobExit, String, u64)> {
     let spec = SubmitSpec {
         argv,
         cwd: std::env::current_dir().context("reading the current directory")?.display().to_string(),
@@ -37,9 +49,20 @@ pub fn run_as_job(
         .with_context(|| format!("no kforge daemon on {}", socket.display()))?
         .submit(spec)
         .context("submitting the job")?;
+    let id = job.job;
     let mut stderr = KeptStderr(Vec::new());
     let exit = job.stream_output(&mut std::io::stdout(), &mut stderr).context("waiting for the job")?;
-    Ok((exit, String::from_utf8_lossy(&stderr.0).into_owned()))
+    Ok((exit, String::from_utf8_lossy(&stderr.0).into_owned(), id))
+}
+
+/// What the daemon's store holds of the jobs labelled `label` (their regions: GPU time).
+pub fn labelled(socket: &Path, label: &str) -> Result<kforge_store::Report> {
+    let mut c =
+        kforge_client::Client::connect(socket).with_context(|| format!("no kforge daemon on {}", socket.display()))?;
+    match c.request(&kforge_proto::Request::Report { label: Some(label.to_string()) })? {
+        kforge_proto::Reply::Report { report } => serde_json::from_value(report).context("reading the daemon's report"),
+        other => anyhow::bail!("unexpected reply {other:?}"),
+    }
 }
 
 /// This process's stderr, keeping a copy of what passed through.

@@ -1,19 +1,29 @@
-//! `kforge optimize`: run the agents on a problem (today: the dispatch agent,
-//! `python3 -m kforge.optimize.dispatch`), write the winner's standalone result file
-//! (`python3 -m kforge.optimize.result`), verify it with `kforge verify` under the policy written
-//! beside it, and decide (`kforge_optimize::decide`): the verified winner, or the baseline kept.
-//! Each Python step runs from the embedded package, or as a daemon job with `--daemon`. A
-//! directory is a campaign: every problem in it, one output folder each, a summary per level;
-//! `--resume` takes a problem's earlier report when it answers the same question.
+//! `kforge optimize`: run the agents on a problem (`kforge_optimize::search`'s steps: the
+//! agents' variants measured by `python3 -m kforge.optimize.dispatch`, the winner's standalone
+//! result file written by `python3 -m kforge.optimize.result`, verified with `kforge verify`
+//! under the policy written beside it) and decide (`kforge_optimize::decide`): the verified
+//! winner, or the baseline kept. Each Python step runs from the embedded package, or as a daemon
+//! job with `--daemon`. A directory is a campaign: every problem in it, one output folder each,
+//! up to `--jobs` at once, a summary per level. Every step, candidate and decision goes into
+//! the journal (`OUT/journal.db`); `--resume` skips what it holds; budgets stop new work; the
+//! output folder is a git repository with a commit per verified improvement.
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use kforge_optimize::budget::{Budget, Spending};
+use kforge_optimize::journal::{content_hash, verified_name, verified_of, Journal, StepDone};
+use kforge_optimize::search::{measure_args, Step};
 use kforge_optimize::{
-    campaign_table, decide, dispatch_modes, inductor_knobs, parse_agents, summarize, Agent, Baseline, Decision,
-    DispatchMeasurement, ProblemOutcome, Question, Report, Verified,
+    campaign_table, decide, parse_agents, summarize, Agent, Baseline, Decision, DispatchMeasurement, ProblemOutcome,
+    Question, Report, Verified,
 };
+use std::cell::Cell;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 #[derive(Args)]
 pub struct OptimizeArgs {
@@ -36,8 +46,9 @@ pub struct OptimizeArgs {
     /// Interleaved timing rounds of the dispatch agent (at least 2).
     #[arg(long, default_value_t = 5)]
     rounds: u32,
-    /// Output directory: the agent's measurement, the result file (model_new.py), its verify
-    /// policy (policy.toml), the verdict and the report.
+    /// Output directory (a git repository, one commit per verified improvement): the agent's
+    /// measurement, the result file (model_new.py), its verify policy (policy.toml), the verdict,
+    /// the report, and the journal of every run (journal.db).
     #[arg(long, default_value = "kforge-optimize")]
     out: PathBuf,
     /// Also write the report as JSON to this file (`-`: standard output).
@@ -49,10 +60,22 @@ pub struct OptimizeArgs {
     /// Python interpreter with torch (and Triton).
     #[arg(long, default_value = "python3")]
     python: String,
-    /// Take a problem's earlier report in the output directory instead of running it again, when
-    /// it answers the same question (problem, size, device, baseline, agents, rounds).
+    /// Skip what the journal in the output directory holds: a problem with a decision for the same
+    /// question (problem, size, device, baseline, agents, rounds), a step finished with the same
+    /// input; an interrupted run continues where it stopped.
     #[arg(long)]
     resume: bool,
+    /// Start no new problem or step once the steps spent this many device seconds (region time
+    /// with --daemon, else the device steps' wall seconds).
+    #[arg(long, allow_negative_numbers = true)]
+    budget_gpu_s: Option<f64>,
+    /// Start no new problem or step once this many seconds have passed since the run started.
+    #[arg(long, allow_negative_numbers = true)]
+    budget_wall_s: Option<f64>,
+    /// Problems of a campaign in flight at once (with --daemon they share the GPU through its
+    /// regions; without it their timings run side by side).
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    jobs: i64,
 }
 
 /// What every problem of a run shares, checked once.
@@ -60,26 +83,42 @@ struct Plan {
     agents: Vec<Agent>,
     baseline: Baseline,
     gpu: bool,
+    budget: Budget,
+    jobs: usize,
 }
 
 pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
     let plan = plan(&a)?;
-    if a.problem.is_dir() {
-        return campaign(socket, &a, &plan);
-    }
-    let source = std::fs::read_to_string(&a.problem).with_context(|| format!("reading {}", a.problem.display()))?;
-    kforge_verify::problem_interface(&source)
-        .map_err(|why| kforge_optimize::OptimizeError::NotAProblem { path: a.problem.display().to_string(), why })?;
-    let report = match resumed(&a, &plan, &a.problem, &a.out) {
-        Some(r) => r,
-        None => optimize_one(socket, &a, &plan, &a.problem, &a.out)?,
+    let problems = if a.problem.is_dir() {
+        problem_files(&a.problem)?
+    } else {
+        let source = std::fs::read_to_string(&a.problem).with_context(|| format!("reading {}", a.problem.display()))?;
+        kforge_verify::problem_interface(&source).map_err(|why| kforge_optimize::OptimizeError::NotAProblem {
+            path: a.problem.display().to_string(),
+            why,
+        })?;
+        vec![(PathBuf::from(a.problem.file_name().unwrap_or_default()), a.problem.clone())]
     };
-    let body = serde_json::to_string_pretty(&report).context("serializing the report")?;
-    if let Some(dest) = &a.json {
-        crate::output::write_out(dest, &body)?;
+    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
+    let journal_path = a.out.join("journal.db");
+    let journal =
+        Journal::open(&journal_path, &question(&a, &plan, &a.problem), plan.budget, plan.jobs as u32, a.resume)
+            .with_context(|| format!("opening the journal {}", journal_path.display()))?;
+    let run = Run {
+        socket,
+        workspace: Workspace::open(&a.out),
+        in_flight: InFlight::default(),
+        spending: Spending::new(plan.budget),
+        total: problems.len(),
+        a: &a,
+        plan: &plan,
+        journal,
+    };
+    if a.problem.is_dir() {
+        run.campaign(&problems)
+    } else {
+        run.single(&problems[0].1)
     }
-    print!("{}", report.table());
-    Ok(0)
 }
 
 fn plan(a: &OptimizeArgs) -> Result<Plan> {
@@ -90,13 +129,17 @@ fn plan(a: &OptimizeArgs) -> Result<Plan> {
     if !crate::verify::SIZES.contains(&a.size.as_str()) {
         bail!("--size must be one of {}, got {:?}", crate::verify::SIZES.join(", "), a.size);
     }
+    if !(1..=256).contains(&a.jobs) {
+        bail!("--jobs must be between 1 and 256 (problems in flight at once), got {}", a.jobs);
+    }
+    let budget = Budget::new(a.budget_gpu_s, a.budget_wall_s)?;
     let gpu = match a.device.as_str() {
         "cpu" => false,
         "auto" => torch_sees_a_gpu(&a.python),
         d if d.parse::<u32>().is_ok() => true,
         d => bail!("--device must be auto, cpu or a GPU index, got {d:?}"),
     };
-    Ok(Plan { agents, baseline: a.baseline.into(), gpu })
+    Ok(Plan { agents, baseline: a.baseline.into(), gpu, budget, jobs: a.jobs as usize })
 }
 
 fn question(a: &OptimizeArgs, plan: &Plan, problem: &Path) -> Question {
@@ -110,63 +153,601 @@ fn question(a: &OptimizeArgs, plan: &Plan, problem: &Path) -> Question {
     }
 }
 
-/// With `--resume`, the report already in `out` if it answers the same question.
-fn resumed(a: &OptimizeArgs, plan: &Plan, problem: &Path, out: &Path) -> Option<Report> {
-    if !a.resume {
-        return None;
-    }
-    let text = std::fs::read_to_string(out.join("report.json")).ok()?;
-    let r: Report = serde_json::from_str(&text).ok()?;
-    (r.question == question(a, plan, problem)).then(|| {
-        eprintln!("kforge optimize: {}: resumed from {}", problem.display(), out.join("report.json").display());
-        r
-    })
+/// How one problem's run ended.
+enum Outcome {
+    /// Decided now, or taken from an earlier run (`resumed`).
+    Decided { report: Box<Report>, resumed: bool },
+    /// A budget was spent before it (or one of its steps) started.
+    NotReached,
 }
 
-/// Every problem below the directory, each in its own output folder; a problem that fails is
-/// recorded as failed and the campaign goes on. Exit status 2 when any failed.
-fn campaign(socket: &Path, a: &OptimizeArgs, plan: &Plan) -> Result<i32> {
-    let problems = problem_files(&a.problem)?;
-    if problems.is_empty() {
-        bail!(
-            "{}: no problem file (*.py defining class Model, get_inputs(), get_init_inputs()) below it",
-            a.problem.display()
-        );
+/// One invocation: its journal, budget and workspace, shared by the problems in flight.
+struct Run<'a> {
+    socket: &'a Path,
+    a: &'a OptimizeArgs,
+    plan: &'a Plan,
+    journal: Journal,
+    spending: Spending,
+    workspace: Option<Workspace>,
+    in_flight: InFlight,
+    total: usize,
+}
+
+/// One lock per step input in flight, so that problems running at once with identical inputs
+/// run the step once: the second waits for the first and reuses its output.
+#[derive(Default)]
+struct InFlight(Mutex<HashMap<String, Arc<Mutex<()>>>>);
+
+impl InFlight {
+    fn lock_for(&self, step: Step, input_hash: &str) -> Arc<Mutex<()>> {
+        let key = format!("{}:{input_hash}", step.name());
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_default().clone()
     }
-    let mut outcomes = Vec::new();
-    for (i, (rel, path)) in problems.iter().enumerate() {
-        eprintln!("kforge optimize: [{}/{}] {}", i + 1, problems.len(), rel.display());
-        let out = a.out.join(rel.with_extension(""));
-        let level =
-            rel.parent().and_then(|p| p.iter().next()).map(|c| c.to_string_lossy().into_owned()).unwrap_or(".".into());
-        let t0 = std::time::Instant::now();
-        let (decision, error, resumed_now) = match resumed(a, plan, path, &out) {
-            Some(r) => (Some(r.decision), None, true),
-            None => match optimize_one(socket, a, plan, path, &out) {
-                Ok(r) => (Some(r.decision), None, false),
-                Err(e) => (None, Some(format!("{e:#}")), false),
-            },
-        };
-        let seconds = t0.elapsed().as_secs_f64();
-        outcomes.push(ProblemOutcome {
+}
+
+impl Run<'_> {
+    /// One problem: its report and table. Exit status 3 when a budget stopped it (`--resume`
+    /// continues it).
+    fn single(&self, problem: &Path) -> Result<i32> {
+        let gpu_s = Cell::new(0.0);
+        let outcome = self.problem(1, problem, &self.a.out, &gpu_s);
+        self.journal.finish(matches!(outcome, Ok(Outcome::NotReached)).then_some("budget"))?;
+        match outcome? {
+            Outcome::Decided { report, .. } => {
+                let body = serde_json::to_string_pretty(&report).context("serializing the report")?;
+                if let Some(dest) = &self.a.json {
+                    crate::output::write_out(dest, &body)?;
+                }
+                print!("{}", report.table());
+                Ok(0)
+            }
+            Outcome::NotReached => {
+                eprint!("kforge optimize: {}: not reached: {}", problem.display(), self.spending.status().line());
+                Ok(3)
+            }
+        }
+    }
+
+    /// Every problem below the directory, each in its own output folder, up to `--jobs` at
+    /// once; a problem that fails is recorded as failed and the campaign goes on; those a budget
+    /// kept from starting are `not-reached: budget`. Exit status 2 when any failed.
+    fn campaign(&self, problems: &[(PathBuf, PathBuf)]) -> Result<i32> {
+        if problems.is_empty() {
+            bail!(
+                "{}: no problem file (*.py defining class Model, get_inputs(), get_init_inputs()) below it",
+                self.a.problem.display()
+            );
+        }
+        let next = AtomicUsize::new(0);
+        let done: Mutex<Vec<Option<ProblemOutcome>>> = Mutex::new(vec![None; problems.len()]);
+        std::thread::scope(|s| {
+            for _ in 0..self.plan.jobs.min(problems.len()) {
+                s.spawn(|| loop {
+                    let i = next.fetch_add(1, Ordering::SeqCst);
+                    let Some((rel, path)) = problems.get(i) else { break };
+                    let o = self.outcome(i + 1, rel, path);
+                    done.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(o);
+                });
+            }
+        });
+        let outcomes: Vec<ProblemOutcome> =
+            done.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().flatten().collect();
+        let not_reached = outcomes.iter().filter(|o| o.not_reached.is_some()).count();
+        self.journal.finish((not_reached > 0).then_some("budget"))?;
+        let summary = summarize(&outcomes);
+        let budget = self.spending.status();
+        let body = serde_json::to_string_pretty(
+            &serde_json::json!({"problems": outcomes, "summary": summary, "budget": budget, "run": self.journal.run()}),
+        )?;
+        std::fs::write(self.a.out.join("campaign.json"), &body)
+            .with_context(|| format!("writing {}", self.a.out.join("campaign.json").display()))?;
+        if let Some(dest) = &self.a.json {
+            crate::output::write_out(dest, &body)?;
+        }
+        print!("{}\n{}", campaign_table(&outcomes, &summary), budget.line());
+        if not_reached > 0 {
+            println!("{not_reached} problem(s) not reached (budget): --resume continues them");
+        }
+        Ok(if outcomes.iter().any(|o| o.decision.is_none() && o.not_reached.is_none()) { 2 } else { 0 })
+    }
+
+    /// One problem of a campaign, whatever happened to it.
+    fn outcome(&self, index: usize, rel: &Path, path: &Path) -> ProblemOutcome {
+        let t0 = Instant::now();
+        let gpu_s = Cell::new(0.0);
+        let (decision, error, not_reached, resumed) =
+            match self.problem(index, path, &self.a.out.join(rel.with_extension("")), &gpu_s) {
+                Ok(Outcome::Decided { report, resumed }) => (Some(report.decision), None, None, resumed),
+                Ok(Outcome::NotReached) => (None, None, Some("budget".to_string()), false),
+                Err(e) => {
+                    self.progress(index, path, &format!("failed: {e:#}"));
+                    (None, Some(format!("{e:#}")), None, false)
+                }
+            };
+        ProblemOutcome {
             problem: rel.display().to_string(),
-            level,
+            level: rel
+                .parent()
+                .and_then(|p| p.iter().next())
+                .map(|c| c.to_string_lossy().into_owned())
+                .unwrap_or(".".into()),
             decision,
             error,
-            seconds,
-            resumed: resumed_now,
+            not_reached,
+            seconds: t0.elapsed().as_secs_f64(),
+            gpu_seconds: gpu_s.get(),
+            resumed,
+        }
+    }
+
+    /// One problem in `out`: taken from the journal with `--resume`, else its steps in turn.
+    fn problem(&self, index: usize, problem: &Path, out: &Path, gpu_s: &Cell<f64>) -> Result<Outcome> {
+        let q = question(self.a, self.plan, problem);
+        if let Some(report) = self.resumed(&q, out)? {
+            self.progress(index, problem, "resumed: its decision is in the journal");
+            return Ok(Outcome::Decided { report: Box::new(report), resumed: true });
+        }
+        if self.spending.spent().is_some() {
+            self.progress(index, problem, "not reached: budget");
+            return Ok(Outcome::NotReached);
+        }
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        let source = std::fs::read(problem).with_context(|| format!("reading {}", problem.display()))?;
+        let p = ProblemRun { run: self, index, problem, out, source, question: q, gpu_s };
+        p.steps()
+    }
+
+    /// With `--resume`, the problem's report (`out/report.json`) when it answers the same
+    /// question and the journal holds a decision for it (or the report is from before the
+    /// journal: a journal without any decision of this problem).
+    fn resumed(&self, q: &Question, out: &Path) -> Result<Option<Report>> {
+        if !self.a.resume {
+            return Ok(None);
+        }
+        let Ok(text) = std::fs::read_to_string(out.join("report.json")) else { return Ok(None) };
+        let Some(report) = serde_json::from_str::<Report>(&text).ok().filter(|r| r.question == *q) else {
+            return Ok(None);
+        };
+        let journaled = self.journal.decision_for(q)?.is_some();
+        Ok((journaled || !self.journal.decided_any(&q.problem)?).then_some(report))
+    }
+
+    /// A progress line: the problem, what happened, the time and budget left.
+    fn progress(&self, index: usize, problem: &Path, what: &str) {
+        let shown =
+            if self.a.problem.is_dir() { problem.strip_prefix(&self.a.problem).unwrap_or(problem) } else { problem };
+        eprintln!(
+            "kforge optimize: [{index}/{}] {}: {what} ({})",
+            self.total,
+            shown.display(),
+            self.spending.progress()
+        );
+    }
+}
+
+/// The content hash of files in `dir` (their names and contents, in order).
+fn files_hash(dir: &Path, names: &[&str]) -> Result<String> {
+    let mut parts = Vec::new();
+    for n in names {
+        let path = dir.join(n);
+        parts.push(n.as_bytes().to_vec());
+        parts.push(std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?);
+    }
+    Ok(content_hash(&parts.iter().map(Vec::as_slice).collect::<Vec<_>>()))
+}
+
+/// What a step's work reports: its device seconds when known better than its wall seconds, and
+/// its one-word answer (verify: the outcome).
+#[derive(Default)]
+struct Work {
+    region_s: Option<f64>,
+    outcome: Option<String>,
+}
+
+/// What a problem's steps found so far.
+#[derive(Default)]
+struct Found {
+    measurement: Option<DispatchMeasurement>,
+    verified: Option<Verified>,
+}
+
+/// One problem's run: its steps, each journaled.
+struct ProblemRun<'a> {
+    run: &'a Run<'a>,
+    index: usize,
+    problem: &'a Path,
+    out: &'a Path,
+    source: Vec<u8>,
+    question: Question,
+    gpu_s: &'a Cell<f64>,
+}
+
+impl ProblemRun<'_> {
+    /// The steps of `kforge_optimize::search` in order, then the decision; `NotReached` when a
+    /// budget was spent before a step.
+    fn steps(&self) -> Result<Outcome> {
+        let plan = self.run.plan;
+        let flags = measure_args(&plan.agents, plan.gpu);
+        let measure_hash = self.measure_hash(&flags);
+        let mut found = Found::default();
+        for step in kforge_optimize::search::steps(&plan.agents) {
+            if !self.take_step(step, &flags, &measure_hash, &mut found)? {
+                return Ok(Outcome::NotReached);
+            }
+        }
+        let measurement = found.measurement.context("no measure step")?;
+        self.decide(measurement, found.verified, &measure_hash)
+    }
+
+    /// The measure step's input hash: the problem's source, size, device, baseline, rounds and
+    /// every agent's variants.
+    fn measure_hash(&self, flags: &[(&str, String)]) -> String {
+        let (a, plan) = (self.run.a, self.run.plan);
+        let rounds = a.rounds.to_string();
+        let mut parts: Vec<&[u8]> = vec![&self.source, a.size.as_bytes(), a.device.as_bytes()];
+        parts.extend([plan.baseline.mode().as_bytes(), rounds.as_bytes()]);
+        for (flag, v) in flags {
+            parts.extend([flag.as_bytes(), v.as_bytes()]);
+        }
+        content_hash(&parts)
+    }
+
+    /// One step, what it found kept in `found`; false when a budget kept it from starting.
+    fn take_step(&self, step: Step, flags: &[(&str, String)], measure_hash: &str, found: &mut Found) -> Result<bool> {
+        let a = self.run.a;
+        match step {
+            Step::Measure => {
+                let Some(_) = self.step(step, measure_hash, &["dispatch.json"], || self.measure(flags))? else {
+                    return Ok(false);
+                };
+                let path = self.out.join("dispatch.json");
+                let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+                found.measurement = Some(DispatchMeasurement::parse(&text)?);
+            }
+            Step::Result => {
+                let hash = content_hash(&[&self.source, files_hash(self.out, &["dispatch.json"])?.as_bytes()]);
+                let write = || self.write_result("dispatch.json").map(|_| Work::default());
+                if self.step(step, &hash, &["model_new.py", "policy.toml"], write)?.is_none() {
+                    return Ok(false);
+                }
+            }
+            Step::Verify => {
+                let m = found.measurement.as_ref().context("the verify step before the measure step")?;
+                if m.fallback {
+                    return Ok(true); // nothing won: nothing to verify
+                }
+                let inputs = files_hash(self.out, &["model_new.py", "policy.toml"])?;
+                let hash = content_hash(&[&self.source, inputs.as_bytes(), a.size.as_bytes(), a.device.as_bytes()]);
+                let Some(answer) = self.step(step, &hash, &["verdict.json"], || self.verify())? else {
+                    return Ok(false);
+                };
+                let name = answer.unwrap_or_default();
+                found.verified = Some(verified_of(&name).with_context(|| format!("a verify outcome {name:?}"))?);
+            }
+        }
+        Ok(true)
+    }
+
+    /// Run a step unless a finished one with the same input hash stands for it (its outputs
+    /// taken, copied when they are another problem's); `None` when a budget is spent. Returns
+    /// its one-word answer.
+    fn step(
+        &self,
+        step: Step,
+        input_hash: &str,
+        outputs: &[&str],
+        work: impl FnOnce() -> Result<Work>,
+    ) -> Result<Option<Option<String>>> {
+        let journal = &self.run.journal;
+        // A step with the same input in flight in another problem: wait for it, then take its output.
+        let same = self.run.in_flight.lock_for(step, input_hash);
+        let _one = same.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(from) = journal.finished(step, input_hash)? {
+            if self.take(&from.output, &from.output_hash, outputs)? {
+                let id = journal.started(&self.question.problem, step, input_hash)?;
+                journal.reused(id, &from, &self.journaled_path(outputs[0]))?;
+                self.progress(&format!("{}: reused (step {} of run {})", step.name(), from.id, from.run));
+                return Ok(Some(from.outcome));
+            }
+        }
+        if self.run.spending.spent().is_some() {
+            self.progress(&format!("not reached: budget (before its {} step)", step.name()));
+            return Ok(None);
+        }
+        let id = journal.started(&self.question.problem, step, input_hash)?;
+        self.progress(&format!("{}…", step.name()));
+        let t0 = Instant::now();
+        let done = work().and_then(|w| {
+            let seconds = t0.elapsed().as_secs_f64();
+            let gpu_seconds = match w.region_s {
+                Some(s) => Some((s, "region")),
+                None => step.uses_device().then_some((seconds, "wall")),
+            };
+            let output_hash = files_hash(self.out, outputs)?;
+            let output = self.journaled_path(outputs[0]);
+            Ok(StepDone { seconds, gpu_seconds, output, output_hash, outcome: w.outcome })
         });
+        match done {
+            Ok(d) => {
+                journal.done(id, &d)?;
+                let gpu = d.gpu_seconds.map(|g| g.0).unwrap_or(0.0);
+                self.run.spending.charge(gpu);
+                self.gpu_s.set(self.gpu_s.get() + gpu);
+                let kind = d.gpu_seconds.map(|g| format!(", gpu {:.1} s {}", g.0, g.1)).unwrap_or_default();
+                self.progress(&format!("{} done in {:.1} s{kind}", step.name(), d.seconds));
+                Ok(Some(d.outcome))
+            }
+            Err(e) => {
+                journal.failed(id, t0.elapsed().as_secs_f64(), &format!("{e:#}"))?;
+                Err(e)
+            }
+        }
     }
-    let summary = summarize(&outcomes);
-    let body = serde_json::to_string_pretty(&serde_json::json!({"problems": outcomes, "summary": summary}))?;
-    std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    std::fs::write(a.out.join("campaign.json"), &body)
-        .with_context(|| format!("writing {}", a.out.join("campaign.json").display()))?;
-    if let Some(dest) = &a.json {
-        crate::output::write_out(dest, &body)?;
+
+    /// Whether the files a finished step wrote (beside `output`) still hold what it wrote; they
+    /// are copied here when they were another folder's.
+    fn take(&self, output: &Option<String>, hash: &Option<String>, names: &[&str]) -> Result<bool> {
+        let (Some(output), Some(hash)) = (output, hash) else { return Ok(false) };
+        let Some(dir) = Path::new(output).parent() else { return Ok(false) };
+        if files_hash(dir, names).ok().as_ref() != Some(hash) {
+            return Ok(false);
+        }
+        if dir != self.out {
+            for n in names {
+                std::fs::copy(dir.join(n), self.out.join(n))
+                    .with_context(|| format!("copying {} into {}", dir.join(n).display(), self.out.display()))?;
+            }
+        }
+        Ok(true)
     }
-    print!("{}", campaign_table(&outcomes, &summary));
-    Ok(if outcomes.iter().any(|o| o.decision.is_none()) { 2 } else { 0 })
+
+    fn progress(&self, what: &str) {
+        self.run.progress(self.index, self.problem, what)
+    }
+
+    /// A file of `out` as the journal names it: absolute, so that a run resumed from another
+    /// working directory finds it.
+    fn journaled_path(&self, name: &str) -> String {
+        let path = self.out.join(name);
+        std::path::absolute(&path).unwrap_or(path).display().to_string()
+    }
+
+    /// The decision from the measurement and the verdict; the report, the journal's candidates
+    /// and decision, and a workspace commit for an improvement.
+    fn decide(
+        &self,
+        measurement: DispatchMeasurement,
+        verified: Option<Verified>,
+        measure_hash: &str,
+    ) -> Result<Outcome> {
+        let gpu = self.run.plan.gpu;
+        let decision = decide(&measurement, verified, gpu);
+        if measurement.winner != measurement.baseline && matches!(decision, Decision::Fallback { .. }) {
+            self.keep_baseline(&measurement)?; // the result file becomes the baseline's
+        }
+        let (result, policy) = (self.out.join("model_new.py"), self.out.join("policy.toml"));
+        let report = Report {
+            question: self.question.clone(),
+            measurement,
+            verified,
+            decision,
+            result: result.display().to_string(),
+            policy: policy.display().to_string(),
+        };
+        let body = serde_json::to_string_pretty(&report).context("serializing the report")?;
+        let report_path = self.out.join("report.json");
+        std::fs::write(&report_path, &body).with_context(|| format!("writing {}", report_path.display()))?;
+        let journal = &self.run.journal;
+        let winner = verified.map(|v| (report.measurement.winner.as_str(), v));
+        journal.candidates(&self.question.problem, &report.measurement, measure_hash, winner)?;
+        journal.decided(&self.question, &report.decision, Path::new(&self.journaled_path("report.json")))?;
+        let what = match &report.decision {
+            Decision::Improved { agent, mode, speedup, .. } => {
+                let message = format!("optimize {}: {mode} ({}) {speedup:.3}x", self.problem.display(), agent.name());
+                if let Some(w) = &self.run.workspace {
+                    w.commit(&[&result, &policy, &report_path], &message);
+                }
+                format!(
+                    "decided: {mode} ({}) {speedup:.3}x, {}",
+                    agent.name(),
+                    verified.map(verified_name).unwrap_or_default()
+                )
+            }
+            Decision::Fallback { .. } => "decided: the baseline kept".to_string(),
+        };
+        self.progress(&what);
+        Ok(Outcome::Decided { report: Box::new(report), resumed: false })
+    }
+
+    /// The agents' measurement, run here or as a daemon job (its region time then counted).
+    fn measure(&self, flags: &[(&str, String)]) -> Result<Work> {
+        let (a, plan) = (self.run.a, self.run.plan);
+        let out = self.out.join("dispatch.json");
+        let device = if plan.gpu { "cuda" } else { "cpu" };
+        let mut args: Vec<String> = ["-m", "kforge.optimize.dispatch"].map(String::from).to_vec();
+        args.push(self.problem.display().to_string());
+        args.extend(["--out".into(), out.display().to_string(), "--device".into(), device.into()]);
+        args.extend(["--size".into(), a.size.clone(), "--baseline".into(), plan.baseline.mode().into()]);
+        args.extend(["--rounds".into(), a.rounds.to_string()]);
+        for (flag, variants) in flags {
+            args.extend([flag.to_string(), variants.clone()]);
+        }
+        let job = self.python_step(args, "dispatch")?;
+        let region_s = job
+            .and_then(|(label, id)| crate::job::labelled(self.run.socket, &label).ok().map(|r| r.region_seconds(id)));
+        Ok(Work { region_s, outcome: None })
+    }
+
+    /// `model_new.py` and `policy.toml` for the winner named in `measurement` (a file in `out`).
+    fn write_result(&self, measurement: &str) -> Result<()> {
+        let args = vec![
+            "-m".into(),
+            "kforge.optimize.result".into(),
+            self.problem.display().to_string(),
+            self.out.join(measurement).display().to_string(),
+            "--out".into(),
+            self.out.display().to_string(),
+        ];
+        self.python_step(args, "result").map(|_| ())
+    }
+
+    /// The result file rewritten for the baseline (its winner did not pass verification), from
+    /// `fallback.json`: the measurement naming the baseline as its winner (`dispatch.json` stays
+    /// as measured).
+    fn keep_baseline(&self, m: &DispatchMeasurement) -> Result<()> {
+        let path = self.out.join("dispatch.json");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let mut v: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        v["measured_winner"] = serde_json::json!(m.winner);
+        v["winner"] = serde_json::json!(m.baseline);
+        v["fallback"] = serde_json::json!(true);
+        let kept = self.out.join("fallback.json");
+        std::fs::write(&kept, serde_json::to_string_pretty(&v)?)
+            .with_context(|| format!("writing {}", kept.display()))?;
+        self.write_result("fallback.json")
+    }
+
+    /// `kforge verify PROBLEM model_new.py --policy policy.toml` (this binary): its outcome.
+    fn verify(&self) -> Result<Work> {
+        let (a, gpu) = (self.run.a, self.run.plan.gpu);
+        let verdict = self.out.join("verdict.json");
+        let mut cmd = Command::new(crate::output::this_binary()?);
+        cmd.arg("--socket").arg(self.run.socket).arg("verify").arg(self.problem).arg(self.out.join("model_new.py"));
+        cmd.arg("--policy").arg(self.out.join("policy.toml"));
+        cmd.args(["--size", &a.size, "--json"]).arg(&verdict).args(["--python", &a.python]);
+        cmd.args(["--device", if gpu { a.device.as_str() } else { "cpu" }]);
+        if !gpu {
+            cmd.arg("--no-performance");
+        }
+        if a.daemon {
+            cmd.arg("--daemon");
+        }
+        std::fs::remove_file(&verdict).ok(); // an earlier run's verdict is not this one's
+        let since_ns = now_ns();
+        let status = cmd.status().context("running kforge verify")?;
+        let text = std::fs::read_to_string(&verdict)
+            .with_context(|| format!("kforge verify wrote no verdict ({status}); reading {}", verdict.display()))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", verdict.display()))?;
+        let outcome: Verified = serde_json::from_value(v["outcome"].clone())
+            .with_context(|| format!("the outcome in {}", verdict.display()))?;
+        // With the daemon, its jobs' region time (the label `kforge verify` gives them).
+        let label = format!("verify:{}:{}", self.problem.display(), a.size);
+        let since = |r: kforge_store::Report| -> f64 {
+            r.jobs.iter().filter(|j| j.queued_ns >= since_ns).map(|j| r.region_seconds(j.id)).sum()
+        };
+        let region_s = if a.daemon { crate::job::labelled(self.run.socket, &label).ok().map(since) } else { None };
+        Ok(Work { region_s, outcome: Some(verified_name(outcome)) })
+    }
+
+    /// Run `python3 ARGS` here (the embedded package on its PYTHONPATH) or as a daemon job (its
+    /// label and id returned); its failure says the step, the exit status and the last lines it
+    /// wrote.
+    fn python_step(&self, args: Vec<String>, step: &str) -> Result<Option<(String, u64)>> {
+        let a = self.run.a;
+        if a.daemon {
+            let mut argv = vec![a.python.clone()];
+            argv.extend(args);
+            let device = if a.device == "auto" { "auto" } else { a.device.as_str() };
+            let label = format!("optimize:{step}:{}", self.problem.display());
+            let (exit, err, id) = crate::job::run_as_numbered_job(self.run.socket, argv, device, &label, None, None)?;
+            if exit.code != Some(0) {
+                bail!("the {step} step ended with {:?}: {}", exit.code, last_lines(&err));
+            }
+            return Ok(Some((label, id)));
+        }
+        let mut cmd = Command::new(&a.python);
+        cmd.args(&args);
+        let _package = crate::output::embedded_python(&mut cmd)?;
+        let o = cmd.output().with_context(|| format!("running {} for the {step} step", a.python))?;
+        std::io::Write::write_all(&mut std::io::stderr(), &o.stderr).ok();
+        if !o.status.success() {
+            bail!("the {step} step ended with {}: {}", o.status, last_lines(&String::from_utf8_lossy(&o.stderr)));
+        }
+        Ok(None)
+    }
+}
+
+/// The output directory as a git repository: one commit per verified improvement. Without git
+/// (or when `git init` fails) the run goes on without commits, after one warning.
+struct Workspace {
+    git: String,
+    dir: PathBuf,
+    /// One commit at a time (problems in flight commit from their threads).
+    lock: Mutex<()>,
+}
+
+impl Workspace {
+    fn open(dir: &Path) -> Option<Workspace> {
+        Workspace::open_with("git", dir)
+    }
+
+    /// With `git` the program to run.
+    fn open_with(git: &str, dir: &Path) -> Option<Workspace> {
+        let warn = |why: String| {
+            eprintln!(
+                "kforge optimize: warning: {why}; {} is not a git workspace (no commit per improvement)",
+                dir.display()
+            );
+            None
+        };
+        match Command::new(git).arg("--version").output() {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => return warn(format!("git --version ended with {}", o.status)),
+            Err(e) => return warn(format!("git is not runnable ({e})")),
+        }
+        if !dir.join(".git").exists() {
+            match Command::new(git).args(["init", "-q"]).arg(dir).output() {
+                Ok(o) if o.status.success() => {}
+                Ok(o) => {
+                    return warn(format!(
+                        "git init ended with {}: {}",
+                        o.status,
+                        last_lines(&String::from_utf8_lossy(&o.stderr))
+                    ))
+                }
+                Err(e) => return warn(format!("git init did not run ({e})")),
+            }
+        }
+        let ignore = dir.join(".gitignore");
+        if !ignore.exists() && std::fs::write(&ignore, "journal.db*\n").is_err() {
+            return warn(format!("cannot write {}", ignore.display()));
+        }
+        Some(Workspace { git: git.into(), dir: dir.to_path_buf(), lock: Mutex::new(()) })
+    }
+
+    /// Commit `files` (paths below the workspace) with `message`; a failure is a warning (the
+    /// result files and the journal hold the result either way).
+    fn commit(&self, files: &[&Path], message: &str) {
+        let _one = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        if let Err(e) = self.try_commit(files, message) {
+            eprintln!("kforge optimize: warning: no commit in {}: {e:#}", self.dir.display());
+        }
+    }
+
+    fn try_commit(&self, files: &[&Path], message: &str) -> Result<()> {
+        let rel: Vec<&Path> = files.iter().map(|f| f.strip_prefix(&self.dir).unwrap_or(f)).collect();
+        self.git(
+            &[&["add", "--"][..], &rel.iter().map(|p| p.to_str().unwrap_or_default()).collect::<Vec<_>>()].concat(),
+        )?;
+        let named = self.git(&["config", "user.email"]).is_ok();
+        let who: &[&str] = if named { &[] } else { &["-c", "user.name=kforge", "-c", "user.email=kforge@localhost"] };
+        self.git(&[who, &["commit", "-q", "-m", message]].concat())
+    }
+
+    fn git(&self, args: &[&str]) -> Result<()> {
+        let o = Command::new(&self.git).arg("-C").arg(&self.dir).args(args).output().context("running git")?;
+        if !o.status.success() {
+            bail!(
+                "git {} ended with {}: {}",
+                args.join(" "),
+                o.status,
+                last_lines(&String::from_utf8_lossy(&o.stderr))
+            );
+        }
+        Ok(())
+    }
 }
 
 /// The problem files below `dir` (relative path, path), sorted: `*.py` defining the problem
@@ -191,151 +772,8 @@ fn problem_files(dir: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
     Ok(out)
 }
 
-/// One problem: the agent, the result file, its verification, the decision; `out/report.json`.
-fn optimize_one(socket: &Path, a: &OptimizeArgs, plan: &Plan, problem: &Path, out: &Path) -> Result<Report> {
-    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-    let step = Step { socket, plan, a, problem, out };
-    let measurement = step.run_dispatch(plan.baseline, plan.gpu)?;
-    step.write_result()?;
-    let (result, policy) = (out.join("model_new.py"), out.join("policy.toml"));
-    let verified = if measurement.fallback { None } else { Some(step.verify_result(&result, &policy, plan.gpu)?) };
-    let decision = decide(&measurement, verified, plan.gpu);
-    if measurement.winner != measurement.baseline && matches!(decision, Decision::Fallback { .. }) {
-        step.keep_baseline(&measurement)?; // the result file becomes the baseline's
-    }
-    let report = Report {
-        question: question(a, plan, problem),
-        measurement,
-        verified,
-        decision,
-        result: result.display().to_string(),
-        policy: policy.display().to_string(),
-    };
-    let body = serde_json::to_string_pretty(&report).context("serializing the report")?;
-    std::fs::write(out.join("report.json"), &body)
-        .with_context(|| format!("writing {}", out.join("report.json").display()))?;
-    Ok(report)
-}
-
-/// The steps of one problem's run.
-struct Step<'a> {
-    socket: &'a Path,
-    plan: &'a Plan,
-    a: &'a OptimizeArgs,
-    problem: &'a Path,
-    out: &'a Path,
-}
-
-impl Step<'_> {
-    /// The dispatch agent's measurement, run here or as a daemon job; read back from its JSON.
-    fn run_dispatch(&self, baseline: Baseline, gpu: bool) -> Result<DispatchMeasurement> {
-        let a = self.a;
-        let out = self.out.join("dispatch.json");
-        let device = if gpu { "cuda".to_string() } else { "cpu".to_string() };
-        // The dispatch agent's modes, the inductor agent's knobs: one measurement, one baseline.
-        let agents = &self.plan.agents;
-        let modes = if agents.contains(&Agent::Dispatch) { dispatch_modes(gpu).join(",") } else { String::new() };
-        let knobs = if agents.contains(&Agent::Inductor) { inductor_knobs(gpu).join(",") } else { String::new() };
-        let args: Vec<String> = vec![
-            "-m".into(),
-            "kforge.optimize.dispatch".into(),
-            self.problem.display().to_string(),
-            "--out".into(),
-            out.display().to_string(),
-            "--device".into(),
-            device,
-            "--size".into(),
-            a.size.clone(),
-            "--modes".into(),
-            modes,
-            "--knobs".into(),
-            knobs,
-            "--baseline".into(),
-            baseline.mode().into(),
-            "--rounds".into(),
-            a.rounds.to_string(),
-        ];
-        eprintln!("kforge optimize: dispatch agent on {} ({} rounds)…", self.problem.display(), a.rounds);
-        self.python_step(args, "dispatch")?;
-        let text = std::fs::read_to_string(&out).with_context(|| format!("reading {}", out.display()))?;
-        Ok(DispatchMeasurement::parse(&text)?)
-    }
-
-    /// `model_new.py` and `policy.toml` for the measured winner.
-    fn write_result(&self) -> Result<()> {
-        let args = vec![
-            "-m".into(),
-            "kforge.optimize.result".into(),
-            self.problem.display().to_string(),
-            self.out.join("dispatch.json").display().to_string(),
-            "--out".into(),
-            self.out.display().to_string(),
-        ];
-        self.python_step(args, "result")
-    }
-
-    /// The result file rewritten for the baseline (its winner did not pass verification).
-    fn keep_baseline(&self, m: &DispatchMeasurement) -> Result<()> {
-        let path = self.out.join("dispatch.json");
-        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let mut v: serde_json::Value =
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-        v["measured_winner"] = serde_json::json!(m.winner);
-        v["winner"] = serde_json::json!(m.baseline);
-        v["fallback"] = serde_json::json!(true);
-        std::fs::write(&path, serde_json::to_string_pretty(&v)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-        self.write_result()
-    }
-
-    /// `kforge verify PROBLEM model_new.py --policy policy.toml` (this binary), its outcome.
-    fn verify_result(&self, result: &Path, policy: &Path, gpu: bool) -> Result<Verified> {
-        let a = self.a;
-        let verdict = self.out.join("verdict.json");
-        let mut cmd = Command::new(crate::output::this_binary()?);
-        cmd.arg("--socket").arg(self.socket).arg("verify").arg(self.problem).arg(result).arg("--policy").arg(policy);
-        cmd.args(["--size", &a.size, "--json"]).arg(&verdict).args(["--python", &a.python]);
-        cmd.args(["--device", if gpu { a.device.as_str() } else { "cpu" }]);
-        if !gpu {
-            cmd.arg("--no-performance");
-        }
-        if a.daemon {
-            cmd.arg("--daemon");
-        }
-        eprintln!("kforge optimize: verifying {}…", result.display());
-        let status = cmd.status().context("running kforge verify")?;
-        let text = std::fs::read_to_string(&verdict)
-            .with_context(|| format!("kforge verify wrote no verdict ({status}); reading {}", verdict.display()))?;
-        let v: serde_json::Value =
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", verdict.display()))?;
-        serde_json::from_value(v["outcome"].clone()).with_context(|| format!("the outcome in {}", verdict.display()))
-    }
-
-    /// Run `python3 ARGS` here (the embedded package on its PYTHONPATH) or as a daemon job; its
-    /// failure says the step, the exit status and the last lines it wrote.
-    fn python_step(&self, args: Vec<String>, step: &str) -> Result<()> {
-        let a = self.a;
-        if a.daemon {
-            let mut argv = vec![a.python.clone()];
-            argv.extend(args);
-            let device = if a.device == "auto" { "auto" } else { a.device.as_str() };
-            let label = format!("optimize:{step}:{}", self.problem.display());
-            let (exit, err) = crate::job::run_as_job(self.socket, argv, device, &label, None, None)?;
-            if exit.code != Some(0) {
-                bail!("the {step} step ended with {:?}: {}", exit.code, last_lines(&err));
-            }
-            return Ok(());
-        }
-        let mut cmd = Command::new(&a.python);
-        cmd.args(&args);
-        let _package = crate::output::embedded_python(&mut cmd)?;
-        let o = cmd.output().with_context(|| format!("running {} for the {step} step", a.python))?;
-        std::io::Write::write_all(&mut std::io::stderr(), &o.stderr).ok();
-        if !o.status.success() {
-            bail!("the {step} step ended with {}: {}", o.status, last_lines(&String::from_utf8_lossy(&o.stderr)));
-        }
-        Ok(())
-    }
+fn now_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
 
 fn last_lines(text: &str) -> String {
@@ -350,4 +788,49 @@ fn torch_sees_a_gpu(python: &str) -> bool {
         .status()
         .map(|s| s.success())
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(dir: &Path) -> String {
+        let o = Command::new("git").arg("-C").arg(dir).args(["log", "--format=%s"]).output().unwrap();
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    #[test]
+    fn the_workspace_commits_each_improvement_and_only_its_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = Workspace::open(dir.path()).expect("git is installed here");
+        assert!(dir.path().join(".git").is_dir());
+        let p = dir.path().join("level1/a");
+        std::fs::create_dir_all(&p).unwrap();
+        for f in ["model_new.py", "policy.toml", "report.json", "dispatch.json"] {
+            std::fs::write(p.join(f), f).unwrap();
+        }
+        let files = ["model_new.py", "policy.toml", "report.json"].map(|f| p.join(f));
+        w.commit(
+            &files.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+            "optimize level1/a.py: eager (dispatch) 1.500x",
+        );
+        assert_eq!(log(dir.path()), "optimize level1/a.py: eager (dispatch) 1.500x\n");
+        let o =
+            Command::new("git").arg("-C").arg(dir.path()).args(["show", "--name-only", "--format="]).output().unwrap();
+        let names = String::from_utf8_lossy(&o.stdout).into_owned();
+        let names: Vec<&str> = names.lines().filter(|l| !l.is_empty()).collect();
+        assert_eq!(names, ["level1/a/model_new.py", "level1/a/policy.toml", "level1/a/report.json"]);
+        // Opened again: the same repository, the next commit on top.
+        let again = Workspace::open(dir.path()).unwrap();
+        std::fs::write(p.join("model_new.py"), "better").unwrap();
+        again.commit(&[&p.join("model_new.py")], "optimize level1/a.py: default (dispatch) 2.000x");
+        assert_eq!(log(dir.path()).lines().count(), 2);
+    }
+
+    #[test]
+    fn without_git_there_is_no_workspace() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(Workspace::open_with("/no/such/git", dir.path()).is_none());
+        assert!(!dir.path().join(".git").exists());
+    }
 }

@@ -2,26 +2,59 @@
 //! winner's standalone result file written and verified under its policy, the report; bad input
 //! named before anything runs. Needs python3 with torch and Triton (scripts/test installs them).
 
+mod common;
+
 use serde_json::Value;
-use std::path::PathBuf;
+use std::io::BufRead;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn optimize(args: &[&str], out: &std::path::Path) -> (Option<i32>, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
-        .arg("optimize")
+fn command(args: &[&str], out: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kforge"));
+    c.arg("optimize")
         .args(args)
         .arg("--out")
         .arg(out)
         .current_dir(repo())
         .env("KFORGE_SOCKET", out.with_extension("no-daemon.sock"))
-        .env_remove("TRITON_INTERPRET")
-        .output()
-        .unwrap();
+        .env_remove("TRITON_INTERPRET");
+    c
+}
+
+fn optimize(args: &[&str], out: &Path) -> (Option<i32>, String) {
+    let o = command(args, out).output().unwrap();
     (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+}
+
+/// Everything the journal in `out` holds.
+fn journal(out: &Path) -> kforge_store::Journal {
+    kforge_store::Store::open(&out.join("journal.db")).unwrap().journal(None).unwrap()
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let o = Command::new("git").arg("-C").arg(dir).args(args).output().unwrap();
+    assert!(o.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn campaign(out: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("campaign.json")).unwrap()).unwrap()
+}
+
+/// A campaign directory with these (level, file) problems copied from the test corpus, under
+/// `name` when given.
+fn problems(dir: &Path, files: &[(&str, &str, &str)]) -> PathBuf {
+    let problems = dir.join("problems");
+    for (level, name, copy_as) in files {
+        std::fs::create_dir_all(problems.join(level)).unwrap();
+        std::fs::copy(repo().join("tests/candidates/problems").join(name), problems.join(level).join(copy_as)).unwrap();
+    }
+    problems
 }
 
 #[test]
@@ -43,8 +76,28 @@ fn a_problem_is_optimized_end_to_end_on_the_cpu() {
         &out,
     );
     assert_eq!(code, Some(0), "{text}");
+    // A progress line per step, with the time and budget left.
+    for step in ["measure done in", "result done in"] {
+        assert!(text.contains(step) && text.contains("elapsed"), "{step} in {text}");
+    }
     let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(r["baseline"], "default");
+    // The journal: the run, its steps (device seconds counted for the device steps), every
+    // measured candidate and the decision.
+    let j = journal(&out);
+    assert_eq!(j.runs.len(), 1);
+    assert!(j.runs[0].finished_ns.is_some() && j.runs[0].stopped.is_none());
+    let measure = j.steps.iter().find(|s| s.step == "measure").unwrap();
+    assert_eq!((measure.status.as_str(), measure.gpu_seconds_kind.as_deref()), ("done", Some("wall")));
+    assert!(measure.gpu_seconds.unwrap() > 0.0 && measure.output_hash.is_some());
+    let modes = r["measurement"]["modes"].as_object().unwrap();
+    assert_eq!(j.candidates.len(), modes.len());
+    for c in &j.candidates {
+        assert_eq!(c.speedup, modes[&c.variant]["speedup"].as_f64(), "{c:?}");
+        assert_eq!(c.agent, if c.variant.contains('+') { "inductor" } else { "dispatch" });
+    }
+    assert_eq!(j.decisions.len(), 1);
+    assert_eq!(j.decisions[0].kind, r["decision"]["kind"].as_str().unwrap());
     assert_eq!(r["agents"], serde_json::json!(["dispatch", "inductor"]));
     let m = &r["measurement"];
     // The dispatch agent's modes and the inductor agent's knobs on the baseline's mode.
@@ -65,11 +118,24 @@ fn a_problem_is_optimized_end_to_end_on_the_cpu() {
             let agent = if mode.contains('+') { "inductor" } else { "dispatch" };
             assert_eq!(r["decision"]["agent"], agent);
             assert!(text.contains(&format!("result: {mode} ({agent})")), "{text}");
+            // The workspace: one commit for the improvement, naming problem, variant, agent, speedup.
+            let log = git(&out, &["log", "--format=%s"]);
+            assert_eq!(log.lines().count(), 1, "{log}");
+            assert!(log.contains(&format!("row_softmax.py: {mode} ({agent}) ")) && log.contains('x'), "{log}");
+            let files = git(&out, &["show", "--name-only", "--format="]);
+            assert_eq!(
+                files.lines().filter(|l| !l.is_empty()).collect::<Vec<_>>(),
+                ["model_new.py", "policy.toml", "report.json"]
+            );
         }
         // Kept: the result file is the baseline's own (compiled in the baseline mode).
         Some("fallback") => {
             assert!(result.contains("mode='default'"), "{result}");
             assert!(text.contains("result: the baseline kept"), "{text}");
+            assert!(
+                out.join(".git").is_dir() && git(&out, &["rev-list", "--all"]).is_empty(),
+                "no improvement: no commit"
+            );
         }
         k => panic!("decision {k:?}: {r}"),
     }
@@ -91,12 +157,24 @@ fn bad_input_is_named_before_anything_runs() {
         ),
         (vec!["tests/candidates/problems/row_softmax.py", "--baseline", "eager"], "invalid value 'eager'"),
         (vec!["no/such/problem.py", "--device", "cpu"], "reading no/such/problem.py"),
+        (
+            vec!["tests/candidates/problems/row_softmax.py", "--device", "cpu", "--budget-gpu-s", "0"],
+            "--budget-gpu-s must be a positive number of seconds, got 0",
+        ),
+        (
+            vec!["tests/candidates/problems/row_softmax.py", "--device", "cpu", "--budget-wall-s", "-3"],
+            "--budget-wall-s must be a positive number of seconds, got -3",
+        ),
+        (
+            vec!["tests/candidates/problems/row_softmax.py", "--device", "cpu", "--jobs", "0"],
+            "--jobs must be between 1",
+        ),
     ] {
         let out = dir.path().join("o");
         let (code, text) = optimize(&args, &out);
         assert_eq!(code, Some(2), "{args:?}: {text}");
         assert!(text.contains(why), "{args:?}: {text}");
-        assert!(!out.join("dispatch.json").exists(), "{args:?}: nothing ran");
+        assert!(!out.join("dispatch.json").exists() && !out.join("journal.db").exists(), "{args:?}: nothing ran");
     }
 }
 
@@ -117,9 +195,6 @@ fn a_campaign_summarizes_per_level_and_resumes() {
     let args = [p, "--device", "cpu", "--baseline", "default", "--rounds", "2"];
     let (code, text) = optimize(&args, &out);
     assert_eq!(code, Some(0), "{text}");
-    let campaign = |out: &std::path::Path| -> Value {
-        serde_json::from_str(&std::fs::read_to_string(out.join("campaign.json")).unwrap()).unwrap()
-    };
     let c = campaign(&out);
     let names: Vec<&str> = c["problems"].as_array().unwrap().iter().map(|p| p["problem"].as_str().unwrap()).collect();
     assert_eq!(names, ["level1/row_softmax.py", "level2/vector_add.py"], "helpers.py is not a problem");
@@ -137,6 +212,14 @@ fn a_campaign_summarizes_per_level_and_resumes() {
     let (code, text) = optimize(&[&args[..], &["--resume"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     assert!(campaign(&out)["problems"].as_array().unwrap().iter().all(|p| p["resumed"] == true), "{text}");
+    // Output from before the journal: its reports answer the same question, so they count.
+    for f in ["journal.db", "journal.db-wal", "journal.db-shm"] {
+        std::fs::remove_file(out.join(f)).ok();
+    }
+    let (code, text) = optimize(&[&args[..], &["--resume"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(campaign(&out)["problems"].as_array().unwrap().iter().all(|p| p["resumed"] == true), "{text}");
+    assert!(journal(&out).steps.is_empty(), "nothing ran");
     // Another question (more rounds) for one problem: it runs again.
     let single = out.join("level1/row_softmax");
     let (code, text) = optimize(
@@ -156,4 +239,196 @@ fn a_campaign_summarizes_per_level_and_resumes() {
     assert!(!text.contains("resumed from"), "{text}");
     let r: Value = serde_json::from_str(&std::fs::read_to_string(single.join("report.json")).unwrap()).unwrap();
     assert_eq!(r["rounds"], 3);
+}
+
+/// A campaign killed (SIGKILL, its whole process group: the machine gone) while its second
+/// problem runs, synchronized on the progress line of its first decision and of the second's
+/// measure step, then resumed: the decided problem is not run again (no step of it in the second
+/// run), the finished measurement is reused, and the results are complete.
+#[test]
+fn a_killed_campaign_resumes_without_redoing_finished_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = problems(
+        dir.path(),
+        &[("level1", "row_softmax.py", "row_softmax.py"), ("level2", "vector_add.py", "vector_add.py")],
+    );
+    let out = dir.path().join("o");
+    let args = [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--rounds", "2"];
+    let mut child = command(&args, &out)
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let second_measured = line.contains("[2/2]") && line.contains("measure done");
+        seen.push(line);
+        if second_measured {
+            break;
+        }
+    }
+    assert!(seen.iter().any(|l| l.contains("[1/2]") && l.contains("decided:")), "{seen:#?}");
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    child.wait().unwrap();
+    drop(lines); // open until the kill: the run never wrote into a closed pipe
+    let before = journal(&out);
+    assert_eq!(before.decisions.len(), 1, "the first problem was decided");
+    assert!(before.runs[0].finished_ns.is_none(), "the run was killed");
+    assert!(!out.join("campaign.json").exists());
+
+    let (code, text) = optimize(&[&args[..], &["--resume"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    let after = journal(&out);
+    let second_run = after.runs[1].id;
+    let steps = |run: u64, problem: &str| -> Vec<(String, String)> {
+        after
+            .steps
+            .iter()
+            .filter(|s| s.run == run && s.problem.ends_with(problem))
+            .map(|s| (s.step.clone(), s.status.clone()))
+            .collect()
+    };
+    assert!(steps(second_run, "row_softmax.py").is_empty(), "the decided problem ran no step again: {text}");
+    assert!(text.contains("[1/2]") && text.contains("resumed: its decision is in the journal"), "{text}");
+    let again = steps(second_run, "vector_add.py");
+    assert_eq!(again[0], ("measure".to_string(), "reused".to_string()), "{again:?}");
+    for problem in ["row_softmax.py", "vector_add.py"] {
+        let measured = after.steps.iter().filter(|s| s.problem.ends_with(problem) && s.step == "measure");
+        assert_eq!(measured.filter(|s| s.status == "done").count(), 1, "{problem} measured once");
+    }
+    assert_eq!(after.decisions.len(), 2);
+    let c = campaign(&out);
+    assert_eq!(c["problems"].as_array().unwrap().len(), 2);
+    assert_eq!(c["problems"][0]["resumed"], true);
+    assert_eq!(c["problems"][1]["resumed"], false);
+    let all = &c["summary"][2];
+    assert_eq!(
+        (all["problems"].as_u64(), all["failed"].as_u64(), all["not_reached"].as_u64()),
+        (Some(2), Some(0), Some(0))
+    );
+    assert_eq!(all["optimized"].as_u64().unwrap() + all["fallbacks"].as_u64().unwrap(), 2);
+}
+
+/// A GPU-seconds budget spent by the first step: nothing else starts, the problems are recorded
+/// as not reached (not failed) and the summary says so; resumed without the budget, the campaign
+/// completes and the measurement already taken is reused.
+#[test]
+fn a_spent_budget_stops_new_work_and_resume_completes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = problems(dir.path(), &[("level1", "vector_add.py", "a.py"), ("level1", "row_softmax.py", "b.py")]);
+    let out = dir.path().join("o");
+    let args = [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--rounds", "2"];
+    let (code, text) = optimize(&[&args[..], &["--budget-gpu-s", "0.001"]].concat(), &out);
+    assert_eq!(code, Some(0), "not reached is not a failure: {text}");
+    let c = campaign(&out);
+    let reached: Vec<&Value> = c["problems"].as_array().unwrap().iter().map(|p| &p["not_reached"]).collect();
+    assert_eq!(reached, ["budget", "budget"], "{c}");
+    assert!(c["problems"][0]["gpu_seconds"].as_f64().unwrap() > 0.0, "its measure step ran");
+    assert_eq!(c["problems"][1]["gpu_seconds"], 0.0);
+    assert_eq!((c["summary"][0]["not_reached"].as_u64(), c["summary"][0]["failed"].as_u64()), (Some(2), Some(0)));
+    assert_eq!(c["budget"]["spent"], "gpu");
+    for want in ["not reached: budget", "the gpu budget is spent", "2 problem(s) not reached (budget)", "NOT-REACHED"] {
+        assert!(text.contains(want), "{want} in {text}");
+    }
+    let j = journal(&out);
+    assert_eq!(j.runs[0].stopped.as_deref(), Some("budget"));
+    assert_eq!(j.steps.iter().map(|s| s.step.as_str()).collect::<Vec<_>>(), ["measure"], "no step after the budget");
+    assert!(j.decisions.is_empty());
+
+    let (code, text) = optimize(&[&args[..], &["--resume"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    let c = campaign(&out);
+    assert!(c["problems"].as_array().unwrap().iter().all(|p| p["decision"].is_object()), "{c}");
+    let j = journal(&out);
+    let first: Vec<&str> = j
+        .steps
+        .iter()
+        .filter(|s| s.run == j.runs[1].id && s.problem.ends_with("a.py"))
+        .map(|s| s.status.as_str())
+        .collect();
+    assert_eq!(first[0], "reused", "{first:?}");
+
+    // One problem: stopped by the budget after its measurement, exit status 3, no report.
+    let single = dir.path().join("single");
+    let (code, text) =
+        optimize(&[p.join("level1/a.py").to_str().unwrap(), "--device", "cpu", "--budget-gpu-s", "0.001"], &single);
+    assert_eq!(code, Some(3), "{text}");
+    assert!(text.contains("not reached: budget: gpu") && !single.join("report.json").exists(), "{text}");
+}
+
+/// Two identical problems (the same source) in one run, in flight at once (`--jobs 2`): measured
+/// and verified once, the other waits and takes the first's outputs. Two different problems with
+/// `--jobs 2` run side by side, and the journal and summary stay whole.
+#[test]
+fn identical_candidates_are_measured_once_and_jobs_run_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = problems(dir.path(), &[("level1", "vector_add.py", "a.py"), ("level1", "vector_add.py", "b.py")]);
+    let out = dir.path().join("o");
+    let args = [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--rounds", "2", "--jobs", "2"];
+    let (code, text) = optimize(&args, &out);
+    assert_eq!(code, Some(0), "{text}");
+    let j = journal(&out);
+    let of = |problem: &str| -> Vec<(&str, &str)> {
+        j.steps.iter().filter(|s| s.problem.ends_with(problem)).map(|s| (s.step.as_str(), s.status.as_str())).collect()
+    };
+    // Whichever started first measured; the other reused (result files may differ after a fallback).
+    let (first, second) = if of("a.py")[0].1 == "done" { (of("a.py"), of("b.py")) } else { (of("b.py"), of("a.py")) };
+    assert_eq!((first[0], second[0]), (("measure", "done"), ("measure", "reused")), "{first:?} {second:?}");
+    assert!(second.iter().all(|(step, status)| *status == "reused" || *step == "result"), "{second:?}");
+    assert_eq!(
+        std::fs::read(out.join("level1/a/dispatch.json")).unwrap(),
+        std::fs::read(out.join("level1/b/dispatch.json")).unwrap()
+    );
+    assert_eq!(j.candidates.iter().filter(|c| c.problem.ends_with("a.py")).count(), j.candidates.len() / 2);
+    let hashes = |problem: &str| -> Vec<String> {
+        j.candidates.iter().filter(|c| c.problem.ends_with(problem)).map(|c| c.content_hash.clone()).collect()
+    };
+    assert_eq!(hashes("a.py"), hashes("b.py"), "identical candidates, one hash");
+
+    // Side by side: the second problem's measurement starts before the first's ends.
+    let out2 = dir.path().join("o2");
+    let p2 =
+        problems(&dir.path().join("two"), &[("level1", "vector_add.py", "a.py"), ("level2", "row_softmax.py", "b.py")]);
+    let (code, text) = optimize(
+        &[p2.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--rounds", "2", "--jobs", "2"],
+        &out2,
+    );
+    assert_eq!(code, Some(0), "{text}");
+    let j = journal(&out2);
+    let measure = |problem: &str| j.steps.iter().find(|s| s.step == "measure" && s.problem.ends_with(problem)).unwrap();
+    let (a, b) = (measure("a.py"), measure("b.py"));
+    assert!(a.started_ns < b.finished_ns.unwrap() && b.started_ns < a.finished_ns.unwrap(), "{a:?} {b:?}");
+    assert_eq!(j.decisions.len(), 2);
+    assert!(j.steps.iter().all(|s| s.status == "done"), "{:?}", j.steps);
+    let c = campaign(&out2);
+    let names: Vec<&str> = c["problems"].as_array().unwrap().iter().map(|p| p["problem"].as_str().unwrap()).collect();
+    assert_eq!(names, ["level1/a.py", "level2/b.py"], "in order, whatever finished first");
+}
+
+/// With `--daemon` the measure step is a daemon job: its GPU-seconds are its time inside the
+/// daemon's regions (no more than the step's wall seconds), journaled as such.
+#[test]
+fn through_the_daemon_the_measurement_counts_its_region_time() {
+    let mut d = common::TestDaemon::start(&[]);
+    let out = d.path("o");
+    let args = ["tests/candidates/problems/vector_add.py", "--device", "cpu", "--baseline", "default", "--rounds", "2"];
+    let o = command(&[&args[..], &["--daemon"]].concat(), &out).env("KFORGE_SOCKET", &d.socket).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    let j = journal(&out);
+    let m = j.steps.iter().find(|s| s.step == "measure").unwrap();
+    assert_eq!(m.gpu_seconds_kind.as_deref(), Some("region"), "{m:?}");
+    let (gpu, wall) = (m.gpu_seconds.unwrap(), m.seconds.unwrap());
+    assert!(gpu > 0.0 && gpu <= wall, "region {gpu} s within the step's {wall} s");
+    if let Some(v) = j.steps.iter().find(|s| s.step == "verify") {
+        assert_eq!(v.gpu_seconds_kind.as_deref(), Some("region"), "{v:?}");
+    }
+    let jobs = d.report().jobs;
+    assert!(jobs
+        .iter()
+        .any(|j| j.label.as_deref() == Some("optimize:dispatch:tests/candidates/problems/vector_add.py")));
+    d.shutdown();
 }

@@ -1,0 +1,329 @@
+//! The optimize journal's typed side: a run's question, steps, candidates and decisions
+//! written to the store (`kforge_store::journal`) as they happen, and read back to resume a run
+//! and to skip work already done (a step with the same input hash, a decision for the same
+//! question). Conversion to rows happens here and nowhere else.
+
+use crate::budget::Budget;
+use crate::search::Step;
+use crate::{Agent, Decision, DispatchMeasurement, Question, Verified};
+use kforge_store::{CandidateRow, DecisionRow, QuestionRow, RunRow, StepEnd, StepRow, Store, StoreError};
+use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
+
+/// A content hash (64-bit FNV-1a over the parts, each length-prefixed), as 16 hex digits: the
+/// identity of a step's input or of a candidate, for de-duplication and resumption.
+pub fn content_hash(parts: &[&[u8]]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for b in (part.len() as u64).to_le_bytes().iter().chain(part.iter()) {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+pub fn question_row(q: &Question) -> QuestionRow {
+    QuestionRow {
+        problem: q.problem.clone(),
+        size: q.size.clone(),
+        device: q.device.clone(),
+        baseline: q.baseline.mode().into(),
+        agents: q.agents.iter().map(|a| a.name()).collect::<Vec<_>>().join(","),
+        rounds: q.rounds,
+    }
+}
+
+fn now_ns() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+/// How a step's output came about.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepDone {
+    pub seconds: f64,
+    /// Device seconds and how they were counted (`region` or `wall`); `None` for a host step.
+    pub gpu_seconds: Option<(f64, &'static str)>,
+    pub output: String,
+    pub output_hash: String,
+    pub outcome: Option<String>,
+}
+
+/// One run's journal: its rows in the store at `path`. Shared by the problems in flight.
+pub struct Journal {
+    store: Mutex<Store>,
+    run: u64,
+    /// Whether earlier runs' finished work counts (`--resume`); without it only this run's does
+    /// (identical candidates measured once per run).
+    resume: bool,
+}
+
+impl Journal {
+    /// Open the journal at `path` (created if needed) and record the run's start.
+    pub fn open(path: &Path, q: &Question, budget: Budget, jobs: u32, resume: bool) -> Result<Journal, StoreError> {
+        let store = Store::open(path)?;
+        let run = store.insert_run(&RunRow {
+            id: 0,
+            question: question_row(q),
+            budget_gpu_s: budget.gpu_s,
+            budget_wall_s: budget.wall_s,
+            jobs,
+            started_ns: now_ns(),
+            finished_ns: None,
+            stopped: None,
+        })?;
+        Ok(Journal { store: Mutex::new(store), run, resume })
+    }
+
+    fn store(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn run(&self) -> u64 {
+        self.run
+    }
+
+    /// With `--resume`, the decision an earlier run journaled for exactly this question.
+    pub fn decision_for(&self, q: &Question) -> Result<Option<DecisionRow>, StoreError> {
+        if !self.resume {
+            return Ok(None);
+        }
+        self.store().decision_for(&question_row(q))
+    }
+
+    /// Whether any decision of `problem` is journaled, for whatever question (an output folder
+    /// from before the journal has none).
+    pub fn decided_any(&self, problem: &str) -> Result<bool, StoreError> {
+        self.store().decided_any(problem)
+    }
+
+    /// A finished step whose output can stand for this one: the same step and input hash, in
+    /// this run (or, with `--resume`, in any run).
+    pub fn finished(&self, step: Step, input_hash: &str) -> Result<Option<StepRow>, StoreError> {
+        let run = if self.resume { None } else { Some(self.run) };
+        self.store().finished_step(step.name(), input_hash, run)
+    }
+
+    pub fn started(&self, problem: &str, step: Step, input_hash: &str) -> Result<u64, StoreError> {
+        self.store().step_started(self.run, problem, step.name(), input_hash, now_ns())
+    }
+
+    pub fn done(&self, id: u64, d: &StepDone) -> Result<(), StoreError> {
+        self.store().step_finished(
+            id,
+            &StepEnd {
+                status: "done".into(),
+                finished_ns: now_ns(),
+                seconds: d.seconds,
+                gpu_seconds: d.gpu_seconds.map(|g| g.0),
+                gpu_seconds_kind: d.gpu_seconds.map(|g| g.1.to_string()),
+                output: Some(d.output.clone()),
+                output_hash: Some(d.output_hash.clone()),
+                outcome: d.outcome.clone(),
+                ..StepEnd::default()
+            },
+        )
+    }
+
+    /// The step took its output from the finished step `from` (no seconds spent).
+    pub fn reused(&self, id: u64, from: &StepRow, output: &str) -> Result<(), StoreError> {
+        self.store().step_finished(
+            id,
+            &StepEnd {
+                status: "reused".into(),
+                finished_ns: now_ns(),
+                output: Some(output.into()),
+                output_hash: from.output_hash.clone(),
+                outcome: from.outcome.clone(),
+                reused_from: Some(from.id),
+                ..StepEnd::default()
+            },
+        )
+    }
+
+    pub fn failed(&self, id: u64, seconds: f64, error: &str) -> Result<(), StoreError> {
+        let end = StepEnd {
+            status: "failed".into(),
+            finished_ns: now_ns(),
+            seconds,
+            error: Some(error.into()),
+            ..StepEnd::default()
+        };
+        self.store().step_finished(id, &end)
+    }
+
+    /// Every measured candidate of a problem; `verified` is the verdict of the one verified.
+    /// A candidate's content hash is its measurement's input hash and its variant.
+    pub fn candidates(
+        &self,
+        problem: &str,
+        m: &DispatchMeasurement,
+        measure_hash: &str,
+        verified: Option<(&str, Verified)>,
+    ) -> Result<(), StoreError> {
+        let store = self.store();
+        for (variant, t) in &m.modes {
+            let verdict = verified.filter(|(v, _)| v == variant).map(|(_, o)| verified_name(o));
+            store.insert_candidate(&CandidateRow {
+                id: 0,
+                run: self.run,
+                problem: problem.into(),
+                agent: Agent::of_variant(variant).name().into(),
+                variant: variant.clone(),
+                content_hash: content_hash(&[measure_hash.as_bytes(), variant.as_bytes()]),
+                speedup: Some(t.speedup),
+                ci95: Some(t.ci95),
+                beyond_noise: Some(t.beyond_noise),
+                verdict,
+            })?;
+        }
+        Ok(())
+    }
+
+    pub fn decided(&self, q: &Question, d: &Decision, report: &Path) -> Result<(), StoreError> {
+        let (kind, agent, variant, speedup, ci95, reason) = match d {
+            Decision::Improved { agent, mode, speedup, ci95 } => {
+                ("improved", Some(agent.name().to_string()), Some(mode.clone()), Some(*speedup), Some(*ci95), None)
+            }
+            Decision::Fallback { reason } => ("fallback", None, None, None, None, Some(reason.clone())),
+        };
+        self.store().insert_decision(&DecisionRow {
+            id: 0,
+            run: self.run,
+            question: question_row(q),
+            kind: kind.into(),
+            agent,
+            variant,
+            speedup,
+            ci95,
+            reason,
+            report: report.display().to_string(),
+            decided_ns: now_ns(),
+        })?;
+        Ok(())
+    }
+
+    /// Record the run's end; `stopped` says why it ended before every problem was reached.
+    pub fn finish(&self, stopped: Option<&str>) -> Result<(), StoreError> {
+        self.store().run_finished(self.run, now_ns(), stopped)
+    }
+
+    /// Everything this run journaled.
+    pub fn rows(&self) -> Result<kforge_store::Journal, StoreError> {
+        self.store().journal(Some(self.run))
+    }
+}
+
+/// The verdict outcome's name as `kforge verify` writes it (`passed-without-performance`).
+pub fn verified_name(v: Verified) -> String {
+    match v {
+        Verified::Accepted => "accepted",
+        Verified::PassedWithoutPerformance => "passed-without-performance",
+        Verified::Rejected => "rejected",
+        Verified::CouldNotRun => "could-not-run",
+    }
+    .into()
+}
+
+/// The outcome named by `verified_name` (a journaled verify step's).
+pub fn verified_of(name: &str) -> Option<Verified> {
+    [Verified::Accepted, Verified::PassedWithoutPerformance, Verified::Rejected, Verified::CouldNotRun]
+        .into_iter()
+        .find(|v| verified_name(*v) == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Baseline;
+
+    fn question(rounds: u32) -> Question {
+        Question {
+            problem: "p.py".into(),
+            size: "default".into(),
+            device: "cpu".into(),
+            baseline: Baseline::Default,
+            agents: vec![Agent::Dispatch, Agent::Inductor],
+            rounds,
+        }
+    }
+
+    #[test]
+    fn a_content_hash_separates_its_parts() {
+        assert_eq!(content_hash(&[b"ab", b"c"]), content_hash(&[b"ab", b"c"]));
+        assert_ne!(content_hash(&[b"ab", b"c"]), content_hash(&[b"a", b"bc"]));
+        assert_ne!(content_hash(&[b"x"]), content_hash(&[b"y"]));
+        assert_eq!(content_hash(&[]).len(), 16);
+    }
+
+    #[test]
+    fn verdict_names_round_trip_as_verify_writes_them() {
+        for v in [Verified::Accepted, Verified::PassedWithoutPerformance, Verified::Rejected, Verified::CouldNotRun] {
+            assert_eq!(serde_json::to_value(v).unwrap(), serde_json::json!(verified_name(v)));
+            assert_eq!(verified_of(&verified_name(v)), Some(v));
+        }
+        assert_eq!(verified_of("maybe"), None);
+    }
+
+    fn done(output: &str) -> StepDone {
+        StepDone {
+            seconds: 2.0,
+            gpu_seconds: Some((1.5, "wall")),
+            output: output.into(),
+            output_hash: "oh".into(),
+            outcome: Some("accepted".into()),
+        }
+    }
+
+    #[test]
+    fn finished_work_counts_within_a_run_and_across_runs_only_when_resuming() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.db");
+        let first = Journal::open(&path, &question(3), Budget::default(), 1, false).unwrap();
+        let id = first.started("p.py", Step::Measure, "h").unwrap();
+        assert_eq!(first.finished(Step::Measure, "h").unwrap(), None, "running is not finished");
+        first.done(id, &done("o/dispatch.json")).unwrap();
+        assert_eq!(first.finished(Step::Measure, "h").unwrap().unwrap().gpu_seconds_kind.as_deref(), Some("wall"));
+        let d = Decision::Fallback { reason: "nothing won".into() };
+        first.decided(&question(3), &d, Path::new("o/report.json")).unwrap();
+        drop(first);
+        // A new run without --resume measures again; with it, takes the step and the decision.
+        let fresh = Journal::open(&path, &question(3), Budget::default(), 1, false).unwrap();
+        assert_eq!(fresh.finished(Step::Measure, "h").unwrap(), None);
+        assert_eq!(fresh.decision_for(&question(3)).unwrap(), None);
+        let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let from = resumed.finished(Step::Measure, "h").unwrap().unwrap();
+        assert_eq!(resumed.decision_for(&question(3)).unwrap().unwrap().reason.as_deref(), Some("nothing won"));
+        assert_eq!(resumed.decision_for(&question(4)).unwrap(), None, "another question is run again");
+        let again = resumed.started("p.py", Step::Measure, "h").unwrap();
+        resumed.reused(again, &from, "o/dispatch.json").unwrap();
+        let rows = resumed.rows().unwrap();
+        assert_eq!(rows.steps.len(), 1);
+        assert_eq!((rows.steps[0].status.as_str(), rows.steps[0].reused_from), ("reused", Some(from.id)));
+        assert_eq!(rows.steps[0].outcome.as_deref(), Some("accepted"));
+        resumed.finish(Some("budget")).unwrap();
+        assert_eq!(resumed.rows().unwrap().runs[0].stopped.as_deref(), Some("budget"));
+    }
+
+    #[test]
+    fn candidates_carry_their_agent_hash_and_verdict() {
+        let dir = tempfile::tempdir().unwrap();
+        let j = Journal::open(&dir.path().join("j.db"), &question(3), Budget::default(), 1, false).unwrap();
+        let m = DispatchMeasurement::parse(
+            r#"{"baseline": "default", "winner": "default+freezing", "fallback": false,
+                "modes": {"eager": {"speedup": 0.9, "ci95": [0.8, 1.0], "beyond_noise": false},
+                          "default+freezing": {"speedup": 1.3, "ci95": [1.2, 1.4], "beyond_noise": true}}}"#,
+        )
+        .unwrap();
+        j.candidates("p.py", &m, "mh", Some(("default+freezing", Verified::PassedWithoutPerformance))).unwrap();
+        let c = j.rows().unwrap().candidates;
+        let got: Vec<(&str, &str, Option<&str>)> =
+            c.iter().map(|c| (c.agent.as_str(), c.variant.as_str(), c.verdict.as_deref())).collect();
+        assert_eq!(
+            got,
+            [("inductor", "default+freezing", Some("passed-without-performance")), ("dispatch", "eager", None)]
+        );
+        assert_ne!(c[0].content_hash, c[1].content_hash);
+        assert_eq!(c[0].content_hash, content_hash(&[b"mh", b"default+freezing"]));
+    }
+}

@@ -1,0 +1,79 @@
+//! One problem's search as a list of steps, and what each agent puts into them. Every agent's
+//! candidates are measured in one interleaved measurement against one baseline (the dispatch
+//! agent's process, `python3 -m kforge.optimize.dispatch`): an agent contributes its variants to
+//! that step through a flag ([`measure_flag`]); the winner's result file is written, verified
+//! and decided on. Adding an agent is one arm in [`measure_flag`] (and `Agent::of_variant`), or,
+//! for an agent that must first write a candidate (a rewrite of the source), a step before
+//! [`Step::Measure`] in [`steps`].
+
+use crate::{dispatch_modes, inductor_knobs, Agent};
+
+/// A step of one problem's run, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Every agent's variants timed against the baseline: `dispatch.json`.
+    Measure,
+    /// The winner's standalone result file and its verify policy: `model_new.py`, `policy.toml`.
+    Result,
+    /// `kforge verify` of the result file: `verdict.json`.
+    Verify,
+}
+
+impl Step {
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::Measure => "measure",
+            Step::Result => "result",
+            Step::Verify => "verify",
+        }
+    }
+
+    /// Whether it runs on the device (its seconds count against `--budget-gpu-s`).
+    pub fn uses_device(self) -> bool {
+        matches!(self, Step::Measure | Step::Verify)
+    }
+}
+
+/// The steps a problem's run takes for these agents. The verify step runs only when a variant
+/// won the measurement.
+pub fn steps(_agents: &[Agent]) -> Vec<Step> {
+    vec![Step::Measure, Step::Result, Step::Verify]
+}
+
+/// The measure step's flag that carries an agent's variants on a device, and the variants.
+pub fn measure_flag(agent: Agent, gpu: bool) -> (&'static str, &'static [&'static str]) {
+    match agent {
+        Agent::Dispatch => ("--modes", dispatch_modes(gpu)),
+        Agent::Inductor => ("--knobs", inductor_knobs(gpu)),
+    }
+}
+
+/// Every measure flag with its comma-separated variants (empty for an agent not asked for: the
+/// dispatch agent then times the baseline's variants alone).
+pub fn measure_args(agents: &[Agent], gpu: bool) -> Vec<(&'static str, String)> {
+    Agent::ALL
+        .iter()
+        .map(|(_, a)| {
+            let (flag, variants) = measure_flag(*a, gpu);
+            (flag, if agents.contains(a) { variants.join(",") } else { String::new() })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_agent_contributes_its_variants_to_the_measurement() {
+        let args = measure_args(&[Agent::Inductor], false);
+        assert_eq!(args, [("--modes", String::new()), ("--knobs", "freezing,aggressive-fusion".to_string())]);
+        let both = measure_args(&[Agent::Dispatch, Agent::Inductor], true);
+        assert!(both[0].1.contains("reduce-overhead") && both[1].1.contains("coordinate-descent"), "{both:?}");
+        assert_eq!(
+            steps(&[Agent::Dispatch]).iter().map(|s| s.name()).collect::<Vec<_>>(),
+            ["measure", "result", "verify"]
+        );
+        assert!(Step::Verify.uses_device() && !Step::Result.uses_device());
+    }
+}
