@@ -24,7 +24,8 @@ pub struct OptimizeArgs {
     #[arg(long, value_enum, default_value = "max-autotune")]
     baseline: crate::values::BaselineArg,
     /// Agents to run, comma-separated (known: dispatch — eager or a torch.compile mode per problem;
-    /// inductor — the baseline's mode with one of Inductor's knobs changed, each measured).
+    /// inductor — the baseline's mode with one of Inductor's knobs changed, each measured;
+    /// rewrite — the forward rewritten by the FX rewrite rules, eager and in the baseline's mode).
     #[arg(long, default_value = "dispatch")]
     agents: String,
     /// Where it runs: auto (a GPU if torch sees one), cpu (Inductor's CPU backend), or a GPU index.
@@ -236,7 +237,7 @@ impl Step<'_> {
         let agents = &self.plan.agents;
         let modes = if agents.contains(&Agent::Dispatch) { dispatch_modes(gpu).join(",") } else { String::new() };
         let knobs = if agents.contains(&Agent::Inductor) { inductor_knobs(gpu).join(",") } else { String::new() };
-        let args: Vec<String> = vec![
+        let mut args: Vec<String> = vec![
             "-m".into(),
             "kforge.optimize.dispatch".into(),
             self.problem.display().to_string(),
@@ -255,6 +256,9 @@ impl Step<'_> {
             "--rounds".into(),
             a.rounds.to_string(),
         ];
+        if agents.contains(&Agent::Rewrite) {
+            args.push("--rewrite".into()); // the rewrite agent's variants MODE~rewrite, in the same rounds
+        }
         eprintln!("kforge optimize: dispatch agent on {} ({} rounds)…", self.problem.display(), a.rounds);
         self.python_step(args, "dispatch")?;
         let text = std::fs::read_to_string(&out).with_context(|| format!("reading {}", out.display()))?;

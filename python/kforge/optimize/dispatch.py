@@ -36,6 +36,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from ..bench import do_bench_interleaved
 from ..harness import SIZES, clone_output, compare, finite_json, make_inputs, mean_half, noise_floor
 from ..harness import load_problem as harness_load_problem
+from .rewrite import EXACTNESS, candidate, introduced, rewrite_model, rules_of
 
 #: Every mode the agent knows: eager and torch.compile's modes.
 MODES = ("eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -57,14 +58,25 @@ KNOBS: Dict[str, Dict[str, Any]] = {
 }
 
 
+#: The rewrite agent's variants: ``MODE~rewrite`` is the problem's forward rewritten by the
+#: rewrite rules, dispatched as ``MODE`` (eager, or the baseline's compile mode).
+REWRITE = "~rewrite"
+#: The exactness classes the rewrite agent uses by default: every class of the closed set, each
+#: within verify's default tolerance for the dtype (``exact``: bit for bit; ``reassociates``: a
+#: reordered sum). A class that changed precision would not be a default (and would need the
+#: verify policy's ``precision``).
+REWRITE_CLASSES = EXACTNESS
+
+
 class DispatchError(Exception):
     """Bad input or an environment that cannot run the measurement (exit status 2)."""
 
 
-def parse_modes(text: str, baseline: str, device: str, knobs: str = "") -> List[str]:
+def parse_modes(text: str, baseline: str, device: str, knobs: str = "", rewrite: bool = False) -> List[str]:
     """The variants to measure, the baseline first: each a known mode, no repeats, none that
     needs a GPU when the device is the CPU; then ``BASELINE+KNOB`` per known knob (only on a
-    compiled baseline)."""
+    compiled baseline). With ``rewrite`` the baseline alone is enough: the rewrite agent's
+    variants are added once a rule fires."""
     modes = [m.strip() for m in text.split(",") if m.strip()]
     named = [k.strip() for k in knobs.split(",") if k.strip()]
     bad = [k for k in named if k not in KNOBS]
@@ -83,7 +95,7 @@ def parse_modes(text: str, baseline: str, device: str, knobs: str = "") -> List[
     if len(set(ordered)) != len(ordered) or len(set(named)) != len(named):
         raise DispatchError(f"a mode or knob is named twice in {text!r} / {knobs!r}")
     ordered += [f"{baseline}+{k}" for k in named]
-    if len(ordered) < 2:
+    if len(ordered) < 2 and not rewrite:
         raise DispatchError("nothing to compare: name at least one mode besides the baseline")
     return ordered
 
@@ -135,22 +147,71 @@ def prepare_modes(problem: Any, modes: Sequence[str], dev: Any) -> Tuple[Dict[st
     ready: Dict[str, Callable[..., Any]] = {}
     report: Dict[str, Dict[str, Any]] = {}
     for mode in modes:
-        t0 = time.perf_counter()
-        try:
-            fn = build(copy.deepcopy(ref), mode)
-            with torch.no_grad():
-                out = clone_output(fn(*xs))
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-        except Exception as e:
-            report[mode] = {"ok": False, "why": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
-            continue
-        r = compare(out, expected, {})
-        report[mode] = {"ok": bool(r["ok"]), "first_call_s": round(time.perf_counter() - t0, 3),
-                        **{k: v for k, v in r.items() if k != "ok"}}
-        if r["ok"]:
-            ready[mode] = fn
+        prepare_one(mode, ref, xs, expected, dev, ready, report)
     return ready, report
+
+
+def prepare_one(variant: str, model: Any, xs: Sequence[Any], expected: Any, dev: Any,
+                ready: Dict[str, Callable[..., Any]], report: Dict[str, Dict[str, Any]]) -> None:
+    """``variant``'s mode applied to a copy of ``model``, its first call timed and compared with
+    eager's output at the dtype's tolerance: into ``ready`` when it ran and matched, and into
+    ``report`` either way (with ``why`` when not)."""
+    import torch
+
+    mode = variant.split("~")[0]
+    t0 = time.perf_counter()
+    try:
+        fn = build(copy.deepcopy(model), mode)
+        with torch.no_grad():
+            out = clone_output(fn(*xs))
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+    except Exception as e:
+        report[variant] = {"ok": False, "why": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
+        return
+    r = compare(out, expected, {})
+    report[variant] = {"ok": bool(r["ok"]), "first_call_s": round(time.perf_counter() - t0, 3),
+                       **{k: v for k, v in r.items() if k != "ok"}}
+    if r["ok"]:
+        ready[variant] = fn
+
+
+def prepare_rewrite(problem: Any, baseline: str, classes: Sequence[str], dev: Any,
+                    ready: Dict[str, Callable[..., Any]], report: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """The rewrite agent: the rules of ``classes`` applied to the reference's FX graph (built on
+    ``dev`` from the same seed as the modes'), and when one fired, its variants ``eager~rewrite``
+    and ``BASELINE~rewrite`` prepared as :func:`prepare_one` prepares a mode (compared with the
+    reference's eager output). Returns what it proposed: ``fired``, the applications with their
+    classes, the weakest class, the forward's key, and what the rewrite introduced
+    (:func:`kforge.optimize.rewrite.introduced`) — or why it proposes nothing."""
+    import torch
+
+    torch.manual_seed(0)
+    with torch.device(dev):
+        ref = problem.Model(*problem.get_init_inputs()).eval()
+    xs = make_inputs(problem, 0, "normal", dev)
+    with torch.no_grad():
+        expected = clone_output(ref(*xs))
+    info: Dict[str, Any] = {"classes": list(classes), "fired": False}
+    result = rewrite_model(ref, xs, rules_of(classes))
+    info["skipped"] = result.skipped
+    if not result.changed:
+        info["why"] = "no rule fired on the problem's FX graph: the rewrite agent proposes nothing" + (
+            f" ({result.skipped})" if result.skipped else "")
+        return info
+    try:
+        with open(problem.__file__) as f:
+            found = candidate(result, f.read())
+    except ValueError as e:
+        info["why"] = f"a rule fired but the rewritten forward has no standalone file: {e}"
+        return info
+    info.update(fired=True, rules=found["changes"], exactness=found["exactness"], key=found["key"],
+                **introduced(result, xs))
+    for mode in dict.fromkeys(("eager", baseline)):
+        variant = mode + REWRITE
+        prepare_one(variant, result.module, xs, expected, dev, ready, report)
+        report[variant].update(rules=[c["rule"] for c in found["changes"]], exactness=found["exactness"])
+    return info
 
 
 def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str, dev: Any,
@@ -192,17 +253,22 @@ def choose(baseline: str, per_round: Dict[str, List[Tuple[float, float, float]]]
     return {"modes": modes, "noise_floor": math.exp(floor), "winner": winner, "fallback": not winners}
 
 
-def measure(problem: Any, modes: Sequence[str], dev: Any, rounds: int) -> Dict[str, Any]:
-    """The whole agent step: modes prepared and checked, timed against ``modes[0]`` (the
+def measure(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
+            rewrite: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    """The whole agent step: modes prepared and checked (and with ``rewrite``, the exactness
+    classes the rewrite agent may use, its variants), timed against ``modes[0]`` (the
     baseline), the choice."""
     baseline = modes[0]
     fns, report = prepare_modes(problem, modes, dev)
     if baseline not in fns:
         raise DispatchError(f"the baseline {baseline!r} does not run: {report[baseline].get('why', 'its output differs from eager')}")
-    result: Dict[str, Any] = {"baseline": baseline, "prepared": report}
+    proposed = prepare_rewrite(problem, baseline, rewrite, dev, fns, report) if rewrite is not None else None
+    result: Dict[str, Any] = {"baseline": baseline, "prepared": report, "rewrite": proposed}
     if len(fns) < 2:
-        result.update({"modes": {}, "noise_floor": None, "winner": baseline, "fallback": True,
-                       "why": "no mode besides the baseline runs and matches eager"})
+        why = "no mode besides the baseline runs and matches eager"
+        if proposed is not None and not proposed["fired"]:
+            why += f"; rewrite: {proposed['why']}"
+        result.update({"modes": {}, "noise_floor": None, "winner": baseline, "fallback": True, "why": why})
         return result
     result.update(choose(baseline, time_rounds(problem, fns, baseline, dev, rounds)))
     return result
@@ -216,13 +282,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--size", default="default", choices=SIZES)
     ap.add_argument("--modes", default="eager,default,max-autotune,max-autotune-no-cudagraphs,reduce-overhead")
     ap.add_argument("--knobs", default="", help=f"Inductor knobs to try on the baseline's mode (of: {', '.join(KNOBS)})")
+    ap.add_argument("--rewrite", action="store_true",
+                    help="the rewrite agent: the problem's forward rewritten by the rules, as eager~rewrite and BASELINE~rewrite")
+    ap.add_argument("--rewrite-classes", default=",".join(REWRITE_CLASSES),
+                    help=f"exactness classes the rewrite agent may use (of: {', '.join(EXACTNESS)})")
     ap.add_argument("--baseline", default="max-autotune")
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args(argv)
     try:
         if a.rounds < 2:
             raise DispatchError(f"--rounds must be at least 2 (an interval needs two rounds), got {a.rounds}")
-        modes = parse_modes(a.modes, a.baseline, "cpu" if a.device == "cpu" else "cuda", a.knobs)
+        modes = parse_modes(a.modes, a.baseline, "cpu" if a.device == "cpu" else "cuda", a.knobs, a.rewrite)
+        classes = [c.strip() for c in a.rewrite_classes.split(",") if c.strip()]
+        try:
+            rules_of(classes)
+        except ValueError as e:
+            raise DispatchError(f"--rewrite-classes: {e}") from e
         try:
             import torch
         except ImportError as e:
@@ -230,7 +305,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if a.device != "cpu" and not torch.cuda.is_available():
             raise DispatchError(f"--device {a.device} but no CUDA GPU is visible (pass --device cpu)")
         problem = load_problem(a.problem, a.size)
-        result = measure(problem, modes, torch.device(a.device), a.rounds)
+        result = measure(problem, modes, torch.device(a.device), a.rounds, classes if a.rewrite else None)
     except DispatchError as e:
         print(f"kforge optimize: {e}", file=sys.stderr)
         return 2
