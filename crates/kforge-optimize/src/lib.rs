@@ -127,6 +127,12 @@ pub struct Prepared {
     pub why: Option<String>,
     #[serde(default)]
     pub first_call_s: Option<f64>,
+    /// A rewrite variant's rules, in the order applied (absent for other variants).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<Vec<String>>,
+    /// A rewrite variant's weakest exactness class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exactness: Option<String>,
 }
 
 /// What the dispatch agent measured (the fields of its JSON this side reads).
