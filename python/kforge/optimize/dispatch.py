@@ -1,11 +1,13 @@
-"""The ``dispatch`` and ``inductor`` agents of ``kforge optimize``: how a problem's forward is
-dispatched — eager, or ``torch.compile`` in one of its modes (dispatch), or in the baseline's mode
-with one of Inductor's knobs changed (inductor: ``MODE+KNOB`` variants) — chosen per problem by
-measurement, never set globally.
+"""The ``dispatch``, ``inductor`` and ``rewrite`` agents of ``kforge optimize``: how a problem's
+forward is dispatched — eager, or ``torch.compile`` in one of its modes (dispatch), or in the
+baseline's mode with one of Inductor's knobs changed (inductor: ``MODE+KNOB`` variants), or the
+forward rewritten by the rewrite rules and run eagerly or in the baseline's mode (rewrite:
+``MODE~rewrite`` variants, when a rule fires) — chosen per problem by measurement, never set
+globally.
 
 ``python3 -m kforge.optimize.dispatch PROBLEM --out RESULT.json [--device cpu|cuda]
-[--size default|large] [--modes eager,default,...] [--knobs freezing,...] [--baseline MODE]
-[--rounds N]``
+[--size default|large] [--modes eager,default,...] [--knobs freezing,...] [--rewrite
+[--rewrite-classes exact,reassociates]] [--baseline MODE] [--rounds N]``
 
 Each mode runs on its own copy of the reference model (the same weights; a copy per mode, so
 that no compiled code is shared between modes); its first call (the compile) is timed, and its

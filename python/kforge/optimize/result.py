@@ -9,6 +9,12 @@ beside it is ``torch_policy = "reference-ops"``, with gate 4's ``baseline_mode``
 agent measured against: the candidate may compute with what the reference computes with; correctness, the exploit checks and the performance gate judge it as
 any other candidate (``kforge verify PROBLEM model_new.py --policy policy.toml``).
 
+A rewrite winner (``MODE~rewrite``) is the rewritten forward instead, as
+:func:`kforge.optimize.rewrite.module_source` writes it (made again from the problem and checked
+to be the measured one), with a header naming the rules and their exactness classes; its policy
+adds exactly what the rewrite introduced (``allowed_aten_ops``, ``allowed_torch_ops``) and its own
+FLOP count (``flops``).
+
 ``python3 -m kforge.optimize.result PROBLEM DISPATCH.json --out DIR`` writes ``DIR/model_new.py``
 and ``DIR/policy.toml`` for the winner recorded in ``DISPATCH.json``
 (``python3 -m kforge.optimize.dispatch``'s result).

@@ -1,4 +1,5 @@
-"""Algebraic rewrites on a model's FX graph: the ``rewrite`` agent's library (not its search).
+"""Algebraic rewrites on a model's FX graph: the ``rewrite`` agent's library (its measurement is
+:mod:`kforge.optimize.dispatch`'s ``MODE~rewrite`` variants, its result file :mod:`.result`'s).
 
 A :class:`Rule` matches a pattern of nodes in a ``torch.fx`` graph and replaces it with a cheaper
 expression of stock torch ops that computes the same value. Every rule has an **exactness class**
