@@ -196,3 +196,22 @@ def test_rewrite_classes_are_a_closed_set(tmp_path: Path, capsys: pytest.Capture
     with pytest.raises(dispatch.DispatchError, match="nothing to compare"):
         dispatch.parse_modes("", "default", "cpu")
     assert dispatch.parse_modes("", "default", "cpu", rewrite=True) == ["default"]
+
+
+def test_a_rewrite_that_cannot_be_measured_says_why_and_the_rest_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    problem = dispatch.load_problem(DIAG_SCALE, "default")
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("the flop counter exploded")
+
+    monkeypatch.setattr(dispatch, "introduced", broken)
+    r = dispatch.measure(problem, ["eager"], torch.device("cpu"), 2, ["exact"])
+    assert r["rewrite"]["fired"] is False and "cannot be shipped: RuntimeError: the flop counter exploded" in r["rewrite"]["why"]
+    assert (r["winner"], r["fallback"]) == ("eager", True) and list(r["prepared"]) == ["eager"]
+
+    def rule_bug(*args: Any) -> Any:
+        raise dispatch.RuleError("rule diag-matmul: the replacement of matmul is ((96,), 'torch.float32')")
+
+    monkeypatch.setattr(dispatch, "rewrite_model", rule_bug)
+    r = dispatch.measure(problem, ["eager"], torch.device("cpu"), 2, ["exact"])
+    assert "a rule failed (a bug in the rule): rule diag-matmul" in r["rewrite"]["why"]

@@ -33,12 +33,13 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..bench import do_bench_interleaved
 from ..harness import SIZES, clone_output, compare, finite_json, make_inputs, mean_half, noise_floor
 from ..harness import load_problem as harness_load_problem
-from .rewrite import EXACTNESS, candidate, introduced, rewrite_model, rules_of
+from .rewrite import EXACTNESS, RuleError, candidate, introduced, rewrite_model, rules_of
 
 #: Every mode the agent knows: eager and torch.compile's modes.
 MODES = ("eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -134,10 +135,17 @@ def build(model: Any, variant: str) -> Callable[..., Any]:
     return torch.compile(model, mode=mode, dynamic=False)  # type: ignore[no-any-return]
 
 
-def prepare_modes(problem: Any, modes: Sequence[str], dev: Any) -> Tuple[Dict[str, Callable[..., Any]], Dict[str, Dict[str, Any]]]:
-    """Per mode its callable on its own copy of the reference, its compile time and how its
-    output compares with eager's; modes that fail or compute otherwise are left out of the first
-    dict and say why in the second."""
+@dataclass(frozen=True)
+class Reference:
+    """The reference model built on the device under seed 0, the inputs every variant is first
+    called with, and its eager output on them (what each variant is compared with)."""
+
+    model: Any
+    xs: List[Any]
+    expected: Any
+
+
+def reference(problem: Any, dev: Any) -> Reference:
     import torch
 
     torch.manual_seed(0)
@@ -146,10 +154,17 @@ def prepare_modes(problem: Any, modes: Sequence[str], dev: Any) -> Tuple[Dict[st
     xs = make_inputs(problem, 0, "normal", dev)
     with torch.no_grad():
         expected = clone_output(ref(*xs))
+    return Reference(ref, xs, expected)
+
+
+def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any) -> Tuple[Dict[str, Callable[..., Any]], Dict[str, Dict[str, Any]]]:
+    """Per mode its callable on its own copy of the reference, its compile time and how its
+    output compares with eager's; modes that fail or compute otherwise are left out of the first
+    dict and say why in the second."""
     ready: Dict[str, Callable[..., Any]] = {}
     report: Dict[str, Dict[str, Any]] = {}
     for mode in modes:
-        prepare_one(mode, ref, xs, expected, dev, ready, report)
+        prepare_one(mode, ref.model, ref.xs, ref.expected, dev, ready, report)
     return ready, report
 
 
@@ -178,24 +193,22 @@ def prepare_one(variant: str, model: Any, xs: Sequence[Any], expected: Any, dev:
         ready[variant] = fn
 
 
-def prepare_rewrite(problem: Any, baseline: str, classes: Sequence[str], dev: Any,
+def prepare_rewrite(problem: Any, ref: Reference, baseline: str, classes: Sequence[str], dev: Any,
                     ready: Dict[str, Callable[..., Any]], report: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
-    """The rewrite agent: the rules of ``classes`` applied to the reference's FX graph (built on
-    ``dev`` from the same seed as the modes'), and when one fired, its variants ``eager~rewrite``
-    and ``BASELINE~rewrite`` prepared as :func:`prepare_one` prepares a mode (compared with the
-    reference's eager output). Returns what it proposed: ``fired``, the applications with their
-    classes, the weakest class, the forward's key, and what the rewrite introduced
-    (:func:`kforge.optimize.rewrite.introduced`) — or why it proposes nothing."""
-    import torch
-
-    torch.manual_seed(0)
-    with torch.device(dev):
-        ref = problem.Model(*problem.get_init_inputs()).eval()
-    xs = make_inputs(problem, 0, "normal", dev)
-    with torch.no_grad():
-        expected = clone_output(ref(*xs))
+    """The rewrite agent: the rules of ``classes`` applied to the reference's FX graph (the
+    rewritten module shares the reference's parameters), and when one fired, its variants
+    ``eager~rewrite`` and ``BASELINE~rewrite`` prepared as :func:`prepare_one` prepares a mode
+    (each on its own copy, compared with the reference's eager output). Returns what it proposed:
+    ``fired``, the applications with their classes, the weakest class, the forward's key, and what
+    the rewrite introduced (:func:`kforge.optimize.rewrite.introduced`) — or why it proposes
+    nothing (no rule fired; or the rewrite cannot be shipped or measured: the other agents' variants
+    are measured all the same)."""
     info: Dict[str, Any] = {"classes": list(classes), "fired": False}
-    result = rewrite_model(ref, xs, rules_of(classes))
+    try:
+        result = rewrite_model(ref.model, ref.xs, rules_of(classes))
+    except RuleError as e:
+        info["why"] = f"a rule failed (a bug in the rule): {e}"
+        return info
     info["skipped"] = result.skipped
     if not result.changed:
         info["why"] = "no rule fired on the problem's FX graph: the rewrite agent proposes nothing" + (
@@ -204,14 +217,14 @@ def prepare_rewrite(problem: Any, baseline: str, classes: Sequence[str], dev: An
     try:
         with open(problem.__file__) as f:
             found = candidate(result, f.read())
-    except ValueError as e:
-        info["why"] = f"a rule fired but the rewritten forward has no standalone file: {e}"
+        brought = introduced(result, ref.xs)
+    except Exception as e:  # no standalone spelling, or the rewritten forward does not run here
+        info["why"] = f"a rule fired but the rewrite cannot be shipped: {type(e).__name__}: {e}"
         return info
-    info.update(fired=True, rules=found["changes"], exactness=found["exactness"], key=found["key"],
-                **introduced(result, xs))
+    info.update(fired=True, rules=found["changes"], exactness=found["exactness"], key=found["key"], **brought)
     for mode in dict.fromkeys(("eager", baseline)):
         variant = mode + REWRITE
-        prepare_one(variant, result.module, xs, expected, dev, ready, report)
+        prepare_one(variant, result.module, ref.xs, ref.expected, dev, ready, report)
         report[variant].update(rules=[c["rule"] for c in found["changes"]], exactness=found["exactness"])
     return info
 
@@ -261,10 +274,11 @@ def measure(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
     classes the rewrite agent may use, its variants), timed against ``modes[0]`` (the
     baseline), the choice."""
     baseline = modes[0]
-    fns, report = prepare_modes(problem, modes, dev)
+    ref = reference(problem, dev)
+    fns, report = prepare_modes(ref, modes, dev)
     if baseline not in fns:
         raise DispatchError(f"the baseline {baseline!r} does not run: {report[baseline].get('why', 'its output differs from eager')}")
-    proposed = prepare_rewrite(problem, baseline, rewrite, dev, fns, report) if rewrite is not None else None
+    proposed = prepare_rewrite(problem, ref, baseline, rewrite, dev, fns, report) if rewrite is not None else None
     result: Dict[str, Any] = {"baseline": baseline, "prepared": report, "rewrite": proposed}
     if len(fns) < 2:
         why = "no mode besides the baseline runs and matches eager"
