@@ -1,5 +1,6 @@
-"""The result file of a ``dispatch``, ``inductor`` or ``rewrite`` winner: a standalone KernelBench-format ``ModelNew`` module
-(torch alone; no kforge import) and the verify policy it needs.
+"""The result file of a ``dispatch``, ``inductor`` or ``rewrite`` winner: a standalone
+KernelBench-format ``ModelNew`` module (torch alone; no kforge import) and the verify policy it
+needs.
 
 The winner is the reference's own forward, eager or compiled in another mode: torch code by
 design. So the module carries the problem's source with its ``Model`` renamed ``Reference``, and
