@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any, List, Tuple
 
@@ -135,3 +136,82 @@ def test_eager_against_inductor_on_the_cpu_end_to_end(tmp_path: Path, monkeypatc
     assert m["ci95"][0] <= m["speedup"] <= m["ci95"][1]
     assert r["winner"] == ("default" if m["beyond_noise"] else "eager")
     assert r["fallback"] is (not m["beyond_noise"])
+
+
+DIAG_SCALE = str(REPO / "tests" / "candidates" / "problems" / "diag_scale.py")
+ROW_SOFTMAX = str(REPO / "tests" / "candidates" / "problems" / "row_softmax.py")
+
+
+def measure_rewrite(tmp_path: Path, problem: str, *extra: str, classes: str = "exact,reassociates") -> Any:
+    out = tmp_path / "r.json"
+    with warnings.catch_warnings():  # no daemon: regions are not exclusive (when anything is timed)
+        warnings.simplefilter("ignore")
+        rc = dispatch.main([problem, "--out", str(out), "--device", "cpu", "--baseline", "default", "--rewrite", classes,
+                            "--rounds", "2", *extra])
+    assert rc == 0
+    return json.loads(out.read_text())
+
+
+def test_the_rewrite_agents_variants_are_measured_beside_the_modes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule fires (diag-matmul): the rewritten forward, eager and in the baseline's mode, is
+    prepared, compared with eager's output and timed in the same rounds against the same
+    baseline; each variant names its rules and class; what the rewrite introduced is recorded."""
+    monkeypatch.setenv("KFORGE_SOCKET", str(tmp_path / "no-daemon.sock"))
+    r = measure_rewrite(tmp_path, DIAG_SCALE, "--modes", "eager")
+    assert set(r["modes"]) == {"eager", "eager~rewrite", "default~rewrite"}, r["modes"].keys()
+    for variant in ("eager~rewrite", "default~rewrite"):
+        p = r["prepared"][variant]
+        assert p["ok"] and p["rules"] == ["diag-matmul"] and p["exactness"] == "exact", p
+        rows = r["modes"][variant]["per_round"]
+        assert len(rows) == 2 and all(x["mode_ms"] > 0 for x in rows)
+    assert r["prepared"]["eager~rewrite"]["max_abs_diff"] == 0.0  # exact: bit for bit, eagerly
+    # The baseline's times are the round's, shared by every variant (the same interleaved rounds).
+    assert [x["baseline_ms"] for x in r["modes"]["eager~rewrite"]["per_round"]] == \
+        [x["baseline_ms"] for x in r["modes"]["eager"]["per_round"]]
+    rw = r["rewrite"]
+    assert rw["fired"] and rw["classes"] == ["exact", "reassociates"] and rw["exactness"] == "exact"
+    assert [c["rule"] for c in rw["rules"]] == ["diag-matmul"]
+    # diag(a) @ b dispatches diag_embed + mm; a.unsqueeze(-1) * b: unsqueeze + mul (FLOPs torch counts: none).
+    assert (rw["introduced_ops"], rw["introduced_torch_calls"], rw["analytic_flops"]) == (["mul", "unsqueeze"], [], 0)
+
+
+def test_no_rule_fired_means_the_rewrite_agent_proposes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KFORGE_SOCKET", str(tmp_path / "no-daemon.sock"))
+    r = measure_rewrite(tmp_path, ROW_SOFTMAX, "--modes", "")  # the rewrite agent alone: the baseline is enough
+    assert r["rewrite"]["fired"] is False and "no rule fired" in r["rewrite"]["why"], r["rewrite"]
+    assert (r["winner"], r["fallback"], r["modes"]) == ("default", True, {})
+    assert "rewrite: no rule fired" in r["why"] and not any("~" in v for v in r["prepared"])
+    # The classes the agent may use decide which rules it has: diag-matmul is exact.
+    r = measure_rewrite(tmp_path, DIAG_SCALE, "--modes", "", classes="reassociates")
+    assert r["rewrite"]["fired"] is False and r["rewrite"]["classes"] == ["reassociates"]
+
+
+def test_rewrite_classes_are_a_closed_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = str(tmp_path / "r.json")
+    for classes, why in (("exact,sloppy", "unknown exactness class 'sloppy'"), (" , ", "no exactness class named")):
+        assert dispatch.main([DIAG_SCALE, "--out", out, "--device", "cpu", "--baseline", "default", "--modes", "eager",
+                              "--rewrite", classes]) == 2
+        assert why in capsys.readouterr().err and not os.path.exists(out)
+    # Without the rewrite agent the baseline alone is still nothing to compare.
+    with pytest.raises(dispatch.DispatchError, match="nothing to compare"):
+        dispatch.parse_modes("", "default", "cpu")
+    assert dispatch.parse_modes("", "default", "cpu", rewrite=True) == ["default"]
+
+
+def test_a_rewrite_that_cannot_be_measured_says_why_and_the_rest_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    problem = dispatch.load_problem(DIAG_SCALE, "default")
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("the flop counter exploded")
+
+    monkeypatch.setattr(dispatch, "introduced", broken)
+    r = dispatch.measure(problem, ["eager"], torch.device("cpu"), 2, ["exact"])
+    assert r["rewrite"]["fired"] is False and "cannot be shipped: RuntimeError: the flop counter exploded" in r["rewrite"]["why"]
+    assert (r["winner"], r["fallback"]) == ("eager", True) and list(r["prepared"]) == ["eager"]
+
+    def rule_bug(*args: Any) -> Any:
+        raise dispatch.RuleError("rule diag-matmul: the replacement of matmul is ((96,), 'torch.float32')")
+
+    monkeypatch.setattr(dispatch, "rewrite_model", rule_bug)
+    r = dispatch.measure(problem, ["eager"], torch.device("cpu"), 2, ["exact"])
+    assert "a rule failed (a bug in the rule): rule diag-matmul" in r["rewrite"]["why"]

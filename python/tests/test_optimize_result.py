@@ -5,9 +5,11 @@ clearly. Its verification under the policy beside it is crates/kforge/tests/veri
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 pytest.importorskip("torch")
 
-from kforge.optimize import result  # noqa: E402
+from kforge.optimize import dispatch, result  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SOFTMAX = REPO / "tests" / "candidates" / "problems" / "row_softmax.py"
@@ -114,3 +116,90 @@ def test_bad_inputs_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     m.write_text(json.dumps(measured("eager")))
     assert result.main([str(tmp_path / "missing.py"), str(m), "--out", str(tmp_path / "o")]) == 2
     assert "missing.py" in capsys.readouterr().err
+
+
+DIAG_SCALE = REPO / "tests" / "candidates" / "problems" / "diag_scale.py"
+KFORGE = Path(os.environ.get("KFORGE_BIN", REPO / "target" / "debug" / "kforge"))
+
+
+def rewrite_measured(tmp_path: Path) -> dict:  # type: ignore[type-arg]
+    """The dispatch step with the rewrite agent on diag_scale.py: diag-matmul fires."""
+    out = tmp_path / "d.json"
+    with warnings.catch_warnings():  # no daemon: regions are not exclusive
+        warnings.simplefilter("ignore")
+        assert dispatch.main([str(DIAG_SCALE), "--out", str(out), "--device", "cpu", "--modes", "eager",
+                              "--baseline", "default", "--rewrite", "exact,reassociates", "--rounds", "2"]) == 0
+    m: dict = json.loads(out.read_text())  # type: ignore[type-arg]
+    assert m["rewrite"]["fired"], m["rewrite"]
+    return m
+
+
+def verify(candidate: Path, policy: Path, out: Path) -> dict:  # type: ignore[type-arg]
+    """``kforge verify`` (the real binary) on the CPU, without gate 4: the verdict."""
+    assert KFORGE.is_file(), f"{KFORGE}: build the binary first (cargo build -p kforge) or set KFORGE_BIN"
+    done = subprocess.run([str(KFORGE), "verify", str(DIAG_SCALE), str(candidate), "--policy", str(policy),
+                           "--device", "cpu", "--no-performance", "--json", str(out)],
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "KFORGE_SOCKET": str(out.with_suffix(".no-daemon.sock"))})
+    assert out.is_file(), done.stdout[-2000:] + done.stderr[-2000:]
+    v: dict = json.loads(out.read_text())  # type: ignore[type-arg]
+    return v
+
+
+def dispatch_check(v: dict, name: str) -> dict:  # type: ignore[type-arg]
+    return next(c for g in v["gates"] for c in g["checks"] if c["name"] == name)
+
+
+@pytest.mark.parametrize("winner", ["eager~rewrite", "default~rewrite"])
+def test_a_rewrite_winner_is_a_standalone_file_that_verify_accepts(tmp_path: Path, winner: str) -> None:
+    """The rewritten forward as a standalone ModelNew (torch alone, equal to the reference in a
+    fresh interpreter) whose policy allows the reference's ops plus exactly the ops the rewrite
+    introduced: kforge verify passes it; ghost-replay and kernels-ran do not apply (no kernel of
+    its own), as for a dispatch result."""
+    m = {**rewrite_measured(tmp_path), "winner": winner}
+    model_path, policy_path = result.write_result(str(DIAG_SCALE), m, str(tmp_path / "out"))
+    text = Path(model_path).read_text()
+    assert "(agent rewrite)" in text and "diag-matmul (exact)" in text and "import kforge" not in text, text
+    assert "torch.diag" not in text and "unsqueeze * b" in text, text
+    assert ("class ModelNew(Rewritten)" in text and "mode='default'" in text) is (winner == "default~rewrite"), text
+    policy = Path(policy_path).read_text()
+    assert 'allowed_aten_ops = ["mul", "unsqueeze"]' in policy and "flops = 0" in policy, policy
+    script = tmp_path / "check.py"
+    script.write_text(CHECK)
+    out = subprocess.run([sys.executable, str(script), str(DIAG_SCALE), model_path], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert [float(x) for x in out.stdout.split()] == [0.0, 0.0], out.stdout  # exact
+    v = verify(Path(model_path), Path(policy_path), tmp_path / "v.json")
+    assert (v["outcome"], v["torch_policy"]) == ("passed-without-performance", "reference-ops"), v["rejected_by"]
+    assert dispatch_check(v, "torch-compute")["evidence"]["policy_allowed_ops"] == {"mul": 25}
+    assert dispatch_check(v, "ghost-replay")["ok"] is None and dispatch_check(v, "kernels-ran")["ok"] is None
+
+
+def test_verify_rejects_an_op_the_rewrite_did_not_introduce(tmp_path: Path) -> None:
+    """The rewrite's policy allows mul, not anything: a hand-made variant that computes the same
+    with addcmul is torch compute; and the rewrite itself under reference-ops alone is too (its
+    mul is not the reference's)."""
+    m = {**rewrite_measured(tmp_path), "winner": "eager~rewrite"}
+    model_path, policy_path = result.write_result(str(DIAG_SCALE), m, str(tmp_path / "out"))
+    text = Path(model_path).read_text()
+    hand = tmp_path / "hand.py"
+    hand.write_text(text.replace("unsqueeze * b", "torch.addcmul(torch.zeros_like(b), unsqueeze, b)"))
+    assert hand.read_text() != text
+    v = verify(hand, Path(policy_path), tmp_path / "v1.json")
+    assert (v["outcome"], v["rejected_by"]) == ("rejected", "dispatch:torch-compute"), v["rejected_by"]
+    assert set(dispatch_check(v, "torch-compute")["evidence"]["compute_ops"]) == {"addcmul"}
+    plain = tmp_path / "plain.toml"
+    plain.write_text('torch_policy = "reference-ops"\n')
+    v = verify(Path(model_path), plain, tmp_path / "v2.json")
+    assert (v["outcome"], v["rejected_by"]) == ("rejected", "dispatch:torch-compute"), v["rejected_by"]
+    assert set(dispatch_check(v, "torch-compute")["evidence"]["compute_ops"]) == {"mul"}
+
+
+def test_a_rewrite_result_is_the_measured_forward_or_refused(tmp_path: Path) -> None:
+    m = {**rewrite_measured(tmp_path), "winner": "eager~rewrite"}
+    with pytest.raises(result.ResultError, match="not the one measured"):
+        result.write_result(str(DIAG_SCALE), {**m, "rewrite": {**m["rewrite"], "key": "0" * 64}}, str(tmp_path / "o"))
+    with pytest.raises(result.ResultError, match="records no rewrite that fired"):
+        result.write_result(str(DIAG_SCALE), {**m, "rewrite": None}, str(tmp_path / "o"))
+    with pytest.raises(result.ResultError, match="unknown mode 'turbo'"):
+        result.model_new_source(str(DIAG_SCALE), DIAG_SCALE.read_text(), "turbo~rewrite", m)

@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 F = torch.nn.functional
 
-from kforge.harness import apply_size  # noqa: E402
+from kforge.harness import apply_size, load_problem  # noqa: E402
 from kforge.optimize import rewrite as rw  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -803,3 +803,41 @@ def test_random_programs_keep_their_values() -> None:
         assert got.shape == expected.shape, (r.code, got.shape, expected.shape)
         torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9, msg=lambda m: f"{m}\n{r.code}")
     assert valid > 150 and fired == {r.name for r in rw.RULES}, (valid, fired)
+
+
+def test_rules_of_selects_by_class() -> None:
+    assert [r.name for r in rw.rules_of(["exact"])] == ["diag-matmul", "redundant-triangle"]
+    assert {r.exactness for r in rw.rules_of(["reassociates"])} == {"reassociates"}
+    assert rw.rules_of(list(rw.EXACTNESS)) == rw.RULES
+    for bad, why in ((["exact", "lossy"], "unknown exactness class 'lossy'"), ([], "no exactness class named")):
+        with pytest.raises(ValueError, match=why):
+            rw.rules_of(bad)
+
+
+def test_introduced_names_what_the_rewrite_brings() -> None:
+    """The aten ops and torch functions a rewrite adds (for the verify policy), and its FLOPs:
+    diag-matmul adds mul (no FLOPs torch counts); the triangular product adds addmm and cat and
+    does half the reference's GEMM FLOPs."""
+    a, b = torch.randn(8), torch.randn(8, 8)
+    diag = rw.rewrite_model(Fn(lambda a, b: torch.relu(torch.diag(a) @ b)), [a, b])
+    assert rw.introduced(diag, [a, b]) == {"introduced_ops": ["mul", "unsqueeze"], "introduced_torch_calls": [],
+                                           "analytic_flops": 0}
+    n = 16
+    p, q = torch.randn(n, n), torch.randn(n, n)
+    tri = rw.rewrite_model(Fn(lambda p, q: torch.tril(p) @ torch.tril(q)), [p, q])
+    got = rw.introduced(tri, [p, q])
+    assert {"addmm", "cat"} <= set(got["introduced_ops"]) and "mm" not in got["introduced_ops"], got
+    assert got["introduced_torch_calls"] == ["torch.addmm", "torch.cat"]
+    assert got["analytic_flops"] == n ** 3  # 4 GEMMs of (n/2)^3 multiply-adds: half of the reference's 2 n^3
+    with pytest.raises(ValueError, match="no rewritten module"):
+        rw.introduced(rw.RewriteResult(None, None, skipped="did not trace"), [p, q])
+
+
+def test_module_source_names_its_class_and_docstring(tmp_path: Path) -> None:
+    problem = load_problem(str(CORPUS_DIAG), "default", "rewrite-test")
+    result = rw.rewrite_problem(problem)
+    assert result.changed and rw.code_key(result.code) == rw.candidate(result, CORPUS_DIAG.read_text())["key"]
+    text = rw.module_source(result, CORPUS_DIAG.read_text(), "Rewritten", "the header")
+    tree = ast.parse(text)
+    assert ast.get_docstring(tree) == "the header"
+    assert [c.name for c in tree.body if isinstance(c, ast.ClassDef)] == ["Rewritten"]

@@ -72,6 +72,19 @@ def test_strict_no_torch_allows_no_vendor_call() -> None:
     assert c["ok"] is True, c
 
 
+def test_allowed_aten_ops_allow_the_ops_they_name_however_spelled() -> None:
+    """What a rewrite result's policy names (the aten ops the rewrite introduced): those ops
+    pass, however the forward spells them; any other computing op is still torch compute."""
+    a, b = torch.randn(8), torch.randn(8, 8)
+    policy = dict(GEMM, allowed_aten_ops=["mul"])
+    for spelled in (lambda a, b: a.unsqueeze(-1) * b, lambda a, b: torch.mul(a.unsqueeze(-1), b),
+                    lambda a, b: a.unsqueeze(-1).mul(b)):
+        c = run(policy, spelled, a, b)
+        assert c["ok"] is True and c["policy_allowed_ops"] == {"mul": 1}, c
+    c = run(policy, lambda a, b: torch.addcmul(torch.zeros_like(b), a.unsqueeze(-1), b), a, b)
+    assert c["ok"] is False and set(c["compute_ops"]) == {"addcmul"}, c
+
+
 def test_ops_from_triton_code_are_not_the_candidates(monkeypatch: Any) -> None:
     # Stand-in for Triton's interpreter copying arguments: a frame in Triton's package.
     rec = dispatch.DispatchRecord(GEMM)

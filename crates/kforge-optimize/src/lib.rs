@@ -19,14 +19,20 @@ pub enum Agent {
     Dispatch,
     /// The baseline's mode with one of Inductor's knobs changed (`MODE+KNOB`), by measurement.
     Inductor,
+    /// The forward rewritten by the FX rewrite rules, run in a mode (`MODE~rewrite`), by measurement.
+    Rewrite,
 }
 
 impl Agent {
-    pub const ALL: [(&'static str, Agent); 2] = [("dispatch", Agent::Dispatch), ("inductor", Agent::Inductor)];
+    pub const ALL: [(&'static str, Agent); 3] =
+        [("dispatch", Agent::Dispatch), ("inductor", Agent::Inductor), ("rewrite", Agent::Rewrite)];
 
-    /// The agent that proposed a measured variant: `MODE+KNOB` is the inductor agent's.
+    /// The agent that proposed a measured variant: `MODE+KNOB` is the inductor agent's,
+    /// `MODE~rewrite` the rewrite agent's.
     pub fn of_variant(variant: &str) -> Agent {
-        if variant.contains('+') {
+        if variant.ends_with("~rewrite") {
+            Agent::Rewrite
+        } else if variant.contains('+') {
             Agent::Inductor
         } else {
             Agent::Dispatch
@@ -127,6 +133,12 @@ pub struct Prepared {
     pub why: Option<String>,
     #[serde(default)]
     pub first_call_s: Option<f64>,
+    /// A rewrite variant's rules, in the order applied (absent for other variants).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rules: Option<Vec<String>>,
+    /// A rewrite variant's weakest exactness class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exactness: Option<String>,
 }
 
 /// What the dispatch agent measured (the fields of its JSON this side reads).
@@ -141,6 +153,39 @@ pub struct DispatchMeasurement {
     pub modes: BTreeMap<String, ModeTiming>,
     #[serde(default)]
     pub prepared: BTreeMap<String, Prepared>,
+    /// What the rewrite agent proposed (`None`: it did not run).
+    #[serde(default)]
+    pub rewrite: Option<RewriteProposal>,
+}
+
+/// One rewrite rule applied to the problem's FX graph, with its exactness class.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RewriteApplication {
+    pub rule: String,
+    pub exactness: String,
+}
+
+/// What the rewrite agent proposed: the rules that fired (its variants `MODE~rewrite`), or
+/// nothing, and why (no rule fired: not an error).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RewriteProposal {
+    pub fired: bool,
+    #[serde(default)]
+    pub rules: Vec<RewriteApplication>,
+    #[serde(default)]
+    pub why: Option<String>,
+}
+
+impl RewriteProposal {
+    /// One line for the table.
+    pub fn line(&self) -> String {
+        if self.fired {
+            let rules: Vec<String> = self.rules.iter().map(|r| format!("{} ({})", r.rule, r.exactness)).collect();
+            format!("rewrite: {}", rules.join(", "))
+        } else {
+            format!("rewrite: {}", self.why.as_deref().unwrap_or("proposes nothing"))
+        }
+    }
 }
 
 impl DispatchMeasurement {
@@ -224,6 +269,9 @@ fn fallback_reason(m: &DispatchMeasurement) -> String {
     if !failed.is_empty() {
         why.push_str(&format!("; left out: {}", failed.join("; ")));
     }
+    if let Some(r) = m.rewrite.as_ref().filter(|r| !r.fired) {
+        why.push_str(&format!("; {}", r.line()));
+    }
     why
 }
 
@@ -282,6 +330,9 @@ impl Report {
         }
         if let Some(f) = self.measurement.noise_floor {
             t.push_str(&format!("noise floor {f:.3}\n"));
+        }
+        if let Some(r) = &self.measurement.rewrite {
+            t.push_str(&format!("{}\n", r.line()));
         }
         match &self.decision {
             Decision::Improved { agent, mode, speedup, .. } => {
@@ -450,9 +501,14 @@ mod tests {
             (Agent::of_variant("max-autotune+freezing"), Agent::of_variant("eager")),
             (Agent::Inductor, Agent::Dispatch)
         );
+        assert_eq!(
+            (Agent::of_variant("max-autotune~rewrite"), Agent::of_variant("eager~rewrite")),
+            (Agent::Rewrite, Agent::Rewrite)
+        );
+        assert_eq!(parse_agents("dispatch,rewrite"), Ok(vec![Agent::Dispatch, Agent::Rewrite]));
         assert_eq!(parse_agents("dispatch,llm"), Err(OptimizeError::UnknownAgent("llm".into())));
         assert_eq!(parse_agents(" , "), Err(OptimizeError::NoAgent));
-        assert!(OptimizeError::UnknownAgent("x".into()).to_string().contains("known: dispatch, inductor"));
+        assert!(OptimizeError::UnknownAgent("x".into()).to_string().contains("known: dispatch, inductor, rewrite"));
     }
 
     #[test]
@@ -487,6 +543,39 @@ mod tests {
                     "{reason}"
                 );
             }
+            d => panic!("{d:?}"),
+        }
+    }
+
+    #[test]
+    fn a_rewrite_winner_is_the_rewrite_agents_and_no_rule_fired_is_said() {
+        let mut m = measured("default", false);
+        m.winner = "max-autotune~rewrite".into();
+        m.modes
+            .insert("max-autotune~rewrite".into(), ModeTiming { speedup: 3.0, ci95: [2.5, 3.5], beyond_noise: true });
+        m.rewrite = Some(RewriteProposal {
+            fired: true,
+            rules: vec![RewriteApplication { rule: "diag-matmul".into(), exactness: "exact".into() }],
+            why: None,
+        });
+        match decide(&m, Some(Verified::Accepted), true) {
+            Decision::Improved { agent, mode, .. } => {
+                assert_eq!((agent, mode.as_str()), (Agent::Rewrite, "max-autotune~rewrite"))
+            }
+            d => panic!("{d:?}"),
+        }
+        assert_eq!(m.rewrite.as_ref().unwrap().line(), "rewrite: diag-matmul (exact)");
+        // Nothing fired: the agent proposed nothing, and the fallback says so.
+        let none = DispatchMeasurement {
+            modes: BTreeMap::new(),
+            noise_floor: None,
+            fallback: true,
+            winner: "max-autotune".into(),
+            rewrite: Some(RewriteProposal { fired: false, rules: vec![], why: Some("no rule fired".into()) }),
+            ..m
+        };
+        match decide(&none, None, true) {
+            Decision::Fallback { reason } => assert!(reason.ends_with("; rewrite: no rule fired"), "{reason}"),
             d => panic!("{d:?}"),
         }
     }

@@ -45,8 +45,13 @@ pub fn measure_flag(agent: Agent, gpu: bool) -> (&'static str, &'static [&'stati
     match agent {
         Agent::Dispatch => ("--modes", dispatch_modes(gpu)),
         Agent::Inductor => ("--knobs", inductor_knobs(gpu)),
+        Agent::Rewrite => ("--rewrite", REWRITE_CLASSES),
     }
 }
+
+/// The exactness classes of rewrite rules the rewrite agent may use (python/kforge/optimize/
+/// rewrite.py `EXACTNESS`): both stay within verify's default tolerance.
+pub const REWRITE_CLASSES: &[&str] = &["exact", "reassociates"];
 
 /// Every measure flag with its comma-separated variants (empty for an agent not asked for: the
 /// dispatch agent then times the baseline's variants alone).
@@ -67,7 +72,16 @@ mod tests {
     #[test]
     fn each_agent_contributes_its_variants_to_the_measurement() {
         let args = measure_args(&[Agent::Inductor], false);
-        assert_eq!(args, [("--modes", String::new()), ("--knobs", "freezing,aggressive-fusion".to_string())]);
+        assert_eq!(
+            args,
+            [
+                ("--modes", String::new()),
+                ("--knobs", "freezing,aggressive-fusion".to_string()),
+                ("--rewrite", String::new())
+            ]
+        );
+        let rewrite = measure_args(&[Agent::Rewrite], true);
+        assert_eq!(rewrite[2], ("--rewrite", "exact,reassociates".to_string()));
         let both = measure_args(&[Agent::Dispatch, Agent::Inductor], true);
         assert!(both[0].1.contains("reduce-overhead") && both[1].1.contains("coordinate-descent"), "{both:?}");
         assert_eq!(

@@ -97,6 +97,11 @@ pub struct Policy {
     /// Fully qualified torch calls the candidate may use although they compute (for parts that
     /// are not under test), e.g. `["torch.nn.functional.relu"]`.
     pub allowed_torch_ops: Vec<String>,
+    /// Aten ops the candidate's forward may dispatch although they compute, named as the dispatch
+    /// record names them (`mul`: no namespace, no overload), e.g. the ops a `kforge optimize`
+    /// rewrite introduced beside the reference's own. The dispatch record only: the static gate
+    /// reads torch calls, not aten ops.
+    pub allowed_aten_ops: Vec<String>,
     /// `dispatch-aware` (default) or `strict-no-torch`.
     pub torch_policy: TorchPolicy,
     /// The reference's vendor-library calls ([`Policy::for_problem`]; never read from a file):
@@ -133,6 +138,7 @@ impl Default for Policy {
         };
         Policy {
             allowed_torch_ops: Vec::new(),
+            allowed_aten_ops: Vec::new(),
             torch_policy: TorchPolicy::DispatchAware,
             reference_vendor_calls: Vec::new(),
             reference_torch_calls: Vec::new(),
@@ -160,6 +166,8 @@ pub enum PolicyError {
     Ragged { name: String, value: i64 },
     #[error("policy file: tolerance for {dtype} must be a finite number >= 0, got {value}")]
     Tolerance { dtype: String, value: f64 },
+    #[error("policy file: allowed_aten_ops: {0:?} is not an aten op's name (letters, digits and _, without aten:: or an overload: \"mul\")")]
+    AtenOp(String),
     #[error("policy {spec:?}: neither a preset (dispatch-aware, strict-no-torch, reference-ops) nor a readable file: {source}")]
     Read { spec: String, source: std::io::Error },
 }
@@ -175,6 +183,10 @@ impl Policy {
         }
         if let Some((name, v)) = p.ragged.iter().find(|(_, v)| **v < 1) {
             return Err(PolicyError::Ragged { name: name.clone(), value: *v });
+        }
+        let aten_name = |n: &str| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if let Some(bad) = p.allowed_aten_ops.iter().find(|n| !aten_name(n)) {
+            return Err(PolicyError::AtenOp(bad.clone()));
         }
         for (dtype, value) in p.rtol.iter().chain(p.atol.iter()) {
             if !value.is_finite() || *value < 0.0 {

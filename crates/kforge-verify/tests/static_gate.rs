@@ -137,6 +137,14 @@ fn policy_file_errors_are_named() {
     assert!(Policy::from_toml("precision = \"sloppy\"").is_err());
     assert!(Policy::from_toml("[ragged]\nN = 0").unwrap_err().to_string().contains("ragged size N must be at least 1"));
     assert_eq!(Policy::from_toml("[ragged]\nN = 4000").unwrap().ragged["N"], 4000);
+    for bad in ["aten::mul", "mul.Tensor", ""] {
+        let e = Policy::from_toml(&format!("allowed_aten_ops = [{bad:?}]")).unwrap_err().to_string();
+        assert!(e.contains("allowed_aten_ops") && e.contains("not an aten op's name"), "{e}");
+    }
+    assert_eq!(
+        Policy::from_toml("allowed_aten_ops = [\"mul\", \"_to_copy\"]").unwrap().allowed_aten_ops,
+        ["mul", "_to_copy"]
+    );
     let d = Policy::from_toml("").unwrap();
     assert_eq!((d.seeds, d.rounds, d.rtol["float32"], d.atol["bfloat16"]), (3, 5, 1e-4, 1e-2));
 }

@@ -34,7 +34,8 @@ pub struct OptimizeArgs {
     #[arg(long, value_enum, default_value = "max-autotune")]
     baseline: crate::values::BaselineArg,
     /// Agents to run, comma-separated (known: dispatch — eager or a torch.compile mode per problem;
-    /// inductor — the baseline's mode with one of Inductor's knobs changed, each measured).
+    /// inductor — the baseline's mode with one of Inductor's knobs changed, each measured;
+    /// rewrite — the forward rewritten by the FX rewrite rules, eager and in the baseline's mode).
     #[arg(long, default_value = "dispatch")]
     agents: String,
     /// Where it runs: auto (a GPU if torch sees one), cpu (Inductor's CPU backend), or a GPU index.

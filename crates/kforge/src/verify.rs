@@ -28,7 +28,7 @@ pub struct VerifyArgs {
     kernel: Option<String>,
     /// A preset (dispatch-aware, the default: the reference's vendor-library calls stay allowed;
     /// strict-no-torch; reference-ops: what the reference computes with, for results that are
-    /// torch code by design) or a policy file (TOML): torch_policy, allowed_torch_ops, precision (strict |
+    /// torch code by design) or a policy file (TOML): torch_policy, allowed_torch_ops, allowed_aten_ops, precision (strict |
     /// tf32-allowed | low-allowed), [rtol] / [atol] per dtype, seeds, rounds, [ragged] sizes (NAME = value).
     #[arg(long)]
     policy: Option<String>,

@@ -431,4 +431,52 @@ fn through_the_daemon_the_measurement_counts_its_region_time() {
         .iter()
         .any(|j| j.label.as_deref() == Some("optimize:dispatch:tests/candidates/problems/vector_add.py")));
     d.shutdown();
+
+/// The rewrite agent beside the dispatch agent: a rule fires on diag_scale.py (diag-matmul), its
+/// variants `eager~rewrite` and `default~rewrite` are measured in the same rounds, the report
+/// names the rules; a rewrite winner is credited to the rewrite agent and its result file (the
+/// rewritten forward) passed verification under the policy beside it.
+#[test]
+fn the_rewrite_agent_is_measured_and_credited_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let args = [
+        "tests/candidates/problems/diag_scale.py",
+        "--agents",
+        "dispatch,rewrite",
+        "--device",
+        "cpu",
+        "--baseline",
+        "default",
+        "--rounds",
+        "3",
+    ];
+    let (code, text) = optimize(&args, &out);
+    assert_eq!(code, Some(0), "{text}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(r["agents"], serde_json::json!(["dispatch", "rewrite"]));
+    let m = &r["measurement"];
+    assert_eq!(m["rewrite"]["fired"], true, "{m}");
+    assert_eq!(m["rewrite"]["rules"][0]["rule"], "diag-matmul");
+    for variant in ["eager", "eager~rewrite", "default~rewrite"] {
+        assert!(m["modes"][variant]["speedup"].as_f64().unwrap() > 0.0, "{variant}: {m}");
+    }
+    assert_eq!(m["prepared"]["default~rewrite"]["exactness"], "exact");
+    assert!(text.contains("rewrite: diag-matmul (exact)") && text.contains("eager~rewrite"), "{text}");
+    let result = std::fs::read_to_string(out.join("model_new.py")).unwrap();
+    let policy = std::fs::read_to_string(out.join("policy.toml")).unwrap();
+    match (r["decision"]["kind"].as_str(), r["decision"]["mode"].as_str()) {
+        (Some("improved"), Some(mode)) if mode.ends_with("~rewrite") => {
+            assert_eq!(
+                (r["decision"]["agent"].as_str(), r["verified"].as_str()),
+                (Some("rewrite"), Some("passed-without-performance"))
+            );
+            assert!(result.contains("(agent rewrite)") && !result.contains("torch.diag"), "{result}");
+            assert!(policy.contains("allowed_aten_ops = [\"mul\", \"unsqueeze\"]"), "{policy}");
+            assert!(text.contains(&format!("result: {mode} (rewrite)")), "{text}");
+        }
+        (Some("improved"), Some(mode)) => assert_eq!(r["decision"]["agent"], "dispatch", "{mode}"),
+        (Some("fallback"), _) => assert!(result.contains("mode='default'"), "{result}"),
+        k => panic!("decision {k:?}: {r}"),
+    }
 }

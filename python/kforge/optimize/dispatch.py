@@ -1,11 +1,14 @@
-"""The ``dispatch`` and ``inductor`` agents of ``kforge optimize``: how a problem's forward is
-dispatched — eager, or ``torch.compile`` in one of its modes (dispatch), or in the baseline's mode
-with one of Inductor's knobs changed (inductor: ``MODE+KNOB`` variants) — chosen per problem by
-measurement, never set globally.
+"""The ``dispatch``, ``inductor`` and ``rewrite`` agents of ``kforge optimize``: how a problem's
+forward is dispatched — eager, or ``torch.compile`` in one of its modes (dispatch), or in the
+baseline's mode with one of Inductor's knobs changed (inductor: ``MODE+KNOB`` variants), or the
+forward rewritten by the rewrite rules and run eagerly or in the baseline's mode (rewrite:
+``MODE~rewrite`` variants, when a rule fires) — chosen per problem by measurement, never set
+globally.
 
 ``python3 -m kforge.optimize.dispatch PROBLEM --out RESULT.json [--device cpu|cuda]
-[--size default|large] [--modes eager,default,...] [--knobs freezing,...] [--baseline MODE]
-[--rounds N]``
+[--size default|large] [--modes eager,default,...] [--knobs freezing,...] [--rewrite
+exact,reassociates] [--baseline MODE] [--rounds N]`` (``--rewrite CLASSES``: the rewrite agent with
+the exactness classes it may use; empty, the default: off)
 
 Each mode runs on its own copy of the reference model (the same weights; a copy per mode, so
 that no compiled code is shared between modes); its first call (the compile) is timed, and its
@@ -31,11 +34,13 @@ import json
 import math
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..bench import do_bench_interleaved
 from ..harness import SIZES, clone_output, compare, finite_json, make_inputs, mean_half, noise_floor
 from ..harness import load_problem as harness_load_problem
+from .rewrite import EXACTNESS, RuleError, candidate, introduced, rewrite_model, rules_of
 
 #: Every mode the agent knows: eager and torch.compile's modes.
 MODES = ("eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -57,14 +62,25 @@ KNOBS: Dict[str, Dict[str, Any]] = {
 }
 
 
+#: The rewrite agent's variants: ``MODE~rewrite`` is the problem's forward rewritten by the
+#: rewrite rules, dispatched as ``MODE`` (eager, or the baseline's compile mode).
+REWRITE = "~rewrite"
+#: The exactness classes the rewrite agent uses by default: every class of the closed set, each
+#: within verify's default tolerance for the dtype (``exact``: bit for bit; ``reassociates``: a
+#: reordered sum). A class that changed precision would not be a default (and would need the
+#: verify policy's ``precision``).
+REWRITE_CLASSES = EXACTNESS
+
+
 class DispatchError(Exception):
     """Bad input or an environment that cannot run the measurement (exit status 2)."""
 
 
-def parse_modes(text: str, baseline: str, device: str, knobs: str = "") -> List[str]:
+def parse_modes(text: str, baseline: str, device: str, knobs: str = "", rewrite: bool = False) -> List[str]:
     """The variants to measure, the baseline first: each a known mode, no repeats, none that
     needs a GPU when the device is the CPU; then ``BASELINE+KNOB`` per known knob (only on a
-    compiled baseline)."""
+    compiled baseline). With ``rewrite`` the baseline alone is enough: the rewrite agent's
+    variants are added once a rule fires."""
     modes = [m.strip() for m in text.split(",") if m.strip()]
     named = [k.strip() for k in knobs.split(",") if k.strip()]
     bad = [k for k in named if k not in KNOBS]
@@ -83,7 +99,7 @@ def parse_modes(text: str, baseline: str, device: str, knobs: str = "") -> List[
     if len(set(ordered)) != len(ordered) or len(set(named)) != len(named):
         raise DispatchError(f"a mode or knob is named twice in {text!r} / {knobs!r}")
     ordered += [f"{baseline}+{k}" for k in named]
-    if len(ordered) < 2:
+    if len(ordered) < 2 and not rewrite:
         raise DispatchError("nothing to compare: name at least one mode besides the baseline")
     return ordered
 
@@ -120,10 +136,17 @@ def build(model: Any, variant: str) -> Callable[..., Any]:
     return torch.compile(model, mode=mode, dynamic=False)  # type: ignore[no-any-return]
 
 
-def prepare_modes(problem: Any, modes: Sequence[str], dev: Any) -> Tuple[Dict[str, Callable[..., Any]], Dict[str, Dict[str, Any]]]:
-    """Per mode its callable on its own copy of the reference, its compile time and how its
-    output compares with eager's; modes that fail or compute otherwise are left out of the first
-    dict and say why in the second."""
+@dataclass(frozen=True)
+class Reference:
+    """The reference model built on the device under seed 0, the inputs every variant is first
+    called with, and its eager output on them (what each variant is compared with)."""
+
+    model: Any
+    xs: List[Any]
+    expected: Any
+
+
+def reference(problem: Any, dev: Any) -> Reference:
     import torch
 
     torch.manual_seed(0)
@@ -132,25 +155,79 @@ def prepare_modes(problem: Any, modes: Sequence[str], dev: Any) -> Tuple[Dict[st
     xs = make_inputs(problem, 0, "normal", dev)
     with torch.no_grad():
         expected = clone_output(ref(*xs))
+    return Reference(ref, xs, expected)
+
+
+def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any) -> Tuple[Dict[str, Callable[..., Any]], Dict[str, Dict[str, Any]]]:
+    """Per mode its callable on its own copy of the reference, its compile time and how its
+    output compares with eager's; modes that fail or compute otherwise are left out of the first
+    dict and say why in the second."""
     ready: Dict[str, Callable[..., Any]] = {}
     report: Dict[str, Dict[str, Any]] = {}
     for mode in modes:
-        t0 = time.perf_counter()
-        try:
-            fn = build(copy.deepcopy(ref), mode)
-            with torch.no_grad():
-                out = clone_output(fn(*xs))
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)
-        except Exception as e:
-            report[mode] = {"ok": False, "why": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
-            continue
-        r = compare(out, expected, {})
-        report[mode] = {"ok": bool(r["ok"]), "first_call_s": round(time.perf_counter() - t0, 3),
-                        **{k: v for k, v in r.items() if k != "ok"}}
-        if r["ok"]:
-            ready[mode] = fn
+        prepare_one(mode, ref.model, ref.xs, ref.expected, dev, ready, report)
     return ready, report
+
+
+def prepare_one(variant: str, model: Any, xs: Sequence[Any], expected: Any, dev: Any,
+                ready: Dict[str, Callable[..., Any]], report: Dict[str, Dict[str, Any]]) -> None:
+    """``variant``'s mode applied to a copy of ``model``, its first call timed and compared with
+    eager's output at the dtype's tolerance: into ``ready`` when it ran and matched, and into
+    ``report`` either way (with ``why`` when not)."""
+    import torch
+
+    mode = variant.split("~")[0]
+    t0 = time.perf_counter()
+    try:
+        fn = build(copy.deepcopy(model), mode)
+        with torch.no_grad():
+            out = clone_output(fn(*xs))
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+    except Exception as e:
+        report[variant] = {"ok": False, "why": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
+        return
+    r = compare(out, expected, {})
+    report[variant] = {"ok": bool(r["ok"]), "first_call_s": round(time.perf_counter() - t0, 3),
+                       **{k: v for k, v in r.items() if k != "ok"}}
+    if r["ok"]:
+        ready[variant] = fn
+
+
+def prepare_rewrite(problem: Any, ref: Reference, baseline: str, classes: Sequence[str], dev: Any,
+                    ready: Dict[str, Callable[..., Any]], report: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """The rewrite agent: the rules of ``classes`` applied to the reference's FX graph (the
+    rewritten module shares the reference's parameters), and when one fired, its variants
+    ``eager~rewrite`` and ``BASELINE~rewrite`` prepared as :func:`prepare_one` prepares a mode
+    (each on its own copy, compared with the reference's eager output). Returns what it proposed:
+    ``fired``, the applications with their classes, the weakest class, the forward's key, and what
+    the rewrite introduced (:func:`kforge.optimize.rewrite.introduced`) — or why it proposes
+    nothing (no rule fired; or the rewrite cannot be shipped or measured: the other agents' variants
+    are measured all the same)."""
+    info: Dict[str, Any] = {"classes": list(classes), "fired": False}
+    try:
+        result = rewrite_model(ref.model, ref.xs, rules_of(classes))
+    except RuleError as e:
+        info["why"] = f"a rule failed (a bug in the rule): {e}"
+        return info
+    info["skipped"] = result.skipped
+    if not result.changed:
+        info["why"] = "no rule fired on the problem's FX graph: the rewrite agent proposes nothing" + (
+            f" ({result.skipped})" if result.skipped else "")
+        return info
+    try:
+        with open(problem.__file__) as f:
+            found = candidate(result, f.read())
+        brought = introduced(result, ref.xs)
+    except Exception as e:  # no standalone spelling, or the rewritten forward does not run here
+        info["why"] = f"a rule fired but the rewrite cannot be shipped: {type(e).__name__}: {e}"
+        return info
+    info.update(fired=True, rules=found["changes"], exactness=found["exactness"], key=found["key"], **brought)
+    for mode in dict.fromkeys(("eager", baseline)):
+        variant = mode + REWRITE
+        prepare_one(variant, result.module, ref.xs, ref.expected, dev, ready, report)
+        report[variant].update(rules=[c["rule"] for c in found["changes"]], exactness=found["exactness"])
+    return info
 
 
 def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str, dev: Any,
@@ -192,17 +269,23 @@ def choose(baseline: str, per_round: Dict[str, List[Tuple[float, float, float]]]
     return {"modes": modes, "noise_floor": math.exp(floor), "winner": winner, "fallback": not winners}
 
 
-def measure(problem: Any, modes: Sequence[str], dev: Any, rounds: int) -> Dict[str, Any]:
-    """The whole agent step: modes prepared and checked, timed against ``modes[0]`` (the
+def measure(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
+            rewrite: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+    """The whole agent step: modes prepared and checked (and with ``rewrite``, the exactness
+    classes the rewrite agent may use, its variants), timed against ``modes[0]`` (the
     baseline), the choice."""
     baseline = modes[0]
-    fns, report = prepare_modes(problem, modes, dev)
+    ref = reference(problem, dev)
+    fns, report = prepare_modes(ref, modes, dev)
     if baseline not in fns:
         raise DispatchError(f"the baseline {baseline!r} does not run: {report[baseline].get('why', 'its output differs from eager')}")
-    result: Dict[str, Any] = {"baseline": baseline, "prepared": report}
+    proposed = prepare_rewrite(problem, ref, baseline, rewrite, dev, fns, report) if rewrite is not None else None
+    result: Dict[str, Any] = {"baseline": baseline, "prepared": report, "rewrite": proposed}
     if len(fns) < 2:
-        result.update({"modes": {}, "noise_floor": None, "winner": baseline, "fallback": True,
-                       "why": "no mode besides the baseline runs and matches eager"})
+        why = "no mode besides the baseline runs and matches eager"
+        if proposed is not None and not proposed["fired"]:
+            why += f"; rewrite: {proposed['why']}"
+        result.update({"modes": {}, "noise_floor": None, "winner": baseline, "fallback": True, "why": why})
         return result
     result.update(choose(baseline, time_rounds(problem, fns, baseline, dev, rounds)))
     return result
@@ -216,13 +299,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--size", default="default", choices=SIZES)
     ap.add_argument("--modes", default="eager,default,max-autotune,max-autotune-no-cudagraphs,reduce-overhead")
     ap.add_argument("--knobs", default="", help=f"Inductor knobs to try on the baseline's mode (of: {', '.join(KNOBS)})")
+    ap.add_argument("--rewrite", default="", metavar="CLASSES",
+                    help="the rewrite agent (the forward rewritten by the rules, as eager~rewrite and BASELINE~rewrite) "
+                         f"with the exactness classes it may use, comma-separated (of: {', '.join(EXACTNESS)}; "
+                         f"kforge optimize passes {','.join(REWRITE_CLASSES)}); empty: off")
     ap.add_argument("--baseline", default="max-autotune")
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args(argv)
     try:
         if a.rounds < 2:
             raise DispatchError(f"--rounds must be at least 2 (an interval needs two rounds), got {a.rounds}")
-        modes = parse_modes(a.modes, a.baseline, "cpu" if a.device == "cpu" else "cuda", a.knobs)
+        rewrite = a.rewrite != ""
+        modes = parse_modes(a.modes, a.baseline, "cpu" if a.device == "cpu" else "cuda", a.knobs, rewrite)
+        classes = [c.strip() for c in a.rewrite.split(",") if c.strip()]
+        try:
+            if rewrite:
+                rules_of(classes)
+        except ValueError as e:
+            raise DispatchError(f"--rewrite: {e}") from e
         try:
             import torch
         except ImportError as e:
@@ -230,7 +324,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if a.device != "cpu" and not torch.cuda.is_available():
             raise DispatchError(f"--device {a.device} but no CUDA GPU is visible (pass --device cpu)")
         problem = load_problem(a.problem, a.size)
-        result = measure(problem, modes, torch.device(a.device), a.rounds)
+        result = measure(problem, modes, torch.device(a.device), a.rounds, classes if rewrite else None)
     except DispatchError as e:
         print(f"kforge optimize: {e}", file=sys.stderr)
         return 2

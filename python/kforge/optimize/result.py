@@ -1,5 +1,6 @@
-"""The result file of a ``dispatch`` winner: a standalone KernelBench-format ``ModelNew`` module
-(torch alone; no kforge import) and the verify policy it needs.
+"""The result file of a ``dispatch``, ``inductor`` or ``rewrite`` winner: a standalone
+KernelBench-format ``ModelNew`` module (torch alone; no kforge import) and the verify policy it
+needs.
 
 The winner is the reference's own forward, eager or compiled in another mode: torch code by
 design. So the module carries the problem's source with its ``Model`` renamed ``Reference``, and
@@ -8,6 +9,12 @@ weights works) and, for a compile mode, compiles its forward on the first call. 
 beside it is ``torch_policy = "reference-ops"``, with gate 4's ``baseline_mode`` the baseline the
 agent measured against: the candidate may compute with what the reference computes with; correctness, the exploit checks and the performance gate judge it as
 any other candidate (``kforge verify PROBLEM model_new.py --policy policy.toml``).
+
+A rewrite winner (``MODE~rewrite``) is the rewritten forward instead, as
+:func:`kforge.optimize.rewrite.module_source` writes it (made again from the problem and checked
+to be the measured one), with a header naming the rules and their exactness classes; its policy
+adds exactly what the rewrite introduced (``allowed_aten_ops``, ``allowed_torch_ops``) and its own
+FLOP count (``flops``).
 
 ``python3 -m kforge.optimize.result PROBLEM DISPATCH.json --out DIR`` writes ``DIR/model_new.py``
 and ``DIR/policy.toml`` for the winner recorded in ``DISPATCH.json``
@@ -23,7 +30,9 @@ import os
 import sys
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from .dispatch import KNOBS, MODES, variant_options
+from ..harness import load_problem
+from .dispatch import KNOBS, MODES, REWRITE, variant_options
+from .rewrite import RewriteResult, applied_rules, code_key, module_source, rewrite_problem, rules_of
 
 #: Baselines a verify policy can name (gate 4 compiles its baseline; eager is no baseline there).
 COMPILE_BASELINES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -31,12 +40,38 @@ COMPILE_BASELINES = ("default", "reduce-overhead", "max-autotune", "max-autotune
 
 def policy_text(measured: Dict[str, Any]) -> str:
     """The verify policy of a dispatch result: ``reference-ops``, and gate 4 timed against the
-    baseline the dispatch agent measured against (when it is a compile mode)."""
+    baseline the dispatch agent measured against (when it is a compile mode). For a rewrite
+    winner (``MODE~rewrite``) also exactly what the rewrite introduced: the aten ops its forward
+    dispatches that the reference's does not (``allowed_aten_ops``), the torch functions it calls
+    that the reference does not (``allowed_torch_ops``), and its own FLOP count (``flops``: the
+    plausibility check must not hold a shortcut to the reference's)."""
     text = 'torch_policy = "reference-ops"\n'
     baseline = measured.get("baseline")
     if baseline in COMPILE_BASELINES:
         text += f'baseline_mode = "{baseline}"\n'
+    if str(measured.get("winner", "")).endswith(REWRITE):
+        info = rewrite_info(measured)
+        applied = ", ".join(f"{c['rule']} ({c['exactness']})" for c in info["rules"])
+        text += (f"# the rewrite rules applied: {applied}\n"
+                 f"allowed_aten_ops = {toml_list(info['introduced_ops'])}\n"
+                 f"allowed_torch_ops = {toml_list(info['introduced_torch_calls'])}\n"
+                 f"flops = {int(info['analytic_flops'])}\n")
     return text
+
+
+def toml_list(names: Sequence[str]) -> str:
+    return "[" + ", ".join(json.dumps(str(n)) for n in names) + "]"
+
+
+def rewrite_info(measured: Dict[str, Any]) -> Dict[str, Any]:
+    """What the rewrite agent proposed, from the measurement; refused when it proposed nothing."""
+    info = measured.get("rewrite")
+    if not isinstance(info, dict) or not info.get("fired"):
+        raise ResultError("the measurement's winner is a rewrite, but it records no rewrite that fired")
+    for key in ("rules", "classes", "key", "introduced_ops", "introduced_torch_calls", "analytic_flops"):
+        if key not in info:
+            raise ResultError(f"the measurement's rewrite lacks {key!r}")
+    return info
 
 
 class ResultError(Exception):
@@ -70,9 +105,66 @@ def renamed_reference(problem_source: str, path: str) -> str:
     return ast.unparse(Rename().visit(tree))
 
 
+def compiled_subclass(base: str, compile_args: str) -> str:
+    """``class ModelNew(base)`` whose forward is ``base``'s compiled on the first call."""
+    return f'''
+
+class ModelNew({base}):
+    """{base}'s forward, compiled on the first call (static shapes)."""
+
+    def forward(self, *inputs):
+        compiled = self.__dict__.get("_compiled_forward")
+        if compiled is None:
+            compiled = torch.compile(super().forward, {compile_args}, dynamic=False)
+            self.__dict__["_compiled_forward"] = compiled
+        return compiled(*inputs)
+'''
+
+
+def rewritten(problem_path: str, measured: Dict[str, Any]) -> RewriteResult:
+    """The measured rewrite made again from the problem (on the meta device, with the classes the
+    agent used), checked to be the same forward as the one measured (its key)."""
+    info = rewrite_info(measured)
+    try:
+        problem = load_problem(problem_path, str(measured.get("size", "default")), "result")
+        result = rewrite_problem(problem, rules_of(info["classes"]))
+    except ValueError as e:
+        raise ResultError(str(e)) from e
+    if not result.changed or code_key(result.code) != info["key"]:
+        raise ResultError(f"{problem_path}: the rewrite made again is not the one measured "
+                          f"({result.skipped or 'another forward'}): the problem changed since the measurement?")
+    return result
+
+
+def rewrite_source(problem_path: str, problem_source: str, variant: str, measured: Dict[str, Any]) -> str:
+    """The standalone module of a rewrite winner ``MODE~rewrite``: the rewritten forward as
+    :func:`kforge.optimize.rewrite.module_source` writes it, eager (the class is ``ModelNew``) or
+    compiled in ``MODE`` (the class is ``Rewritten`` and ``ModelNew`` compiles its forward)."""
+    mode = variant[:-len(REWRITE)]
+    if mode not in MODES:
+        raise ResultError(f"unknown mode {mode!r} in {variant!r} (one of: {', '.join(MODES)})")
+    result = rewritten(problem_path, measured)
+    versions = measured.get("versions", {})
+    speedup = measured.get("modes", {}).get(variant, {}).get("speedup")
+    how = "run eagerly" if mode == "eager" else f"compiled with torch.compile(mode={mode!r}, dynamic=False)"
+    header = (f"kforge optimize result for {os.path.basename(problem_path)} (agent rewrite): the problem's forward\n"
+              f"rewritten by the rules {applied_rules(result)}, weakest class {result.exactness},\n"
+              f"{how}. Baseline {measured.get('baseline')!r}; measured speedup "
+              f"{'%.3fx' % speedup if isinstance(speedup, float) else 'none'}; "
+              f"made with torch {versions.get('torch')}, Triton {versions.get('triton')}.\n"
+              "Torch code by design: verify with the policy beside this file (reference-ops plus exactly the\n"
+              "ops the rewrite introduced).")
+    if mode == "eager":
+        return module_source(result, problem_source, "ModelNew", header)
+    return module_source(result, problem_source, "Rewritten", header) + compiled_subclass("Rewritten", f"mode={mode!r}")
+
+
 def model_new_source(problem_path: str, problem_source: str, mode: str, measured: Dict[str, Any]) -> str:
     """The standalone module for the winner ``mode``: eager (the reference as it is), a compile
-    mode, or ``MODE+KNOB`` (compiled with the mode's Inductor options and the knob's setting)."""
+    mode, ``MODE+KNOB`` (compiled with the mode's Inductor options and the knob's setting), or
+    ``MODE~rewrite`` (the rewritten forward, :func:`rewrite_source`)."""
+    if mode.endswith(REWRITE):
+        return rewrite_source(problem_path, problem_source, mode, measured)
     base, _, knob = mode.partition("+")
     if base not in MODES or (knob and (knob not in KNOBS or base == "eager")):
         raise ResultError(f"unknown mode {mode!r} (one of: {', '.join(MODES)}, or MODE+KNOB with a knob of: {', '.join(KNOBS)})")
@@ -94,19 +186,7 @@ class ModelNew(Reference):
     """The reference's forward, dispatched eagerly."""
 '''
     else:
-        compile_args = f"mode={mode!r}" if options is None else f"options={options!r}"
-        tail = f'''
-
-class ModelNew(Reference):
-    """The reference's forward, compiled on the first call (static shapes)."""
-
-    def forward(self, *inputs):
-        compiled = self.__dict__.get("_compiled_forward")
-        if compiled is None:
-            compiled = torch.compile(super().forward, {compile_args}, dynamic=False)
-            self.__dict__["_compiled_forward"] = compiled
-        return compiled(*inputs)
-'''
+        tail = compiled_subclass("Reference", f"mode={mode!r}" if options is None else f"options={options!r}")
     return header + "import torch\n" + body + "\n" + tail
 
 

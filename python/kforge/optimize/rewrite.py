@@ -1,4 +1,5 @@
-"""Algebraic rewrites on a model's FX graph: the ``rewrite`` agent's library (not its search).
+"""Algebraic rewrites on a model's FX graph: the ``rewrite`` agent's library (its measurement is
+:mod:`kforge.optimize.dispatch`'s ``MODE~rewrite`` variants, its result file :mod:`.result`'s).
 
 A :class:`Rule` matches a pattern of nodes in a ``torch.fx`` graph and replaces it with a cheaper
 expression of stock torch ops that computes the same value. Every rule has an **exactness class**
@@ -690,12 +691,16 @@ def free_names(fn: ast.FunctionDef) -> List[str]:
     return sorted({u for u in used if u not in bound and u not in dir(builtins)})
 
 
-def module_source(result: RewriteResult, source: Optional[str] = None) -> str:
+def module_source(result: RewriteResult, source: Optional[str] = None, class_name: str = "ModelNew",
+                  docstring: Optional[str] = None) -> str:
     """A standalone KernelBench ``ModelNew`` file: the problem's own imports, constants, helpers and
     ``Model.__init__`` (so parameters and buffers have the same names and the same initialisation
     under the same seed, and ``load_state_dict(reference.state_dict())`` works), in a class
-    ``ModelNew(nn.Module)`` whose forward is the rewritten graph. ``source`` is the problem file's
-    text (default: the file the model's class was defined in). Imports no kforge. Raises
+    ``class_name(nn.Module)`` (default ``ModelNew``) whose forward is the rewritten graph.
+    ``source`` is the problem file's text (default: the file the model's class was defined in);
+    ``docstring`` replaces the module's docstring (default: the rules applied, the torch version
+    and the class). Imports no kforge. The one writer of a rewritten forward as a file (``kforge
+    optimize``'s result file is this with a header and, for a compile mode, a subclass). Raises
     ``ValueError`` when the model was not traced, has no source, or the graph uses attributes the
     model's ``__init__`` does not make (tensor constants made by tracing)."""
     import torch
@@ -728,10 +733,10 @@ def module_source(result: RewriteResult, source: Optional[str] = None) -> str:
     unknown = [u for u in free_names(fwd) if u != "torch" and u not in GLOBALS]
     if unknown:
         raise ValueError(f"the rewritten forward uses globals with no standalone spelling: {', '.join(unknown)}")
-    rules = ", ".join(f"{a.rule} ({a.exactness})" for a in result.applications) or "none applied"
-    body: List[ast.stmt] = [ast.Expr(ast.Constant(
-        f"ModelNew: the problem's Model with its forward rewritten by kforge optimize's rewrite rules: {rules}.\n"
-        f"Made with torch {torch.__version__}; exactness class {result.exactness}."))]
+    if docstring is None:
+        docstring = (f"{class_name}: the problem's Model with its forward rewritten by kforge optimize's rewrite rules: "
+                     f"{applied_rules(result)}.\nMade with torch {torch.__version__}; exactness class {result.exactness}.")
+    body: List[ast.stmt] = [ast.Expr(ast.Constant(docstring))]
     has_torch = False
     found_model = False
     for s in tree.body:
@@ -744,7 +749,7 @@ def module_source(result: RewriteResult, source: Optional[str] = None) -> str:
             has_torch = True
         if isinstance(s, ast.ClassDef) and s.name == "Model":
             found_model = True
-            s = model_new(s, fwd)
+            s = model_new(s, fwd, class_name)
         body.append(s)
     if not found_model:
         raise ValueError("the source defines no class Model")
@@ -764,19 +769,27 @@ def attr_of(obj: Any, dotted: str) -> Any:
     return obj
 
 
+def applied_rules(result: RewriteResult) -> str:
+    """``rule (class), ...`` of the applications in order, or ``none applied``."""
+    return ", ".join(f"{a.rule} ({a.exactness})" for a in result.applications) or "none applied"
+
+
 class Rename(ast.NodeTransformer):
-    """``Model`` → ``ModelNew`` (``super(Model, self)`` inside the class)."""
+    """``Model`` → the new class's name (``super(Model, self)`` inside the class)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
     def visit_Name(self, node: ast.Name) -> ast.Name:
-        return ast.Name("ModelNew", node.ctx) if node.id == "Model" else node
+        return ast.Name(self.name, node.ctx) if node.id == "Model" else node
 
 
-def model_new(cls: ast.ClassDef, forward: ast.FunctionDef) -> ast.ClassDef:
+def model_new(cls: ast.ClassDef, forward: ast.FunctionDef, class_name: str = "ModelNew") -> ast.ClassDef:
     kept = [s for s in cls.body if not (isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) and s.name == "forward")
             and not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and s is cls.body[0])]
-    renamed = [Rename().visit(s) for s in kept]
+    renamed = [Rename(class_name).visit(s) for s in kept]
     new = copy.copy(cls)
-    new.name, new.body, new.decorator_list = "ModelNew", renamed + [forward], []
+    new.name, new.body, new.decorator_list = class_name, renamed + [forward], []
     return new
 
 
@@ -796,8 +809,98 @@ def candidate(result: RewriteResult, source: Optional[str] = None) -> Dict[str, 
                      "nodes": list(a.nodes), "replacement": a.replacement} for a in result.applications],
         "exactness": result.exactness,
         "torch": torch.__version__,
-        "key": hashlib.sha256(result.code.encode()).hexdigest(),
+        "key": code_key(result.code),
     }
+
+
+# --- what a rewrite introduces (for the search and the verify policy) ---------------------------
+
+
+def rules_of(classes: Sequence[str]) -> Tuple[Rule, ...]:
+    """The rules whose exactness class is one of ``classes`` (each a known class; none named is
+    refused: a rewrite agent with no class proposes nothing by construction, say so instead)."""
+    bad = [c for c in classes if c not in EXACTNESS]
+    if bad:
+        raise ValueError(f"unknown exactness class {bad[0]!r} (one of: {', '.join(EXACTNESS)})")
+    if not classes:
+        raise ValueError(f"no exactness class named (of: {', '.join(EXACTNESS)})")
+    return tuple(r for r in RULES if r.exactness in classes)
+
+
+def rewrite_problem(problem: Any, rules: Sequence[Rule] = RULES) -> RewriteResult:
+    """A loaded problem module's ``Model`` built on the meta device (nothing computed, any preset
+    costs nothing) and rewritten by ``rules``; a model that cannot be built there is ``skipped``."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            torch.manual_seed(0)
+            model, inputs = problem.Model(*problem.get_init_inputs()), list(problem.get_inputs())
+    except Exception as e:  # the problem's own code: say what failed, not a traceback
+        return RewriteResult(None, None, skipped=f"could not build on the meta device: {type(e).__name__}: {e}")
+    return rewrite_model(model, inputs, rules)
+
+
+def code_key(code: str) -> str:
+    """The de-duplication key of a rewritten forward: a hash of its source."""
+    return hashlib.sha256(code.encode()).hexdigest()
+
+
+def dispatched_ops(fn: Callable[..., Any], inputs: Sequence[Any]) -> List[str]:
+    """The aten ops one call ``fn(*inputs)`` dispatches (without grad), sorted, named as kforge
+    verify's dispatch record names them (``mul``: no namespace, no overload)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    ops: set[str] = set()
+
+    class Record(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(self, func: Any, types: Any, args: Sequence[Any] = (),
+                               kwargs: Optional[Dict[str, Any]] = None) -> Any:
+            ops.add(str(func._schema.name).split("::")[-1])
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Record():  # type: ignore[no-untyped-call]
+        fn(*inputs)
+    return sorted(ops)
+
+
+def torch_calls(gm: Module) -> List[str]:
+    """The torch functions ``gm``'s graph calls, sorted, spelled as kforge verify's static gate
+    spells them (``torch.cat``, ``torch.nn.functional.relu``)."""
+    import torch
+    import torch.nn.functional as F
+
+    out: set[str] = set()
+    for n in gm.graph.nodes:
+        name = getattr(n.target, "__name__", None) if n.op == "call_function" else None
+        for prefix, space in (("torch", torch), ("torch.nn.functional", F)):
+            if name is not None and getattr(space, name, None) is n.target:
+                out.add(f"{prefix}.{name}")
+                break
+    return sorted(out)
+
+
+def introduced(result: RewriteResult, inputs: Sequence[Any]) -> Dict[str, Any]:
+    """What the rewrite brings that the original forward does not, on real ``inputs`` (for the
+    verify policy of a rewritten forward): ``introduced_ops``, the aten ops the rewritten forward
+    dispatches and the original's does not; ``introduced_torch_calls``, the torch functions its
+    graph calls and the traced original's does not; ``analytic_flops``, torch's FLOP count of
+    the rewritten forward (a shortcut does fewer than the reference: gate 4's plausibility check
+    must use this count, not the reference's)."""
+    import torch
+    import torch.fx
+    from torch.utils.flop_counter import FlopCounterMode
+
+    if result.module is None:
+        raise ValueError(f"no rewritten module: {result.skipped}")
+    original = torch.fx.symbolic_trace(result.model)
+    ops = set(dispatched_ops(result.module, inputs)) - set(dispatched_ops(result.model, inputs))
+    calls = set(torch_calls(result.module)) - set(torch_calls(original))
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        result.module(*inputs)
+    return {"introduced_ops": sorted(ops), "introduced_torch_calls": sorted(calls),
+            "analytic_flops": int(counter.get_total_flops())}
 
 
 # --- the command line --------------------------------------------------------------------------
@@ -809,8 +912,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     output one JSON object: ``problem``, ``size``, ``skipped`` and ``candidate`` (see
     :func:`candidate`; null when no rule applied). ``--out`` also writes the ModelNew file.
     Exit 0, or 2 with the reason on standard error for bad input."""
-    import torch
-
     parser = argparse.ArgumentParser(prog="python3 -m kforge.optimize.rewrite")
     parser.add_argument("problem")
     parser.add_argument("--size", default="default", choices=SIZES)
@@ -821,14 +922,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as e:
         print(f"kforge.optimize.rewrite: {e}", file=sys.stderr)
         return 2
-    try:
-        with torch.device("meta"):
-            torch.manual_seed(0)
-            model, inputs = mod.Model(*mod.get_init_inputs()), list(mod.get_inputs())
-    except Exception as e:  # the problem's own code: say what failed, not a traceback
-        result = RewriteResult(None, None, skipped=f"could not build on the meta device: {type(e).__name__}: {e}")
-    else:
-        result = rewrite_model(model, inputs)
+    result = rewrite_problem(mod)
     found = candidate(result, Path(args.problem).read_text()) if result.changed else None
     if found is not None and args.out:
         Path(args.out).write_text(found["source"])

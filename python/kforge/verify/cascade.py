@@ -302,8 +302,8 @@ class Cascade:
         if not fns and not nfns and self.policy.get("torch_policy") == "reference-ops":
             for n in ("ghost-replay", "kernels-ran"):
                 ck.add("exploits", n, None, kernels=[], native_functions=[],
-                       note="policy reference-ops: the candidate computes with the reference's own torch ops, by design; "
-                            "the dispatch record checks it dispatched nothing else")
+                       note="policy reference-ops: the candidate computes with the reference's own torch ops (and the aten ops "
+                            "the policy's allowed_aten_ops names), by design; the dispatch record checks it dispatched nothing else")
             return
         if not fns and not nfns:
             ck.add("exploits", "ghost-replay", False, kernels=[], native_functions=[],

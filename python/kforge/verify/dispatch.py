@@ -12,7 +12,8 @@ allowed vendor call). An op is
   ``torch.matmul``, ``@``, ``F.conv2d``, ``F.scaled_dot_product_attention``, … — the families of
   the reference's own calls under the ``dispatch-aware`` policy, none under ``strict-no-torch``),
   or itself an aten op of such a family (``aten::mm``, ``aten::convolution``, …), or inside a call
-  the policy's ``allowed_torch_ops`` names;
+  the policy's ``allowed_torch_ops`` names (an aten op the policy's ``allowed_aten_ops`` names is
+  allowed too, counted as ``policy_allowed``);
 - *plumbing*: in :data:`PLUMBING` — allocation, constant fills, views and metadata, which compute
   nothing from the inputs;
 - *layout*: a copy that keeps the dtype (:data:`LAYOUT`: ``clone``, ``copy_``, ``_to_copy`` —
@@ -164,10 +165,12 @@ class DispatchRecord:
         self.families = sorted({str(c.get("family")) for c in calls if isinstance(c, dict)})
         self.vendor_ops: frozenset[str] = frozenset(op for f in self.families for op in VENDOR_OPS.get(f, frozenset()))
         self.callables = vendor_callables(self.families, [str(x) for x in policy.get("allowed_torch_ops", [])])
+        self.allowed_aten = frozenset(str(x) for x in policy.get("allowed_aten_ops", []))
         self.skip_dirs = (package_dir(torch), os.path.abspath(__file__))
         self.triton_dir = triton_dir
         self.depth = 0
-        self.counts: Dict[str, Counter[str]] = {k: Counter() for k in ("vendor", "plumbing", "layout", "triton", "reference_allowed", "compute")}
+        self.counts: Dict[str, Counter[str]] = {k: Counter() for k in ("vendor", "plumbing", "layout", "triton", "reference_allowed",
+                                                                     "policy_allowed", "compute")}
         self.reference_ops: Counter[str] = Counter()
         self.learning = False
         self.layout_allowed = True
@@ -205,6 +208,9 @@ class DispatchRecord:
             return
         if self.torch_policy == "reference-ops" and op in self.reference_ops:
             self.counts["reference_allowed"][op] += 1  # the reference computes with it too: allowed by the policy
+            return
+        if op in self.allowed_aten:
+            self.counts["policy_allowed"][op] += 1  # named by the policy's allowed_aten_ops
             return
         self.counts["compute"][op] += 1
         sites = self.sites.setdefault(op, [])
