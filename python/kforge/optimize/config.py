@@ -247,6 +247,10 @@ def _numel(spec: KernelSpec, block: str) -> int:
 
 def _admissible(spec: KernelSpec, cfg: LaunchConfig) -> bool:
     tile = 1
+    if spec.kind == "persistent_reduction":  # the reduction's block is in the body: the whole extent
+        for key, n in (spec.size_hints or {}).items():
+            if key.startswith("r") and f"{key.upper()}BLOCK" not in dict(cfg.kwargs):
+                tile *= _next_pow2(spec.numels.get(key, n))
     for b, v in cfg.kwargs:
         tile *= v
         prefix = block_prefix(b)
@@ -388,64 +392,85 @@ def _copies(before: Sequence[Any], dev: Any) -> List[Any]:
     return [copy_strided(x, dev) for x in before]
 
 
-def tune_kernel(name: str, source: str, old: Any, rec: Dict[str, Any], dev: Any, max_configs: int,
-                rounds: int) -> Dict[str, Any]:
-    """One kernel's search: the configurations compiled (all of them first), each run on a copy of
-    the captured arguments and checked against the original kernel's result, then all timed in one
-    region against the original (call by call in turn, ``rounds`` slices), and the choice."""
-    import torch
-
-    spec = kernel_spec(name, source)
-    original = LaunchConfig.of_triton(old.launchers[0].config)
-    space = config_space(spec, original, max_configs)
-    kw = _on_stream(rec["kwargs"])
+def search(space: Sequence[LaunchConfig], build: Callable[[LaunchConfig], Any], launch: Callable[[Any, List[Any]], None],
+           fresh: Callable[[], List[Any]], original: Any, rounds: int, device: str, label: str,
+           timed: Optional[Callable[[Any, List[Any]], None]] = None) -> Dict[str, Any]:
+    """One kernel's search over ``space`` (its first entry the original configuration): every
+    configuration built first (``build``: compiled, or why not), each launched on fresh copies of
+    the captured arguments and checked against ``original``'s result (``check_outputs``), then
+    all that pass timed against ``original`` in one region (call by call in turn, ``rounds``
+    slices of the samples; ``timed`` launches there, default ``launch``) and the choice made
+    (``choose_config``). ``space[0]`` built the same way
+    is checked (``pin_reproduces_original``) but not timed: the original itself is the baseline."""
+    first = space[0].label()
     excluded: Dict[str, str] = {}
-    compiled: Dict[str, Any] = {}
+    built: Dict[str, Any] = {}
     for cfg in space:
         try:
-            compiled[cfg.label()] = compile_with_config(name, source, cfg)
-        except Exception as e:  # a Triton compile error, out of resources, another config
+            built[cfg.label()] = build(cfg)
+        except Exception as e:  # a Triton compile error, out of resources, another configuration
             excluded[cfg.label()] = f"did not compile: {type(e).__name__}: {str(e)[:200]}"
-    ref = _copies(rec["before"], dev)
-    old.run(*ref, **kw)
+    ref = fresh()
+    launch(original, ref)
     checks: Dict[str, Any] = {}
-    for label, k in compiled.items():
-        args = _copies(rec["before"], dev)
+    for cfg_label, k in built.items():
+        args = fresh()
         try:
-            k.run(*args, **kw)
-            torch.cuda.synchronize()
+            launch(k, args)
         except Exception as e:
-            excluded[label] = f"failed to run: {type(e).__name__}: {str(e)[:200]}"
+            excluded[cfg_label] = f"failed to run: {type(e).__name__}: {str(e)[:200]}"
             continue
-        checks[label] = check_outputs(args, ref)
-        if not checks[label]["ok"]:
-            excluded[label] = f"changes the results: {checks[label].get('why', '')}"
+        checks[cfg_label] = check_outputs(args, ref)
+        if not checks[cfg_label]["ok"]:
+            excluded[cfg_label] = f"changes the results: {checks[cfg_label].get('why', '')}"
         del args
-    # The original configuration compiled the same way: the pinning reproduces the original (its
-    # check says whether bit for bit); timed as the original itself, it is no candidate.
-    runnable = [label for label in compiled if label not in excluded and label != original.label()]
-    result: Dict[str, Any] = {"kind": spec.kind, "original": original.as_dict(), "configs_tried": len(space),
-                              "excluded": excluded, "checks": checks, "lookup_hash": lookup_hash(source),
-                              "pin_reproduces_original": checks.get(original.label(), {}).get("identical")}
+    runnable = [c for c in built if c not in excluded and c != first]
+    result: Dict[str, Any] = {"original": space[0].as_dict(), "configs_tried": len(space), "excluded": excluded,
+                              "checks": checks, "pin_reproduces_original": checks.get(first, {}).get("identical")}
     if not runnable:
-        result.update({"winner": original.label(), "new": original.as_dict(), "fallback": True, "speedup": 1.0,
-                       "why": "no configuration compiled, ran and matched"})
+        result.update({"winner": first, "new": space[0].as_dict(), "fallback": True, "speedup": 1.0,
+                       "why": "no other configuration compiled, ran and matched"})
         return result
-    timing_args = _copies(rec["before"], dev)
-    fns = [lambda: old.run(*timing_args, **kw)] + [(lambda k=compiled[label]: k.run(*timing_args, **kw)) for label in runnable] \
-        + [lambda: old.run(*timing_args, **kw)]
-    samples = do_bench_interleaved(fns, warmup=5, rep=20 * rounds, name=f"optimize:config:{name[:60]}",
-                                   min_calls=KERNEL_ROUND_CALLS * rounds, device=str(dev))
+    args = fresh()
+    go = timed or launch
+    fns = [lambda: go(original, args)] + [(lambda k=built[c]: go(k, args)) for c in runnable] + [lambda: go(original, args)]
+    samples = do_bench_interleaved(fns, warmup=5, rep=20 * rounds, name=label, min_calls=KERNEL_ROUND_CALLS * rounds,
+                                   device=device)
     med = split_rounds(samples, rounds)
-    per_round = {label: [(med[0][r], med[1 + i][r], med[-1][r]) for r in range(rounds)] for i, label in enumerate(runnable)}
-    chosen = choose_config(original.label(), per_round, excluded)
-    by_label = {c.label(): c for c in space}
-    winner = by_label[chosen["winner"]] if chosen["winner"] in by_label else original
+    per_round = {c: [(med[0][r], med[1 + i][r], med[-1][r]) for r in range(rounds)] for i, c in enumerate(runnable)}
+    chosen = choose_config(first, per_round, excluded)
+    winner = next((c for c in space if c.label() == chosen["winner"]), space[0])
     result.update({"winner": winner.label(), "new": winner.as_dict(), "fallback": chosen["fallback"],
                    "noise_floor": chosen["noise_floor"], "configs": chosen["modes"],
                    "speedup": chosen["modes"].get(winner.label(), {}).get("speedup", 1.0),
                    "ci95": chosen["modes"].get(winner.label(), {}).get("ci95")})
     return result
+
+
+def tune_kernel(name: str, source: str, old: Any, rec: Dict[str, Any], dev: Any, max_configs: int,
+                rounds: int) -> Dict[str, Any]:
+    """One Inductor kernel's search (``search``) on a GPU: its configurations compiled from its
+    source through the lookup table, launched like the wrapper launches it (``kernel.run``) on
+    device copies of the arguments recorded at its first launch in the model."""
+    import torch
+
+    spec = kernel_spec(name, source)
+    original = tuned_config(old)
+    if original is None:
+        raise ConfigError(f"kernel {name}: not autotuned to one configuration")
+    kw = _on_stream(rec["kwargs"])
+
+    def launch(k: Any, args: List[Any]) -> None:
+        k.run(*args, **kw)
+        torch.cuda.synchronize()
+
+    def timed_launch(k: Any, args: List[Any]) -> None:
+        k.run(*args, **kw)
+
+    space = config_space(spec, original, max_configs)
+    r = search(space, lambda cfg: compile_with_config(name, source, cfg), launch,
+               lambda: _copies(rec["before"], dev), old, rounds, str(dev), f"optimize:config:{name[:60]}", timed_launch)
+    return {"kind": spec.kind, "lookup_hash": lookup_hash(source), **r}
 
 
 def recording(recorded: Dict[str, Dict[str, Any]], restore: List[Tuple[Any, Any]]) -> Callable[[Any], None]:
