@@ -325,6 +325,7 @@ def row_scale(x_ptr, out_ptr, xnumel, r0_numel, XBLOCK: tl.constexpr, R0_BLOCK: 
 """
 
 
+@pytest.mark.filterwarnings("ignore::kforge.KforgeWarning")  # no daemon here: regions are not exclusive
 def test_a_triton_kernel_searched_end_to_end_in_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
     """A row kernel correct only when one block covers the row (no loop: a smaller R0_BLOCK
     leaves columns unwritten), launched per configuration by Triton's interpreter on CPU tensors: the
@@ -368,3 +369,33 @@ def test_a_triton_kernel_searched_end_to_end_in_the_interpreter(monkeypatch: pyt
     launch(winner, out)
     assert torch.equal(out[1], x * 2)
     assert C.config_space(spec, winner, 4)[0] == winner  # the pinned winner is the next search's start
+
+
+def test_candidates_compile_as_the_result_does_with_the_same_hash() -> None:
+    """A candidate's source carries the result's options in its decorator (coordinate descent,
+    block scaling and the local autotune cache off) and a first-line tag; its function — and so
+    its lookup key and what the configuration space reads — is unchanged."""
+    for fixture, prefix in [("max-autotune_007_masked_softmax_attention_bf16", "triton_red_"),
+                            ("max-autotune_007_masked_softmax_attention_bf16", "triton_tem_"), ("default_009_layernorm_fp32", "triton_red_")]:
+        name, src = one(fixture, prefix)
+        out = C.as_the_result_compiles(src, "kforge config XBLOCK=8")
+        assert out.startswith("# kforge config XBLOCK=8\n") and out.split("@triton.jit\n")[1] == src.split("@triton.jit\n")[1]
+        assert C.lookup_hash(out) == C.lookup_hash(src) and C.kernel_spec(name, out) == C.kernel_spec(name, src)
+        head = out.split("@triton.jit\n")[0]
+        for key in C.RESULT_OPTIONS:
+            if f"'{key}':" in src.split("@triton.jit\n")[0]:
+                assert f"'{key}': False" in head and f"'{key}': True" not in head
+    assert "'coordinate_descent_tuning': True" in one("max-autotune_007_masked_softmax_attention_bf16", "triton_tem_")[1]
+
+
+def test_compiled_configs_reads_launchers_then_compile_results_then_configs() -> None:
+    from types import SimpleNamespace
+
+    def cfg(x: int) -> Any:
+        return SimpleNamespace(kwargs={"XBLOCK": x}, num_warps=4, num_stages=1)
+
+    want = [C.LaunchConfig.make({"XBLOCK": 8}, 4, 1)]
+    assert C.compiled_configs(SimpleNamespace(launchers=[SimpleNamespace(config=cfg(8))], configs=[cfg(1), cfg(2)])) == want
+    assert C.compiled_configs(SimpleNamespace(launchers=[], compile_results=[SimpleNamespace(config=cfg(8))], configs=None)) == want
+    assert C.compiled_configs(SimpleNamespace(launchers=[], compile_results=[], configs=[cfg(8)])) == want
+    assert len(C.compiled_configs(SimpleNamespace(configs=[cfg(1), cfg(2)]))) == 2

@@ -358,25 +358,77 @@ def choose_config(original: str, per_round: Dict[str, List[Tuple[float, float, f
 # --- on the GPU ---------------------------------------------------------------------------------
 
 
-def compile_with_config(name: str, source: str, cfg: LaunchConfig) -> Any:
-    """The kernel compiled from its source with exactly ``cfg`` (Inductor's lookup table for its
-    hash; compiled in this process, so that the table is read here), and coordinate descent off
-    for it: its first call launches ``cfg``, tuning nothing. ``ConfigError`` when Inductor gave it
-    another configuration (a torch without the table, or one that adjusted the configuration)."""
+#: Inductor options the result compiles with (beside the mode's own), and as its kernels' sources
+#: then carry them in their ``inductor_meta``: no coordinate descent and no scaling of a reduction
+#: block at load time (either would change a pinned configuration), no local autotune cache (a
+#: stale best-config file would not override the table; and the kernels' sources differ from
+#: the baseline's, so no kernel object is shared with a baseline compiled in the same process).
+RESULT_OPTIONS = {"coordinate_descent_tuning": False, "dynamic_scale_rblock": False, "autotune_local_cache": False}
+
+
+def as_the_result_compiles(source: str, tag: str) -> str:
+    """A kernel source as the result file's compile generates it: ``RESULT_OPTIONS`` in its
+    ``inductor_meta`` (the decorator: the function, and so the lookup hash, is unchanged), and a
+    first line ``# tag`` (a source new to Inductor's kernel cache: a new kernel object)."""
+    head, sep, fn = source.partition("@triton.jit\n")
+    for key, value in RESULT_OPTIONS.items():
+        head = re.sub(rf"'{key}': [^,}}]+", f"'{key}': {value!r}", head)
+    return f"# {tag}\n" + head + sep + fn
+
+
+def compiled_configs(kernel: Any) -> List[LaunchConfig]:
+    """The configurations a compiled kernel launches: its launchers', else its compile results',
+    else the configurations it was given."""
+    for attr in ("launchers", "compile_results"):
+        xs = getattr(kernel, attr, None) or []
+        if xs:
+            return [LaunchConfig.of_triton(x.config) for x in xs]
+    return [LaunchConfig.of_triton(c) for c in getattr(kernel, "configs", None) or []]
+
+
+def compile_configs(jobs: Sequence[Tuple[str, str, LaunchConfig]]) -> List[Any]:
+    """Each (name, source, configuration) compiled from the source with exactly that
+    configuration — Inductor's lookup table holding it for the kernel's hash; all submitted first
+    (Inductor's compile workers, when it has them, take the table entry with the source) — then
+    checked: a kernel that got other configurations (a torch whose workers do not take the table)
+    is compiled again in this process, where the table is read. Per job the kernel, or the
+    exception (a Triton compile error, out of resources, still another configuration)."""
     import torch._inductor.config as icfg
     from torch._inductor.async_compile import AsyncCompile
 
-    table = {lookup_hash(source): cfg.entry()}
-    # A trailing comment: a source new to Inductor's kernel cache, so a new kernel object.
-    text = source + f"\n# kforge config {cfg.label()}\n"
-    with icfg.patch({"autotune_lookup_table": table, "compile_threads": 1}):
-        k = AsyncCompile().triton(name, text, device_str="cuda")
+    def submit(name: str, source: str, cfg: LaunchConfig, threads: Optional[int]) -> Any:
+        patch: Dict[str, Any] = {"autotune_lookup_table": {lookup_hash(source): cfg.entry()}}
+        if threads is not None:
+            patch["compile_threads"] = threads
+        with icfg.patch(patch):
+            return AsyncCompile().triton(name, as_the_result_compiles(source, f"kforge config {cfg.label()} {threads}"),
+                                         device_str="cuda")
+
+    def settle(k: Any, cfg: LaunchConfig) -> Any:
         k = k.result() if hasattr(k, "result") else k
-    got = [LaunchConfig.of_triton(c) for c in getattr(k, "configs", [])]
-    if got != [cfg]:
-        raise ConfigError(f"kernel {name}: Inductor compiled {[c.label() for c in got]} for {cfg.label()}")
-    k.inductor_meta["coordinate_descent_tuning"] = False
-    return k
+        got = compiled_configs(k)
+        if got != [cfg]:
+            raise ConfigError(f"Inductor compiled {[c.label() for c in got]} for {cfg.label()}")
+        return k
+
+    out: List[Any] = []
+    pending = []
+    for name, source, cfg in jobs:
+        try:
+            pending.append(submit(name, source, cfg, None))
+        except Exception as e:
+            pending.append(e)
+    for (name, source, cfg), k in zip(jobs, pending):
+        try:
+            if isinstance(k, Exception):
+                raise k
+            out.append(settle(k, cfg))
+        except Exception:
+            try:
+                out.append(settle(submit(name, source, cfg, 1), cfg))
+            except Exception as e:  # this kernel's failure is its result
+                out.append(e)
+    return out
 
 
 def _on_stream(kw: Dict[str, Any]) -> Dict[str, Any]:
@@ -468,7 +520,15 @@ def tune_kernel(name: str, source: str, old: Any, rec: Dict[str, Any], dev: Any,
         k.run(*args, **kw)
 
     space = config_space(spec, original, max_configs)
-    r = search(space, lambda cfg: compile_with_config(name, source, cfg), launch,
+    built = dict(zip([c.label() for c in space], compile_configs([(name, source, c) for c in space])))
+
+    def build(cfg: LaunchConfig) -> Any:
+        k = built[cfg.label()]
+        if isinstance(k, Exception):
+            raise k
+        return k
+
+    r = search(space, build, launch,
                lambda: _copies(rec["before"], dev), old, rounds, str(dev), f"optimize:config:{name[:60]}", timed_launch)
     return {"kind": spec.kind, "lookup_hash": lookup_hash(source), **r}
 
@@ -548,18 +608,26 @@ def restitch_winners(problem: Any, mode: str, dev: Any, compiled: Callable[..., 
     import torch
 
     if mode not in CUDA_GRAPH_MODES:
-        pairs = [(mod, name, old, compile_with_config(name, src, winners[src]))
-                 for mod, name, old, src in wrapper_kernels(modules) if src in winners]
+        swaps = [(mod, name, old, src) for mod, name, old, src in wrapper_kernels(modules) if src in winners]
+        built = compile_configs([(name, src, winners[src]) for _m, name, _o, src in swaps])
+        bad = [(name, k) for (_m, name, _o, _s), k in zip(swaps, built) if isinstance(k, Exception)]
+        if bad:
+            raise ConfigError(f"kernel {bad[0][0]}: pinning it for the re-stitch failed: {type(bad[0][1]).__name__}: {bad[0][1]}")
+        pairs = [(mod, name, old, k) for (mod, name, old, _s), k in zip(swaps, built)]
         first, second = swapping(pairs, lambda: compiled(*inputs))
         out = clone_output(second())
         return out, first, second
     _model, compiled2, inputs2 = compile_problem(problem, mode, dev, second=True)
     with WrapperHook(private_from=modules) as hook:
         compiled2(*inputs2)  # the warm-up: loads the wrapper, records no graph yet
-    for mod, name, _old, src in wrapper_kernels(hook.modules):
-        cfg = winners.get(src, pins.get(src))
-        if cfg is not None:
-            setattr(mod, name, compile_with_config(name, src, cfg))
+    todo: List[Tuple[Any, str, str, LaunchConfig]] = [
+        (mod, name, src, cfg) for mod, name, _old, src in wrapper_kernels(hook.modules)
+        for cfg in [winners.get(src, pins.get(src))] if cfg is not None]
+    jobs: List[Tuple[str, str, LaunchConfig]] = [(n, s, c) for _m, n, s, c in todo]
+    for (mod, name, _src, _cfg), k in zip(todo, compile_configs(jobs)):
+        if isinstance(k, Exception):
+            raise ConfigError(f"kernel {name}: pinning it for the re-stitch failed: {type(k).__name__}: {k}")
+        setattr(mod, name, k)
     for _ in range(3):
         out = clone_output(compiled2(*inputs2))  # the graphs record here, with the pinned kernels
     torch.cuda.synchronize()
@@ -567,13 +635,12 @@ def restitch_winners(problem: Any, mode: str, dev: Any, compiled: Callable[..., 
 
 
 def compile_options(mode: str) -> Dict[str, Any]:
-    """The Inductor options of the result: the mode's own, coordinate descent off (every kernel's
-    configuration comes from the table) and the local autotune cache off (a stale best-config file
-    would not override the table; and the kernels' sources differ from the baseline's, so no kernel
-    object is shared with a baseline compiled in the same process)."""
+    """The Inductor options of the result: the mode's own and ``RESULT_OPTIONS`` (those this
+    torch has)."""
     import torch._inductor
+    import torch._inductor.config as icfg
 
-    return {**torch._inductor.list_mode_options(mode), "coordinate_descent_tuning": False, "autotune_local_cache": False}
+    return {**torch._inductor.list_mode_options(mode), **{k: v for k, v in RESULT_OPTIONS.items() if hasattr(icfg, k)}}
 
 
 def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, top_k: int) -> Dict[str, Any]:
