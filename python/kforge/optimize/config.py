@@ -29,17 +29,19 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import importlib.util
 import json
 import math
 import os
 import re
 import statistics
 import sys
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..bench import do_bench_interleaved
-from ..harness import SIZES, clone_output, compare, finite_json, identical, max_abs_diff
+from ..harness import SIZES, clone_output, compare, finite_json, identical, max_abs_diff, to_device
 from ..inspect.capture import copy_strided
 from ..inspect.inductor import CUDA_GRAPH_MODES, WrapperHook, kernel_sources, triton_globals
 from ..inspect.restitch import compile_problem, swapping
@@ -92,6 +94,12 @@ class LaunchConfig:
     @staticmethod
     def of_dict(d: Dict[str, Any]) -> "LaunchConfig":
         return LaunchConfig.make(dict(d["kwargs"]), d["num_warps"], d["num_stages"])
+
+    @staticmethod
+    def of_entry(d: Dict[str, Any]) -> "LaunchConfig":
+        """The configuration of a lookup-table entry (other keys than blocks, warps, stages dropped)."""
+        kw = {k: v for k, v in d.items() if k not in ("num_warps", "num_stages") and isinstance(v, int) and not isinstance(v, bool)}
+        return LaunchConfig.make(kw, d["num_warps"], d["num_stages"])
 
     def block(self, name: str) -> Optional[int]:
         return dict(self.kwargs).get(name)
@@ -643,8 +651,12 @@ def compile_options(mode: str) -> Dict[str, Any]:
     return {**torch._inductor.list_mode_options(mode), **{k: v for k, v in RESULT_OPTIONS.items() if hasattr(icfg, k)}}
 
 
-def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, top_k: int) -> Dict[str, Any]:
-    """The whole agent step on a GPU (see the module's docstring)."""
+def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, top_k: int,
+            problem_path: Optional[str] = None, result_dir: Optional[str] = None) -> Dict[str, Any]:
+    """The whole agent step on a GPU (see the module's docstring). With ``problem_path`` and
+    ``result_dir`` the result file is written there and, for a winner, checked: imported, compiled,
+    its kernels' configurations read back against the table and its output against the baseline's
+    (``model_new``); a winner whose file does not reproduce its pins falls back."""
     import torch
     import torch._inductor.config as icfg
 
@@ -701,7 +713,63 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
             result["why"] = f"the re-stitched model's output differs from the baseline's: {check.get('why')}"
             return result
         result.update(choose(mode, {"config": model_rounds(first, second, rounds)}))
+        del first, second, out  # the re-stitched compile (with CUDA graphs a second one) before the file's
+        torch.cuda.empty_cache()
+        if problem_path is not None and result_dir is not None:
+            result["versions"] = versions()
+            model_path, _policy = write_result(problem_path, result, result_dir)
+            if not result["fallback"]:
+                result["model_new"] = check_model_new(model_path, problem, dev, result["pins"], expected)
+                tuned = {n for n, r in kernels.items() if r.get("fallback") is False}
+                missed = [n for n in result["model_new"]["missed"] + result["model_new"]["not_found"] if n in tuned]
+                if missed or not result["model_new"]["ok"]:
+                    result.update(winner=mode, fallback=True,
+                                  why=f"the result file does not reproduce the winners (missed {missed}; output ok: {result['model_new']['ok']})")
+                    write_result(problem_path, result, result_dir)
     return result
+
+
+def versions() -> Dict[str, Optional[str]]:
+    import torch
+
+    return {"torch": str(torch.__version__), "triton": triton_version()}
+
+
+def check_model_new(model_path: str, problem: Any, dev: Any, pins: Dict[str, Dict[str, Any]], expected: Any) -> Dict[str, Any]:
+    """The result file run as a candidate would be: imported, ``ModelNew`` built like the problem's
+    model (same seeds) and called (the first call compiles; with CUDA graphs the next ones record);
+    every Triton kernel its compile loaded that has a table entry launched exactly that entry
+    (``pinned``) or not (``missed``); entries no kernel had (``not_found``) — each by the name the
+    kernel had in the baseline; the output against the baseline's."""
+    import torch
+
+    spec = importlib.util.spec_from_file_location("kforge_config_model_new", model_path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"{model_path}: cannot be imported")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    with torch.device(dev):
+        torch.manual_seed(0)
+        model = mod.ModelNew(*[to_device(x, dev) for x in problem.get_init_inputs()]).to(dev).eval()
+        torch.manual_seed(1)
+        inputs = [to_device(x, dev) for x in problem.get_inputs()]
+    with torch.no_grad():
+        with WrapperHook() as hook:
+            out = clone_output(model(*inputs))
+        for _ in range(2):
+            out = clone_output(model(*inputs))
+    torch.cuda.synchronize()
+    pinned: List[str] = []
+    missed: List[str] = []
+    seen = set()
+    for _m, name, k, src in wrapper_kernels(hook.modules):
+        h = lookup_hash(src)
+        if h in pins:
+            seen.add(h)
+            (pinned if compiled_configs(k) == [LaunchConfig.of_entry(pins[h])] else missed).append(str(pins[h].get("kernel", name)))
+    not_found = sorted(str(e.get("kernel")) for h, e in pins.items() if h not in seen)
+    return {"kernels": len(wrapper_kernels(hook.modules)), "pinned": pinned, "missed": missed, "not_found": not_found,
+            **check_outputs([out], [expected])}
 
 
 # --- the result file ----------------------------------------------------------------------------
@@ -809,9 +877,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             problem = load_problem(a.problem, a.size)
         except DispatchError as e:
             raise ConfigError(str(e)) from e
-        result = measure(problem, a.baseline, torch.device(a.device), a.rounds, a.max_configs, a.top_kernels)
-        result.update(problem=a.problem, size=a.size, device=a.device, agent="config",
-                      versions={"torch": torch.__version__, "triton": triton_version()})
+        result_dir = a.result_dir or tempfile.mkdtemp(prefix="kforge-config-")
+        result = measure(problem, a.baseline, torch.device(a.device), a.rounds, a.max_configs, a.top_kernels,
+                         a.problem, result_dir)
+        result.update(problem=a.problem, size=a.size, device=a.device, agent="config", versions=versions())
         if a.result_dir:
             write_result(a.problem, result, a.result_dir)
     except (ConfigError, ResultError) as e:
