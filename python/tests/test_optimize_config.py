@@ -399,3 +399,40 @@ def test_compiled_configs_reads_launchers_then_compile_results_then_configs() ->
     assert C.compiled_configs(SimpleNamespace(launchers=[], compile_results=[SimpleNamespace(config=cfg(8))], configs=None)) == want
     assert C.compiled_configs(SimpleNamespace(launchers=[], compile_results=[], configs=[cfg(8)])) == want
     assert len(C.compiled_configs(SimpleNamespace(configs=[cfg(1), cfg(2)]))) == 2
+
+
+def test_recording_keeps_each_kernels_first_launch_and_restores() -> None:
+    """The capture step: a wrapper's Triton kernels record the arguments of their first launch
+    (copies: the launch may write them), later launches pass through, the originals come back."""
+    torch = pytest.importorskip("torch")
+    import types
+
+    calls: List[Any] = []
+
+    def run(*args: Any, **kw: Any) -> None:
+        calls.append(args)
+        args[0].add_(1)  # writes its first argument in place
+
+    mod = types.ModuleType("fake_wrapper")
+    kernel = types.SimpleNamespace(run=run, fn=object())
+    mod.triton_poi_fused_add_0 = kernel  # type: ignore[attr-defined]
+    recorded: Dict[str, Dict[str, Any]] = {}
+    restore: List[Tuple[Any, Any]] = []
+    C.recording(recorded, restore)(mod)
+    x = torch.zeros(2, 3).t()  # a strided view: the copy keeps its strides
+    kernel.run(x, 6, stream=7)
+    kernel.run(x, 6, stream=7)
+    rec = recorded["triton_poi_fused_add_0"]
+    assert torch.equal(rec["before"][0], torch.zeros(3, 2)) and rec["before"][0].stride() == x.stride()
+    assert rec["before"][1] == 6 and rec["kwargs"] == {"stream": 7} and len(calls) == 2
+    for obj, orig in restore:
+        obj.run = orig
+    assert kernel.run is run
+
+
+@pytest.mark.filterwarnings("ignore::kforge.KforgeWarning")
+def test_model_rounds_time_both_sides_per_round() -> None:
+    rows_ = C.model_rounds(lambda: sum(range(200)), lambda: sum(range(100)), 2)
+    assert len(rows_) == 2 and all(len(r) == 3 and all(t > 0 for t in r) for r in rows_)
+    chosen = C.choose("default", {"config": rows_})
+    assert set(chosen) >= {"modes", "noise_floor", "winner", "fallback"}

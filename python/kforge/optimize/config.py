@@ -551,7 +551,7 @@ def recording(recorded: Dict[str, Dict[str, Any]], restore: List[Tuple[Any, Any]
             orig = obj.run
 
             def run(*args: Any, _orig: Any = orig, _name: str = name, **kw: Any) -> Any:
-                if _name not in recorded and not torch.cuda.is_current_stream_capturing():
+                if _name not in recorded and not (torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()):
                     recorded[_name] = {"before": [copy_strided(x, "cpu") for x in args], "kwargs": kw}
                 return _orig(*args, **kw)
 
