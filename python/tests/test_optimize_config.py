@@ -312,6 +312,9 @@ def test_bad_arguments_are_named_before_anything_runs(capsys: pytest.CaptureFixt
     assert "need a GPU" in capsys.readouterr().err
     assert C.main(["p.py", "--out", out, "--top-kernels", "0"]) == 2
     assert "--top-kernels" in capsys.readouterr().err
+    pytest.importorskip("torch")
+    assert C.main([str(tmp_path / "missing.py"), "--out", out]) == 2  # the problem is named before the GPU is looked for
+    assert "missing.py: no such file" in capsys.readouterr().err
 
 
 ROW_SCALE = """

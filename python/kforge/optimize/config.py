@@ -6,7 +6,7 @@ time share; every configuration is compiled and checked before anything is timed
 are pinned together into the compiled model and validated and timed end to end.
 
 ``python3 -m kforge.optimize.config PROBLEM --out RESULT.json [--device cuda] [--size default|large]
-[--baseline MODE] [--rounds N] [--max-configs N] [--top-kernels K] [--model-new FILE]``
+[--baseline MODE] [--rounds N] [--max-configs N] [--top-kernels K] [--result-dir DIR]``
 
 How a configuration is pinned: Inductor's own per-kernel lookup table
 (``torch._inductor.config.autotune_lookup_table``: the SHA-256 of the kernel's size hints and
@@ -792,17 +792,17 @@ def model_new_source(problem_path: str, problem_source: str, measured: Dict[str,
         options = {**measured["compile_options"]}
         pins = {h: {k: v for k, v in e.items() if k != "kernel"} for h, e in sorted(measured["pins"].items())}
         how = (f"compiled with torch.compile(options=..., dynamic=False): the {mode!r} mode's Inductor options,\n"
-               f"coordinate descent off, and {len(pins)} Triton kernels pinned through Inductor's autotune_lookup_table\n"
+               f"coordinate descent off, and {len(pins)} Triton kernel(s) pinned through Inductor's autotune_lookup_table\n"
                f"({len(tuned)} to configurations the config agent measured faster: {', '.join(tuned)}; the others\n"
                "to the configuration the baseline autotuned to). A key is the SHA-256 of a kernel's size hints and\n"
-               "function: a torch or Triton that generates other code misses it and runs Inductor's own choice")
+               "function: a torch or Triton that generates other code misses it and runs Inductor's own choice.\n")
         compile_args = "options=COMPILE_OPTIONS"
     else:
         options, pins = {}, {}
         how = f"compiled with torch.compile(mode={mode!r}, dynamic=False): the baseline (no configuration won)"
         compile_args = f"mode={mode!r}"
     header = (f'"""kforge optimize result for {problem_path.rsplit("/", 1)[-1]} (agent config): the reference\'s forward,\n'
-              f"{how}. Baseline {mode!r}; measured speedup "
+              f"{how.rstrip(chr(10)).rstrip('.')}.\nBaseline {mode!r}; measured speedup "
               f"{'%.3fx' % speedup if won and isinstance(speedup, float) else 'none (the baseline kept)'}; "
               f"made with torch {versions.get('torch')}, Triton {versions.get('triton')}.\n"
               'Torch code by design: verify with the policy beside this file (torch_policy = "reference-ops")."""\n\n')
@@ -871,12 +871,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             import torch
         except ImportError as e:
             raise ConfigError(f"torch is not importable here ({e})") from e
-        if not torch.cuda.is_available():
-            raise ConfigError(f"--device {a.device} but no CUDA GPU is visible")
         try:
             problem = load_problem(a.problem, a.size)
         except DispatchError as e:
             raise ConfigError(str(e)) from e
+        if not torch.cuda.is_available():
+            raise ConfigError(f"--device {a.device} but no CUDA GPU is visible")
         result_dir = a.result_dir or tempfile.mkdtemp(prefix="kforge-config-")
         result = measure(problem, a.baseline, torch.device(a.device), a.rounds, a.max_configs, a.top_kernels,
                          a.problem, result_dir)
