@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 pub mod budget;
+pub mod html;
 pub mod journal;
 pub mod search;
 

@@ -55,6 +55,11 @@ pub struct OptimizeArgs {
     /// Also write the report as JSON to this file (`-`: standard output).
     #[arg(long)]
     json: Option<String>,
+    /// Also write the report as one self-contained HTML page with plots (inline SVG, nothing
+    /// fetched): a problem's variants against the noise band, or a campaign's results per problem
+    /// and level and which agent won what.
+    #[arg(long)]
+    html: Option<PathBuf>,
     /// Run each step as a job of the kforge daemon (--socket): its timing inside regions on a shared GPU.
     #[arg(long)]
     daemon: bool,
@@ -199,6 +204,7 @@ impl Run<'_> {
                 if let Some(dest) = &self.a.json {
                     crate::output::write_out(dest, &body)?;
                 }
+                self.write_html(|| kforge_optimize::html::problem_html(&report))?;
                 print!("{}", report.table());
                 Ok(0)
             }
@@ -207,6 +213,14 @@ impl Run<'_> {
                 Ok(3)
             }
         }
+    }
+
+    /// `--html FILE`: the page `render` makes, written there.
+    fn write_html(&self, render: impl FnOnce() -> String) -> Result<()> {
+        if let Some(path) = &self.a.html {
+            std::fs::write(path, render()).with_context(|| format!("writing the HTML report {}", path.display()))?;
+        }
+        Ok(())
     }
 
     /// Every problem below the directory, each in its own output folder, up to `--jobs` at
@@ -245,6 +259,12 @@ impl Run<'_> {
         if let Some(dest) = &self.a.json {
             crate::output::write_out(dest, &body)?;
         }
+        let title = format!(
+            "kforge optimize: {} against torch.compile {}",
+            self.a.problem.display(),
+            self.plan.baseline.mode()
+        );
+        self.write_html(|| kforge_optimize::html::campaign_html(&title, &outcomes, &summary))?;
         print!("{}\n{}", campaign_table(&outcomes, &summary), budget.line());
         if not_reached > 0 {
             println!("{not_reached} problem(s) not reached (budget): --resume continues them");

@@ -72,6 +72,8 @@ fn a_problem_is_optimized_end_to_end_on_the_cpu() {
             "dispatch,inductor",
             "--rounds",
             "3",
+            "--html",
+            dir.path().join("report.html").to_str().unwrap(),
         ],
         &out,
     );
@@ -82,6 +84,11 @@ fn a_problem_is_optimized_end_to_end_on_the_cpu() {
     }
     let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(r["baseline"], "default");
+    // The HTML page: a bar per timed variant, the noise band, the variants' table.
+    let page = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
+    let timed = r["measurement"]["modes"].as_object().unwrap().len();
+    assert_eq!(page.matches("class=\"bar\"").count(), timed, "{page}");
+    assert!(page.contains("<svg") && page.contains("row_softmax.py") && !page.contains("<script"));
     // The journal: the run, its steps (device seconds counted for the device steps), every
     // measured candidate and the decision.
     let j = journal(&out);
@@ -192,9 +199,14 @@ fn a_campaign_summarizes_per_level_and_resumes() {
     std::fs::write(problems.join("level2/helpers.py"), "def helper():\n    return 1\n").unwrap();
     let out = dir.path().join("o");
     let p = problems.to_str().unwrap();
-    let args = [p, "--device", "cpu", "--baseline", "default", "--rounds", "2"];
+    let html = dir.path().join("campaign.html");
+    let args = [p, "--device", "cpu", "--baseline", "default", "--rounds", "2", "--html", html.to_str().unwrap()];
     let (code, text) = optimize(&args, &out);
     assert_eq!(code, Some(0), "{text}");
+    // The self-contained page: a bar per problem, the per-level table (kforge_optimize::html).
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert_eq!(page.matches("class=\"bar\"").count(), 2, "{page}");
+    assert!(page.contains("<td>level1</td>") && page.contains("<td>level2</td>") && !page.contains("<script"));
     let c = campaign(&out);
     let names: Vec<&str> = c["problems"].as_array().unwrap().iter().map(|p| p["problem"].as_str().unwrap()).collect();
     assert_eq!(names, ["level1/row_softmax.py", "level2/vector_add.py"], "helpers.py is not a problem");
@@ -431,6 +443,7 @@ fn through_the_daemon_the_measurement_counts_its_region_time() {
         .iter()
         .any(|j| j.label.as_deref() == Some("optimize:dispatch:tests/candidates/problems/vector_add.py")));
     d.shutdown();
+}
 
 /// The rewrite agent beside the dispatch agent: a rule fires on diag_scale.py (diag-matmul), its
 /// variants `eager~rewrite` and `default~rewrite` are measured in the same rounds, the report

@@ -1,0 +1,392 @@
+//! `kforge optimize --html`: the report as one self-contained HTML file (inline CSS and SVG, no
+//! script, nothing fetched), for people who would rather look than read. A problem's page plots
+//! every measured variant's speedup over the baseline with its 95 % interval against the noise
+//! band; a campaign's page plots every problem's result (coloured by the agent that won it, the
+//! fallbacks at 1.0), the per-level summary and which agent won what.
+
+use crate::{Agent, Decision, LevelSummary, ProblemOutcome, Report};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}\
+table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}\
+td:first-child,th:first-child{text-align:left}h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}\
+.note{color:#666}svg text{font:11px system-ui,sans-serif}";
+
+/// Colour of an agent's bars; the baseline kept (and failures) are grey.
+fn colour(agent: Option<Agent>) -> &'static str {
+    match agent {
+        Some(Agent::Dispatch) => "#3b7dd8",
+        Some(Agent::Inductor) => "#e08a1e",
+        Some(Agent::Rewrite) => "#3aa655",
+        None => "#9a9a9a",
+    }
+}
+
+/// Text made safe for HTML element content and attribute values.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{t}</title><style>{STYLE}</style></head>\n\
+         <body><h1>{t}</h1>\n{body}</body></html>\n",
+        t = escape(title)
+    )
+}
+
+/// One horizontal bar of a speedup chart: its label, value, interval and colour.
+struct Bar {
+    label: String,
+    speedup: f64,
+    ci95: Option<[f64; 2]>,
+    colour: &'static str,
+    note: String,
+}
+
+/// Horizontal bars on a log axis centred on 1.0 (the baseline), the noise band shaded.
+fn speedup_chart(bars: &[Bar], noise_floor: Option<f64>) -> String {
+    let (label_w, plot_w, row_h) = (300.0, 420.0, 20.0);
+    let values = bars.iter().flat_map(|b| {
+        let ci = b.ci95.unwrap_or([b.speedup, b.speedup]);
+        [b.speedup, ci[0], ci[1]]
+    });
+    let span = values.chain(noise_floor).filter(|v| *v > 0.0).map(|v| v.ln().abs()).fold(0.05_f64, f64::max) * 1.1;
+    let x = |v: f64| label_w + plot_w / 2.0 + (v.max(1e-9).ln() / span) * (plot_w / 2.0);
+    let height = row_h * bars.len() as f64 + 30.0;
+    let mut s = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{height}\" role=\"img\">",
+        w = label_w + plot_w + 80.0
+    );
+    if let Some(f) = noise_floor.filter(|f| *f > 1.0) {
+        let (a, b) = (x(1.0 / f), x(f));
+        let _ = write!(
+            s,
+            "<rect class=\"noise\" x=\"{a:.1}\" y=\"0\" width=\"{:.1}\" height=\"{height}\" fill=\"#eee\"/>",
+            b - a
+        );
+    }
+    let one = x(1.0);
+    let _ = write!(s, "<line x1=\"{one:.1}\" y1=\"0\" x2=\"{one:.1}\" y2=\"{height}\" stroke=\"#555\"/>");
+    for (i, b) in bars.iter().enumerate() {
+        let y = i as f64 * row_h + 4.0;
+        let (from, to) = (one.min(x(b.speedup)), one.max(x(b.speedup)));
+        let _ = write!(
+            s,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>\
+             <rect class=\"bar\" x=\"{from:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{}\"><title>{}</title></rect>",
+            label_w - 6.0,
+            y + 12.0,
+            escape(&b.label),
+            (to - from).max(1.0),
+            row_h - 6.0,
+            b.colour,
+            escape(&b.note)
+        );
+        if let Some([lo, hi]) = b.ci95 {
+            let _ = write!(
+                s,
+                "<line class=\"ci\" x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"#111\"/>",
+                x(lo),
+                y + (row_h - 6.0) / 2.0,
+                x(hi),
+                y + (row_h - 6.0) / 2.0
+            );
+        }
+        let _ = write!(s, "<text x=\"{:.1}\" y=\"{:.1}\">{:.3}x</text>", label_w + plot_w + 4.0, y + 12.0, b.speedup);
+    }
+    let _ = write!(
+        s,
+        "<text x=\"{one:.1}\" y=\"{:.1}\" text-anchor=\"middle\">1.0 = baseline (log scale; shaded: noise band)</text></svg>",
+        height - 6.0
+    );
+    s
+}
+
+/// A problem's page: the question, the decision, every variant against the noise band.
+pub fn problem_html(r: &Report) -> String {
+    let m = &r.measurement;
+    let q = &r.question;
+    let mut body = format!(
+        "<p>{} at size <b>{}</b> on <b>{}</b>, against torch.compile <b>{}</b>; agents: {}; {} rounds.</p>",
+        escape(&q.problem),
+        escape(&q.size),
+        escape(&q.device),
+        q.baseline.mode(),
+        q.agents.iter().map(|a| a.name()).collect::<Vec<_>>().join(", "),
+        q.rounds
+    );
+    let decision = match &r.decision {
+        Decision::Improved { agent, mode, speedup, ci95 } => format!(
+            "<b>{}</b> ({}) at <b>{speedup:.3}x</b> (95 % interval {:.3}–{:.3}), verified",
+            escape(mode),
+            agent.name(),
+            ci95[0],
+            ci95[1]
+        ),
+        Decision::Fallback { reason } => format!("<b>baseline kept</b>: {}", escape(reason)),
+    };
+    let _ = write!(body, "<p>Result: {decision}.</p><h2>Variants against the baseline</h2>");
+    let bars: Vec<Bar> = m
+        .modes
+        .iter()
+        .map(|(name, t)| Bar {
+            label: name.clone(),
+            speedup: t.speedup,
+            ci95: Some(t.ci95),
+            colour: colour(Some(Agent::of_variant(name))),
+            note: format!("{name}: {:.3}x ({:.3}-{:.3})", t.speedup, t.ci95[0], t.ci95[1]),
+        })
+        .collect();
+    body.push_str(&speedup_chart(&bars, m.noise_floor));
+    body.push_str(&legend());
+    body.push_str(&variants_table(r));
+    page(&format!("kforge optimize: {}", q.problem), &body)
+}
+
+fn legend() -> String {
+    let mut s = String::from("<p class=\"note\">");
+    for (name, a) in Agent::ALL {
+        let _ = write!(s, "<span style=\"color:{}\">&#9632;</span> {name} &nbsp; ", colour(Some(a)));
+    }
+    let _ = write!(s, "<span style=\"color:{}\">&#9632;</span> baseline kept / failed</p>", colour(None));
+    s
+}
+
+fn variants_table(r: &Report) -> String {
+    let m = &r.measurement;
+    let mut s = String::from(
+        "<table><tr><th>variant</th><th>agent</th><th>speedup</th><th>95 % interval</th><th>beyond noise</th><th>note</th></tr>",
+    );
+    for (name, p) in &m.prepared {
+        let t = m.modes.get(name);
+        let note = match (&p.why, &p.rules) {
+            (Some(why), _) => why.clone(),
+            (None, Some(rules)) => format!("rules: {}", rules.join(", ")),
+            _ => String::new(),
+        };
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(name),
+            Agent::of_variant(name).name(),
+            t.map(|t| format!("{:.3}x", t.speedup)).unwrap_or_else(|| "—".into()),
+            t.map(|t| format!("{:.3}–{:.3}", t.ci95[0], t.ci95[1])).unwrap_or_else(|| "—".into()),
+            t.map(|t| if t.beyond_noise { "yes" } else { "no" }).unwrap_or(if *name == m.baseline {
+                "baseline"
+            } else {
+                "—"
+            }),
+            escape(&note)
+        );
+    }
+    if let Some(f) = m.noise_floor {
+        let _ = write!(s, "<tr><td colspan=\"6\">noise floor {f:.4} (the baseline against itself)</td></tr>");
+    }
+    s.push_str("</table>");
+    s
+}
+
+/// A campaign's page: per level the summary, every problem's result, what each agent won.
+pub fn campaign_html(title: &str, outcomes: &[ProblemOutcome], summary: &[LevelSummary]) -> String {
+    let mut body = summary_table(summary);
+    body.push_str("<h2>Every problem</h2>");
+    let mut sorted: Vec<&ProblemOutcome> = outcomes.iter().collect();
+    sorted.sort_by(|a, b| b.speedup().total_cmp(&a.speedup()).then(a.problem.cmp(&b.problem)));
+    let bars: Vec<Bar> = sorted.iter().map(|o| outcome_bar(o)).collect();
+    body.push_str(&speedup_chart(&bars, None));
+    body.push_str(&legend());
+    body.push_str(&attribution_table(outcomes));
+    page(title, &body)
+}
+
+fn outcome_bar(o: &ProblemOutcome) -> Bar {
+    let (agent, ci95, note) = match (&o.decision, &o.not_reached, &o.error) {
+        (Some(Decision::Improved { agent, mode, ci95, .. }), _, _) => {
+            (Some(*agent), Some(*ci95), format!("{mode} ({})", agent.name()))
+        }
+        (Some(Decision::Fallback { reason }), _, _) => (None, None, format!("baseline kept: {reason}")),
+        (None, Some(why), _) => (None, None, format!("not reached: {why}")),
+        (None, None, e) => (None, None, format!("failed: {}", e.as_deref().unwrap_or("?"))),
+    };
+    Bar { label: o.problem.clone(), speedup: o.speedup(), ci95, colour: colour(agent), note }
+}
+
+fn summary_table(summary: &[LevelSummary]) -> String {
+    let mut s = String::from(
+        "<table><tr><th>level</th><th>problems</th><th>optimized</th><th>fallbacks</th><th>failed</th>\
+         <th>not reached</th><th>geomean</th><th>fast_1</th><th>seconds</th><th>GPU-seconds</th></tr>",
+    );
+    for l in summary {
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3}x</td><td>{:.2}</td><td>{:.1}</td><td>{:.1}</td></tr>",
+            escape(&l.level),
+            l.problems,
+            l.optimized,
+            l.fallbacks,
+            l.failed,
+            l.not_reached,
+            l.geomean,
+            l.fast_1,
+            l.seconds,
+            l.gpu_seconds
+        );
+    }
+    s.push_str("</table><p class=\"note\">geomean over the baseline: fallbacks, failures and problems not reached count as 1.0.</p>");
+    s
+}
+
+/// Which agent won what: problems won and the geometric mean of its wins.
+fn attribution_table(outcomes: &[ProblemOutcome]) -> String {
+    let mut by: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
+    for o in outcomes {
+        if let Some(Decision::Improved { agent, speedup, .. }) = &o.decision {
+            by.entry(agent.name()).or_default().push(*speedup);
+        }
+    }
+    let mut s = String::from(
+        "<h2>Which agent won what</h2><table><tr><th>agent</th><th>problems won</th><th>geomean of its wins</th></tr>",
+    );
+    for (name, wins) in &by {
+        let g = (wins.iter().map(|v| v.ln()).sum::<f64>() / wins.len() as f64).exp();
+        let _ = write!(s, "<tr><td>{name}</td><td>{}</td><td>{g:.3}x</td></tr>", wins.len());
+    }
+    if by.is_empty() {
+        s.push_str("<tr><td colspan=\"3\">no agent won a problem: every result is the baseline</td></tr>");
+    }
+    s.push_str("</table>");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{summarize, Baseline, DispatchMeasurement, ModeTiming, Prepared, Question, Verified};
+
+    fn report() -> Report {
+        let timing = |s: f64| ModeTiming { speedup: s, ci95: [s * 0.98, s * 1.02], beyond_noise: s > 1.03 };
+        let prepared = |why: Option<&str>| Prepared {
+            ok: why.is_none(),
+            why: why.map(String::from),
+            first_call_s: None,
+            rules: None,
+            exactness: None,
+        };
+        let m = DispatchMeasurement {
+            baseline: "max-autotune".into(),
+            winner: "default+freezing".into(),
+            fallback: false,
+            noise_floor: Some(1.02),
+            modes: [("eager".to_string(), timing(0.7)), ("default+freezing".to_string(), timing(1.3))].into(),
+            prepared: [
+                ("eager".to_string(), prepared(None)),
+                ("default+freezing".to_string(), prepared(None)),
+                ("reduce-overhead".to_string(), prepared(Some("<graph break> & more"))),
+            ]
+            .into(),
+            rewrite: None,
+        };
+        Report {
+            question: Question {
+                problem: "level1/x<y>.py".into(),
+                size: "default".into(),
+                device: "0".into(),
+                baseline: Baseline::MaxAutotune,
+                agents: vec![Agent::Dispatch, Agent::Inductor],
+                rounds: 5,
+            },
+            measurement: m,
+            verified: Some(Verified::Accepted),
+            decision: Decision::Improved {
+                agent: Agent::Inductor,
+                mode: "default+freezing".into(),
+                speedup: 1.3,
+                ci95: [1.27, 1.33],
+            },
+            result: "model_new.py".into(),
+            policy: "policy.toml".into(),
+        }
+    }
+
+    /// Self-contained: no script, nothing fetched (the SVG namespace is a name, not a fetch).
+    fn assert_self_contained(html: &str) {
+        assert!(html.starts_with("<!DOCTYPE html>") && html.trim_end().ends_with("</html>"));
+        assert!(!html.contains("<script") && !html.contains("src=") && !html.contains("href="), "{html}");
+        assert_eq!(html.matches("http").count(), html.matches("http://www.w3.org/2000/svg").count());
+    }
+
+    #[test]
+    fn a_problems_page_plots_every_variant_against_the_noise_band() {
+        let html = problem_html(&report());
+        assert_self_contained(&html);
+        assert_eq!(html.matches("class=\"bar\"").count(), 2, "one bar per timed variant");
+        assert_eq!(html.matches("class=\"ci\"").count(), 2, "each with its interval");
+        assert_eq!(html.matches("class=\"noise\"").count(), 1);
+        assert!(html.contains("level1/x&lt;y&gt;.py") && !html.contains("x<y>"), "names are escaped");
+        assert!(html.contains("&lt;graph break&gt; &amp; more"), "why a variant was left out, escaped");
+        assert!(html.contains("<b>default+freezing</b> (inductor) at <b>1.300x</b>"));
+        assert!(html.contains(colour(Some(Agent::Inductor))) && html.contains(colour(Some(Agent::Dispatch))));
+    }
+
+    #[test]
+    fn a_faster_variant_is_drawn_right_of_the_baseline_and_a_slower_one_left() {
+        let html = problem_html(&report());
+        let bars: Vec<(f64, f64)> = html
+            .split("class=\"bar\" x=\"")
+            .skip(1)
+            .map(|rest| {
+                let x: f64 = rest.split('"').next().unwrap().parse().unwrap();
+                let w: f64 = rest.split("width=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
+                (x, w)
+            })
+            .collect();
+        let one: f64 = html.split("<line x1=\"").nth(1).unwrap().split('"').next().unwrap().parse().unwrap();
+        // BTreeMap order: "default+freezing" (1.3x) then "eager" (0.7x).
+        assert!((bars[0].0 - one).abs() < 0.2 && bars[0].1 > 10.0, "{bars:?} {one}");
+        assert!((bars[1].0 + bars[1].1 - one).abs() < 0.2, "{bars:?} {one}");
+        assert!(bars[1].1 > bars[0].1, "|ln 0.7| > |ln 1.3|: {bars:?}");
+    }
+
+    #[test]
+    fn a_campaigns_page_counts_fallbacks_as_one_and_credits_agents() {
+        let outcome = |p: &str, decision: Option<Decision>, not_reached: Option<&str>| ProblemOutcome {
+            problem: p.into(),
+            level: p.split('/').next().unwrap().into(),
+            decision,
+            error: None,
+            not_reached: not_reached.map(String::from),
+            seconds: 10.0,
+            gpu_seconds: 4.0,
+            resumed: false,
+        };
+        let won = |a: Agent, s: f64| Some(Decision::Improved { agent: a, mode: "m".into(), speedup: s, ci95: [s, s] });
+        let outcomes = vec![
+            outcome("level1/a.py", won(Agent::Dispatch, 2.0), None),
+            outcome("level1/b.py", won(Agent::Dispatch, 1.125), None),
+            outcome("level2/c.py", Some(Decision::Fallback { reason: "no mode beat".into() }), None),
+            outcome("level2/d.py", None, Some("budget")),
+        ];
+        let summary = summarize(&outcomes);
+        let html = campaign_html("campaign", &outcomes, &summary);
+        assert_self_contained(&html);
+        assert_eq!(html.matches("class=\"bar\"").count(), 4);
+        assert!(html.contains("<td>level1</td><td>2</td><td>2</td>") && html.contains("1.500x"), "level1 geomean 1.5");
+        assert!(html.contains("<td>dispatch</td><td>2</td><td>1.500x</td>"), "{html}");
+        assert!(html.contains("baseline kept: no mode beat") && html.contains("not reached: budget"));
+        let empty = campaign_html("c", &outcomes[2..], &summarize(&outcomes[2..]));
+        assert!(empty.contains("no agent won a problem"));
+    }
+}
