@@ -50,6 +50,23 @@ def test_a_knob_variant_compiles_with_its_modes_options_and_the_knob() -> None:
     assert dispatch.variant_options("default") == ("default", None)
 
 
+def test_knob_combinations_are_variants_of_their_own() -> None:
+    """The beam's second round: the best knobs of the first combined, ``MODE+K1+K2``, compiled
+    with every knob's setting; each part must be a known knob, none twice, no combination twice
+    (in any order)."""
+    assert dispatch.parse_modes("", "default", "cpu", "freezing+aggressive-fusion,freezing") == [
+        "default", "default+freezing+aggressive-fusion", "default+freezing"]
+    for knobs, why in (("freezing+turbo", "unknown knob 'turbo'"), ("freezing+freezing", "named twice in the combination"),
+                       ("freezing+aggressive-fusion,aggressive-fusion+freezing", "named twice")):
+        with pytest.raises(dispatch.DispatchError, match=why):
+            dispatch.parse_modes("eager", "default", "cpu", knobs)
+    mode, options = dispatch.variant_options("max-autotune+no-epilogue-fusion+freezing")
+    assert mode == "max-autotune" and options is not None
+    assert (options["epilogue_fusion"], options["freezing"], options["max_autotune"]) == (False, True, True), options
+    assert dispatch.variant_knobs("default+freezing+aggressive-fusion") == ("default", ["freezing", "aggressive-fusion"])
+    assert dispatch.variant_knobs("eager") == ("eager", [])
+
+
 def rounds(base: List[float], mode: List[float], again: List[float]) -> List[Tuple[float, float, float]]:
     return list(zip(base, mode, again))
 

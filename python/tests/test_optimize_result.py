@@ -70,7 +70,7 @@ def measured(winner: str, speedup: float = 1.3) -> dict:  # type: ignore[type-ar
             "versions": {"torch": "2.x", "triton": "3.x"}}
 
 
-@pytest.mark.parametrize("mode", ["eager", "default", "default+aggressive-fusion"])
+@pytest.mark.parametrize("mode", ["eager", "default", "default+aggressive-fusion", "default+aggressive-fusion+freezing"])
 def test_the_result_runs_standalone_with_the_references_weights(tmp_path: Path, mode: str) -> None:
     problem = tmp_path / "linear.py"
     problem.write_text(LINEAR)
@@ -79,6 +79,7 @@ def test_the_result_runs_standalone_with_the_references_weights(tmp_path: Path, 
     assert "class Reference(nn.Module)" in text and "class ModelNew(Reference)" in text and "class Model(" not in text
     assert ("torch.compile" in text) is (mode != "eager") and "measured speedup 1.300x" in text
     assert ("options={'aggressive_fusion': True}" in text) is (mode == "default+aggressive-fusion"), text
+    assert ("'aggressive_fusion': True, 'freezing': True}" in text) is mode.endswith("+freezing"), text
     assert Path(policy_path).read_text() == 'torch_policy = "reference-ops"\nbaseline_mode = "default"\n'
     script = tmp_path / "check.py"
     script.write_text(CHECK)
@@ -103,7 +104,7 @@ def test_bad_inputs_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                         ("class Model:\n    pass\nReference = 1\n", "already uses the name Reference")):
         with pytest.raises(result.ResultError, match=why):
             result.renamed_reference(source, "p.py")
-    for bad in ("fast", "default+turbo", "eager+freezing"):
+    for bad in ("fast", "default+turbo", "eager+freezing", "default+freezing+turbo"):
         with pytest.raises(result.ResultError, match=re.escape(f"unknown mode {bad!r}")):
             result.model_new_source("p.py", LINEAR, bad, {})
     m = tmp_path / "m.json"

@@ -83,9 +83,12 @@ def parse_modes(text: str, baseline: str, device: str, knobs: str = "", rewrite:
     variants are added once a rule fires."""
     modes = [m.strip() for m in text.split(",") if m.strip()]
     named = [k.strip() for k in knobs.split(",") if k.strip()]
-    bad = [k for k in named if k not in KNOBS]
+    bad = [part for k in named for part in k.split("+") if part not in KNOBS]
     if bad:
-        raise DispatchError(f"unknown knob {bad[0]!r} (one of: {', '.join(KNOBS)})")
+        raise DispatchError(f"unknown knob {bad[0]!r} (one of: {', '.join(KNOBS)}; combined with +)")
+    twice = [k for k in named if len(set(k.split("+"))) != len(k.split("+"))]
+    if twice:
+        raise DispatchError(f"a knob is named twice in the combination {twice[0]!r}")
     if named and baseline == "eager":
         raise DispatchError("knobs are Inductor's: they need a compiled baseline, not eager")
     unknown = [m for m in modes + [baseline] if m not in MODES]
@@ -96,7 +99,8 @@ def parse_modes(text: str, baseline: str, device: str, knobs: str = "", rewrite:
         if gpu:
             raise DispatchError(f"mode {gpu[0]!r} uses CUDA graphs: it needs a GPU (--device cuda)")
     ordered = [baseline] + [m for m in modes if m != baseline]
-    if len(set(ordered)) != len(ordered) or len(set(named)) != len(named):
+    combos = [frozenset(k.split("+")) for k in named]
+    if len(set(ordered)) != len(ordered) or len(set(combos)) != len(combos):
         raise DispatchError(f"a mode or knob is named twice in {text!r} / {knobs!r}")
     ordered += [f"{baseline}+{k}" for k in named]
     if len(ordered) < 2 and not rewrite:
@@ -112,15 +116,25 @@ def load_problem(path: str, size: str) -> Any:
         raise DispatchError(str(e)) from e
 
 
+def variant_knobs(variant: str) -> Tuple[str, List[str]]:
+    """A variant's mode and its knobs: ``MODE+KNOB[+KNOB...]`` (a combination, the beam's second
+    round), ``MODE`` alone without."""
+    mode, *knobs = variant.split("+")
+    return mode, knobs
+
+
 def variant_options(variant: str) -> Tuple[str, Optional[Dict[str, Any]]]:
-    """A variant's mode and, for ``MODE+KNOB``, the Inductor options to compile with: the mode's
-    own (``torch._inductor.list_mode_options``) with the knob's setting over them."""
-    mode, _, knob = variant.partition("+")
-    if not knob:
+    """A variant's mode and, for ``MODE+KNOB[+KNOB...]``, the Inductor options to compile with:
+    the mode's own (``torch._inductor.list_mode_options``) with each knob's setting over them."""
+    mode, knobs = variant_knobs(variant)
+    if not knobs:
         return mode, None
     import torch._inductor
 
-    return mode, {**torch._inductor.list_mode_options(mode), **KNOBS[knob]}
+    options: Dict[str, Any] = dict(torch._inductor.list_mode_options(mode))
+    for k in knobs:
+        options.update(KNOBS[k])
+    return mode, options
 
 
 def build(model: Any, variant: str) -> Callable[..., Any]:

@@ -31,7 +31,7 @@ import sys
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ..harness import load_problem
-from .dispatch import KNOBS, MODES, REWRITE, variant_options
+from .dispatch import KNOBS, MODES, REWRITE, variant_knobs, variant_options
 from .rewrite import RewriteResult, applied_rules, code_key, module_source, rewrite_problem, rules_of
 
 #: Baselines a verify policy can name (gate 4 compiles its baseline; eager is no baseline there).
@@ -165,9 +165,10 @@ def model_new_source(problem_path: str, problem_source: str, mode: str, measured
     ``MODE~rewrite`` (the rewritten forward, :func:`rewrite_source`)."""
     if mode.endswith(REWRITE):
         return rewrite_source(problem_path, problem_source, mode, measured)
-    base, _, knob = mode.partition("+")
-    if base not in MODES or (knob and (knob not in KNOBS or base == "eager")):
-        raise ResultError(f"unknown mode {mode!r} (one of: {', '.join(MODES)}, or MODE+KNOB with a knob of: {', '.join(KNOBS)})")
+    base, knobs = variant_knobs(mode)
+    knob = "+".join(knobs)
+    if base not in MODES or (knobs and (any(k not in KNOBS for k in knobs) or base == "eager")):
+        raise ResultError(f"unknown mode {mode!r} (one of: {', '.join(MODES)}, or MODE+KNOB[+KNOB...] with knobs of: {', '.join(KNOBS)})")
     options = variant_options(mode)[1]
     versions = measured.get("versions", {})
     speedup = measured.get("modes", {}).get(mode, {}).get("speedup")
