@@ -7,6 +7,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+pub mod beam;
 pub mod budget;
 pub mod html;
 pub mod journal;
