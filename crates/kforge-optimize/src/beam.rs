@@ -54,7 +54,7 @@ fn combinations(items: &[&str]) -> Vec<String> {
         .filter(|mask| mask.count_ones() >= 2)
         .map(|mask| (0..n).filter(|i| mask & (1 << i) != 0).map(|i| items[i]).collect())
         .collect();
-    subsets.sort_by(|a, b| b.len().cmp(&a.len()));
+    subsets.sort_by_key(|s| std::cmp::Reverse(s.len()));
     subsets.into_iter().map(|s| s.join("+")).collect()
 }
 

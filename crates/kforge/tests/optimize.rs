@@ -487,6 +487,12 @@ fn the_rewrite_agent_is_measured_and_credited_end_to_end() {
             assert!(result.contains("(agent rewrite)") && !result.contains("torch.diag"), "{result}");
             assert!(policy.contains("allowed_aten_ops = [\"mul\", \"unsqueeze\"]"), "{policy}");
             assert!(text.contains(&format!("result: {mode} (rewrite)")), "{text}");
+            // The workspace's one commit: the improvement's files, naming problem, variant, agent.
+            let log = git(&out, &["log", "--format=%s"]);
+            assert_eq!(log.lines().count(), 1, "{log}");
+            assert!(log.contains(&format!("diag_scale.py: {mode} (rewrite) ")), "{log}");
+            let files = git(&out, &["show", "--name-only", "--format="]);
+            assert!(files.lines().any(|l| l == "model_new.py") && files.lines().any(|l| l == "policy.toml"), "{files}");
         }
         (Some("improved"), Some(mode)) => assert_eq!(r["decision"]["agent"], "dispatch", "{mode}"),
         (Some("fallback"), _) => assert!(result.contains("mode='default'"), "{result}"),
