@@ -307,6 +307,7 @@ mod tests {
                 baseline: Baseline::MaxAutotune,
                 agents: vec![Agent::Dispatch, Agent::Inductor],
                 rounds: 5,
+                beam_width: 0,
             },
             measurement: m,
             verified: Some(Verified::Accepted),
@@ -318,6 +319,7 @@ mod tests {
             },
             result: "model_new.py".into(),
             policy: "policy.toml".into(),
+            beam: None,
         }
     }
 

@@ -245,6 +245,7 @@ mod tests {
             baseline: Baseline::Default,
             agents: vec![Agent::Dispatch, Agent::Inductor],
             rounds,
+            beam_width: 0,
         }
     }
 

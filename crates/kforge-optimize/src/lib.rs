@@ -288,6 +288,9 @@ pub struct Question {
     pub agents: Vec<Agent>,
     /// The dispatch agent's timing rounds.
     pub rounds: u32,
+    /// The beam's width: knobs combined in its second round (0: no second round).
+    #[serde(default)]
+    pub beam_width: u32,
 }
 
 /// The run's report: what was asked, measured, judged and decided.
@@ -302,9 +305,27 @@ pub struct Report {
     /// The result file and its verify policy.
     pub result: String,
     pub policy: String,
+    /// The beam's second round, when the beam was asked for (`--beam-width`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beam: Option<BeamOutcome>,
+}
+
+/// What the beam's second round did: measured knob combinations beside the first round's best
+/// (`measurement`, the one the decision then used), or why the search stopped after round 1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BeamOutcome {
+    #[serde(default)]
+    pub measurement: Option<DispatchMeasurement>,
+    #[serde(default)]
+    pub stopped: Option<String>,
 }
 
 impl Report {
+    /// The measurement the decision used: the beam's second round when it ran, else the first.
+    pub fn decisive(&self) -> &DispatchMeasurement {
+        self.beam.as_ref().and_then(|b| b.measurement.as_ref()).unwrap_or(&self.measurement)
+    }
+
     /// A table for people: every mode's timing, then the decision.
     pub fn table(&self) -> String {
         let q = &self.question;
@@ -336,6 +357,7 @@ impl Report {
         if let Some(r) = &self.measurement.rewrite {
             t.push_str(&format!("{}\n", r.line()));
         }
+        t.push_str(&self.beam_lines());
         match &self.decision {
             Decision::Improved { agent, mode, speedup, .. } => {
                 t.push_str(&format!("result: {mode} ({}), {speedup:.3}x, verified; {}\n", agent.name(), self.result))
@@ -345,6 +367,30 @@ impl Report {
             }
         }
         t
+    }
+}
+
+impl Report {
+    /// The beam's second round in the table: each variant measured again, or why none was.
+    fn beam_lines(&self) -> String {
+        let Some(b) = &self.beam else { return String::new() };
+        match (&b.measurement, &b.stopped) {
+            (Some(m), _) => {
+                let mut t = format!("beam round 2 (knobs combined, against {} again):\n", m.baseline);
+                for (name, x) in &m.modes {
+                    t.push_str(&format!(
+                        "  {name:<26} {:>8.3}x {:>9.3}-{:<9.3}  {}\n",
+                        x.speedup,
+                        x.ci95[0],
+                        x.ci95[1],
+                        if x.beyond_noise { "beyond noise" } else { "within noise" }
+                    ));
+                }
+                t
+            }
+            (None, Some(why)) => format!("{why}\n"),
+            (None, None) => String::new(),
+        }
     }
 }
 
@@ -592,6 +638,52 @@ mod tests {
     }
 
     #[test]
+    fn the_beams_second_round_decides_when_it_ran_and_the_table_shows_it() {
+        let first = measured("default", false);
+        let mut second = measured("default", false);
+        second.modes.insert(
+            "max-autotune+freezing+coordinate-descent".into(),
+            ModeTiming { speedup: 1.4, ci95: [1.35, 1.45], beyond_noise: true },
+        );
+        second.winner = "max-autotune+freezing+coordinate-descent".into();
+        let question = Question {
+            problem: "p.py".into(),
+            size: "default".into(),
+            device: "0".into(),
+            baseline: Baseline::MaxAutotune,
+            agents: vec![Agent::Dispatch, Agent::Inductor],
+            rounds: 5,
+            beam_width: 2,
+        };
+        let mut r = Report {
+            question,
+            decision: decide(&second, Some(Verified::Accepted), true),
+            measurement: first,
+            verified: Some(Verified::Accepted),
+            result: "model_new.py".into(),
+            policy: "policy.toml".into(),
+            beam: Some(BeamOutcome { measurement: Some(second), stopped: None }),
+        };
+        assert_eq!(r.decisive().winner, "max-autotune+freezing+coordinate-descent");
+        assert!(matches!(&r.decision, Decision::Improved { agent: Agent::Inductor, speedup, .. } if *speedup == 1.4));
+        let t = r.table();
+        assert!(t.contains("beam round 2 (knobs combined, against max-autotune again)"), "{t}");
+        assert!(t.contains("max-autotune+freezing+coordinate-descent    1.400x"), "{t}");
+        let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+        r.beam =
+            Some(BeamOutcome { measurement: None, stopped: Some("beam: stopped after round 1: 1 knob(s)".into()) });
+        assert_eq!(r.decisive().winner, "default", "no second round: the first decides");
+        assert!(r.table().contains("beam: stopped after round 1"));
+        // A report from before the beam reads back (no beam_width, no beam).
+        let mut old = serde_json::to_value(&r).unwrap();
+        old.as_object_mut().unwrap().remove("beam_width");
+        old.as_object_mut().unwrap().remove("beam");
+        let back: Report = serde_json::from_value(old).unwrap();
+        assert_eq!((back.question.beam_width, back.beam), (0, None));
+    }
+
+    #[test]
     fn the_table_lists_every_mode_and_the_decision() {
         let m = measured("default", false);
         let question = Question {
@@ -601,6 +693,7 @@ mod tests {
             baseline: Baseline::MaxAutotune,
             agents: vec![Agent::Dispatch],
             rounds: 5,
+            beam_width: 0,
         };
         let r = Report {
             question: question.clone(),
@@ -609,6 +702,7 @@ mod tests {
             verified: Some(Verified::Accepted),
             result: "out/model_new.py".into(),
             policy: "out/policy.toml".into(),
+            beam: None,
         };
         // The report reads back as written, its question flattened into it (--resume reads it).
         let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();

@@ -13,6 +13,9 @@ use crate::{dispatch_modes, inductor_knobs, Agent};
 pub enum Step {
     /// Every agent's variants timed against the baseline: `dispatch.json`.
     Measure,
+    /// The beam's second round (`crate::beam`): the knobs that helped, combined, timed beside the
+    /// first round's best against the baseline: `beam.json`.
+    Beam,
     /// The winner's standalone result file and its verify policy: `model_new.py`, `policy.toml`.
     Result,
     /// `kforge verify` of the result file: `verdict.json`.
@@ -23,6 +26,7 @@ impl Step {
     pub fn name(self) -> &'static str {
         match self {
             Step::Measure => "measure",
+            Step::Beam => "beam",
             Step::Result => "result",
             Step::Verify => "verify",
         }
@@ -30,14 +34,16 @@ impl Step {
 
     /// Whether it runs on the device (its seconds count against `--budget-gpu-s`).
     pub fn uses_device(self) -> bool {
-        matches!(self, Step::Measure | Step::Verify)
+        matches!(self, Step::Measure | Step::Beam | Step::Verify)
     }
 }
 
-/// The steps a problem's run takes for these agents. The verify step runs only when a variant
-/// won the measurement.
-pub fn steps(_agents: &[Agent]) -> Vec<Step> {
-    vec![Step::Measure, Step::Result, Step::Verify]
+/// The steps a problem's run takes for these agents and beam width (the beam's second round
+/// combines the inductor agent's knobs: only with that agent and a width of 2 or more). The
+/// verify step runs only when a variant won the measurement.
+pub fn steps(agents: &[Agent], beam_width: u32) -> Vec<Step> {
+    let beam = agents.contains(&Agent::Inductor) && beam_width >= 2;
+    [Step::Measure].into_iter().chain(beam.then_some(Step::Beam)).chain([Step::Result, Step::Verify]).collect()
 }
 
 /// The measure step's flag that carries an agent's variants on a device, and the variants.
@@ -85,9 +91,15 @@ mod tests {
         let both = measure_args(&[Agent::Dispatch, Agent::Inductor], true);
         assert!(both[0].1.contains("reduce-overhead") && both[1].1.contains("coordinate-descent"), "{both:?}");
         assert_eq!(
-            steps(&[Agent::Dispatch]).iter().map(|s| s.name()).collect::<Vec<_>>(),
+            steps(&[Agent::Dispatch], 3).iter().map(|s| s.name()).collect::<Vec<_>>(),
             ["measure", "result", "verify"]
         );
+        assert_eq!(
+            steps(&[Agent::Dispatch, Agent::Inductor], 3).iter().map(|s| s.name()).collect::<Vec<_>>(),
+            ["measure", "beam", "result", "verify"],
+            "the beam combines the inductor agent's knobs"
+        );
+        assert_eq!(steps(&[Agent::Inductor], 0).len(), 3, "width 0: no second round");
         assert!(Step::Verify.uses_device() && !Step::Result.uses_device());
     }
 }

@@ -14,8 +14,8 @@ use kforge_optimize::budget::{Budget, Spending};
 use kforge_optimize::journal::{content_hash, verified_name, verified_of, Journal, StepDone};
 use kforge_optimize::search::{measure_args, Step};
 use kforge_optimize::{
-    campaign_table, decide, parse_agents, summarize, Agent, Baseline, Decision, DispatchMeasurement, ProblemOutcome,
-    Question, Report, Verified,
+    campaign_table, decide, parse_agents, summarize, Agent, Baseline, BeamOutcome, Decision, DispatchMeasurement,
+    ProblemOutcome, Question, Report, Verified,
 };
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -82,6 +82,12 @@ pub struct OptimizeArgs {
     /// regions; without it their timings run side by side).
     #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     jobs: i64,
+    /// The beam's width: after the first measurement, the N inductor knobs that helped most are
+    /// combined (every subset of two or more) and timed again beside the first round's best, in
+    /// one measurement against the same baseline (2 to 4; 0: no second round). Needs the
+    /// inductor agent.
+    #[arg(long, default_value_t = 0)]
+    beam_width: u32,
 }
 
 /// What every problem of a run shares, checked once.
@@ -91,6 +97,7 @@ struct Plan {
     gpu: bool,
     budget: Budget,
     jobs: usize,
+    beam_width: u32,
 }
 
 pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
@@ -139,13 +146,23 @@ fn plan(a: &OptimizeArgs) -> Result<Plan> {
         bail!("--jobs must be between 1 and 256 (problems in flight at once), got {}", a.jobs);
     }
     let budget = Budget::new(a.budget_gpu_s, a.budget_wall_s)?;
+    if a.beam_width == 1 || a.beam_width as usize > kforge_optimize::beam::MAX_WIDTH {
+        bail!(
+            "--beam-width must be 0 (no second round) or 2 to {} (knobs combined), got {}",
+            kforge_optimize::beam::MAX_WIDTH,
+            a.beam_width
+        );
+    }
+    if a.beam_width >= 2 && !agents.contains(&Agent::Inductor) {
+        bail!("--beam-width combines the inductor agent's knobs: add inductor to --agents");
+    }
     let gpu = match a.device.as_str() {
         "cpu" => false,
         "auto" => torch_sees_a_gpu(&a.python),
         d if d.parse::<u32>().is_ok() => true,
         d => bail!("--device must be auto, cpu or a GPU index, got {d:?}"),
     };
-    Ok(Plan { agents, baseline: a.baseline.into(), gpu, budget, jobs: a.jobs as usize })
+    Ok(Plan { agents, baseline: a.baseline.into(), gpu, budget, jobs: a.jobs as usize, beam_width: a.beam_width })
 }
 
 fn question(a: &OptimizeArgs, plan: &Plan, problem: &Path) -> Question {
@@ -156,6 +173,7 @@ fn question(a: &OptimizeArgs, plan: &Plan, problem: &Path) -> Question {
         baseline: plan.baseline,
         agents: plan.agents.clone(),
         rounds: a.rounds,
+        beam_width: plan.beam_width,
     }
 }
 
@@ -369,7 +387,21 @@ struct Work {
 #[derive(Default)]
 struct Found {
     measurement: Option<DispatchMeasurement>,
+    beam: Option<BeamOutcome>,
+    /// The beam step's input hash (its candidates are journaled under it).
+    beam_hash: Option<String>,
     verified: Option<Verified>,
+}
+
+impl Found {
+    /// The measurement the result and the decision come from: the beam's second round when it
+    /// ran, else the first; and its file.
+    fn decisive(&self) -> Option<(&DispatchMeasurement, &'static str)> {
+        match self.beam.as_ref().and_then(|b| b.measurement.as_ref()) {
+            Some(m) => Some((m, "beam.json")),
+            None => self.measurement.as_ref().map(|m| (m, "dispatch.json")),
+        }
+    }
 }
 
 /// One problem's run: its steps, each journaled.
@@ -391,13 +423,12 @@ impl ProblemRun<'_> {
         let flags = measure_args(&plan.agents, plan.gpu);
         let measure_hash = self.measure_hash(&flags);
         let mut found = Found::default();
-        for step in kforge_optimize::search::steps(&plan.agents) {
+        for step in kforge_optimize::search::steps(&plan.agents, plan.beam_width) {
             if !self.take_step(step, &flags, &measure_hash, &mut found)? {
                 return Ok(Outcome::NotReached);
             }
         }
-        let measurement = found.measurement.context("no measure step")?;
-        self.decide(measurement, found.verified, &measure_hash)
+        self.decide(found, &measure_hash)
     }
 
     /// The measure step's input hash: the problem's source, size, device, baseline, rounds and
@@ -418,22 +449,23 @@ impl ProblemRun<'_> {
         let a = self.run.a;
         match step {
             Step::Measure => {
-                let Some(_) = self.step(step, measure_hash, &["dispatch.json"], || self.measure(flags))? else {
+                let measure = || self.measure(flags, "dispatch.json");
+                let Some(_) = self.step(step, measure_hash, &["dispatch.json"], measure)? else {
                     return Ok(false);
                 };
-                let path = self.out.join("dispatch.json");
-                let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-                found.measurement = Some(DispatchMeasurement::parse(&text)?);
+                found.measurement = Some(self.read_measurement("dispatch.json")?);
             }
+            Step::Beam => return self.beam(measure_hash, found),
             Step::Result => {
-                let hash = content_hash(&[&self.source, files_hash(self.out, &["dispatch.json"])?.as_bytes()]);
-                let write = || self.write_result("dispatch.json").map(|_| Work::default());
+                let (_, file) = found.decisive().context("the result step before the measure step")?;
+                let hash = content_hash(&[&self.source, files_hash(self.out, &[file])?.as_bytes()]);
+                let write = || self.write_result(file).map(|_| Work::default());
                 if self.step(step, &hash, &["model_new.py", "policy.toml"], write)?.is_none() {
                     return Ok(false);
                 }
             }
             Step::Verify => {
-                let m = found.measurement.as_ref().context("the verify step before the measure step")?;
+                let (m, _) = found.decisive().context("the verify step before the measure step")?;
                 if m.fallback {
                     return Ok(true); // nothing won: nothing to verify
                 }
@@ -447,6 +479,46 @@ impl ProblemRun<'_> {
             }
         }
         Ok(true)
+    }
+
+    /// The beam's second round (`kforge_optimize::beam`): the knobs that helped, combined, timed
+    /// beside the first round's best; or why the search stops after the first round.
+    fn beam(&self, measure_hash: &str, found: &mut Found) -> Result<bool> {
+        let first = found.measurement.as_ref().context("the beam step before the measure step")?;
+        let round = if first.winner.ends_with("~rewrite") {
+            Err(format!(
+                "beam: stopped after round 1: its winner {} is a rewrite, knobs are combined on the baseline's mode",
+                first.winner
+            ))
+        } else {
+            kforge_optimize::beam::second_round(first, self.run.plan.beam_width as usize)
+        };
+        let round = match round {
+            Ok(r) => r,
+            Err(why) => {
+                self.progress(&why);
+                found.beam = Some(BeamOutcome { measurement: None, stopped: Some(why) });
+                return Ok(true);
+            }
+        };
+        let flags =
+            [("--modes", round.modes.join(",")), ("--knobs", round.knobs.join(",")), ("--rewrite", String::new())];
+        let hash = content_hash(&[measure_hash.as_bytes(), b"beam", self.measure_hash(&flags).as_bytes()]);
+        let Some(_) = self.step(Step::Beam, &hash, &["beam.json"], || self.measure(&flags, "beam.json"))? else {
+            return Ok(false);
+        };
+        let second = self.read_measurement("beam.json")?;
+        found.beam_hash = Some(hash);
+        let stopped = (!kforge_optimize::beam::improved(&second))
+            .then(|| format!("beam: round 2 found no combination beyond the first round's best ({})", second.winner));
+        found.beam = Some(BeamOutcome { measurement: Some(second), stopped });
+        Ok(true)
+    }
+
+    fn read_measurement(&self, file: &str) -> Result<DispatchMeasurement> {
+        let path = self.out.join(file);
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        Ok(DispatchMeasurement::parse(&text)?)
     }
 
     /// Run a step unless a finished one with the same input hash stands for it (its outputs
@@ -535,32 +607,39 @@ impl ProblemRun<'_> {
 
     /// The decision from the measurement and the verdict; the report, the journal's candidates
     /// and decision, and a workspace commit for an improvement.
-    fn decide(
-        &self,
-        measurement: DispatchMeasurement,
-        verified: Option<Verified>,
-        measure_hash: &str,
-    ) -> Result<Outcome> {
+    fn decide(&self, found: Found, measure_hash: &str) -> Result<Outcome> {
         let gpu = self.run.plan.gpu;
-        let decision = decide(&measurement, verified, gpu);
-        if measurement.winner != measurement.baseline && matches!(decision, Decision::Fallback { .. }) {
-            self.keep_baseline(&measurement)?; // the result file becomes the baseline's
+        let verified = found.verified;
+        let (decisive, file) = found.decisive().context("no measure step")?;
+        let decision = decide(decisive, verified, gpu);
+        if decisive.winner != decisive.baseline && matches!(decision, Decision::Fallback { .. }) {
+            self.keep_baseline(decisive, file)?; // the result file becomes the baseline's
         }
         let (result, policy) = (self.out.join("model_new.py"), self.out.join("policy.toml"));
         let report = Report {
             question: self.question.clone(),
-            measurement,
+            measurement: found.measurement.context("no measure step")?,
             verified,
             decision,
             result: result.display().to_string(),
             policy: policy.display().to_string(),
+            beam: found.beam,
         };
         let body = serde_json::to_string_pretty(&report).context("serializing the report")?;
         let report_path = self.out.join("report.json");
         std::fs::write(&report_path, &body).with_context(|| format!("writing {}", report_path.display()))?;
         let journal = &self.run.journal;
-        let winner = verified.map(|v| (report.measurement.winner.as_str(), v));
-        journal.candidates(&self.question.problem, &report.measurement, measure_hash, winner)?;
+        let winner = verified.map(|v| (report.decisive().winner.as_str(), v));
+        let round2 = report.beam.as_ref().and_then(|b| b.measurement.as_ref());
+        journal.candidates(
+            &self.question.problem,
+            &report.measurement,
+            measure_hash,
+            winner.filter(|_| round2.is_none()),
+        )?;
+        if let (Some(m), Some(hash)) = (round2, &found.beam_hash) {
+            journal.candidates(&self.question.problem, m, hash, winner)?;
+        }
         journal.decided(&self.question, &report.decision, Path::new(&self.journaled_path("report.json")))?;
         let what = match &report.decision {
             Decision::Improved { agent, mode, speedup, .. } => {
@@ -581,9 +660,9 @@ impl ProblemRun<'_> {
     }
 
     /// The agents' measurement, run here or as a daemon job (its region time then counted).
-    fn measure(&self, flags: &[(&str, String)]) -> Result<Work> {
+    fn measure(&self, flags: &[(&str, String)], file: &str) -> Result<Work> {
         let (a, plan) = (self.run.a, self.run.plan);
-        let out = self.out.join("dispatch.json");
+        let out = self.out.join(file);
         let device = if plan.gpu { "cuda" } else { "cpu" };
         let mut args: Vec<String> = ["-m", "kforge.optimize.dispatch"].map(String::from).to_vec();
         args.push(self.problem.display().to_string());
@@ -615,8 +694,8 @@ impl ProblemRun<'_> {
     /// The result file rewritten for the baseline (its winner did not pass verification), from
     /// `fallback.json`: the measurement naming the baseline as its winner (`dispatch.json` stays
     /// as measured).
-    fn keep_baseline(&self, m: &DispatchMeasurement) -> Result<()> {
-        let path = self.out.join("dispatch.json");
+    fn keep_baseline(&self, m: &DispatchMeasurement, file: &str) -> Result<()> {
+        let path = self.out.join(file);
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         let mut v: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;

@@ -499,3 +499,46 @@ fn the_rewrite_agent_is_measured_and_credited_end_to_end() {
         k => panic!("decision {k:?}: {r}"),
     }
 }
+
+/// The beam's second round on the CPU (its two knobs: freezing, aggressive-fusion): when both
+/// measured faster than the baseline alone, their combination is timed beside them in a second
+/// measurement (`beam.json`, a journaled `beam` step) and the decision comes from it; otherwise
+/// the search stops after round 1 and says why. Either way the report names what happened.
+/// A width of 1, or a beam without the inductor agent, is refused before anything runs.
+#[test]
+fn the_beam_combines_the_knobs_that_helped_or_says_why_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let args = ["tests/candidates/problems/row_softmax.py", "--device", "cpu", "--baseline", "default"];
+    let beam = [&args[..], &["--agents", "dispatch,inductor", "--rounds", "2", "--beam-width", "2"]].concat();
+    let (code, text) = optimize(&beam, &out);
+    assert_eq!(code, Some(0), "{text}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(r["beam_width"], 2);
+    let first = &r["measurement"]["modes"];
+    let helped = ["default+freezing", "default+aggressive-fusion"]
+        .iter()
+        .filter(|v| first[**v]["speedup"].as_f64().unwrap() > 1.0)
+        .count();
+    let steps: Vec<String> = journal(&out).steps.iter().map(|s| s.step.clone()).collect();
+    if helped == 2 {
+        let second = &r["beam"]["measurement"]["modes"];
+        let combined = second.as_object().unwrap().keys().find(|k| k.matches('+').count() == 2);
+        assert!(combined.is_some(), "the combination measured: {second}");
+        assert!(out.join("beam.json").is_file() && steps.contains(&"beam".to_string()), "{steps:?}");
+        assert!(text.contains("beam round 2"), "{text}");
+    } else {
+        let why = r["beam"]["stopped"].as_str().unwrap();
+        assert!(why.contains(&format!("{helped} knob(s) measured faster than default alone")), "{why}");
+        assert!(!out.join("beam.json").exists() && !steps.contains(&"beam".to_string()), "{steps:?}");
+        assert!(text.contains("beam: stopped after round 1"), "{text}");
+    }
+    for (extra, why) in [
+        (&["--agents", "dispatch,inductor", "--beam-width", "1"][..], "--beam-width must be 0"),
+        (&["--agents", "dispatch", "--beam-width", "3"][..], "add inductor to --agents"),
+    ] {
+        let (code, text) = optimize(&[&args[..], extra].concat(), &dir.path().join("bad"));
+        assert_eq!(code, Some(2), "{text}");
+        assert!(text.contains(why), "{text}");
+    }
+}
