@@ -431,6 +431,7 @@ fn through_the_daemon_the_measurement_counts_its_region_time() {
         .iter()
         .any(|j| j.label.as_deref() == Some("optimize:dispatch:tests/candidates/problems/vector_add.py")));
     d.shutdown();
+}
 
 /// The rewrite agent beside the dispatch agent: a rule fires on diag_scale.py (diag-matmul), its
 /// variants `eager~rewrite` and `default~rewrite` are measured in the same rounds, the report
@@ -479,4 +480,45 @@ fn the_rewrite_agent_is_measured_and_credited_end_to_end() {
         (Some("fallback"), _) => assert!(result.contains("mode='default'"), "{result}"),
         k => panic!("decision {k:?}: {r}"),
     }
+}
+
+/// The config agent beside the dispatch agent on the CPU: its step is skipped with the reason
+/// (Inductor's CPU backend generates C++, no Triton kernels) in the progress and the report, the
+/// decision is the dispatch family's; the config agent alone on the CPU is refused before
+/// anything runs (nothing could be measured).
+#[test]
+fn the_config_agent_is_skipped_on_the_cpu_and_alone_there_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let problem = "tests/candidates/problems/row_softmax.py";
+    let args = [problem, "--agents", "dispatch,config", "--device", "cpu", "--baseline", "default", "--rounds", "2"];
+    let (code, text) = optimize(&args, &out);
+    assert_eq!(code, Some(0), "{text}");
+    let why = "needs a GPU: Inductor's CPU backend generates C++, no Triton kernels";
+    assert!(text.contains(&format!("row_softmax.py: config: skipped: {why}")), "{text}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(r["agents"], serde_json::json!(["dispatch", "config"]));
+    assert_eq!(r["config"]["skipped"], format!("config: {why}"), "{r}");
+    assert!(r["config"].get("measurement").is_none() && !out.join("config").exists(), "nothing of config ran");
+    match r["decision"]["kind"].as_str() {
+        Some("improved") => assert_eq!(r["decision"]["agent"], "dispatch", "{r}"),
+        Some("fallback") => {
+            let reason = r["decision"]["reason"].as_str().unwrap();
+            assert!(reason.ends_with(&format!("; config: {why}")), "{reason}");
+        }
+        k => panic!("decision {k:?}: {r}"),
+    }
+    // The journal: no config step, no config candidate.
+    let j = journal(&out);
+    assert!(j.steps.iter().all(|s| s.step != "config" && s.step != "config-verify"), "{:?}", j.steps);
+    assert!(j.candidates.iter().all(|c| c.agent == "dispatch"), "{:?}", j.candidates);
+    // Alone on the CPU the config agent measures nothing: refused, nothing run.
+    let alone = dir.path().join("alone");
+    let (code, text) = optimize(&[problem, "--agents", "config", "--device", "cpu"], &alone);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains(&format!("--agents config: config: {why}; on the CPU nothing here can be measured")),
+        "{text}"
+    );
+    assert!(!alone.join("journal.db").exists() && !alone.join("dispatch.json").exists());
 }
