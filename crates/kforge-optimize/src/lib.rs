@@ -388,6 +388,29 @@ pub fn across(families: &[Decision]) -> Decision {
     Decision::Fallback { reason: reasons.join("; ") }
 }
 
+/// Where the run's result file (`model_new.py`, `policy.toml`) comes from once decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResultFrom {
+    /// As the result step wrote it: the dispatch family's winner, or its baseline.
+    AsWritten,
+    /// The config agent's result (`config/`), copied into place.
+    Config,
+    /// Rewritten for the baseline: the dispatch family's winner did not pass, nothing else won.
+    Baseline,
+}
+
+/// The result file's source for `decision`, given the dispatch family's measurement and its
+/// decision on its own.
+pub fn result_from(m: &DispatchMeasurement, dispatch: &Decision, decision: &Decision) -> ResultFrom {
+    match decision {
+        Decision::Improved { agent: Agent::Config, .. } => ResultFrom::Config,
+        Decision::Fallback { .. } if m.winner != m.baseline && matches!(dispatch, Decision::Fallback { .. }) => {
+            ResultFrom::Baseline
+        }
+        _ => ResultFrom::AsWritten,
+    }
+}
+
 /// The config family in a report: why its step did not run, or what it measured, how its result
 /// file was judged and its decision on its own.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -985,6 +1008,27 @@ mod tests {
             across(&[kept("no mode beat default"), kept(CONFIG_NEEDS_A_GPU)]),
             kept(&format!("no mode beat default; {CONFIG_NEEDS_A_GPU}"))
         );
+    }
+
+    #[test]
+    fn the_result_file_is_the_deciding_familys() {
+        let won = measured("default", false);
+        let none = DispatchMeasurement { winner: "max-autotune".into(), fallback: true, ..won.clone() };
+        let dispatch = decide(&won, Some(Verified::Accepted), true);
+        let unverified = decide(&won, Some(Verified::Rejected), true);
+        let config = improved(Agent::Config, "config", 1.3);
+        let kept = Decision::Fallback { reason: "nothing won".into() };
+        // Config decided: its result copied into place, whatever the dispatch family did.
+        for d in [&dispatch, &unverified] {
+            assert_eq!(result_from(&won, d, &config), ResultFrom::Config);
+        }
+        assert_eq!(result_from(&none, &kept, &config), ResultFrom::Config);
+        // The dispatch family decided: its result as written.
+        assert_eq!(result_from(&won, &dispatch, &dispatch), ResultFrom::AsWritten);
+        // Its winner did not pass and nothing else won: rewritten for the baseline; no winner at
+        // all: the result step already wrote the baseline's.
+        assert_eq!(result_from(&won, &unverified, &kept), ResultFrom::Baseline);
+        assert_eq!(result_from(&none, &kept, &kept), ResultFrom::AsWritten);
     }
 
     #[test]

@@ -16,9 +16,9 @@ use kforge_optimize::budget::{Budget, Spending};
 use kforge_optimize::journal::{content_hash, verified_name, verified_of, Journal, StepDone};
 use kforge_optimize::search::{measure_args, Step};
 use kforge_optimize::{
-    across, campaign_table, check_agents, decide, decide_config, parse_agents, summarize, Agent, Baseline,
-    ConfigMeasurement, ConfigReport, Decision, DispatchMeasurement, ProblemOutcome, Question, Report, Verified,
-    CONFIG_NEEDS_A_GPU, CONFIG_VARIANT,
+    across, campaign_table, check_agents, decide, decide_config, parse_agents, result_from, summarize, Agent, Baseline,
+    ConfigMeasurement, ConfigReport, Decision, DispatchMeasurement, ProblemOutcome, Question, Report, ResultFrom,
+    Verified, CONFIG_NEEDS_A_GPU, CONFIG_VARIANT,
 };
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -634,12 +634,10 @@ impl ProblemRun<'_> {
         Ok(Outcome::Decided { report: Box::new(report), resumed: false })
     }
 
-    /// `model_new.py` and `policy.toml` made the decision's: the config result copied there when
-    /// config won; the baseline's when the dispatch family's winner did not pass and nothing else
-    /// won (as written by the result step otherwise).
+    /// `model_new.py` and `policy.toml` made the decision's (`kforge_optimize::result_from`).
     fn place_result(&self, m: &DispatchMeasurement, dispatch: &Decision, decision: &Decision) -> Result<()> {
-        match decision {
-            Decision::Improved { agent: Agent::Config, .. } => {
+        match result_from(m, dispatch, decision) {
+            ResultFrom::Config => {
                 for (from, to) in CONFIG_OUTPUTS[1..].iter().zip(["model_new.py", "policy.toml"]) {
                     let (from, to) = (self.out.join(from), self.out.join(to));
                     std::fs::copy(&from, &to)
@@ -647,10 +645,8 @@ impl ProblemRun<'_> {
                 }
                 Ok(())
             }
-            Decision::Fallback { .. } if m.winner != m.baseline && matches!(dispatch, Decision::Fallback { .. }) => {
-                self.keep_baseline(m) // the result file becomes the baseline's
-            }
-            _ => Ok(()),
+            ResultFrom::Baseline => self.keep_baseline(m), // the result file becomes the baseline's
+            ResultFrom::AsWritten => Ok(()),
         }
     }
 
