@@ -345,7 +345,7 @@ pub fn decide_config(m: &ConfigMeasurement, verified: Option<Verified>, gpu: boo
     let timing = m.modes.get(CONFIG_VARIANT);
     let Some(t) = timing.filter(|t| m.won() && t.beyond_noise) else {
         let why = match (timing, m.noise_floor) {
-            (Some(t), Some(f)) => format!(
+            (Some(t), Some(f)) if !t.beyond_noise => format!(
                 "config did not beat {} beyond the noise floor {f:.3} ({:.3}x, interval {:.3}-{:.3})",
                 m.baseline, t.speedup, t.ci95[0], t.ci95[1]
             ),
@@ -418,6 +418,9 @@ pub struct ConfigReport {
     /// Why the config step did not run (on the CPU: [`CONFIG_NEEDS_A_GPU`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub skipped: Option<String>,
+    /// Why the config step failed (its family then falls back; the problem does not fail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measurement: Option<ConfigMeasurement>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -430,10 +433,23 @@ pub struct ConfigReport {
 }
 
 impl ConfigReport {
+    /// The family's decision for [`across`]: its own, or a fallback saying why it has none.
+    pub fn family_decision(&self) -> Option<Decision> {
+        let why = || match (&self.skipped, &self.error) {
+            (Some(s), _) => Some(s.clone()),
+            (None, Some(e)) => Some(format!("config: failed: {e}")),
+            (None, None) => None,
+        };
+        self.decision.clone().or_else(|| why().map(|reason| Decision::Fallback { reason }))
+    }
+
     /// The table's config section: one line per searched kernel, then the model's timing.
     pub fn lines(&self) -> String {
         if let Some(why) = &self.skipped {
             return format!("config: skipped: {}\n", why.strip_prefix("config: ").unwrap_or(why));
+        }
+        if let Some(e) = &self.error {
+            return format!("config: failed: {e}\n");
         }
         let Some(m) = &self.measurement else { return String::new() };
         let mut t = format!("{:<52} {:>6}  {}\n", "CONFIG KERNEL", "SHARE", "OLD -> NEW (KERNEL SPEEDUP)");
@@ -974,8 +990,21 @@ mod tests {
             fallback: true,
             modes: BTreeMap::new(),
             why: Some("no kernel's configuration beat its original beyond noise".into()),
-            ..m
+            ..m.clone()
         };
+        // Timed beyond noise, but its result file did not reproduce the winners: config.py's why.
+        let unreproduced = ConfigMeasurement {
+            winner: "max-autotune".into(),
+            fallback: true,
+            why: Some("the result file does not reproduce the winners (missed [...]; output ok: True)".into()),
+            ..m.clone()
+        };
+        match decide_config(&unreproduced, Some(Verified::Accepted), true) {
+            Decision::Fallback { reason } => {
+                assert!(reason.starts_with("config: the result file does not"), "{reason}")
+            }
+            d => panic!("{d:?}"),
+        }
         match decide_config(&none, None, true) {
             Decision::Fallback { reason } => {
                 assert_eq!(reason, "config: no kernel's configuration beat its original beyond noise")
@@ -1053,6 +1082,7 @@ mod tests {
             verified: Some(Verified::Accepted),
             result: Some("out/config/model_new.py".into()),
             skipped: None,
+            error: None,
         };
         let question = Question {
             problem: "p.py".into(),
@@ -1097,6 +1127,13 @@ mod tests {
             skipped.lines(),
             "config: skipped: needs a GPU: Inductor's CPU backend generates C++, no Triton kernels\n"
         );
+        assert_eq!(skipped.family_decision(), Some(Decision::Fallback { reason: CONFIG_NEEDS_A_GPU.into() }));
+        let failed =
+            ConfigReport { error: Some("the config step ended with 2: boom".into()), ..ConfigReport::default() };
+        assert_eq!(failed.lines(), "config: failed: the config step ended with 2: boom\n");
+        let reason = "config: failed: the config step ended with 2: boom".to_string();
+        assert_eq!(failed.family_decision(), Some(Decision::Fallback { reason }));
+        assert_eq!(ConfigReport::default().family_decision(), None);
     }
 
     fn outcome(problem: &str, level: &str, decision: Option<Decision>) -> ProblemOutcome {

@@ -356,10 +356,12 @@ struct Work {
 struct Found {
     measurement: Option<DispatchMeasurement>,
     verified: Option<Verified>,
-    /// The config agent's measurement, its result's verdict, or why its step did not run.
+    /// The config agent's measurement, its result's verdict, or why its step did not run or
+    /// failed.
     config: Option<ConfigMeasurement>,
     config_verified: Option<Verified>,
     config_skipped: Option<String>,
+    config_error: Option<String>,
 }
 
 /// The config step's outputs (below the problem's folder): its measurement and result file.
@@ -451,12 +453,16 @@ impl ProblemRun<'_> {
                     found.config_skipped = Some(CONFIG_NEEDS_A_GPU.into());
                     return Ok(true);
                 }
-                if self.step(step, &self.config_hash(), &CONFIG_OUTPUTS, || self.config())?.is_none() {
-                    return Ok(false);
+                // A failed config step is its family's fallback (journaled as failed; --resume runs
+                // it again), not the problem's failure: the dispatch family's result stands.
+                match self.config_step() {
+                    Ok(None) => return Ok(false),
+                    Ok(Some(m)) => found.config = Some(m),
+                    Err(e) => {
+                        self.progress(&format!("config: failed: {e:#}"));
+                        found.config_error = Some(format!("{e:#}"));
+                    }
                 }
-                let path = self.out.join(CONFIG_OUTPUTS[0]);
-                let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-                found.config = Some(ConfigMeasurement::parse(&text)?);
             }
             Step::ConfigVerify => {
                 if !found.config.as_ref().is_some_and(ConfigMeasurement::won) {
@@ -467,6 +473,16 @@ impl ProblemRun<'_> {
             }
         }
         Ok(true)
+    }
+
+    /// The config step and its measurement; `None` when a budget kept it from starting.
+    fn config_step(&self) -> Result<Option<ConfigMeasurement>> {
+        if self.step(Step::Config, &self.config_hash(), &CONFIG_OUTPUTS, || self.config())?.is_none() {
+            return Ok(None);
+        }
+        let path = self.out.join(CONFIG_OUTPUTS[0]);
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        Ok(Some(ConfigMeasurement::parse(&text)?))
     }
 
     /// A verify step of the result file in `dir` (below the problem's folder; `""`: the folder
@@ -586,15 +602,14 @@ impl ProblemRun<'_> {
         let dispatch = decide(&measurement, verified, gpu);
         let config = self.run.plan.agents.contains(&Agent::Config).then(|| ConfigReport {
             skipped: found.config_skipped.clone(),
+            error: found.config_error.clone(),
             decision: found.config.as_ref().map(|c| decide_config(c, found.config_verified, gpu)),
             verified: found.config_verified,
             result: found.config.as_ref().map(|_| self.out.join(CONFIG_OUTPUTS[1]).display().to_string()),
             measurement: found.config,
         });
-        // The config family's decision, or why it has none (its step skipped: said in a fallback).
-        let config_family = config
-            .as_ref()
-            .and_then(|c| c.decision.clone().or_else(|| c.skipped.clone().map(|reason| Decision::Fallback { reason })));
+        // The config family's decision, or why it has none (skipped, failed: said in a fallback).
+        let config_family = config.as_ref().and_then(ConfigReport::family_decision);
         let families: Vec<Decision> = std::iter::once(dispatch.clone()).chain(config_family).collect();
         let decision = across(&families);
         self.place_result(&measurement, &dispatch, &decision)?;

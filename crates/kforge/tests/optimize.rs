@@ -551,7 +551,8 @@ else:
 /// config agent runs in its own journaled step with the baseline, size, rounds and result folder
 /// passed, its result (`config/`) is verified into its own verdict (`config/verdict.json`; here
 /// `could-not-run`: verify sees no GPU), its candidate journaled with that verdict, the report and
-/// table show its per-kernel choices and model speedup; unverified, the baseline is kept.
+/// table show its per-kernel choices and model speedup; unverified, the baseline is kept; resumed,
+/// its steps are reused; a config step that fails is its family's fallback, not the problem's.
 #[test]
 fn on_a_gpu_the_config_agent_runs_in_its_own_step_and_is_verified() {
     use std::os::unix::fs::PermissionsExt;
@@ -628,4 +629,21 @@ fn on_a_gpu_the_config_agent_runs_in_its_own_step_and_is_verified() {
     assert!(text.contains("config: reused") && text.contains("config-verify: reused"), "{text}");
     let again: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(again["config"], r["config"]);
+    // A config step that fails is its family's fallback, journaled as failed; the problem is
+    // still decided (the dispatch family's result stands).
+    let broken = dir.path().join("broken");
+    let o = command(&args, &broken)
+        .env("FAKE_CONFIG_JSON", dir.path().join("no-such.json"))
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(broken.join("report.json")).unwrap()).unwrap();
+    let error = r["config"]["error"].as_str().unwrap();
+    assert!(error.starts_with("the config step ended with") && error.contains("FileNotFoundError"), "{error}");
+    assert!(r["decision"]["reason"].as_str().unwrap().contains("; config: failed: the config step ended"), "{r}");
+    assert!(text.contains("config: failed: the config step ended"), "{text}");
+    let failed = journal(&broken).steps.into_iter().find(|s| s.step == "config").unwrap();
+    assert_eq!(failed.status, "failed", "{failed:?}");
 }
