@@ -19,6 +19,7 @@ fn colour(agent: Option<Agent>) -> &'static str {
         Some(Agent::Dispatch) => "#3b7dd8",
         Some(Agent::Inductor) => "#e08a1e",
         Some(Agent::Rewrite) => "#3aa655",
+        Some(Agent::Config) => "#9b4dca",
         None => "#9a9a9a",
     }
 }
@@ -320,6 +321,7 @@ mod tests {
             result: "model_new.py".into(),
             policy: "policy.toml".into(),
             beam: None,
+            config: None,
         }
     }
 

@@ -5,8 +5,9 @@
 
 use crate::budget::Budget;
 use crate::search::Step;
-use crate::{Agent, Decision, DispatchMeasurement, Question, Verified};
+use crate::{Agent, Decision, ModeTiming, Question, Verified};
 use kforge_store::{CandidateRow, DecisionRow, QuestionRow, RunRow, StepEnd, StepRow, Store, StoreError};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
@@ -152,17 +153,18 @@ impl Journal {
         self.store().step_finished(id, &end)
     }
 
-    /// Every measured candidate of a problem; `verified` is the verdict of the one verified.
-    /// A candidate's content hash is its measurement's input hash and its variant.
+    /// Every candidate one measurement timed (`modes`: the dispatch family's, or the config
+    /// agent's `config`); `verified` is the verdict of the one verified. A candidate's content
+    /// hash is its measurement's input hash and its variant.
     pub fn candidates(
         &self,
         problem: &str,
-        m: &DispatchMeasurement,
+        modes: &BTreeMap<String, ModeTiming>,
         measure_hash: &str,
         verified: Option<(&str, Verified)>,
     ) -> Result<(), StoreError> {
         let store = self.store();
-        for (variant, t) in &m.modes {
+        for (variant, t) in modes {
             let verdict = verified.filter(|(v, _)| v == variant).map(|(_, o)| verified_name(o));
             store.insert_candidate(&CandidateRow {
                 id: 0,
@@ -235,7 +237,7 @@ pub fn verified_of(name: &str) -> Option<Verified> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Baseline;
+    use crate::{Baseline, ConfigMeasurement, DispatchMeasurement};
 
     fn question(rounds: u32) -> Question {
         Question {
@@ -316,7 +318,7 @@ mod tests {
                           "default+freezing": {"speedup": 1.3, "ci95": [1.2, 1.4], "beyond_noise": true}}}"#,
         )
         .unwrap();
-        j.candidates("p.py", &m, "mh", Some(("default+freezing", Verified::PassedWithoutPerformance))).unwrap();
+        j.candidates("p.py", &m.modes, "mh", Some(("default+freezing", Verified::PassedWithoutPerformance))).unwrap();
         let c = j.rows().unwrap().candidates;
         let got: Vec<(&str, &str, Option<&str>)> =
             c.iter().map(|c| (c.agent.as_str(), c.variant.as_str(), c.verdict.as_deref())).collect();
@@ -326,5 +328,12 @@ mod tests {
         );
         assert_ne!(c[0].content_hash, c[1].content_hash);
         assert_eq!(c[0].content_hash, content_hash(&[b"mh", b"default+freezing"]));
+        // The config agent's candidate, from its own measurement, with its verdict.
+        let config = ConfigMeasurement::parse(include_str!("../testdata/config.json")).unwrap();
+        j.candidates("p.py", &config.modes, "ch", Some(("config", Verified::Accepted))).unwrap();
+        let rows = j.rows().unwrap().candidates;
+        let c = rows.iter().find(|c| c.variant == "config").unwrap();
+        assert_eq!((c.agent.as_str(), c.verdict.as_deref(), c.speedup), ("config", Some("accepted"), Some(1.21)));
+        assert_eq!(c.content_hash, content_hash(&[b"ch", b"config"]));
     }
 }

@@ -1,8 +1,9 @@
-//! `kforge optimize`'s decisions, without processes: which agents run, what the dispatch agent
-//! measured (`python3 -m kforge.optimize.dispatch`'s JSON, read here), and what the run ends
-//! with — a winner that measured beyond noise and that `kforge verify` then accepted, or the
-//! baseline kept (the fallback) with the reason. The binary runs the agent, writes the result
-//! file and verifies it; this crate says what that means.
+//! `kforge optimize`'s decisions, without processes: which agents run, what they measured (the
+//! dispatch family's `python3 -m kforge.optimize.dispatch` JSON and the config agent's
+//! `python3 -m kforge.optimize.config` JSON, read here), and what the run ends with — a winner
+//! that measured beyond noise and that `kforge verify` then accepted, the faster of the two
+//! families' ([`across`]), or the baseline kept (the fallback) with the reason. The binary runs
+//! the agents, writes the result files and verifies them; this crate says what that means.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -23,16 +24,25 @@ pub enum Agent {
     Inductor,
     /// The forward rewritten by the FX rewrite rules, run in a mode (`MODE~rewrite`), by measurement.
     Rewrite,
+    /// The baseline's generated Triton kernels with their launch configurations searched and
+    /// pinned (`config`), by measurement in its own step (a GPU only).
+    Config,
 }
 
 impl Agent {
-    pub const ALL: [(&'static str, Agent); 3] =
-        [("dispatch", Agent::Dispatch), ("inductor", Agent::Inductor), ("rewrite", Agent::Rewrite)];
+    pub const ALL: [(&'static str, Agent); 4] = [
+        ("dispatch", Agent::Dispatch),
+        ("inductor", Agent::Inductor),
+        ("rewrite", Agent::Rewrite),
+        ("config", Agent::Config),
+    ];
 
     /// The agent that proposed a measured variant: `MODE+KNOB` is the inductor agent's,
-    /// `MODE~rewrite` the rewrite agent's.
+    /// `MODE~rewrite` the rewrite agent's, `config` the config agent's.
     pub fn of_variant(variant: &str) -> Agent {
-        if variant.ends_with("~rewrite") {
+        if variant == CONFIG_VARIANT {
+            Agent::Config
+        } else if variant.ends_with("~rewrite") {
             Agent::Rewrite
         } else if variant.contains('+') {
             Agent::Inductor
@@ -73,6 +83,10 @@ pub enum OptimizeError {
     NotAProblem { path: String, why: String },
     #[error("the dispatch agent's result is not readable: {0}")]
     Measurement(String),
+    #[error("the config agent's result is not readable: {0}")]
+    ConfigMeasurement(String),
+    #[error("--agents {0}: {CONFIG_NEEDS_A_GPU}; on the CPU nothing here can be measured (add dispatch, inductor or rewrite)")]
+    NothingToMeasure(String),
     #[error("{flag} must be a positive number of seconds, got {value}")]
     Budget { flag: &'static str, value: f64 },
 }
@@ -201,6 +215,272 @@ impl DispatchMeasurement {
     }
 }
 
+/// The config agent's variant: the baseline with its kernels' tuned configurations pinned.
+pub const CONFIG_VARIANT: &str = "config";
+
+/// Why the config agent does not run on the CPU (its step is skipped there, not failed).
+pub const CONFIG_NEEDS_A_GPU: &str = "config: needs a GPU: Inductor's CPU backend generates C++, no Triton kernels";
+
+/// The agents can measure something on this device: not the config agent alone on the CPU.
+pub fn check_agents(agents: &[Agent], gpu: bool) -> Result<(), OptimizeError> {
+    if !gpu && agents == [Agent::Config] {
+        return Err(OptimizeError::NothingToMeasure("config".into()));
+    }
+    Ok(())
+}
+
+/// One launch configuration of a Triton kernel (config.py `LaunchConfig.as_dict`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LaunchConfig {
+    #[serde(default)]
+    pub kwargs: BTreeMap<String, i64>,
+    pub num_warps: i64,
+    pub num_stages: i64,
+}
+
+impl LaunchConfig {
+    /// `XBLOCK=64 R0_BLOCK=8 warps=4 stages=1`, as config.py labels it.
+    pub fn label(&self) -> String {
+        let mut parts: Vec<String> = self.kwargs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        parts.extend([format!("warps={}", self.num_warps), format!("stages={}", self.num_stages)]);
+        parts.join(" ")
+    }
+}
+
+/// One kernel's search by the config agent (the fields of its `kernels` entry this side reads).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelTuning {
+    /// Its share of the baseline's device time.
+    #[serde(default)]
+    pub share: Option<f64>,
+    #[serde(default)]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub original: Option<LaunchConfig>,
+    #[serde(default)]
+    pub new: Option<LaunchConfig>,
+    /// The new configuration's speedup over the original (kernel level).
+    #[serde(default)]
+    pub speedup: Option<f64>,
+    #[serde(default)]
+    pub ci95: Option<[f64; 2]>,
+    /// True: the original stays (nothing beat it beyond noise, or the search failed).
+    #[serde(default = "yes")]
+    pub fallback: bool,
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub why: Option<String>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl KernelTuning {
+    /// `old -> new (1.234x)`, or why the original stays.
+    pub fn choice(&self) -> String {
+        let label = |c: &Option<LaunchConfig>| c.as_ref().map(LaunchConfig::label).unwrap_or_else(|| "?".into());
+        if let Some(e) = &self.error {
+            return format!("failed: {e}");
+        }
+        if self.fallback {
+            let why = self.why.as_deref().unwrap_or("no configuration beat it beyond noise");
+            return format!("{} kept ({why})", label(&self.original));
+        }
+        format!("{} -> {} ({:.3}x)", label(&self.original), label(&self.new), self.speedup.unwrap_or(1.0))
+    }
+}
+
+/// What the config agent measured: the dispatch agent's schema (`baseline`, `winner` — `config`
+/// or the baseline —, `fallback`, `noise_floor`, `modes.config`) and its kernels.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigMeasurement {
+    pub baseline: String,
+    pub winner: String,
+    pub fallback: bool,
+    #[serde(default)]
+    pub noise_floor: Option<f64>,
+    #[serde(default)]
+    pub modes: BTreeMap<String, ModeTiming>,
+    #[serde(default)]
+    pub kernels: BTreeMap<String, KernelTuning>,
+    /// Kernels not searched, and why (not `*_fused_*`, ...).
+    #[serde(default)]
+    pub skipped: BTreeMap<String, String>,
+    #[serde(default)]
+    pub why: Option<String>,
+}
+
+impl ConfigMeasurement {
+    pub fn parse(text: &str) -> Result<ConfigMeasurement, OptimizeError> {
+        let m: ConfigMeasurement =
+            serde_json::from_str(text).map_err(|e| OptimizeError::ConfigMeasurement(e.to_string()))?;
+        if m.winner != m.baseline && m.winner != CONFIG_VARIANT {
+            return Err(OptimizeError::ConfigMeasurement(format!(
+                "the winner {:?} is neither config nor the baseline {:?}",
+                m.winner, m.baseline
+            )));
+        }
+        if m.winner == CONFIG_VARIANT && !m.modes.contains_key(CONFIG_VARIANT) {
+            return Err(OptimizeError::ConfigMeasurement("the winner config was not timed".into()));
+        }
+        Ok(m)
+    }
+
+    /// Whether `config` won its measurement (its result file is then verified).
+    pub fn won(&self) -> bool {
+        !self.fallback && self.winner == CONFIG_VARIANT
+    }
+
+    /// The kernels in order of their share, largest first.
+    pub fn kernels_by_share(&self) -> Vec<(&String, &KernelTuning)> {
+        let mut k: Vec<(&String, &KernelTuning)> = self.kernels.iter().collect();
+        k.sort_by(|a, b| b.1.share.unwrap_or(0.0).total_cmp(&a.1.share.unwrap_or(0.0)).then(a.0.cmp(b.0)));
+        k
+    }
+}
+
+/// The config family's decision on its own: `config` when it won its measurement beyond noise
+/// and its result file passed verification (as [`decide`] counts it), else why not.
+pub fn decide_config(m: &ConfigMeasurement, verified: Option<Verified>, gpu: bool) -> Decision {
+    let timing = m.modes.get(CONFIG_VARIANT);
+    let Some(t) = timing.filter(|t| m.won() && t.beyond_noise) else {
+        let why = match (timing, m.noise_floor) {
+            (Some(t), Some(f)) if !t.beyond_noise => format!(
+                "config did not beat {} beyond the noise floor {f:.3} ({:.3}x, interval {:.3}-{:.3})",
+                m.baseline, t.speedup, t.ci95[0], t.ci95[1]
+            ),
+            _ => format!("config: {}", m.why.as_deref().unwrap_or("no kernel's configuration won")),
+        };
+        return Decision::Fallback { reason: why };
+    };
+    if passed(verified, gpu) {
+        Decision::Improved { agent: Agent::Config, mode: CONFIG_VARIANT.into(), speedup: t.speedup, ci95: t.ci95 }
+    } else {
+        Decision::Fallback {
+            reason: format!("config measured {:.3}x but its result file was {}", t.speedup, verified_how(verified)),
+        }
+    }
+}
+
+/// The decision across families (each a verified winner against the same baseline, or why
+/// not): the larger speedup wins, on a tie the first family (dispatch: the simpler result);
+/// none: the first family's fallback, with the others' reasons after it.
+pub fn across(families: &[Decision]) -> Decision {
+    let mut best: Option<&Decision> = None;
+    for d in families {
+        if let Decision::Improved { speedup, .. } = d {
+            match best {
+                Some(Decision::Improved { speedup: s, .. }) if *s >= *speedup => {}
+                _ => best = Some(d),
+            }
+        }
+    }
+    if let Some(d) = best {
+        return d.clone();
+    }
+    let reasons: Vec<&str> = families
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Fallback { reason } => Some(reason.as_str()),
+            Decision::Improved { .. } => None,
+        })
+        .collect();
+    Decision::Fallback { reason: reasons.join("; ") }
+}
+
+/// Where the run's result file (`model_new.py`, `policy.toml`) comes from once decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResultFrom {
+    /// As the result step wrote it: the dispatch family's winner, or its baseline.
+    AsWritten,
+    /// The config agent's result (`config/`), copied into place.
+    Config,
+    /// Rewritten for the baseline: the dispatch family's winner did not pass, nothing else won.
+    Baseline,
+}
+
+/// The result file's source for `decision`, given the dispatch family's measurement and its
+/// decision on its own.
+pub fn result_from(m: &DispatchMeasurement, dispatch: &Decision, decision: &Decision) -> ResultFrom {
+    match decision {
+        Decision::Improved { agent: Agent::Config, .. } => ResultFrom::Config,
+        Decision::Fallback { .. } if m.winner != m.baseline && matches!(dispatch, Decision::Fallback { .. }) => {
+            ResultFrom::Baseline
+        }
+        _ => ResultFrom::AsWritten,
+    }
+}
+
+/// The config family in a report: why its step did not run, or what it measured, how its result
+/// file was judged and its decision on its own.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ConfigReport {
+    /// Why the config step did not run (on the CPU: [`CONFIG_NEEDS_A_GPU`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+    /// Why the config step failed (its family then falls back; the problem does not fail).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measurement: Option<ConfigMeasurement>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified: Option<Verified>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<Decision>,
+    /// The config result on its own (`config/model_new.py`; copied to the result when it wins).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<String>,
+}
+
+impl ConfigReport {
+    /// The family's decision for [`across`]: its own, or a fallback saying why it has none.
+    pub fn family_decision(&self) -> Option<Decision> {
+        let why = || match (&self.skipped, &self.error) {
+            (Some(s), _) => Some(s.clone()),
+            (None, Some(e)) => Some(format!("config: failed: {e}")),
+            (None, None) => None,
+        };
+        self.decision.clone().or_else(|| why().map(|reason| Decision::Fallback { reason }))
+    }
+
+    /// The table's config section: one line per searched kernel, then the model's timing.
+    pub fn lines(&self) -> String {
+        if let Some(why) = &self.skipped {
+            return format!("config: skipped: {}\n", why.strip_prefix("config: ").unwrap_or(why));
+        }
+        if let Some(e) = &self.error {
+            return format!("config: failed: {e}\n");
+        }
+        let Some(m) = &self.measurement else { return String::new() };
+        let mut t = format!("{:<52} {:>6}  {}\n", "CONFIG KERNEL", "SHARE", "OLD -> NEW (KERNEL SPEEDUP)");
+        for (name, k) in m.kernels_by_share() {
+            let share = k.share.map(|s| format!("{:.0}%", s * 100.0)).unwrap_or_else(|| "-".into());
+            t.push_str(&format!("{name:<52} {share:>6}  {}\n", k.choice()));
+        }
+        match m.modes.get(CONFIG_VARIANT) {
+            Some(c) => t.push_str(&format!(
+                "{:<28} {:>8.3}x {:>9.3}-{:<9.3}  {}{}\n",
+                "config (model)",
+                c.speedup,
+                c.ci95[0],
+                c.ci95[1],
+                if c.beyond_noise { "beyond noise" } else { "within noise" },
+                m.noise_floor.map(|f| format!(", noise floor {f:.3}")).unwrap_or_default()
+            )),
+            None => t.push_str(&format!(
+                "config (model): not timed ({})\n",
+                m.why.as_deref().unwrap_or("no kernel's configuration won")
+            )),
+        }
+        if let Some(v) = self.verified {
+            t.push_str(&format!("config result: {}\n", verified_how(Some(v))));
+        }
+        t
+    }
+}
+
 /// How `kforge verify` judged the result file (its outcome's name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -230,12 +510,7 @@ pub fn decide(m: &DispatchMeasurement, verified: Option<Verified>, gpu: bool) ->
         return Decision::Fallback { reason: fallback_reason(m) };
     }
     let timing = &m.modes[&m.winner];
-    let passed = match verified {
-        Some(Verified::Accepted) => true,
-        Some(Verified::PassedWithoutPerformance) => !gpu,
-        _ => false,
-    };
-    if passed {
+    if passed(verified, gpu) {
         Decision::Improved {
             agent: Agent::of_variant(&m.winner),
             mode: m.winner.clone(),
@@ -243,13 +518,31 @@ pub fn decide(m: &DispatchMeasurement, verified: Option<Verified>, gpu: bool) ->
             ci95: timing.ci95,
         }
     } else {
-        let how = match verified {
-            Some(v) => serde_json::to_value(v).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
-            None => "not verified".into(),
-        };
         Decision::Fallback {
-            reason: format!("the winner {} measured {:.3}x but its result file was {how}", m.winner, timing.speedup),
+            reason: format!(
+                "the winner {} measured {:.3}x but its result file was {}",
+                m.winner,
+                timing.speedup,
+                verified_how(verified)
+            ),
         }
+    }
+}
+
+/// Whether a verdict counts: `accepted`, or without a GPU `passed-without-performance`.
+fn passed(verified: Option<Verified>, gpu: bool) -> bool {
+    match verified {
+        Some(Verified::Accepted) => true,
+        Some(Verified::PassedWithoutPerformance) => !gpu,
+        _ => false,
+    }
+}
+
+/// The verdict's name as verify writes it, or `not verified`.
+fn verified_how(verified: Option<Verified>) -> String {
+    match verified {
+        Some(v) => serde_json::to_value(v).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default(),
+        None => "not verified".into(),
     }
 }
 
@@ -308,6 +601,10 @@ pub struct Report {
     /// The beam's second round, when the beam was asked for (`--beam-width`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub beam: Option<BeamOutcome>,
+    /// The config family (`None`: the config agent was not asked for; absent in reports from
+    /// before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config: Option<ConfigReport>,
 }
 
 /// What the beam's second round did: measured knob combinations beside the first round's best
@@ -358,6 +655,9 @@ impl Report {
             t.push_str(&format!("{}\n", r.line()));
         }
         t.push_str(&self.beam_lines());
+        if let Some(c) = &self.config {
+            t.push_str(&c.lines());
+        }
         match &self.decision {
             Decision::Improved { agent, mode, speedup, .. } => {
                 t.push_str(&format!("result: {mode} ({}), {speedup:.3}x, verified; {}\n", agent.name(), self.result))
@@ -556,7 +856,9 @@ mod tests {
         assert_eq!(parse_agents("dispatch,rewrite"), Ok(vec![Agent::Dispatch, Agent::Rewrite]));
         assert_eq!(parse_agents("dispatch,llm"), Err(OptimizeError::UnknownAgent("llm".into())));
         assert_eq!(parse_agents(" , "), Err(OptimizeError::NoAgent));
-        assert!(OptimizeError::UnknownAgent("x".into()).to_string().contains("known: dispatch, inductor, rewrite"));
+        assert!(OptimizeError::UnknownAgent("x".into())
+            .to_string()
+            .contains("known: dispatch, inductor, rewrite, config"));
     }
 
     #[test]
@@ -663,6 +965,7 @@ mod tests {
             result: "model_new.py".into(),
             policy: "policy.toml".into(),
             beam: Some(BeamOutcome { measurement: Some(second), stopped: None }),
+            config: None,
         };
         assert_eq!(r.decisive().winner, "max-autotune+freezing+coordinate-descent");
         assert!(matches!(&r.decision, Decision::Improved { agent: Agent::Inductor, speedup, .. } if *speedup == 1.4));
@@ -703,6 +1006,7 @@ mod tests {
             result: "out/model_new.py".into(),
             policy: "out/policy.toml".into(),
             beam: None,
+            config: None,
         };
         // The report reads back as written, its question flattened into it (--resume reads it).
         let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
@@ -721,6 +1025,214 @@ mod tests {
         ] {
             assert!(t.contains(want), "{want} in\n{t}");
         }
+    }
+
+    const CONFIG_JSON: &str = include_str!("../testdata/config.json");
+
+    fn improved(agent: Agent, mode: &str, speedup: f64) -> Decision {
+        Decision::Improved { agent, mode: mode.into(), speedup, ci95: [speedup - 0.05, speedup + 0.05] }
+    }
+
+    #[test]
+    fn a_config_result_is_read_with_its_kernels_choices() {
+        let m = ConfigMeasurement::parse(CONFIG_JSON).unwrap();
+        assert!(m.won() && m.modes["config"].beyond_noise);
+        assert_eq!((m.baseline.as_str(), m.noise_floor), ("max-autotune", Some(1.015)));
+        let names: Vec<&str> = m.kernels_by_share().iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["triton_red_fused_native_layer_norm_0", "triton_poi_fused_add_1", "triton_per_fused_sum_2"]);
+        let k = &m.kernels["triton_red_fused_native_layer_norm_0"];
+        assert_eq!(
+            k.choice(),
+            "R0_BLOCK=2048 XBLOCK=1 warps=16 stages=1 -> R0_BLOCK=4096 XBLOCK=1 warps=8 stages=1 (1.310x)"
+        );
+        assert!(m.kernels["triton_poi_fused_add_1"].choice().starts_with("XBLOCK=1024 warps=4 stages=1 kept"));
+        assert!(m.kernels["triton_per_fused_sum_2"].choice().starts_with("failed: ConfigError"));
+        assert_eq!(m.skipped.len(), 1);
+        // The dispatch agent's reader takes it too (the same schema).
+        assert_eq!(DispatchMeasurement::parse(CONFIG_JSON).unwrap().winner, "config");
+        // A winner that is neither config nor the baseline, or untimed, is refused.
+        let other = CONFIG_JSON.replace(r#""winner": "config""#, r#""winner": "default""#);
+        assert!(
+            matches!(ConfigMeasurement::parse(&other), Err(OptimizeError::ConfigMeasurement(w)) if w.contains("neither"))
+        );
+        let untimed = r#"{"baseline": "default", "winner": "config", "fallback": false}"#;
+        assert!(
+            matches!(ConfigMeasurement::parse(untimed), Err(OptimizeError::ConfigMeasurement(w)) if w.contains("not timed"))
+        );
+        assert!(OptimizeError::ConfigMeasurement("x".into()).to_string().contains("config agent"));
+    }
+
+    #[test]
+    fn the_config_family_decides_on_its_own_verdict() {
+        let m = ConfigMeasurement::parse(CONFIG_JSON).unwrap();
+        let won = Decision::Improved { agent: Agent::Config, mode: "config".into(), speedup: 1.21, ci95: [1.17, 1.25] };
+        assert_eq!(decide_config(&m, Some(Verified::Accepted), true), won);
+        for (v, gpu) in
+            [(Some(Verified::PassedWithoutPerformance), true), (Some(Verified::Rejected), true), (None, true)]
+        {
+            match decide_config(&m, v, gpu) {
+                Decision::Fallback { reason } => assert!(reason.starts_with("config measured 1.210x but"), "{reason}"),
+                d => panic!("{d:?}"),
+            }
+        }
+        // Not beyond noise, or nothing won: why, whatever the verdict.
+        let mut within = m.clone();
+        within.modes.get_mut("config").unwrap().beyond_noise = false;
+        match decide_config(&within, Some(Verified::Accepted), true) {
+            Decision::Fallback { reason } => assert!(reason.contains("beyond the noise floor 1.015"), "{reason}"),
+            d => panic!("{d:?}"),
+        }
+        let none = ConfigMeasurement {
+            winner: "max-autotune".into(),
+            fallback: true,
+            modes: BTreeMap::new(),
+            why: Some("no kernel's configuration beat its original beyond noise".into()),
+            ..m.clone()
+        };
+        // Timed beyond noise, but its result file did not reproduce the winners: config.py's why.
+        let unreproduced = ConfigMeasurement {
+            winner: "max-autotune".into(),
+            fallback: true,
+            why: Some("the result file does not reproduce the winners (missed [...]; output ok: True)".into()),
+            ..m.clone()
+        };
+        match decide_config(&unreproduced, Some(Verified::Accepted), true) {
+            Decision::Fallback { reason } => {
+                assert!(reason.starts_with("config: the result file does not"), "{reason}")
+            }
+            d => panic!("{d:?}"),
+        }
+        match decide_config(&none, None, true) {
+            Decision::Fallback { reason } => {
+                assert_eq!(reason, "config: no kernel's configuration beat its original beyond noise")
+            }
+            d => panic!("{d:?}"),
+        }
+    }
+
+    #[test]
+    fn across_families_the_faster_verified_winner_wins() {
+        let dispatch = improved(Agent::Dispatch, "default", 1.1);
+        let config = improved(Agent::Config, "config", 1.3);
+        let kept = |why: &str| Decision::Fallback { reason: why.into() };
+        // Config wins: it is faster.
+        assert_eq!(across(&[dispatch.clone(), config.clone()]), config);
+        // Dispatch wins: it is faster, or config is unverified (its decision a fallback).
+        let fast = improved(Agent::Inductor, "max-autotune+freezing", 1.5);
+        assert_eq!(across(&[fast.clone(), config.clone()]), fast);
+        assert_eq!(
+            across(&[dispatch.clone(), kept("config measured 1.300x but its result file was rejected")]),
+            dispatch
+        );
+        // A tie goes to the first family.
+        assert_eq!(across(&[dispatch.clone(), improved(Agent::Config, "config", 1.1)]), dispatch);
+        // Config alone (dispatch kept the baseline), or no family at all.
+        assert_eq!(across(&[kept("no mode beat default"), config.clone()]), config);
+        assert_eq!(across(std::slice::from_ref(&dispatch)), dispatch);
+        // Neither: the dispatch family's fallback, then config's reason.
+        assert_eq!(
+            across(&[kept("no mode beat default"), kept(CONFIG_NEEDS_A_GPU)]),
+            kept(&format!("no mode beat default; {CONFIG_NEEDS_A_GPU}"))
+        );
+    }
+
+    #[test]
+    fn the_result_file_is_the_deciding_familys() {
+        let won = measured("default", false);
+        let none = DispatchMeasurement { winner: "max-autotune".into(), fallback: true, ..won.clone() };
+        let dispatch = decide(&won, Some(Verified::Accepted), true);
+        let unverified = decide(&won, Some(Verified::Rejected), true);
+        let config = improved(Agent::Config, "config", 1.3);
+        let kept = Decision::Fallback { reason: "nothing won".into() };
+        // Config decided: its result copied into place, whatever the dispatch family did.
+        for d in [&dispatch, &unverified] {
+            assert_eq!(result_from(&won, d, &config), ResultFrom::Config);
+        }
+        assert_eq!(result_from(&none, &kept, &config), ResultFrom::Config);
+        // The dispatch family decided: its result as written.
+        assert_eq!(result_from(&won, &dispatch, &dispatch), ResultFrom::AsWritten);
+        // Its winner did not pass and nothing else won: rewritten for the baseline; no winner at
+        // all: the result step already wrote the baseline's.
+        assert_eq!(result_from(&won, &unverified, &kept), ResultFrom::Baseline);
+        assert_eq!(result_from(&none, &kept, &kept), ResultFrom::AsWritten);
+    }
+
+    #[test]
+    fn the_config_agent_alone_on_the_cpu_measures_nothing() {
+        assert_eq!(parse_agents("dispatch,config"), Ok(vec![Agent::Dispatch, Agent::Config]));
+        assert_eq!(Agent::of_variant("config"), Agent::Config);
+        assert!(
+            check_agents(&[Agent::Config], true).is_ok()
+                && check_agents(&[Agent::Dispatch, Agent::Config], false).is_ok()
+        );
+        let e = check_agents(&[Agent::Config], false).unwrap_err();
+        assert!(e.to_string().starts_with("--agents config: config: needs a GPU: Inductor's CPU backend"), "{e}");
+    }
+
+    #[test]
+    fn a_report_shows_the_config_family_and_reads_back_without_it() {
+        let m = measured("default", false);
+        let c = ConfigMeasurement::parse(CONFIG_JSON).unwrap();
+        let config = ConfigReport {
+            decision: Some(decide_config(&c, Some(Verified::Accepted), true)),
+            measurement: Some(c),
+            verified: Some(Verified::Accepted),
+            result: Some("out/config/model_new.py".into()),
+            skipped: None,
+            error: None,
+        };
+        let question = Question {
+            problem: "p.py".into(),
+            size: "default".into(),
+            device: "0".into(),
+            baseline: Baseline::MaxAutotune,
+            agents: vec![Agent::Dispatch, Agent::Config],
+            rounds: 5,
+            beam_width: 0,
+        };
+        let decision = across(&[decide(&m, Some(Verified::Accepted), true), config.decision.clone().unwrap()]);
+        let r = Report {
+            question,
+            measurement: m,
+            verified: Some(Verified::Accepted),
+            decision,
+            result: "out/model_new.py".into(),
+            policy: "out/policy.toml".into(),
+            beam: None,
+            config: Some(config),
+        };
+        let t = r.table();
+        for want in [
+            "triton_red_fused_native_layer_norm_0",
+            "71%",
+            "-> R0_BLOCK=4096 XBLOCK=1 warps=8 stages=1 (1.310x)",
+            "config (model)",
+            "1.210x",
+            "noise floor 1.015",
+            "config result: accepted",
+            "result: config (config), 1.210x, verified",
+        ] {
+            assert!(t.contains(want), "{want} in\n{t}");
+        }
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["decision"]["agent"], "config");
+        assert_eq!(serde_json::from_value::<Report>(v.clone()).unwrap(), r);
+        // A report from before the config agent (no `config` key) still reads (--resume).
+        let mut old = v;
+        old.as_object_mut().unwrap().remove("config");
+        assert_eq!(serde_json::from_value::<Report>(old).unwrap().config, None);
+        let skipped = ConfigReport { skipped: Some(CONFIG_NEEDS_A_GPU.into()), ..ConfigReport::default() };
+        assert_eq!(
+            skipped.lines(),
+            "config: skipped: needs a GPU: Inductor's CPU backend generates C++, no Triton kernels\n"
+        );
+        assert_eq!(skipped.family_decision(), Some(Decision::Fallback { reason: CONFIG_NEEDS_A_GPU.into() }));
+        let failed =
+            ConfigReport { error: Some("the config step ended with 2: boom".into()), ..ConfigReport::default() };
+        assert_eq!(failed.lines(), "config: failed: the config step ended with 2: boom\n");
+        let reason = "config: failed: the config step ended with 2: boom".to_string();
+        assert_eq!(failed.family_decision(), Some(Decision::Fallback { reason }));
+        assert_eq!(ConfigReport::default().family_decision(), None);
     }
 
     fn outcome(problem: &str, level: &str, decision: Option<Decision>) -> ProblemOutcome {

@@ -1,10 +1,15 @@
-//! One problem's search as a list of steps, and what each agent puts into them. Every agent's
-//! candidates are measured in one interleaved measurement against one baseline (the dispatch
-//! agent's process, `python3 -m kforge.optimize.dispatch`): an agent contributes its variants to
-//! that step through a flag ([`measure_flag`]); the winner's result file is written, verified
-//! and decided on. Adding an agent is one arm in [`measure_flag`] (and `Agent::of_variant`), or,
-//! for an agent that must first write a candidate (a rewrite of the source), a step before
-//! [`Step::Measure`] in [`steps`].
+//! One problem's search as a list of steps, and what each agent puts into them. Two families of
+//! candidates, each measured interleaved with the same baseline inside regions:
+//! - the dispatch family (dispatch, inductor, rewrite): one measurement in the dispatch agent's
+//!   process (`python3 -m kforge.optimize.dispatch`), each agent contributing its variants through
+//!   a flag ([`measure_flag`]); the winner's result file is written and verified;
+//! - the config agent: its own process and step ([`Step::Config`], `python3 -m
+//!   kforge.optimize.config`, a GPU only), which writes its own result file; verified when it won
+//!   ([`Step::ConfigVerify`]).
+//!
+//! The faster verified family wins (`crate::across`). Adding an agent is one arm in
+//! [`measure_flag`] (and `Agent::of_variant`): `Some` for a variant of the dispatch measurement,
+//! `None` for an agent with its own steps in [`steps`].
 
 use crate::{dispatch_modes, inductor_knobs, Agent};
 
@@ -20,6 +25,11 @@ pub enum Step {
     Result,
     /// `kforge verify` of the result file: `verdict.json`.
     Verify,
+    /// The config agent's search and its result file: `config/config.json`,
+    /// `config/model_new.py`, `config/policy.toml` (skipped without a GPU).
+    Config,
+    /// `kforge verify` of the config result: `config/verdict.json`.
+    ConfigVerify,
 }
 
 impl Step {
@@ -29,29 +39,38 @@ impl Step {
             Step::Beam => "beam",
             Step::Result => "result",
             Step::Verify => "verify",
+            Step::Config => "config",
+            Step::ConfigVerify => "config-verify",
         }
     }
 
     /// Whether it runs on the device (its seconds count against `--budget-gpu-s`).
     pub fn uses_device(self) -> bool {
-        matches!(self, Step::Measure | Step::Beam | Step::Verify)
+        matches!(self, Step::Measure | Step::Beam | Step::Verify | Step::Config | Step::ConfigVerify)
     }
 }
 
 /// The steps a problem's run takes for these agents and beam width (the beam's second round
-/// combines the inductor agent's knobs: only with that agent and a width of 2 or more). The
-/// verify step runs only when a variant won the measurement.
+/// combines the inductor agent's knobs: only with that agent and a width of 2 or more). A verify
+/// step runs only when its family's candidate won its measurement; the config steps only on a GPU.
 pub fn steps(agents: &[Agent], beam_width: u32) -> Vec<Step> {
     let beam = agents.contains(&Agent::Inductor) && beam_width >= 2;
-    [Step::Measure].into_iter().chain(beam.then_some(Step::Beam)).chain([Step::Result, Step::Verify]).collect()
+    let mut steps: Vec<Step> =
+        [Step::Measure].into_iter().chain(beam.then_some(Step::Beam)).chain([Step::Result, Step::Verify]).collect();
+    if agents.contains(&Agent::Config) {
+        steps.extend([Step::Config, Step::ConfigVerify]);
+    }
+    steps
 }
 
-/// The measure step's flag that carries an agent's variants on a device, and the variants.
-pub fn measure_flag(agent: Agent, gpu: bool) -> (&'static str, &'static [&'static str]) {
+/// The measure step's flag that carries an agent's variants on a device, and the variants;
+/// `None` for an agent measured in its own step (config).
+pub fn measure_flag(agent: Agent, gpu: bool) -> Option<(&'static str, &'static [&'static str])> {
     match agent {
-        Agent::Dispatch => ("--modes", dispatch_modes(gpu)),
-        Agent::Inductor => ("--knobs", inductor_knobs(gpu)),
-        Agent::Rewrite => ("--rewrite", REWRITE_CLASSES),
+        Agent::Dispatch => Some(("--modes", dispatch_modes(gpu))),
+        Agent::Inductor => Some(("--knobs", inductor_knobs(gpu))),
+        Agent::Rewrite => Some(("--rewrite", REWRITE_CLASSES)),
+        Agent::Config => None,
     }
 }
 
@@ -64,9 +83,9 @@ pub const REWRITE_CLASSES: &[&str] = &["exact", "reassociates"];
 pub fn measure_args(agents: &[Agent], gpu: bool) -> Vec<(&'static str, String)> {
     Agent::ALL
         .iter()
-        .map(|(_, a)| {
-            let (flag, variants) = measure_flag(*a, gpu);
-            (flag, if agents.contains(a) { variants.join(",") } else { String::new() })
+        .filter_map(|(_, a)| {
+            let (flag, variants) = measure_flag(*a, gpu)?;
+            Some((flag, if agents.contains(a) { variants.join(",") } else { String::new() }))
         })
         .collect()
 }
@@ -101,5 +120,13 @@ mod tests {
         );
         assert_eq!(steps(&[Agent::Inductor], 0).len(), 3, "width 0: no second round");
         assert!(Step::Verify.uses_device() && !Step::Result.uses_device());
+        // The config agent adds no flag to the measurement but its own steps.
+        assert_eq!(measure_args(&[Agent::Dispatch, Agent::Config], true).len(), 3);
+        assert_eq!(measure_args(&[Agent::Config], true).iter().filter(|(_, v)| !v.is_empty()).count(), 0);
+        assert_eq!(
+            steps(&[Agent::Dispatch, Agent::Config], 0).iter().map(|s| s.name()).collect::<Vec<_>>(),
+            ["measure", "result", "verify", "config", "config-verify"]
+        );
+        assert!(Step::Config.uses_device() && Step::ConfigVerify.uses_device());
     }
 }

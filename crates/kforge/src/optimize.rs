@@ -1,8 +1,10 @@
 //! `kforge optimize`: run the agents on a problem (`kforge_optimize::search`'s steps: the
 //! agents' variants measured by `python3 -m kforge.optimize.dispatch`, the winner's standalone
 //! result file written by `python3 -m kforge.optimize.result`, verified with `kforge verify`
-//! under the policy written beside it) and decide (`kforge_optimize::decide`): the verified
-//! winner, or the baseline kept. Each Python step runs from the embedded package, or as a daemon
+//! under the policy written beside it; on a GPU the config agent's own search and result file,
+//! `python3 -m kforge.optimize.config`, verified the same way) and decide
+//! (`kforge_optimize::decide`, `decide_config`, `across`): the faster verified winner of the two
+//! families, or the baseline kept. Each Python step runs from the embedded package, or as a daemon
 //! job with `--daemon`. A directory is a campaign: every problem in it, one output folder each,
 //! up to `--jobs` at once, a summary per level. Every step, candidate and decision goes into
 //! the journal (`OUT/journal.db`); `--resume` skips what it holds; budgets stop new work; the
@@ -14,8 +16,9 @@ use kforge_optimize::budget::{Budget, Spending};
 use kforge_optimize::journal::{content_hash, verified_name, verified_of, Journal, StepDone};
 use kforge_optimize::search::{measure_args, Step};
 use kforge_optimize::{
-    campaign_table, decide, parse_agents, summarize, Agent, Baseline, BeamOutcome, Decision, DispatchMeasurement,
-    ProblemOutcome, Question, Report, Verified,
+    across, campaign_table, check_agents, decide, decide_config, parse_agents, result_from, summarize, Agent, Baseline,
+    BeamOutcome, ConfigMeasurement, ConfigReport, Decision, DispatchMeasurement, ProblemOutcome, Question, Report,
+    ResultFrom, Verified, CONFIG_NEEDS_A_GPU, CONFIG_VARIANT,
 };
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -35,7 +38,9 @@ pub struct OptimizeArgs {
     baseline: crate::values::BaselineArg,
     /// Agents to run, comma-separated (known: dispatch — eager or a torch.compile mode per problem;
     /// inductor — the baseline's mode with one of Inductor's knobs changed, each measured;
-    /// rewrite — the forward rewritten by the FX rewrite rules, eager and in the baseline's mode).
+    /// rewrite — the forward rewritten by the FX rewrite rules, eager and in the baseline's mode;
+    /// config — the baseline's Triton kernels' launch configurations searched and pinned, in its
+    /// own step, a GPU only: skipped on the CPU, and `--agents config` alone there is refused).
     #[arg(long, default_value = "dispatch")]
     agents: String,
     /// Where it runs: auto (a GPU if torch sees one), cpu (Inductor's CPU backend), or a GPU index.
@@ -162,6 +167,7 @@ fn plan(a: &OptimizeArgs) -> Result<Plan> {
         d if d.parse::<u32>().is_ok() => true,
         d => bail!("--device must be auto, cpu or a GPU index, got {d:?}"),
     };
+    check_agents(&agents, gpu)?;
     Ok(Plan { agents, baseline: a.baseline.into(), gpu, budget, jobs: a.jobs as usize, beam_width: a.beam_width })
 }
 
@@ -391,6 +397,12 @@ struct Found {
     /// The beam step's input hash (its candidates are journaled under it).
     beam_hash: Option<String>,
     verified: Option<Verified>,
+    /// The config agent's measurement, its result's verdict, or why its step did not run or
+    /// failed.
+    config: Option<ConfigMeasurement>,
+    config_verified: Option<Verified>,
+    config_skipped: Option<String>,
+    config_error: Option<String>,
 }
 
 impl Found {
@@ -403,6 +415,9 @@ impl Found {
         }
     }
 }
+
+/// The config step's outputs (below the problem's folder): its measurement and result file.
+const CONFIG_OUTPUTS: [&str; 3] = ["config/config.json", "config/model_new.py", "config/policy.toml"];
 
 /// One problem's run: its steps, each journaled.
 struct ProblemRun<'a> {
@@ -431,6 +446,20 @@ impl ProblemRun<'_> {
         self.decide(found, &measure_hash)
     }
 
+    /// The config step's input hash: the problem's source, size, device, baseline and rounds.
+    fn config_hash(&self) -> String {
+        let (a, plan) = (self.run.a, self.run.plan);
+        let rounds = a.rounds.to_string();
+        content_hash(&[
+            CONFIG_VARIANT.as_bytes(),
+            &self.source,
+            a.size.as_bytes(),
+            a.device.as_bytes(),
+            plan.baseline.mode().as_bytes(),
+            rounds.as_bytes(),
+        ])
+    }
+
     /// The measure step's input hash: the problem's source, size, device, baseline, rounds and
     /// every agent's variants.
     fn measure_hash(&self, flags: &[(&str, String)]) -> String {
@@ -446,7 +475,6 @@ impl ProblemRun<'_> {
 
     /// One step, what it found kept in `found`; false when a budget kept it from starting.
     fn take_step(&self, step: Step, flags: &[(&str, String)], measure_hash: &str, found: &mut Found) -> Result<bool> {
-        let a = self.run.a;
         match step {
             Step::Measure => {
                 let measure = || self.measure(flags, "dispatch.json");
@@ -469,13 +497,32 @@ impl ProblemRun<'_> {
                 if m.fallback {
                     return Ok(true); // nothing won: nothing to verify
                 }
-                let inputs = files_hash(self.out, &["model_new.py", "policy.toml"])?;
-                let hash = content_hash(&[&self.source, inputs.as_bytes(), a.size.as_bytes(), a.device.as_bytes()]);
-                let Some(answer) = self.step(step, &hash, &["verdict.json"], || self.verify())? else {
-                    return Ok(false);
-                };
-                let name = answer.unwrap_or_default();
-                found.verified = Some(verified_of(&name).with_context(|| format!("a verify outcome {name:?}"))?);
+                let Some(answer) = self.verify_step(step, "")? else { return Ok(false) };
+                found.verified = Some(answer);
+            }
+            Step::Config => {
+                if !self.run.plan.gpu {
+                    self.progress(&format!("config: skipped: {}", &CONFIG_NEEDS_A_GPU["config: ".len()..]));
+                    found.config_skipped = Some(CONFIG_NEEDS_A_GPU.into());
+                    return Ok(true);
+                }
+                // A failed config step is its family's fallback (journaled as failed; --resume runs
+                // it again), not the problem's failure: the dispatch family's result stands.
+                match self.config_step() {
+                    Ok(None) => return Ok(false),
+                    Ok(Some(m)) => found.config = Some(m),
+                    Err(e) => {
+                        self.progress(&format!("config: failed: {e:#}"));
+                        found.config_error = Some(format!("{e:#}"));
+                    }
+                }
+            }
+            Step::ConfigVerify => {
+                if !found.config.as_ref().is_some_and(ConfigMeasurement::won) {
+                    return Ok(true); // skipped, or config did not win: nothing to verify
+                }
+                let Some(answer) = self.verify_step(step, "config")? else { return Ok(false) };
+                found.config_verified = Some(answer);
             }
         }
         Ok(true)
@@ -519,6 +566,32 @@ impl ProblemRun<'_> {
         let path = self.out.join(file);
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         Ok(DispatchMeasurement::parse(&text)?)
+    }
+
+    /// The config step and its measurement; `None` when a budget kept it from starting.
+    fn config_step(&self) -> Result<Option<ConfigMeasurement>> {
+        if self.step(Step::Config, &self.config_hash(), &CONFIG_OUTPUTS, || self.config())?.is_none() {
+            return Ok(None);
+        }
+        let path = self.out.join(CONFIG_OUTPUTS[0]);
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        Ok(Some(ConfigMeasurement::parse(&text)?))
+    }
+
+    /// A verify step of the result file in `dir` (below the problem's folder; `""`: the folder
+    /// itself): its outcome, `None` when a budget kept it from starting.
+    fn verify_step(&self, step: Step, dir: &str) -> Result<Option<Verified>> {
+        let a = self.run.a;
+        let folder = self.out.join(dir);
+        let inputs = files_hash(&folder, &["model_new.py", "policy.toml"])?;
+        let hash = content_hash(&[&self.source, inputs.as_bytes(), a.size.as_bytes(), a.device.as_bytes()]);
+        let verdict = Path::new(dir).join("verdict.json");
+        let verdict = verdict.to_str().context("a verdict path")?;
+        let Some(answer) = self.step(step, &hash, &[verdict], || self.verify(&folder))? else {
+            return Ok(None);
+        };
+        let name = answer.unwrap_or_default();
+        Ok(Some(verified_of(&name).with_context(|| format!("a verify outcome {name:?}"))?))
     }
 
     /// Run a step unless a finished one with the same input hash stands for it (its outputs
@@ -581,13 +654,20 @@ impl ProblemRun<'_> {
     /// are copied here when they were another folder's.
     fn take(&self, output: &Option<String>, hash: &Option<String>, names: &[&str]) -> Result<bool> {
         let (Some(output), Some(hash)) = (output, hash) else { return Ok(false) };
-        let Some(dir) = Path::new(output).parent() else { return Ok(false) };
+        // The folder the names are relative to: the output (the first name) without its parts.
+        let depth = names.first().map(|n| Path::new(n).components().count()).unwrap_or(1);
+        let Some(dir) = Path::new(output).ancestors().nth(depth) else { return Ok(false) };
         if files_hash(dir, names).ok().as_ref() != Some(hash) {
             return Ok(false);
         }
-        if dir != self.out {
+        // Another folder's (a journaled path is absolute; a file is never copied onto itself).
+        if dir != std::path::absolute(self.out).unwrap_or_else(|_| self.out.to_path_buf()) {
             for n in names {
-                std::fs::copy(dir.join(n), self.out.join(n))
+                let to = self.out.join(n);
+                if let Some(parent) = to.parent() {
+                    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+                }
+                std::fs::copy(dir.join(n), &to)
                     .with_context(|| format!("copying {} into {}", dir.join(n).display(), self.out.display()))?;
             }
         }
@@ -605,41 +685,46 @@ impl ProblemRun<'_> {
         std::path::absolute(&path).unwrap_or(path).display().to_string()
     }
 
-    /// The decision from the measurement and the verdict; the report, the journal's candidates
-    /// and decision, and a workspace commit for an improvement.
+    /// The decision across the families (the dispatch family's measurement and verdict, the
+    /// config agent's when it ran), the result file made the winner's; the report, the
+    /// journal's candidates and decision, and a workspace commit for an improvement.
     fn decide(&self, found: Found, measure_hash: &str) -> Result<Outcome> {
         let gpu = self.run.plan.gpu;
+        // The dispatch family's decisive measurement: the beam's second round when it ran.
+        let (decisive, file) = found.decisive().map(|(m, f)| (m.clone(), f)).context("no measure step")?;
+        let beam_hash = found.beam_hash.clone();
+        let measurement = found.measurement.context("no measure step")?;
         let verified = found.verified;
-        let (decisive, file) = found.decisive().context("no measure step")?;
-        let decision = decide(decisive, verified, gpu);
-        if decisive.winner != decisive.baseline && matches!(decision, Decision::Fallback { .. }) {
-            self.keep_baseline(decisive, file)?; // the result file becomes the baseline's
-        }
+        let dispatch = decide(&decisive, verified, gpu);
+        let config = self.run.plan.agents.contains(&Agent::Config).then(|| ConfigReport {
+            skipped: found.config_skipped.clone(),
+            error: found.config_error.clone(),
+            decision: found.config.as_ref().map(|c| decide_config(c, found.config_verified, gpu)),
+            verified: found.config_verified,
+            result: found.config.as_ref().map(|_| self.out.join(CONFIG_OUTPUTS[1]).display().to_string()),
+            measurement: found.config,
+        });
+        // The config family's decision, or why it has none (skipped, failed: said in a fallback).
+        let config_family = config.as_ref().and_then(ConfigReport::family_decision);
+        let families: Vec<Decision> = std::iter::once(dispatch.clone()).chain(config_family).collect();
+        let decision = across(&families);
+        self.place_result(&decisive, file, &dispatch, &decision)?;
         let (result, policy) = (self.out.join("model_new.py"), self.out.join("policy.toml"));
         let report = Report {
             question: self.question.clone(),
-            measurement: found.measurement.context("no measure step")?,
+            measurement,
             verified,
             decision,
             result: result.display().to_string(),
             policy: policy.display().to_string(),
             beam: found.beam,
+            config,
         };
         let body = serde_json::to_string_pretty(&report).context("serializing the report")?;
         let report_path = self.out.join("report.json");
         std::fs::write(&report_path, &body).with_context(|| format!("writing {}", report_path.display()))?;
+        self.journal_candidates(&report, measure_hash, beam_hash.as_deref())?;
         let journal = &self.run.journal;
-        let winner = verified.map(|v| (report.decisive().winner.as_str(), v));
-        let round2 = report.beam.as_ref().and_then(|b| b.measurement.as_ref());
-        journal.candidates(
-            &self.question.problem,
-            &report.measurement,
-            measure_hash,
-            winner.filter(|_| round2.is_none()),
-        )?;
-        if let (Some(m), Some(hash)) = (round2, &found.beam_hash) {
-            journal.candidates(&self.question.problem, m, hash, winner)?;
-        }
         journal.decided(&self.question, &report.decision, Path::new(&self.journaled_path("report.json")))?;
         let what = match &report.decision {
             Decision::Improved { agent, mode, speedup, .. } => {
@@ -647,16 +732,57 @@ impl ProblemRun<'_> {
                 if let Some(w) = &self.run.workspace {
                     w.commit(&[&result, &policy, &report_path], &message);
                 }
+                let v =
+                    if *agent == Agent::Config { report.config.as_ref().and_then(|c| c.verified) } else { verified };
                 format!(
                     "decided: {mode} ({}) {speedup:.3}x, {}",
                     agent.name(),
-                    verified.map(verified_name).unwrap_or_default()
+                    v.map(verified_name).unwrap_or_default()
                 )
             }
             Decision::Fallback { .. } => "decided: the baseline kept".to_string(),
         };
         self.progress(&what);
         Ok(Outcome::Decided { report: Box::new(report), resumed: false })
+    }
+
+    /// `model_new.py` and `policy.toml` made the decision's (`kforge_optimize::result_from`).
+    fn place_result(
+        &self,
+        m: &DispatchMeasurement,
+        file: &str,
+        dispatch: &Decision,
+        decision: &Decision,
+    ) -> Result<()> {
+        match result_from(m, dispatch, decision) {
+            ResultFrom::Config => {
+                for (from, to) in CONFIG_OUTPUTS[1..].iter().zip(["model_new.py", "policy.toml"]) {
+                    let (from, to) = (self.out.join(from), self.out.join(to));
+                    std::fs::copy(&from, &to)
+                        .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+                }
+                Ok(())
+            }
+            ResultFrom::Baseline => self.keep_baseline(m, file), // the result file becomes the baseline's
+            ResultFrom::AsWritten => Ok(()),
+        }
+    }
+
+    /// Every measured candidate into the journal: the dispatch family's and config's, each with
+    /// its verdict when it was verified.
+    fn journal_candidates(&self, report: &Report, measure_hash: &str, beam_hash: Option<&str>) -> Result<()> {
+        let (journal, problem) = (&self.run.journal, &self.question.problem);
+        let winner = report.verified.map(|v| (report.decisive().winner.as_str(), v));
+        let round2 = report.beam.as_ref().and_then(|b| b.measurement.as_ref());
+        journal.candidates(problem, &report.measurement.modes, measure_hash, winner.filter(|_| round2.is_none()))?;
+        if let (Some(m), Some(hash)) = (round2, beam_hash) {
+            journal.candidates(problem, &m.modes, hash, winner)?; // the beam's second round
+        }
+        if let Some(c) = report.config.as_ref().and_then(|c| c.measurement.as_ref()) {
+            let verdict = report.config.as_ref().and_then(|c| c.verified).map(|v| (CONFIG_VARIANT, v));
+            journal.candidates(problem, &c.modes, &self.config_hash(), verdict)?;
+        }
+        Ok(())
     }
 
     /// The agents' measurement, run here or as a daemon job (its region time then counted).
@@ -672,7 +798,26 @@ impl ProblemRun<'_> {
         for (flag, variants) in flags {
             args.extend([flag.to_string(), variants.clone()]);
         }
-        let job = self.python_step(args, "dispatch")?;
+        self.python_work(args, "dispatch")
+    }
+
+    /// The config agent's search and result file (`config/`), run here or as a daemon job.
+    fn config(&self) -> Result<Work> {
+        let (a, plan) = (self.run.a, self.run.plan);
+        let dir = self.out.join("config");
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let mut args: Vec<String> = ["-m", "kforge.optimize.config"].map(String::from).to_vec();
+        args.push(self.problem.display().to_string());
+        args.extend(["--out".into(), self.out.join(CONFIG_OUTPUTS[0]).display().to_string()]);
+        args.extend(["--device".into(), "cuda".into(), "--size".into(), a.size.clone()]);
+        args.extend(["--baseline".into(), plan.baseline.mode().into(), "--rounds".into(), a.rounds.to_string()]);
+        args.extend(["--result-dir".into(), dir.display().to_string()]);
+        self.python_work(args, "config")
+    }
+
+    /// A Python step's work: with the daemon, its job's region time.
+    fn python_work(&self, args: Vec<String>, step: &str) -> Result<Work> {
+        let job = self.python_step(args, step)?;
         let region_s = job
             .and_then(|(label, id)| crate::job::labelled(self.run.socket, &label).ok().map(|r| r.region_seconds(id)));
         Ok(Work { region_s, outcome: None })
@@ -708,13 +853,14 @@ impl ProblemRun<'_> {
         self.write_result("fallback.json")
     }
 
-    /// `kforge verify PROBLEM model_new.py --policy policy.toml` (this binary): its outcome.
-    fn verify(&self) -> Result<Work> {
+    /// `kforge verify PROBLEM DIR/model_new.py --policy DIR/policy.toml` (this binary): its
+    /// outcome, written to `DIR/verdict.json`.
+    fn verify(&self, dir: &Path) -> Result<Work> {
         let (a, gpu) = (self.run.a, self.run.plan.gpu);
-        let verdict = self.out.join("verdict.json");
+        let verdict = dir.join("verdict.json");
         let mut cmd = Command::new(crate::output::this_binary()?);
-        cmd.arg("--socket").arg(self.run.socket).arg("verify").arg(self.problem).arg(self.out.join("model_new.py"));
-        cmd.arg("--policy").arg(self.out.join("policy.toml"));
+        cmd.arg("--socket").arg(self.run.socket).arg("verify").arg(self.problem).arg(dir.join("model_new.py"));
+        cmd.arg("--policy").arg(dir.join("policy.toml"));
         cmd.args(["--size", &a.size, "--json"]).arg(&verdict).args(["--python", &a.python]);
         cmd.args(["--device", if gpu { a.device.as_str() } else { "cpu" }]);
         if !gpu {

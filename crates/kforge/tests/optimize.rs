@@ -542,3 +542,169 @@ fn the_beam_combines_the_knobs_that_helped_or_says_why_not() {
         assert!(text.contains(why), "{text}");
     }
 }
+
+/// The config agent beside the dispatch agent on the CPU: its step is skipped with the reason
+/// (Inductor's CPU backend generates C++, no Triton kernels) in the progress and the report, the
+/// decision is the dispatch family's; the config agent alone on the CPU is refused before
+/// anything runs (nothing could be measured).
+#[test]
+fn the_config_agent_is_skipped_on_the_cpu_and_alone_there_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let problem = "tests/candidates/problems/row_softmax.py";
+    let args = [problem, "--agents", "dispatch,config", "--device", "cpu", "--baseline", "default", "--rounds", "2"];
+    let (code, text) = optimize(&args, &out);
+    assert_eq!(code, Some(0), "{text}");
+    let why = "needs a GPU: Inductor's CPU backend generates C++, no Triton kernels";
+    assert!(text.contains(&format!("row_softmax.py: config: skipped: {why}")), "{text}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(r["agents"], serde_json::json!(["dispatch", "config"]));
+    assert_eq!(r["config"]["skipped"], format!("config: {why}"), "{r}");
+    assert!(r["config"].get("measurement").is_none() && !out.join("config").exists(), "nothing of config ran");
+    match r["decision"]["kind"].as_str() {
+        Some("improved") => assert_eq!(r["decision"]["agent"], "dispatch", "{r}"),
+        Some("fallback") => {
+            let reason = r["decision"]["reason"].as_str().unwrap();
+            assert!(reason.ends_with(&format!("; config: {why}")), "{reason}");
+        }
+        k => panic!("decision {k:?}: {r}"),
+    }
+    // The journal: no config step, no config candidate.
+    let j = journal(&out);
+    assert!(j.steps.iter().all(|s| s.step != "config" && s.step != "config-verify"), "{:?}", j.steps);
+    assert!(j.candidates.iter().all(|c| c.agent == "dispatch"), "{:?}", j.candidates);
+    // Alone on the CPU the config agent measures nothing: refused, nothing run.
+    let alone = dir.path().join("alone");
+    let (code, text) = optimize(&[problem, "--agents", "config", "--device", "cpu"], &alone);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains(&format!("--agents config: config: {why}; on the CPU nothing here can be measured")),
+        "{text}"
+    );
+    assert!(!alone.join("journal.db").exists() && !alone.join("dispatch.json").exists());
+}
+
+/// A python3 that stands in for the GPU agents' processes on a machine without one: the
+/// dispatch agent measures nothing but the baseline; the config agent's measurement is the
+/// realistic result in `FAKE_CONFIG_JSON`, its result file written by config.py's own
+/// `write_result`. Everything else runs in python3.
+const FAKE_GPU_PYTHON: &str = r#"#!/usr/bin/env python3
+import json, os, sys
+
+argv = sys.argv[1:]
+def arg(flag):
+    return argv[argv.index(flag) + 1]
+if argv[:2] == ["-m", "kforge.optimize.dispatch"]:
+    b = arg("--baseline")
+    json.dump({"baseline": b, "winner": b, "fallback": True, "modes": {}, "noise_floor": None,
+               "prepared": {b: {"ok": True}}}, open(arg("--out"), "w"))
+elif argv[:2] == ["-m", "kforge.optimize.config"]:
+    from kforge.optimize.config import write_result
+    measured = json.load(open(os.environ["FAKE_CONFIG_JSON"]))
+    assert arg("--device") == "cuda" and arg("--rounds") == "2", argv
+    write_result(argv[2], measured, arg("--result-dir"))
+    json.dump(measured, open(arg("--out"), "w"))
+else:
+    os.execvp("python3", ["python3"] + argv)
+"#;
+
+/// The config step on a GPU (`--device 0`, its processes stood in for by `FAKE_GPU_PYTHON`): the
+/// config agent runs in its own journaled step with the baseline, size, rounds and result folder
+/// passed, its result (`config/`) is verified into its own verdict (`config/verdict.json`; here
+/// `could-not-run`: verify sees no GPU), its candidate journaled with that verdict, the report and
+/// table show its per-kernel choices and model speedup; unverified, the baseline is kept; resumed,
+/// its steps are reused; a config step that fails is its family's fallback, not the problem's.
+#[test]
+fn on_a_gpu_the_config_agent_runs_in_its_own_step_and_is_verified() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let fake = dir.path().join("python3-fake-gpu");
+    std::fs::write(&fake, FAKE_GPU_PYTHON).unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = dir.path().join("o");
+    let args = [
+        "tests/candidates/problems/row_softmax.py",
+        "--agents",
+        "dispatch,config",
+        "--device",
+        "0",
+        "--rounds",
+        "2",
+        "--python",
+        fake.to_str().unwrap(),
+    ];
+    let o = command(&args, &out)
+        .env("FAKE_CONFIG_JSON", repo().join("crates/kforge-optimize/testdata/config.json"))
+        .env("CUDA_VISIBLE_DEVICES", "") // verify sees no GPU wherever this runs: could-not-run
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    for f in ["config/config.json", "config/model_new.py", "config/policy.toml", "config/verdict.json"] {
+        assert!(out.join(f).is_file(), "{f}: {text}");
+    }
+    let pinned = std::fs::read_to_string(out.join("config/model_new.py")).unwrap();
+    assert!(pinned.contains("autotune_lookup_table") && pinned.contains("(agent config)"), "{pinned}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let c = &r["config"];
+    assert_eq!((c["measurement"]["winner"].as_str(), c["verified"].as_str()), (Some("config"), Some("could-not-run")));
+    assert_eq!(c["decision"]["kind"], "fallback");
+    assert_eq!(r["decision"]["kind"], "fallback", "{r}");
+    let reason = r["decision"]["reason"].as_str().unwrap();
+    assert!(reason.ends_with("; config measured 1.210x but its result file was could-not-run"), "{reason}");
+    // The result is the baseline's, not the unverified config result.
+    let result = std::fs::read_to_string(out.join("model_new.py")).unwrap();
+    assert!(result.contains("mode='max-autotune'") && !result.contains("autotune_lookup_table"), "{result}");
+    for want in [
+        "config… ",
+        "config done in",
+        "config-verify done in",
+        "triton_red_fused_native_layer_norm_0",
+        "R0_BLOCK=2048 XBLOCK=1 warps=16 stages=1 -> R0_BLOCK=4096 XBLOCK=1 warps=8 stages=1 (1.310x)",
+        "config (model)",
+        "config result: could-not-run",
+    ] {
+        assert!(text.contains(want), "{want} in {text}");
+    }
+    // The journal: the config steps on the device, the config candidate with its verdict.
+    let j = journal(&out);
+    let step = |name: &str| j.steps.iter().find(|s| s.step == name).unwrap_or_else(|| panic!("{name}: {:?}", j.steps));
+    assert_eq!((step("config").status.as_str(), step("config").gpu_seconds_kind.as_deref()), ("done", Some("wall")));
+    assert!(step("config").output.as_deref().unwrap().ends_with("o/config/config.json"));
+    assert_eq!(step("config-verify").outcome.as_deref(), Some("could-not-run"));
+    assert!(j.steps.iter().all(|s| s.step != "verify"), "the dispatch family had no winner to verify");
+    let cand = j.candidates.iter().find(|c| c.agent == "config").unwrap();
+    assert_eq!(
+        (cand.variant.as_str(), cand.verdict.as_deref(), cand.speedup),
+        ("config", Some("could-not-run"), Some(1.21))
+    );
+    // Resumed without its report: the config steps are taken from the journal (same inputs).
+    std::fs::remove_file(out.join("report.json")).unwrap();
+    let o = command(&[&args[..], &["--resume"]].concat(), &out)
+        .env("FAKE_CONFIG_JSON", repo().join("crates/kforge-optimize/testdata/config.json"))
+        .env("CUDA_VISIBLE_DEVICES", "") // verify sees no GPU wherever this runs: could-not-run
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(text.contains("config: reused") && text.contains("config-verify: reused"), "{text}");
+    let again: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(again["config"], r["config"]);
+    // A config step that fails is its family's fallback, journaled as failed; the problem is
+    // still decided (the dispatch family's result stands).
+    let broken = dir.path().join("broken");
+    let o = command(&args, &broken)
+        .env("FAKE_CONFIG_JSON", dir.path().join("no-such.json"))
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(broken.join("report.json")).unwrap()).unwrap();
+    let error = r["config"]["error"].as_str().unwrap();
+    assert!(error.starts_with("the config step ended with") && error.contains("FileNotFoundError"), "{error}");
+    assert!(r["decision"]["reason"].as_str().unwrap().contains("; config: failed: the config step ended"), "{r}");
+    assert!(text.contains("config: failed: the config step ended"), "{text}");
+    let failed = journal(&broken).steps.into_iter().find(|s| s.step == "config").unwrap();
+    assert_eq!(failed.status, "failed", "{failed:?}");
+}
