@@ -4,7 +4,7 @@
 //! band; a campaign's page plots every problem's result (coloured by the agent that won it, the
 //! fallbacks at 1.0), the per-level summary and which agent won what.
 
-use crate::{Agent, Decision, LevelSummary, ProblemOutcome, Report};
+use crate::{Agent, Decision, DispatchMeasurement, LevelSummary, ProblemOutcome, Report};
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
@@ -140,8 +140,17 @@ pub fn problem_html(r: &Report) -> String {
         Decision::Fallback { reason } => format!("<b>baseline kept</b>: {}", escape(reason)),
     };
     let _ = write!(body, "<p>Result: {decision}.</p><h2>Variants against the baseline</h2>");
-    let bars: Vec<Bar> = m
-        .modes
+    let bars = variant_bars(m);
+    body.push_str(&speedup_chart(&bars, m.noise_floor));
+    body.push_str(&legend());
+    body.push_str(&variants_table(r));
+    body.push_str(&beam_section(r));
+    body.push_str(&config_section(r));
+    page(&format!("kforge optimize: {}", q.problem), &body)
+}
+
+fn variant_bars(m: &DispatchMeasurement) -> Vec<Bar> {
+    m.modes
         .iter()
         .map(|(name, t)| Bar {
             label: name.clone(),
@@ -150,11 +159,64 @@ pub fn problem_html(r: &Report) -> String {
             colour: colour(Some(Agent::of_variant(name))),
             note: format!("{name}: {:.3}x ({:.3}-{:.3})", t.speedup, t.ci95[0], t.ci95[1]),
         })
-        .collect();
-    body.push_str(&speedup_chart(&bars, m.noise_floor));
-    body.push_str(&legend());
-    body.push_str(&variants_table(r));
-    page(&format!("kforge optimize: {}", q.problem), &body)
+        .collect()
+}
+
+/// The beam's second round: its variants against the same baseline, or why it did not run.
+fn beam_section(r: &Report) -> String {
+    let Some(b) = &r.beam else { return String::new() };
+    let mut s = String::from("<h2>Beam, round 2: the knobs that helped, combined</h2>");
+    if let Some(m) = &b.measurement {
+        s.push_str(&speedup_chart(&variant_bars(m), m.noise_floor));
+    }
+    if let Some(why) = &b.stopped {
+        let _ = write!(s, "<p class=\"note\">{}</p>", escape(why));
+    }
+    s
+}
+
+/// The config agent per kernel: its time share in the baseline, the share it would have after
+/// (its share over its own kernel speedup, against the baseline's total), the choice.
+fn config_section(r: &Report) -> String {
+    let Some(c) = &r.config else { return String::new() };
+    let mut s = String::from("<h2>The config agent: launch configurations per kernel</h2>");
+    for why in [&c.skipped, &c.error].into_iter().flatten() {
+        let _ = write!(s, "<p class=\"note\">{}</p>", escape(why));
+    }
+    let Some(m) = &c.measurement else { return s };
+    s.push_str(
+        "<table><tr><th>kernel</th><th>kind</th><th>share before</th><th>share after (est.)</th><th>choice</th></tr>",
+    );
+    let mut kernels: Vec<_> = m.kernels.iter().collect();
+    kernels.sort_by(|a, b| b.1.share.unwrap_or(0.0).total_cmp(&a.1.share.unwrap_or(0.0)));
+    for (name, k) in kernels {
+        let before = k.share.unwrap_or(0.0);
+        let after = match (k.fallback, k.speedup) {
+            (false, Some(x)) if x > 0.0 => before / x,
+            _ => before,
+        };
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td>{}</td><td>{:.1} %</td><td>{:.1} %</td><td>{}</td></tr>",
+            escape(name),
+            escape(k.kind.as_deref().unwrap_or("?")),
+            before * 100.0,
+            after * 100.0,
+            escape(&k.choice())
+        );
+    }
+    s.push_str("</table>");
+    if let Some(t) = m.modes.get("config") {
+        let _ = write!(
+            s,
+            "<p>The model with every winner pinned: {:.3}x ({:.3}–{:.3}) against {}.</p>",
+            t.speedup,
+            t.ci95[0],
+            t.ci95[1],
+            escape(&m.baseline)
+        );
+    }
+    s
 }
 
 fn legend() -> String {
@@ -343,6 +405,47 @@ mod tests {
         assert!(html.contains("&lt;graph break&gt; &amp; more"), "why a variant was left out, escaped");
         assert!(html.contains("<b>default+freezing</b> (inductor) at <b>1.300x</b>"));
         assert!(html.contains(colour(Some(Agent::Inductor))) && html.contains(colour(Some(Agent::Dispatch))));
+    }
+
+    #[test]
+    fn the_beam_and_the_config_agent_have_their_sections() {
+        let mut r = report();
+        assert!(!problem_html(&r).contains("Beam, round 2") && !problem_html(&r).contains("config agent"));
+        let second = r.measurement.clone();
+        r.beam =
+            Some(crate::BeamOutcome { measurement: Some(second), stopped: Some("beam: round 2 found <none>".into()) });
+        r.config = Some(crate::ConfigReport {
+            skipped: Some("config: needs a GPU".into()),
+            error: None,
+            measurement: None,
+            verified: None,
+            decision: None,
+            result: None,
+        });
+        let html = problem_html(&r);
+        assert_self_contained(&html);
+        assert_eq!(html.matches("class=\"bar\"").count(), 4, "round 1 and round 2");
+        assert!(html.contains("beam: round 2 found &lt;none&gt;") && html.contains("config: needs a GPU"), "{html}");
+        // A config measurement: a row per kernel, the largest share first, a won kernel's share
+        // after its own speedup.
+        let m = crate::ConfigMeasurement::parse(include_str!("../testdata/config.json")).unwrap();
+        let rows = m.kernels.len();
+        let won: Vec<(f64, f64)> =
+            m.kernels.values().filter(|k| !k.fallback).filter_map(|k| Some((k.share?, k.speedup?))).collect();
+        r.config.as_mut().unwrap().measurement = Some(m);
+        let html = problem_html(&r);
+        assert_eq!(
+            html.matches("</td></tr>").count()
+                - html.split("<h2>The config agent").next().unwrap().matches("</td></tr>").count(),
+            rows
+        );
+        for (share, speedup) in won {
+            assert!(
+                html.contains(&format!("{:.1} %</td><td>{:.1} %", share * 100.0, share / speedup * 100.0)),
+                "{html}"
+            );
+        }
+        assert!(html.contains("The model with every winner pinned"), "{html}");
     }
 
     #[test]
