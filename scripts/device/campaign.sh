@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Issue 18's H200 campaign: `kforge optimize` over a directory of problems through one daemon,
+# chained over device calls with --resume (a call lasts at most 10 minutes; a campaign longer).
+#
+#   bash scripts/device/campaign.sh PROBLEMS [KFORGE-OPTIMIZE-FLAGS...]
+#
+# e.g. bash scripts/device/campaign.sh problems --baseline max-autotune --agents dispatch,inductor,rewrite,config --beam-width 3 --jobs 8
+#
+# State between calls: STATE (default devstate/campaign.tgz, a path in the tree that
+# .git/info/exclude ignores and the call carries) holds the output folder (reports, result files,
+# the journal) and, when small enough, Inductor's cache (TORCHINDUCTOR_CACHE_DIR: saves compile
+# time on a fresh machine). Its contents are unpacked before the run; after it, $OUT/campaign.tgz
+# is the new state (copy it over STATE for the next call) and $OUT/campaign.json,
+# $OUT/campaign.html the summary. BUDGET_WALL_S (default 480) is passed as --budget-wall-s:
+# no problem or step starts later, so the call ends inside its limit; problems not reached are
+# continued by the next call (--resume). Builds nothing: carry target/release/kforge and
+# target/release/libkforge_shim.so (and STATE).
+set -uo pipefail
+OUT=${OUT:-/tmp/kforge-out}
+mkdir -p "$OUT"
+K=$PWD/target/release/kforge
+test -x "$K" || { echo "carry target/release/kforge"; exit 2; }
+[ $# -ge 1 ] || { echo "usage: campaign.sh PROBLEMS [kforge optimize flags...]"; exit 2; }
+PROBLEMS=$1; shift
+STATE=${STATE:-devstate/campaign.tgz}
+W=$(mktemp -d /tmp/kforge-campaign.XXXXXX)
+S=$W/k.sock
+mkdir -p "$W/state/out" "$W/state/inductor-cache"
+if [ -f "$STATE" ]; then
+  tar -xzf "$STATE" -C "$W/state" && echo "state: resumed from $STATE ($(du -sh "$STATE" | cut -f1))"
+fi
+export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=$W/state/inductor-cache
+nvidia-smi -L
+setsid "$K" --socket "$S" daemon --db "$W/store.db" --reserve-cores 2 --freeze node --max-concurrent "${PER_GPU:-8}" >"$W/daemon.log" 2>&1 &
+for _ in $(seq 200); do "$K" --socket "$S" status >/dev/null 2>&1 && break; sleep 0.05; done
+if ! diff -rq --exclude=__pycache__ python/kforge "$S.d/python/kforge" >/dev/null; then
+  echo "target/release/kforge embeds another python/kforge than this tree: rebuild and carry it"
+  "$K" --socket "$S" shutdown >/dev/null 2>&1; exit 2
+fi
+t0=$(date +%s)
+"$K" --socket "$S" optimize "$PROBLEMS" --daemon --resume --out "$W/state/out" --budget-wall-s "${BUDGET_WALL_S:-480}" \
+  --json "$OUT/campaign.json" --html "$OUT/campaign.html" "$@" 2>"$W/progress.log"
+rc=$?
+echo "kforge optimize exited $rc after $(( $(date +%s) - t0 )) s"
+"$K" --socket "$S" shutdown >/dev/null 2>&1 || true
+tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"
+# The new state: the output folder always; Inductor's cache only while the pack stays under the
+# 16 MiB a returned file may have.
+tar -czf "$OUT/campaign.tgz" -C "$W/state" out inductor-cache 2>/dev/null
+if [ "$(stat -c %s "$OUT/campaign.tgz")" -gt $((15 * 1024 * 1024)) ]; then
+  echo "state: Inductor's cache left out (the pack would exceed 15 MiB)"
+  tar -czf "$OUT/campaign.tgz" -C "$W/state" out
+fi
+ls -la "$OUT"
+grep -c "decided:" "$W/progress.log" | sed 's/^/problems decided in this call: /'
+exit $rc
