@@ -184,6 +184,15 @@ fn config_section(r: &Report) -> String {
         let _ = write!(s, "<p class=\"note\">{}</p>", escape(why));
     }
     let Some(m) = &c.measurement else { return s };
+    if let (Some(share), Some(ceiling)) = (m.triton_share, m.amdahl_ceiling()) {
+        let _ = write!(
+            s,
+            "<p>Triton kernels: {:.0} % of the baseline's device time; the Amdahl ceiling of a search over them \
+             (every one at zero time): {}.</p>",
+            share * 100.0,
+            if ceiling.is_finite() { format!("{ceiling:.2}x") } else { "unbounded".into() }
+        );
+    }
     s.push_str(
         "<table><tr><th>kernel</th><th>kind</th><th>share before</th><th>share after (est.)</th><th>choice</th></tr>",
     );
@@ -445,7 +454,7 @@ mod tests {
                 "{html}"
             );
         }
-        assert!(html.contains("The model with every winner pinned"), "{html}");
+        assert!(html.contains("The model with every winner pinned") && html.contains("Amdahl ceiling"), "{html}");
     }
 
     #[test]

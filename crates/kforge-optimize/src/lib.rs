@@ -310,9 +310,19 @@ pub struct ConfigMeasurement {
     pub skipped: BTreeMap<String, String>,
     #[serde(default)]
     pub why: Option<String>,
+    /// The generated Triton kernels' share of the baseline's device time (its profile).
+    #[serde(default)]
+    pub triton_share: Option<f64>,
 }
 
 impl ConfigMeasurement {
+    /// The Amdahl ceiling of any search over the generated kernels: the speedup if every one of
+    /// them took no time at all (the vendor calls and the rest unchanged). `None` without a
+    /// profile; infinite when the Triton kernels were all of the device time.
+    pub fn amdahl_ceiling(&self) -> Option<f64> {
+        self.triton_share.filter(|s| (0.0..=1.0).contains(s)).map(|s| 1.0 / (1.0 - s))
+    }
+
     pub fn parse(text: &str) -> Result<ConfigMeasurement, OptimizeError> {
         let m: ConfigMeasurement =
             serde_json::from_str(text).map_err(|e| OptimizeError::ConfigMeasurement(e.to_string()))?;
@@ -454,7 +464,15 @@ impl ConfigReport {
             return format!("config: failed: {e}\n");
         }
         let Some(m) = &self.measurement else { return String::new() };
-        let mut t = format!("{:<52} {:>6}  {}\n", "CONFIG KERNEL", "SHARE", "OLD -> NEW (KERNEL SPEEDUP)");
+        let mut t = match (m.triton_share, m.amdahl_ceiling()) {
+            (Some(s), Some(c)) => format!(
+                "config: Triton kernels {:.0}% of the baseline's device time: Amdahl ceiling {}\n",
+                s * 100.0,
+                if c.is_finite() { format!("{c:.2}x") } else { "unbounded (no vendor time)".into() }
+            ),
+            _ => String::new(),
+        };
+        t.push_str(&format!("{:<52} {:>6}  {}\n", "CONFIG KERNEL", "SHARE", "OLD -> NEW (KERNEL SPEEDUP)"));
         for (name, k) in m.kernels_by_share() {
             let share = k.share.map(|s| format!("{:.0}%", s * 100.0)).unwrap_or_else(|| "-".into());
             t.push_str(&format!("{name:<52} {share:>6}  {}\n", k.choice()));
@@ -1037,6 +1055,12 @@ mod tests {
     fn a_config_result_is_read_with_its_kernels_choices() {
         let m = ConfigMeasurement::parse(CONFIG_JSON).unwrap();
         assert!(m.won() && m.modes["config"].beyond_noise);
+        // The Amdahl ceiling: Triton kernels 91 % of the device time, so at most 1 / 0.09.
+        let ceiling = m.amdahl_ceiling().unwrap();
+        assert!((ceiling - 1.0 / 0.09).abs() < 1e-9, "{ceiling}");
+        let all = ConfigMeasurement { triton_share: Some(1.0), ..m.clone() };
+        assert_eq!(all.amdahl_ceiling(), Some(f64::INFINITY));
+        assert_eq!(ConfigMeasurement { triton_share: Some(1.5), ..m.clone() }.amdahl_ceiling(), None);
         assert_eq!((m.baseline.as_str(), m.noise_floor), ("max-autotune", Some(1.015)));
         let names: Vec<&str> = m.kernels_by_share().iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["triton_red_fused_native_layer_norm_0", "triton_poi_fused_add_1", "triton_per_fused_sum_2"]);
@@ -1202,6 +1226,7 @@ mod tests {
             config: Some(config),
         };
         let t = r.table();
+        assert!(t.contains("Triton kernels 91% of the baseline's device time: Amdahl ceiling 11.11x"), "{t}");
         for want in [
             "triton_red_fused_native_layer_norm_0",
             "71%",
