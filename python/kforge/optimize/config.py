@@ -48,7 +48,7 @@ from ..inspect.restitch import compile_problem, swapping
 from ..inspect.traces import device_totals, trace_events
 from ..region import region
 from .dispatch import MODES, DispatchError, choose, load_problem, triton_version
-from .result import ResultError, policy_text, renamed_reference
+from .result import ResultError, policy_text, renamed_reference, write_files
 
 #: The heuristics (``@triton_heuristics.KIND``) whose kernels the agent tunes.
 KINDS = ("pointwise", "reduction", "persistent_reduction", "template")
@@ -834,13 +834,7 @@ def write_result(problem_path: str, measured: Dict[str, Any], out_dir: str) -> T
         source = _read(problem_path)
     except OSError as e:
         raise ResultError(f"{problem_path}: {e.strerror}") from e
-    os.makedirs(out_dir, exist_ok=True)
-    model_path, policy_path = os.path.join(out_dir, "model_new.py"), os.path.join(out_dir, "policy.toml")
-    with open(model_path, "w") as f:
-        f.write(model_new_source(problem_path, source, measured))
-    with open(policy_path, "w") as f:
-        f.write(policy_text(measured))
-    return model_path, policy_path
+    return write_files(out_dir, model_new_source(problem_path, source, measured), policy_text(measured))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -201,12 +201,18 @@ def write_result(problem_path: str, measured: Dict[str, Any], out_dir: str) -> T
     winner = measured.get("winner")
     if not isinstance(winner, str):
         raise ResultError("the dispatch result names no winner")
+    return write_files(out_dir, model_new_source(problem_path, source, winner, measured), policy_text(measured))
+
+
+def write_files(out_dir: str, model_source: str, policy: str) -> Tuple[str, str]:
+    """A result's two files, ``out_dir/model_new.py`` and ``out_dir/policy.toml`` (every agent's
+    result is written here)."""
     os.makedirs(out_dir, exist_ok=True)
     model_path, policy_path = os.path.join(out_dir, "model_new.py"), os.path.join(out_dir, "policy.toml")
     with open(model_path, "w") as f:
-        f.write(model_new_source(problem_path, source, winner, measured))
+        f.write(model_source)
     with open(policy_path, "w") as f:
-        f.write(policy_text(measured))
+        f.write(policy)
     return model_path, policy_path
 
 
