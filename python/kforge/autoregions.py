@@ -828,7 +828,9 @@ def inductor_regions(environ: Optional[Dict[str, str]] = None) -> Optional[AutoR
     if _process is not None:
         return _process
     if _inductor is None:
-        _inductor = InductorRegions()
+        # No reaper thread: these hooks hold no lingering region, and a verify step counts the
+        # threads its candidate leaves (slow entries are reported when the entry returns).
+        _inductor = InductorRegions(reaper=False)
         if _inductor.boot_dir is None:
             parent = tempfile.mkdtemp(prefix="kforge-boot-")
             _inductor.boot_dir = write_boot_dir(parent)

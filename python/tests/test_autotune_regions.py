@@ -354,3 +354,28 @@ def test_an_inductor_subprocess_of_an_auto_regions_job_gets_the_hooks(tmp_path: 
     import json
 
     assert json.loads(out.stdout.splitlines()[-1]) == {"wrapped": True, "child": {"wrapped": True}}
+
+
+def test_a_real_max_autotune_compile_benchmarks_each_choice_in_one_region(daemon: FakeDaemon, real: Any) -> None:
+    # max-autotune's choice selection (select_algorithm's AlgorithmSelectorCache) on the CPU: a
+    # frozen Linear has two choices (the C++ GEMM template and the MKL linear), each benchmarked
+    # by benchmarker.benchmark_cpu; caches off so that it benchmarks at all.
+    import torch._inductor.config as inductor_config
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    model = torch.nn.Linear(64, 64).eval()
+    with inductor_config.patch(freezing=True, force_disable_caches=True, max_autotune_gemm_backends="CPP,ATEN"):
+        compiled = torch.compile(model, mode="max-autotune-no-cudagraphs")
+        with torch.no_grad():
+            out = compiled(torch.randn(32, 64))
+    torch._dynamo.reset()
+    assert out.shape == (32, 64)
+    log = region_log(daemon)
+    entered = [e for e in log if e.startswith("enter")]
+    assert entered, "the compile benchmarked nothing: no choice was autotuned"
+    assert log == [e for name in entered for e in (name, "exit")], "each region exited before the next"
+    assert set(entered) <= {"enter auto:inductor.benchmark_cpu", "enter auto:inductor.benchmark"}
+    assert len(entered) == counters["inductor"]["benchmarking.InductorBenchmarker.benchmark_cpu"], log
+    assert active_region() is None
