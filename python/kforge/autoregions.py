@@ -695,10 +695,13 @@ class AutoRegions:
         """Patch the covered modules already imported; patch the others when they are."""
         if self._finder is not None:
             return
-        hooks = self.hooks()
-        self._finder = _PatchOnImport(hooks)
+        self._finder = _PatchOnImport(self.hooks())
         sys.meta_path.insert(0, self._finder)
-        for name, hook in hooks.items():
+        self.patch_imported()
+
+    def patch_imported(self) -> None:
+        """Patch the covered modules already imported (what is patched already is left as is)."""
+        for name, hook in self.hooks().items():
             mod = sys.modules.get(name)
             if mod is not None:
                 hook(mod)
@@ -839,6 +842,10 @@ def inductor_regions(environ: Optional[Dict[str, str]] = None) -> Optional[AutoR
         atexit.register(_inductor.close_all)
     elif _inductor._finder is None:
         _inductor.install()  # uninstalled since: again
+    else:
+        # A warm worker's --auto-regions hooks of an earlier job patched these methods first
+        # (then these skipped them) and restored them after it: patch what is plain again.
+        _inductor.patch_imported()
     return _inductor
 
 

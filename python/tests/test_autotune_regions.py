@@ -379,3 +379,26 @@ def test_a_real_max_autotune_compile_benchmarks_each_choice_in_one_region(daemon
     assert set(entered) <= {"enter auto:inductor.benchmark_cpu", "enter auto:inductor.benchmark"}
     assert len(entered) == counters["inductor"]["benchmarking.InductorBenchmarker.benchmark_cpu"], log
     assert active_region() is None
+
+
+def test_inductor_regions_patches_again_what_another_hook_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A warm worker: the job's --auto-regions hooks patched the benchmarker first (the step's
+    # hooks then skipped it) and restored it after the job; the next call patches it again.
+    from torch._inductor.runtime import benchmarking
+
+    monkeypatch.setattr(ar, "_inductor", None)
+    monkeypatch.setattr(ar, "_process", None)
+    job = AutoRegions(warn=lambda _: None, reaper=False)
+    job.install()
+    step = ar.inductor_regions({"KFORGE_SOCKET": "/x.sock"})
+    assert step is not None
+    try:
+        assert getattr(vars(benchmarking.InductorBenchmarker)["benchmark_gpu"], WRAPPED_MARK, False)
+        job.uninstall()
+        assert not getattr(vars(benchmarking.InductorBenchmarker)["benchmark_gpu"], WRAPPED_MARK, False)
+        assert ar.inductor_regions({"KFORGE_SOCKET": "/x.sock"}) is step
+        assert getattr(vars(benchmarking.InductorBenchmarker)["benchmark_gpu"], WRAPPED_MARK, False)
+    finally:
+        job.uninstall()
+        step.uninstall()
+    assert not getattr(vars(benchmarking.InductorBenchmarker)["benchmark_gpu"], WRAPPED_MARK, False)
