@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -109,3 +110,90 @@ def test_the_summary_counts_compiles_that_made_the_isolated_choices(tmp_path: Pa
     text = summary.table(s)
     assert "plain.1 select:mm(f32[64,64]): isolated tmpl-64 | this tmpl-128 (close call)" in text
     assert text.splitlines()[0].split()[0] == "run"
+
+
+# `kforge --socket S CMD ...` for scripts/device/autotune_regions.sh. The compile job
+# (autotune_choices.py) is replaced by a writer of its JSON: `mm` chooses `tmpl-64` alone and
+# with regions, `tmpl-128` in a parallel round without them; each job notes its label, flags and
+# Inductor cache directory.
+STUB = r"""#!/usr/bin/env bash
+shift 2
+cmd=$1; shift
+echo "$cmd $*" >> "$KF_STATE/log"
+case $cmd in
+  daemon) echo $$ > "$KF_STATE/daemon.pid"; exec sleep 120 ;;
+  shutdown) [ -e "$KF_STATE/daemon.pid" ] && kill "$(cat "$KF_STATE/daemon.pid")" 2>/dev/null; rm -f "$KF_STATE/daemon.pid" ;;
+  status) echo "device 0" ;;
+  report) python3 - "$KF_STATE" <<'PY'
+import json, sys, os
+st = sys.argv[1]
+jobs, regions = [], []
+for i, line in enumerate(sorted(open(os.path.join(st, "labels")))):
+    label, auto, cache = line.split()
+    jobs.append({"id": i + 1, "label": label})
+    if auto == "1":
+        regions += [{"job": i + 1, "name": "auto:inductor.benchmark", "pid": 7}] * 2
+print(json.dumps({"jobs": jobs, "regions": regions}))
+PY
+  ;;
+  run) label=""; auto=0
+       while [ "$1" != -- ]; do
+         case $1 in --label) label=$2; shift ;; --auto-regions) auto=1 ;; esac; shift
+       done
+       shift  # --
+       echo "$label $auto $TORCHINDUCTOR_CACHE_DIR" >> "$KF_STATE/labels"
+       python3 - "$label" "$3" "$4" "$auto" "${5:-}" <<'PY'
+import json, sys
+label, problem, out, auto, step = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1", sys.argv[5] == "--step"
+mm = "tmpl-128" if label.startswith("plain.") else "tmpl-64"
+json.dump({"problem": problem, "pid": 7, "ms": 1.0, "compile_s": 2.0, "step": step,
+           "select": [{"op": "mm", "inputs": "x", "winner": mm, "margin": 0.2, "n": 2, "top": []}],
+           "configs": [], "coordesc": [], "best_config": {}, "choices": {"select:mm(x)": mm}}, open(out, "w"))
+print(label, "compiled")
+PY
+  ;;
+esac
+"""
+
+
+def run_autotune_script(tmp_path: Path, **env_extra: str) -> "tuple[subprocess.CompletedProcess[str], Path, Path]":
+    repo, out, state = tmp_path / "repo", tmp_path / "out", tmp_path / "state"
+    for d in (repo / "target" / "release", repo / "bin", state, repo / "scripts"):
+        d.mkdir(parents=True)
+    shutil.copytree(DEVICE, repo / "scripts" / "device")
+    kforge = repo / "target" / "release" / "kforge"
+    kforge.write_text(STUB)
+    kforge.chmod(0o755)
+    (repo / "target" / "release" / "libkforge_shim.so").write_text("")
+    smi = repo / "bin" / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: stand-in'\n")
+    smi.chmod(0o755)
+    env = dict(os.environ, OUT=str(out), KF_STATE=str(state), PATH=f"{repo / 'bin'}:{os.environ['PATH']}",
+               PROBLEMS="a.py b.py", N="3", **env_extra)
+    r = subprocess.run(["bash", "scripts/device/autotune_regions.sh"], cwd=repo, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r, out, state
+
+
+def test_the_script_compiles_alone_then_in_parallel_rounds_and_prints_the_agreement(tmp_path: Path) -> None:
+    r, out, state = run_autotune_script(tmp_path, STEP="1")
+    labels = [line.split() for line in (state / "labels").read_text().splitlines()]
+    assert [l[0] for l in labels[:2]] == ["alone.0.1", "alone.1.1"]
+    assert sorted(l[0] for l in labels[2:]) == sorted(f"{run}.{i}" for run in ("plain", "auto", "step") for i in (1, 2, 3))
+    assert {l[0]: l[1] for l in labels}["auto.2"] == "1" and {l[0]: l[1] for l in labels}["step.2"] == "0"
+    caches = [l[2] for l in labels]
+    assert len(set(caches)) == len(caches), "every compile has an Inductor cache of its own"
+    log = (state / "log").read_text().splitlines()
+    assert log[-1].startswith("shutdown")
+    assert not (state / "daemon.pid").exists(), "the daemon was shut down"
+    s = json.loads((out / "autotune_regions.json").read_text())
+    assert s["runs"]["plain"]["identical"] == 0 and s["runs"]["plain"]["compared"] == 3
+    assert s["runs"]["auto"]["identical"] == 3 and s["runs"]["auto"]["regions"] == 6
+    assert s["runs"]["step"]["identical"] == 3
+    assert s["compiles"]["step.1"]["problem"] == "a.py" and s["compiles"]["step.3"]["problem"] == "a.py"
+    assert s["meta"]["n"] == 3 and s["meta"]["problems"] == ["a.py", "b.py"]
+    assert sorted(p.name for p in out.iterdir()) == ["autotune_regions.json", "autotune_regions.tgz", "autotune_regions.txt"]
+    table = r.stdout.splitlines()
+    assert any(line.split()[:3] == ["auto", "3", "3/3"] for line in table), table
+    assert any(line.split()[:3] == ["plain", "3", "0/3"] for line in table), table
