@@ -340,20 +340,24 @@ CHILD = textwrap.dedent(
 )
 
 
-def test_an_inductor_subprocess_of_an_auto_regions_job_gets_the_hooks(tmp_path: Path) -> None:
+@pytest.mark.parametrize("socket", [True, False])
+def test_an_inductor_subprocess_of_an_auto_regions_job_gets_the_hooks(tmp_path: Path, socket: bool) -> None:
+    # A fresh interpreter started as the daemon starts an --auto-regions job; without
+    # KFORGE_SOCKET (outside a kforge job) neither it nor its Inductor subprocess is patched.
     boot = tmp_path / BOOT_DIR_NAME
     boot.mkdir()
     (boot / "sitecustomize.py").write_text(ar.BOOT_SOURCE)
     script = tmp_path / "probe.py"
     script.write_text(CHILD)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KFORGE_")}
-    env.update({"PYTHONPATH": os.pathsep.join([str(boot), str(PYTHON_DIR)]), ENV: "1",
-                "KFORGE_SOCKET": str(tmp_path / "none.sock")})
+    env.update({"PYTHONPATH": os.pathsep.join([str(boot), str(PYTHON_DIR)]), ENV: "1"})
+    if socket:
+        env["KFORGE_SOCKET"] = str(tmp_path / "none.sock")
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     import json
 
-    assert json.loads(out.stdout.splitlines()[-1]) == {"wrapped": True, "child": {"wrapped": True}}
+    assert json.loads(out.stdout.splitlines()[-1]) == {"wrapped": socket, "child": {"wrapped": socket}}
 
 
 def test_a_real_max_autotune_compile_benchmarks_each_choice_in_one_region(daemon: FakeDaemon, real: Any) -> None:
