@@ -658,10 +658,20 @@ class AutoRegions:
         ``PYTHONPATH``) of ``torch._inductor.utils``."""
         fn = getattr(module, "do_bench_using_profiling", None)
         if callable(fn) and not getattr(fn, WRAPPED_MARK, False):
-            self._set(module, "do_bench_using_profiling", self.wrap(fn, "auto:inductor.do_bench_using_profiling"))
+            self._rebind(module, "do_bench_using_profiling", fn, self.wrap(fn, "auto:inductor.do_bench_using_profiling"))
         env_fn = getattr(module, "python_subprocess_env", None)
         if callable(env_fn) and not getattr(env_fn, WRAPPED_MARK, False):
-            self._set(module, "python_subprocess_env", self.subprocess_env(env_fn))
+            self._rebind(module, "python_subprocess_env", env_fn, self.subprocess_env(env_fn))
+
+    def _rebind(self, module: Any, attr: str, old: Any, new: Any) -> None:
+        """Set ``module.attr`` to ``new``, and the same name in every module of its package that
+        bound ``old`` by name before (``from torch._inductor.utils import python_subprocess_env``
+        in ``autotune_process``, imported first in a warm worker that preloaded Inductor)."""
+        self._set(module, attr, new)
+        top = module.__name__.split(".")[0] + "."
+        for name, other in list(sys.modules.items()):
+            if other is not module and name.startswith(top) and vars(other).get(attr) is old:
+                self._set(other, attr, new)
 
     def subprocess_env(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` (building a subprocess's environment) with :attr:`boot_dir` put first on the

@@ -406,3 +406,27 @@ def test_inductor_regions_patches_again_what_another_hook_restored(monkeypatch: 
         job.uninstall()
         step.uninstall()
     assert not getattr(vars(benchmarking.InductorBenchmarker)["benchmark_gpu"], WRAPPED_MARK, False)
+
+
+def test_a_module_that_bound_the_functions_by_name_before_gets_the_wrappers(hooks: AutoRegions,
+                                                                           tmp_path: Path) -> None:
+    # A warm worker preloaded Inductor: autotune_process did `from .utils import
+    # python_subprocess_env` before the hooks; its name is rebound too, and restored.
+    u = fake_inductor_utils({"PYTHONPATH": "/a"})
+    u.__name__ = "fakepkg.utils"
+    user = types.ModuleType("fakepkg.autotune_process")
+    setattr(user, "python_subprocess_env", u.python_subprocess_env)  # type: ignore[attr-defined]
+    original = u.python_subprocess_env  # type: ignore[attr-defined]
+    stranger = types.ModuleType("otherpkg.x")
+    setattr(stranger, "python_subprocess_env", original)
+    sys.modules.update({"fakepkg.utils": u, "fakepkg.autotune_process": user, "otherpkg.x": stranger})
+    try:
+        hooks.boot_dir = str(tmp_path / BOOT_DIR_NAME)
+        hooks.patch_inductor_utils(u)
+        assert user.python_subprocess_env()["PYTHONPATH"].split(os.pathsep)[0] == hooks.boot_dir  # type: ignore[attr-defined]
+        assert stranger.python_subprocess_env is original, "another package's module is left alone"  # type: ignore[attr-defined]
+        hooks.uninstall()
+        assert user.python_subprocess_env is original and u.python_subprocess_env is original  # type: ignore[attr-defined]
+    finally:
+        for k in ("fakepkg.utils", "fakepkg.autotune_process", "otherpkg.x"):
+            sys.modules.pop(k, None)
