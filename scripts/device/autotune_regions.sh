@@ -16,6 +16,8 @@
 #   the same problem (alone.P.1): identical or not, how many differ, and how many of those were
 #   close calls in isolation (the runner-up within CLOSE of the winner there); the regions each
 #   job entered (by name; from the job's main process or another: the autotune subprocess).
+#   Triton's kernel cache stays shared (binaries, not choices); the compiled problem is timed
+#   with kforge.do_bench (its own region) in every round.
 # SUBPROC=1 sets TORCHINDUCTOR_AUTOTUNE_IN_SUBPROC=1 for every compile (the templates are
 # benchmarked in Inductor's autotune subprocess; its regions come from another pid).
 # $OUT gets autotune_regions.json (the summary), autotune_regions.txt (the table, printed last)
