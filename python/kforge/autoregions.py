@@ -16,7 +16,18 @@ is), and the region each gets:
 * ``torch.utils.benchmark.Timer.timeit``, ``.blocked_autorange`` and ``.adaptive_autorange``: each
   call one region, ``auto:Timer.timeit`` and so on;
 * CUDA events, ``torch.cuda.Event(enable_timing=True)``: region ``auto:cuda-event``, by the rule
-  below.
+  below;
+* Inductor's own autotuning (:meth:`AutoRegions.patch_inductor_benchmarking`): the methods
+  :data:`INDUCTOR_METHODS` of every benchmarker class of ``torch._inductor.runtime.benchmarking``
+  (the module's ``benchmarker`` object is what max-autotune's choice selection, the Triton
+  heuristics' config benchmarking and coordinate descent all call) and
+  ``torch._inductor.utils.do_bench_using_profiling``: each call one region,
+  ``auto:inductor.benchmark_gpu`` and so on (a call nested in another: inside the outer one's); the
+  autotune subprocess (``autotune_in_subproc``) gets the hooks too: ``python_subprocess_env``,
+  which builds its environment, is made to put the bootstrap directory first on its
+  ``PYTHONPATH`` (Inductor builds that from ``sys.path``, which no longer holds it).
+  :func:`inductor_regions` installs only these, for a kforge step that compiles under a daemon
+  without ``--auto-regions``.
 
 Not covered: host clocks (``time.perf_counter``/``time.time`` loops, ``timeit``), events created
 without ``enable_timing``, names bound before the hook saw the module (``from triton.testing
@@ -93,7 +104,9 @@ import importlib
 import importlib.abc
 import importlib.machinery
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import weakref
@@ -122,6 +135,23 @@ CONTINUE_WITHIN_LEASE = 0.5
 #: An automatic region entry that waits longer than this is reported on stderr while it waits.
 SLOW_ENTRY_S = 2.0
 TIMER_METHODS = ("timeit", "blocked_autorange", "adaptive_autorange")
+#: Inductor's benchmarker methods, wrapped on each class of :data:`INDUCTOR_BENCHMARKING` that
+#: defines them: ``benchmark`` dispatches by device to the others; ``benchmark_gpu`` is the one
+#: every GPU benchmark reaches (``benchmark_gpu_with_cuda_graph`` captures, then calls it).
+INDUCTOR_METHODS = ("benchmark", "benchmark_cpu", "benchmark_gpu", "benchmark_gpu_with_cuda_graph")
+INDUCTOR_BENCHMARKING = "torch._inductor.runtime.benchmarking"
+INDUCTOR_UTILS = "torch._inductor.utils"
+#: The name of the bootstrap directory the daemon puts first on an ``--auto-regions`` job's
+#: ``PYTHONPATH`` (``kforge_python::AUTO_REGIONS_DIR``).
+BOOT_DIR_NAME = "kforge-auto-regions"
+#: What that directory's ``sitecustomize.py`` runs (``kforge_python::AUTO_REGIONS_SITECUSTOMIZE``
+#: writes the same): :func:`inductor_regions` writes one for the autotune subprocess of a step
+#: that is no ``--auto-regions`` job.
+BOOT_SOURCE = (
+    "import os as _os\n\n"
+    "from kforge.autoregions import bootstrap as _bootstrap\n\n"
+    "_bootstrap(_os.path.dirname(_os.path.abspath(__file__)))\n"
+)
 TRITON_FUNCTIONS = ("do_bench", "do_bench_cudagraph")
 
 RegionFactory = Callable[[str], Region]
@@ -202,6 +232,9 @@ class AutoRegions:
         self._stopping = False
         self._changes = 0
         self._wake_at: Optional[float] = None  # when the reaper wakes next (None: when notified)
+        #: The bootstrap directory Inductor's Python subprocesses get first on their PYTHONPATH
+        #: (so the autotune subprocess installs the hooks too); None: they get nothing.
+        self.boot_dir: Optional[str] = find_boot_dir()
         _instances.add(self)
 
     def _after_fork_in_child(self) -> None:
@@ -605,22 +638,80 @@ class AutoRegions:
         if isinstance(timer, type):
             self.patch_timer_class(timer)
 
+    def patch_inductor_benchmarking(self, module: Any) -> None:
+        """Wrap :data:`INDUCTOR_METHODS` on every class ``module`` defines that defines them
+        itself (``Benchmarker``, ``TritonBenchmarker``, ``InductorBenchmarker``, ...): patched on
+        the class, so the module's ``benchmarker`` object and a bound method taken from it later
+        both see the wrapper. A call inside another (``benchmark`` → ``benchmark_gpu`` →
+        ``triton.testing.do_bench``) runs in the outer call's region."""
+        for cls in list(vars(module).values()):
+            if not isinstance(cls, type) or cls.__module__ != module.__name__:
+                continue
+            for attr in INDUCTOR_METHODS:
+                fn = vars(cls).get(attr)
+                if callable(fn) and not getattr(fn, WRAPPED_MARK, False):
+                    self._set(cls, attr, self.wrap(fn, f"auto:inductor.{attr}"))
+
+    def patch_inductor_utils(self, module: Any) -> None:
+        """Wrap ``do_bench_using_profiling`` (a region per call) and ``python_subprocess_env``
+        (the environment of Inductor's Python subprocesses: :attr:`boot_dir` first on its
+        ``PYTHONPATH``) of ``torch._inductor.utils``."""
+        fn = getattr(module, "do_bench_using_profiling", None)
+        if callable(fn) and not getattr(fn, WRAPPED_MARK, False):
+            self._rebind(module, "do_bench_using_profiling", fn, self.wrap(fn, "auto:inductor.do_bench_using_profiling"))
+        env_fn = getattr(module, "python_subprocess_env", None)
+        if callable(env_fn) and not getattr(env_fn, WRAPPED_MARK, False):
+            self._rebind(module, "python_subprocess_env", env_fn, self.subprocess_env(env_fn))
+
+    def _rebind(self, module: Any, attr: str, old: Any, new: Any) -> None:
+        """Set ``module.attr`` to ``new``, and the same name in every module of its package that
+        bound ``old`` by name before (``from torch._inductor.utils import python_subprocess_env``
+        in ``autotune_process``, imported first in a warm worker that preloaded Inductor)."""
+        self._set(module, attr, new)
+        top = module.__name__.split(".")[0] + "."
+        for name, other in list(sys.modules.items()):
+            if other is not module and name.startswith(top) and vars(other).get(attr) is old:
+                self._set(other, attr, new)
+
+    def subprocess_env(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` (building a subprocess's environment) with :attr:`boot_dir` put first on the
+        ``PYTHONPATH`` of what it returns, and ``KFORGE_AUTO_REGIONS=1`` (the child installs the
+        hooks when ``KFORGE_SOCKET`` is set too)."""
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            env = fn(*args, **kwargs)
+            boot = self.boot_dir
+            if boot is not None and isinstance(env, dict):
+                rest = [p for p in str(env.get("PYTHONPATH") or "").split(os.pathsep) if p and p != boot]
+                env["PYTHONPATH"] = os.pathsep.join([boot, *rest])
+                env[ENV] = "1"
+            return env
+
+        setattr(wrapper, WRAPPED_MARK, True)
+        return wrapper
+
     def hooks(self) -> Dict[str, Callable[[Any], None]]:
         """Module name → what to patch in it once it is imported."""
         return {
             "triton.testing": self.patch_triton_testing,
             "torch.cuda": self.patch_torch_cuda,
             "torch.utils.benchmark": self.patch_torch_benchmark,
+            INDUCTOR_BENCHMARKING: self.patch_inductor_benchmarking,
+            INDUCTOR_UTILS: self.patch_inductor_utils,
         }
 
     def install(self) -> None:
         """Patch the covered modules already imported; patch the others when they are."""
         if self._finder is not None:
             return
-        hooks = self.hooks()
-        self._finder = _PatchOnImport(hooks)
+        self._finder = _PatchOnImport(self.hooks())
         sys.meta_path.insert(0, self._finder)
-        for name, hook in hooks.items():
+        self.patch_imported()
+
+    def patch_imported(self) -> None:
+        """Patch the covered modules already imported (what is patched already is left as is)."""
+        for name, hook in self.hooks().items():
             mod = sys.modules.get(name)
             if mod is not None:
                 hook(mod)
@@ -694,8 +785,78 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+class InductorRegions(AutoRegions):
+    """Only the hooks of Inductor's own autotuning (:func:`inductor_regions`): no CUDA-event
+    rule, no ``triton.testing``/``Timer`` wrappers (a kforge step times with ``kforge.do_bench``
+    itself)."""
+
+    def hooks(self) -> Dict[str, Callable[[Any], None]]:
+        return {
+            INDUCTOR_BENCHMARKING: self.patch_inductor_benchmarking,
+            INDUCTOR_UTILS: self.patch_inductor_utils,
+        }
+
+
 _process: Optional[AutoRegions] = None
+_inductor: Optional[InductorRegions] = None
 _instances: "weakref.WeakSet[AutoRegions]" = weakref.WeakSet()
+#: The directory the ``sitecustomize`` bootstrap of this process ran from (see :func:`bootstrap`).
+_boot_dir: Optional[str] = None
+
+
+def find_boot_dir(environ: Optional[Dict[str, str]] = None) -> Optional[str]:
+    """The ``--auto-regions`` bootstrap directory of this process: the one :func:`bootstrap` ran
+    from, else the first ``PYTHONPATH`` entry named :data:`BOOT_DIR_NAME` that holds a
+    ``sitecustomize.py`` (a warm worker's job); None when there is none."""
+    if _boot_dir is not None:
+        return _boot_dir
+    env = os.environ if environ is None else environ
+    for entry in (env.get("PYTHONPATH") or "").split(os.pathsep):
+        if os.path.basename(os.path.normpath(entry or ".")) == BOOT_DIR_NAME and \
+                os.path.isfile(os.path.join(entry, "sitecustomize.py")):
+            return os.path.realpath(entry)
+    return None
+
+
+def write_boot_dir(parent: str) -> str:
+    """Write a bootstrap directory (:data:`BOOT_DIR_NAME`, holding only a ``sitecustomize.py``
+    running :data:`BOOT_SOURCE`) into ``parent``; return it."""
+    boot = os.path.join(parent, BOOT_DIR_NAME)
+    os.makedirs(boot, exist_ok=True)
+    with open(os.path.join(boot, "sitecustomize.py"), "w") as f:
+        f.write(BOOT_SOURCE)
+    return boot
+
+
+def inductor_regions(environ: Optional[Dict[str, str]] = None) -> Optional[AutoRegions]:
+    """Make every benchmark of Inductor's own autotuning in this process (and in its autotune
+    subprocesses) a region, for a kforge step that compiles with ``torch.compile`` under a daemon
+    (``KFORGE_SOCKET`` set): call it before compiling. Returns the hooks in force (those of
+    ``--auto-regions`` when the process has them already: they include these), None outside a
+    daemon job (nothing is patched). Idempotent; :meth:`AutoRegions.uninstall` undoes it."""
+    global _inductor
+    env = os.environ if environ is None else environ
+    if not env.get("KFORGE_SOCKET"):
+        return None
+    if _process is not None:
+        return _process
+    if _inductor is None:
+        # No reaper thread: these hooks hold no lingering region, and a verify step counts the
+        # threads its candidate leaves (slow entries are reported when the entry returns).
+        _inductor = InductorRegions(reaper=False)
+        if _inductor.boot_dir is None:
+            parent = tempfile.mkdtemp(prefix="kforge-boot-")
+            _inductor.boot_dir = write_boot_dir(parent)
+            atexit.register(shutil.rmtree, parent, True)
+        _inductor.install()
+        atexit.register(_inductor.close_all)
+    elif _inductor._finder is None:
+        _inductor.install()  # uninstalled since: again
+    else:
+        # A warm worker's --auto-regions hooks of an earlier job patched these methods first
+        # (then these skipped them) and restored them after it: patch what is plain again.
+        _inductor.patch_imported()
+    return _inductor
 
 
 def _after_fork_in_child() -> None:
@@ -733,7 +894,10 @@ def chain_sitecustomize(own_dir: str) -> None:
 
 
 def bootstrap(own_dir: str) -> None:
-    """What the ``sitecustomize.py`` of ``--auto-regions`` runs: chain, then install."""
+    """What the ``sitecustomize.py`` of ``--auto-regions`` runs: chain, then install (and note
+    ``own_dir`` for Inductor's subprocesses: :func:`find_boot_dir`)."""
+    global _boot_dir
+    _boot_dir = os.path.realpath(own_dir)
     try:
         chain_sitecustomize(own_dir)
     finally:

@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from ..autoregions import inductor_regions
 from ..bench import do_bench_interleaved
 from ..harness import SIZES, clone_output, compare, finite_json, make_inputs, mean_half, noise_floor
 from ..harness import load_problem as harness_load_problem
@@ -338,6 +339,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if a.device != "cpu" and not torch.cuda.is_available():
             raise DispatchError(f"--device {a.device} but no CUDA GPU is visible (pass --device cpu)")
         problem = load_problem(a.problem, a.size)
+        inductor_regions()  # under a daemon, max-autotune's own benchmarks run in regions
         result = measure(problem, modes, torch.device(a.device), a.rounds, classes if rewrite else None)
     except DispatchError as e:
         print(f"kforge optimize: {e}", file=sys.stderr)

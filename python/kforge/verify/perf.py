@@ -32,6 +32,7 @@ import threading
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+from ..autoregions import inductor_regions
 from ..bench import do_bench_interleaved, median_ms
 from ..harness import Check, clone_all, clone_output, compare, flat, make_inputs, mean_half, native_threads, noise_floor, thread_check
 
@@ -233,6 +234,7 @@ class BaselineCompile:
         import torch
 
         self.mode = mode
+        inductor_regions()  # under a daemon, max-autotune's own benchmarks run in regions
         self.base = torch.compile(ref_model, mode=mode)
         self.error: Optional[BaseException] = None
         self.seconds = 0.0
@@ -267,6 +269,7 @@ def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy:
 
     t = [time.perf_counter()]
     mode = str(policy.get("baseline_mode", "default"))
+    inductor_regions()
     base = compiled.wait() if compiled is not None and compiled.error is None else torch.compile(ref_model, mode=mode)
     rounds = max(2, int(policy.get("rounds", 5)))
     speed: List[float] = []
