@@ -40,6 +40,7 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from ..autoregions import inductor_regions
 from ..bench import do_bench_interleaved
 from ..harness import SIZES, clone_output, compare, finite_json, identical, max_abs_diff, to_device
 from ..inspect.capture import copy_strided
@@ -872,6 +873,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not torch.cuda.is_available():
             raise ConfigError(f"--device {a.device} but no CUDA GPU is visible")
         result_dir = a.result_dir or tempfile.mkdtemp(prefix="kforge-config-")
+        inductor_regions()  # under a daemon, the baseline compile's own autotuning runs in regions
         result = measure(problem, a.baseline, torch.device(a.device), a.rounds, a.max_configs, a.top_kernels,
                          a.problem, result_dir)
         result.update(problem=a.problem, size=a.size, device=a.device, agent="config", versions=versions())
