@@ -40,7 +40,9 @@ import time
 from typing import Any, Dict, List, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "analysis"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from suite_report import EXPECT, inspect_row, verify_row  # noqa: E402  (one reader of the results)
+from kforge.optimize.result import write_result  # noqa: E402  (the tree's package, not installed)
 
 K, SOCKET, WORK, OUT = sys.argv[1:5]
 TASKS = sys.argv[5:]
@@ -124,8 +126,6 @@ def tasks() -> List[Tuple[str, List[str], str]]:
 
 def eager_result(problem: str, out_dir: str) -> Tuple[str, str]:
     """The dispatch agent's result file for "eager" (the reference's own forward) and its policy."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-    from kforge.optimize.result import write_result  # noqa: E402  (the tree's package, not installed)
     return write_result(problem, {"winner": "eager", "baseline": "default", "modes": {}}, out_dir)
 
 

@@ -686,9 +686,7 @@ impl Report {
         }
         t
     }
-}
 
-impl Report {
     /// The beam's second round in the table: each variant measured again, or why none was.
     fn beam_lines(&self) -> String {
         let Some(b) = &self.beam else { return String::new() };
