@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import tarfile
 from pathlib import Path
+
+from standins import run_device_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,23 +67,9 @@ esac
 
 
 def run_script(tmp_path: Path, **env_extra: str) -> "tuple[subprocess.CompletedProcess[str], Path, Path]":
-    repo, out, state = tmp_path / "repo", tmp_path / "out", tmp_path / "state"
-    for d in (repo / "target" / "release", repo / "bin", state, repo / "scripts"):
-        d.mkdir(parents=True)
-    shutil.copytree(ROOT / "scripts" / "device", repo / "scripts" / "device")
-    kforge = repo / "target" / "release" / "kforge"
-    kforge.write_text(STUB)
-    kforge.chmod(0o755)
-    (repo / "target" / "release" / "libkforge_shim.so").write_text("")
-    smi = repo / "bin" / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 'GPU 0: stand-in'\n")
-    smi.chmod(0o755)
-    env = dict(os.environ, OUT=str(out), KF_STATE=str(state), HEAT_S="0", PATH=f"{repo / 'bin'}:{os.environ['PATH']}",
-               **env_extra)
-    r = subprocess.run(["bash", "scripts/device/auto_regions.sh"], cwd=repo, env=env, capture_output=True, text=True,
-                       timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r, out, state
+    env = dict(HEAT_S="0")
+    env.update(env_extra)
+    return run_device_script(tmp_path, "auto_regions.sh", STUB, **env)
 
 
 def members(tgz: Path) -> "set[str]":

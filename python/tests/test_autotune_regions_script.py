@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from standins import run_device_script
 from typing import Any, Dict
 
 import pytest
@@ -157,23 +158,9 @@ esac
 
 
 def run_autotune_script(tmp_path: Path, **env_extra: str) -> "tuple[subprocess.CompletedProcess[str], Path, Path]":
-    repo, out, state = tmp_path / "repo", tmp_path / "out", tmp_path / "state"
-    for d in (repo / "target" / "release", repo / "bin", state, repo / "scripts"):
-        d.mkdir(parents=True)
-    shutil.copytree(DEVICE, repo / "scripts" / "device")
-    kforge = repo / "target" / "release" / "kforge"
-    kforge.write_text(STUB)
-    kforge.chmod(0o755)
-    (repo / "target" / "release" / "libkforge_shim.so").write_text("")
-    smi = repo / "bin" / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 'GPU 0: stand-in'\n")
-    smi.chmod(0o755)
-    env = dict(os.environ, OUT=str(out), KF_STATE=str(state), PATH=f"{repo / 'bin'}:{os.environ['PATH']}",
-               PROBLEMS="a.py b.py", N="3", **env_extra)
-    r = subprocess.run(["bash", "scripts/device/autotune_regions.sh"], cwd=repo, env=env, capture_output=True,
-                       text=True, timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return r, out, state
+    env = dict(PROBLEMS="a.py b.py", N="3")
+    env.update(env_extra)
+    return run_device_script(tmp_path, "autotune_regions.sh", STUB, **env)
 
 
 def test_the_script_compiles_alone_then_in_parallel_rounds_and_prints_the_agreement(tmp_path: Path) -> None:
