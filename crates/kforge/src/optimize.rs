@@ -372,13 +372,18 @@ impl Run<'_> {
 
 /// The content hash of files in `dir` (their names and contents, in order).
 fn files_hash(dir: &Path, names: &[&str]) -> Result<String> {
-    let mut parts = Vec::new();
+    let mut contents = Vec::new();
     for n in names {
         let path = dir.join(n);
-        parts.push(n.as_bytes().to_vec());
-        parts.push(std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?);
+        contents.push(std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?);
     }
-    Ok(content_hash(&parts.iter().map(Vec::as_slice).collect::<Vec<_>>()))
+    Ok(hash_of(names, &contents))
+}
+
+/// The hash of named contents: each name, then its bytes.
+fn hash_of(names: &[&str], contents: &[Vec<u8>]) -> String {
+    let parts: Vec<&[u8]> = names.iter().zip(contents).flat_map(|(n, c)| [n.as_bytes(), c.as_slice()]).collect();
+    content_hash(&parts)
 }
 
 /// What a step's work reports: its device seconds when known better than its wall seconds, and
@@ -657,17 +662,22 @@ impl ProblemRun<'_> {
         // The folder the names are relative to: the output (the first name) without its parts.
         let depth = names.first().map(|n| Path::new(n).components().count()).unwrap_or(1);
         let Some(dir) = Path::new(output).ancestors().nth(depth) else { return Ok(false) };
-        if files_hash(dir, names).ok().as_ref() != Some(hash) {
+        // Read once, hashed and copied from the same bytes: the other problem may rewrite its
+        // files (a fallback's result) between a check and a copy.
+        let Ok(contents) = names.iter().map(|n| std::fs::read(dir.join(n))).collect::<Result<Vec<_>, _>>() else {
+            return Ok(false);
+        };
+        if &hash_of(names, &contents) != hash {
             return Ok(false);
         }
         // Another folder's (a journaled path is absolute; a file is never copied onto itself).
         if dir != std::path::absolute(self.out).unwrap_or_else(|_| self.out.to_path_buf()) {
-            for n in names {
+            for (n, bytes) in names.iter().zip(&contents) {
                 let to = self.out.join(n);
                 if let Some(parent) = to.parent() {
                     std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
                 }
-                std::fs::copy(dir.join(n), &to)
+                std::fs::write(&to, bytes)
                     .with_context(|| format!("copying {} into {}", dir.join(n).display(), self.out.display()))?;
             }
         }
