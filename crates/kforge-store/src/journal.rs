@@ -27,6 +27,13 @@ CREATE TABLE IF NOT EXISTS optimize_decisions (
   device TEXT NOT NULL, baseline TEXT NOT NULL, agents TEXT NOT NULL, rounds INTEGER NOT NULL,
   kind TEXT NOT NULL, agent TEXT, variant TEXT, speedup REAL, ci95_lo REAL, ci95_hi REAL, reason TEXT,
   report TEXT NOT NULL, decided_ns INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS optimize_llm_candidates (
+  id INTEGER PRIMARY KEY, run INTEGER NOT NULL, problem TEXT NOT NULL, candidate TEXT NOT NULL,
+  iteration INTEGER NOT NULL, chain INTEGER NOT NULL, plan INTEGER NOT NULL, attempt INTEGER NOT NULL,
+  strategy TEXT NOT NULL, content_hash TEXT NOT NULL, source TEXT NOT NULL, parent TEXT, duplicate_of TEXT,
+  verdict TEXT NOT NULL, gate TEXT, reason TEXT, exploit INTEGER NOT NULL, speedup REAL, feedback TEXT NOT NULL,
+  judged_ns INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS optimize_llm_candidates_hash ON optimize_llm_candidates(problem, content_hash);
 CREATE INDEX IF NOT EXISTS optimize_steps_hash ON optimize_steps(step, input_hash);
 CREATE INDEX IF NOT EXISTS optimize_decisions_problem ON optimize_decisions(problem);
 ";
@@ -114,6 +121,37 @@ pub struct CandidateRow {
     pub verdict: Option<String>,
 }
 
+/// One candidate an LLM agent wrote, as judged: where it sits in the search (iteration, chain,
+/// plan, attempt), its source file and hash, and its verdict (`accepted`,
+/// `passed-without-performance`, `rejected`, `could-not-run`) with the rejecting gate, why, and
+/// whether the rejection was an exploit check's.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LlmCandidateRow {
+    pub id: u64,
+    pub run: u64,
+    pub problem: String,
+    /// The candidate's id in its search (`i1-c0-p2-a1`).
+    pub candidate: String,
+    pub iteration: u32,
+    pub chain: u32,
+    pub plan: u32,
+    pub attempt: u32,
+    pub strategy: String,
+    pub content_hash: String,
+    /// Its source file, saved before it was judged.
+    pub source: String,
+    pub parent: Option<String>,
+    pub duplicate_of: Option<String>,
+    pub verdict: String,
+    pub gate: Option<String>,
+    pub reason: Option<String>,
+    pub exploit: bool,
+    pub speedup: Option<f64>,
+    /// What was fed back to the model about it.
+    pub feedback: String,
+    pub judged_ns: i64,
+}
+
 /// A problem's decision for its question: `improved` (agent, variant, speedup) or `fallback`
 /// (reason); `report` is the report file written with it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -138,6 +176,8 @@ pub struct Journal {
     pub steps: Vec<StepRow>,
     pub candidates: Vec<CandidateRow>,
     pub decisions: Vec<DecisionRow>,
+    #[serde(default)]
+    pub llm_candidates: Vec<LlmCandidateRow>,
 }
 
 fn ci(lo: Option<f64>, hi: Option<f64>) -> Option<[f64; 2]> {
@@ -225,6 +265,31 @@ fn decision_row(r: &Row) -> rusqlite::Result<DecisionRow> {
         reason: r.get("reason")?,
         report: r.get("report")?,
         decided_ns: r.get("decided_ns")?,
+    })
+}
+
+fn llm_candidate_row(r: &Row) -> rusqlite::Result<LlmCandidateRow> {
+    Ok(LlmCandidateRow {
+        id: id(r, "id")?,
+        run: id(r, "run")?,
+        problem: r.get("problem")?,
+        candidate: r.get("candidate")?,
+        iteration: r.get("iteration")?,
+        chain: r.get("chain")?,
+        plan: r.get("plan")?,
+        attempt: r.get("attempt")?,
+        strategy: r.get("strategy")?,
+        content_hash: r.get("content_hash")?,
+        source: r.get("source")?,
+        parent: r.get("parent")?,
+        duplicate_of: r.get("duplicate_of")?,
+        verdict: r.get("verdict")?,
+        gate: r.get("gate")?,
+        reason: r.get("reason")?,
+        exploit: r.get("exploit")?,
+        speedup: r.get("speedup")?,
+        feedback: r.get("feedback")?,
+        judged_ns: r.get("judged_ns")?,
     })
 }
 
@@ -389,6 +454,56 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    pub fn insert_llm_candidate(&self, c: &LlmCandidateRow) -> Result<u64, StoreError> {
+        self.conn
+            .execute(
+                "INSERT INTO optimize_llm_candidates(run,problem,candidate,iteration,chain,plan,attempt,strategy,
+                   content_hash,source,parent,duplicate_of,verdict,gate,reason,exploit,speedup,feedback,judged_ns)
+                   VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)",
+                params![
+                    c.run as i64,
+                    c.problem,
+                    c.candidate,
+                    c.iteration,
+                    c.chain,
+                    c.plan,
+                    c.attempt,
+                    c.strategy,
+                    c.content_hash,
+                    c.source,
+                    c.parent,
+                    c.duplicate_of,
+                    c.verdict,
+                    c.gate,
+                    c.reason,
+                    c.exploit,
+                    c.speedup,
+                    c.feedback,
+                    c.judged_ns
+                ],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(self.conn.last_insert_rowid() as u64)
+    }
+
+    /// The latest judged LLM candidate of `problem` with this content hash (in any run), its
+    /// verdict reused by a resumed search instead of judging it again.
+    pub fn judged_llm_candidate(
+        &self,
+        problem: &str,
+        content_hash: &str,
+    ) -> Result<Option<LlmCandidateRow>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT * FROM optimize_llm_candidates WHERE problem=?1 AND content_hash=?2 AND duplicate_of IS NULL
+                   ORDER BY id DESC LIMIT 1",
+                params![problem, content_hash],
+                llm_candidate_row,
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
     /// Everything journaled, in id order (of run `run` only, or of all runs).
     pub fn journal(&self, run: Option<u64>) -> Result<Journal, StoreError> {
         let run = run.map(|r| r as i64);
@@ -404,6 +519,11 @@ impl Store {
                 "SELECT * FROM optimize_decisions WHERE ?1 IS NULL OR run=?1 ORDER BY id",
                 run,
                 decision_row,
+            )?,
+            llm_candidates: self.rows(
+                "SELECT * FROM optimize_llm_candidates WHERE ?1 IS NULL OR run=?1 ORDER BY id",
+                run,
+                llm_candidate_row,
             )?,
         })
     }
@@ -535,6 +655,44 @@ mod tests {
         assert_eq!(s.decision_for(&q("p.py", 3)).unwrap().map(|d| d.id), Some(latest));
         assert_eq!(s.decision_for(&q("p.py", 4)).unwrap(), None, "another question");
         assert!(s.decided_any("p.py").unwrap() && !s.decided_any("q.py").unwrap());
+    }
+
+    #[test]
+    fn llm_candidates_read_back_and_are_found_by_problem_and_hash() {
+        let s = Store::open_in_memory().unwrap();
+        let r = run(&s);
+        let c = LlmCandidateRow {
+            id: 0,
+            run: r,
+            problem: "p.py".into(),
+            candidate: "i1-c0-p0-a0".into(),
+            iteration: 1,
+            chain: 0,
+            plan: 0,
+            attempt: 0,
+            strategy: "block-size".into(),
+            content_hash: "h1".into(),
+            source: "o/llm/candidates/i1-c0-p0-a0.py".into(),
+            parent: None,
+            duplicate_of: None,
+            verdict: "rejected".into(),
+            gate: Some("exploits:cache".into()),
+            reason: Some("stale output".into()),
+            exploit: true,
+            speedup: None,
+            feedback: "rejected by exploits:cache".into(),
+            judged_ns: 7,
+        };
+        let a = s.insert_llm_candidate(&c).unwrap();
+        let dup =
+            LlmCandidateRow { candidate: "i1-c1-p0-a0".into(), duplicate_of: Some("i1-c0-p0-a0".into()), ..c.clone() };
+        s.insert_llm_candidate(&dup).unwrap();
+        let j = s.journal(Some(r)).unwrap();
+        assert_eq!(j.llm_candidates.len(), 2);
+        assert_eq!(j.llm_candidates[0], LlmCandidateRow { id: a, ..c });
+        let found = s.judged_llm_candidate("p.py", "h1").unwrap().unwrap();
+        assert_eq!((found.id, found.exploit), (a, true), "a duplicate is not a judgement of its own");
+        assert_eq!(s.judged_llm_candidate("q.py", "h1").unwrap(), None, "another problem");
     }
 
     #[test]
