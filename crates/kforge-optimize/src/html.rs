@@ -20,6 +20,7 @@ fn colour(agent: Option<Agent>) -> &'static str {
         Some(Agent::Inductor) => "#e08a1e",
         Some(Agent::Rewrite) => "#3aa655",
         Some(Agent::Config) => "#9b4dca",
+        Some(Agent::Llm) => "#d0453f",
         None => "#9a9a9a",
     }
 }
@@ -393,6 +394,7 @@ mod tests {
             policy: "policy.toml".into(),
             beam: None,
             config: None,
+            llm: None,
         }
     }
 

@@ -6,7 +6,9 @@
 use crate::budget::Budget;
 use crate::search::Step;
 use crate::{Agent, Decision, ModeTiming, Question, Verified};
-use kforge_store::{CandidateRow, DecisionRow, QuestionRow, RunRow, StepEnd, StepRow, Store, StoreError};
+use kforge_store::{
+    CandidateRow, DecisionRow, LlmCandidateRow, QuestionRow, RunRow, StepEnd, StepRow, Store, StoreError,
+};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
@@ -124,6 +126,25 @@ impl Journal {
                 ..StepEnd::default()
             },
         )
+    }
+
+    /// A judged LLM candidate of this run (`row.run` is set here).
+    pub fn llm_candidate(&self, row: &LlmCandidateRow) -> Result<u64, StoreError> {
+        self.store().insert_llm_candidate(&LlmCandidateRow { run: self.run, ..row.clone() })
+    }
+
+    /// With `--resume`, the verdict an earlier run journaled for this candidate (problem and
+    /// content hash): a resumed search does not judge it again.
+    pub fn judged_llm(&self, problem: &str, content_hash: &str) -> Result<Option<LlmCandidateRow>, StoreError> {
+        if !self.resume {
+            return Ok(None);
+        }
+        self.store().judged_llm_candidate(problem, content_hash)
+    }
+
+    /// The run before this one (whose recorded LLM answers a resumed search replays).
+    pub fn run_before(&self) -> Result<Option<u64>, StoreError> {
+        self.store().run_before(self.run)
     }
 
     /// The step took its output from the finished step `from` (no seconds spent).

@@ -12,6 +12,7 @@ pub mod beam;
 pub mod budget;
 pub mod html;
 pub mod journal;
+pub mod llm;
 pub mod search;
 
 /// An agent: what proposes candidates. Closed: a name outside it is refused.
@@ -27,14 +28,19 @@ pub enum Agent {
     /// The baseline's generated Triton kernels with their launch configurations searched and
     /// pinned (`config`), by measurement in its own step (a GPU only).
     Config,
+    /// LLM agents (planner, executors, summarizer) writing new kernels through an
+    /// OpenAI-compatible endpoint, each candidate judged by `kforge verify` (`llm:ID`), in its
+    /// own step.
+    Llm,
 }
 
 impl Agent {
-    pub const ALL: [(&'static str, Agent); 4] = [
+    pub const ALL: [(&'static str, Agent); 5] = [
         ("dispatch", Agent::Dispatch),
         ("inductor", Agent::Inductor),
         ("rewrite", Agent::Rewrite),
         ("config", Agent::Config),
+        ("llm", Agent::Llm),
     ];
 
     /// The agent that proposed a measured variant: `MODE+KNOB` is the inductor agent's,
@@ -42,6 +48,8 @@ impl Agent {
     pub fn of_variant(variant: &str) -> Agent {
         if variant == CONFIG_VARIANT {
             Agent::Config
+        } else if variant.starts_with("llm:") {
+            Agent::Llm
         } else if variant.ends_with("~rewrite") {
             Agent::Rewrite
         } else if variant.contains('+') {
@@ -409,6 +417,8 @@ pub enum ResultFrom {
     Config,
     /// Rewritten for the baseline: the dispatch family's winner did not pass, nothing else won.
     Baseline,
+    /// The LLM family's best candidate (`llm/`), copied into place.
+    Llm,
 }
 
 /// The result file's source for `decision`, given the dispatch family's measurement and its
@@ -416,6 +426,7 @@ pub enum ResultFrom {
 pub fn result_from(m: &DispatchMeasurement, dispatch: &Decision, decision: &Decision) -> ResultFrom {
     match decision {
         Decision::Improved { agent: Agent::Config, .. } => ResultFrom::Config,
+        Decision::Improved { agent: Agent::Llm, .. } => ResultFrom::Llm,
         Decision::Fallback { .. } if m.winner != m.baseline && matches!(dispatch, Decision::Fallback { .. }) => {
             ResultFrom::Baseline
         }
@@ -623,6 +634,9 @@ pub struct Report {
     /// before it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config: Option<ConfigReport>,
+    /// The LLM family (`None`: the llm agent was not asked for).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llm: Option<llm::LlmReport>,
 }
 
 /// What the beam's second round did: measured knob combinations beside the first round's best
@@ -675,6 +689,9 @@ impl Report {
         t.push_str(&self.beam_lines());
         if let Some(c) = &self.config {
             t.push_str(&c.lines());
+        }
+        if let Some(l) = &self.llm {
+            t.push_str(&l.lines());
         }
         match &self.decision {
             Decision::Improved { agent, mode, speedup, .. } => {
@@ -870,11 +887,13 @@ mod tests {
             (Agent::Rewrite, Agent::Rewrite)
         );
         assert_eq!(parse_agents("dispatch,rewrite"), Ok(vec![Agent::Dispatch, Agent::Rewrite]));
-        assert_eq!(parse_agents("dispatch,llm"), Err(OptimizeError::UnknownAgent("llm".into())));
+        assert_eq!(parse_agents("dispatch,llm"), Ok(vec![Agent::Dispatch, Agent::Llm]));
+        assert_eq!(Agent::of_variant("llm:i1-c0-p0-a0"), Agent::Llm);
+        assert_eq!(parse_agents("dispatch,gpt"), Err(OptimizeError::UnknownAgent("gpt".into())));
         assert_eq!(parse_agents(" , "), Err(OptimizeError::NoAgent));
         assert!(OptimizeError::UnknownAgent("x".into())
             .to_string()
-            .contains("known: dispatch, inductor, rewrite, config"));
+            .contains("known: dispatch, inductor, rewrite, config, llm"));
     }
 
     #[test]
@@ -982,6 +1001,7 @@ mod tests {
             policy: "policy.toml".into(),
             beam: Some(BeamOutcome { measurement: Some(second), stopped: None }),
             config: None,
+            llm: None,
         };
         assert_eq!(r.decisive().winner, "max-autotune+freezing+coordinate-descent");
         assert!(matches!(&r.decision, Decision::Improved { agent: Agent::Inductor, speedup, .. } if *speedup == 1.4));
@@ -1023,6 +1043,7 @@ mod tests {
             policy: "out/policy.toml".into(),
             beam: None,
             config: None,
+            llm: None,
         };
         // The report reads back as written, its question flattened into it (--resume reads it).
         let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
@@ -1222,6 +1243,7 @@ mod tests {
             policy: "out/policy.toml".into(),
             beam: None,
             config: Some(config),
+            llm: None,
         };
         let t = r.table();
         assert!(t.contains("Triton kernels 91% of the baseline's device time: Amdahl ceiling 11.11x"), "{t}");

@@ -30,6 +30,9 @@ pub enum Step {
     Config,
     /// `kforge verify` of the config result: `config/verdict.json`.
     ConfigVerify,
+    /// The LLM agents' search, every candidate judged by `kforge verify`: `llm/search.json`,
+    /// and the best candidate's `llm/model_new.py`, `llm/policy.toml`.
+    Llm,
 }
 
 impl Step {
@@ -41,12 +44,13 @@ impl Step {
             Step::Verify => "verify",
             Step::Config => "config",
             Step::ConfigVerify => "config-verify",
+            Step::Llm => "llm",
         }
     }
 
     /// Whether it runs on the device (its seconds count against `--budget-gpu-s`).
     pub fn uses_device(self) -> bool {
-        matches!(self, Step::Measure | Step::Beam | Step::Verify | Step::Config | Step::ConfigVerify)
+        matches!(self, Step::Measure | Step::Beam | Step::Verify | Step::Config | Step::ConfigVerify | Step::Llm)
     }
 }
 
@@ -60,6 +64,9 @@ pub fn steps(agents: &[Agent], beam_width: u32) -> Vec<Step> {
     if agents.contains(&Agent::Config) {
         steps.extend([Step::Config, Step::ConfigVerify]);
     }
+    if agents.contains(&Agent::Llm) {
+        steps.push(Step::Llm);
+    }
     steps
 }
 
@@ -70,7 +77,7 @@ pub fn measure_flag(agent: Agent, gpu: bool) -> Option<(&'static str, &'static [
         Agent::Dispatch => Some(("--modes", dispatch_modes(gpu))),
         Agent::Inductor => Some(("--knobs", inductor_knobs(gpu))),
         Agent::Rewrite => Some(("--rewrite", REWRITE_CLASSES)),
-        Agent::Config => None,
+        Agent::Config | Agent::Llm => None,
     }
 }
 

@@ -486,6 +486,14 @@ impl Store {
         Ok(self.conn.last_insert_rowid() as u64)
     }
 
+    /// The latest run started before run `run`, if any.
+    pub fn run_before(&self, run: u64) -> Result<Option<u64>, StoreError> {
+        self.conn
+            .query_row("SELECT MAX(id) FROM optimize_runs WHERE id < ?1", [run as i64], |r| r.get::<_, Option<i64>>(0))
+            .map(|v| v.map(|v| v as u64))
+            .map_err(|e| self.err(e))
+    }
+
     /// The latest judged LLM candidate of `problem` with this content hash (in any run), its
     /// verdict reused by a resumed search instead of judging it again.
     pub fn judged_llm_candidate(
@@ -693,6 +701,8 @@ mod tests {
         let found = s.judged_llm_candidate("p.py", "h1").unwrap().unwrap();
         assert_eq!((found.id, found.exploit), (a, true), "a duplicate is not a judgement of its own");
         assert_eq!(s.judged_llm_candidate("q.py", "h1").unwrap(), None, "another problem");
+        let later = run(&s);
+        assert_eq!((s.run_before(later).unwrap(), s.run_before(r).unwrap()), (Some(r), None));
     }
 
     #[test]

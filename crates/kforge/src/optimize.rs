@@ -28,6 +28,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+mod llm;
+
 #[derive(Args)]
 pub struct OptimizeArgs {
     /// A KernelBench-format problem (class Model, get_inputs(), get_init_inputs()), or a directory
@@ -93,6 +95,8 @@ pub struct OptimizeArgs {
     /// inductor agent.
     #[arg(long, default_value_t = 0)]
     beam_width: u32,
+    #[command(flatten)]
+    llm: llm::LlmArgs,
 }
 
 /// What every problem of a run shares, checked once.
@@ -103,6 +107,8 @@ struct Plan {
     budget: Budget,
     jobs: usize,
     beam_width: u32,
+    /// The llm agent's endpoint, loop and budget (with `--agents …,llm`).
+    llm: Option<llm::LlmPlan>,
 }
 
 pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
@@ -122,7 +128,12 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
     let journal =
         Journal::open(&journal_path, &question(&a, &plan, &a.problem), plan.budget, plan.jobs as u32, a.resume)
             .with_context(|| format!("opening the journal {}", journal_path.display()))?;
+    let chat = match &plan.llm {
+        Some(l) => Some(l.client(&journal_path, journal.run(), journal.run_before()?, a.resume)?),
+        None => None,
+    };
     let run = Run {
+        chat,
         socket,
         workspace: Workspace::open(&a.out),
         in_flight: InFlight::default(),
@@ -168,7 +179,12 @@ fn plan(a: &OptimizeArgs) -> Result<Plan> {
         d => bail!("--device must be auto, cpu or a GPU index, got {d:?}"),
     };
     check_agents(&agents, gpu)?;
-    Ok(Plan { agents, baseline: a.baseline.into(), gpu, budget, jobs: a.jobs as usize, beam_width: a.beam_width })
+    let llm = if agents.contains(&Agent::Llm) {
+        Some(llm::LlmPlan::new(&a.llm)?)
+    } else {
+        None
+    };
+    Ok(Plan { agents, baseline: a.baseline.into(), gpu, budget, jobs: a.jobs as usize, beam_width: a.beam_width, llm })
 }
 
 fn question(a: &OptimizeArgs, plan: &Plan, problem: &Path) -> Question {
@@ -201,6 +217,8 @@ struct Run<'a> {
     workspace: Option<Workspace>,
     in_flight: InFlight,
     total: usize,
+    /// The llm agent's client (its replay cache in the journal's file).
+    chat: Option<kforge_llm::client::Client>,
 }
 
 /// One lock per step input in flight, so that problems running at once with identical inputs
@@ -408,6 +426,9 @@ struct Found {
     config_verified: Option<Verified>,
     config_skipped: Option<String>,
     config_error: Option<String>,
+    /// The LLM family's report, or why its step failed.
+    llm: Option<kforge_optimize::llm::LlmReport>,
+    llm_error: Option<String>,
 }
 
 impl Found {
@@ -519,6 +540,20 @@ impl ProblemRun<'_> {
                     Err(e) => {
                         self.progress(&format!("config: failed: {e:#}"));
                         found.config_error = Some(format!("{e:#}"));
+                    }
+                }
+            }
+            Step::Llm => {
+                let (Some(plan), Some(chat)) = (&self.run.plan.llm, &self.run.chat) else {
+                    bail!("the llm step without the llm agent's settings");
+                };
+                // A failed llm step is its family's fallback, like the config step's.
+                match self.llm_step(plan, chat) {
+                    Ok(None) => return Ok(false),
+                    Ok(Some(r)) => found.llm = Some(r),
+                    Err(e) => {
+                        self.progress(&format!("llm: failed: {e:#}"));
+                        found.llm_error = Some(format!("{e:#}"));
                     }
                 }
             }
@@ -716,9 +751,15 @@ impl ProblemRun<'_> {
         });
         // The config family's decision, or why it has none (skipped, failed: said in a fallback).
         let config_family = config.as_ref().and_then(ConfigReport::family_decision);
-        let families: Vec<Decision> = std::iter::once(dispatch.clone()).chain(config_family).collect();
+        let llm_family = match (&found.llm, &found.llm_error) {
+            (Some(r), _) => r.decision.clone(),
+            (None, Some(e)) => Some(Decision::Fallback { reason: format!("llm: failed: {e}") }),
+            (None, None) => None,
+        };
+        let families: Vec<Decision> =
+            std::iter::once(dispatch.clone()).chain(config_family).chain(llm_family).collect();
         let decision = across(&families);
-        self.place_result(&decisive, file, &dispatch, &decision)?;
+        self.place_result(&decisive, file, &dispatch, &decision, found.llm.as_ref())?;
         let (result, policy) = (self.out.join("model_new.py"), self.out.join("policy.toml"));
         let report = Report {
             question: self.question.clone(),
@@ -729,6 +770,7 @@ impl ProblemRun<'_> {
             policy: policy.display().to_string(),
             beam: found.beam,
             config,
+            llm: found.llm,
         };
         let body = serde_json::to_string_pretty(&report).context("serializing the report")?;
         let report_path = self.out.join("report.json");
@@ -742,8 +784,11 @@ impl ProblemRun<'_> {
                 if let Some(w) = &self.run.workspace {
                     w.commit(&[&result, &policy, &report_path], &message);
                 }
-                let v =
-                    if *agent == Agent::Config { report.config.as_ref().and_then(|c| c.verified) } else { verified };
+                let v = match agent {
+                    Agent::Config => report.config.as_ref().and_then(|c| c.verified),
+                    Agent::Llm => Some(Verified::Accepted),
+                    _ => verified,
+                };
                 format!(
                     "decided: {mode} ({}) {speedup:.3}x, {}",
                     agent.name(),
@@ -763,8 +808,17 @@ impl ProblemRun<'_> {
         file: &str,
         dispatch: &Decision,
         decision: &Decision,
+        llm: Option<&kforge_optimize::llm::LlmReport>,
     ) -> Result<()> {
         match result_from(m, dispatch, decision) {
+            ResultFrom::Llm => {
+                let from = llm.and_then(|l| l.result.as_deref()).context("the llm family won without a result file")?;
+                let to = self.out.join("model_new.py");
+                std::fs::copy(from, &to).with_context(|| format!("copying {from} to {}", to.display()))?;
+                let (from, to) = (self.out.join(kforge_optimize::llm::LLM_OUTPUTS[2]), self.out.join("policy.toml"));
+                std::fs::copy(&from, &to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+                Ok(())
+            }
             ResultFrom::Config => {
                 for (from, to) in CONFIG_OUTPUTS[1..].iter().zip(["model_new.py", "policy.toml"]) {
                     let (from, to) = (self.out.join(from), self.out.join(to));

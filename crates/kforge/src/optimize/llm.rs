@@ -1,0 +1,484 @@
+//! The llm step of `kforge optimize` (`--agents …,llm`): the LLM agents' search
+//! (`kforge_agents::search`) over an OpenAI-compatible endpoint (`kforge_llm::client::Client`),
+//! every candidate saved the moment it arrives (`llm/candidates/ID.py`), judged by `kforge
+//! verify` under the family's policy (`llm/policy.toml`: the problem's own policy, gate 4 against
+//! the run's baseline), journaled with its verdict; the best accepted candidate becomes
+//! `llm/model_new.py`. Every request and reply goes into the replay cache in the journal's file:
+//! `--replay RUN` answers from it (no endpoint, zero tokens), `--resume` replays what the killed
+//! run had already received and reuses the verdicts it had journaled.
+
+use super::{content_hash, now_ns, ProblemRun, Work};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use kforge_agents::{Candidate, Judge, Judgement, LoopConfig, Observer, ProblemContext, SearchOutcome, Verdict};
+use kforge_llm::budget::{Limits, Meter};
+use kforge_llm::client::Client;
+use kforge_llm::config::ProviderConfig;
+use kforge_llm::replay::{Cache, Mode};
+use kforge_llm::{Chat, Params};
+use kforge_optimize::llm::{LlmCandidate, LlmReport, LlmUsage, LLM_OUTPUTS};
+use kforge_store::LlmCandidateRow;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+#[derive(Args)]
+pub struct LlmArgs {
+    /// The LLM agents' endpoint: an OpenAI-compatible base URL (e.g. http://127.0.0.1:8000/v1)
+    /// or an endpoint's name in --llm-config (else KFORGE_LLM_URL).
+    #[arg(long, value_name = "URL|NAME")]
+    llm: Option<String>,
+    /// The model the endpoint serves (else KFORGE_LLM_MODEL).
+    #[arg(long)]
+    model: Option<String>,
+    /// Endpoints, keys (by environment variable) and per-model prices and kinds, TOML (else
+    /// KFORGE_LLM_CONFIG). Keys come from the environment: KFORGE_LLM_KEY, OPENAI_API_KEY, or
+    /// the variable an endpoint's key_env names.
+    #[arg(long, value_name = "FILE")]
+    llm_config: Option<PathBuf>,
+    /// Answer every LLM request from run RUN's recorded replies in the output directory's journal
+    /// (no endpoint is called, zero tokens): the search repeats that run.
+    #[arg(long, value_name = "RUN")]
+    replay: Option<i64>,
+    /// Iterations of the LLM search (plan, write, judge, summarize).
+    #[arg(long, default_value_t = 5)]
+    llm_iterations: u32,
+    /// Chains of the beam: the best candidates carried into the next iteration.
+    #[arg(long, default_value_t = 4)]
+    llm_chains: u32,
+    /// Plans the planner writes per chain and iteration (one minimal change each).
+    #[arg(long, default_value_t = 4)]
+    llm_plans: u32,
+    /// Attempts of an executor per plan, the compiler's or the verifier's error fed back.
+    #[arg(long, default_value_t = 4)]
+    llm_retries: u32,
+    /// Executors in flight at once (their candidates are judged concurrently).
+    #[arg(long, default_value_t = 4)]
+    llm_executors: u32,
+    /// Stop after this many iterations without an improvement.
+    #[arg(long, default_value_t = 2)]
+    llm_patience: u32,
+    /// Tokens all LLM calls of the run may use.
+    #[arg(long)]
+    llm_max_tokens: Option<u64>,
+    /// Dollars all LLM calls of the run may cost (from the model's prices in --llm-config).
+    #[arg(long)]
+    llm_max_usd: Option<f64>,
+    /// Tokens the LLM calls of one problem may use.
+    #[arg(long)]
+    llm_problem_max_tokens: Option<u64>,
+    /// Dollars the LLM calls of one problem may cost.
+    #[arg(long)]
+    llm_problem_max_usd: Option<f64>,
+    /// Sampling temperature (left out for reasoning models).
+    #[arg(long)]
+    llm_temperature: Option<f64>,
+    /// The seed sent with each request (dropped, once, by a server that rejects it).
+    #[arg(long)]
+    llm_seed: Option<u64>,
+    /// The longest reply, tokens.
+    #[arg(long, default_value_t = 8192)]
+    llm_max_reply_tokens: u64,
+    /// No summarizer calls: experience items are written from the verdicts alone.
+    #[arg(long)]
+    llm_no_summarizer: bool,
+}
+
+/// What the llm step of every problem shares: the endpoint, the loop's settings, the budget.
+pub struct LlmPlan {
+    provider: ProviderConfig,
+    limits: Limits,
+    config: LoopConfig,
+    replay: Option<i64>,
+}
+
+impl LlmPlan {
+    /// The llm agent's settings, checked before anything runs.
+    pub fn new(a: &LlmArgs) -> Result<LlmPlan> {
+        for (flag, v) in [
+            ("--llm-iterations", a.llm_iterations),
+            ("--llm-chains", a.llm_chains),
+            ("--llm-plans", a.llm_plans),
+            ("--llm-retries", a.llm_retries),
+            ("--llm-executors", a.llm_executors),
+            ("--llm-patience", a.llm_patience),
+        ] {
+            if v == 0 {
+                bail!("{flag} must be at least 1");
+            }
+        }
+        if a.llm_max_usd.is_some_and(|v| !(v > 0.0)) || a.llm_problem_max_usd.is_some_and(|v| !(v > 0.0)) {
+            bail!("--llm-max-usd and --llm-problem-max-usd must be positive numbers of dollars");
+        }
+        let env = |k: &str| std::env::var(k).ok();
+        // A replay needs no endpoint: its URL is only a label.
+        let url = a.llm.as_deref().or(a.replay.map(|_| "replay"));
+        let provider = ProviderConfig::resolve(url, a.model.as_deref(), a.llm_config.as_deref(), &env)
+            .context("the llm agent's endpoint")?;
+        let limits = Limits {
+            run_tokens: a.llm_max_tokens,
+            run_usd: a.llm_max_usd,
+            problem_tokens: a.llm_problem_max_tokens,
+            problem_usd: a.llm_problem_max_usd,
+        };
+        let params = Params { temperature: a.llm_temperature, max_tokens: Some(a.llm_max_reply_tokens), seed: a.llm_seed };
+        let config = LoopConfig {
+            model: provider.model.clone(),
+            params,
+            iterations: a.llm_iterations,
+            chains: a.llm_chains,
+            plans: a.llm_plans,
+            retries: a.llm_retries,
+            executors: a.llm_executors,
+            patience: a.llm_patience,
+            summarize: !a.llm_no_summarizer,
+            ..LoopConfig::default()
+        };
+        Ok(LlmPlan { provider, limits, config, replay: a.replay })
+    }
+
+    /// The client of a run: its replay cache in the journal's file, in the mode the flags ask
+    /// (`--replay RUN`; `--resume`: the previous run's replies first).
+    pub fn client(&self, journal_path: &Path, run: u64, before: Option<u64>, resume: bool) -> Result<Client> {
+        let mode = match (self.replay, before.filter(|_| resume)) {
+            (Some(from), _) => Mode::Replay { from },
+            (None, Some(from)) => Mode::Resume { from: from as i64 },
+            (None, None) => Mode::Record,
+        };
+        let cache = Cache::open(journal_path, run as i64, mode)
+            .with_context(|| format!("opening the replay cache in {}", journal_path.display()))?;
+        let meter = Arc::new(Meter::new(self.limits.clone(), self.provider.price));
+        Ok(Client::new(self.provider.clone(), meter, Arc::new(cache))
+            .with_progress(Box::new(|scope, p| eprintln!("kforge optimize: {}: {} writing… {} chars", scope.problem, scope.role, p.chars))))
+    }
+
+    /// What decides the llm step's output besides the problem: the endpoint, the model, the
+    /// loop's settings and the replayed run.
+    fn key(&self) -> String {
+        format!("{}|{}|{:?}|{:?}", self.provider.url, self.provider.model, self.config, self.replay)
+    }
+}
+
+impl ProblemRun<'_> {
+    /// The llm step: its report, `None` when a budget kept it from starting.
+    pub(super) fn llm_step(&self, plan: &LlmPlan, chat: &dyn Chat) -> Result<Option<LlmReport>> {
+        let a = self.run.a;
+        let hash = content_hash(&[
+            b"llm",
+            &self.source,
+            a.size.as_bytes(),
+            a.device.as_bytes(),
+            self.run.plan.baseline.mode().as_bytes(),
+            plan.key().as_bytes(),
+        ]);
+        let search = || self.llm_search(plan, chat);
+        if self.step(kforge_optimize::search::Step::Llm, &hash, &LLM_OUTPUTS[..1], search)?.is_none() {
+            return Ok(None);
+        }
+        let path = self.out.join(LLM_OUTPUTS[0]);
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        Ok(Some(serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?))
+    }
+
+    fn llm_search(&self, plan: &LlmPlan, chat: &dyn Chat) -> Result<Work> {
+        let dir = self.out.join("llm");
+        std::fs::create_dir_all(dir.join("candidates")).with_context(|| format!("creating {}", dir.display()))?;
+        let policy = dir.join("policy.toml");
+        std::fs::write(&policy, self.llm_policy()?).with_context(|| format!("writing {}", policy.display()))?;
+        let source = String::from_utf8_lossy(&self.source).into_owned();
+        let ctx = ProblemContext::new(&self.question.problem, &source, self.run.plan.baseline.mode(), self.llm_device());
+        let judge = VerifyJudge { run: self, dir: &dir, policy: &policy, seconds: Mutex::new(0.0) };
+        let observer = Journaling { run: self, dir: &dir, judged: AtomicU64::new(0) };
+        let outcome = kforge_agents::search(&ctx, &plan.config, chat, &judge, &observer);
+        let report = self.llm_report(plan, &outcome, &dir)?;
+        let body = serde_json::to_string_pretty(&outcome).context("serializing the search's outcome")?;
+        std::fs::write(dir.join("outcome.json"), body).with_context(|| format!("writing {}", dir.display()))?;
+        let body = serde_json::to_string_pretty(&report).context("serializing the llm report")?;
+        let path = self.out.join(LLM_OUTPUTS[0]);
+        std::fs::write(&path, body).with_context(|| format!("writing {}", path.display()))?;
+        let seconds = *judge.seconds.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(Work { region_s: Some(seconds), outcome: Some(report.stop.clone()) })
+    }
+
+    /// The family's verify policy: the problem's own (`PROBLEM.toml` beside it), gate 4 against
+    /// the run's baseline.
+    fn llm_policy(&self) -> Result<String> {
+        let own = self.problem.with_extension("toml");
+        let mut text = format!("baseline_mode = \"{}\"\n", self.run.plan.baseline.mode());
+        if own.is_file() {
+            let body = std::fs::read_to_string(&own).with_context(|| format!("reading {}", own.display()))?;
+            if body.lines().any(|l| l.trim_start().starts_with("baseline_mode")) {
+                return Ok(body);
+            }
+            text.push_str(&body);
+        }
+        Ok(text)
+    }
+
+    fn llm_device(&self) -> String {
+        if self.run.plan.gpu {
+            "cuda (NVIDIA GPU)".into()
+        } else {
+            "cpu (Triton kernels run in Triton's interpreter)".into()
+        }
+    }
+
+    /// The report of the family from the search's outcome; the best candidate's file copied to
+    /// `llm/model_new.py`.
+    fn llm_report(&self, plan: &LlmPlan, o: &SearchOutcome, dir: &Path) -> Result<LlmReport> {
+        let candidates: Vec<LlmCandidate> = o.candidates.iter().map(|(c, j)| summary(c, j, dir)).collect();
+        let result = match &o.best {
+            Some(best) => {
+                let from = dir.join("candidates").join(format!("{best}.py"));
+                let to = self.out.join(LLM_OUTPUTS[1]);
+                std::fs::copy(&from, &to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
+                Some(to.display().to_string())
+            }
+            None => None,
+        };
+        let s = &o.stats;
+        let (stop, error) = kforge_agents::stop_words(&o.stop);
+        let mut report = LlmReport {
+            endpoint: plan.provider.url.clone(),
+            model: plan.provider.model.clone(),
+            replayed_from: plan.replay,
+            iterations: s.iterations,
+            stop,
+            error,
+            candidates,
+            best: o.best.clone(),
+            usage: LlmUsage {
+                malformed: s.malformed,
+                executor_retries: s.executor_retries,
+                duplicates: s.duplicates,
+                meltdowns: s.meltdowns,
+                ..LlmUsage::default()
+            },
+            decision: None,
+            result,
+        };
+        report.decision = Some(report.decide(self.run.plan.gpu));
+        Ok(report)
+    }
+}
+
+/// A judged candidate as the report lists it.
+fn summary(c: &Candidate, j: &Judgement, dir: &Path) -> LlmCandidate {
+    let (verdict, gate, exploit, speedup, ci95) = verdict_columns(&j.verdict);
+    LlmCandidate {
+        id: c.id.clone(),
+        strategy: c.strategy.clone(),
+        verdict,
+        gate,
+        exploit,
+        speedup,
+        ci95,
+        duplicate_of: c.duplicate_of.clone(),
+        source: dir.join("candidates").join(format!("{}.py", c.id)).display().to_string(),
+    }
+}
+
+type Columns = (String, Option<String>, bool, Option<f64>, Option<[f64; 2]>);
+
+/// A verdict as the journal's and the report's columns: its word, the rejecting gate, whether
+/// an exploit check rejected it, the speedup and its interval.
+fn verdict_columns(v: &Verdict) -> Columns {
+    match v {
+        Verdict::Accepted { speedup: Some(s), ci95 } => ("accepted".into(), None, false, Some(*s), *ci95),
+        Verdict::Accepted { speedup: None, .. } => ("passed-without-performance".into(), None, false, None, None),
+        Verdict::Rejected { gate, exploit, .. } => ("rejected".into(), Some(gate.clone()), *exploit, None, None),
+        Verdict::CouldNotRun { .. } => ("could-not-run".into(), None, false, None, None),
+    }
+}
+
+/// `kforge verify` as the search's judge: each candidate saved under `llm/candidates/` and
+/// verified there, or its verdict taken from the journal when a resumed run had judged it.
+struct VerifyJudge<'a> {
+    run: &'a ProblemRun<'a>,
+    dir: &'a Path,
+    policy: &'a Path,
+    /// Wall seconds of the verifications (the step's device seconds).
+    seconds: Mutex<f64>,
+}
+
+impl Judge for VerifyJudge<'_> {
+    fn judge(&self, c: &Candidate) -> Judgement {
+        let file = self.dir.join("candidates").join(format!("{}.py", c.id));
+        if let Err(e) = std::fs::write(&file, &c.source) {
+            return could_not_run(format!("saving the candidate {}: {e}", file.display()));
+        }
+        match self.run.run.journal.judged_llm(&self.run.question.problem, &c.hash) {
+            Ok(Some(row)) => return judgement_of(&row),
+            Ok(None) => {}
+            Err(e) => return could_not_run(format!("reading the journal: {e}")),
+        }
+        let t0 = Instant::now();
+        let judged = self.verify(&file).unwrap_or_else(|e| could_not_run(format!("{e:#}")));
+        *self.seconds.lock().unwrap_or_else(|e| e.into_inner()) += t0.elapsed().as_secs_f64();
+        judged
+    }
+}
+
+impl VerifyJudge<'_> {
+    /// `kforge verify PROBLEM FILE --policy llm/policy.toml --json FILE.verdict.json` (this
+    /// binary), its verdict read back.
+    fn verify(&self, file: &Path) -> Result<Judgement> {
+        let (a, gpu) = (self.run.run.a, self.run.run.plan.gpu);
+        let verdict = file.with_extension("verdict.json");
+        let mut cmd = Command::new(crate::output::this_binary()?);
+        cmd.arg("--socket").arg(self.run.run.socket).arg("verify").arg(self.run.problem).arg(file);
+        cmd.arg("--policy").arg(self.policy).args(["--size", &a.size, "--python", &a.python]);
+        cmd.arg("--json").arg(&verdict).args(["--device", if gpu { a.device.as_str() } else { "cpu" }]);
+        if !gpu {
+            cmd.arg("--no-performance");
+        }
+        if a.daemon {
+            cmd.arg("--daemon");
+        }
+        let o = cmd.output().context("running kforge verify")?;
+        let text = std::fs::read_to_string(&verdict).with_context(|| {
+            format!("kforge verify wrote no verdict ({}): {}", o.status, super::last_lines(&String::from_utf8_lossy(&o.stderr)))
+        })?;
+        let v: kforge_verify::verdict::Verdict =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", verdict.display()))?;
+        Ok(judgement_from_verdict(&v))
+    }
+}
+
+fn could_not_run(reason: String) -> Judgement {
+    Judgement { feedback: format!("the harness could not run the candidate: {reason}"), verdict: Verdict::CouldNotRun { reason } }
+}
+
+/// The verdict's outcome as the search's, with what is fed back to the model: the rejecting
+/// check and its evidence, or why it could not run (the traceback's last lines), bounded.
+pub fn judgement_from_verdict(v: &kforge_verify::verdict::Verdict) -> Judgement {
+    use kforge_verify::verdict::Outcome;
+    let checks = || v.gates.iter().flat_map(|g| g.checks.iter());
+    match v.outcome {
+        Outcome::Accepted | Outcome::PassedWithoutPerformance => {
+            let perf = checks().find(|c| c.gate == "performance" && c.name == "speedup");
+            let speedup = perf.and_then(|c| c.evidence["speedup"].as_f64());
+            let ci95 = perf.and_then(|c| Some([c.evidence["ci95"][0].as_f64()?, c.evidence["ci95"][1].as_f64()?]));
+            let speedup = speedup.filter(|_| v.outcome == Outcome::Accepted);
+            let feedback = match speedup {
+                Some(s) => format!("accepted: {s:.3}x against the baseline"),
+                None => "correct: every gate that ran passed (not timed)".into(),
+            };
+            Judgement { verdict: Verdict::Accepted { speedup, ci95 }, feedback }
+        }
+        Outcome::Rejected => {
+            let gate = v.rejected_by.clone().unwrap_or_else(|| "unknown".into());
+            let evidence = checks()
+                .find(|c| format!("{}:{}", c.gate, c.name) == gate)
+                .map(|c| c.evidence.to_string())
+                .unwrap_or_default();
+            let exploit = is_exploit(&gate);
+            let reason = bounded(&format!("{evidence} {}", cause_text(v)), 1500);
+            let feedback = format!("rejected by the check {gate}: {reason}");
+            Judgement { verdict: Verdict::Rejected { gate, reason, exploit }, feedback }
+        }
+        Outcome::CouldNotRun => {
+            let reason = bounded(&format!("{} {}", v.error.clone().unwrap_or_default(), cause_text(v)), 1500);
+            could_not_run(reason)
+        }
+    }
+}
+
+/// Whether the rejecting check is one of the exploit defences (a cheat, not a mistake): the
+/// exploit gate, torch compute where a kernel was asked for, or a static finding other than a
+/// syntax error.
+fn is_exploit(gate: &str) -> bool {
+    let (g, check) = gate.split_once(':').unwrap_or((gate, ""));
+    g == "exploits" || (g == "dispatch" && check == "torch-compute") || (g == "static" && check != "syntax")
+}
+
+fn cause_text(v: &kforge_verify::verdict::Verdict) -> String {
+    let Some(c) = &v.cause else { return String::new() };
+    let mut t = c.message.clone();
+    if !c.traceback.is_empty() {
+        t.push_str("\n");
+        t.push_str(&c.traceback.join("\n"));
+    }
+    t
+}
+
+/// At most `n` characters of `text`, its end kept (where a traceback says what failed).
+fn bounded(text: &str, n: usize) -> String {
+    let text = text.trim();
+    let count = text.chars().count();
+    if count <= n {
+        return text.to_string();
+    }
+    let tail: String = text.chars().skip(count - n).collect();
+    format!("[… {} chars cut] {tail}", count - n)
+}
+
+/// A journaled verdict as the judge's (a resumed search).
+fn judgement_of(row: &LlmCandidateRow) -> Judgement {
+    let verdict = match row.verdict.as_str() {
+        "accepted" | "passed-without-performance" => Verdict::Accepted { speedup: row.speedup, ci95: None },
+        "rejected" => Verdict::Rejected {
+            gate: row.gate.clone().unwrap_or_default(),
+            reason: row.reason.clone().unwrap_or_default(),
+            exploit: row.exploit,
+        },
+        _ => Verdict::CouldNotRun { reason: row.reason.clone().unwrap_or_default() },
+    };
+    Judgement { verdict, feedback: row.feedback.clone() }
+}
+
+/// The search's observer: progress lines, and every judged candidate journaled the moment its
+/// verdict arrives (its source saved beside it).
+struct Journaling<'a> {
+    run: &'a ProblemRun<'a>,
+    dir: &'a Path,
+    judged: AtomicU64,
+}
+
+impl Observer for Journaling<'_> {
+    fn on_candidate(&self, c: &Candidate, j: &Judgement) {
+        let source = self.dir.join("candidates").join(format!("{}.py", c.id));
+        if !source.exists() {
+            std::fs::write(&source, &c.source).ok(); // a duplicate: saved, never judged
+        }
+        let (verdict, gate, exploit, speedup, _) = verdict_columns(&j.verdict);
+        let reason = match &j.verdict {
+            Verdict::Rejected { reason, .. } | Verdict::CouldNotRun { reason } => Some(reason.clone()),
+            Verdict::Accepted { .. } => None,
+        };
+        let row = LlmCandidateRow {
+            id: 0,
+            run: 0,
+            problem: self.run.question.problem.clone(),
+            candidate: c.id.clone(),
+            iteration: c.iteration,
+            chain: c.chain,
+            plan: c.plan,
+            attempt: c.attempt,
+            strategy: c.strategy.clone(),
+            content_hash: c.hash.clone(),
+            source: source.display().to_string(),
+            parent: c.parent.clone(),
+            duplicate_of: c.duplicate_of.clone(),
+            verdict: verdict.clone(),
+            gate: gate.clone(),
+            reason,
+            exploit,
+            speedup,
+            feedback: j.feedback.clone(),
+            judged_ns: now_ns(),
+        };
+        if let Err(e) = self.run.run.journal.llm_candidate(&row) {
+            self.run.progress(&format!("llm: journaling {} failed: {e}", c.id));
+        }
+        let n = self.judged.fetch_add(1, Ordering::SeqCst) + 1;
+        let why = gate.map(|g| format!(" by {g}{}", if exploit { " (exploit)" } else { "" })).unwrap_or_default();
+        self.run.progress(&format!("llm: candidate {} ({}) {verdict}{why} [{n} judged]", c.id, c.strategy));
+    }
+
+    fn progress(&self, text: &str) {
+        self.run.progress(&format!("llm: {text}"));
+    }
+}
