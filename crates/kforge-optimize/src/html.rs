@@ -147,6 +147,7 @@ pub fn problem_html(r: &Report) -> String {
     body.push_str(&variants_table(r));
     body.push_str(&beam_section(r));
     body.push_str(&config_section(r));
+    body.push_str(&llm_section(r));
     page(&format!("kforge optimize: {}", q.problem), &body)
 }
 
@@ -226,6 +227,50 @@ fn config_section(r: &Report) -> String {
             escape(&m.baseline)
         );
     }
+    s
+}
+
+/// The LLM agents' search: every candidate with its verdict (cheats marked), the best one, the
+/// cost of the calls.
+fn llm_section(r: &Report) -> String {
+    let Some(l) = &r.llm else { return String::new() };
+    let mut s = format!(
+        "<h2>The LLM agents: {} on {}</h2><p>{} iteration(s), stopped: {}.",
+        escape(&l.model),
+        escape(&l.endpoint),
+        l.iterations,
+        escape(&l.stop)
+    );
+    if let Some(run) = l.replayed_from {
+        let _ = write!(s, " Replayed from run {run}'s recorded replies.");
+    }
+    if let Some(e) = &l.error {
+        let _ = write!(s, " <b>Provider failed</b>: {}.", escape(e));
+    }
+    s.push_str("</p><table><tr><th>candidate</th><th>strategy</th><th>verdict</th><th>check</th><th>speedup</th></tr>");
+    for c in &l.candidates {
+        let check = match (&c.duplicate_of, &c.gate) {
+            (Some(d), _) => format!("duplicate of {}", escape(d)),
+            (None, Some(g)) => format!("{}{}", escape(g), if c.exploit { " <b>(exploit)</b>" } else { "" }),
+            (None, None) => String::new(),
+        };
+        let best = if l.best.as_ref() == Some(&c.id) { " <b>(best)</b>" } else { "" };
+        let _ = write!(
+            s,
+            "<tr><td>{}{best}</td><td>{}</td><td>{}</td><td>{check}</td><td>{}</td></tr>",
+            escape(&c.id),
+            escape(&c.strategy),
+            escape(&c.verdict),
+            c.speedup.map(|x| format!("{x:.3}x")).unwrap_or_else(|| "-".into())
+        );
+    }
+    let u = &l.usage;
+    let _ = write!(
+        s,
+        "</table><p class=\"note\">{} calls ({} replayed, {} retried), {} tokens, ${:.4}; {} malformed replies fed back, \
+         {} executor retries, {} duplicates, {} meltdowns.</p>",
+        u.calls, u.replayed, u.retries, u.tokens, u.usd, u.malformed, u.executor_retries, u.duplicates, u.meltdowns
+    );
     s
 }
 
@@ -437,6 +482,25 @@ mod tests {
         assert_self_contained(&html);
         assert_eq!(html.matches("class=\"bar\"").count(), 4, "round 1 and round 2");
         assert!(html.contains("beam: round 2 found &lt;none&gt;") && html.contains("config: needs a GPU"), "{html}");
+        assert!(!html.contains("The LLM agents"));
+        r.llm = Some(crate::llm::LlmReport {
+            model: "m<1>".into(),
+            candidates: vec![crate::llm::LlmCandidate {
+                id: "i1-c0-p0-a0".into(),
+                strategy: "skip-work".into(),
+                verdict: "rejected".into(),
+                gate: Some("exploits:ghost-replay".into()),
+                exploit: true,
+                speedup: None,
+                ci95: None,
+                duplicate_of: None,
+                source: "llm/candidates/i1-c0-p0-a0.py".into(),
+            }],
+            ..crate::llm::LlmReport::default()
+        });
+        let html = problem_html(&r);
+        assert!(html.contains("The LLM agents: m&lt;1&gt;") && html.contains("exploits:ghost-replay <b>(exploit)</b>"));
+        r.llm = None;
         // A config measurement: a row per kernel, the largest share first, a won kernel's share
         // after its own speedup.
         let m = crate::ConfigMeasurement::parse(include_str!("../testdata/config.json")).unwrap();

@@ -179,11 +179,7 @@ fn plan(a: &OptimizeArgs) -> Result<Plan> {
         d => bail!("--device must be auto, cpu or a GPU index, got {d:?}"),
     };
     check_agents(&agents, gpu)?;
-    let llm = if agents.contains(&Agent::Llm) {
-        Some(llm::LlmPlan::new(&a.llm)?)
-    } else {
-        None
-    };
+    let llm = if agents.contains(&Agent::Llm) { Some(llm::LlmPlan::new(&a.llm)?) } else { None };
     Ok(Plan { agents, baseline: a.baseline.into(), gpu, budget, jobs: a.jobs as usize, beam_width: a.beam_width, llm })
 }
 

@@ -123,7 +123,8 @@ impl LlmPlan {
             problem_tokens: a.llm_problem_max_tokens,
             problem_usd: a.llm_problem_max_usd,
         };
-        let params = Params { temperature: a.llm_temperature, max_tokens: Some(a.llm_max_reply_tokens), seed: a.llm_seed };
+        let params =
+            Params { temperature: a.llm_temperature, max_tokens: Some(a.llm_max_reply_tokens), seed: a.llm_seed };
         let config = LoopConfig {
             model: provider.model.clone(),
             params,
@@ -150,8 +151,9 @@ impl LlmPlan {
         let cache = Cache::open(journal_path, run as i64, mode)
             .with_context(|| format!("opening the replay cache in {}", journal_path.display()))?;
         let meter = Arc::new(Meter::new(self.limits.clone(), self.provider.price));
-        Ok(Client::new(self.provider.clone(), meter, Arc::new(cache))
-            .with_progress(Box::new(|scope, p| eprintln!("kforge optimize: {}: {} writing… {} chars", scope.problem, scope.role, p.chars))))
+        Ok(Client::new(self.provider.clone(), meter, Arc::new(cache)).with_progress(Box::new(|scope, p| {
+            eprintln!("kforge optimize: {}: {} writing… {} chars", scope.problem, scope.role, p.chars)
+        })))
     }
 
     /// What decides the llm step's output besides the problem: the endpoint, the model, the
@@ -188,7 +190,8 @@ impl ProblemRun<'_> {
         let policy = dir.join("policy.toml");
         std::fs::write(&policy, self.llm_policy()?).with_context(|| format!("writing {}", policy.display()))?;
         let source = String::from_utf8_lossy(&self.source).into_owned();
-        let ctx = ProblemContext::new(&self.question.problem, &source, self.run.plan.baseline.mode(), self.llm_device());
+        let ctx =
+            ProblemContext::new(&self.question.problem, &source, self.run.plan.baseline.mode(), self.llm_device());
         let judge = VerifyJudge { run: self, dir: &dir, policy: &policy, seconds: Mutex::new(0.0) };
         let observer = Journaling { run: self, dir: &dir, judged: AtomicU64::new(0) };
         let outcome = kforge_agents::search(&ctx, &plan.config, chat, &judge, &observer);
@@ -339,7 +342,11 @@ impl VerifyJudge<'_> {
         }
         let o = cmd.output().context("running kforge verify")?;
         let text = std::fs::read_to_string(&verdict).with_context(|| {
-            format!("kforge verify wrote no verdict ({}): {}", o.status, super::last_lines(&String::from_utf8_lossy(&o.stderr)))
+            format!(
+                "kforge verify wrote no verdict ({}): {}",
+                o.status,
+                super::last_lines(&String::from_utf8_lossy(&o.stderr))
+            )
         })?;
         let v: kforge_verify::verdict::Verdict =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", verdict.display()))?;
@@ -348,7 +355,10 @@ impl VerifyJudge<'_> {
 }
 
 fn could_not_run(reason: String) -> Judgement {
-    Judgement { feedback: format!("the harness could not run the candidate: {reason}"), verdict: Verdict::CouldNotRun { reason } }
+    Judgement {
+        feedback: format!("the harness could not run the candidate: {reason}"),
+        verdict: Verdict::CouldNotRun { reason },
+    }
 }
 
 /// The verdict's outcome as the search's, with what is fed back to the model: the rejecting
