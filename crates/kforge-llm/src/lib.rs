@@ -10,6 +10,8 @@
 //! another provider.
 
 pub mod chat;
+pub mod config;
+pub mod wire;
 
 pub use chat::{Arguments, FinishReason, Message, Params, Reply, Request, Role, Tool, ToolCall, Usage};
 
