@@ -9,8 +9,10 @@
 //! A failing provider stops the agent with an error that says why; nothing here switches to
 //! another provider.
 
+pub mod budget;
 pub mod chat;
 pub mod config;
+pub mod replay;
 pub mod wire;
 
 pub use chat::{Arguments, FinishReason, Message, Params, Reply, Request, Role, Tool, ToolCall, Usage};
