@@ -247,6 +247,14 @@ impl Meter {
         add(ledger.spent.problems.entry(problem).or_default(), usage, usd);
     }
 
+    /// Charges a call that was not admitted now: one answered from a killed run's records on
+    /// `--resume` (that run spent it, and the budget is the run's).
+    pub fn charge_recorded(&self, scope: &Scope, usage: &Usage, usd: f64) {
+        let mut ledger = self.ledger();
+        add(&mut ledger.spent.total, usage, usd);
+        add(ledger.spent.problems.entry(scope.problem.clone()).or_default(), usage, usd);
+    }
+
     /// What was spent so far.
     pub fn spent(&self) -> Spending {
         self.ledger().spent.clone()

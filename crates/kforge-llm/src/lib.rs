@@ -11,11 +11,13 @@
 
 pub mod budget;
 pub mod chat;
+pub mod client;
 pub mod config;
 pub mod replay;
 pub mod wire;
 
 pub use chat::{Arguments, FinishReason, Message, Params, Reply, Request, Role, Tool, ToolCall, Usage};
+pub use client::{Client, Progress, Stats};
 
 /// Who is asking: the problem (per-problem budgets count by it) and the agent's role
 /// (`planner`, `executor`, …), recorded beside the call.
@@ -67,6 +69,10 @@ pub enum LlmError {
         "replay of run {run}: no recorded answer for request {key} (occurrence {occurrence}) ({role} of {problem})"
     )]
     NotRecorded { run: i64, key: String, occurrence: u32, problem: String, role: String },
+    /// `--replay`: the recorded run's call failed here (no reply was recorded), so the replay
+    /// fails the same way.
+    #[error("replay of run {run}: the recorded call {key} (occurrence {occurrence}) failed: {error}")]
+    RecordedFailure { run: i64, key: String, occurrence: u32, error: String },
     /// The provider configuration is unusable.
     #[error("LLM configuration: {0}")]
     Config(String),
