@@ -4,8 +4,10 @@
 //!
 //! Retried: HTTP 408, 429, 500, 502, 503, 504 (also as a 200 body's `{"error": {"code": …}}`),
 //! timeouts and transport errors, up to `max_attempts`, waiting `base·2^(n−1)` (capped) or the
-//! server's `Retry-After` seconds (capped). A 400 that mentions `seed` while a seed was sent is
-//! sent once more without it, and no seed is sent again. Nothing here ever switches to another
+//! server's `Retry-After` seconds (capped; an HTTP-date `Retry-After` is not read). A 400 (or
+//! 422) that mentions `seed` while a seed was sent is sent once more without it, and no seed is
+//! sent again. `timeout_s` bounds each attempt as a whole (a streamed reply included).
+//! The progress callback is called for streamed replies only. Nothing here ever switches to another
 //! provider.
 
 use std::io::BufRead;
@@ -16,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::budget::{Hold, Meter};
-use crate::chat::{Reply, Request};
+use crate::chat::{Reply, Request, Usage};
 use crate::config::ProviderConfig;
 use crate::replay::{self, Cache, CallRow, FailureRow, Lookup, Mode, NewCall};
 use crate::wire::{self, BodyOptions, Line, WireError};
@@ -210,9 +212,14 @@ impl Client {
     /// Answers from a recorded call: recorded again under this run (marked replayed) unless
     /// it is this run's own row; on `--resume` the budget is charged what the killed run spent.
     fn answer_recorded(&self, row: CallRow, request: &Request, scope: &Scope) -> Result<Answer, LlmError> {
-        let reply = row.reply().map_err(|problem| LlmError::Cache { path: "replay cache".into(), problem })?;
+        let reply = row.reply().map_err(|problem| LlmError::Cache { path: self.cache.path().into(), problem })?;
         if let Mode::Resume { .. } = self.cache.mode() {
-            self.meter.charge_recorded(scope, &reply.usage, row.usd);
+            let spent = Usage {
+                prompt_tokens: row.prompt_tokens,
+                completion_tokens: row.completion_tokens,
+                estimated: row.estimated,
+            };
+            self.meter.charge_recorded(scope, &spent, row.usd);
         }
         let call = if row.run == self.cache.run() {
             row.id
@@ -240,7 +247,7 @@ impl Client {
     fn fail_recorded(&self, f: FailureRow, scope: &Scope) -> Result<Answer, LlmError> {
         let empty = match &f.reply {
             Some(json) => Some(serde_json::from_str::<Reply>(json).map_err(|e| LlmError::Cache {
-                path: "replay cache".into(),
+                path: self.cache.path().into(),
                 problem: format!("failure {}: the recorded reply does not read: {e}", f.id),
             })?),
             None => None,
@@ -278,7 +285,7 @@ impl Client {
             };
             match failure {
                 Failure::Final(e) => return Err(e),
-                Failure::Status { status: 400, body } if seed && body.to_lowercase().contains("seed") => {
+                Failure::Status { status: 400 | 422, body } if seed && body.to_lowercase().contains("seed") => {
                     // Not a provider switch: the same provider, the same request without a seed.
                     self.seed_rejected.store(true, Ordering::Relaxed);
                     self.tally().seed_rejected += 1;
@@ -330,7 +337,8 @@ impl Client {
             self.read_stream(url, body.into_reader(), scope, prompt_chars, started, attempt)?
         } else {
             let text = body.read_to_string().map_err(|e| self.transport(url, e))?;
-            if text.trim_start().starts_with("data:") {
+            let start = text.trim_start();
+            if start.starts_with("data:") || start.starts_with(':') {
                 self.read_stream(url, text.as_bytes(), scope, prompt_chars, started, attempt)?
             } else {
                 wire::parse_reply(&text, prompt_chars)

@@ -1,10 +1,12 @@
 //! OpenAI-compatible chat completions for kforge's LLM agents.
 //!
 //! - [`chat`]: the vocabulary (messages, tools, requests, tolerant replies).
+//! - [`config`]: which provider, from flags, the environment and a TOML file.
+//! - [`wire`]: the OpenAI wire format (request bodies; replies read tolerantly, streamed or not).
 //! - [`Chat`]: what an agent calls. Its implementation here ([`client::Client`]) sends requests
 //!   over HTTP with retries and backoff, charges a [`budget::Meter`], and records every call in
 //!   the [`replay::Cache`]; with `--replay RUN` it answers from that run's records, spending
-//!   nothing.
+//!   nothing, and with `--resume` from a killed run's records where it has them.
 //!
 //! A failing provider stops the agent with an error that says why; nothing here switches to
 //! another provider.
@@ -37,12 +39,14 @@ pub struct Answer {
     pub replayed: bool,
     /// Money charged for this call, from the model's prices (0 when replayed or unpriced).
     pub usd: f64,
-    /// The call's row in the replay cache.
+    /// The call's row in the replay cache (`llm_calls.id`; 0 for an empty reply, which is
+    /// recorded only in `llm_failures`).
     pub call: i64,
 }
 
 /// What an agent calls to talk to a model.
 pub trait Chat: Send + Sync {
+    /// One call: the reply, or why there is none.
     fn chat(&self, request: &Request, scope: &Scope) -> Result<Answer, LlmError>;
 }
 

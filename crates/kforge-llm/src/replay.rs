@@ -180,6 +180,11 @@ impl Cache {
         self.run
     }
 
+    /// The SQLite file.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
     /// Where answers come from.
     pub fn mode(&self) -> Mode {
         self.mode
