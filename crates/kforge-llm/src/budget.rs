@@ -18,31 +18,42 @@ use crate::{LlmError, Scope};
 /// The limits; `None`: unlimited.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct Limits {
+    /// Tokens (prompt + completion) of all calls of the run.
     pub run_tokens: Option<u64>,
+    /// US dollars of all calls of the run.
     pub run_usd: Option<f64>,
+    /// Tokens of the calls of any one problem.
     pub problem_tokens: Option<u64>,
+    /// US dollars of the calls of any one problem.
     pub problem_usd: Option<f64>,
 }
 
 /// What was spent: calls charged, tokens (prompt + completion), US dollars.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct Spent {
+    /// Calls charged.
     pub calls: u64,
+    /// Prompt plus completion tokens.
     pub tokens: u64,
+    /// US dollars.
     pub usd: f64,
 }
 
 /// What the run spent, in all and per problem.
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct Spending {
+    /// All calls.
     pub total: Spent,
+    /// The calls of each problem (by [`Scope::problem`]).
     pub problems: BTreeMap<String, Spent>,
 }
 
 /// The unit of a limit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Unit {
+    /// Prompt plus completion tokens.
     Tokens,
+    /// US dollars.
     Usd,
 }
 
@@ -51,7 +62,9 @@ pub enum Unit {
 pub struct Left {
     /// E.g. `tokens of the run`, `usd of problem level1/a.py`.
     pub what: String,
+    /// What the limit counts.
     pub unit: Unit,
+    /// The limit, in `unit`.
     pub limit: f64,
     /// Spent plus held by calls in flight.
     pub spent: f64,
@@ -71,6 +84,7 @@ impl Left {
 /// The limits that apply to a scope now, each with what is left.
 #[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct Allowance {
+    /// Every limit that applies (none: unlimited).
     pub limits: Vec<Left>,
 }
 

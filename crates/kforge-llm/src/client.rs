@@ -60,6 +60,7 @@ pub struct Stats {
     pub failures: u64,
     /// Tokens spent (replayed calls spend none).
     pub tokens: u64,
+    /// US dollars spent.
     pub usd: f64,
 }
 

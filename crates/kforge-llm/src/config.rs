@@ -31,7 +31,9 @@ use crate::LlmError;
 /// A model's prices in US dollars per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize, serde::Serialize)]
 pub struct Price {
+    /// Per million prompt tokens.
     pub input_usd_per_mtok: f64,
+    /// Per million completion tokens (reasoning tokens included).
     pub output_usd_per_mtok: f64,
 }
 
@@ -49,6 +51,7 @@ pub struct ProviderConfig {
     /// The API's base, e.g. `http://127.0.0.1:8000/v1` (no trailing `/`); requests go to
     /// `{url}/chat/completions`.
     pub url: String,
+    /// The `model` of every request.
     pub model: String,
     /// Sent as `Authorization: Bearer …` when set.
     pub api_key: Option<String>,

@@ -104,14 +104,23 @@ pub enum Lookup {
 /// A call to record.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewCall<'a> {
+    /// Who asked.
     pub scope: &'a Scope,
+    /// The request's [`key`].
     pub key: &'a str,
+    /// Its occurrence in this run ([`Cache::next_occurrence`]).
     pub occurrence: u32,
+    /// What was asked.
     pub request: &'a Request,
+    /// What came back.
     pub reply: &'a Reply,
+    /// What it cost.
     pub usd: f64,
+    /// HTTP attempts made.
     pub attempts: u32,
+    /// Seconds from the first attempt to the reply.
     pub latency_s: f64,
+    /// Answered from another run's records.
     pub replayed: bool,
 }
 

@@ -385,3 +385,47 @@ fn a_server_that_cannot_be_reached_is_retried_then_named() {
         "{e}"
     );
 }
+
+#[test]
+fn callers_in_parallel_cannot_together_pass_a_budget() {
+    // The first admitted call holds the whole run's allowance until it is charged, so exactly
+    // one call reaches the server however the four threads interleave.
+    let server = Server::start(vec![json_reply("one", 40, 60)]);
+    let dir = tempfile::tempdir().unwrap();
+    let limits = Limits { run_tokens: Some(100), ..Limits::default() };
+    let (client, meter, cache) = client(config(&server.url), &dir.path().join("j.db"), 1, Mode::Record, limits);
+    let client = Arc::new(client);
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let client = client.clone();
+            std::thread::spawn(move || client.chat(&request(&format!("executor {i}")), &scope()))
+        })
+        .collect();
+    let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let answered = results.iter().filter(|r| r.is_ok()).count();
+    let refused = results.iter().filter(|r| matches!(r, Err(LlmError::Budget { .. }))).count();
+    assert_eq!((answered, refused), (1, 3), "{results:?}");
+    assert_eq!(server.requests().len(), 1);
+    assert_eq!(meter.spent().total.tokens, 100);
+    assert_eq!(cache.calls(1).unwrap().len(), 1);
+}
+
+#[test]
+fn a_200_carrying_a_rate_limit_error_is_retried() {
+    let error = r#"{"error":{"message":"Rate limit exceeded: free-models-per-min","code":429},"user_id":"u"}"#;
+    let server = Server::start(vec![http("200 OK", &[], "application/json", error), json_reply("ok", 1, 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let (client, _, _) = client(config(&server.url), &dir.path().join("j.db"), 1, Mode::Record, Limits::default());
+    let answer = client.chat(&request("hi"), &scope()).unwrap();
+    assert_eq!((answer.reply.content.as_str(), answer.attempts), ("ok", 2));
+}
+
+#[test]
+fn a_server_ignoring_stream_still_replies() {
+    let server = Server::start(vec![json_reply("not streamed", 2, 2)]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(&server.url);
+    c.stream = true;
+    let (client, _, _) = client(c, &dir.path().join("j.db"), 1, Mode::Record, Limits::default());
+    assert_eq!(client.chat(&request("hi"), &scope()).unwrap().reply.content, "not streamed");
+}
