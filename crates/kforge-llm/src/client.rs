@@ -254,7 +254,13 @@ impl Client {
             None => None,
         };
         self.cache.record_failure(scope, &f.key, f.occurrence, &f.error, empty.as_ref())?;
-        self.tally().failures += 1;
+        let mut t = self.tally();
+        t.failures += 1;
+        if empty.is_some() {
+            // As when recorded: an answer (replayed) and a failure.
+            t.calls += 1;
+            t.replayed += 1;
+        }
         match empty {
             Some(reply) => Ok(Answer { reply, attempts: 0, replayed: true, usd: 0.0, call: 0 }),
             None => Err(LlmError::RecordedFailure { run: f.run, key: f.key, occurrence: f.occurrence, error: f.error }),

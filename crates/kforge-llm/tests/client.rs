@@ -338,7 +338,7 @@ fn replay_answers_with_zero_tokens_and_refuses_new_requests() {
         "{e}"
     );
     let stats = replayer.stats();
-    assert_eq!((stats.calls, stats.replayed, stats.attempts, stats.tokens), (2, 2, 0, 0));
+    assert_eq!((stats.calls, stats.replayed, stats.failures, stats.attempts, stats.tokens), (3, 3, 1, 0, 0));
     assert_eq!(meter.spent().total.tokens, 0);
     let rows = cache.calls(2).unwrap();
     assert_eq!(rows.len(), 2);
@@ -428,4 +428,37 @@ fn a_server_ignoring_stream_still_replies() {
     c.stream = true;
     let (client, _, _) = client(c, &dir.path().join("j.db"), 1, Mode::Record, Limits::default());
     assert_eq!(client.chat(&request("hi"), &scope()).unwrap().reply.content, "not streamed");
+}
+
+#[test]
+fn resume_within_the_same_run_records_nothing_twice() {
+    let server = Server::start(vec![json_reply("a", 1, 1), json_reply("b", 1, 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join("journal.db");
+    let (first, _, _) = client(config(&server.url), &journal, 7, Mode::Record, Limits::default());
+    let a = first.chat(&request("a"), &scope()).unwrap();
+    drop(first);
+    let (resumed, _, cache) = client(config(&server.url), &journal, 7, Mode::Resume { from: 7 }, Limits::default());
+    let again = resumed.chat(&request("a"), &scope()).unwrap();
+    assert_eq!((again.call, again.reply.content.as_str()), (a.call, "a"));
+    resumed.chat(&request("b"), &scope()).unwrap();
+    let rows = cache.calls(7).unwrap();
+    let contents: Vec<String> = rows.iter().map(|r| r.reply().unwrap().content).collect();
+    assert_eq!(contents, ["a", "b"]);
+}
+
+#[test]
+fn a_reasoning_model_gets_max_completion_tokens_and_no_temperature() {
+    let server = Server::start(vec![json_reply("thought", 1, 1)]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(&server.url);
+    c.reasoning = true;
+    let (client, _, _) = client(c, &dir.path().join("j.db"), 1, Mode::Record, Limits::default());
+    client.chat(&request("think"), &scope()).unwrap();
+    let body = &server.requests()[0].body;
+    assert_eq!((body.get("temperature"), body.get("max_tokens")), (None, None));
+    assert_eq!(
+        (&body["max_completion_tokens"], &body["seed"], &body["model"]),
+        (&json!(4096), &json!(42), &json!("test-model"))
+    );
 }
