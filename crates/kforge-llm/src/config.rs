@@ -371,6 +371,9 @@ reasoning = true
         assert_eq!((c.url.as_str(), c.model.as_str()), ("http://flag:2/v1", "flagmodel"));
         let c = ProviderConfig::resolve(None, None, Some(f.path()), &env).unwrap();
         assert_eq!((c.url.as_str(), c.model.as_str()), ("http://env:1/v1", "envmodel"));
+        let by_name = env_of(&[("KFORGE_LLM_URL", "router"), ("ROUTER_KEY", "k")]);
+        let c = ProviderConfig::resolve(None, Some("m"), Some(f.path()), &by_name).unwrap();
+        assert_eq!(c.url, "https://openrouter.ai/api/v1", "KFORGE_LLM_URL may name an endpoint");
         let c = ProviderConfig::resolve(None, None, Some(f.path()), &env_of(&[])).unwrap();
         assert_eq!((c.url.as_str(), c.model.as_str()), ("http://127.0.0.1:8000/v1", "qwen"));
         assert_eq!((c.timeout_s, c.stream, c.max_attempts), (300.0, false, 5));
@@ -427,6 +430,9 @@ reasoning = true
         let typo = write("[endpoints.a]\nurl = \"http://x\"\ntimeout = 3\n");
         let e = message(ProviderConfig::resolve(None, Some("m"), Some(typo.path()), &none).unwrap_err());
         assert!(e.contains("line 3") && e.contains("timeout"), "{e}");
+        let default = write("default = \"b\"\n[endpoints.a]\nurl = \"http://x\"\n");
+        let e = message(ProviderConfig::resolve(None, Some("m"), Some(default.path()), &none).unwrap_err());
+        assert!(e.contains("default \"b\" is not an endpoint"), "{e}");
         let scheme = write("[endpoints.a]\nurl = \"localhost:8000\"\n");
         let e = message(ProviderConfig::resolve(None, Some("m"), Some(scheme.path()), &none).unwrap_err());
         assert!(e.contains("endpoint \"a\"") && e.contains("not an http"), "{e}");
