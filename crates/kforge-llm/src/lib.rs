@@ -1,17 +1,25 @@
 //! OpenAI-compatible chat completions for kforge's LLM agents.
 //!
 //! - [`chat`]: the vocabulary (messages, tools, requests, tolerant replies).
+//! - [`config`]: which provider, from flags, the environment and a TOML file.
+//! - [`wire`]: the OpenAI wire format (request bodies; replies read tolerantly, streamed or not).
 //! - [`Chat`]: what an agent calls. Its implementation here ([`client::Client`]) sends requests
 //!   over HTTP with retries and backoff, charges a [`budget::Meter`], and records every call in
 //!   the [`replay::Cache`]; with `--replay RUN` it answers from that run's records, spending
-//!   nothing.
+//!   nothing, and with `--resume` from a killed run's records where it has them.
 //!
 //! A failing provider stops the agent with an error that says why; nothing here switches to
 //! another provider.
 
+pub mod budget;
 pub mod chat;
+pub mod client;
+pub mod config;
+pub mod replay;
+pub mod wire;
 
 pub use chat::{Arguments, FinishReason, Message, Params, Reply, Request, Role, Tool, ToolCall, Usage};
+pub use client::{Client, Progress, Stats};
 
 /// Who is asking: the problem (per-problem budgets count by it) and the agent's role
 /// (`planner`, `executor`, …), recorded beside the call.
@@ -31,12 +39,14 @@ pub struct Answer {
     pub replayed: bool,
     /// Money charged for this call, from the model's prices (0 when replayed or unpriced).
     pub usd: f64,
-    /// The call's row in the replay cache.
+    /// The call's row in the replay cache (`llm_calls.id`; 0 for an empty reply, which is
+    /// recorded only in `llm_failures`).
     pub call: i64,
 }
 
 /// What an agent calls to talk to a model.
 pub trait Chat: Send + Sync {
+    /// One call: the reply, or why there is none.
     fn chat(&self, request: &Request, scope: &Scope) -> Result<Answer, LlmError>;
 }
 
@@ -63,6 +73,10 @@ pub enum LlmError {
         "replay of run {run}: no recorded answer for request {key} (occurrence {occurrence}) ({role} of {problem})"
     )]
     NotRecorded { run: i64, key: String, occurrence: u32, problem: String, role: String },
+    /// `--replay`: the recorded run's call failed here (no reply was recorded), so the replay
+    /// fails the same way.
+    #[error("replay of run {run}: the recorded call {key} (occurrence {occurrence}) failed: {error}")]
+    RecordedFailure { run: i64, key: String, occurrence: u32, error: String },
     /// The provider configuration is unusable.
     #[error("LLM configuration: {0}")]
     Config(String),
