@@ -214,7 +214,7 @@ struct Run<'a> {
     in_flight: InFlight,
     total: usize,
     /// The llm agent's client (its replay cache in the journal's file).
-    chat: Option<kforge_llm::client::Client>,
+    chat: Option<llm::LlmClient>,
 }
 
 /// One lock per step input in flight, so that problems running at once with identical inputs

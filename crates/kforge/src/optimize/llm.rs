@@ -15,9 +15,10 @@ use kforge_llm::budget::{Limits, Meter};
 use kforge_llm::client::Client;
 use kforge_llm::config::ProviderConfig;
 use kforge_llm::replay::{Cache, Mode};
-use kforge_llm::{Chat, Params};
+use kforge_llm::Params;
 use kforge_optimize::llm::{LlmCandidate, LlmReport, LlmUsage, LLM_OUTPUTS};
 use kforge_store::LlmCandidateRow;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -86,6 +87,28 @@ pub struct LlmArgs {
     llm_no_summarizer: bool,
 }
 
+/// The run's LLM client and its replay cache (read back for each problem's usage).
+pub struct LlmClient {
+    pub chat: Client,
+    cache: Arc<Cache>,
+}
+
+impl LlmClient {
+    /// What `problem`'s calls in this run cost, from the replay cache's rows.
+    fn usage(&self, problem: &str) -> Result<LlmUsage> {
+        let rows = self.cache.calls(self.cache.run()).context("reading the replay cache")?;
+        let mut u = LlmUsage::default();
+        for r in rows.iter().filter(|r| r.problem == problem) {
+            u.calls += 1;
+            u.replayed += u64::from(r.replayed);
+            u.retries += u64::from(r.attempts.saturating_sub(1));
+            u.tokens += r.prompt_tokens + r.completion_tokens;
+            u.usd += r.usd;
+        }
+        Ok(u)
+    }
+}
+
 /// What the llm step of every problem shares: the endpoint, the loop's settings, the budget.
 pub struct LlmPlan {
     provider: ProviderConfig,
@@ -140,20 +163,32 @@ impl LlmPlan {
         Ok(LlmPlan { provider, limits, config, replay: a.replay })
     }
 
-    /// The client of a run: its replay cache in the journal's file, in the mode the flags ask
+    /// The client of a run and its replay cache in the journal's file, in the mode the flags ask
     /// (`--replay RUN`; `--resume`: the previous run's replies first).
-    pub fn client(&self, journal_path: &Path, run: u64, before: Option<u64>, resume: bool) -> Result<Client> {
+    pub fn client(&self, journal_path: &Path, run: u64, before: Option<u64>, resume: bool) -> Result<LlmClient> {
         let mode = match (self.replay, before.filter(|_| resume)) {
             (Some(from), _) => Mode::Replay { from },
             (None, Some(from)) => Mode::Resume { from: from as i64 },
             (None, None) => Mode::Record,
         };
-        let cache = Cache::open(journal_path, run as i64, mode)
-            .with_context(|| format!("opening the replay cache in {}", journal_path.display()))?;
-        let meter = Arc::new(Meter::new(self.limits.clone(), self.provider.price));
-        Ok(Client::new(self.provider.clone(), meter, Arc::new(cache)).with_progress(Box::new(|scope, p| {
-            eprintln!("kforge optimize: {}: {} writing… {} chars", scope.problem, scope.role, p.chars)
-        })))
+        let cache = Arc::new(
+            Cache::open(journal_path, run as i64, mode)
+                .with_context(|| format!("opening the replay cache in {}", journal_path.display()))?,
+        );
+        let meter = Arc::new(Meter::new(self.limits.clone()));
+        // A line per call being written every 10 s, not one per streamed chunk.
+        let shown: Mutex<HashMap<(String, String), Instant>> = Mutex::new(HashMap::new());
+        let progress = move |scope: &kforge_llm::Scope, p: &kforge_llm::Progress| {
+            let mut shown = shown.lock().unwrap_or_else(|e| e.into_inner());
+            let last = shown.entry((scope.problem.clone(), scope.role.clone())).or_insert_with(Instant::now);
+            if last.elapsed().as_secs_f64() >= 10.0 {
+                *last = Instant::now();
+                let chars = p.content_chars + p.argument_chars;
+                eprintln!("kforge optimize: {}: llm: {} writing: {chars} chars in {:.0} s", scope.problem, scope.role, p.elapsed.as_secs_f64());
+            }
+        };
+        let chat = Client::builder(self.provider.clone(), meter, cache.clone()).progress(progress).build();
+        Ok(LlmClient { chat, cache })
     }
 
     /// What decides the llm step's output besides the problem: the endpoint, the model, the
@@ -165,7 +200,7 @@ impl LlmPlan {
 
 impl ProblemRun<'_> {
     /// The llm step: its report, `None` when a budget kept it from starting.
-    pub(super) fn llm_step(&self, plan: &LlmPlan, chat: &dyn Chat) -> Result<Option<LlmReport>> {
+    pub(super) fn llm_step(&self, plan: &LlmPlan, client: &LlmClient) -> Result<Option<LlmReport>> {
         let a = self.run.a;
         let hash = content_hash(&[
             b"llm",
@@ -175,7 +210,7 @@ impl ProblemRun<'_> {
             self.run.plan.baseline.mode().as_bytes(),
             plan.key().as_bytes(),
         ]);
-        let search = || self.llm_search(plan, chat);
+        let search = || self.llm_search(plan, client);
         if self.step(kforge_optimize::search::Step::Llm, &hash, &LLM_OUTPUTS[..1], search)?.is_none() {
             return Ok(None);
         }
@@ -184,7 +219,7 @@ impl ProblemRun<'_> {
         Ok(Some(serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?))
     }
 
-    fn llm_search(&self, plan: &LlmPlan, chat: &dyn Chat) -> Result<Work> {
+    fn llm_search(&self, plan: &LlmPlan, client: &LlmClient) -> Result<Work> {
         let dir = self.out.join("llm");
         std::fs::create_dir_all(dir.join("candidates")).with_context(|| format!("creating {}", dir.display()))?;
         let policy = dir.join("policy.toml");
@@ -194,8 +229,10 @@ impl ProblemRun<'_> {
             ProblemContext::new(&self.question.problem, &source, self.run.plan.baseline.mode(), self.llm_device());
         let judge = VerifyJudge { run: self, dir: &dir, policy: &policy, seconds: Mutex::new(0.0) };
         let observer = Journaling { run: self, dir: &dir, judged: AtomicU64::new(0) };
-        let outcome = kforge_agents::search(&ctx, &plan.config, chat, &judge, &observer);
-        let report = self.llm_report(plan, &outcome, &dir)?;
+        let outcome = kforge_agents::search(&ctx, &plan.config, &client.chat, &judge, &observer);
+        let mut report = self.llm_report(plan, &outcome, &dir)?;
+        let counted = std::mem::take(&mut report.usage);
+        report.usage = LlmUsage { malformed: counted.malformed, executor_retries: counted.executor_retries, duplicates: counted.duplicates, meltdowns: counted.meltdowns, ..client.usage(&self.question.problem)? };
         let body = serde_json::to_string_pretty(&outcome).context("serializing the search's outcome")?;
         std::fs::write(dir.join("outcome.json"), body).with_context(|| format!("writing {}", dir.display()))?;
         let body = serde_json::to_string_pretty(&report).context("serializing the llm report")?;
