@@ -158,13 +158,20 @@ fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
     let Ok(write_half) = stream.try_clone() else { return };
     let mut reader = BufReader::new(stream);
     let mut out = io::BufWriter::new(write_half);
+    serve_requests(&mut reader, &mut out, &shared);
+    // The accept thread keeps a handle to this socket (for shutdown): close it explicitly.
+    let _ = out.get_ref().shutdown(Shutdown::Both);
+}
+
+/// Answer requests until the client closes the connection, asks to, or the server stops.
+fn serve_requests(reader: &mut BufReader<TcpStream>, out: &mut io::BufWriter<TcpStream>, shared: &Shared) {
     loop {
-        let after = match http::read_request(&mut reader) {
-            Ok(Incoming::Request(request)) => shared.answer(request, &mut out),
+        let after = match http::read_request(reader) {
+            Ok(Incoming::Request(request)) => shared.answer(request, out),
             Ok(Incoming::Bad { status, message }) => {
                 let body =
                     respond::error_body(&format!("scripted endpoint: {message}"), "invalid_request_error", None, None);
-                http::write_response(&mut out, status, "application/json", &[], body.to_string().as_bytes(), true)
+                http::write_response(out, status, "application/json", &[], body.to_string().as_bytes(), true)
                     .map(|_| After::Close)
             }
             Ok(Incoming::Closed) | Err(_) => return,
