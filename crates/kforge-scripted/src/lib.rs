@@ -17,7 +17,7 @@
 //!
 //! Routes: `POST /v1/chat/completions` (and `/chat/completions`), `GET /v1/models`,
 //! `GET /health`; anything else is a 404 JSON error. The script format is documented on
-//! [`Script`], [`Rule`] and [`ScriptedReply`]; an example is `examples/vector_add.json`.
+//! [`Script`], [`Rule`] and [`ScriptedReply`]; an example is `tests/fixtures/vector_add/script.json` (a planner, executor and summarizer run over vector_add: a 429 first, plans, an honest kernel, a cheating one, malformed arguments then a syntax error).
 
 mod http;
 mod respond;
