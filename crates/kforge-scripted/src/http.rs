@@ -35,8 +35,9 @@ pub(crate) enum Incoming {
     },
 }
 
-/// Read one request from `reader`.
-pub(crate) fn read_request(reader: &mut impl BufRead) -> io::Result<Incoming> {
+/// Read one request from `reader`; a client that sent `Expect: 100-continue` (curl does, for
+/// larger bodies) is told on `out` to send its body.
+pub(crate) fn read_request(reader: &mut impl BufRead, out: &mut impl Write) -> io::Result<Incoming> {
     let Some(line) = read_line(reader)? else { return Ok(Incoming::Closed) };
     let line = match line {
         Ok(line) => line,
@@ -52,6 +53,7 @@ pub(crate) fn read_request(reader: &mut impl BufRead) -> io::Result<Incoming> {
     }
     let mut close = version == "HTTP/1.0";
     let mut length: Option<usize> = None;
+    let mut expect_continue = false;
     for count in 0.. {
         let header = match read_line(reader)? {
             None => return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed inside the headers")),
@@ -80,6 +82,7 @@ pub(crate) fn read_request(reader: &mut impl BufRead) -> io::Result<Incoming> {
                     format!("Transfer-Encoding {value:?} is not supported: send a Content-Length body"),
                 ))
             }
+            "expect" => expect_continue = value.eq_ignore_ascii_case("100-continue"),
             "connection" => {
                 let value = value.to_ascii_lowercase();
                 if value.contains("close") {
@@ -92,6 +95,10 @@ pub(crate) fn read_request(reader: &mut impl BufRead) -> io::Result<Incoming> {
         }
     }
     let mut body = vec![0; length.unwrap_or(0)];
+    if expect_continue && !body.is_empty() {
+        out.write_all(b"HTTP/1.1 100 Continue\r\n\r\n")?;
+        out.flush()?;
+    }
     reader.read_exact(&mut body)?;
     let path = target.split('?').next().unwrap_or(target).to_owned();
     Ok(Incoming::Request(HttpRequest { method: method.to_owned(), path, body, close }))
@@ -204,7 +211,16 @@ mod tests {
     use super::*;
 
     fn read(text: &str) -> Incoming {
-        read_request(&mut io::BufReader::new(text.as_bytes())).unwrap()
+        read_request(&mut io::BufReader::new(text.as_bytes()), &mut Vec::new()).unwrap()
+    }
+
+    #[test]
+    fn expect_100_continue_is_answered_before_the_body() {
+        let mut out = Vec::new();
+        let text = "POST /v1/chat/completions HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n{}";
+        let incoming = read_request(&mut io::BufReader::new(text.as_bytes()), &mut out).unwrap();
+        assert!(matches!(incoming, Incoming::Request(r) if r.body == b"{}"));
+        assert_eq!(out, b"HTTP/1.1 100 Continue\r\n\r\n");
     }
 
     #[test]

@@ -137,7 +137,11 @@ fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         if shared.stopping.load(Ordering::SeqCst) {
             return;
         }
-        let Ok(stream) = stream else { continue };
+        let Ok(stream) = stream else {
+            // Out of descriptors or the like: back off a little instead of spinning.
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
         let Ok(handle) = stream.try_clone() else { continue };
         let conn_shared = Arc::clone(&shared);
         let Ok(thread) = std::thread::Builder::new()
@@ -166,7 +170,7 @@ fn serve_connection(stream: TcpStream, shared: Arc<Shared>) {
 /// Answer requests until the client closes the connection, asks to, or the server stops.
 fn serve_requests(reader: &mut BufReader<TcpStream>, out: &mut io::BufWriter<TcpStream>, shared: &Shared) {
     loop {
-        let after = match http::read_request(reader) {
+        let after = match http::read_request(reader, out) {
             Ok(Incoming::Request(request)) => shared.answer(request, out),
             Ok(Incoming::Bad { status, message }) => {
                 let body =

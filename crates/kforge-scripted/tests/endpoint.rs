@@ -131,7 +131,9 @@ impl Client {
             headers.push((name.trim().to_owned(), value.trim().to_owned()));
         }
         let mut response = Response { status, headers, body: Vec::new() };
-        if let Some(length) = response.header("content-length") {
+        if status < 200 {
+            // An interim answer (100 Continue) has no body.
+        } else if let Some(length) = response.header("content-length") {
             response.body = vec![0; length.parse().unwrap()];
             self.reader.read_exact(&mut response.body)?;
         } else if response.header("transfer-encoding") == Some("chunked") {
@@ -512,4 +514,19 @@ fn the_vector_add_fixture_serves_a_planner_executor_summarizer_run() {
     assert!(source("broken-syntax").contains("def forward(self, x, y)\\n"));
     let call = f.chat(&request("kforge summarizer v1", "attempt")).message()["tool_calls"][0].clone();
     assert_eq!(call["function"]["name"], "record_experience");
+}
+
+#[test]
+fn expect_100_continue_gets_an_interim_answer_before_the_body() {
+    let f = Fixture::start(json!({"rules": [{"reply": {"content": "after continue"}}]}), &[]);
+    let mut client = f.connect();
+    let body = request("kforge planner v1", "x").to_string();
+    let head =
+        format!("POST /v1/chat/completions HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n", body.len());
+    client.writer.write_all(head.as_bytes()).unwrap();
+    // The body is held back until the server asks for it.
+    let interim = client.read_response().unwrap();
+    assert_eq!(interim.status, 100);
+    client.writer.write_all(body.as_bytes()).unwrap();
+    assert_eq!(client.read_response().unwrap().message()["content"], "after continue");
 }
