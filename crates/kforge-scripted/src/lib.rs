@@ -17,7 +17,14 @@
 //!
 //! Routes: `POST /v1/chat/completions` (and `/chat/completions`), `GET /v1/models`,
 //! `GET /health`; anything else is a 404 JSON error. The script format is documented on
-//! [`Script`], [`Rule`] and [`ScriptedReply`]; an example is `tests/fixtures/vector_add/script.json` (a planner, executor and summarizer run over vector_add: a 429 first, plans, an honest kernel, a cheating one, malformed arguments then a syntax error).
+//! [`Script`], [`Rule`] and [`ScriptedReply`]. An example: `tests/fixtures/vector_add/script.json`,
+//! a planner, executor and summarizer run over vector_add (a 429 first, then plans, an honest
+//! kernel, a cheating one, malformed arguments and then a syntax error).
+//!
+//! Conventions shared with kforge's agents: each agent's system prompt begins with
+//! `kforge <role> v<N>` (planner, executor, summarizer, synthesis), so rules match on e.g.
+//! `"kforge planner"`; the tools are `submit_plans`, `submit_kernel`, `record_experience`,
+//! `read_kernel`, `read_profile`, `search_memory`.
 
 mod http;
 mod respond;

@@ -21,6 +21,18 @@ pub enum ScriptError {
 }
 
 /// A whole script: the rules in file order and whether requests with `seed` are refused.
+///
+/// ```json
+/// {"reject_seed": false,
+///  "rules": [{"name": "plan-1", "when": ["kforge planner", "vector_add"], "times": 1,
+///             "reply": {"content": "…", "tool_calls": [{"name": "submit_plans", "arguments": {"plans": []}}]}},
+///            {"name": "busy", "status": 429, "retry_after_s": 1}]}
+/// ```
+///
+/// Each request is served by the first rule, in file order, whose every `when` string occurs
+/// (case-sensitively) in the request's messages text and that has uses left; taking the use is
+/// atomic, so concurrent requests never share a single use. No such rule: a 400 naming the
+/// request. Unknown keys are errors, so a typo does not silently change a behaviour.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Script {
     /// Answer a request that carries `seed` with 400 "Unsupported parameter: 'seed'" (as some
@@ -49,13 +61,14 @@ pub struct Rule {
     /// Sent as a `Retry-After` header (seconds).
     #[serde(default)]
     pub retry_after_s: Option<u64>,
-    /// Wait this long before answering (lets a client time out).
+    /// Wait this long before answering (lets a client time out). The rule's use is taken when
+    /// the request arrives, so a client's retry gets the next rule.
     #[serde(default)]
     pub delay_ms: u64,
     /// Wait this long between the chunks of a streamed reply (a slow stream).
     #[serde(default)]
     pub chunk_delay_ms: u64,
-    /// Close the connection without answering.
+    /// Close the connection without answering (after `delay_ms`).
     #[serde(default)]
     pub drop_connection: bool,
     /// Serve exactly these bytes as the body (malformed JSON, odd error bodies).
@@ -76,7 +89,8 @@ pub struct ScriptedReply {
     /// Read into `content` at load time (relative to the script's directory).
     #[serde(default)]
     pub content_file: Option<PathBuf>,
-    /// Send the content as `[{"type": "text", "text": …}]` instead of a string.
+    /// Send the content as `[{"type": "text", "text": …}]` instead of a string (not streamed
+    /// replies: their content deltas are strings).
     #[serde(default)]
     pub content_parts: bool,
     /// A reasoning model's `reasoning_content`.

@@ -51,7 +51,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Server {
     /// Serve `script` on `listener` (already bound) until [`Server::shutdown`]. With `log`, every
-    /// request is appended to that file as one JSON line (created, or appended to).
+    /// request is appended to that file (created, or appended to) as one JSON line, flushed,
+    /// when it is read (before any scripted delay): `{"n", "path", "rule" (its name or null),
+    /// "status" (null when dropped), "dropped", "stream", "seed_sent", "request" (the body's
+    /// JSON; its text when not JSON; null for GET routes)}`.
     pub fn start(listener: TcpListener, script: Script, log: Option<PathBuf>) -> io::Result<Server> {
         let addr = listener.local_addr()?;
         let log = match log {
@@ -262,10 +265,12 @@ impl Shared {
             (rule, Answer::Stream { .. }) => (*rule, Some(200)),
             (rule, Answer::Drop) => (*rule, None),
         };
+        // Logged before the delay: a client that times out and retries finds its first attempt
+        // in the log already.
+        self.log(&Logged { n, path: &request.path, rule, status, stream, seed_sent }, body)?;
         if let Some(rule) = rule {
             self.pause(rule.delay_ms);
         }
-        self.log(&Logged { n, path: &request.path, rule, status, stream, seed_sent }, body)?;
         match answer.1 {
             Answer::Drop => Ok(After::Close),
             Answer::Body { status, body, retry_after_s, stream } => {

@@ -298,6 +298,10 @@ fn a_delay_lets_the_client_time_out() {
     let started = Instant::now();
     f.server.shutdown();
     assert!(started.elapsed() < Duration::from_secs(30));
+    let log = std::fs::read_to_string(&f.log).unwrap();
+    let lines: Vec<Value> = log.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["rule"], "slow");
 }
 
 /// A tool call reassembled from a stream's deltas: id, name, arguments.
