@@ -191,19 +191,38 @@ fn serve_requests(reader: &mut BufReader<TcpStream>, out: &mut io::BufWriter<Tcp
 
 /// What the chat route decided for one request, before it is written.
 enum Answer<'a> {
-    /// A whole JSON (or raw) body.
-    Body {
-        status: u16,
-        body: Vec<u8>,
-        retry_after_s: Option<u64>,
-        stream: bool,
-    },
-    /// A streamed reply.
-    Stream {
-        rule: &'a Rule,
-        events: Vec<String>,
-    },
+    /// A whole body: JSON, or a rule's `body_raw` (`event_stream`: sent as text/event-stream,
+    /// for a streamed request).
+    Body { status: u16, body: Vec<u8>, retry_after_s: Option<u64>, event_stream: bool },
+    /// A streamed reply: its server-sent events, `rule.chunk_delay_ms` apart.
+    Stream { rule: &'a Rule, events: Vec<String> },
+    /// Close the connection without answering.
     Drop,
+}
+
+impl Answer<'_> {
+    /// An OpenAI-style JSON error.
+    fn error(status: u16, message: &str, param: Option<&str>, code: Option<&str>) -> Answer<'static> {
+        let body = respond::error_body(message, respond::error_kind(status), param, code);
+        Answer::Body { status, body: body.to_string().into_bytes(), retry_after_s: None, event_stream: false }
+    }
+
+    /// The same answer with a `Retry-After` header (a body only).
+    fn with_retry_after(mut self, seconds: Option<u64>) -> Self {
+        if let Answer::Body { retry_after_s, .. } = &mut self {
+            *retry_after_s = seconds;
+        }
+        self
+    }
+
+    /// The status logged (none for a dropped connection).
+    fn status(&self) -> Option<u16> {
+        match self {
+            Answer::Body { status, .. } => Some(*status),
+            Answer::Stream { .. } => Some(200),
+            Answer::Drop => None,
+        }
+    }
 }
 
 /// One log line's facts besides the request body.
@@ -216,37 +235,42 @@ struct Logged<'a> {
     seed_sent: bool,
 }
 
+/// Keep the connection open unless the client asked to close it.
+fn after(close: bool) -> After {
+    if close {
+        After::Close
+    } else {
+        After::KeepOpen
+    }
+}
+
 impl Shared {
     /// Route and answer one request.
     fn answer(&self, request: HttpRequest, out: &mut impl Write) -> io::Result<After> {
         let n = self.requests.fetch_add(1, Ordering::SeqCst) + 1;
-        let close = request.close;
-        let keep = if close { After::Close } else { After::KeepOpen };
         let (status, body) = match (request.method.as_str(), request.path.as_str()) {
             ("POST", "/v1/chat/completions" | "/chat/completions") => return self.chat(n, &request, out),
             ("GET", "/v1/models" | "/models") => {
                 let model = lock(&self.model).clone().unwrap_or_else(|| "scripted".into());
-                (
-                    200,
-                    json!({"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "kforge-scripted"}]}),
-                )
+                let entry = json!({"id": model, "object": "model", "created": 0, "owned_by": "kforge-scripted"});
+                (200, json!({"object": "list", "data": [entry]}))
             }
             ("GET", "/health" | "/v1/health") => (200, json!({"status": "ok"})),
             (method, path) => {
-                let message = format!("scripted endpoint: no route {method} {path} (POST /v1/chat/completions, GET /v1/models, GET /health)");
+                let routes = "POST /v1/chat/completions, GET /v1/models, GET /health";
+                let message = format!("scripted endpoint: no route {method} {path} ({routes})");
                 (404, respond::error_body(&message, "invalid_request_error", None, None))
             }
         };
         let logged =
             Logged { n, path: &request.path, rule: None, status: Some(status), stream: false, seed_sent: false };
         self.log(&logged, Value::Null)?;
-        http::write_response(out, status, "application/json", &[], body.to_string().as_bytes(), close)?;
-        Ok(keep)
+        http::write_response(out, status, "application/json", &[], body.to_string().as_bytes(), request.close)?;
+        Ok(after(request.close))
     }
 
-    /// POST /v1/chat/completions.
+    /// POST /v1/chat/completions: decide, log, wait the rule's delay, write.
     fn chat(&self, n: u64, request: &HttpRequest, out: &mut impl Write) -> io::Result<After> {
-        let close = request.close;
         let body: Value = match serde_json::from_slice(&request.body) {
             Ok(body) => body,
             Err(e) => {
@@ -254,31 +278,30 @@ impl Shared {
                 let logged =
                     Logged { n, path: &request.path, rule: None, status: Some(400), stream: false, seed_sent: false };
                 self.log(&logged, Value::String(String::from_utf8_lossy(&request.body).into_owned()))?;
-                return self.write_error(out, 400, &message, close);
+                return self.write(Answer::error(400, &message, None, None), out, request.close);
             }
         };
         let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
         let seed_sent = body.get("seed").is_some_and(|s| !s.is_null());
-        let answer = self.decide(n, &body, stream, seed_sent);
-        let (rule, status) = match &answer {
-            (rule, Answer::Body { status, .. }) => (*rule, Some(*status)),
-            (rule, Answer::Stream { .. }) => (*rule, Some(200)),
-            (rule, Answer::Drop) => (*rule, None),
-        };
+        let (rule, answer) = self.decide(n, &body, stream, seed_sent);
         // Logged before the delay: a client that times out and retries finds its first attempt
         // in the log already.
-        self.log(&Logged { n, path: &request.path, rule, status, stream, seed_sent }, body)?;
+        self.log(&Logged { n, path: &request.path, rule, status: answer.status(), stream, seed_sent }, body)?;
         if let Some(rule) = rule {
             self.pause(rule.delay_ms);
         }
-        match answer.1 {
-            Answer::Drop => Ok(After::Close),
-            Answer::Body { status, body, retry_after_s, stream } => {
+        self.write(answer, out, request.close)
+    }
+
+    /// Write an answer (or, for [`Answer::Drop`], nothing).
+    fn write(&self, answer: Answer, out: &mut impl Write, close: bool) -> io::Result<After> {
+        match answer {
+            Answer::Drop => return Ok(After::Close),
+            Answer::Body { status, body, retry_after_s, event_stream } => {
                 let extra: Vec<(&str, String)> =
                     retry_after_s.map(|s| ("Retry-After", s.to_string())).into_iter().collect();
-                let kind = if stream && status < 300 { "text/event-stream" } else { "application/json" };
+                let kind = if event_stream { "text/event-stream" } else { "application/json" };
                 http::write_response(out, status, kind, &extra, &body, close)?;
-                Ok(if close { After::Close } else { After::KeepOpen })
             }
             Answer::Stream { rule, events } => {
                 http::start_chunked(out, "text/event-stream", close)?;
@@ -289,26 +312,20 @@ impl Shared {
                     http::write_chunk(out, event.as_bytes())?;
                 }
                 http::end_chunks(out)?;
-                Ok(if close { After::Close } else { After::KeepOpen })
             }
         }
+        Ok(after(close))
     }
 
-    /// The rule (if one is taken) and the answer for a parsed chat request.
+    /// The rule taken (if any) and the answer for a parsed chat request.
     fn decide(&self, n: u64, body: &Value, stream: bool, seed_sent: bool) -> (Option<&Rule>, Answer<'_>) {
-        let json_error = |status: u16, message: &str, param: Option<&str>, code: Option<&str>| Answer::Body {
-            status,
-            body: respond::error_body(message, respond::error_kind(status), param, code).to_string().into_bytes(),
-            retry_after_s: None,
-            stream: false,
-        };
         let Some(messages) = body.get("messages").and_then(Value::as_array) else {
             let message = format!("scripted endpoint: request {n}: the body has no \"messages\" array");
-            return (None, json_error(400, &message, Some("messages"), None));
+            return (None, Answer::error(400, &message, Some("messages"), None));
         };
         if self.script.reject_seed && seed_sent {
-            let answer = json_error(400, "Unsupported parameter: 'seed'", Some("seed"), Some("unsupported_parameter"));
-            return (None, answer);
+            let refusal = "Unsupported parameter: 'seed'";
+            return (None, Answer::error(400, refusal, Some("seed"), Some("unsupported_parameter")));
         }
         let model = body.get("model").and_then(Value::as_str).unwrap_or("scripted").to_owned();
         *lock(&self.model) = Some(model.clone());
@@ -317,40 +334,11 @@ impl Shared {
             let last = messages.last().map(|m| respond::messages_text(std::slice::from_ref(m))).unwrap_or_default();
             let begins: String = last.trim().chars().take(120).collect();
             let message = format!("scripted endpoint: no rule matches request {n}; the last message begins: {begins}");
-            return (None, json_error(400, &message, None, None));
+            return (None, Answer::error(400, &message, None, None));
         };
-        if rule.drop_connection {
-            return (Some(rule), Answer::Drop);
-        }
+        let include_usage = body.pointer("/stream_options/include_usage").and_then(Value::as_bool) == Some(true);
         let turn = Turn { n, model: &model, prompt: &text };
-        let answer = if let Some(raw) = &rule.body_raw {
-            Answer::Body {
-                status: rule.status,
-                body: raw.clone().into_bytes(),
-                retry_after_s: rule.retry_after_s,
-                stream,
-            }
-        } else if let Some(reply) = rule.reply.as_ref().filter(|_| (200..300).contains(&rule.status)) {
-            if stream {
-                let include_usage =
-                    body.pointer("/stream_options/include_usage").and_then(Value::as_bool) == Some(true);
-                Answer::Stream { rule, events: respond::stream_events(reply, &turn, include_usage) }
-            } else {
-                let body = respond::completion(reply, &turn).to_string().into_bytes();
-                Answer::Body { status: rule.status, body, retry_after_s: rule.retry_after_s, stream: false }
-            }
-        } else {
-            let name = rule.name.as_deref().unwrap_or("(unnamed)");
-            let message =
-                format!("scripted endpoint: rule {name} answers {} {}", rule.status, http::reason(rule.status));
-            let code = (rule.status == 429).then_some("rate_limit_exceeded");
-            let mut answer = json_error(rule.status, &message, None, code);
-            if let Answer::Body { retry_after_s, .. } = &mut answer {
-                *retry_after_s = rule.retry_after_s;
-            }
-            answer
-        };
-        (Some(rule), answer)
+        (Some(rule), serve(rule, &turn, stream, include_usage))
     }
 
     /// The first rule, in file order, whose every `when` string occurs in `text` and that has a
@@ -386,12 +374,6 @@ impl Shared {
         }
     }
 
-    fn write_error(&self, out: &mut impl Write, status: u16, message: &str, close: bool) -> io::Result<After> {
-        let body = respond::error_body(message, respond::error_kind(status), None, None);
-        http::write_response(out, status, "application/json", &[], body.to_string().as_bytes(), close)?;
-        Ok(if close { After::Close } else { After::KeepOpen })
-    }
-
     /// Append one line to the log (when there is one), flushed.
     fn log(&self, logged: &Logged, request: Value) -> io::Result<()> {
         let Some(log) = &self.log else { return Ok(()) };
@@ -408,5 +390,38 @@ impl Shared {
         let mut file = lock(log);
         file.write_all(format!("{line}\n").as_bytes())?;
         file.flush()
+    }
+}
+
+/// What `rule` answers: nothing, its raw body, its reply (whole or streamed), or its error status.
+fn serve<'a>(rule: &'a Rule, turn: &Turn, stream: bool, include_usage: bool) -> Answer<'a> {
+    let success = (200..300).contains(&rule.status);
+    if rule.drop_connection {
+        return Answer::Drop;
+    }
+    if let Some(raw) = &rule.body_raw {
+        let body = raw.clone().into_bytes();
+        return Answer::Body {
+            status: rule.status,
+            body,
+            retry_after_s: rule.retry_after_s,
+            event_stream: stream && success,
+        };
+    }
+    match &rule.reply {
+        Some(reply) if success && stream => {
+            Answer::Stream { rule, events: respond::stream_events(reply, turn, include_usage) }
+        }
+        Some(reply) if success => {
+            let body = respond::completion(reply, turn).to_string().into_bytes();
+            Answer::Body { status: rule.status, body, retry_after_s: rule.retry_after_s, event_stream: false }
+        }
+        _ => {
+            let name = rule.name.as_deref().unwrap_or("(unnamed)");
+            let message =
+                format!("scripted endpoint: rule {name} answers {} {}", rule.status, http::reason(rule.status));
+            let code = (rule.status == 429).then_some("rate_limit_exceeded");
+            Answer::error(rule.status, &message, None, code).with_retry_after(rule.retry_after_s)
+        }
     }
 }

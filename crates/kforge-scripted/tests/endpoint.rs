@@ -534,3 +534,32 @@ fn expect_100_continue_gets_an_interim_answer_before_the_body() {
     client.writer.write_all(body.as_bytes()).unwrap();
     assert_eq!(client.read_response().unwrap().message()["content"], "after continue");
 }
+
+#[test]
+fn a_streamed_request_gets_errors_as_json_and_body_raw_as_an_event_stream() {
+    let f = Fixture::start(
+        json!({"rules": [{"status": 503, "retry_after_s": 2},
+                         {"body_raw": "data: {\"choices\": [{\"delta\": {\"content\": \"cut\"\n\n"},
+                         {"chunk_delay_ms": 1, "reply": {"reasoning_content": "think first", "content": "answer"}}]}),
+        &[],
+    );
+    let mut body = request("kforge planner v1", "x");
+    body["stream"] = json!(true);
+    let r = f.chat(&body);
+    assert_eq!(
+        (r.status, r.header("content-type"), r.header("retry-after")),
+        (503, Some("application/json"), Some("2"))
+    );
+    assert_eq!(r.json()["error"]["type"], "server_error");
+    let r = f.chat(&body);
+    assert_eq!((r.status, r.header("content-type")), (200, Some("text/event-stream")));
+    assert_eq!(r.events(), vec!["{\"choices\": [{\"delta\": {\"content\": \"cut\"".to_owned()]);
+    let events = f.chat(&body).events();
+    let reasoning: String = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str::<Value>(e).unwrap())
+        .filter_map(|c| c["choices"][0]["delta"]["reasoning_content"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(reasoning, "think first");
+    assert_eq!(reassemble(&events).0, "answer");
+}
