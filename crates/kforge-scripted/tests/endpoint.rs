@@ -484,6 +484,7 @@ fn other_routes_and_bad_requests() {
     assert_eq!(r.status, 400);
     let message = r.json()["error"]["message"].as_str().unwrap().to_owned();
     assert!(message.starts_with("scripted endpoint: request 6: the body is not valid JSON"), "{message}");
+    assert_eq!(f.log_lines()[5]["request"], "{nope");
     let r = client.post("/v1/chat/completions", &json!({"model": "m"})).unwrap();
     assert_eq!(r.status, 400);
     assert!(r.json()["error"]["message"].as_str().unwrap().contains("no \"messages\" array"));
@@ -562,4 +563,22 @@ fn a_streamed_request_gets_errors_as_json_and_body_raw_as_an_event_stream() {
         .collect();
     assert_eq!(reasoning, "think first");
     assert_eq!(reassemble(&events).0, "answer");
+}
+
+#[test]
+fn shutdown_closes_idle_connections_and_stops_accepting() {
+    let script =
+        Script::parse(r#"{"rules": [{"times": 0, "reply": {"content": "c"}}]}"#, "s.json".as_ref(), ".".as_ref())
+            .unwrap();
+    // Bound to the unspecified address: shutdown wakes the accept thread through the loopback.
+    let server = Server::start(std::net::TcpListener::bind("0.0.0.0:0").unwrap(), script, None).unwrap();
+    let port = server.addr().port();
+    assert!(server.url().ends_with(&format!(":{port}/v1")));
+    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut client = Client { reader: BufReader::new(stream.try_clone().unwrap()), writer: stream };
+    assert_eq!(client.get("/health").unwrap().status, 200);
+    server.shutdown();
+    assert!(client.closed_by_server());
+    assert!(TcpStream::connect(("127.0.0.1", port)).is_err());
 }
