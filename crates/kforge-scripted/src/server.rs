@@ -53,6 +53,7 @@ impl Server {
     /// Serve `script` on `listener` (already bound) until [`Server::shutdown`]. With `log`, every
     /// request is appended to that file (created, or appended to) as one JSON line, flushed,
     /// when it is read (before any scripted delay): `{"n", "path", "rule" (its name or null),
+    /// "rule_index" (its index in the script or null),
     /// "status" (null when dropped), "dropped", "stream", "seed_sent", "request" (the body's
     /// JSON; its text when not JSON; null for GET routes)}`.
     pub fn start(listener: TcpListener, script: Script, log: Option<PathBuf>) -> io::Result<Server> {
@@ -381,6 +382,7 @@ impl Shared {
             "n": logged.n,
             "path": logged.path,
             "rule": logged.rule.and_then(|r| r.name.as_deref()),
+            "rule_index": logged.rule.and_then(|rule| self.script.rules.iter().position(|r| std::ptr::eq(r, rule))),
             "status": logged.status,
             "dropped": logged.status.is_none(),
             "stream": logged.stream,

@@ -192,6 +192,7 @@ fn a_plain_reply_with_a_tool_call_from_a_file() {
     assert_eq!(log.len(), 1);
     assert_eq!(log[0]["n"], 1);
     assert_eq!(log[0]["rule"], "exec");
+    assert_eq!(log[0]["rule_index"], 0);
     assert_eq!(log[0]["status"], 200);
     assert_eq!(log[0]["stream"], false);
     assert_eq!(log[0]["seed_sent"], false);
@@ -392,6 +393,7 @@ fn no_matching_rule_is_a_400_naming_the_request() {
         "scripted endpoint: no rule matches request 2; the last message begins: write the kernel for problem vector_add"
     );
     assert_eq!(f.log_lines()[1]["rule"], Value::Null);
+    assert_eq!(f.log_lines()[1]["rule_index"], Value::Null);
 }
 
 #[test]
@@ -407,6 +409,8 @@ fn times_are_counted_and_zero_is_unlimited() {
     assert_eq!(contents, ["a", "a", "b", "b", "b"].map(Value::from).to_vec());
     let rules: Vec<Value> = f.log_lines().iter().map(|l| l["rule"].clone()).collect();
     assert_eq!(rules, ["twice", "twice", "always", "always", "always"].map(Value::from).to_vec());
+    let indices: Vec<Value> = f.log_lines().iter().map(|l| l["rule_index"].clone()).collect();
+    assert_eq!(indices, [0, 0, 1, 1, 1].map(Value::from).to_vec());
 }
 
 #[test]

@@ -26,8 +26,8 @@ pub struct ScriptedArgs {
     /// test or a script can wait for it.
     #[arg(long)]
     ready: Option<PathBuf>,
-    /// Append every request to this JSONL file: {"n", "path", "rule", "status", "dropped",
-    /// "stream", "seed_sent", "request"}, one line each, flushed per line.
+    /// Append every request to this JSONL file, one line each, flushed, when it is read: {"n",
+    /// "path", "rule", "rule_index", "status", "dropped", "stream", "seed_sent", "request"}.
     #[arg(long)]
     log: Option<PathBuf>,
 }
