@@ -11,6 +11,7 @@ mod optimize;
 mod output;
 mod report;
 mod run;
+mod scripted;
 mod status;
 mod values;
 mod verify;
@@ -58,6 +59,9 @@ enum Cmd {
     /// Make a problem faster: run the agents (today: dispatch — eager or a torch.compile mode,
     /// chosen by interleaved timing against the baseline), write the winner as a standalone
     /// ModelNew file with its verify policy, verify it, and keep the baseline when nothing wins.
+    /// Serve a scripted OpenAI-compatible chat-completions endpoint (scripted replies, errors,
+    /// delays, malformed bodies, slow streams) until SIGINT or SIGTERM: the LLM loop without a model.
+    ScriptedEndpoint(scripted::ScriptedArgs),
     Optimize(optimize::OptimizeArgs),
     /// Agent-like benchmark workloads: generate, time in isolation, run under a policy.
     Workload {
@@ -107,6 +111,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Inspect(a) => inspect::inspect(&socket, a),
         Cmd::Verify(a) => verify::verify(&socket, a),
         Cmd::Optimize(a) => optimize::optimize(&socket, a),
+        Cmd::ScriptedEndpoint(a) => scripted::scripted_endpoint(a),
         Cmd::Cancel(a) => control::cancel(&socket, a),
         Cmd::Shutdown => control::shutdown(&socket),
         Cmd::Demo(a) => demo::demo(a),
