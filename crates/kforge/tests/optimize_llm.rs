@@ -1,0 +1,274 @@
+//! `kforge optimize --agents llm` end to end on the CPU against `kforge scripted-endpoint` (a
+//! real HTTP server serving scripted replies: plans, valid kernels, broken code, cheats, a
+//! malformed tool call, a 429, a rejected seed): the cascade's verdict on every candidate, the
+//! calls' retries and malformed replies counted, replay with zero tokens, budgets that stop the
+//! search at their limit, and a killed search resumed without losing a finished candidate.
+//! Needs python3 with torch and Triton (scripts/test installs them).
+
+use serde_json::Value;
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A running `kforge scripted-endpoint SCRIPT --log LOG`: its URL (read from its first line of
+/// output), killed when dropped.
+struct Endpoint {
+    child: Child,
+    url: String,
+    log: PathBuf,
+}
+
+impl Endpoint {
+    fn start(script: &str, log: PathBuf) -> Endpoint {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_kforge"))
+            .arg("scripted-endpoint")
+            .arg(repo().join("tests/llm/vector_add").join(script))
+            .arg("--log")
+            .arg(&log)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        assert!(line.starts_with("http://"), "the endpoint printed {line:?}");
+        Endpoint { child, url: line.trim().to_string(), log }
+    }
+
+    /// Every request it was sent, in order.
+    fn requests(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        self.child.kill().ok();
+        self.child.wait().ok();
+    }
+}
+
+const PROBLEM: &str = "tests/candidates/problems/vector_add.py";
+
+fn command(out: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kforge"));
+    c.arg("optimize")
+        .arg(PROBLEM)
+        .args(["--device", "cpu", "--baseline", "default", "--agents", "llm", "--rounds", "2", "--model", "scripted"])
+        .args(args)
+        .arg("--out")
+        .arg(out)
+        .current_dir(repo())
+        .env("KFORGE_SOCKET", out.with_extension("no-daemon.sock"))
+        .env_remove("TRITON_INTERPRET")
+        .env_remove("KFORGE_LLM_URL")
+        .env_remove("KFORGE_LLM_CONFIG")
+        .env_remove("KFORGE_LLM_MODEL");
+    c
+}
+
+fn optimize(out: &Path, args: &[&str]) -> (Option<i32>, String) {
+    let o = command(out, args).output().unwrap();
+    (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+}
+
+fn report(out: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap()
+}
+
+fn journal(out: &Path) -> kforge_store::Journal {
+    kforge_store::Store::open(&out.join("journal.db")).unwrap().journal(None).unwrap()
+}
+
+/// (candidate id, verdict, rejecting check, exploit, duplicate of) of a report's llm family.
+fn verdicts(r: &Value) -> Vec<(String, String, String, bool, String)> {
+    let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+    r["llm"]["candidates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (s(&c["id"]), s(&c["verdict"]), s(&c["gate"]), c["exploit"].as_bool().unwrap(), s(&c["duplicate_of"])))
+        .collect()
+}
+
+fn by_plan<'a>(v: &'a [(String, String, String, bool, String)], plan: &str) -> Vec<&'a (String, String, String, bool, String)> {
+    v.iter().filter(|c| c.0.contains(plan)).collect()
+}
+
+/// The scripted search on the CPU: every candidate's verdict the cascade's (a broken file fed
+/// back, a cheat that never runs its kernel and one that calls torch rejected as exploits, a
+/// wrong kernel rejected by correctness, the honest kernel correct, a resend of it a
+/// duplicate), the 429 retried, the rejected seed dropped, the malformed plan fed back; then the
+/// same search replayed from the journal with the endpoint gone: the same candidates and
+/// verdicts, zero tokens.
+#[test]
+fn the_llm_search_runs_against_the_scripted_endpoint_and_replays_with_zero_tokens() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let endpoint = Endpoint::start("script.json", dir.path().join("requests.jsonl"));
+    let html = dir.path().join("report.html");
+    let flags = [
+        "--llm-seed",
+        "7",
+        "--llm-iterations",
+        "1",
+        "--llm-chains",
+        "1",
+        "--llm-plans",
+        "3",
+        "--llm-retries",
+        "2",
+        "--llm-executors",
+        "3",
+    ];
+    let mut args = vec!["--llm", endpoint.url.as_str(), "--html", html.to_str().unwrap()];
+    args.extend(flags);
+    let (code, text) = optimize(&out, &args);
+    assert_eq!(code, Some(0), "{text}");
+    let r = report(&out);
+    let v = verdicts(&r);
+    // Plan A (p0): the broken file is caught and fed back, the second attempt is correct.
+    let a = by_plan(&v, "-p0-");
+    assert_eq!(a.len(), 2, "{v:?}");
+    assert_ne!(a[0].1, "passed-without-performance", "{v:?}");
+    assert_eq!(a[1].1, "passed-without-performance", "{v:?}");
+    // Plan B (p1): two cheats, each rejected by an exploit defence and recorded as one.
+    let b = by_plan(&v, "-p1-");
+    assert_eq!((b.len(), b[0].1.as_str(), b[1].1.as_str()), (2, "rejected", "rejected"), "{v:?}");
+    assert_eq!((b[0].2.as_str(), b[0].3), ("exploits:ghost-replay", true), "{v:?}");
+    assert_eq!((b[1].2.as_str(), b[1].3), ("static:torch-compute", true), "{v:?}");
+    // Plan C (p2): wrong, then plan A's kernel again (in a fenced block): a duplicate.
+    let c = by_plan(&v, "-p2-");
+    assert!(c[0].1 == "rejected" && c[0].2.starts_with("correctness:") && !c[0].3, "{v:?}");
+    assert!(c[1].4 == a[1].0 || a[1].4 == c[1].0, "one of the two identical kernels is the other's duplicate: {v:?}");
+    let llm = &r["llm"];
+    assert!(llm["usage"]["retries"].as_u64().unwrap() >= 1, "the 429 was retried: {llm}");
+    assert!(llm["usage"]["malformed"].as_u64().unwrap() >= 1, "the malformed plan was counted: {llm}");
+    assert!(llm["usage"]["tokens"].as_u64().unwrap() > 0);
+    assert_eq!(r["decision"]["kind"], "fallback", "on the cpu a correct candidate is not timed: {r}");
+    assert!(r["decision"]["reason"].as_str().unwrap().contains("not timed"), "{r}");
+    // The endpoint saw the seed once (rejected), never again; the planner's third request
+    // carried the feedback about its malformed arguments.
+    let sent = endpoint.requests();
+    let seeds: Vec<bool> = sent.iter().map(|q| q["seed_sent"].as_bool().unwrap()).collect();
+    assert_eq!(seeds.iter().filter(|s| **s).count(), 1, "{seeds:?}");
+    assert_eq!(sent[0]["status"], 400, "the seed was rejected first");
+    let planner: Vec<&Value> = sent.iter().filter(|q| q["request"].to_string().contains("kforge planner")).collect();
+    assert!(planner.len() >= 4, "seed, 429, malformed, valid: {}", planner.len());
+    // Every candidate journaled with its verdict; every call in the replay cache.
+    let j = journal(&out);
+    assert_eq!(j.llm_candidates.len(), v.len());
+    assert!(j.llm_candidates.iter().any(|c| c.exploit && c.gate.as_deref() == Some("exploits:ghost-replay")));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("The LLM agents") && page.contains("(exploit)"), "the HTML report has the family");
+
+    // Replay, the endpoint gone: the same search, zero tokens.
+    drop(endpoint);
+    let run = j.runs.last().unwrap().id.to_string();
+    let mut args = vec!["--replay", run.as_str()];
+    args.extend(flags);
+    let (code, text) = optimize(&out, &args);
+    assert_eq!(code, Some(0), "{text}");
+    let again = report(&out);
+    assert_eq!(verdicts(&again), v, "the replay repeats the run's candidates and verdicts");
+    let hashes = |run: u64| -> Vec<String> {
+        journal(&out).llm_candidates.iter().filter(|c| c.run == run).map(|c| c.content_hash.clone()).collect()
+    };
+    let runs = journal(&out).runs;
+    assert_eq!(hashes(runs[0].id), hashes(runs[1].id), "the same sources");
+    let usage = &again["llm"]["usage"];
+    assert_eq!(usage["tokens"], 0, "{usage}");
+    assert_eq!(usage["replayed"], usage["calls"], "{usage}");
+    assert_eq!(again["llm"]["replayed_from"].as_u64(), Some(runs[0].id));
+}
+
+/// A token budget stops the search at its limit: the call that would pass it is never sent, the
+/// finished candidate is kept, and the report says why the search stopped.
+#[test]
+fn a_token_budget_stops_the_llm_search_at_its_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let endpoint = Endpoint::start("budget.json", dir.path().join("requests.jsonl"));
+    let args = [
+        "--llm",
+        endpoint.url.as_str(),
+        "--llm-max-tokens",
+        "500",
+        "--llm-iterations",
+        "1",
+        "--llm-chains",
+        "1",
+        "--llm-plans",
+        "2",
+        "--llm-retries",
+        "1",
+        "--llm-executors",
+        "1",
+        "--llm-no-summarizer",
+    ];
+    let (code, text) = optimize(&out, &args);
+    assert_eq!(code, Some(0), "{text}");
+    let r = report(&out);
+    let llm = &r["llm"];
+    assert!(llm["stop"].as_str().unwrap().starts_with("budget"), "{llm}");
+    assert_eq!(endpoint.requests().len(), 2, "the planner and one executor; the third call was refused unsent");
+    assert_eq!(llm["usage"]["tokens"], 600, "{llm}");
+    assert_eq!(verdicts(&r).len(), 1, "the finished candidate is kept: {llm}");
+}
+
+/// A search killed while an executor waits on the endpoint, then `--resume`d against a fresh
+/// endpoint: the killed run's replies are replayed (the new endpoint hears only the unanswered
+/// request), its judged candidate keeps its verdict without being judged again, and the search
+/// completes.
+#[test]
+fn a_killed_llm_search_resumes_without_losing_a_finished_candidate() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let first = Endpoint::start("kill.json", dir.path().join("first.jsonl"));
+    let flags = ["--llm-iterations", "1", "--llm-chains", "1", "--llm-plans", "2", "--llm-retries", "1", "--llm-no-summarizer"];
+    let mut args = vec!["--llm", first.url.as_str(), "--llm-executors", "2"];
+    args.extend(flags);
+    let mut child = command(&out, &args).stderr(Stdio::piped()).process_group(0).spawn().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let judged = line.contains("llm: candidate i1-c0-p0-a0");
+        seen.push(line);
+        if judged {
+            break;
+        }
+    }
+    assert!(seen.last().unwrap().contains("llm: candidate i1-c0-p0-a0"), "{seen:#?}");
+    unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+    child.wait().unwrap();
+    drop(lines);
+    let before = journal(&out);
+    assert_eq!(before.llm_candidates.len(), 1, "{:?}", before.llm_candidates);
+    drop(first);
+
+    let second = Endpoint::start("resume.json", dir.path().join("second.jsonl"));
+    let mut args = vec!["--llm", second.url.as_str(), "--llm-executors", "2", "--resume"];
+    args.extend(flags);
+    let (code, text) = optimize(&out, &args);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("i1-c0-p0-a0: its verdict from the journal"), "judged once: {text}");
+    let heard = second.requests();
+    assert!(
+        heard.iter().all(|q| q["request"].to_string().contains("PLAN-B")),
+        "the new endpoint heard only the unanswered executor: {heard:?}"
+    );
+    let after = journal(&out);
+    let run2: Vec<_> = after.llm_candidates.iter().filter(|c| c.run == after.runs[1].id).collect();
+    let kept = &before.llm_candidates[0];
+    assert!(
+        run2.iter().any(|c| c.candidate == kept.candidate && c.content_hash == kept.content_hash && c.verdict == kept.verdict),
+        "{run2:?}"
+    );
+    assert_eq!(verdicts(&report(&out)).len(), 2, "both plans' candidates");
+}
