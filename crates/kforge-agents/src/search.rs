@@ -344,6 +344,7 @@ fn synthesize(env: &Env, s: &mut State) -> Result<Option<Chain>, Stop> {
     env.observer.progress(&format!("synthesis: fusing {} adjacent generated kernels", group.len()));
     let executed = execute(env, vec![Task::synthesis(env, &group)], &mut s.ledger);
     let results = absorb(env, s, executed)?;
+    improve(s, &results, env.cfg.min_gain);
     let seed = results.iter().find(|(_, j)| j.verdict.accepted()).map(|(c, j)| Chain::of(c, j));
     s.stats.synthesis = seed.as_ref().and_then(|c| c.kernel.clone());
     Ok(seed)
