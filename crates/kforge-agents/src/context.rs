@@ -71,3 +71,22 @@ pub struct KernelProfile {
     #[serde(default)]
     pub occupancy_pct: Option<f64>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_context_is_read_from_json_with_optional_parts_left_out() {
+        let json = r#"{"problem": "level1/003_x.py", "source": "class Model: ...", "device": "cpu",
+            "baseline": {"source": "class ModelNew: ...", "label": "torch.compile default"},
+            "inventory": {"kernels": [{"name": "triton_poi_0", "kind": "generated", "share": 0.25},
+                                      {"name": "extern_mm", "kind": "vendor", "share": 0.75}]}}"#;
+        let ctx: ProblemContext = serde_json::from_str(json).unwrap();
+        assert_eq!(ctx.baseline.time_ms, None);
+        assert_eq!(ctx.profile, None);
+        let kernels = &ctx.inventory.unwrap().kernels;
+        assert_eq!(kernels[1].kind, KernelKind::Vendor);
+        assert_eq!(kernels[0].source, None);
+    }
+}

@@ -212,7 +212,8 @@ pub(crate) struct Executed {
 
 /// An attempt waiting for its judgement.
 enum Pending {
-    /// Known without judging: a static rejection or a duplicate of an earlier round.
+    /// Known without judging (the observer already told): a static rejection or a duplicate
+    /// of an earlier round.
     Known(usize, Candidate, Judgement),
     /// Judged in this round (index into the round's judged list).
     Judged(usize, usize),
@@ -220,8 +221,9 @@ enum Pending {
     Same(usize, Candidate, usize),
 }
 
-/// Runs `tasks` to the end: up to `retries` attempts each, every attempt checked, de-duplicated
-/// against `ledger` (and added to it), judged, and fed back.
+/// Runs `tasks` to the end: up to `retries` attempts each; every attempt de-duplicated against
+/// `ledger` and this round's earlier attempts (a duplicate takes the first one's verdict),
+/// else checked statically, else judged; added to `ledger`; fed back unless accepted.
 pub(crate) fn execute(env: &Env, tasks: Vec<Task>, ledger: &mut Ledger) -> Executed {
     let tasks: Vec<Mutex<Task>> = tasks.into_iter().map(Mutex::new).collect();
     let mut out = Executed::default();
@@ -250,17 +252,19 @@ pub(crate) fn execute(env: &Env, tasks: Vec<Task>, ledger: &mut Ledger) -> Execu
             };
             task.attempts = attempt;
             let mut c = task.candidate(env, source);
-            if let Err(reason) = check_static(&env.ctx.source, &c.source) {
-                let verdict = Verdict::Rejected { gate: "static".into(), reason: reason.clone(), exploit: false };
-                let j = Judgement { verdict, feedback: reason };
-                ledger.entry(c.hash.clone()).or_insert_with(|| (c.id.clone(), j.clone()));
-                pending.push(Pending::Known(i, c, j));
-            } else if let Some((id, j)) = ledger.get(&c.hash) {
+            if let Some((id, j)) = ledger.get(&c.hash) {
                 c.duplicate_of = Some(id.clone());
+                env.observer.on_candidate(&c, j);
                 pending.push(Pending::Known(i, c, j.clone()));
             } else if let Some(&k) = this_round.get(&c.hash) {
                 c.duplicate_of = Some(to_judge[k].id.clone());
                 pending.push(Pending::Same(i, c, k));
+            } else if let Err(reason) = check_static(&env.ctx.source, &c.source) {
+                let verdict = Verdict::Rejected { gate: "static".into(), reason: reason.clone(), exploit: false };
+                let j = Judgement { verdict, feedback: reason };
+                ledger.insert(c.hash.clone(), (c.id.clone(), j.clone()));
+                env.observer.on_candidate(&c, &j);
+                pending.push(Pending::Known(i, c, j));
             } else {
                 this_round.insert(c.hash.clone(), to_judge.len());
                 pending.push(Pending::Judged(i, to_judge.len()));
@@ -274,7 +278,7 @@ pub(crate) fn execute(env: &Env, tasks: Vec<Task>, ledger: &mut Ledger) -> Execu
         });
         for p in pending {
             let (i, c, j, told) = match p {
-                Pending::Known(i, c, j) => (i, c, j, false),
+                Pending::Known(i, c, j) => (i, c, j, true),
                 Pending::Same(i, c, k) => (i, c, judged[k].clone(), false),
                 Pending::Judged(i, k) => {
                     let c = to_judge[k].clone();

@@ -22,4 +22,6 @@ mod talk;
 
 pub use candidate::{Candidate, Judge, Judgement, Verdict};
 pub use context::{BaselineInfo, Inventory, KernelInfo, KernelKind, KernelProfile, ProblemContext};
-pub use search::{search, Bounds, IterationSummary, LoopConfig, Meltdown, Observer, Quiet, SearchOutcome, Stats, Stop};
+pub use search::{
+    search, Bounds, ConfigError, IterationSummary, LoopConfig, Meltdown, Observer, Quiet, SearchOutcome, Stats, Stop,
+};

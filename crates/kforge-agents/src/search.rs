@@ -100,6 +100,41 @@ impl Default for LoopConfig {
     }
 }
 
+/// A setting of [`LoopConfig`] that makes no search.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("LLM search setting {setting} = {value}: {problem}")]
+pub struct ConfigError {
+    pub setting: &'static str,
+    pub value: String,
+    pub problem: &'static str,
+}
+
+impl LoopConfig {
+    /// Refuses settings that make no search: zero iterations, chains, plans, attempts,
+    /// executors or plan rounds, a `min_gain` below 1 (or not a number), an empty model name.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let positive = [
+            ("iterations", self.iterations as usize),
+            ("chains", self.chains),
+            ("plans", self.plans),
+            ("retries", self.retries as usize),
+            ("executors", self.executors),
+            ("max_plan_rounds", self.max_plan_rounds as usize),
+        ];
+        if let Some((setting, value)) = positive.iter().find(|(_, v)| *v == 0) {
+            return Err(ConfigError { setting, value: value.to_string(), problem: "must be at least 1" });
+        }
+        if self.min_gain.is_nan() || self.min_gain < 1.0 {
+            let problem = "must be a factor of at least 1.0 (1.0: any gain improves)";
+            return Err(ConfigError { setting: "min_gain", value: self.min_gain.to_string(), problem });
+        }
+        if self.model.trim().is_empty() {
+            return Err(ConfigError { setting: "model", value: String::new(), problem: "names no model" });
+        }
+        Ok(())
+    }
+}
+
 /// What the search reports while it runs. Called from several threads.
 pub trait Observer: Send + Sync {
     /// After every call: its scope, the request, the answer or the error.
@@ -160,7 +195,7 @@ pub enum Stop {
 /// Counts of the search.
 #[derive(Debug, Clone, PartialEq, Serialize, Default)]
 pub struct Stats {
-    /// Calls sent (failed ones included).
+    /// Calls made to the chat (failed ones included).
     pub calls: u64,
     /// Malformed replies (fed back, or a summarizer's fallback lesson).
     pub malformed: u64,
@@ -253,7 +288,8 @@ struct State {
 
 /// Searches for faster kernels for `ctx`: see the module's documentation. Never panics on a
 /// provider's failure: the search stops with [`Stop::Budget`] or [`Stop::ProviderFailed`],
-/// keeping every candidate judged so far.
+/// keeping every candidate judged so far. `cfg` should pass [`LoopConfig::check`] (a zero
+/// setting makes an empty search).
 pub fn search(
     ctx: &ProblemContext,
     cfg: &LoopConfig,
@@ -481,4 +517,39 @@ fn select(chains: &[Chain], results: &[(Candidate, Judgement)], width: usize) ->
     }
     picked.sort();
     picked.into_iter().map(|i| pool[i].clone()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settings_that_make_no_search_are_refused() {
+        let good = LoopConfig { model: "m".into(), ..LoopConfig::default() };
+        assert_eq!(good.check(), Ok(()));
+        let err = LoopConfig { plans: 0, ..good.clone() }.check().unwrap_err();
+        assert_eq!(err.to_string(), "LLM search setting plans = 0: must be at least 1");
+        assert_eq!(LoopConfig { min_gain: 0.9, ..good.clone() }.check().unwrap_err().setting, "min_gain");
+        assert_eq!(LoopConfig { min_gain: f64::NAN, ..good.clone() }.check().unwrap_err().setting, "min_gain");
+        assert_eq!(LoopConfig { model: " ".into(), ..good }.check().unwrap_err().setting, "model");
+    }
+
+    fn chain(kernel: &str, speedup: Option<f64>, strategy: &str) -> Chain {
+        Chain { kernel: Some(kernel.into()), source: String::new(), speedup, strategy: Some(strategy.into()) }
+    }
+
+    #[test]
+    fn selection_prefers_distinct_strategies_then_speed() {
+        let chains = vec![
+            chain("a", Some(1.5), "tune"),
+            chain("b", Some(1.4), "tune"),
+            chain("c", Some(1.1), "fuse"),
+            chain("d", None, "vectorize"),
+            chain("e", Some(1.4), "tune"),
+        ];
+        let picked: Vec<String> = select(&chains, &[], 3).into_iter().filter_map(|c| c.kernel).collect();
+        assert_eq!(picked, ["a", "c", "d"], "one per strategy first, in rank order");
+        let picked: Vec<String> = select(&chains, &[], 4).into_iter().filter_map(|c| c.kernel).collect();
+        assert_eq!(picked, ["a", "b", "c", "d"], "then the best of the rest; ties keep their order");
+    }
 }

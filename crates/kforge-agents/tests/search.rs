@@ -482,3 +482,56 @@ fn runs_with_the_same_replies_are_identical_whatever_the_threads_do() {
     keys.sort();
     assert_eq!(order, keys, "candidates in (iteration, chain, plan, attempt) order");
 }
+
+#[test]
+fn an_executor_reply_without_a_file_is_fed_back_and_costs_no_attempt() {
+    let chat = Scripted::new(|req, scope| match (scope.role.as_str(), turns(req)) {
+        ("planner", _) => Ok(plans(req, &[("fuse", "fuse it")])),
+        ("executor", 0) => Ok(text("I would fuse the two kernels.")),
+        ("executor", 1) => Ok(call(req, "submit_kernel", serde_json::json!({"code": "x"}))),
+        ("executor", _) => Ok(submit(req, &kernel("k", "SPEED=1.2"))),
+        (other, _) => panic!("unexpected role {other}"),
+    });
+    let mut cfg = config();
+    one_plan_each(&mut cfg, 1);
+    let out = search(&context(), &cfg, &chat, &SourceJudge::default(), &Quiet);
+    let requests = chat.requests("executor");
+    assert_eq!(requests.len(), 3);
+    assert!(last(&requests[1]).starts_with("error: no submit_kernel call and no ```python block."));
+    assert_eq!(last(&requests[2]), "error: `source` is missing");
+    assert_eq!(out.stats.malformed, 2);
+    let ids: Vec<&str> = out.candidates.iter().map(|(c, _)| c.id.as_str()).collect();
+    assert_eq!(ids, ["i1-c0-p0-a1"]);
+    assert_eq!(out.stats.executor_retries, 0);
+}
+
+#[test]
+fn the_observer_hears_every_call_and_every_verdict_once() {
+    #[derive(Default)]
+    struct Counting {
+        calls: Mutex<Vec<String>>,
+        verdicts: Mutex<Vec<String>>,
+    }
+    impl Observer for Counting {
+        fn on_call(&self, scope: &Scope, _: &Request, result: Result<&kforge_llm::Answer, &LlmError>) {
+            self.calls.lock().unwrap().push(format!("{} {}", scope.role, result.is_ok()));
+        }
+        fn on_candidate(&self, c: &kforge_agents::Candidate, _: &kforge_agents::Judgement) {
+            self.verdicts.lock().unwrap().push(c.id.clone());
+        }
+    }
+    let chat = Scripted::new(busy_script);
+    let mut cfg = config();
+    cfg.summarize = true;
+    cfg.plans = 3;
+    cfg.iterations = 2;
+    let observer = Counting::default();
+    let out = search(&context(), &cfg, &chat, &SourceJudge::default(), &observer);
+    assert_eq!(observer.calls.lock().unwrap().len() as u64, out.stats.calls);
+    assert_eq!(chat.log.lock().unwrap().len() as u64, out.stats.calls);
+    let mut heard = observer.verdicts.into_inner().unwrap();
+    heard.sort();
+    let mut ids: Vec<String> = out.candidates.iter().map(|(c, _)| c.id.clone()).collect();
+    ids.sort();
+    assert_eq!(heard, ids);
+}
