@@ -1,9 +1,9 @@
 //! The executor: per plan (or per fusible group, the synthesis step) a conversation that writes a
-//! complete `ModelNew` file, checked statically here, de-duplicated, then judged; every failure
+//! complete `ModelNew` file, de-duplicated, checked statically here, then judged; every failure
 //! is fed back and the task tries again, up to `retries` attempts.
 //!
 //! Tasks run in rounds — every unfinished task's attempt `a` is written in parallel, then
-//! checked and de-duplicated in (chain, plan) order, then judged in parallel — so which
+//! de-duplicated and checked in (chain, plan) order, then judged in parallel — so which
 //! candidate is a duplicate of which never depends on which thread finished first.
 
 use crate::candidate::{check_static, source_hash, Candidate, Judgement, Verdict};
@@ -51,8 +51,15 @@ impl Task {
                 ("chain", chain.label()),
                 ("current", cut(&chain.source, b.source_chars)),
                 ("strategy", plan.strategy.clone()),
-                ("change", plan.change.clone()),
-                ("rationale", if plan.rationale.is_empty() { "(none given)".into() } else { plan.rationale.clone() }),
+                ("change", cut(&plan.change, b.feedback_chars)),
+                (
+                    "rationale",
+                    if plan.rationale.is_empty() {
+                        "(none given)".into()
+                    } else {
+                        cut(&plan.rationale, b.feedback_chars)
+                    },
+                ),
             ])
             .expect("the embedded executor prompt has exactly these placeholders (every prompt is rendered in tests)");
         Task::new(

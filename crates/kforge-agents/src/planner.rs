@@ -19,12 +19,15 @@ pub struct Plan {
     pub rationale: String,
 }
 
+/// The longest strategy name kept (characters).
+pub const STRATEGY_CHARS: usize = 48;
+
 /// A strategy name as the tracker counts it: lowercase, runs of anything but letters and digits
-/// turned into one `-`, no `-` at the ends (`"Fuse Epilogue_2"` → `fuse-epilogue-2`); `unnamed`
-/// when nothing is left.
+/// turned into one `-`, no `-` at the ends (`"Fuse Epilogue_2"` → `fuse-epilogue-2`), at most
+/// [`STRATEGY_CHARS`] characters; `unnamed` when nothing is left.
 pub fn normalize_strategy(name: &str) -> String {
     let mut out = String::new();
-    for c in name.trim().chars() {
+    for c in name.trim().chars().take(STRATEGY_CHARS) {
         if c.is_alphanumeric() {
             out.extend(c.to_lowercase());
         } else if !out.is_empty() && !out.ends_with('-') {
@@ -287,6 +290,7 @@ mod tests {
         assert_eq!(normalize_strategy("Fuse Epilogue_2"), "fuse-epilogue-2");
         assert_eq!(normalize_strategy("  --Tune BLOCK size!! "), "tune-block-size");
         assert_eq!(normalize_strategy("???"), "unnamed");
+        assert_eq!(normalize_strategy(&"a".repeat(100)).len(), STRATEGY_CHARS);
     }
 
     #[test]

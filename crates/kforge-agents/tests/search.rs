@@ -430,7 +430,10 @@ fn the_summarizer_records_lessons_and_falls_back_on_malformed_replies() {
 fn busy_script(req: &Request, scope: &Scope) -> Result<kforge_llm::Reply, LlmError> {
     let digest = |s: &str| s.bytes().fold(7u64, |h, b| h.wrapping_mul(31).wrapping_add(u64::from(b)));
     match scope.role.as_str() {
+        "planner" if turns(req) == 0 => Ok(call(req, "read_kernel", serde_json::json!({"name": "current"}))),
         "planner" => Ok(plans(req, &[("a", "1"), ("b", "2"), ("c", "3")])),
+        "synthesis" if turns(req) == 0 => Ok(text("```python\nclass ModelNew:\n    pass\n```")),
+        "synthesis" => Ok(submit(req, &kernel("fused", "SPEED=1.01"))),
         "executor" => {
             let base = digest(first_user(req)) % 40;
             let source = match (strategy_of(req).as_str(), turns(req)) {
@@ -460,11 +463,14 @@ fn runs_with_the_same_replies_are_identical_whatever_the_threads_do() {
     cfg.iterations = 3;
     cfg.patience = 0;
     cfg.executors = 4;
+    let mut ctx = context();
+    let k = |name: &str| KernelInfo { name: name.into(), kind: KernelKind::Generated, share: 0.3, source: None };
+    ctx.inventory = Some(Inventory { kernels: vec![k("triton_poi_0"), k("triton_poi_1")] });
     let run = |executors: usize| {
         let chat = Scripted::new(busy_script);
         let judge = SourceJudge::default();
         let cfg = LoopConfig { executors, ..cfg.clone() };
-        let out = search(&context(), &cfg, &chat, &judge, &Quiet);
+        let out = search(&ctx, &cfg, &chat, &judge, &Quiet);
         (serde_json::to_string(&out).unwrap(), chat.texts(), out)
     };
     let (first, first_requests, out) = run(4);
@@ -472,6 +478,7 @@ fn runs_with_the_same_replies_are_identical_whatever_the_threads_do() {
     let (serial, serial_requests, _) = run(1);
     assert!(out.candidates.len() >= 20, "a busy run: {}", out.candidates.len());
     assert!(out.stats.duplicates > 0 && out.stats.executor_retries > 0);
+    assert_eq!(out.stats.synthesis.as_deref(), Some("i0-c0-p0-a2"), "a static rejection, then the seed");
     assert_eq!(first, second);
     assert_eq!(first_requests, second_requests);
     assert_eq!(first, serial, "one executor or four: the same outcome");
