@@ -58,6 +58,8 @@ pub struct Judgement {
 /// Judges candidates: only it declares a candidate correct or faster. Called from several
 /// executor threads at once.
 pub trait Judge: Send + Sync {
+    /// The verdict on `candidate` (its source, already through the static pre-checks) and the
+    /// text to feed back to the executor.
     fn judge(&self, candidate: &Candidate) -> Judgement;
 }
 

@@ -43,6 +43,7 @@ pub struct Memory {
 }
 
 impl Memory {
+    /// An empty memory.
     pub fn new(config: MemoryConfig) -> Memory {
         Memory { config, items: VecDeque::new() }
     }
@@ -129,6 +130,7 @@ pub struct Tracker {
 }
 
 impl Tracker {
+    /// A tracker that has counted nothing.
     pub fn new(config: TrackerConfig) -> Tracker {
         Tracker { config, counts: BTreeMap::new() }
     }

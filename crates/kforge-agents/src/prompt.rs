@@ -9,9 +9,13 @@ pub const USER_MARK: &str = "---- user ----";
 /// One agent's prompt file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Prompt {
+    /// `planner.md`: N plans for a chain, with look-up tools.
     Planner,
+    /// `executor.md`: one plan written as a complete `ModelNew` file.
     Executor,
+    /// `summarizer.md`: one attempt as a lesson.
     Summarizer,
+    /// `synthesis.md`: a group of adjacent generated kernels as one Triton kernel.
     Synthesis,
 }
 
@@ -27,12 +31,16 @@ pub struct Rendered {
 /// Why a template could not be filled.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum TemplateError {
+    /// The template has `{{name}}` but no value was given for it.
     #[error("template {template}: no value for placeholder {{{{{name}}}}}")]
     Missing { template: String, name: String },
+    /// A value was given that the template does not use.
     #[error("template {template}: value {name} is given but the template has no {{{{{name}}}}}")]
     Unused { template: String, name: String },
+    /// `{{` without `}}`, or a name that is not letters, digits and `_`.
     #[error("template {template}: unterminated or malformed placeholder at byte {at}")]
     Malformed { template: String, at: usize },
+    /// A prompt file without its user-message line.
     #[error("template {template}: no line {USER_MARK:?} between the system prompt and the user message")]
     NoUserMark { template: String },
 }
