@@ -214,6 +214,18 @@ mod tests {
     }
 
     #[test]
+    fn verdicts_serialize_with_a_kind_tag_and_read_back() {
+        let v = Verdict::Rejected { gate: "exploits".into(), reason: "cached output".into(), exploit: true };
+        let text = serde_json::to_string(&v).unwrap();
+        assert_eq!(text, r#"{"kind":"rejected","gate":"exploits","reason":"cached output","exploit":true}"#);
+        assert_eq!(serde_json::from_str::<Verdict>(&text).unwrap(), v);
+        let untimed: Verdict = serde_json::from_str(r#"{"kind":"accepted","speedup":null}"#).unwrap();
+        assert_eq!(untimed, Verdict::Accepted { speedup: None });
+        let env: Verdict = serde_json::from_str(r#"{"kind":"could_not_run","reason":"no GPU"}"#).unwrap();
+        assert_eq!(env.describe(), "could not run: no GPU");
+    }
+
+    #[test]
     fn a_matching_model_new_passes() {
         let c = "class ModelNew:\n    def __init__(self, dim):\n        pass\n    def forward(self, a, b=1):\n        return a\n";
         assert_eq!(check_static(PROBLEM, c), Ok(()));

@@ -67,7 +67,7 @@ impl Task {
             plan.strategy.clone(),
             plan.change.clone(),
             chain.kernel.clone(),
-            Conversation::new(Prompt::Executor, rendered, tools()),
+            Conversation::new(Prompt::Executor, format!("i{}-c{}-p{}", key.0, key.1, key.2), rendered, tools()),
         )
     }
 
@@ -95,7 +95,13 @@ impl Task {
             .expect("the embedded synthesis prompt has exactly these placeholders (every prompt is rendered in tests)");
         let names: Vec<&str> = group.iter().map(|k| k.name.as_str()).collect();
         let change = format!("fuse {} into one Triton kernel", names.join(", "));
-        Task::new((0, 0, 0), "synthesis".into(), change, None, Conversation::new(Prompt::Synthesis, rendered, tools()))
+        Task::new(
+            (0, 0, 0),
+            "synthesis".into(),
+            change,
+            None,
+            Conversation::new(Prompt::Synthesis, "i0-c0-p0".into(), rendered, tools()),
+        )
     }
 
     fn new(key: (u32, u32, u32), strategy: String, change: String, parent: Option<String>, conv: Conversation) -> Task {

@@ -44,6 +44,8 @@ pub fn normalize_strategy(name: &str) -> String {
 
 /// What the planner is given for one chain.
 pub(crate) struct PlanInputs<'a> {
+    /// `i{iteration}-c{chain}`: the task the calls belong to.
+    pub task: String,
     pub chain: &'a Chain,
     pub analysis: &'a str,
     pub memory: &'a Memory,
@@ -109,7 +111,7 @@ pub(crate) fn plan(env: &Env, inputs: &PlanInputs) -> Result<Planned, Halt> {
             ("avoid", if inputs.avoid.is_empty() { "none".into() } else { inputs.avoid.join(", ") }),
         ])
         .expect("the embedded planner prompt has exactly these placeholders (every prompt is rendered in tests)");
-    let mut conv = Conversation::new(Prompt::Planner, rendered, tools());
+    let mut conv = Conversation::new(Prompt::Planner, inputs.task.clone(), rendered, tools());
     let Some((plans, submit_id)) = ask(env, &mut conv, inputs)? else { return Ok(Planned::default()) };
     let mut distinct: Vec<String> = plans.iter().map(|p| p.strategy.clone()).collect();
     distinct.sort();

@@ -137,8 +137,11 @@ impl LoopConfig {
 
 /// What the search reports while it runs. Called from several threads.
 pub trait Observer: Send + Sync {
-    /// After every call: its scope, the request, the answer or the error.
-    fn on_call(&self, _scope: &Scope, _request: &Request, _result: Result<&Answer, &LlmError>) {}
+    /// After every call: its scope, its task, the request, the answer or the error. The task
+    /// is `i{iteration}-c{chain}` for the planner, `i{iteration}-c{chain}-p{plan}` for the
+    /// executor (`i0-c0-p0`: synthesis; its candidates add `-a{attempt}`), and the candidate's
+    /// id for the summarizer.
+    fn on_call(&self, _scope: &Scope, _task: &str, _request: &Request, _result: Result<&Answer, &LlmError>) {}
     /// The moment a candidate's verdict is known (judged, or known without judging: a static
     /// rejection, a duplicate).
     fn on_candidate(&self, _candidate: &Candidate, _judgement: &Judgement) {}
@@ -395,8 +398,17 @@ fn plan_all(
     iteration: u32,
 ) -> Result<(Vec<Task>, Vec<Meltdown>), Stop> {
     let avoid = s.tracker.avoided();
-    let inputs: Vec<PlanInputs> =
-        chains.iter().map(|chain| PlanInputs { chain, analysis, memory: &s.memory, avoid: &avoid }).collect();
+    let inputs: Vec<PlanInputs> = chains
+        .iter()
+        .enumerate()
+        .map(|(ci, chain)| PlanInputs {
+            task: format!("i{iteration}-c{ci}"),
+            chain,
+            analysis,
+            memory: &s.memory,
+            avoid: &avoid,
+        })
+        .collect();
     let planned = parallel_map(&inputs, env.cfg.executors, |i| plan(env, i));
     let mut tasks = Vec::new();
     let mut meltdowns = Vec::new();

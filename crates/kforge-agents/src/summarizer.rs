@@ -32,7 +32,7 @@ pub(crate) fn lesson(env: &Env, c: &Candidate, j: &Judgement) -> Result<Lesson, 
         serde_json::json!({"lesson": string, "strategy": string}),
         &["lesson", "strategy"],
     )];
-    let mut conv = Conversation::new(Prompt::Summarizer, rendered, tools);
+    let mut conv = Conversation::new(Prompt::Summarizer, c.id.clone(), rendered, tools);
     let reply = conv.send(env)?;
     let recorded = reply
         .tool_calls

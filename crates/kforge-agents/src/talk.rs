@@ -53,14 +53,16 @@ impl Env<'_> {
 /// One agent task's conversation with the model.
 pub(crate) struct Conversation {
     prompt: Prompt,
+    /// Which task the calls belong to (see [`Observer::on_call`]).
+    task: String,
     messages: Vec<Message>,
     tools: Vec<Tool>,
 }
 
 impl Conversation {
-    pub fn new(prompt: Prompt, rendered: Rendered, tools: Vec<Tool>) -> Conversation {
+    pub fn new(prompt: Prompt, task: String, rendered: Rendered, tools: Vec<Tool>) -> Conversation {
         let messages = vec![Message::system(rendered.system), Message::user(rendered.user)];
-        Conversation { prompt, messages, tools }
+        Conversation { prompt, task, messages, tools }
     }
 
     /// Sends the conversation, tells the observer, and appends the assistant's turn.
@@ -77,7 +79,7 @@ impl Conversation {
         let scope = Scope { problem: env.ctx.problem.clone(), role: self.prompt.role().into() };
         env.counters.calls.fetch_add(1, Ordering::SeqCst);
         let result = env.chat.chat(&request, &scope);
-        env.observer.on_call(&scope, &request, result.as_ref());
+        env.observer.on_call(&scope, &self.task, &request, result.as_ref());
         match result {
             Ok(answer) => {
                 self.messages.push(Message::assistant(&answer.reply));

@@ -454,6 +454,14 @@ fn busy_script(req: &Request, scope: &Scope) -> Result<kforge_llm::Reply, LlmErr
     }
 }
 
+/// The problem with two adjacent generated kernels (a synthesis group).
+fn busy_context() -> kforge_agents::ProblemContext {
+    let mut ctx = context();
+    let k = |name: &str| KernelInfo { name: name.into(), kind: KernelKind::Generated, share: 0.3, source: None };
+    ctx.inventory = Some(Inventory { kernels: vec![k("triton_poi_0"), k("triton_poi_1")] });
+    ctx
+}
+
 #[test]
 fn runs_with_the_same_replies_are_identical_whatever_the_threads_do() {
     let mut cfg = config();
@@ -463,9 +471,7 @@ fn runs_with_the_same_replies_are_identical_whatever_the_threads_do() {
     cfg.iterations = 3;
     cfg.patience = 0;
     cfg.executors = 4;
-    let mut ctx = context();
-    let k = |name: &str| KernelInfo { name: name.into(), kind: KernelKind::Generated, share: 0.3, source: None };
-    ctx.inventory = Some(Inventory { kernels: vec![k("triton_poi_0"), k("triton_poi_1")] });
+    let ctx = busy_context();
     let run = |executors: usize| {
         let chat = Scripted::new(busy_script);
         let judge = SourceJudge::default();
@@ -520,8 +526,8 @@ fn the_observer_hears_every_call_and_every_verdict_once() {
         verdicts: Mutex<Vec<String>>,
     }
     impl Observer for Counting {
-        fn on_call(&self, scope: &Scope, _: &Request, result: Result<&kforge_llm::Answer, &LlmError>) {
-            self.calls.lock().unwrap().push(format!("{} {}", scope.role, result.is_ok()));
+        fn on_call(&self, scope: &Scope, task: &str, _: &Request, result: Result<&kforge_llm::Answer, &LlmError>) {
+            self.calls.lock().unwrap().push(format!("{} {task} {}", scope.role, result.is_ok()));
         }
         fn on_candidate(&self, c: &kforge_agents::Candidate, _: &kforge_agents::Judgement) {
             self.verdicts.lock().unwrap().push(c.id.clone());
@@ -533,8 +539,14 @@ fn the_observer_hears_every_call_and_every_verdict_once() {
     cfg.plans = 3;
     cfg.iterations = 2;
     let observer = Counting::default();
-    let out = search(&context(), &cfg, &chat, &SourceJudge::default(), &observer);
-    assert_eq!(observer.calls.lock().unwrap().len() as u64, out.stats.calls);
+    let out = search(&busy_context(), &cfg, &chat, &SourceJudge::default(), &observer);
+    let calls = observer.calls.into_inner().unwrap();
+    assert_eq!(calls.len() as u64, out.stats.calls);
+    for expected in
+        ["planner i1-c0 true", "executor i1-c0-p0 true", "summarizer i1-c0-p0-a1 true", "synthesis i0-c0-p0 true"]
+    {
+        assert!(calls.iter().any(|c| c == expected), "{expected} in {calls:?}");
+    }
     assert_eq!(chat.log.lock().unwrap().len() as u64, out.stats.calls);
     let mut heard = observer.verdicts.into_inner().unwrap();
     heard.sort();
