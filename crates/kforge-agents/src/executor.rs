@@ -12,7 +12,7 @@ use crate::planner::Plan;
 use crate::prompt::{cut, Prompt};
 use crate::search::Chain;
 use crate::talk::{lock, object, parallel_map, text_field, tool, Conversation, Env, Halt};
-use kforge_llm::{LlmError, Reply, Tool};
+use kforge_llm::{FinishReason, LlmError, Reply, Tool};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
@@ -159,13 +159,17 @@ impl Task {
             self.pending = None;
             return Ok(source);
         }
-        Err(problem.unwrap_or_else(|| {
+        let problem = problem.unwrap_or_else(|| {
             if reply.is_empty() {
                 "the reply was empty".into()
             } else {
                 "no submit_kernel call and no ```python block".into()
             }
-        }))
+        });
+        if reply.finish_reason == FinishReason::Length {
+            return Err(format!("{problem} (the reply was cut at the length limit: write a shorter file)"));
+        }
+        Err(problem)
     }
 
     fn feed_back(&mut self, text: String) {

@@ -107,6 +107,7 @@ pub(crate) fn plan(env: &Env, inputs: &PlanInputs) -> Result<Planned, Halt> {
             ("analysis", cut(inputs.analysis, env.cfg.bounds.summary_chars)),
             ("chain", inputs.chain.label()),
             ("current", cut(&inputs.chain.source, env.cfg.bounds.source_chars)),
+            ("tried", cut(&inputs.chain.tried_text(), env.cfg.bounds.summary_chars)),
             ("memory", inputs.memory.summary()),
             ("avoid", if inputs.avoid.is_empty() { "none".into() } else { inputs.avoid.join(", ") }),
         ])

@@ -233,6 +233,9 @@ pub struct SearchOutcome {
     pub stats: Stats,
 }
 
+/// Tried plans of a chain shown to its planner, the most recent.
+pub const TRIED_SHOWN: usize = 16;
+
 /// A chain of the beam: the kernel it is at.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Chain {
@@ -241,11 +244,19 @@ pub(crate) struct Chain {
     pub source: String,
     pub speedup: Option<f64>,
     pub strategy: Option<String>,
+    /// What plans on this chain gave so far, one line each (`strategy (change): verdict`).
+    pub tried: Vec<String>,
 }
 
 impl Chain {
     fn baseline(ctx: &ProblemContext) -> Chain {
-        Chain { kernel: None, source: ctx.baseline.source.clone(), speedup: Some(1.0), strategy: None }
+        Chain {
+            kernel: None,
+            source: ctx.baseline.source.clone(),
+            speedup: Some(1.0),
+            strategy: None,
+            tried: Vec::new(),
+        }
     }
 
     fn of(c: &Candidate, j: &Judgement) -> Chain {
@@ -254,7 +265,21 @@ impl Chain {
             source: c.source.clone(),
             speedup: j.verdict.speedup(),
             strategy: Some(c.strategy.clone()),
+            tried: Vec::new(),
         }
+    }
+
+    /// The chain's last [`TRIED_SHOWN`] tried plans as prompt text.
+    pub fn tried_text(&self) -> String {
+        if self.tried.is_empty() {
+            return "nothing yet".into();
+        }
+        let skip = self.tried.len().saturating_sub(TRIED_SHOWN);
+        let mut lines: Vec<String> = self.tried[skip..].iter().map(|t| format!("- {t}")).collect();
+        if skip > 0 {
+            lines.insert(0, format!("({skip} earlier plans not shown)"));
+        }
+        lines.join("\n")
     }
 
     /// How prompts name the chain.
@@ -352,6 +377,7 @@ fn run(env: &Env, s: &mut State) -> Stop {
             Err(stop) => return stop,
         };
         let improved = improve(s, &results, env.cfg.min_gain);
+        note_tried(&mut chains, &results);
         let next = select(&chains, &results, env.cfg.chains);
         env.observer.on_iteration(&IterationSummary {
             iteration,
@@ -486,6 +512,16 @@ fn absorb(env: &Env, s: &mut State, executed: Executed) -> Result<Vec<(Candidate
     }
 }
 
+/// Adds each plan's last attempt to the chain it was planned on.
+fn note_tried(chains: &mut [Chain], results: &[(Candidate, Judgement)]) {
+    for (i, (c, j)) in results.iter().enumerate() {
+        let last = results.get(i + 1).is_none_or(|(n, _)| (n.chain, n.plan) != (c.chain, c.plan));
+        if let (true, Some(chain)) = (last, chains.get_mut(c.chain as usize)) {
+            chain.tried.push(crate::summarizer::fallback(c, j));
+        }
+    }
+}
+
 /// Whether `results` improve the best speedup by more than `min_gain`; updates the best.
 fn improve(s: &mut State, results: &[(Candidate, Judgement)], min_gain: f64) -> bool {
     let mut top: Option<(&Candidate, f64)> = None;
@@ -547,7 +583,13 @@ mod tests {
     }
 
     fn chain(kernel: &str, speedup: Option<f64>, strategy: &str) -> Chain {
-        Chain { kernel: Some(kernel.into()), source: String::new(), speedup, strategy: Some(strategy.into()) }
+        Chain {
+            kernel: Some(kernel.into()),
+            source: String::new(),
+            speedup,
+            strategy: Some(strategy.into()),
+            tried: Vec::new(),
+        }
     }
 
     #[test]

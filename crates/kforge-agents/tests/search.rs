@@ -345,6 +345,14 @@ fn untimed_acceptances_stop_by_patience() {
     assert_eq!(seen.len(), 2);
     assert!(seen.iter().all(|(_, improved, _)| !improved));
     assert_eq!(seen[0].2, [None, Some("i1-c0-p0-a1".to_string())], "the baseline ranks above an untimed kernel");
+    let planner = chat.requests("planner");
+    assert!(first_user(&planner[0])
+        .contains("Already tried on this chain (plan: verdict of its last attempt):\nnothing yet"));
+    let baseline: Vec<&Request> =
+        planner.iter().filter(|r| first_user(r).contains("Current kernel of this chain (the baseline)")).collect();
+    assert_eq!(baseline.len(), 2, "planned in both iterations");
+    let tried = first_user(baseline[1]);
+    assert!(tried.contains("- tune (BLOCK=512): accepted (correct; not timed on this device)"), "{tried}");
 }
 
 #[test]
