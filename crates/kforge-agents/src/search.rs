@@ -372,11 +372,10 @@ fn run(env: &Env, s: &mut State) -> Stop {
         };
         let plans = tasks.len();
         let executed = execute(env, tasks, &mut s.ledger);
-        let results = match absorb(env, s, executed) {
-            Ok(results) => results,
+        let (results, improved) = match absorb(env, s, executed) {
+            Ok(absorbed) => absorbed,
             Err(stop) => return stop,
         };
-        let improved = improve(s, &results, env.cfg.min_gain);
         note_tried(&mut chains, &results);
         let next = select(&chains, &results, env.cfg.chains);
         env.observer.on_iteration(&IterationSummary {
@@ -408,8 +407,7 @@ fn synthesize(env: &Env, s: &mut State) -> Result<Option<Chain>, Stop> {
     let Some(group) = fusible_group(env.ctx) else { return Ok(None) };
     env.observer.progress(&format!("synthesis: fusing {} adjacent generated kernels", group.len()));
     let executed = execute(env, vec![Task::synthesis(env, &group)], &mut s.ledger);
-    let results = absorb(env, s, executed)?;
-    improve(s, &results, env.cfg.min_gain);
+    let (results, _) = absorb(env, s, executed)?;
     let seed = results.iter().find(|(_, j)| j.verdict.accepted()).map(|(c, j)| Chain::of(c, j));
     s.stats.synthesis = seed.as_ref().and_then(|c| c.kernel.clone());
     Ok(seed)
@@ -465,14 +463,15 @@ fn plan_all(
     }
 }
 
-/// Records an execution's candidates in (chain, plan, attempt) order, then the tracker, the
-/// lessons and the memory in that order; a failed call stops the search after the candidates
-/// are kept.
-fn absorb(env: &Env, s: &mut State, executed: Executed) -> Result<Vec<(Candidate, Judgement)>, Stop> {
+/// Records an execution's candidates in (chain, plan, attempt) order and whether they improve
+/// the best, then the tracker, the lessons and the memory in that order; a failed call stops
+/// the search after the candidates (and the best) are kept.
+fn absorb(env: &Env, s: &mut State, executed: Executed) -> Result<(Vec<(Candidate, Judgement)>, bool), Stop> {
     let Executed { mut results, duplicates, halt } = executed;
     results.sort_by_key(|(c, _)| (c.chain, c.plan, c.attempt));
     s.stats.duplicates += duplicates;
     s.candidates.extend(results.iter().cloned());
+    let improved = improve(s, &results, env.cfg.min_gain);
     if let Some(e) = halt {
         return Err(stop_of(e));
     }
@@ -508,7 +507,7 @@ fn absorb(env: &Env, s: &mut State, executed: Executed) -> Result<Vec<(Candidate
     }
     match failed {
         Some(e) => Err(stop_of(e)),
-        None => Ok(results),
+        None => Ok((results, improved)),
     }
 }
 

@@ -381,6 +381,22 @@ fn a_spent_budget_stops_the_search_and_keeps_its_candidates() {
 }
 
 #[test]
+fn a_budget_spent_on_the_summary_keeps_the_best_candidate() {
+    let chat = Scripted::new(|req, scope| match scope.role.as_str() {
+        "planner" => Ok(plans(req, &[("a", "1")])),
+        "executor" => Ok(submit(req, &kernel("a", "SPEED=1.4"))),
+        _ => Err(LlmError::Budget { what: "usd of the problem".into(), limit: 1.0, spent: 1.0 }),
+    });
+    let mut cfg = config();
+    cfg.plans = 1;
+    cfg.summarize = true;
+    let out = search(&context(), &cfg, &chat, &SourceJudge::default(), &Quiet);
+    assert!(matches!(out.stop, Stop::Budget(_)), "{:?}", out.stop);
+    assert_eq!(out.best.as_deref(), Some("i1-c0-p0-a1"));
+    assert_eq!(out.best_speedup, Some(1.4));
+}
+
+#[test]
 fn a_failing_provider_stops_the_search_with_its_error() {
     let chat = Scripted::new(|req, scope| match scope.role.as_str() {
         "planner" => Ok(plans(req, &[("a", "1")])),
