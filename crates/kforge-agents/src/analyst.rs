@@ -1,0 +1,165 @@
+//! The strategy analyst (deterministic): a tier per kernel from its speed-of-light percentages,
+//! and the Amdahl ceiling of changing only the generated kernels. Rendered into the planner's
+//! prompt.
+
+use crate::context::{KernelKind, KernelProfile, ProblemContext};
+use serde::Serialize;
+
+/// Either speed-of-light percentage above this: the kernel is near optimal.
+pub const NEAR_OPTIMAL_PCT: f64 = 80.0;
+/// Both percentages below this: the kernel under-utilizes the device.
+pub const UNDER_UTILIZED_PCT: f64 = 40.0;
+
+/// What limits a kernel (DESIGN-NOTES §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Tier {
+    /// Either SOL% > 80: little to gain.
+    NearOptimal,
+    /// Memory SOL% is the larger one (and ≥ 40).
+    MemoryBound,
+    /// Compute SOL% is the larger one (and ≥ 40).
+    ComputeBound,
+    /// Both SOL% < 40: latency, launch or occupancy limited.
+    UnderUtilized,
+    /// No profile for the kernel.
+    Unknown,
+}
+
+impl Tier {
+    /// The tier of one profiled kernel.
+    pub fn of(p: &KernelProfile) -> Tier {
+        let (m, c) = (p.sol_memory_pct, p.sol_compute_pct);
+        if m > NEAR_OPTIMAL_PCT || c > NEAR_OPTIMAL_PCT {
+            Tier::NearOptimal
+        } else if m < UNDER_UTILIZED_PCT && c < UNDER_UTILIZED_PCT {
+            Tier::UnderUtilized
+        } else if m >= c {
+            Tier::MemoryBound
+        } else {
+            Tier::ComputeBound
+        }
+    }
+
+    /// The tier's name as the prompt shows it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::NearOptimal => "near-optimal",
+            Tier::MemoryBound => "memory-bound",
+            Tier::ComputeBound => "compute-bound",
+            Tier::UnderUtilized => "under-utilized",
+            Tier::Unknown => "unknown",
+        }
+    }
+}
+
+/// One kernel's row of the analysis.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct KernelTier {
+    pub name: String,
+    pub kind: Option<KernelKind>,
+    pub share: Option<f64>,
+    pub tier: Tier,
+}
+
+/// The analysis of a problem.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Analysis {
+    /// Inventory order when there is an inventory, else profile order.
+    pub kernels: Vec<KernelTier>,
+    /// 1 / (1 − generated share): the most that changing the generated kernels can give (None
+    /// without an inventory, or when generated kernels are all the time).
+    pub amdahl_ceiling: Option<f64>,
+}
+
+/// Tiers every kernel of `ctx` and computes the Amdahl ceiling.
+pub fn analyze(ctx: &ProblemContext) -> Analysis {
+    let profile_of = |name: &str| ctx.profile.as_ref().and_then(|ps| ps.iter().find(|p| p.name == name));
+    let tier_of = |name: &str| profile_of(name).map(Tier::of).unwrap_or(Tier::Unknown);
+    let Some(inventory) = &ctx.inventory else {
+        let kernels = ctx
+            .profile
+            .iter()
+            .flatten()
+            .map(|p| KernelTier { name: p.name.clone(), kind: None, share: None, tier: Tier::of(p) })
+            .collect();
+        return Analysis { kernels, amdahl_ceiling: None };
+    };
+    let kernels = inventory
+        .kernels
+        .iter()
+        .map(|k| KernelTier { name: k.name.clone(), kind: Some(k.kind), share: Some(k.share), tier: tier_of(&k.name) })
+        .collect();
+    let generated: f64 = inventory.kernels.iter().filter(|k| k.kind == KernelKind::Generated).map(|k| k.share).sum();
+    let amdahl_ceiling = (generated < 1.0).then(|| 1.0 / (1.0 - generated.max(0.0)));
+    Analysis { kernels, amdahl_ceiling }
+}
+
+impl Analysis {
+    /// The analysis as prompt text: one line per kernel, then the ceiling.
+    pub fn render(&self) -> String {
+        if self.kernels.is_empty() {
+            return "no inventory and no profile: nothing is known about the compiled kernels".into();
+        }
+        let mut lines: Vec<String> = self
+            .kernels
+            .iter()
+            .map(|k| {
+                let kind = match k.kind {
+                    Some(KernelKind::Generated) => " generated",
+                    Some(KernelKind::Vendor) => " vendor",
+                    Some(KernelKind::Aten) => " aten",
+                    None => "",
+                };
+                let share = k.share.map(|s| format!(" {:.1}% of GPU time", s * 100.0)).unwrap_or_default();
+                format!("- {}{kind}{share}: {}", k.name, k.tier.name())
+            })
+            .collect();
+        match self.amdahl_ceiling {
+            Some(c) => lines.push(format!("Amdahl ceiling of changing the generated kernels only: {c:.2}x")),
+            None => lines.push("Amdahl ceiling: unknown".into()),
+        }
+        lines.join("\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::{BaselineInfo, Inventory, KernelInfo};
+
+    fn profile(name: &str, m: f64, c: f64) -> KernelProfile {
+        KernelProfile { name: name.into(), sol_memory_pct: m, sol_compute_pct: c, occupancy_pct: None }
+    }
+
+    #[test]
+    fn tiers_follow_the_speed_of_light_percentages() {
+        assert_eq!(Tier::of(&profile("a", 85.0, 10.0)), Tier::NearOptimal);
+        assert_eq!(Tier::of(&profile("a", 10.0, 81.0)), Tier::NearOptimal);
+        assert_eq!(Tier::of(&profile("a", 60.0, 20.0)), Tier::MemoryBound);
+        assert_eq!(Tier::of(&profile("a", 20.0, 60.0)), Tier::ComputeBound);
+        assert_eq!(Tier::of(&profile("a", 20.0, 30.0)), Tier::UnderUtilized);
+    }
+
+    #[test]
+    fn the_ceiling_comes_from_the_generated_share() {
+        let kernel = |name: &str, kind, share| KernelInfo { name: name.into(), kind, share, source: None };
+        let ctx = ProblemContext {
+            problem: "p".into(),
+            source: String::new(),
+            baseline: BaselineInfo { source: String::new(), label: "b".into(), time_ms: None },
+            inventory: Some(Inventory {
+                kernels: vec![kernel("mm", KernelKind::Vendor, 0.75), kernel("t0", KernelKind::Generated, 0.25)],
+            }),
+            profile: Some(vec![profile("t0", 50.0, 5.0)]),
+            device: "cpu".into(),
+        };
+        let a = analyze(&ctx);
+        assert_eq!(a.amdahl_ceiling, Some(1.0 / 0.75));
+        assert_eq!(a.kernels[0].tier, Tier::Unknown);
+        assert_eq!(a.kernels[1].tier, Tier::MemoryBound);
+        let text = a.render();
+        assert!(text.contains("- t0 generated 25.0% of GPU time: memory-bound"), "{text}");
+        assert!(text.contains("1.33x"), "{text}");
+    }
+}
