@@ -96,7 +96,10 @@ fn verdicts(r: &Value) -> Vec<(String, String, String, bool, String)> {
         .collect()
 }
 
-fn by_plan<'a>(v: &'a [(String, String, String, bool, String)], plan: &str) -> Vec<&'a (String, String, String, bool, String)> {
+fn by_plan<'a>(
+    v: &'a [(String, String, String, bool, String)],
+    plan: &str,
+) -> Vec<&'a (String, String, String, bool, String)> {
     v.iter().filter(|c| c.0.contains(plan)).collect()
 }
 
@@ -230,7 +233,8 @@ fn a_killed_llm_search_resumes_without_losing_a_finished_candidate() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("o");
     let first = Endpoint::start("kill.json", dir.path().join("first.jsonl"));
-    let flags = ["--llm-iterations", "1", "--llm-chains", "1", "--llm-plans", "2", "--llm-retries", "1", "--llm-no-summarizer"];
+    let flags =
+        ["--llm-iterations", "1", "--llm-chains", "1", "--llm-plans", "2", "--llm-retries", "1", "--llm-no-summarizer"];
     let mut args = vec!["--llm", first.url.as_str(), "--llm-executors", "2"];
     args.extend(flags);
     let mut child = command(&out, &args).stderr(Stdio::piped()).process_group(0).spawn().unwrap();
@@ -267,7 +271,8 @@ fn a_killed_llm_search_resumes_without_losing_a_finished_candidate() {
     let run2: Vec<_> = after.llm_candidates.iter().filter(|c| c.run == after.runs[1].id).collect();
     let kept = &before.llm_candidates[0];
     assert!(
-        run2.iter().any(|c| c.candidate == kept.candidate && c.content_hash == kept.content_hash && c.verdict == kept.verdict),
+        run2.iter()
+            .any(|c| c.candidate == kept.candidate && c.content_hash == kept.content_hash && c.verdict == kept.verdict),
         "{run2:?}"
     );
     assert_eq!(verdicts(&report(&out)).len(), 2, "both plans' candidates");

@@ -10,7 +10,9 @@
 use super::{content_hash, now_ns, ProblemRun, Work};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use kforge_agents::{Candidate, Judge, Judgement, LoopConfig, Observer, ProblemContext, SearchOutcome, Verdict};
+use kforge_agents::{
+    BaselineInfo, Candidate, Judge, Judgement, LoopConfig, Observer, ProblemContext, SearchOutcome, Stop, Verdict,
+};
 use kforge_llm::budget::{Limits, Meter};
 use kforge_llm::client::Client;
 use kforge_llm::config::ProviderConfig;
@@ -152,14 +154,15 @@ impl LlmPlan {
             model: provider.model.clone(),
             params,
             iterations: a.llm_iterations,
-            chains: a.llm_chains,
-            plans: a.llm_plans,
+            chains: a.llm_chains as usize,
+            plans: a.llm_plans as usize,
             retries: a.llm_retries,
-            executors: a.llm_executors,
+            executors: a.llm_executors as usize,
             patience: a.llm_patience,
             summarize: !a.llm_no_summarizer,
             ..LoopConfig::default()
         };
+        config.check().context("the llm agent's settings")?;
         Ok(LlmPlan { provider, limits, config, replay: a.replay })
     }
 
@@ -184,7 +187,12 @@ impl LlmPlan {
             if last.elapsed().as_secs_f64() >= 10.0 {
                 *last = Instant::now();
                 let chars = p.content_chars + p.argument_chars;
-                eprintln!("kforge optimize: {}: llm: {} writing: {chars} chars in {:.0} s", scope.problem, scope.role, p.elapsed.as_secs_f64());
+                eprintln!(
+                    "kforge optimize: {}: llm: {} writing: {chars} chars in {:.0} s",
+                    scope.problem,
+                    scope.role,
+                    p.elapsed.as_secs_f64()
+                );
             }
         };
         let chat = Client::builder(self.provider.clone(), meter, cache.clone()).progress(progress).build();
@@ -225,14 +233,31 @@ impl ProblemRun<'_> {
         let policy = dir.join("policy.toml");
         std::fs::write(&policy, self.llm_policy()?).with_context(|| format!("writing {}", policy.display()))?;
         let source = String::from_utf8_lossy(&self.source).into_owned();
-        let ctx =
-            ProblemContext::new(&self.question.problem, &source, self.run.plan.baseline.mode(), self.llm_device());
-        let judge = VerifyJudge { run: self, dir: &dir, policy: &policy, seconds: Mutex::new(0.0) };
-        let observer = Journaling { run: self, dir: &dir, judged: AtomicU64::new(0) };
+        let ctx = ProblemContext {
+            problem: self.question.problem.clone(),
+            source: source.clone(),
+            baseline: BaselineInfo {
+                source,
+                label: format!("torch.compile in mode {}", self.run.plan.baseline.mode()),
+                time_ms: None,
+            },
+            inventory: None,
+            profile: None,
+            device: self.llm_device(),
+        };
+        let here = Here { run: self.run, index: self.index, problem: self.problem, label: &self.question.problem };
+        let judge = VerifyJudge { here, dir: &dir, policy: &policy, seconds: Mutex::new(0.0) };
+        let observer = Journaling { here, dir: &dir, judged: AtomicU64::new(0) };
         let outcome = kforge_agents::search(&ctx, &plan.config, &client.chat, &judge, &observer);
         let mut report = self.llm_report(plan, &outcome, &dir)?;
         let counted = std::mem::take(&mut report.usage);
-        report.usage = LlmUsage { malformed: counted.malformed, executor_retries: counted.executor_retries, duplicates: counted.duplicates, meltdowns: counted.meltdowns, ..client.usage(&self.question.problem)? };
+        report.usage = LlmUsage {
+            malformed: counted.malformed,
+            executor_retries: counted.executor_retries,
+            duplicates: counted.duplicates,
+            meltdowns: counted.meltdowns,
+            ..client.usage(&self.question.problem)?
+        };
         let body = serde_json::to_string_pretty(&outcome).context("serializing the search's outcome")?;
         std::fs::write(dir.join("outcome.json"), body).with_context(|| format!("writing {}", dir.display()))?;
         let body = serde_json::to_string_pretty(&report).context("serializing the llm report")?;
@@ -279,7 +304,7 @@ impl ProblemRun<'_> {
             None => None,
         };
         let s = &o.stats;
-        let (stop, error) = kforge_agents::stop_words(&o.stop);
+        let (stop, error) = stop_words(&o.stop);
         let mut report = LlmReport {
             endpoint: plan.provider.url.clone(),
             model: plan.provider.model.clone(),
@@ -304,9 +329,21 @@ impl ProblemRun<'_> {
     }
 }
 
+/// Why the search stopped, in words, and the provider's failure when that was why.
+fn stop_words(stop: &Stop) -> (String, Option<String>) {
+    match stop {
+        Stop::Iterations => ("iterations".into(), None),
+        Stop::NoImprovement { iterations } => (format!("no improvement in {iterations} iteration(s)"), None),
+        Stop::Budget(why) => (format!("budget: {why}"), None),
+        Stop::ProviderFailed(why) => ("provider failed".into(), Some(why.clone())),
+    }
+}
+
 /// A judged candidate as the report lists it.
 fn summary(c: &Candidate, j: &Judgement, dir: &Path) -> LlmCandidate {
-    let (verdict, gate, exploit, speedup, ci95) = verdict_columns(&j.verdict);
+    let (verdict, gate, exploit, speedup) = verdict_columns(&j.verdict);
+    let file = dir.join("candidates").join(format!("{}.verdict.json", c.id));
+    let ci95 = speedup.and_then(|_| ci95_of(&file));
     LlmCandidate {
         id: c.id.clone(),
         strategy: c.strategy.clone(),
@@ -320,23 +357,47 @@ fn summary(c: &Candidate, j: &Judgement, dir: &Path) -> LlmCandidate {
     }
 }
 
-type Columns = (String, Option<String>, bool, Option<f64>, Option<[f64; 2]>);
+/// Gate 4's 95 % interval in a verdict file.
+fn ci95_of(file: &Path) -> Option<[f64; 2]> {
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(file).ok()?).ok()?;
+    let mut checks = v["gates"].as_array()?.iter().flat_map(|g| g["checks"].as_array().into_iter().flatten());
+    let speedup = checks.find(|c| c["gate"] == "performance" && c["name"] == "speedup")?;
+    Some([speedup["evidence"]["ci95"][0].as_f64()?, speedup["evidence"]["ci95"][1].as_f64()?])
+}
+
+type Columns = (String, Option<String>, bool, Option<f64>);
 
 /// A verdict as the journal's and the report's columns: its word, the rejecting gate, whether
 /// an exploit check rejected it, the speedup and its interval.
 fn verdict_columns(v: &Verdict) -> Columns {
     match v {
-        Verdict::Accepted { speedup: Some(s), ci95 } => ("accepted".into(), None, false, Some(*s), *ci95),
-        Verdict::Accepted { speedup: None, .. } => ("passed-without-performance".into(), None, false, None, None),
-        Verdict::Rejected { gate, exploit, .. } => ("rejected".into(), Some(gate.clone()), *exploit, None, None),
-        Verdict::CouldNotRun { .. } => ("could-not-run".into(), None, false, None, None),
+        Verdict::Accepted { speedup: Some(s) } => ("accepted".into(), None, false, Some(*s)),
+        Verdict::Accepted { speedup: None } => ("passed-without-performance".into(), None, false, None),
+        Verdict::Rejected { gate, exploit, .. } => ("rejected".into(), Some(gate.clone()), *exploit, None),
+        Verdict::CouldNotRun { .. } => ("could-not-run".into(), None, false, None),
     }
 }
 
 /// `kforge verify` as the search's judge: each candidate saved under `llm/candidates/` and
 /// verified there, or its verdict taken from the journal when a resumed run had judged it.
+/// What the judge and the observer need of the problem's run (shared by the executor threads).
+#[derive(Clone, Copy)]
+struct Here<'a> {
+    run: &'a super::Run<'a>,
+    index: usize,
+    problem: &'a Path,
+    /// The problem as the journal names it.
+    label: &'a str,
+}
+
+impl Here<'_> {
+    fn progress(&self, what: &str) {
+        self.run.progress(self.index, self.problem, what)
+    }
+}
+
 struct VerifyJudge<'a> {
-    run: &'a ProblemRun<'a>,
+    here: Here<'a>,
     dir: &'a Path,
     policy: &'a Path,
     /// Wall seconds of the verifications (the step's device seconds).
@@ -349,8 +410,14 @@ impl Judge for VerifyJudge<'_> {
         if let Err(e) = std::fs::write(&file, &c.source) {
             return could_not_run(format!("saving the candidate {}: {e}", file.display()));
         }
-        match self.run.run.journal.judged_llm(&self.run.question.problem, &c.hash) {
-            Ok(Some(row)) => return judgement_of(&row),
+        match self.here.run.journal.judged_llm(&self.here.label, &c.hash) {
+            Ok(Some(row)) => {
+                self.here.progress(&format!(
+                    "llm: {}: its verdict from the journal (run {}): {}",
+                    c.id, row.run, row.verdict
+                ));
+                return judgement_of(&row);
+            }
             Ok(None) => {}
             Err(e) => return could_not_run(format!("reading the journal: {e}")),
         }
@@ -365,10 +432,10 @@ impl VerifyJudge<'_> {
     /// `kforge verify PROBLEM FILE --policy llm/policy.toml --json FILE.verdict.json` (this
     /// binary), its verdict read back.
     fn verify(&self, file: &Path) -> Result<Judgement> {
-        let (a, gpu) = (self.run.run.a, self.run.run.plan.gpu);
+        let (a, gpu) = (self.here.run.a, self.here.run.plan.gpu);
         let verdict = file.with_extension("verdict.json");
         let mut cmd = Command::new(crate::output::this_binary()?);
-        cmd.arg("--socket").arg(self.run.run.socket).arg("verify").arg(self.run.problem).arg(file);
+        cmd.arg("--socket").arg(self.here.run.socket).arg("verify").arg(self.here.problem).arg(file);
         cmd.arg("--policy").arg(self.policy).args(["--size", &a.size, "--python", &a.python]);
         cmd.arg("--json").arg(&verdict).args(["--device", if gpu { a.device.as_str() } else { "cpu" }]);
         if !gpu {
@@ -407,13 +474,12 @@ pub fn judgement_from_verdict(v: &kforge_verify::verdict::Verdict) -> Judgement 
         Outcome::Accepted | Outcome::PassedWithoutPerformance => {
             let perf = checks().find(|c| c.gate == "performance" && c.name == "speedup");
             let speedup = perf.and_then(|c| c.evidence["speedup"].as_f64());
-            let ci95 = perf.and_then(|c| Some([c.evidence["ci95"][0].as_f64()?, c.evidence["ci95"][1].as_f64()?]));
             let speedup = speedup.filter(|_| v.outcome == Outcome::Accepted);
             let feedback = match speedup {
                 Some(s) => format!("accepted: {s:.3}x against the baseline"),
                 None => "correct: every gate that ran passed (not timed)".into(),
             };
-            Judgement { verdict: Verdict::Accepted { speedup, ci95 }, feedback }
+            Judgement { verdict: Verdict::Accepted { speedup }, feedback }
         }
         Outcome::Rejected => {
             let gate = v.rejected_by.clone().unwrap_or_else(|| "unknown".into());
@@ -465,7 +531,7 @@ fn bounded(text: &str, n: usize) -> String {
 /// A journaled verdict as the judge's (a resumed search).
 fn judgement_of(row: &LlmCandidateRow) -> Judgement {
     let verdict = match row.verdict.as_str() {
-        "accepted" | "passed-without-performance" => Verdict::Accepted { speedup: row.speedup, ci95: None },
+        "accepted" | "passed-without-performance" => Verdict::Accepted { speedup: row.speedup },
         "rejected" => Verdict::Rejected {
             gate: row.gate.clone().unwrap_or_default(),
             reason: row.reason.clone().unwrap_or_default(),
@@ -479,7 +545,7 @@ fn judgement_of(row: &LlmCandidateRow) -> Judgement {
 /// The search's observer: progress lines, and every judged candidate journaled the moment its
 /// verdict arrives (its source saved beside it).
 struct Journaling<'a> {
-    run: &'a ProblemRun<'a>,
+    here: Here<'a>,
     dir: &'a Path,
     judged: AtomicU64,
 }
@@ -490,7 +556,7 @@ impl Observer for Journaling<'_> {
         if !source.exists() {
             std::fs::write(&source, &c.source).ok(); // a duplicate: saved, never judged
         }
-        let (verdict, gate, exploit, speedup, _) = verdict_columns(&j.verdict);
+        let (verdict, gate, exploit, speedup) = verdict_columns(&j.verdict);
         let reason = match &j.verdict {
             Verdict::Rejected { reason, .. } | Verdict::CouldNotRun { reason } => Some(reason.clone()),
             Verdict::Accepted { .. } => None,
@@ -498,7 +564,7 @@ impl Observer for Journaling<'_> {
         let row = LlmCandidateRow {
             id: 0,
             run: 0,
-            problem: self.run.question.problem.clone(),
+            problem: self.here.label.to_string(),
             candidate: c.id.clone(),
             iteration: c.iteration,
             chain: c.chain,
@@ -517,15 +583,15 @@ impl Observer for Journaling<'_> {
             feedback: j.feedback.clone(),
             judged_ns: now_ns(),
         };
-        if let Err(e) = self.run.run.journal.llm_candidate(&row) {
-            self.run.progress(&format!("llm: journaling {} failed: {e}", c.id));
+        if let Err(e) = self.here.run.journal.llm_candidate(&row) {
+            self.here.progress(&format!("llm: journaling {} failed: {e}", c.id));
         }
         let n = self.judged.fetch_add(1, Ordering::SeqCst) + 1;
         let why = gate.map(|g| format!(" by {g}{}", if exploit { " (exploit)" } else { "" })).unwrap_or_default();
-        self.run.progress(&format!("llm: candidate {} ({}) {verdict}{why} [{n} judged]", c.id, c.strategy));
+        self.here.progress(&format!("llm: candidate {} ({}) {verdict}{why} [{n} judged]", c.id, c.strategy));
     }
 
     fn progress(&self, text: &str) {
-        self.run.progress(&format!("llm: {text}"));
+        self.here.progress(&format!("llm: {text}"));
     }
 }
