@@ -165,6 +165,22 @@ pub struct Prepared {
     pub exactness: Option<String>,
 }
 
+impl DispatchMeasurement {
+    /// The measurement when no agent of the dispatch family runs (`--agents llm`, `--agents
+    /// config`): nothing timed, the baseline the winner; its result file is the baseline's.
+    pub fn baseline_only(baseline: Baseline) -> DispatchMeasurement {
+        DispatchMeasurement {
+            baseline: baseline.mode().into(),
+            winner: baseline.mode().into(),
+            fallback: true,
+            noise_floor: None,
+            modes: BTreeMap::new(),
+            prepared: BTreeMap::new(),
+            rewrite: None,
+        }
+    }
+}
+
 /// What the dispatch agent measured (the fields of its JSON this side reads).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DispatchMeasurement {
@@ -576,6 +592,12 @@ fn verified_how(verified: Option<Verified>) -> String {
 }
 
 fn fallback_reason(m: &DispatchMeasurement) -> String {
+    if m.prepared.is_empty() && m.modes.is_empty() {
+        return format!(
+            "the dispatch family timed nothing: none of its agents was asked for (the baseline {})",
+            m.baseline
+        );
+    }
     let failed: Vec<String> = m
         .prepared
         .iter()

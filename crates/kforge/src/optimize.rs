@@ -498,6 +498,20 @@ impl ProblemRun<'_> {
     /// One step, what it found kept in `found`; false when a budget kept it from starting.
     fn take_step(&self, step: Step, flags: &[(&str, String)], measure_hash: &str, found: &mut Found) -> Result<bool> {
         match step {
+            Step::Measure if flags.iter().all(|(_, variants)| variants.is_empty()) => {
+                // No agent of the dispatch family: nothing to time, the baseline stands for it.
+                let m = DispatchMeasurement::baseline_only(self.run.plan.baseline);
+                let write = || -> Result<Work> {
+                    let path = self.out.join("dispatch.json");
+                    std::fs::write(&path, serde_json::to_string_pretty(&m)?)
+                        .with_context(|| format!("writing {}", path.display()))?;
+                    Ok(Work::default())
+                };
+                let Some(_) = self.step(step, measure_hash, &["dispatch.json"], write)? else {
+                    return Ok(false);
+                };
+                found.measurement = Some(m);
+            }
             Step::Measure => {
                 let measure = || self.measure(flags, "dispatch.json");
                 let Some(_) = self.step(step, measure_hash, &["dispatch.json"], measure)? else {
