@@ -138,10 +138,13 @@ impl LlmPlan {
             bail!("--llm-max-usd and --llm-problem-max-usd must be positive numbers of dollars");
         }
         let env = |k: &str| std::env::var(k).ok();
-        // A replay needs no endpoint: its URL is only a label.
-        let url = a.llm.as_deref().or(a.replay.map(|_| "replay"));
-        let provider = ProviderConfig::resolve(url, a.model.as_deref(), a.llm_config.as_deref(), &env)
+        // A replay needs no endpoint (it never calls one): without --llm its URL is a label.
+        let url = a.llm.as_deref().or(a.replay.map(|_| "http://replay.invalid/v1"));
+        let mut provider = ProviderConfig::resolve(url, a.model.as_deref(), a.llm_config.as_deref(), &env)
             .context("the llm agent's endpoint")?;
+        if let (Some(run), None) = (a.replay, &a.llm) {
+            provider.url = format!("the replay of run {run}");
+        }
         let limits = Limits {
             run_tokens: a.llm_max_tokens,
             run_usd: a.llm_max_usd,
@@ -485,7 +488,7 @@ pub fn judgement_from_verdict(v: &kforge_verify::verdict::Verdict) -> Judgement 
             let gate = v.rejected_by.clone().unwrap_or_else(|| "unknown".into());
             let evidence = checks()
                 .find(|c| format!("{}:{}", c.gate, c.name) == gate)
-                .map(|c| c.evidence.to_string())
+                .map(|c| stable(&c.evidence).to_string())
                 .unwrap_or_default();
             let exploit = is_exploit(&gate);
             let reason = bounded(&format!("{evidence} {}", cause_text(v)), 1500);
@@ -496,6 +499,22 @@ pub fn judgement_from_verdict(v: &kforge_verify::verdict::Verdict) -> Judgement 
             let reason = bounded(&format!("{} {}", v.error.clone().unwrap_or_default(), cause_text(v)), 1500);
             could_not_run(reason)
         }
+    }
+}
+
+/// Evidence without what differs from run to run (seconds, times), so that what is fed back to
+/// the model, and so the next request, repeats: a replay finds it in the cache.
+fn stable(evidence: &serde_json::Value) -> serde_json::Value {
+    let timing = |k: &str| k == "seconds" || k.contains("time") || ["_s", "_ms", "_ns"].iter().any(|e| k.ends_with(e));
+    match evidence {
+        serde_json::Value::Object(m) => m
+            .iter()
+            .filter(|(k, _)| !timing(k))
+            .map(|(k, v)| (k.clone(), stable(v)))
+            .collect::<serde_json::Map<_, _>>()
+            .into(),
+        serde_json::Value::Array(a) => a.iter().map(stable).collect::<Vec<_>>().into(),
+        v => v.clone(),
     }
 }
 
