@@ -62,7 +62,7 @@ enum Cmd {
     /// Serve a scripted OpenAI-compatible chat-completions endpoint (scripted replies, errors,
     /// delays, malformed bodies, slow streams) until SIGINT or SIGTERM: the LLM loop without a model.
     ScriptedEndpoint(scripted::ScriptedArgs),
-    Optimize(optimize::OptimizeArgs),
+    Optimize(Box<optimize::OptimizeArgs>),
     /// Agent-like benchmark workloads: generate, time in isolation, run under a policy.
     Workload {
         #[command(subcommand)]
@@ -110,7 +110,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Workload { cmd } => workload::workload(cmd),
         Cmd::Inspect(a) => inspect::inspect(&socket, a),
         Cmd::Verify(a) => verify::verify(&socket, a),
-        Cmd::Optimize(a) => optimize::optimize(&socket, a),
+        Cmd::Optimize(a) => optimize::optimize(&socket, *a),
         Cmd::ScriptedEndpoint(a) => scripted::scripted_endpoint(a),
         Cmd::Cancel(a) => control::cancel(&socket, a),
         Cmd::Shutdown => control::shutdown(&socket),

@@ -134,7 +134,8 @@ impl LlmPlan {
                 bail!("{flag} must be at least 1");
             }
         }
-        if a.llm_max_usd.is_some_and(|v| !(v > 0.0)) || a.llm_problem_max_usd.is_some_and(|v| !(v > 0.0)) {
+        let positive = |v: Option<f64>| v.is_none_or(|v| v > 0.0);
+        if !positive(a.llm_max_usd) || !positive(a.llm_problem_max_usd) {
             bail!("--llm-max-usd and --llm-problem-max-usd must be positive numbers of dollars");
         }
         let env = |k: &str| std::env::var(k).ok();
@@ -181,7 +182,7 @@ impl LlmPlan {
             Cache::open(journal_path, run as i64, mode)
                 .with_context(|| format!("opening the replay cache in {}", journal_path.display()))?,
         );
-        let meter = Arc::new(Meter::new(self.limits.clone()));
+        let meter = Arc::new(Meter::new(self.limits));
         // A line per call being written every 10 s, not one per streamed chunk.
         let shown: Mutex<HashMap<(String, String), Instant>> = Mutex::new(HashMap::new());
         let progress = move |scope: &kforge_llm::Scope, p: &kforge_llm::Progress| {
@@ -413,7 +414,7 @@ impl Judge for VerifyJudge<'_> {
         if let Err(e) = std::fs::write(&file, &c.source) {
             return could_not_run(format!("saving the candidate {}: {e}", file.display()));
         }
-        match self.here.run.journal.judged_llm(&self.here.label, &c.hash) {
+        match self.here.run.journal.judged_llm(self.here.label, &c.hash) {
             Ok(Some(row)) => {
                 self.here.progress(&format!(
                     "llm: {}: its verdict from the journal (run {}): {}",
@@ -530,7 +531,7 @@ fn cause_text(v: &kforge_verify::verdict::Verdict) -> String {
     let Some(c) = &v.cause else { return String::new() };
     let mut t = c.message.clone();
     if !c.traceback.is_empty() {
-        t.push_str("\n");
+        t.push('\n');
         t.push_str(&c.traceback.join("\n"));
     }
     t
