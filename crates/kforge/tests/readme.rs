@@ -25,6 +25,7 @@ const NOT_RUN: &[(&str, &str)] = &[
     ("kforge inspect", "compiles and profiles on a GPU (--from-capture reads the capture the GPU run wrote)"),
     ("kforge optimize", "compiles and times every mode (a GPU, or Inductor's CPU backend): crates/kforge/tests/optimize.rs runs it on the CPU"),
     ("kforge verify problems/level1/001_matmul_square_fp32.py my_candidate.py", "my_candidate.py is the user's file"),
+    ("kforge scripted-endpoint", "a server that runs until killed: crates/kforge/tests/optimize_llm.rs starts it and runs the search against it"),
     ("bash scripts/device/", "device scripts: need an NVIDIA GPU"),
     ("python3 scripts/device/", "device scripts: need an NVIDIA GPU"),
 ];

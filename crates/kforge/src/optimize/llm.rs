@@ -615,3 +615,59 @@ impl Observer for Journaling<'_> {
         self.here.progress(&format!("llm: {text}"));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn verdict(outcome: &str, rejected_by: Option<&str>, checks: serde_json::Value) -> kforge_verify::verdict::Verdict {
+        serde_json::from_value(serde_json::json!({
+            "problem": "p.py", "candidate": "c.py", "outcome": outcome, "rejected_by": rejected_by,
+            "error": null, "gates": [{"gate": "any", "status": "failed", "checks": checks}],
+            "limits": {}, "cause": null, "notes": []
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_rejection_feeds_back_its_check_without_timings_and_names_cheats() {
+        let checks = serde_json::json!([{"gate": "correctness", "name": "seed-0", "ok": false,
+            "evidence": {"max_abs_diff": 6.5, "seconds": 0.031, "per_round": [{"candidate_ms": 1.0, "why": "x"}]}}]);
+        let j = judgement_from_verdict(&verdict("rejected", Some("correctness:seed-0"), checks));
+        let Verdict::Rejected { gate, exploit, .. } = &j.verdict else { panic!("{j:?}") };
+        assert_eq!((gate.as_str(), *exploit), ("correctness:seed-0", false));
+        assert!(j.feedback.contains("max_abs_diff") && j.feedback.contains("\"why\":\"x\""), "{}", j.feedback);
+        assert!(!j.feedback.contains("seconds") && !j.feedback.contains("candidate_ms"), "{}", j.feedback);
+        for (gate, cheat) in [
+            ("exploits:ghost-replay", true),
+            ("dispatch:torch-compute", true),
+            ("static:torch-compute", true),
+            ("static:syntax", false),
+            ("correctness:ragged-1", false),
+            ("performance:speedup", false),
+        ] {
+            assert_eq!(is_exploit(gate), cheat, "{gate}");
+        }
+    }
+
+    #[test]
+    fn an_accepted_candidate_carries_gate_4s_speedup_and_an_untimed_one_none() {
+        let perf = serde_json::json!([{"gate": "performance", "name": "speedup", "ok": true,
+            "evidence": {"speedup": 1.31, "ci95": [1.2, 1.4]}}]);
+        let j = judgement_from_verdict(&verdict("accepted", None, perf));
+        assert_eq!(j.verdict, Verdict::Accepted { speedup: Some(1.31) });
+        let j = judgement_from_verdict(&verdict("passed-without-performance", None, serde_json::json!([])));
+        assert_eq!(j.verdict, Verdict::Accepted { speedup: None });
+        assert_eq!(verdict_columns(&j.verdict).0, "passed-without-performance");
+        let j = judgement_from_verdict(&verdict("could-not-run", None, serde_json::json!([])));
+        assert!(matches!(j.verdict, Verdict::CouldNotRun { .. }) && j.feedback.contains("could not run"));
+    }
+
+    #[test]
+    fn long_feedback_keeps_its_end() {
+        let text = format!("{}the last line", "x".repeat(3000));
+        let cut = bounded(&text, 100);
+        assert!(cut.starts_with("[… 2913 chars cut]") && cut.ends_with("the last line"), "{cut}");
+        assert_eq!(bounded("short", 100), "short");
+    }
+}
