@@ -405,6 +405,9 @@ fn hash_of(names: &[&str], contents: &[Vec<u8>]) -> String {
 #[derive(Default)]
 struct Work {
     region_s: Option<f64>,
+    /// Device seconds known better than the step's wall seconds but not as region time (the llm
+    /// step without the daemon: its verifications' wall seconds, not the model's latency).
+    device_wall_s: Option<f64>,
     outcome: Option<String>,
 }
 
@@ -675,9 +678,10 @@ impl ProblemRun<'_> {
         let t0 = Instant::now();
         let done = work().and_then(|w| {
             let seconds = t0.elapsed().as_secs_f64();
-            let gpu_seconds = match w.region_s {
-                Some(s) => Some((s, "region")),
-                None => step.uses_device().then_some((seconds, "wall")),
+            let gpu_seconds = match (w.region_s, w.device_wall_s) {
+                (Some(s), _) => Some((s, "region")),
+                (None, Some(s)) => Some((s, "wall")),
+                (None, None) => step.uses_device().then_some((seconds, "wall")),
             };
             let output_hash = files_hash(self.out, outputs)?;
             let output = self.journaled_path(outputs[0]);
@@ -894,7 +898,7 @@ impl ProblemRun<'_> {
         let job = self.python_step(args, step)?;
         let region_s = job
             .and_then(|(label, id)| crate::job::labelled(self.run.socket, &label).ok().map(|r| r.region_seconds(id)));
-        Ok(Work { region_s, outcome: None })
+        Ok(Work { region_s, outcome: None, device_wall_s: None })
     }
 
     /// `model_new.py` and `policy.toml` for the winner named in `measurement` (a file in `out`).
@@ -958,7 +962,7 @@ impl ProblemRun<'_> {
             r.jobs.iter().filter(|j| j.queued_ns >= since_ns).map(|j| r.region_seconds(j.id)).sum()
         };
         let region_s = if a.daemon { crate::job::labelled(self.run.socket, &label).ok().map(since) } else { None };
-        Ok(Work { region_s, outcome: Some(verified_name(outcome)) })
+        Ok(Work { region_s, outcome: Some(verified_name(outcome)), device_wall_s: None })
     }
 
     /// Run `python3 ARGS` here (the embedded package on its PYTHONPATH) or as a daemon job (its

@@ -5,6 +5,8 @@
 //! search at their limit, and a killed search resumed without losing a finished candidate.
 //! Needs python3 with torch and Triton (scripts/test installs them).
 
+mod common;
+
 use serde_json::Value;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -179,8 +181,14 @@ fn the_llm_search_runs_against_the_scripted_endpoint_and_replays_with_zero_token
     assert_eq!(code, Some(0), "{text}");
     let again = report(&out);
     assert_eq!(verdicts(&again), v, "the replay repeats the run's candidates and verdicts");
-    let hashes = |run: u64| -> Vec<String> {
-        journal(&out).llm_candidates.iter().filter(|c| c.run == run).map(|c| c.content_hash.clone()).collect()
+    // Journaled as verdicts arrived (from the judging threads): compared by candidate.
+    let hashes = |run: u64| -> std::collections::BTreeMap<String, String> {
+        let j = journal(&out);
+        j.llm_candidates
+            .iter()
+            .filter(|c| c.run == run)
+            .map(|c| (c.candidate.clone(), c.content_hash.clone()))
+            .collect()
     };
     let runs = journal(&out).runs;
     assert_eq!(hashes(runs[0].id), hashes(runs[1].id), "the same sources");
@@ -278,4 +286,43 @@ fn a_killed_llm_search_resumes_without_losing_a_finished_candidate() {
         "{run2:?}"
     );
     assert_eq!(verdicts(&report(&out)).len(), 2, "both plans' candidates");
+}
+
+/// Through the daemon: the executors' candidates are verified as daemon jobs side by side (both
+/// submitted before either ended), and the llm step's device seconds are their region time.
+#[test]
+fn through_the_daemon_the_executors_candidates_are_verified_side_by_side() {
+    let mut d = common::TestDaemon::start(&[]);
+    let out = d.path("o");
+    let endpoint = Endpoint::start("two.json", d.path("requests.jsonl"));
+    let args = [
+        "--llm",
+        endpoint.url.as_str(),
+        "--daemon",
+        "--llm-iterations",
+        "1",
+        "--llm-chains",
+        "1",
+        "--llm-plans",
+        "2",
+        "--llm-retries",
+        "1",
+        "--llm-executors",
+        "2",
+        "--llm-no-summarizer",
+    ];
+    let o = command(&out, &args).env("KFORGE_SOCKET", &d.socket).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    let v = verdicts(&report(&out));
+    assert_eq!(v.iter().filter(|c| c.1 == "passed-without-performance").count(), 2, "{v:?}");
+    let jobs: Vec<_> =
+        d.report().jobs.into_iter().filter(|j| j.label.as_deref().is_some_and(|l| l.starts_with("verify:"))).collect();
+    assert_eq!(jobs.len(), 2, "{jobs:?}");
+    let (a, b) = (&jobs[0], &jobs[1]);
+    let ended = |j: &kforge_store::JobRow| j.ended_ns.unwrap();
+    assert!(a.queued_ns < ended(b) && b.queued_ns < ended(a), "in flight at once: {a:?} {b:?}");
+    let step = journal(&out).steps.into_iter().find(|s| s.step == "llm").unwrap();
+    assert_eq!(step.gpu_seconds_kind.as_deref(), Some("region"), "{step:?}");
+    d.shutdown();
 }

@@ -232,6 +232,7 @@ impl ProblemRun<'_> {
     }
 
     fn llm_search(&self, plan: &LlmPlan, client: &LlmClient) -> Result<Work> {
+        let since_ns = now_ns();
         let dir = self.out.join("llm");
         std::fs::create_dir_all(dir.join("candidates")).with_context(|| format!("creating {}", dir.display()))?;
         let policy = dir.join("policy.toml");
@@ -268,7 +269,23 @@ impl ProblemRun<'_> {
         let path = self.out.join(LLM_OUTPUTS[0]);
         std::fs::write(&path, body).with_context(|| format!("writing {}", path.display()))?;
         let seconds = *judge.seconds.lock().unwrap_or_else(|e| e.into_inner());
-        Ok(Work { region_s: Some(seconds), outcome: Some(report.stop.clone()) })
+        Ok(Work {
+            region_s: self.verify_region_s(since_ns),
+            device_wall_s: Some(seconds),
+            outcome: Some(report.stop.clone()),
+        })
+    }
+
+    /// With `--daemon`, the region time of the verify jobs this step submitted (their label
+    /// `verify:PROBLEM:SIZE`, queued since `since_ns`).
+    fn verify_region_s(&self, since_ns: i64) -> Option<f64> {
+        let a = self.run.a;
+        if !a.daemon {
+            return None;
+        }
+        let label = format!("verify:{}:{}", self.problem.display(), a.size);
+        let r = crate::job::labelled(self.run.socket, &label).ok()?;
+        Some(r.jobs.iter().filter(|j| j.queued_ns >= since_ns).map(|j| r.region_seconds(j.id)).sum())
     }
 
     /// The family's verify policy: the problem's own (`PROBLEM.toml` beside it), gate 4 against
