@@ -326,3 +326,70 @@ fn through_the_daemon_the_executors_candidates_are_verified_side_by_side() {
     assert_eq!(step.gpu_seconds_kind.as_deref(), Some("region"), "{step:?}");
     d.shutdown();
 }
+
+/// A capture of the baseline (`--llm-capture`, here one the H200 wrote) gives the agents its
+/// kernels: the synthesis step asks for one kernel for the two adjacent generated kernels, the
+/// planner sees their names and shares. (Both candidates fail the executor's static check, so
+/// nothing runs the problem's large tensors on the CPU.)
+#[test]
+fn a_capture_gives_the_synthesis_step_its_group_and_the_planner_the_kernels() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let log = dir.path().join("requests.jsonl");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kforge"))
+        .arg("scripted-endpoint")
+        .arg(repo().join("tests/llm/cross_entropy/script.json"))
+        .arg("--log")
+        .arg(&log)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut url).unwrap();
+    let capture = repo().join("crates/kforge-inductor/tests/fixtures/h200/default_025_cross_entropy_fp32.capture.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
+        .arg("optimize")
+        .arg("problems/level1/025_cross_entropy_fp32.py")
+        .args([
+            "--device",
+            "cpu",
+            "--baseline",
+            "default",
+            "--agents",
+            "llm",
+            "--model",
+            "scripted",
+            "--llm",
+            url.trim(),
+        ])
+        .args([
+            "--llm-iterations",
+            "1",
+            "--llm-chains",
+            "1",
+            "--llm-plans",
+            "1",
+            "--llm-retries",
+            "1",
+            "--llm-no-summarizer",
+        ])
+        .arg("--llm-capture")
+        .arg(&capture)
+        .arg("--out")
+        .arg(&out)
+        .current_dir(repo())
+        .env("KFORGE_SOCKET", out.with_extension("no-daemon.sock"))
+        .output()
+        .unwrap();
+    child.kill().ok();
+    child.wait().ok();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    let v = verdicts(&report(&out));
+    let ids: Vec<&str> = v.iter().map(|c| c.0.as_str()).collect();
+    assert_eq!(ids, ["i0-c0-p0-a1", "i1-c0-p0-a1"], "the synthesis candidate, then the plan's: {v:?}");
+    assert!(v.iter().all(|c| c.1 == "rejected" && c.2.starts_with("static")), "{v:?}");
+    let sent = std::fs::read_to_string(&log).unwrap();
+    let rules: Vec<Value> = sent.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()["rule"].clone()).collect();
+    assert_eq!(rules, ["synthesis", "planner", "executor"], "every request matched its rule (kernel names in it)");
+}

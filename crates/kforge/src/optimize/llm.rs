@@ -11,7 +11,8 @@ use super::{content_hash, now_ns, ProblemRun, Work};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kforge_agents::{
-    BaselineInfo, Candidate, Judge, Judgement, LoopConfig, Observer, ProblemContext, SearchOutcome, Stop, Verdict,
+    BaselineInfo, Candidate, Inventory, Judge, Judgement, KernelInfo, KernelKind, LoopConfig, Observer, ProblemContext,
+    SearchOutcome, Stop, Verdict,
 };
 use kforge_llm::budget::{Limits, Meter};
 use kforge_llm::client::Client;
@@ -87,6 +88,11 @@ pub struct LlmArgs {
     /// No summarizer calls: experience items are written from the verdicts alone.
     #[arg(long)]
     llm_no_summarizer: bool,
+    /// A capture of the baseline (`kforge inspect PROBLEM --capture-out FILE`): its kernels in
+    /// launch order, their time shares and sources go to the planner and to the synthesis step.
+    /// Without it the llm step inspects the baseline itself on a GPU (on the CPU: no inventory).
+    #[arg(long, value_name = "FILE")]
+    llm_capture: Option<PathBuf>,
 }
 
 /// The run's LLM client and its replay cache (read back for each problem's usage).
@@ -117,6 +123,7 @@ pub struct LlmPlan {
     limits: Limits,
     config: LoopConfig,
     replay: Option<i64>,
+    capture: Option<PathBuf>,
 }
 
 impl LlmPlan {
@@ -167,7 +174,10 @@ impl LlmPlan {
             ..LoopConfig::default()
         };
         config.check().context("the llm agent's settings")?;
-        Ok(LlmPlan { provider, limits, config, replay: a.replay })
+        if let Some(c) = a.llm_capture.as_ref().filter(|c| !c.is_file()) {
+            bail!("--llm-capture {}: no such file", c.display());
+        }
+        Ok(LlmPlan { provider, limits, config, replay: a.replay, capture: a.llm_capture.clone() })
     }
 
     /// The client of a run and its replay cache in the journal's file, in the mode the flags ask
@@ -206,7 +216,7 @@ impl LlmPlan {
     /// What decides the llm step's output besides the problem: the endpoint, the model, the
     /// loop's settings and the replayed run.
     fn key(&self) -> String {
-        format!("{}|{}|{:?}|{:?}", self.provider.url, self.provider.model, self.config, self.replay)
+        format!("{}|{}|{:?}|{:?}|{:?}", self.provider.url, self.provider.model, self.config, self.replay, self.capture)
     }
 }
 
@@ -238,15 +248,23 @@ impl ProblemRun<'_> {
         let policy = dir.join("policy.toml");
         std::fs::write(&policy, self.llm_policy()?).with_context(|| format!("writing {}", policy.display()))?;
         let source = String::from_utf8_lossy(&self.source).into_owned();
+        let (inventory, time_ms) = match self.llm_inventory(plan, &dir) {
+            Ok(Some((inventory, ms))) => (Some(inventory), ms),
+            Ok(None) => (None, None),
+            Err(e) => {
+                self.progress(&format!("llm: no inventory of the baseline: {e:#}"));
+                (None, None)
+            }
+        };
         let ctx = ProblemContext {
             problem: self.question.problem.clone(),
             source: source.clone(),
             baseline: BaselineInfo {
                 source,
                 label: format!("torch.compile in mode {}", self.run.plan.baseline.mode()),
-                time_ms: None,
+                time_ms,
             },
-            inventory: None,
+            inventory,
             profile: None,
             device: self.llm_device(),
         };
@@ -274,6 +292,43 @@ impl ProblemRun<'_> {
             device_wall_s: Some(seconds),
             outcome: Some(report.stop.clone()),
         })
+    }
+
+    /// The baseline's kernels (and its GPU time per forward, ms): from `--llm-capture`, else on a
+    /// GPU from `kforge inspect` of the baseline (`llm/inspect.json`); none on the CPU.
+    fn llm_inventory(&self, plan: &LlmPlan, dir: &Path) -> Result<Option<(Inventory, Option<f64>)>> {
+        let report = match &plan.capture {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+                let cap: kforge_inductor::inspect::Capture = serde_json::from_str(&text)
+                    .with_context(|| format!("{} is not a kforge capture", path.display()))?;
+                kforge_inductor::inspect::report(&cap).with_context(|| format!("the capture {}", path.display()))?
+            }
+            None if self.run.plan.gpu => self.inspect_baseline(dir)?,
+            None => return Ok(None),
+        };
+        Ok(Some(inventory_of(&report)))
+    }
+
+    /// `kforge inspect PROBLEM --mode BASELINE --no-restitch --json llm/inspect.json` (this
+    /// binary; a daemon job with `--daemon`).
+    fn inspect_baseline(&self, dir: &Path) -> Result<kforge_inductor::inspect::InspectReport> {
+        let a = self.run.a;
+        let json = dir.join("inspect.json");
+        self.progress("llm: inspecting the baseline (its kernels for the planner)");
+        let mut cmd = Command::new(crate::output::this_binary()?);
+        cmd.arg("--socket").arg(self.run.socket).arg("inspect").arg(self.problem);
+        cmd.args(["--mode", self.run.plan.baseline.mode(), "--size", &a.size, "--python", &a.python, "--no-restitch"]);
+        cmd.arg("--json").arg(&json);
+        if a.daemon {
+            cmd.arg("--daemon");
+        }
+        let o = cmd.output().context("running kforge inspect")?;
+        if !o.status.success() {
+            bail!("kforge inspect ended with {}: {}", o.status, super::last_lines(&String::from_utf8_lossy(&o.stderr)));
+        }
+        let text = std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", json.display()))
     }
 
     /// With `--daemon`, the region time of the verify jobs this step submitted (their label
@@ -348,6 +403,29 @@ impl ProblemRun<'_> {
         report.decision = Some(report.decide(self.run.plan.gpu));
         Ok(report)
     }
+}
+
+/// The agents' inventory from an inspect report: every launch in order (generated Triton kernels
+/// with their source; vendor and aten calls), its share of the GPU time; and the GPU time per
+/// forward, ms.
+pub fn inventory_of(r: &kforge_inductor::inspect::InspectReport) -> (Inventory, Option<f64>) {
+    let source = |name: &str| r.inventory.kernels.iter().find(|k| k.name == name).map(|k| k.source.clone());
+    let kernels = r
+        .attribution
+        .launches
+        .iter()
+        .map(|l| {
+            let kind = match l.kind.as_str() {
+                "triton" => KernelKind::Generated,
+                "extern" => KernelKind::Vendor,
+                _ => KernelKind::Aten,
+            };
+            let source = if kind == KernelKind::Generated { source(&l.label) } else { None };
+            KernelInfo { name: l.label.clone(), kind, share: l.share, source }
+        })
+        .collect();
+    let ms = r.attribution.total_us / 1000.0;
+    (Inventory { kernels }, (ms > 0.0).then_some(ms))
 }
 
 /// Why the search stopped, in words, and the provider's failure when that was why.
