@@ -25,6 +25,17 @@ impl ShutdownSignals {
         }
     }
 
+    /// Sleep until SIGINT or SIGTERM arrives (for a process that serves until stopped, such as
+    /// `kforge scripted-endpoint`); the signal's number.
+    pub fn wait(&self) -> std::io::Result<libc::c_int> {
+        let mut sig: libc::c_int = 0;
+        // SAFETY: the set is initialized; sigwait writes the signal number.
+        match unsafe { libc::sigwait(&self.set, &mut sig) } {
+            0 => Ok(sig),
+            code => Err(std::io::Error::from_raw_os_error(code)),
+        }
+    }
+
     /// Start a thread that waits for either signal and then asks the daemon to stop.
     pub fn stop_daemon_on_receipt(self, daemon: &DaemonHandle) {
         let stopper = daemon.shutdown_sender();

@@ -28,7 +28,9 @@ pub enum Mode {
     /// Answer only from run `from`'s records (a missing one is [`LlmError::NotRecorded`]);
     /// never ask the provider. Answers are recorded again under this run, marked replayed.
     Replay { from: i64 },
-    /// Answer from run `from`'s records where there is one, else ask the provider and record.
+    /// Answer from the records of run `from` or any run before it — the answer as first paid
+    /// for, not a replayed copy, so a run killed and resumed twice finds every answer and charges
+    /// what it cost — where there is one, else ask the provider and record.
     Resume { from: i64 },
 }
 
@@ -227,11 +229,14 @@ impl Cache {
             Mode::Record => return Ok(Lookup::Ask),
             Mode::Replay { from } | Mode::Resume { from } => from,
         };
+        if let Mode::Resume { .. } = self.mode {
+            return Ok(match self.paid_for(from, key, occurrence)? {
+                Some(row) => Lookup::Recorded(row),
+                None => Lookup::Ask,
+            });
+        }
         if let Some(row) = self.recorded(from, key, occurrence)? {
             return Ok(Lookup::Recorded(row));
-        }
-        if let Mode::Resume { .. } = self.mode {
-            return Ok(Lookup::Ask);
         }
         match self.failure(from, key, occurrence)? {
             Some(f) => Ok(Lookup::Failed(f)),
@@ -248,6 +253,15 @@ impl Cache {
     fn recorded(&self, run: i64, key: &str, occurrence: u32) -> Result<Option<CallRow>, LlmError> {
         let sql = format!(
             "SELECT {CALL_COLUMNS} FROM llm_calls WHERE run = ?1 AND key = ?2 AND occurrence = ?3 ORDER BY id LIMIT 1"
+        );
+        self.conn().query_row(&sql, params![run, key, occurrence], call_row).optional().map_err(|e| self.fail(e))
+    }
+
+    /// The latest answer to this ask first paid for (not replayed) in run `run` or before.
+    fn paid_for(&self, run: i64, key: &str, occurrence: u32) -> Result<Option<CallRow>, LlmError> {
+        let sql = format!(
+            "SELECT {CALL_COLUMNS} FROM llm_calls WHERE run <= ?1 AND key = ?2 AND occurrence = ?3 AND replayed = 0 \
+             ORDER BY id DESC LIMIT 1"
         );
         self.conn().query_row(&sql, params![run, key, occurrence], call_row).optional().map_err(|e| self.fail(e))
     }
@@ -471,6 +485,42 @@ mod tests {
         let resume = Cache::open(&path, 3, Mode::Resume { from: 1 }).unwrap();
         assert_eq!(resume.lookup(&k, 2, &scope()).unwrap(), Lookup::Ask);
         assert_eq!(Cache::open(&path, 3, Mode::Record).unwrap().lookup(&k, 0, &scope()).unwrap(), Lookup::Ask);
+    }
+
+    #[test]
+    fn a_second_resume_finds_the_first_runs_answers_as_paid_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        let (plan, write) = (request("plan"), request("write"));
+        record(&Cache::open(&path, 1, Mode::Record).unwrap(), &plan, "plans");
+        // Run 2 resumes run 1, replays the plan and is killed before it asks anything else.
+        let second = Cache::open(&path, 2, Mode::Resume { from: 1 }).unwrap();
+        let Lookup::Recorded(row) = second.lookup(&key(&plan), 0, &scope()).unwrap() else { panic!("run 1's answer") };
+        let (s, k, r) = (scope(), key(&plan), row.reply().unwrap());
+        let replayed = NewCall {
+            scope: &s,
+            key: &k,
+            occurrence: 0,
+            request: &plan,
+            reply: &r,
+            usd: 0.5,
+            attempts: 0,
+            latency_s: 0.0,
+            replayed: true,
+        };
+        second.record(&replayed).unwrap();
+        record(&Cache::open(&path, 2, Mode::Record).unwrap(), &write, "kernel");
+        // Run 3 resumes run 2: both answers, each with the tokens it cost when first paid for.
+        let third = Cache::open(&path, 3, Mode::Resume { from: 2 }).unwrap();
+        for (req, text, run) in [(&plan, "plans", 1), (&write, "kernel", 2)] {
+            match third.lookup(&key(req), 0, &scope()).unwrap() {
+                Lookup::Recorded(r) => {
+                    assert_eq!((r.reply().unwrap().content.as_str(), r.run, r.replayed), (text, run, false));
+                    assert_eq!(r.prompt_tokens, 5, "what it cost then");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
     }
 
     #[test]

@@ -133,13 +133,21 @@ impl Journal {
         self.store().insert_llm_candidate(&LlmCandidateRow { run: self.run, ..row.clone() })
     }
 
-    /// With `--resume`, the verdict an earlier run journaled for this candidate (problem and
-    /// content hash): a resumed search does not judge it again.
-    pub fn judged_llm(&self, problem: &str, content_hash: &str) -> Result<Option<LlmCandidateRow>, StoreError> {
-        if !self.resume {
-            return Ok(None);
+    /// The verdict an earlier run journaled for this candidate (problem, content hash, judged
+    /// under `judge_hash`): with `--replay RUN` the replayed run's, with `--resume` any run's;
+    /// otherwise none (it is judged).
+    pub fn judged_llm(
+        &self,
+        problem: &str,
+        content_hash: &str,
+        judge_hash: &str,
+        replayed: Option<u64>,
+    ) -> Result<Option<LlmCandidateRow>, StoreError> {
+        match replayed {
+            Some(run) => self.store().judged_llm_candidate(problem, content_hash, judge_hash, Some(run)),
+            None if self.resume => self.store().judged_llm_candidate(problem, content_hash, judge_hash, None),
+            None => Ok(None),
         }
-        self.store().judged_llm_candidate(problem, content_hash)
     }
 
     /// The run before this one (whose recorded LLM answers a resumed search replays).

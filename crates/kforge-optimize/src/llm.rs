@@ -8,8 +8,9 @@
 use crate::{Agent, Decision};
 use serde::{Deserialize, Serialize};
 
-/// The llm step's outputs below the problem's folder: the search's outcome, and the best
-/// candidate's result file and verify policy.
+/// The llm step's outputs below the problem's folder: the family's report (`LlmReport`; every
+/// candidate and judgement is in `llm/outcome.json` beside it), and the best candidate's result
+/// file and the family's verify policy.
 pub const LLM_OUTPUTS: [&str; 3] = ["llm/search.json", "llm/model_new.py", "llm/policy.toml"];
 
 /// A variant name of the LLM family: `llm:` and the candidate's id.

@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS optimize_llm_candidates (
   iteration INTEGER NOT NULL, chain INTEGER NOT NULL, plan INTEGER NOT NULL, attempt INTEGER NOT NULL,
   strategy TEXT NOT NULL, content_hash TEXT NOT NULL, source TEXT NOT NULL, parent TEXT, duplicate_of TEXT,
   verdict TEXT NOT NULL, gate TEXT, reason TEXT, exploit INTEGER NOT NULL, speedup REAL, feedback TEXT NOT NULL,
-  judged_ns INTEGER NOT NULL);
+  judged_ns INTEGER NOT NULL, judge_hash TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS optimize_llm_candidates_hash ON optimize_llm_candidates(problem, content_hash);
 CREATE INDEX IF NOT EXISTS optimize_steps_hash ON optimize_steps(step, input_hash);
 CREATE INDEX IF NOT EXISTS optimize_decisions_problem ON optimize_decisions(problem);
@@ -150,6 +150,9 @@ pub struct LlmCandidateRow {
     /// What was fed back to the model about it.
     pub feedback: String,
     pub judged_ns: i64,
+    /// A hash of what else decided the verdict (size, device, baseline, the verify policy): a
+    /// verdict stands for another run's only under the same.
+    pub judge_hash: String,
 }
 
 /// A problem's decision for its question: `improved` (agent, variant, speedup) or `fallback`
@@ -290,6 +293,7 @@ fn llm_candidate_row(r: &Row) -> rusqlite::Result<LlmCandidateRow> {
         speedup: r.get("speedup")?,
         feedback: r.get("feedback")?,
         judged_ns: r.get("judged_ns")?,
+        judge_hash: r.get("judge_hash")?,
     })
 }
 
@@ -458,8 +462,8 @@ impl Store {
         self.conn
             .execute(
                 "INSERT INTO optimize_llm_candidates(run,problem,candidate,iteration,chain,plan,attempt,strategy,
-                   content_hash,source,parent,duplicate_of,verdict,gate,reason,exploit,speedup,feedback,judged_ns)
-                   VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19)",
+                   content_hash,source,parent,duplicate_of,verdict,gate,reason,exploit,speedup,feedback,judged_ns,judge_hash)
+                   VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,?17,?18,?19,?20)",
                 params![
                     c.run as i64,
                     c.problem,
@@ -479,7 +483,8 @@ impl Store {
                     c.exploit,
                     c.speedup,
                     c.feedback,
-                    c.judged_ns
+                    c.judged_ns,
+                    c.judge_hash
                 ],
             )
             .map_err(|e| self.err(e))?;
@@ -494,18 +499,23 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
-    /// The latest judged LLM candidate of `problem` with this content hash (in any run), its
-    /// verdict reused by a resumed search instead of judging it again.
+    /// The latest judged LLM candidate of `problem` with this content hash, judged under the
+    /// same `judge_hash`, in run `run` (or, with `None`, in any run): its verdict reused by a
+    /// resumed or replayed search instead of judging it again. A could-not-run verdict is the
+    /// environment's, never reused.
     pub fn judged_llm_candidate(
         &self,
         problem: &str,
         content_hash: &str,
+        judge_hash: &str,
+        run: Option<u64>,
     ) -> Result<Option<LlmCandidateRow>, StoreError> {
         self.conn
             .query_row(
-                "SELECT * FROM optimize_llm_candidates WHERE problem=?1 AND content_hash=?2 AND duplicate_of IS NULL
+                "SELECT * FROM optimize_llm_candidates WHERE problem=?1 AND content_hash=?2 AND judge_hash=?3
+                   AND duplicate_of IS NULL AND verdict <> 'could-not-run' AND (?4 IS NULL OR run=?4)
                    ORDER BY id DESC LIMIT 1",
-                params![problem, content_hash],
+                params![problem, content_hash, judge_hash, run.map(|r| r as i64)],
                 llm_candidate_row,
             )
             .optional()
@@ -690,6 +700,7 @@ mod tests {
             speedup: None,
             feedback: "rejected by exploits:cache".into(),
             judged_ns: 7,
+            judge_hash: "j1".into(),
         };
         let a = s.insert_llm_candidate(&c).unwrap();
         let dup =
@@ -697,10 +708,16 @@ mod tests {
         s.insert_llm_candidate(&dup).unwrap();
         let j = s.journal(Some(r)).unwrap();
         assert_eq!(j.llm_candidates.len(), 2);
-        assert_eq!(j.llm_candidates[0], LlmCandidateRow { id: a, ..c });
-        let found = s.judged_llm_candidate("p.py", "h1").unwrap().unwrap();
+        assert_eq!(j.llm_candidates[0], LlmCandidateRow { id: a, ..c.clone() });
+        let found = s.judged_llm_candidate("p.py", "h1", "j1", None).unwrap().unwrap();
         assert_eq!((found.id, found.exploit), (a, true), "a duplicate is not a judgement of its own");
-        assert_eq!(s.judged_llm_candidate("q.py", "h1").unwrap(), None, "another problem");
+        assert_eq!(s.judged_llm_candidate("q.py", "h1", "j1", None).unwrap(), None, "another problem");
+        assert_eq!(s.judged_llm_candidate("p.py", "h1", "j2", None).unwrap(), None, "judged under other settings");
+        assert!(s.judged_llm_candidate("p.py", "h1", "j1", Some(r)).unwrap().is_some());
+        assert_eq!(s.judged_llm_candidate("p.py", "h1", "j1", Some(r + 1)).unwrap(), None, "another run");
+        let env = LlmCandidateRow { content_hash: "h2".into(), verdict: "could-not-run".into(), ..c.clone() };
+        s.insert_llm_candidate(&env).unwrap();
+        assert_eq!(s.judged_llm_candidate("p.py", "h2", "j1", None).unwrap(), None, "the environment's failure");
         let later = run(&s);
         assert_eq!((s.run_before(later).unwrap(), s.run_before(r).unwrap()), (Some(r), None));
     }

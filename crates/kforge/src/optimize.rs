@@ -179,7 +179,14 @@ fn plan(a: &OptimizeArgs) -> Result<Plan> {
         d => bail!("--device must be auto, cpu or a GPU index, got {d:?}"),
     };
     check_agents(&agents, gpu)?;
-    let llm = if agents.contains(&Agent::Llm) { Some(llm::LlmPlan::new(&a.llm)?) } else { None };
+    let llm = if agents.contains(&Agent::Llm) {
+        Some(llm::LlmPlan::new(&a.llm)?)
+    } else {
+        if let Some(flag) = a.llm.given() {
+            bail!("{flag} is for the llm agent: add llm to --agents");
+        }
+        None
+    };
     Ok(Plan { agents, baseline: a.baseline.into(), gpu, budget, jobs: a.jobs as usize, beam_width: a.beam_width, llm })
 }
 
@@ -409,7 +416,13 @@ struct Work {
     /// step without the daemon: its verifications' wall seconds, not the model's latency).
     device_wall_s: Option<f64>,
     outcome: Option<String>,
+    /// Its device seconds were charged to the run's budget as they were spent (not again at its end).
+    charged: bool,
 }
+
+/// The start of a finished step's outcome when its work is not complete (a budget or a failing
+/// provider cut it short): it is journaled, but never stands for a later run's step.
+const INCOMPLETE: &str = "incomplete";
 
 /// What a problem's steps found so far.
 #[derive(Default)]
@@ -661,7 +674,8 @@ impl ProblemRun<'_> {
         // A step with the same input in flight in another problem: wait for it, then take its output.
         let same = self.run.in_flight.lock_for(step, input_hash);
         let _one = same.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(from) = journal.finished(step, input_hash)? {
+        let complete = |f: &kforge_store::StepRow| !f.outcome.as_deref().is_some_and(|o| o.starts_with(INCOMPLETE));
+        if let Some(from) = journal.finished(step, input_hash)?.filter(complete) {
             if self.take(&from.output, &from.output_hash, outputs)? {
                 let id = journal.started(&self.question.problem, step, input_hash)?;
                 journal.reused(id, &from, &self.journaled_path(outputs[0]))?;
@@ -685,13 +699,15 @@ impl ProblemRun<'_> {
             };
             let output_hash = files_hash(self.out, outputs)?;
             let output = self.journaled_path(outputs[0]);
-            Ok(StepDone { seconds, gpu_seconds, output, output_hash, outcome: w.outcome })
+            Ok((StepDone { seconds, gpu_seconds, output, output_hash, outcome: w.outcome }, w.charged))
         });
         match done {
-            Ok(d) => {
+            Ok((d, charged)) => {
                 journal.done(id, &d)?;
                 let gpu = d.gpu_seconds.map(|g| g.0).unwrap_or(0.0);
-                self.run.spending.charge(gpu);
+                if !charged {
+                    self.run.spending.charge(gpu);
+                }
                 self.gpu_s.set(self.gpu_s.get() + gpu);
                 let kind = d.gpu_seconds.map(|g| format!(", gpu {:.1} s {}", g.0, g.1)).unwrap_or_default();
                 self.progress(&format!("{} done in {:.1} s{kind}", step.name(), d.seconds));
@@ -826,9 +842,14 @@ impl ProblemRun<'_> {
     ) -> Result<()> {
         match result_from(m, dispatch, decision) {
             ResultFrom::Llm => {
-                let from = llm.and_then(|l| l.result.as_deref()).context("the llm family won without a result file")?;
+                // Its own llm/model_new.py, or (a step taken from an identical problem's folder)
+                // the one its report names.
+                let own = self.out.join(kforge_optimize::llm::LLM_OUTPUTS[1]);
+                let named = llm.and_then(|l| l.result.as_deref()).map(PathBuf::from);
+                let from =
+                    Some(own).filter(|p| p.is_file()).or(named).context("the llm family won without a result file")?;
                 let to = self.out.join("model_new.py");
-                std::fs::copy(from, &to).with_context(|| format!("copying {from} to {}", to.display()))?;
+                std::fs::copy(&from, &to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
                 let (from, to) = (self.out.join(kforge_optimize::llm::LLM_OUTPUTS[2]), self.out.join("policy.toml"));
                 std::fs::copy(&from, &to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
                 Ok(())
@@ -898,7 +919,7 @@ impl ProblemRun<'_> {
         let job = self.python_step(args, step)?;
         let region_s = job
             .and_then(|(label, id)| crate::job::labelled(self.run.socket, &label).ok().map(|r| r.region_seconds(id)));
-        Ok(Work { region_s, outcome: None, device_wall_s: None })
+        Ok(Work { region_s, ..Work::default() })
     }
 
     /// `model_new.py` and `policy.toml` for the winner named in `measurement` (a file in `out`).
@@ -962,7 +983,7 @@ impl ProblemRun<'_> {
             r.jobs.iter().filter(|j| j.queued_ns >= since_ns).map(|j| r.region_seconds(j.id)).sum()
         };
         let region_s = if a.daemon { crate::job::labelled(self.run.socket, &label).ok().map(since) } else { None };
-        Ok(Work { region_s, outcome: Some(verified_name(outcome)), device_wall_s: None })
+        Ok(Work { region_s, outcome: Some(verified_name(outcome)), ..Work::default() })
     }
 
     /// Run `python3 ARGS` here (the embedded package on its PYTHONPATH) or as a daemon job (its

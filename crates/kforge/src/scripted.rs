@@ -36,8 +36,8 @@ pub struct ScriptedArgs {
 pub fn scripted_endpoint(args: ScriptedArgs) -> Result<i32> {
     let script = Script::load(&args.script)?;
     // Blocked before the server starts its threads, so they inherit the mask and the signals
-    // wait for `wait_for` below instead of killing the process.
-    let signals = StopSignals::block();
+    // wait for `wait` below instead of killing the process.
+    let signals = kforge_daemon::signals::ShutdownSignals::block();
     let listener = TcpListener::bind(&args.listen).with_context(|| format!("listening on {}", args.listen))?;
     let server = Server::start(listener, script, args.log.clone()).with_context(|| match &args.log {
         Some(log) => format!("starting the scripted endpoint (log {})", log.display()),
@@ -45,7 +45,7 @@ pub fn scripted_endpoint(args: ScriptedArgs) -> Result<i32> {
     })?;
     let url = server.url();
     announce(&url, args.ready.as_deref())?;
-    let signal = signals.wait_for();
+    let signal = signals.wait().context("waiting for SIGINT or SIGTERM");
     let signal = match signal {
         Ok(signal) => signal,
         Err(e) => {
@@ -75,36 +75,6 @@ fn write_atomically(path: &Path, text: &str) -> Result<()> {
     let tmp = path.with_file_name(format!(".{}.tmp.{}", name.to_string_lossy(), std::process::id()));
     std::fs::write(&tmp, text).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))
-}
-
-/// SIGINT and SIGTERM, blocked in the calling thread (and so in the threads it starts later)
-/// and taken by [`StopSignals::wait_for`].
-struct StopSignals {
-    set: libc::sigset_t,
-}
-
-impl StopSignals {
-    fn block() -> StopSignals {
-        // SAFETY: sigemptyset initializes the set before use; pthread_sigmask only reads it.
-        unsafe {
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, libc::SIGINT);
-            libc::sigaddset(&mut set, libc::SIGTERM);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-            StopSignals { set }
-        }
-    }
-
-    /// Sleep until one of the signals arrives; its number.
-    fn wait_for(&self) -> Result<libc::c_int> {
-        let mut signal: libc::c_int = 0;
-        // SAFETY: the set is initialized; sigwait writes the signal number.
-        match unsafe { libc::sigwait(&self.set, &mut signal) } {
-            0 => Ok(signal),
-            code => Err(std::io::Error::from_raw_os_error(code)).context("waiting for SIGINT or SIGTERM"),
-        }
-    }
 }
 
 #[cfg(test)]

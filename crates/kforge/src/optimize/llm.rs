@@ -95,6 +95,27 @@ pub struct LlmArgs {
     llm_capture: Option<PathBuf>,
 }
 
+impl LlmArgs {
+    /// The first llm flag given (of those without a default), if any.
+    pub fn given(&self) -> Option<&'static str> {
+        let given = [
+            ("--llm", self.llm.is_some()),
+            ("--model", self.model.is_some()),
+            ("--llm-config", self.llm_config.is_some()),
+            ("--replay", self.replay.is_some()),
+            ("--llm-capture", self.llm_capture.is_some()),
+            ("--llm-max-tokens", self.llm_max_tokens.is_some()),
+            ("--llm-max-usd", self.llm_max_usd.is_some()),
+            ("--llm-problem-max-tokens", self.llm_problem_max_tokens.is_some()),
+            ("--llm-problem-max-usd", self.llm_problem_max_usd.is_some()),
+            ("--llm-temperature", self.llm_temperature.is_some()),
+            ("--llm-seed", self.llm_seed.is_some()),
+            ("--llm-no-summarizer", self.llm_no_summarizer),
+        ];
+        given.iter().find(|(_, g)| *g).map(|(f, _)| *f)
+    }
+}
+
 /// The run's LLM client and its replay cache (read back for each problem's usage).
 pub struct LlmClient {
     pub chat: Client,
@@ -145,6 +166,15 @@ impl LlmPlan {
         if !positive(a.llm_max_usd) || !positive(a.llm_problem_max_usd) {
             bail!("--llm-max-usd and --llm-problem-max-usd must be positive numbers of dollars");
         }
+        for (flag, v) in [
+            ("--llm-max-tokens", a.llm_max_tokens),
+            ("--llm-problem-max-tokens", a.llm_problem_max_tokens),
+            ("--llm-max-reply-tokens", Some(a.llm_max_reply_tokens)),
+        ] {
+            if v == Some(0) {
+                bail!("{flag} must be at least 1 token");
+            }
+        }
         let env = |k: &str| std::env::var(k).ok();
         // A replay needs no endpoint (it never calls one): without --llm its URL is a label.
         let url = a.llm.as_deref().or(a.replay.map(|_| "http://replay.invalid/v1"));
@@ -192,6 +222,11 @@ impl LlmPlan {
             Cache::open(journal_path, run as i64, mode)
                 .with_context(|| format!("opening the replay cache in {}", journal_path.display()))?,
         );
+        if let Some(from) = self.replay {
+            if cache.calls(from).context("reading the replay cache")?.is_empty() {
+                bail!("--replay {from}: the journal {} holds no LLM call of run {from}", journal_path.display());
+            }
+        }
         let meter = Arc::new(Meter::new(self.limits));
         // A line per call being written every 10 s, not one per streamed chunk.
         let shown: Mutex<HashMap<(String, String), Instant>> = Mutex::new(HashMap::new());
@@ -216,24 +251,19 @@ impl LlmPlan {
     /// What decides the llm step's output besides the problem: the endpoint, the model, the
     /// loop's settings and the replayed run.
     fn key(&self) -> String {
-        format!("{}|{}|{:?}|{:?}|{:?}", self.provider.url, self.provider.model, self.config, self.replay, self.capture)
+        let (p, l) = (&self.provider, &self.limits);
+        format!("{}|{}|{:?}|{:?}|{:?}|{l:?}", p.url, p.model, self.config, self.replay, self.capture)
     }
 }
 
 impl ProblemRun<'_> {
     /// The llm step: its report, `None` when a budget kept it from starting.
     pub(super) fn llm_step(&self, plan: &LlmPlan, client: &LlmClient) -> Result<Option<LlmReport>> {
-        let a = self.run.a;
-        let hash = content_hash(&[
-            b"llm",
-            &self.source,
-            a.size.as_bytes(),
-            a.device.as_bytes(),
-            self.run.plan.baseline.mode().as_bytes(),
-            plan.key().as_bytes(),
-        ]);
-        let search = || self.llm_search(plan, client);
-        if self.step(kforge_optimize::search::Step::Llm, &hash, &LLM_OUTPUTS[..1], search)?.is_none() {
+        let policy = self.llm_policy()?;
+        let hash = content_hash(&[b"llm", &self.source, self.judge_hash(&policy).as_bytes(), plan.key().as_bytes()]);
+        let search = || self.llm_search(plan, client, &policy);
+        let outputs = [LLM_OUTPUTS[0], LLM_OUTPUTS[2]];
+        if self.step(kforge_optimize::search::Step::Llm, &hash, &outputs, search)?.is_none() {
             return Ok(None);
         }
         let path = self.out.join(LLM_OUTPUTS[0]);
@@ -241,12 +271,28 @@ impl ProblemRun<'_> {
         Ok(Some(serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?))
     }
 
-    fn llm_search(&self, plan: &LlmPlan, client: &LlmClient) -> Result<Work> {
+    /// What decides a candidate's verdict besides its source: the size, the device, the
+    /// baseline and the verify policy.
+    fn judge_hash(&self, policy: &str) -> String {
+        let (a, plan) = (self.run.a, self.run.plan);
+        let gpu = if plan.gpu { "gpu" } else { "cpu" };
+        let parts: [&[u8]; 5] = [
+            a.size.as_bytes(),
+            a.device.as_bytes(),
+            gpu.as_bytes(),
+            plan.baseline.mode().as_bytes(),
+            policy.as_bytes(),
+        ];
+        content_hash(&parts)
+    }
+
+    fn llm_search(&self, plan: &LlmPlan, client: &LlmClient, policy_text: &str) -> Result<Work> {
         let since_ns = now_ns();
         let dir = self.out.join("llm");
         std::fs::create_dir_all(dir.join("candidates")).with_context(|| format!("creating {}", dir.display()))?;
         let policy = dir.join("policy.toml");
-        std::fs::write(&policy, self.llm_policy()?).with_context(|| format!("writing {}", policy.display()))?;
+        std::fs::write(&policy, policy_text).with_context(|| format!("writing {}", policy.display()))?;
+        std::fs::remove_file(self.out.join(LLM_OUTPUTS[1])).ok(); // an earlier run's winner is not this one's
         let source = String::from_utf8_lossy(&self.source).into_owned();
         let (inventory, time_ms) = match self.llm_inventory(plan, &dir) {
             Ok(Some((inventory, ms))) => (Some(inventory), ms),
@@ -269,9 +315,22 @@ impl ProblemRun<'_> {
             device: self.llm_device(),
         };
         let here = Here { run: self.run, index: self.index, problem: self.problem, label: &self.question.problem };
-        let judge = VerifyJudge { here, dir: &dir, policy: &policy, seconds: Mutex::new(0.0) };
-        let observer = Journaling { here, dir: &dir, judged: AtomicU64::new(0) };
-        let outcome = kforge_agents::search(&ctx, &plan.config, &client.chat, &judge, &observer);
+        let judge_hash = self.judge_hash(policy_text);
+        let judge = VerifyJudge {
+            here,
+            dir: &dir,
+            policy: &policy,
+            judge_hash: &judge_hash,
+            replayed: plan.replay.map(|r| r as u64),
+            seconds: Mutex::new(0.0),
+            // Without the daemon nothing keeps gate 4's timings apart on a GPU: one at a time.
+            one_at_a_time: (self.run.plan.gpu && !self.run.a.daemon).then(|| Mutex::new(())),
+        };
+        let observer = Journaling { here, dir: &dir, judge_hash: &judge_hash, verdicts: AtomicU64::new(0) };
+        let chat = WithinBudget { chat: &client.chat, spending: &self.run.spending };
+        let outcome = kforge_agents::search(&ctx, &plan.config, &chat, &judge, &observer);
+        let body = serde_json::to_string_pretty(&outcome).context("serializing the search's outcome")?;
+        std::fs::write(dir.join("outcome.json"), body).with_context(|| format!("writing {}", dir.display()))?;
         let mut report = self.llm_report(plan, &outcome, &dir)?;
         let counted = std::mem::take(&mut report.usage);
         report.usage = LlmUsage {
@@ -281,16 +340,18 @@ impl ProblemRun<'_> {
             meltdowns: counted.meltdowns,
             ..client.usage(&self.question.problem)?
         };
-        let body = serde_json::to_string_pretty(&outcome).context("serializing the search's outcome")?;
-        std::fs::write(dir.join("outcome.json"), body).with_context(|| format!("writing {}", dir.display()))?;
         let body = serde_json::to_string_pretty(&report).context("serializing the llm report")?;
         let path = self.out.join(LLM_OUTPUTS[0]);
         std::fs::write(&path, body).with_context(|| format!("writing {}", path.display()))?;
         let seconds = *judge.seconds.lock().unwrap_or_else(|e| e.into_inner());
+        // A search a budget or the provider cut short is not finished: --resume continues it.
+        let complete = matches!(outcome.stop, Stop::Iterations | Stop::NoImprovement { .. });
+        let word = if complete { "complete" } else { super::INCOMPLETE };
         Ok(Work {
             region_s: self.verify_region_s(since_ns),
             device_wall_s: Some(seconds),
-            outcome: Some(report.stop.clone()),
+            outcome: Some(format!("{word}: {}", report.stop)),
+            charged: true,
         })
     }
 
@@ -304,7 +365,7 @@ impl ProblemRun<'_> {
                     .with_context(|| format!("{} is not a kforge capture", path.display()))?;
                 kforge_inductor::inspect::report(&cap).with_context(|| format!("the capture {}", path.display()))?
             }
-            None if self.run.plan.gpu => self.inspect_baseline(dir)?,
+            None if self.run.plan.gpu => self.inspect_baseline(dir, plan)?,
             None => return Ok(None),
         };
         Ok(Some(inventory_of(&report)))
@@ -312,9 +373,15 @@ impl ProblemRun<'_> {
 
     /// `kforge inspect PROBLEM --mode BASELINE --no-restitch --json llm/inspect.json` (this
     /// binary; a daemon job with `--daemon`).
-    fn inspect_baseline(&self, dir: &Path) -> Result<kforge_inductor::inspect::InspectReport> {
+    fn inspect_baseline(&self, dir: &Path, plan: &LlmPlan) -> Result<kforge_inductor::inspect::InspectReport> {
         let a = self.run.a;
-        let json = dir.join("inspect.json");
+        let json = dir.join(format!("inspect-{}-{}.json", self.run.plan.baseline.mode(), a.size));
+        // A resumed or replayed search sees the baseline as the first run did (its shares are in
+        // the prompts, so the requests repeat).
+        if (a.resume || plan.replay.is_some()) && json.is_file() {
+            let text = std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?;
+            return serde_json::from_str(&text).with_context(|| format!("parsing {}", json.display()));
+        }
         self.progress("llm: inspecting the baseline (its kernels for the planner)");
         let mut cmd = Command::new(crate::output::this_binary()?);
         cmd.arg("--socket").arg(self.run.socket).arg("inspect").arg(self.problem);
@@ -350,10 +417,11 @@ impl ProblemRun<'_> {
         let mut text = format!("baseline_mode = \"{}\"\n", self.run.plan.baseline.mode());
         if own.is_file() {
             let body = std::fs::read_to_string(&own).with_context(|| format!("reading {}", own.display()))?;
-            if body.lines().any(|l| l.trim_start().starts_with("baseline_mode")) {
-                return Ok(body);
+            // The run's baseline, not the problem's: the families' speedups are against the same.
+            for line in body.lines().filter(|l| !l.trim_start().starts_with("baseline_mode")) {
+                text.push_str(line);
+                text.push('\n');
             }
-            text.push_str(&body);
         }
         Ok(text)
     }
@@ -375,7 +443,7 @@ impl ProblemRun<'_> {
                 let from = dir.join("candidates").join(format!("{best}.py"));
                 let to = self.out.join(LLM_OUTPUTS[1]);
                 std::fs::copy(&from, &to).with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
-                Some(to.display().to_string())
+                Some(std::path::absolute(&to).unwrap_or(to).display().to_string())
             }
             None => None,
         };
@@ -435,6 +503,31 @@ fn stop_words(stop: &Stop) -> (String, Option<String>) {
         Stop::NoImprovement { iterations } => (format!("no improvement in {iterations} iteration(s)"), None),
         Stop::Budget(why) => (format!("budget: {why}"), None),
         Stop::ProviderFailed(why) => ("provider failed".into(), Some(why.clone())),
+    }
+}
+
+/// The run's client behind the run's own budget (`--budget-gpu-s`, `--budget-wall-s`): once it
+/// is spent no call starts, and the search stops as for an LLM budget.
+struct WithinBudget<'a> {
+    chat: &'a Client,
+    spending: &'a kforge_optimize::budget::Spending,
+}
+
+impl kforge_llm::Chat for WithinBudget<'_> {
+    fn chat(
+        &self,
+        request: &kforge_llm::Request,
+        scope: &kforge_llm::Scope,
+    ) -> Result<kforge_llm::Answer, kforge_llm::LlmError> {
+        if let Some(what) = self.spending.spent() {
+            let s = self.spending.status();
+            let (limit, spent) = match what {
+                "gpu" => (s.budget_gpu_s.unwrap_or(0.0), s.gpu_s),
+                _ => (s.budget_wall_s.unwrap_or(0.0), s.wall_s),
+            };
+            return Err(kforge_llm::LlmError::Budget { what: format!("the run's {what} seconds"), limit, spent });
+        }
+        self.chat.chat(request, scope)
     }
 }
 
@@ -499,8 +592,12 @@ struct VerifyJudge<'a> {
     here: Here<'a>,
     dir: &'a Path,
     policy: &'a Path,
+    judge_hash: &'a str,
+    /// `--replay RUN`: the replayed run's verdicts stand (its timings are what its prompts saw).
+    replayed: Option<u64>,
     /// Wall seconds of the verifications (the step's device seconds).
     seconds: Mutex<f64>,
+    one_at_a_time: Option<Mutex<()>>,
 }
 
 impl Judge for VerifyJudge<'_> {
@@ -509,7 +606,7 @@ impl Judge for VerifyJudge<'_> {
         if let Err(e) = std::fs::write(&file, &c.source) {
             return could_not_run(format!("saving the candidate {}: {e}", file.display()));
         }
-        match self.here.run.journal.judged_llm(self.here.label, &c.hash) {
+        match self.here.run.journal.judged_llm(self.here.label, &c.hash, self.judge_hash, self.replayed) {
             Ok(Some(row)) => {
                 self.here.progress(&format!(
                     "llm: {}: its verdict from the journal (run {}): {}",
@@ -520,9 +617,12 @@ impl Judge for VerifyJudge<'_> {
             Ok(None) => {}
             Err(e) => return could_not_run(format!("reading the journal: {e}")),
         }
+        let _one = self.one_at_a_time.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
         let t0 = Instant::now();
         let judged = self.verify(&file).unwrap_or_else(|e| could_not_run(format!("{e:#}")));
-        *self.seconds.lock().unwrap_or_else(|e| e.into_inner()) += t0.elapsed().as_secs_f64();
+        let seconds = t0.elapsed().as_secs_f64();
+        *self.seconds.lock().unwrap_or_else(|e| e.into_inner()) += seconds;
+        self.here.run.spending.charge(seconds); // the run's device budget, verification by verification
         judged
     }
 }
@@ -543,6 +643,7 @@ impl VerifyJudge<'_> {
         if a.daemon {
             cmd.arg("--daemon");
         }
+        std::fs::remove_file(&verdict).ok(); // an earlier run's verdict is not this one's
         let o = cmd.output().context("running kforge verify")?;
         let text = std::fs::read_to_string(&verdict).with_context(|| {
             format!(
@@ -553,6 +654,9 @@ impl VerifyJudge<'_> {
         })?;
         let v: kforge_verify::verdict::Verdict =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", verdict.display()))?;
+        if Path::new(&v.candidate) != file {
+            bail!("{} judges {}, not {}", verdict.display(), v.candidate, file.display());
+        }
         Ok(judgement_from_verdict(&v))
     }
 }
@@ -662,14 +766,16 @@ fn judgement_of(row: &LlmCandidateRow) -> Judgement {
 struct Journaling<'a> {
     here: Here<'a>,
     dir: &'a Path,
-    judged: AtomicU64,
+    judge_hash: &'a str,
+    /// Verdicts so far (judged, static rejections, duplicates).
+    verdicts: AtomicU64,
 }
 
 impl Observer for Journaling<'_> {
     fn on_candidate(&self, c: &Candidate, j: &Judgement) {
         let source = self.dir.join("candidates").join(format!("{}.py", c.id));
-        if !source.exists() {
-            std::fs::write(&source, &c.source).ok(); // a duplicate: saved, never judged
+        if let Err(e) = std::fs::write(&source, &c.source) {
+            self.here.progress(&format!("llm: saving {} failed: {e}", source.display()));
         }
         let (verdict, gate, exploit, speedup) = verdict_columns(&j.verdict);
         let reason = match &j.verdict {
@@ -687,7 +793,7 @@ impl Observer for Journaling<'_> {
             attempt: c.attempt,
             strategy: c.strategy.clone(),
             content_hash: c.hash.clone(),
-            source: source.display().to_string(),
+            source: std::path::absolute(&source).unwrap_or(source).display().to_string(),
             parent: c.parent.clone(),
             duplicate_of: c.duplicate_of.clone(),
             verdict: verdict.clone(),
@@ -697,13 +803,14 @@ impl Observer for Journaling<'_> {
             speedup,
             feedback: j.feedback.clone(),
             judged_ns: now_ns(),
+            judge_hash: self.judge_hash.to_string(),
         };
         if let Err(e) = self.here.run.journal.llm_candidate(&row) {
             self.here.progress(&format!("llm: journaling {} failed: {e}", c.id));
         }
-        let n = self.judged.fetch_add(1, Ordering::SeqCst) + 1;
+        let n = self.verdicts.fetch_add(1, Ordering::SeqCst) + 1;
         let why = gate.map(|g| format!(" by {g}{}", if exploit { " (exploit)" } else { "" })).unwrap_or_default();
-        self.here.progress(&format!("llm: candidate {} ({}) {verdict}{why} [{n} judged]", c.id, c.strategy));
+        self.here.progress(&format!("llm: candidate {} ({}) {verdict}{why} [{n} verdicts]", c.id, c.strategy));
     }
 
     fn progress(&self, text: &str) {
