@@ -86,6 +86,12 @@ pub struct LlmReport {
 }
 
 impl LlmReport {
+    /// Whether a budget or the provider stopped the search before its own stop rules did (a
+    /// resumed run continues it rather than taking this report).
+    pub fn cut_short(&self) -> bool {
+        self.error.is_some() || self.stop.starts_with("budget")
+    }
+
     /// The family's decision on its own: the best candidate that `kforge verify` accepted with
     /// its timing; else why none counts.
     pub fn decide(&self, gpu: bool) -> Decision {

@@ -374,6 +374,9 @@ impl Run<'_> {
         let Some(report) = serde_json::from_str::<Report>(&text).ok().filter(|r| r.question == *q) else {
             return Ok(None);
         };
+        if report.llm.as_ref().is_some_and(|l| l.cut_short()) {
+            return Ok(None); // its llm search was cut short: continued, not taken
+        }
         let journaled = self.journal.decision_for(q)?.is_some();
         Ok((journaled || !self.journal.decided_any(&q.problem)?).then_some(report))
     }

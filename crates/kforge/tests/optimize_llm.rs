@@ -230,6 +230,49 @@ fn a_token_budget_stops_the_llm_search_at_its_limit() {
     assert_eq!(endpoint.requests().len(), 2, "the planner and one executor; the third call was refused unsent");
     assert_eq!(llm["usage"]["tokens"], 10000, "two calls of 5000 tokens each: {llm}");
     assert_eq!(verdicts(&r).len(), 1, "the finished candidate is kept: {llm}");
+
+    // A search a budget cut short is not finished: --resume with a larger budget continues it
+    // (the two answers it paid for replayed, the third call asked) instead of taking its outcome.
+    let mut more = args;
+    more[3] = "30000";
+    let (code, text) = optimize(&out, &[&more[..], &["--resume"]].concat());
+    assert_eq!(code, Some(0), "{text}");
+    let r = report(&out);
+    assert_eq!(r["llm"]["stop"], "iterations", "{}", r["llm"]);
+    assert_eq!(verdicts(&r).len(), 2, "{}", r["llm"]);
+    assert_eq!(endpoint.requests().len(), 3, "only the call the budget had refused was sent");
+    assert_eq!(r["llm"]["usage"]["replayed"], 2, "{}", r["llm"]);
+}
+
+/// Bad input is named before anything runs: llm flags without the llm agent, a replay of a run
+/// that recorded no LLM call, zero limits.
+#[test]
+fn bad_llm_input_is_named_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
+        .args(["optimize", PROBLEM, "--device", "cpu", "--agents", "dispatch", "--llm", "http://127.0.0.1:9/v1"])
+        .arg("--out")
+        .arg(&out)
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{text}");
+    assert!(text.contains("--llm is for the llm agent: add llm to --agents"), "{text}");
+    let cases: [(&[&str], &str); 3] = [
+        (&["--replay", "7"], "--replay 7: the journal"),
+        (&["--llm", "http://127.0.0.1:9/v1", "--llm-max-tokens", "0"], "--llm-max-tokens must be at least 1"),
+        (
+            &["--llm", "http://127.0.0.1:9/v1", "--llm-capture", "/nonexistent.json"],
+            "--llm-capture /nonexistent.json: no such file",
+        ),
+    ];
+    for (args, why) in cases {
+        let (code, text) = optimize(&out, args);
+        assert_eq!(code, Some(2), "{args:?}: {text}");
+        assert!(text.contains(why), "{args:?}: {text}");
+    }
 }
 
 /// A search killed while an executor's second attempt waits on the endpoint, then `--resume`d

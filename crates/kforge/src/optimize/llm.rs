@@ -345,8 +345,7 @@ impl ProblemRun<'_> {
         std::fs::write(&path, body).with_context(|| format!("writing {}", path.display()))?;
         let seconds = *judge.seconds.lock().unwrap_or_else(|e| e.into_inner());
         // A search a budget or the provider cut short is not finished: --resume continues it.
-        let complete = matches!(outcome.stop, Stop::Iterations | Stop::NoImprovement { .. });
-        let word = if complete { "complete" } else { super::INCOMPLETE };
+        let word = if report.cut_short() { super::INCOMPLETE } else { "complete" };
         Ok(Work {
             region_s: self.verify_region_s(since_ns),
             device_wall_s: Some(seconds),
