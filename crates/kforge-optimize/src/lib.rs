@@ -681,7 +681,9 @@ impl Report {
     pub fn table(&self) -> String {
         let q = &self.question;
         let mut t = format!("{} (size {}, device {}) against {}\n", q.problem, q.size, q.device, q.baseline.mode());
-        t.push_str(&format!("{:<28} {:>9} {:>19}  {}\n", "MODE", "SPEEDUP", "95% INTERVAL", "NOTE"));
+        if !self.measurement.prepared.is_empty() || !self.measurement.modes.is_empty() {
+            t.push_str(&format!("{:<28} {:>9} {:>19}  {}\n", "MODE", "SPEEDUP", "95% INTERVAL", "NOTE"));
+        }
         for (name, p) in &self.measurement.prepared {
             let note = if p.ok {
                 String::new()
