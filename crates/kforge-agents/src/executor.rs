@@ -201,7 +201,10 @@ impl Task {
 /// The first fenced code block of `text` tagged python (or untagged), without its fences.
 pub(crate) fn fenced_python(text: &str) -> Option<String> {
     let mut rest = text;
-    while let Some(start) = rest.find("```") {
+    // A fence opens a line; backticks inside a line are not one.
+    while let Some(start) =
+        rest.find("```").filter(|&i| i == 0 || rest[..i].ends_with('\n')).or_else(|| rest.find("\n```").map(|i| i + 1))
+    {
         let after = &rest[start + 3..];
         let (tag, body) = after.split_once('\n')?;
         let end = body.find("```")?;
@@ -310,7 +313,9 @@ pub(crate) fn execute(env: &Env, tasks: Vec<Task>, ledger: &mut Ledger) -> Execu
                 env.observer.on_candidate(&c, &j);
             }
             let mut task = lock(&tasks[i]);
-            task.done = j.verdict.accepted() || attempt == env.cfg.retries;
+            // A resubmitted file (a duplicate) is not an attempt that succeeded, even of an
+            // accepted one: told so, the executor tries again.
+            task.done = (j.verdict.accepted() && c.duplicate_of.is_none()) || attempt == env.cfg.retries;
             if !task.done {
                 task.feed_back(feedback_text(env, &c, &j));
             }
@@ -367,5 +372,8 @@ mod tests {
         assert_eq!(fenced_python(text).unwrap(), "class ModelNew:\n    pass\n");
         assert_eq!(fenced_python("no code"), None);
         assert_eq!(fenced_python("```python\nunterminated"), None);
+        // Backticks inside a line are not a fence: the block that opens a line is the file.
+        let inline = "Use ```x``` sparingly.\n```python\nclass ModelNew:\n    pass\n```\n";
+        assert_eq!(fenced_python(inline).unwrap(), "class ModelNew:\n    pass\n");
     }
 }

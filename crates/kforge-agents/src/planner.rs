@@ -117,7 +117,7 @@ pub(crate) fn plan(env: &Env, inputs: &PlanInputs) -> Result<Planned, Halt> {
     let mut distinct: Vec<String> = plans.iter().map(|p| p.strategy.clone()).collect();
     distinct.sort();
     distinct.dedup();
-    if n < 3 || distinct.len() > 2 {
+    if n < 3 || plans.len() < 3 || distinct.len() > 2 {
         return Ok(Planned { plans, meltdown: None });
     }
     conv.answer(&submit_id, format!("received {} plans", plans.len()));

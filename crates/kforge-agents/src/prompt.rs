@@ -161,7 +161,8 @@ mod tests {
     #[test]
     fn every_prompt_starts_with_its_role_and_version() {
         for p in [Prompt::Planner, Prompt::Executor, Prompt::Summarizer, Prompt::Synthesis] {
-            assert_eq!(p.version(), format!("kforge {} v1", p.role()));
+            let v = if p.role() == "executor" { 2 } else { 1 };
+            assert_eq!(p.version(), format!("kforge {} v{v}", p.role()));
             assert!(p.text().contains(USER_MARK), "{} has no user mark", p.role());
         }
     }

@@ -349,8 +349,17 @@ pub fn search(
 
 fn stop_of(e: LlmError) -> Stop {
     match e {
-        LlmError::Budget { .. } => Stop::Budget(e.to_string()),
+        LlmError::Budget { .. } | LlmError::BudgetRecorded { .. } => Stop::Budget(e.to_string()),
         other => Stop::ProviderFailed(other.to_string()),
+    }
+}
+
+/// Keeps the failure that stops the search: the first, unless a later one is a budget's (a
+/// budget stop is what the run was told; another call's error after it is its consequence).
+fn keep(failed: &mut Option<LlmError>, e: LlmError) {
+    let budget = |e: &LlmError| matches!(e, LlmError::Budget { .. } | LlmError::BudgetRecorded { .. });
+    if failed.as_ref().is_none_or(|f| !budget(f) && budget(&e)) {
+        *failed = Some(e);
     }
 }
 
@@ -441,7 +450,7 @@ fn plan_all(
         let p = match p {
             Ok(p) => p,
             Err(Halt::Llm(e)) => {
-                failed.get_or_insert(e);
+                keep(&mut failed, e);
                 continue;
             }
             Err(Halt::Stopped) => continue,
@@ -477,14 +486,19 @@ fn absorb(env: &Env, s: &mut State, executed: Executed) -> Result<(Vec<(Candidat
     }
     let mut outcome: BTreeMap<(u32, u32), (String, bool)> = BTreeMap::new();
     for (c, j) in &results {
-        let success = j.verdict.accepted() && j.verdict.speedup().is_none_or(|x| x >= 1.0);
+        // A file already judged (a duplicate) says nothing new about the strategy.
+        let success = c.duplicate_of.is_none() && j.verdict.accepted() && j.verdict.speedup().is_none_or(|x| x >= 1.0);
         let entry = outcome.entry((c.chain, c.plan)).or_insert((c.strategy.clone(), false));
         entry.1 |= success;
     }
     for (strategy, success) in outcome.values() {
         s.tracker.record(strategy, *success);
     }
-    let fresh: Vec<&(Candidate, Judgement)> = results.iter().filter(|(c, _)| c.duplicate_of.is_none()).collect();
+    // A lesson only for what the memory would keep: others are never read.
+    let fresh: Vec<&(Candidate, Judgement)> = results
+        .iter()
+        .filter(|(c, j)| c.duplicate_of.is_none() && s.memory.worth_storing(j.verdict.speedup()))
+        .collect();
     let lessons = parallel_map(&fresh, env.cfg.executors, |(c, j)| lesson(env, c, j));
     let mut failed = None;
     for ((c, j), l) in fresh.iter().zip(lessons) {
@@ -499,9 +513,7 @@ fn absorb(env: &Env, s: &mut State, executed: Executed) -> Result<(Vec<(Candidat
                     speedup: j.verdict.speedup(),
                 });
             }
-            Err(Halt::Llm(e)) => {
-                failed.get_or_insert(e);
-            }
+            Err(Halt::Llm(e)) => keep(&mut failed, e),
             Err(Halt::Stopped) => {}
         }
     }

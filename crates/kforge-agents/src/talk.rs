@@ -67,7 +67,10 @@ impl Conversation {
 
     /// Sends the conversation, tells the observer, and appends the assistant's turn.
     pub fn send(&mut self, env: &Env) -> Result<Reply, Halt> {
-        if env.stopped() {
+        // A replay still asks what the recorded run asked before it stopped (nothing is spent,
+        // and which calls a stop overtook depends on the threads): the records decide.
+        let replay = env.chat.recorded_only();
+        if env.stopped() && !replay {
             return Err(Halt::Stopped);
         }
         let request = Request {
@@ -76,7 +79,8 @@ impl Conversation {
             tools: self.tools.clone(),
             params: env.cfg.params.clone(),
         };
-        let scope = Scope { problem: env.ctx.problem.clone(), role: self.prompt.role().into() };
+        let scope =
+            Scope { problem: env.ctx.problem.clone(), role: self.prompt.role().into(), task: self.task.clone() };
         env.counters.calls.fetch_add(1, Ordering::SeqCst);
         let result = env.chat.chat(&request, &scope);
         env.observer.on_call(&scope, &self.task, &request, result.as_ref());
@@ -85,6 +89,7 @@ impl Conversation {
                 self.messages.push(Message::assistant(&answer.reply));
                 Ok(answer.reply)
             }
+            Err(LlmError::NotRecorded { .. }) if replay && env.stopped() => Err(Halt::Stopped),
             Err(e) => {
                 env.stop.store(true, Ordering::SeqCst);
                 Err(Halt::Llm(e))

@@ -7,7 +7,7 @@
 //! limit either (as far as the estimate of their prompts is right).
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex};
 
 use serde::Serialize;
 
@@ -147,12 +147,14 @@ struct Ledger {
 pub struct Meter {
     limits: Limits,
     ledger: Mutex<Ledger>,
+    /// Told whenever a hold is freed (charged or released).
+    freed: Condvar,
 }
 
 impl Meter {
     /// A meter enforcing `limits`.
     pub fn new(limits: Limits) -> Meter {
-        Meter { limits, ledger: Mutex::new(Ledger::default()) }
+        Meter { limits, ledger: Mutex::new(Ledger::default()), freed: Condvar::new() }
     }
 
     /// The limits it enforces.
@@ -215,11 +217,20 @@ impl Meter {
         max_tokens: Option<u64>,
     ) -> Result<Hold, LlmError> {
         let mut ledger = self.ledger();
-        let allowance = self.allowance(&ledger, &scope.problem);
-        if let Some(l) = allowance.limits.iter().find(|l| l.left() <= 0.0) {
-            return Err(l.refusal());
-        }
-        let cap = allowance.reply_cap(prompt_tokens, price)?;
+        // Refused only for what was spent: while calls in flight hold the rest, wait for them
+        // to be charged or released (a call does not fail for what a sibling merely holds).
+        let cap = loop {
+            let allowance = self.allowance(&ledger, &scope.problem);
+            let verdict = match allowance.limits.iter().find(|l| l.left() <= 0.0) {
+                Some(l) => Err(l.refusal()),
+                None => allowance.reply_cap(prompt_tokens, price),
+            };
+            match verdict {
+                Ok(cap) => break cap,
+                Err(e) if ledger.held_total.0 == 0 && ledger.held_total.1 <= 0.0 => return Err(e),
+                Err(_) => ledger = self.freed.wait(ledger).unwrap_or_else(|e| e.into_inner()),
+            }
+        };
         let max_tokens = match (max_tokens, cap) {
             (Some(m), Some(c)) => Some(m.min(c)),
             (m, c) => m.or(c),
@@ -241,6 +252,7 @@ impl Meter {
     /// A call admitted with `hold` gave no reply: what it held is free again.
     pub fn release(&self, hold: Hold) {
         Self::unhold(&mut self.ledger(), &hold);
+        self.freed.notify_all();
     }
 
     fn unhold(ledger: &mut Ledger, hold: &Hold) {
@@ -259,6 +271,8 @@ impl Meter {
         let problem = hold.problem;
         add(&mut ledger.spent.total, usage, usd);
         add(ledger.spent.problems.entry(problem).or_default(), usage, usd);
+        drop(ledger);
+        self.freed.notify_all();
     }
 
     /// Charges a call that was not admitted now: one answered from a killed run's records on
@@ -286,7 +300,7 @@ mod tests {
     use super::*;
 
     fn scope(problem: &str) -> Scope {
-        Scope { problem: problem.into(), role: "planner".into() }
+        Scope { problem: problem.into(), role: "planner".into(), task: String::new() }
     }
 
     fn usage(p: u64, c: u64) -> Usage {
@@ -329,6 +343,19 @@ mod tests {
         m.release(second);
         assert_eq!(m.admit(&scope("c"), 100, None, Some(4096)).unwrap().max_tokens, Some(900));
         assert_eq!(m.spent().total.calls, 0);
+    }
+
+    #[test]
+    fn a_call_waits_for_what_a_sibling_holds_rather_than_fail_for_it() {
+        let m = Meter::new(Limits { run_tokens: Some(1000), ..Limits::default() });
+        let first = m.admit(&scope("a"), 100, None, Some(4096)).unwrap();
+        assert_eq!(first.max_tokens, Some(900), "the first call holds the whole allowance");
+        let second = std::thread::scope(|s| {
+            let waiting = s.spawn(|| m.admit(&scope("b"), 100, None, Some(4096)));
+            m.release(first);
+            waiting.join().unwrap()
+        });
+        assert_eq!(second.unwrap().max_tokens, Some(900), "admitted once the first was released");
     }
 
     #[test]

@@ -25,7 +25,7 @@ use crate::wire::{self, BodyOptions, Line, WireError};
 use crate::{Answer, Chat, LlmError, Scope};
 
 /// Statuses worth another attempt.
-pub const RETRYABLE: [u16; 6] = [408, 429, 500, 502, 503, 504];
+pub const RETRYABLE: [u16; 12] = [408, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524, 529];
 
 /// How much of an error body an error keeps.
 const EXCERPT_CHARS: usize = 2000;
@@ -152,9 +152,16 @@ impl Client {
     }
 }
 
+/// How a budget refusal reads (`LlmError::Budget`'s message).
+const BUDGET_SPENT: &str = "budget spent:";
+
 impl Chat for Client {
+    fn recorded_only(&self) -> bool {
+        matches!(self.cache.mode(), Mode::Replay { .. })
+    }
+
     fn chat(&self, request: &Request, scope: &Scope) -> Result<Answer, LlmError> {
-        let key = replay::key(request);
+        let key = replay::task_key(request, &scope.task);
         let occurrence = self.cache.next_occurrence(&key);
         match self.cache.lookup(&key, occurrence, scope)? {
             Lookup::Recorded(row) => return self.answer_recorded(row, request, scope),
@@ -163,7 +170,15 @@ impl Chat for Client {
         }
         let prompt_chars = wire::prompt_chars(request);
         let price = self.config.price.as_ref();
-        let hold = self.meter.admit(scope, wire::estimate_tokens(prompt_chars), price, request.params.max_tokens)?;
+        let hold = match self.meter.admit(scope, wire::estimate_tokens(prompt_chars), price, request.params.max_tokens)
+        {
+            Ok(hold) => hold,
+            Err(e) => {
+                // Recorded, so that a replay stops where this run stopped.
+                self.cache.record_failure(scope, &key, occurrence, &e.to_string(), None)?;
+                return Err(e);
+            }
+        };
         let started = Instant::now();
         let (reply, attempts) = match self.send(request, scope, hold.max_tokens, prompt_chars) {
             Ok(sent) => sent,
@@ -263,6 +278,7 @@ impl Client {
         }
         match empty {
             Some(reply) => Ok(Answer { reply, attempts: 0, replayed: true, usd: 0.0, call: 0 }),
+            None if f.error.starts_with(BUDGET_SPENT) => Err(LlmError::BudgetRecorded { run: f.run, error: f.error }),
             None => Err(LlmError::RecordedFailure { run: f.run, key: f.key, occurrence: f.occurrence, error: f.error }),
         }
     }
@@ -371,6 +387,11 @@ impl Client {
             line.clear();
             let n = reader.read_line(&mut line).map_err(|e| self.transport(url, ureq::Error::from(e)))?;
             if n == 0 {
+                if stream.chunks() > 0 && !stream.ended() {
+                    // A reply cut off mid-stream is not an answer (it would be cached as one).
+                    let problem = "the stream ended before [DONE] and without a finish reason".to_string();
+                    return Err(Failure::Retry { problem, retry_after_s: None });
+                }
                 break;
             }
             match stream.line(&line) {

@@ -119,7 +119,8 @@ impl ProviderConfig {
     /// `model` (`--model`) override the environment (`KFORGE_LLM_URL`, `KFORGE_LLM_MODEL`),
     /// which overrides the file (`file`, else `KFORGE_LLM_CONFIG`). The key comes from
     /// `KFORGE_LLM_KEY`, else from the variable the endpoint's `key_env` names, else (only
-    /// when the endpoint names none) from `OPENAI_API_KEY`. `env` reads a variable.
+    /// when the endpoint names none and it is `https://api.openai.com/…`) from `OPENAI_API_KEY`.
+    /// `env` reads a variable.
     pub fn resolve(
         url_or_name: Option<&str>,
         model: Option<&str>,
@@ -144,11 +145,19 @@ impl ProviderConfig {
                 )
             })?;
         let mut config = ProviderConfig::new(&url, &model)?;
-        config.api_key = api_key(endpoint, env)?;
+        config.api_key = api_key(endpoint, &config.url, env)?;
         if let Some(e) = endpoint {
             config.apply(e)?;
         }
         if let Some(m) = file.as_ref().and_then(|f| f.models.get(&config.model)) {
+            for v in [m.input_usd_per_mtok, m.output_usd_per_mtok].into_iter().flatten() {
+                if !(v >= 0.0 && v.is_finite()) {
+                    return Err(LlmError::Config(format!(
+                        "model {:?}: a price must be a number of dollars, 0 or more, got {v}",
+                        config.model
+                    )));
+                }
+            }
             config.price = m.price();
             config.reasoning = m.reasoning;
         }
@@ -232,7 +241,12 @@ fn pick_endpoint<'f>(
     }
 }
 
-fn api_key(endpoint: Option<&Endpoint>, env: &dyn Fn(&str) -> Option<String>) -> Result<Option<String>, LlmError> {
+/// OpenAI's own key goes to OpenAI only, never to whatever host `--llm` names.
+fn api_key(
+    endpoint: Option<&Endpoint>,
+    url: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<String>, LlmError> {
     let set = |name: &str| env(name).filter(|v| !v.is_empty());
     if let Some(key) = set("KFORGE_LLM_KEY") {
         return Ok(Some(key));
@@ -241,7 +255,8 @@ fn api_key(endpoint: Option<&Endpoint>, env: &dyn Fn(&str) -> Option<String>) ->
         Some(var) => set(var).map(Some).ok_or_else(|| {
             LlmError::Config(format!("the endpoint's key_env names {var}, which is not set (or set KFORGE_LLM_KEY)"))
         }),
-        None => Ok(set("OPENAI_API_KEY")),
+        None if url.starts_with("https://api.openai.com/") => Ok(set("OPENAI_API_KEY")),
+        None => Ok(None),
     }
 }
 
@@ -403,8 +418,10 @@ reasoning = true
         let env = env_of(&[("KFORGE_LLM_CONFIG", &path), ("OPENAI_API_KEY", "sk-o")]);
         let c = ProviderConfig::resolve(Some("local"), None, None, &env).unwrap();
         assert_eq!(c.model, "qwen");
-        assert_eq!(c.api_key.as_deref(), Some("sk-o"));
+        assert_eq!(c.api_key, None, "OpenAI's key is not sent to another host");
         assert_eq!(c.price, None);
+        let openai = ProviderConfig::resolve(Some("https://api.openai.com/v1"), Some("gpt-4.1"), None, &env).unwrap();
+        assert_eq!(openai.api_key.as_deref(), Some("sk-o"));
     }
 
     #[test]

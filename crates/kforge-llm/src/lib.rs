@@ -27,6 +27,10 @@ pub use client::{Client, Progress, Stats};
 pub struct Scope {
     pub problem: String,
     pub role: String,
+    /// The agent's task the call belongs to (`i1-c0-p2`; empty for none): two identical
+    /// requests of different tasks are told apart by the replay cache, whatever order threads
+    /// sent them in.
+    pub task: String,
 }
 
 /// A call's reply and what it cost.
@@ -48,6 +52,12 @@ pub struct Answer {
 pub trait Chat: Send + Sync {
     /// One call: the reply, or why there is none.
     fn chat(&self, request: &Request, scope: &Scope) -> Result<Answer, LlmError>;
+
+    /// Whether it only answers from records (`--replay`): a search that has stopped may still
+    /// ask it what the recorded run asked before it stopped, since nothing is spent.
+    fn recorded_only(&self) -> bool {
+        false
+    }
 }
 
 /// Why a call gave no reply.
@@ -56,6 +66,9 @@ pub enum LlmError {
     /// A budget would be passed by this call; nothing was sent.
     #[error("budget spent: {what} (limit {limit}, spent {spent})")]
     Budget { what: String, limit: f64, spent: f64 },
+    /// `--replay`: the recorded run stopped on a budget at this call.
+    #[error("budget spent (as run {run} recorded): {error}")]
+    BudgetRecorded { run: i64, error: String },
     /// The server answered with an error status that is not retried (or retries ran out on one).
     #[error("{url}: HTTP {status}: {body}")]
     Status { url: String, status: u16, body: String },

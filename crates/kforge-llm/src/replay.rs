@@ -34,6 +34,21 @@ pub enum Mode {
     Resume { from: i64 },
 }
 
+/// The key of a request asked by `task`: [`key`] when there is no task, else a SHA-256 of the
+/// request's key and the task, so that identical requests of different tasks have their own
+/// occurrences.
+pub fn task_key(request: &Request, task: &str) -> String {
+    let k = key(request);
+    if task.is_empty() {
+        return k;
+    }
+    let mut h = Sha256::new();
+    h.update(k.as_bytes());
+    h.update(b"\n");
+    h.update(task.as_bytes());
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// The stable key of a request: the SHA-256 (hex) of its model, messages, tools and
 /// parameters as JSON.
 pub fn key(request: &Request) -> String {
@@ -416,7 +431,7 @@ mod tests {
     }
 
     fn scope() -> Scope {
-        Scope { problem: "p".into(), role: "planner".into() }
+        Scope { problem: "p".into(), role: "planner".into(), task: String::new() }
     }
 
     fn record(cache: &Cache, req: &Request, text: &str) -> i64 {

@@ -57,7 +57,6 @@ pub fn body(request: &Request, options: &BodyOptions) -> Value {
             })
             .collect();
         body.insert("tools".into(), Value::Array(tools));
-        body.insert("tool_choice".into(), json!("auto"));
     }
     if let (Some(t), false) = (request.params.temperature, options.reasoning) {
         body.insert("temperature".into(), json!(t));
@@ -390,6 +389,17 @@ impl Stream {
             Some(Value::Null) | None => {}
             Some(other) => call.arguments.push_str(&other.to_string()),
         }
+    }
+
+    /// Chunks read so far.
+    pub fn chunks(&self) -> usize {
+        self.chunks
+    }
+
+    /// Whether the stream said it ended: `[DONE]` or a finish reason (a connection that closes
+    /// before either cut the reply short).
+    pub fn ended(&self) -> bool {
+        self.done || self.finish.as_ref().is_some_and(|f| !f.is_null())
     }
 
     /// Characters of content and of tool-call arguments so far.

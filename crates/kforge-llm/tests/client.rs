@@ -123,7 +123,7 @@ fn request(text: &str) -> Request {
 }
 
 fn scope() -> Scope {
-    Scope { problem: "level1/a.py".into(), role: "planner".into() }
+    Scope { problem: "level1/a.py".into(), role: "planner".into(), task: String::new() }
 }
 
 fn client(c: ProviderConfig, journal: &Path, run: i64, mode: Mode, limits: Limits) -> (Client, Arc<Meter>, Arc<Cache>) {

@@ -231,6 +231,16 @@ fn a_token_budget_stops_the_llm_search_at_its_limit() {
     assert_eq!(llm["usage"]["tokens"], 10000, "two calls of 5000 tokens each: {llm}");
     assert_eq!(verdicts(&r).len(), 1, "the finished candidate is kept: {llm}");
 
+    // Its replay stops where it stopped (the refusal was recorded), spending nothing.
+    let mut replay: Vec<&str> = args.iter().filter(|a| !a.starts_with("http")).copied().collect();
+    replay.retain(|a| *a != "--llm");
+    let (code, text) = optimize(&out, &[&replay[..], &["--replay", "1"]].concat());
+    assert_eq!(code, Some(0), "{text}");
+    let again = report(&out);
+    assert!(again["llm"]["stop"].as_str().unwrap().starts_with("budget"), "{}", again["llm"]);
+    assert_eq!((verdicts(&again), &again["llm"]["usage"]["tokens"]), (verdicts(&r), &Value::from(0)));
+    assert_eq!(endpoint.requests().len(), 2, "a replay sends nothing");
+
     // A search a budget cut short is not finished: --resume with a larger budget continues it
     // (the two answers it paid for replayed, the third call asked) instead of taking its outcome.
     let mut more = args;

@@ -187,7 +187,6 @@ fn body_has_tool_calls_tool_messages_and_parameters() {
             {"role": "tool", "content": "def k(): pass", "tool_call_id": "call_9"}
         ],
         "tools": [{"type": "function", "function": {"name": "read_kernel", "description": "reads a kernel", "parameters": {"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}}}],
-        "tool_choice": "auto",
         "temperature": 0.2,
         "max_tokens": 100,
         "seed": 7

@@ -61,7 +61,7 @@ pub struct LlmArgs {
     /// Executors in flight at once (their candidates are judged concurrently).
     #[arg(long, default_value_t = 4)]
     llm_executors: u32,
-    /// Stop after this many iterations without an improvement.
+    /// Stop after this many iterations without an improvement (0: never).
     #[arg(long, default_value_t = 2)]
     llm_patience: u32,
     /// Tokens all LLM calls of the run may use.
@@ -156,7 +156,6 @@ impl LlmPlan {
             ("--llm-plans", a.llm_plans),
             ("--llm-retries", a.llm_retries),
             ("--llm-executors", a.llm_executors),
-            ("--llm-patience", a.llm_patience),
         ] {
             if v == 0 {
                 bail!("{flag} must be at least 1");
@@ -513,6 +512,10 @@ struct WithinBudget<'a> {
 }
 
 impl kforge_llm::Chat for WithinBudget<'_> {
+    fn recorded_only(&self) -> bool {
+        kforge_llm::Chat::recorded_only(self.chat)
+    }
+
     fn chat(
         &self,
         request: &kforge_llm::Request,
