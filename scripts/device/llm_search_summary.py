@@ -27,7 +27,7 @@ def rows(first: Dict[str, Dict[str, Any]], expect: Dict[str, Any]) -> List[Dict[
 
 def main() -> int:
     w, rc1, rc2, s1, s2 = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-    expect = json.loads(Path("tests/llm/h200/expect.json").read_text())
+    expect = json.loads(Path(sys.argv[6] if len(sys.argv) > 6 else "tests/llm/h200/expect.json").read_text())
     # The replay overwrote each report.json: the first run's candidates are read from the journal.
     db = sqlite3.connect(w / "out" / "journal.db")
     runs = [r[0] for r in db.execute("SELECT id FROM optimize_runs ORDER BY id")]
