@@ -55,7 +55,7 @@ pub struct InspectArgs {
 
 const MODES: [&str; 4] = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"];
 
-fn read_capture(path: &Path) -> Result<Capture> {
+pub(crate) fn read_capture(path: &Path) -> Result<Capture> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading capture {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("{} is not a kforge capture", path.display()))
 }

@@ -381,6 +381,34 @@ impl Run<'_> {
         Ok((journaled || !self.journal.decided_any(&q.problem)?).then_some(report))
     }
 
+    /// `kforge verify PROBLEM FILE --policy POLICY --json VERDICT` (this binary) with the run's
+    /// size, device and interpreter: without gate 4 on the CPU, as a daemon job with `--daemon`.
+    fn verify_command(&self, problem: &Path, file: &Path, policy: &Path, verdict: &Path) -> Result<Command> {
+        let (a, gpu) = (self.a, self.plan.gpu);
+        let mut cmd = Command::new(crate::output::this_binary()?);
+        cmd.arg("--socket").arg(self.socket).arg("verify").arg(problem).arg(file);
+        cmd.arg("--policy").arg(policy).args(["--size", &a.size, "--python", &a.python]);
+        cmd.arg("--json").arg(verdict).args(["--device", if gpu { a.device.as_str() } else { "cpu" }]);
+        if !gpu {
+            cmd.arg("--no-performance");
+        }
+        if a.daemon {
+            cmd.arg("--daemon");
+        }
+        Ok(cmd)
+    }
+
+    /// With `--daemon`, the region time of the verify jobs of `problem` queued since `since_ns`
+    /// (the label `kforge verify` gives them: `verify:PROBLEM:SIZE`).
+    fn verify_region_s(&self, problem: &Path, since_ns: i64) -> Option<f64> {
+        if !self.a.daemon {
+            return None;
+        }
+        let label = format!("verify:{}:{}", problem.display(), self.a.size);
+        let r = crate::job::labelled(self.socket, &label).ok()?;
+        Some(r.jobs.iter().filter(|j| j.queued_ns >= since_ns).map(|j| r.region_seconds(j.id)).sum())
+    }
+
     /// A progress line: the problem, what happened, the time and budget left.
     fn progress(&self, index: usize, problem: &Path, what: &str) {
         let shown =
@@ -958,19 +986,9 @@ impl ProblemRun<'_> {
     /// `kforge verify PROBLEM DIR/model_new.py --policy DIR/policy.toml` (this binary): its
     /// outcome, written to `DIR/verdict.json`.
     fn verify(&self, dir: &Path) -> Result<Work> {
-        let (a, gpu) = (self.run.a, self.run.plan.gpu);
         let verdict = dir.join("verdict.json");
-        let mut cmd = Command::new(crate::output::this_binary()?);
-        cmd.arg("--socket").arg(self.run.socket).arg("verify").arg(self.problem).arg(dir.join("model_new.py"));
-        cmd.arg("--policy").arg(dir.join("policy.toml"));
-        cmd.args(["--size", &a.size, "--json"]).arg(&verdict).args(["--python", &a.python]);
-        cmd.args(["--device", if gpu { a.device.as_str() } else { "cpu" }]);
-        if !gpu {
-            cmd.arg("--no-performance");
-        }
-        if a.daemon {
-            cmd.arg("--daemon");
-        }
+        let mut cmd =
+            self.run.verify_command(self.problem, &dir.join("model_new.py"), &dir.join("policy.toml"), &verdict)?;
         std::fs::remove_file(&verdict).ok(); // an earlier run's verdict is not this one's
         let since_ns = now_ns();
         let status = cmd.status().context("running kforge verify")?;
@@ -980,12 +998,7 @@ impl ProblemRun<'_> {
             serde_json::from_str(&text).with_context(|| format!("parsing {}", verdict.display()))?;
         let outcome: Verified = serde_json::from_value(v["outcome"].clone())
             .with_context(|| format!("the outcome in {}", verdict.display()))?;
-        // With the daemon, its jobs' region time (the label `kforge verify` gives them).
-        let label = format!("verify:{}:{}", self.problem.display(), a.size);
-        let since = |r: kforge_store::Report| -> f64 {
-            r.jobs.iter().filter(|j| j.queued_ns >= since_ns).map(|j| r.region_seconds(j.id)).sum()
-        };
-        let region_s = if a.daemon { crate::job::labelled(self.run.socket, &label).ok().map(since) } else { None };
+        let region_s = self.run.verify_region_s(self.problem, since_ns);
         Ok(Work { region_s, outcome: Some(verified_name(outcome)), ..Work::default() })
     }
 

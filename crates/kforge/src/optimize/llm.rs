@@ -346,7 +346,7 @@ impl ProblemRun<'_> {
         // A search a budget or the provider cut short is not finished: --resume continues it.
         let word = if report.cut_short() { super::INCOMPLETE } else { "complete" };
         Ok(Work {
-            region_s: self.verify_region_s(since_ns),
+            region_s: self.run.verify_region_s(self.problem, since_ns),
             device_wall_s: Some(seconds),
             outcome: Some(format!("{word}: {}", report.stop)),
             charged: true,
@@ -358,9 +358,7 @@ impl ProblemRun<'_> {
     fn llm_inventory(&self, plan: &LlmPlan, dir: &Path) -> Result<Option<(Inventory, Option<f64>)>> {
         let report = match &plan.capture {
             Some(path) => {
-                let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-                let cap: kforge_inductor::inspect::Capture = serde_json::from_str(&text)
-                    .with_context(|| format!("{} is not a kforge capture", path.display()))?;
+                let cap = crate::inspect::read_capture(path)?;
                 kforge_inductor::inspect::report(&cap).with_context(|| format!("the capture {}", path.display()))?
             }
             None if self.run.plan.gpu => self.inspect_baseline(dir, plan)?,
@@ -394,18 +392,6 @@ impl ProblemRun<'_> {
         }
         let text = std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?;
         serde_json::from_str(&text).with_context(|| format!("parsing {}", json.display()))
-    }
-
-    /// With `--daemon`, the region time of the verify jobs this step submitted (their label
-    /// `verify:PROBLEM:SIZE`, queued since `since_ns`).
-    fn verify_region_s(&self, since_ns: i64) -> Option<f64> {
-        let a = self.run.a;
-        if !a.daemon {
-            return None;
-        }
-        let label = format!("verify:{}:{}", self.problem.display(), a.size);
-        let r = crate::job::labelled(self.run.socket, &label).ok()?;
-        Some(r.jobs.iter().filter(|j| j.queued_ns >= since_ns).map(|j| r.region_seconds(j.id)).sum())
     }
 
     /// The family's verify policy: the problem's own (`PROBLEM.toml` beside it), gate 4 against
@@ -633,18 +619,8 @@ impl VerifyJudge<'_> {
     /// `kforge verify PROBLEM FILE --policy llm/policy.toml --json FILE.verdict.json` (this
     /// binary), its verdict read back.
     fn verify(&self, file: &Path) -> Result<Judgement> {
-        let (a, gpu) = (self.here.run.a, self.here.run.plan.gpu);
         let verdict = file.with_extension("verdict.json");
-        let mut cmd = Command::new(crate::output::this_binary()?);
-        cmd.arg("--socket").arg(self.here.run.socket).arg("verify").arg(self.here.problem).arg(file);
-        cmd.arg("--policy").arg(self.policy).args(["--size", &a.size, "--python", &a.python]);
-        cmd.arg("--json").arg(&verdict).args(["--device", if gpu { a.device.as_str() } else { "cpu" }]);
-        if !gpu {
-            cmd.arg("--no-performance");
-        }
-        if a.daemon {
-            cmd.arg("--daemon");
-        }
+        let mut cmd = self.here.run.verify_command(self.here.problem, file, self.policy, &verdict)?;
         std::fs::remove_file(&verdict).ok(); // an earlier run's verdict is not this one's
         let o = cmd.output().context("running kforge verify")?;
         let text = std::fs::read_to_string(&verdict).with_context(|| {
