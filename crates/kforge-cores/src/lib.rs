@@ -114,16 +114,35 @@ pub fn split(cpus: &[u32], reserve: usize) -> Result<(Vec<u32>, Vec<u32>), CoreE
     Ok((all, rest))
 }
 
-/// Thread ids of process `pid` (0 = this process) from `/proc/<pid>/task`, sorted. Empty if
-/// the process does not exist (or is not visible).
-pub fn threads(pid: i32) -> Vec<i32> {
+fn list_tasks(pid: i32) -> Option<Vec<i32>> {
     let dir = if pid == 0 { "/proc/self/task".to_string() } else { format!("/proc/{pid}/task") };
-    let Ok(entries) = fs::read_dir(dir) else {
-        return Vec::new();
-    };
+    let entries = fs::read_dir(dir).ok()?;
     let mut tids: Vec<i32> = entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
     tids.sort_unstable();
-    tids
+    Some(tids)
+}
+
+/// Thread ids of process `pid` (0 = this process) from `/proc/<pid>/task`, sorted; empty if
+/// the process does not exist (or is not visible). The listing is read until two reads agree
+/// (at most 8 reads more; if they never agree, the union of the reads, which may name threads
+/// that have exited since): the kernel ends a task listing early when the thread it has just
+/// listed exits before the next is looked up, so one read can miss live threads created after
+/// an exiting one. Two equal reads cannot both be cut short, since the thread that ended the
+/// first is gone from the second.
+pub fn threads(pid: i32) -> Vec<i32> {
+    let mut last = list_tasks(pid);
+    let mut union: Vec<i32> = last.clone().unwrap_or_default();
+    for _ in 0..8 {
+        let next = list_tasks(pid);
+        if next == last {
+            return last.unwrap_or_default();
+        }
+        union.extend(next.iter().flatten());
+        last = next;
+    }
+    union.sort_unstable();
+    union.dedup();
+    union
 }
 
 /// Set the affinity of every thread of process `pid` to `cpus` (used to move a job off the

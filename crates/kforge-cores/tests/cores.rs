@@ -95,3 +95,32 @@ fn threads_include_current_tid() {
     assert!(threads(std::process::id() as i32).contains(&tid));
     assert!(threads(0x3fff_ffff).is_empty());
 }
+
+/// The kernel cuts a `/proc/<pid>/task` listing short when the thread just listed exits, so a
+/// thread created after exiting ones is missed by a single read (seen on CI). Each round parks
+/// eight threads, starts a checker after them, and lets the eight exit while the checker lists.
+#[test]
+fn threads_include_current_tid_while_older_threads_exit() {
+    let mut missed = 0;
+    for _ in 0..500 {
+        let (release, parked) = std::sync::mpsc::channel::<()>();
+        let parked = std::sync::Arc::new(std::sync::Mutex::new(parked));
+        let older: Vec<_> = (0..8)
+            .map(|_| {
+                let parked = parked.clone();
+                std::thread::spawn(move || drop(parked.lock().map(|rx| rx.recv())))
+            })
+            .collect();
+        let checker = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() };
+            drop(release);
+            (0..20).filter(|_| !threads(0).contains(&tid)).count()
+        });
+        missed += checker.join().unwrap();
+        for t in older {
+            t.join().unwrap();
+        }
+    }
+    assert_eq!(missed, 0, "listings that missed the listing thread");
+}

@@ -20,7 +20,7 @@ fn stat(pid: i32, tid: Option<i32>) -> Option<(char, i32)> {
     Some((state, pgrp))
 }
 
-/// Numeric entries of a `/proc` directory (processes of `/proc`, threads of `/proc/<pid>/task`).
+/// Numeric entries of a `/proc` directory (the processes of `/proc`).
 fn numeric_entries(dir: &str) -> Vec<i32> {
     let Ok(entries) = fs::read_dir(dir) else {
         return Vec::new();
@@ -51,7 +51,8 @@ pub(crate) fn running_members(pgid: i32) -> Vec<i32> {
     pgid_members(pgid)
         .into_iter()
         .filter(|&pid| {
-            numeric_entries(&format!("/proc/{pid}/task"))
+            // A single task listing can miss live threads (see kforge_cores::threads).
+            kforge_cores::threads(pid)
                 .into_iter()
                 .any(|tid| stat(pid, Some(tid)).is_some_and(|(s, _)| !is_stopped_state(s)))
         })
