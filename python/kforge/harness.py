@@ -412,15 +412,32 @@ def allowed_origin(origin: str, dirs: Dict[str, str]) -> Optional[str]:
     return None
 
 
+def task_ids() -> List[str]:
+    """This process's thread ids from ``/proc/self/task``, sorted; empty where /proc is not
+    there. The kernel cuts a task listing short when the thread it has just listed exits, so one
+    read can miss live threads; the listing is read until two reads agree (at most 8 more reads,
+    then the union of them all)."""
+    def read() -> Optional[List[str]]:
+        try:
+            return sorted(os.listdir("/proc/self/task"))
+        except OSError:
+            return None
+    last = read()
+    union = set(last or [])
+    for _ in range(8):
+        now = read()
+        if now == last:
+            return last or []
+        union.update(now or [])
+        last = now
+    return sorted(union)
+
+
 def native_threads() -> Dict[int, str]:
     """This process's threads as the kernel lists them (``/proc/self/task/*/comm``): native
     threads too (OpenMP, CUDA, C++ ``std::thread``). Empty where /proc is not there."""
     out: Dict[int, str] = {}
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return out
-    for tid in tids:
+    for tid in task_ids():
         try:
             with open(f"/proc/self/task/{tid}/comm") as f:
                 out[int(tid)] = f.read().strip()

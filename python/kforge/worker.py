@@ -103,6 +103,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 import kforge
 
 from .client import reset_connection
+from .harness import task_ids
 from .autoregions import AutoRegions, enabled
 from .region import region_open
 
@@ -162,10 +163,7 @@ def _resolve(module: str, path: str) -> Any:
 
 
 def _native_threads() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 0
+    return len(task_ids())
 
 
 def _rss_mb() -> Optional[float]:
