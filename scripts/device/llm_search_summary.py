@@ -25,6 +25,34 @@ def rows(first: Dict[str, Dict[str, Any]], expect: Dict[str, Any]) -> List[Dict[
     return out
 
 
+def tier(m: Any, c: Any) -> str:
+    """kforge_agents::analyst::Tier::of."""
+    if m is None or c is None:
+        return "unknown"
+    if m > 80 or c > 80:
+        return "near-optimal"
+    if m < 40 and c < 40:
+        return "under-utilized"
+    return "memory-bound" if m >= c else "compute-bound"
+
+
+def profile_summary(w: Path) -> Dict[str, Any]:
+    """Per problem, the llm step's profile (llm/profile-*.json): its kernels' tiers, or the
+    progress line that said why there was none."""
+    out: Dict[str, Any] = {}
+    log = (w / "first.log").read_text(errors="replace") if (w / "first.log").exists() else ""
+    for llm in sorted((w / "out").glob("**/llm")):
+        problem = llm.parent.name
+        files = sorted(llm.glob("profile-*.json"))
+        if files:
+            ks = json.loads(files[0].read_text()).get("kernels", [])
+            out[problem] = {"kernels": len(ks), "tiers": [tier(k.get("sol_memory_pct"), k.get("sol_compute_pct")) for k in ks]}
+        else:
+            why = [line for line in log.splitlines() if "no profile of the baseline" in line]
+            out[problem] = {"kernels": 0, "why": why[-1][-300:] if why else "no profile file and no reason in the log"}
+    return out
+
+
 def main() -> int:
     w, rc1, rc2, s1, s2 = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     expect = json.loads(Path(sys.argv[6] if len(sys.argv) > 6 else "tests/llm/h200/expect.json").read_text())
@@ -48,7 +76,9 @@ def main() -> int:
         verify_jobs = [j for j in rep.get("jobs", []) if str(j.get("label", "")).startswith("verify:")]
     except (OSError, ValueError):
         verify_jobs = []
+    profiles = profile_summary(w)
     summary = {"exit": [rc1, rc2], "wall_s": [s1, s2], "candidates": table, "replay_identical": replay_same,
+               "profiles": profiles,
                "calls": {str(r): {"calls": c[0], "tokens": c[1], "replayed": c[2]} for r, c in calls.items()},
                "verify_jobs": len(verify_jobs), "all_as_expected": all(r["as_expected"] for r in table)}
     (w / "llm_search.json").write_text(json.dumps(summary, indent=1))
@@ -56,6 +86,8 @@ def main() -> int:
     for r, c in calls.items():
         print(f"run {r}: {c[0]} calls, {c[1]} tokens, {c[2]} replayed")
     print(f"replay identical: {replay_same}; every verdict as expected: {summary['all_as_expected']}")
+    for problem, p in profiles.items():
+        print(f"profile step, {problem}: {p}")
     print(f"{'problem':<28} {'candidate':<13} {'verdict':<28} {'check':<28} {'speedup':>8}  ok  what")
     for r in table:
         sp = f"{r['speedup']:.3f}x" if r["speedup"] else "-"

@@ -151,6 +151,6 @@ pub fn inspect(socket: &Path, a: InspectArgs) -> Result<i32> {
     if let Some(j) = &a.json {
         crate::output::write_out(j, &serde_json::to_string_pretty(&r).context("serializing the report")?)?;
     }
-    print!("{}", table(&r));
+    crate::output::print_table(a.json.as_deref(), &table(&r));
     Ok(0)
 }

@@ -9,6 +9,7 @@ mod internal;
 mod job;
 mod optimize;
 mod output;
+mod profile;
 mod report;
 mod run;
 mod scripted;
@@ -56,13 +57,18 @@ enum Cmd {
     /// dry run, multi-seed correctness, model level (fp64 rule), exploit checks, performance.
     /// Exit 0 accepted (or passed without the performance gate), 1 rejected, 2 could not run.
     Verify(verify::VerifyArgs),
-    /// Make a problem faster: run the agents (today: dispatch — eager or a torch.compile mode,
-    /// chosen by interleaved timing against the baseline), write the winner as a standalone
-    /// ModelNew file with its verify policy, verify it, and keep the baseline when nothing wins.
+    /// Profile a compiled problem's kernels with Nsight Compute (or read a CSV ncu wrote): per
+    /// kernel its launches, time, memory and compute speed of light and occupancy, and the
+    /// strategy analyst's tier (near-optimal, memory-bound, compute-bound, under-utilized).
+    Profile(profile::ProfileArgs),
+    /// Make a problem faster: run the agents (dispatch, inductor knobs, rewrites, kernel configs,
+    /// LLM agents with --llm), verify every candidate through the cascade, time through regions,
+    /// write the winner as a standalone ModelNew file with its verify policy, and keep the
+    /// baseline when nothing wins.
+    Optimize(Box<optimize::OptimizeArgs>),
     /// Serve a scripted OpenAI-compatible chat-completions endpoint (scripted replies, errors,
     /// delays, malformed bodies, slow streams) until SIGINT or SIGTERM: the LLM loop without a model.
     ScriptedEndpoint(scripted::ScriptedArgs),
-    Optimize(Box<optimize::OptimizeArgs>),
     /// Agent-like benchmark workloads: generate, time in isolation, run under a policy.
     Workload {
         #[command(subcommand)]
@@ -110,6 +116,7 @@ fn dispatch(cli: Cli) -> Result<i32> {
         Cmd::Workload { cmd } => workload::workload(cmd),
         Cmd::Inspect(a) => inspect::inspect(&socket, a),
         Cmd::Verify(a) => verify::verify(&socket, a),
+        Cmd::Profile(a) => profile::profile(&socket, a),
         Cmd::Optimize(a) => optimize::optimize(&socket, *a),
         Cmd::ScriptedEndpoint(a) => scripted::scripted_endpoint(a),
         Cmd::Cancel(a) => control::cancel(&socket, a),

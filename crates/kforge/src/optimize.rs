@@ -250,7 +250,7 @@ impl Run<'_> {
                     crate::output::write_out(dest, &body)?;
                 }
                 self.write_html(|| kforge_optimize::html::problem_html(&report))?;
-                print!("{}", report.table());
+                crate::output::print_table(self.a.json.as_deref(), &report.table());
                 Ok(0)
             }
             Outcome::NotReached => {
@@ -310,7 +310,8 @@ impl Run<'_> {
             self.plan.baseline.mode()
         );
         self.write_html(|| kforge_optimize::html::campaign_html(&title, &outcomes, &summary))?;
-        print!("{}\n{}", campaign_table(&outcomes, &summary), budget.line());
+        let table = format!("{}\n{}", campaign_table(&outcomes, &summary), budget.line());
+        crate::output::print_table(self.a.json.as_deref(), &table);
         if not_reached > 0 {
             println!("{not_reached} problem(s) not reached (budget): --resume continues them");
         }

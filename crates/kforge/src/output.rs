@@ -13,6 +13,16 @@ pub fn write_out(dest: &str, body: &str) -> Result<()> {
     }
 }
 
+/// Print a command's table for people: on standard output, or on standard error when the JSON
+/// report went to standard output (`--json -`), which then stays parseable.
+pub fn print_table(json: Option<&str>, table: &str) {
+    if json == Some("-") {
+        eprint!("{table}");
+    } else {
+        print!("{table}");
+    }
+}
+
 /// Put the embedded Python package first on `cmd`'s PYTHONPATH; the returned directory holds it
 /// and must outlive the command.
 pub fn embedded_python(cmd: &mut std::process::Command) -> Result<tempfile::TempDir> {

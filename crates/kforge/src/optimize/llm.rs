@@ -11,8 +11,8 @@ use super::{content_hash, now_ns, ProblemRun, Work};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kforge_agents::{
-    BaselineInfo, Candidate, Inventory, Judge, Judgement, KernelInfo, KernelKind, LoopConfig, Observer, ProblemContext,
-    SearchOutcome, Stop, Verdict,
+    BaselineInfo, Candidate, Inventory, Judge, Judgement, KernelInfo, KernelKind, KernelProfile, LoopConfig, Observer,
+    ProblemContext, SearchOutcome, Stop, Verdict,
 };
 use kforge_llm::budget::{Limits, Meter};
 use kforge_llm::client::Client;
@@ -93,6 +93,14 @@ pub struct LlmArgs {
     /// Without it the llm step inspects the baseline itself on a GPU (on the CPU: no inventory).
     #[arg(long, value_name = "FILE")]
     llm_capture: Option<PathBuf>,
+    /// No profile step: without it, on a GPU, the llm step runs `kforge profile` (Nsight Compute
+    /// over the baseline's kernels) for the strategy analyst's tiers; without a profile they are
+    /// "unknown".
+    #[arg(long)]
+    llm_no_profile: bool,
+    /// Nsight Compute's ncu for the profile step.
+    #[arg(long, env = "KFORGE_NCU", default_value = "ncu")]
+    ncu: String,
 }
 
 impl LlmArgs {
@@ -111,6 +119,7 @@ impl LlmArgs {
             ("--llm-temperature", self.llm_temperature.is_some()),
             ("--llm-seed", self.llm_seed.is_some()),
             ("--llm-no-summarizer", self.llm_no_summarizer),
+            ("--llm-no-profile", self.llm_no_profile),
         ];
         given.iter().find(|(_, g)| *g).map(|(f, _)| *f)
     }
@@ -145,6 +154,8 @@ pub struct LlmPlan {
     config: LoopConfig,
     replay: Option<i64>,
     capture: Option<PathBuf>,
+    /// ncu for the profile step; `None`: no profile step.
+    ncu: Option<String>,
 }
 
 impl LlmPlan {
@@ -206,7 +217,8 @@ impl LlmPlan {
         if let Some(c) = a.llm_capture.as_ref().filter(|c| !c.is_file()) {
             bail!("--llm-capture {}: no such file", c.display());
         }
-        Ok(LlmPlan { provider, limits, config, replay: a.replay, capture: a.llm_capture.clone() })
+        let ncu = (!a.llm_no_profile).then(|| a.ncu.clone());
+        Ok(LlmPlan { provider, limits, config, replay: a.replay, capture: a.llm_capture.clone(), ncu })
     }
 
     /// The client of a run and its replay cache in the journal's file, in the mode the flags ask
@@ -251,7 +263,8 @@ impl LlmPlan {
     /// loop's settings and the replayed run.
     fn key(&self) -> String {
         let (p, l) = (&self.provider, &self.limits);
-        format!("{}|{}|{:?}|{:?}|{:?}|{l:?}", p.url, p.model, self.config, self.replay, self.capture)
+        let (replay, capture, ncu) = (self.replay, &self.capture, &self.ncu);
+        format!("{}|{}|{:?}|{replay:?}|{capture:?}|{l:?}|{ncu:?}", p.url, p.model, self.config)
     }
 }
 
@@ -293,14 +306,15 @@ impl ProblemRun<'_> {
         std::fs::write(&policy, policy_text).with_context(|| format!("writing {}", policy.display()))?;
         std::fs::remove_file(self.out.join(LLM_OUTPUTS[1])).ok(); // an earlier run's winner is not this one's
         let source = String::from_utf8_lossy(&self.source).into_owned();
-        let (inventory, time_ms) = match self.llm_inventory(plan, &dir) {
-            Ok(Some((inventory, ms))) => (Some(inventory), ms),
-            Ok(None) => (None, None),
-            Err(e) => {
-                self.progress(&format!("llm: no inventory of the baseline: {e:#}"));
-                (None, None)
-            }
+        let report = self.llm_inventory(plan, &dir).unwrap_or_else(|e| {
+            self.progress(&format!("llm: no inventory of the baseline: {e:#}"));
+            None
+        });
+        let (inventory, time_ms) = match report.as_ref().map(inventory_of) {
+            Some((inventory, ms)) => (Some(inventory), ms),
+            None => (None, None),
         };
+        let profile = self.llm_profile(plan, &dir, report.as_ref());
         let ctx = ProblemContext {
             problem: self.question.problem.clone(),
             source: source.clone(),
@@ -310,7 +324,7 @@ impl ProblemRun<'_> {
                 time_ms,
             },
             inventory,
-            profile: None,
+            profile,
             device: self.llm_device(),
         };
         let here = Here { run: self.run, index: self.index, problem: self.problem, label: &self.question.problem };
@@ -355,7 +369,7 @@ impl ProblemRun<'_> {
 
     /// The baseline's kernels (and its GPU time per forward, ms): from `--llm-capture`, else on a
     /// GPU from `kforge inspect` of the baseline (`llm/inspect.json`); none on the CPU.
-    fn llm_inventory(&self, plan: &LlmPlan, dir: &Path) -> Result<Option<(Inventory, Option<f64>)>> {
+    fn llm_inventory(&self, plan: &LlmPlan, dir: &Path) -> Result<Option<kforge_inductor::inspect::InspectReport>> {
         let report = match &plan.capture {
             Some(path) => {
                 let cap = crate::inspect::read_capture(path)?;
@@ -364,7 +378,50 @@ impl ProblemRun<'_> {
             None if self.run.plan.gpu => self.inspect_baseline(dir, plan)?,
             None => return Ok(None),
         };
-        Ok(Some(inventory_of(&report)))
+        Ok(Some(report))
+    }
+
+    /// The profile step (on a GPU, unless `--llm-no-profile`): the baseline's kernels under
+    /// Nsight Compute, as the analyst's rows named as the inventory names them. A failure (no
+    /// ncu, no hardware counters) costs the tiers only.
+    fn llm_profile(
+        &self,
+        plan: &LlmPlan,
+        dir: &Path,
+        report: Option<&kforge_inductor::inspect::InspectReport>,
+    ) -> Option<Vec<KernelProfile>> {
+        let ncu = plan.ncu.as_deref().filter(|_| self.run.plan.gpu)?;
+        match self.profile_baseline(dir, plan, ncu) {
+            Ok(p) => Some(profile_rows(&p, report)),
+            Err(e) => {
+                self.progress(&format!("llm: no profile of the baseline (tiers unknown): {e:#}"));
+                None
+            }
+        }
+    }
+
+    /// `kforge profile PROBLEM --mode BASELINE --json llm/profile.json` (this binary; a daemon
+    /// job with `--daemon`).
+    fn profile_baseline(&self, dir: &Path, plan: &LlmPlan, ncu: &str) -> Result<kforge_ncu::Profile> {
+        let a = self.run.a;
+        let json = dir.join(format!("profile-{}-{}.json", self.run.plan.baseline.mode(), a.size));
+        if !((a.resume || plan.replay.is_some()) && json.is_file()) {
+            self.progress("llm: profiling the baseline's kernels (Nsight Compute, for the strategy analyst)");
+            let mut cmd = Command::new(crate::output::this_binary()?);
+            cmd.arg("--socket").arg(self.run.socket).arg("profile").arg(self.problem);
+            cmd.args(["--mode", self.run.plan.baseline.mode(), "--size", &a.size, "--python", &a.python, "--ncu", ncu]);
+            cmd.arg("--json").arg(&json);
+            if a.daemon {
+                cmd.arg("--daemon");
+            }
+            let o = cmd.output().context("running kforge profile")?;
+            if !o.status.success() {
+                let err = String::from_utf8_lossy(&o.stderr);
+                bail!("kforge profile ended with {}: {}", o.status, super::last_lines(&err));
+            }
+        }
+        let text = std::fs::read_to_string(&json).with_context(|| format!("reading {}", json.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", json.display()))
     }
 
     /// `kforge inspect PROBLEM --mode BASELINE --no-restitch --json llm/inspect.json` (this
@@ -478,6 +535,55 @@ pub fn inventory_of(r: &kforge_inductor::inspect::InspectReport) -> (Inventory, 
         .collect();
     let ms = r.attribution.total_us / 1000.0;
     (Inventory { kernels }, (ms > 0.0).then_some(ms))
+}
+
+/// The analyst's rows of a profile: with an inventory, one row per inventory entry, named as
+/// the inventory names it (a vendor call's row combines the GPU kernels attributed to the calls of
+/// that name); without
+/// one, ncu's rows as they are. Rows lacking a speed-of-light percentage are left out.
+pub fn profile_rows(
+    p: &kforge_ncu::Profile,
+    report: Option<&kforge_inductor::inspect::InspectReport>,
+) -> Vec<KernelProfile> {
+    let rows: Vec<kforge_ncu::KernelRow> = match report {
+        None => p.kernels.clone(),
+        Some(r) => {
+            let mut out: Vec<kforge_ncu::KernelRow> = Vec::new();
+            let launches = &r.attribution.launches;
+            for l in launches {
+                if out.iter().any(|o| o.name == l.label) {
+                    continue;
+                }
+                // The analyst finds a row by name: launches of one label (two `extern_kernels.mm`
+                // calls) share theirs.
+                let same = launches.iter().filter(|m| m.label == l.label);
+                let mut names: Vec<&str> = same.flat_map(|m| m.gpu_kernels.iter().map(String::as_str)).collect();
+                if names.is_empty() {
+                    names.push(&l.label);
+                }
+                let mut of: Vec<&kforge_ncu::KernelRow> = Vec::new();
+                for row in names.iter().flat_map(|n| kforge_ncu::rows_for(&p.kernels, n)) {
+                    if !of.iter().any(|o| std::ptr::eq(*o, row)) {
+                        of.push(row);
+                    }
+                }
+                if !of.is_empty() {
+                    out.push(kforge_ncu::combine(&l.label, &of));
+                }
+            }
+            out
+        }
+    };
+    rows.into_iter()
+        .filter_map(|k| {
+            Some(KernelProfile {
+                name: k.name,
+                sol_memory_pct: k.sol_memory_pct?,
+                sol_compute_pct: k.sol_compute_pct?,
+                occupancy_pct: k.occupancy_pct,
+            })
+        })
+        .collect()
 }
 
 /// Why the search stopped, in words, and the provider's failure when that was why.
@@ -799,6 +905,59 @@ impl Observer for Journaling<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An inspect report of the mlp/softmax wrapper fixture: launches extern_kernels.mm
+    /// (sm90_xmma_gemm), triton_poi_fused_addmm_relu_0, extern_kernels.mm (nvjet_gemm),
+    /// triton_per_fused__softmax_1.
+    fn inspect_report() -> kforge_inductor::inspect::InspectReport {
+        let fixture = concat!(env!("CARGO_MANIFEST_DIR"), "/../kforge-inductor/tests/fixtures/mlp_softmax_t210.py");
+        let it = serde_json::json!([
+            {"name": "sm90_xmma_gemm", "dur_us": 100.0}, {"name": "triton_poi_fused_addmm_relu_0", "dur_us": 20.0},
+            {"name": "nvjet_gemm", "dur_us": 70.0}, {"name": "triton_per_fused__softmax_1", "dur_us": 10.0}
+        ]);
+        let cap = serde_json::json!({
+            "kforge_capture": 1, "source": "mlp.py", "kind": "problem", "mode": "default",
+            "wrappers": [std::fs::read_to_string(fixture).unwrap()], "iterations": [it]
+        });
+        kforge_inductor::inspect::report(&serde_json::from_value(cap).unwrap()).unwrap()
+    }
+
+    fn row(name: &str, t: f64, m: f64, c: Option<f64>) -> kforge_ncu::KernelRow {
+        kforge_ncu::KernelRow {
+            name: name.into(),
+            launches: 1,
+            time_ns: t,
+            sol_memory_pct: Some(m),
+            sol_compute_pct: c,
+            occupancy_pct: None,
+        }
+    }
+
+    #[test]
+    fn profile_rows_take_the_inventorys_names() {
+        let p = kforge_ncu::Profile {
+            source: "mlp.py".into(),
+            mode: None,
+            size: None,
+            forwards: Some(1),
+            kernels: vec![
+                row("void sm90_xmma_gemm(int)", 300.0, 40.0, Some(90.0)),
+                row("triton_poi_fused_addmm_relu_0", 60.0, 85.0, Some(10.0)),
+                row("nvjet_gemm", 100.0, 20.0, Some(70.0)),
+                row("triton_per_fused__softmax_1", 30.0, 50.0, None),
+                row("triton_unrelated_9", 5.0, 10.0, Some(10.0)),
+            ],
+        };
+        let rows = profile_rows(&p, Some(&inspect_report()));
+        let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+        let want = ["extern_kernels.mm", "triton_poi_fused_addmm_relu_0", "extern_kernels.addmm"];
+        assert_eq!(names, want, "the softmax kernel has no compute %: left out");
+        assert_eq!((rows[0].sol_memory_pct, rows[0].sol_compute_pct), (40.0, 90.0), "void (int) aside");
+        assert_eq!((rows[2].sol_memory_pct, rows[2].sol_compute_pct), (20.0, 70.0));
+        let raw = profile_rows(&p, None);
+        assert_eq!(raw.len(), 4);
+        assert_eq!(raw[0].name, "void sm90_xmma_gemm(int)");
+    }
 
     fn verdict(outcome: &str, rejected_by: Option<&str>, checks: serde_json::Value) -> kforge_verify::verdict::Verdict {
         serde_json::from_value(serde_json::json!({

@@ -1,0 +1,71 @@
+//! ncu's CSV pages as written to a log file (hand-made in ncu's layout: the raw page kforge asks
+//! for, the details page a user may have saved) and the outputs of a failed or empty profile.
+
+use kforge_ncu::*;
+
+fn data(name: &str) -> String {
+    std::fs::read_to_string(format!("{}/tests/data/{name}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+#[test]
+fn the_raw_page_gives_a_launch_per_row_in_base_units() {
+    let launches = parse(&data("raw.csv")).unwrap();
+    assert_eq!(launches.len(), 3);
+    assert_eq!(launches[0].kernel, "triton_poi_fused_add_mul_0");
+    assert_eq!(launches[0].duration_ns, Some(1_843_200.0));
+    assert_eq!(launches[0].sol_memory_pct, Some(91.52));
+    assert_eq!(launches[1].occupancy_pct, None, "n/a is no value");
+    assert_eq!(launches[2].id, 2);
+    let rows = kernels(&launches);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0].launches, 2);
+    assert!((rows[0].sol_memory_pct.unwrap() - 90.51).abs() < 1e-9);
+    assert_eq!(rows[0].time_ns, 3_686_400.0);
+    assert!(rows[1].name.starts_with("sm90_xmma_gemm"));
+    assert_eq!(rows[1].sol_compute_pct, Some(86.75));
+}
+
+#[test]
+fn the_details_page_gives_the_same_launches_by_section_names() {
+    let launches = parse(&data("details.csv")).unwrap();
+    assert_eq!(launches.len(), 2);
+    let fill = &launches[0];
+    assert!(fill.kernel.starts_with("void at::native::vectorized_elementwise_kernel<4"), "{}", fill.kernel);
+    assert_eq!(fill.duration_ns, Some(12_500.0), "usecond converted");
+    assert_eq!((fill.sol_memory_pct, fill.sol_compute_pct, fill.occupancy_pct), (Some(71.3), Some(8.2), None));
+    let red = &launches[1];
+    assert_eq!((red.sol_memory_pct, red.sol_compute_pct, red.occupancy_pct), (Some(22.0), Some(31.0), Some(45.0)));
+    assert_eq!(red.duration_ns, None);
+    assert_eq!(base_name(&fill.kernel), "at::native::vectorized_elementwise_kernel");
+}
+
+#[test]
+fn no_table_carries_ncus_messages() {
+    let e = parse(&data("no-counters.txt")).unwrap_err();
+    let text = e.to_string();
+    assert!(text.contains("LibraryNotLoaded"), "{text}");
+    assert!(!text.contains("Connected"), "progress lines are left out: {text}");
+    let e = parse(&data("no-kernels.txt")).unwrap_err();
+    assert!(e.to_string().contains("No kernels were profiled"), "{e}");
+    assert_eq!(parse(""), Err(NcuError::NoTable { messages: vec![] }));
+}
+
+#[test]
+fn broken_tables_name_the_line_and_the_problem() {
+    let raw = data("raw.csv");
+    let header = raw.lines().find(|l| l.starts_with("\"ID\"")).unwrap();
+    let short = format!("{header}\n\"0\",\"1\"\n");
+    assert!(matches!(parse(&short), Err(NcuError::Csv { line: 2, .. })), "{:?}", parse(&short));
+    let open = format!("{header}\n\"0,\"1\"\n");
+    assert!(matches!(parse(&open), Err(NcuError::Csv { line: 2, .. })));
+    let missing = header.replace("gpu__time_duration.sum", "something_else");
+    let e = parse(&missing).unwrap_err();
+    assert_eq!(e, NcuError::MissingColumn(DURATION.into()));
+    let bad = raw.replace("\"91.52\"", "\"lots\"");
+    match parse(&bad).unwrap_err() {
+        NcuError::BadValue { line, metric, value, .. } => {
+            assert_eq!((line, metric.as_str(), value.as_str()), (7, SOL_MEMORY, "lots"));
+        }
+        e => panic!("{e:?}"),
+    }
+}

@@ -1,0 +1,86 @@
+"""The program ``kforge profile`` runs under Nsight Compute (runs on a GPU).
+
+``python3 -m kforge.inspect.profile SOURCE.py [--mode default] [--size default] [--forwards 1]``
+
+Compiles the KernelBench-format problem SOURCE with ``torch.compile`` (the mode given; static
+shapes, as ``kforge inspect`` does), runs it three times so that compilation, autotuning and
+CUDA-graph recording are done, then runs ``--forwards`` forwards inside the NVTX range
+``kforge-profile`` (``kforge_ncu::RANGE``): ncu, started with ``--nvtx-include kforge-profile/``,
+profiles only the kernels launched there. The range is also a kforge region
+(``profile:forward``), exclusive when the program is a job of the daemon: ncu's replays then
+see no other job's kernels.
+
+Bad input gives one line on stderr naming the file and the cause, and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Optional, Sequence
+
+from ..harness import SIZES, apply_size
+from ..region import region
+from .capture import MODES, load_source
+from .inductor import CaptureError
+from .restitch import compile_problem
+
+#: The NVTX range the profiled forwards run in (kforge_ncu::RANGE).
+RANGE = "kforge-profile"
+#: Forwards run before the range: compile, autotune, record CUDA graphs.
+WARMUP = 3
+
+
+def profile_problem(path: str, problem: Any, mode: str, forwards: int) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise CaptureError(f"{path}: no CUDA GPU visible (kforge profile runs on a GPU)")
+    dev = torch.device("cuda")
+    with torch.no_grad():
+        _, compiled, inputs = compile_problem(problem, mode, dev)
+        try:
+            for _ in range(WARMUP):
+                compiled(*inputs)
+            torch.cuda.synchronize()
+        except Exception as e:
+            raise CaptureError(f"{path}: torch.compile(mode={mode!r}) failed: {type(e).__name__}: {e}") from e
+        nvtx: Any = torch.cuda.nvtx  # untyped in torch
+        with region("profile:forward"):
+            nvtx.range_push(RANGE)
+            for _ in range(forwards):
+                compiled(*inputs)
+            torch.cuda.synchronize()
+            nvtx.range_pop()
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python3 -m kforge.inspect.profile", description=__doc__.split("\n\n")[0])
+    ap.add_argument("source")
+    ap.add_argument("--mode", default="default", choices=MODES)
+    ap.add_argument("--size", default="default", choices=SIZES, help="a problem's size preset")
+    ap.add_argument("--forwards", type=int, default=1, help="forwards inside the profiled range")
+    a = ap.parse_args(argv)
+    try:
+        if a.forwards < 1:
+            raise CaptureError(f"--forwards must be at least 1, got {a.forwards}")
+        kind, mod = load_source(a.source)
+        if kind != "problem":
+            raise CaptureError(f"{a.source}: kforge profile takes a KernelBench-format problem (class Model)")
+        try:
+            apply_size(mod, a.size, a.source)
+        except ValueError as e:
+            raise CaptureError(str(e)) from e
+        try:
+            import torch  # noqa: F401
+        except ImportError as e:
+            raise CaptureError(f"{a.source}: torch is not importable here ({e})") from e
+        profile_problem(a.source, mod, a.mode, a.forwards)
+    except CaptureError as e:
+        print(f"kforge profile: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

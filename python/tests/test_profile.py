@@ -1,0 +1,69 @@
+"""``python3 -m kforge.inspect.profile``, the program ``kforge profile`` runs under ncu: bad input,
+no GPU, and (with torch's CUDA calls stood in for) warm-up outside the NVTX range, the profiled
+forwards inside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, List
+
+import pytest
+
+from kforge.inspect import profile
+
+PROBLEM = "class Model:\n    pass\ndef get_inputs():\n    return []\ndef get_init_inputs():\n    return []\n"
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def test_bad_input_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert profile.main([str(tmp_path / "nope.py")]) == 2
+    assert "nope.py: no such file" in capsys.readouterr().err
+    tri = write(tmp_path, "k.py", "def kernel_function(*a):\n    return a\ndef get_inputs():\n    return [1]\n")
+    assert profile.main([tri]) == 2
+    assert "takes a KernelBench-format problem" in capsys.readouterr().err
+    prob = write(tmp_path, "p.py", PROBLEM)
+    assert profile.main([prob, "--forwards", "0"]) == 2
+    assert "--forwards must be at least 1" in capsys.readouterr().err
+    assert profile.main([prob, "--size", "large"]) == 2
+    assert "no LARGE dict" in capsys.readouterr().err
+
+
+def test_without_a_gpu_it_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert profile.main([write(tmp_path, "p.py", PROBLEM)]) == 2
+    assert "p.py: no CUDA GPU visible (kforge profile runs on a GPU)" in capsys.readouterr().err
+
+
+def test_only_the_profiled_forwards_run_inside_the_range(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    events: List[str] = []
+
+    def compiled(*inputs: Any) -> None:
+        events.append("forward")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: events.append("sync"))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: events.append(f"push {name}"))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: events.append("pop"))
+    monkeypatch.setattr(profile, "compile_problem", lambda problem, mode, dev: (None, compiled, []))
+    assert profile.main([write(tmp_path, "p.py", PROBLEM), "--forwards", "2", "--mode", "max-autotune"]) == 0
+    warm = ["forward"] * profile.WARMUP + ["sync"]
+    assert events == warm + ["push kforge-profile", "forward", "forward", "sync", "pop"], events
+
+
+def test_a_failing_compile_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+
+    def compiled(*inputs: Any) -> None:
+        raise RuntimeError("inductor exploded")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(profile, "compile_problem", lambda problem, mode, dev: (None, compiled, []))
+    assert profile.main([write(tmp_path, "p.py", PROBLEM)]) == 2
+    assert "torch.compile(mode='default') failed: RuntimeError: inductor exploded" in capsys.readouterr().err

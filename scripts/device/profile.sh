@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# `kforge profile` on the H200: Nsight Compute over a few suite problems' compiled forwards
+# (default and max-autotune), once directly and once as a job of a daemon (the profiled forwards
+# are a region), and a saved CSV read back with --from-csv. Validates the raw-page CSV layout
+# that crates/kforge-ncu reads, the NVTX range filter and the kernel-name matching against ncu
+# as installed there.
+#
+#   bash scripts/device/profile.sh
+#
+# Writes $OUT/profile.json (per problem and mode: exit status, kernels, tiers, seconds, the
+# error's last lines) and $OUT/ncu-sample.csv (the first CSV, for the parser's fixtures), and
+# prints a table last. Builds nothing: carry target/release/kforge and libkforge_shim.so.
+set -uo pipefail
+OUT=${OUT:-/tmp/kforge-out}
+mkdir -p "$OUT"
+K=$PWD/${KFORGE:-target/release/kforge}
+test -x "$K" || { echo "carry target/release/kforge"; exit 2; }
+PROBLEMS=${PROBLEMS:-problems/level1/016_silu_bf16.py problems/level1/014_log_softmax_vocab_bf16.py problems/level3/001_mlp_block_fp32.py}
+W=$(mktemp -d /tmp/kforge-profile.XXXXXX)
+export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=$W/inductor-cache
+(ncu --version 2>&1 | tail -1) >"$W/ncu-version.txt"
+S=$W/k.sock
+setsid "$K" --socket "$S" daemon --db "$W/store.db" --reserve-cores 2 --freeze node >"$W/daemon.log" 2>&1 &
+for _ in $(seq 200); do "$K" --socket "$S" status >/dev/null 2>&1 && break; sleep 0.05; done
+n=0
+for p in $PROBLEMS; do
+  for mode in default max-autotune; do
+    for how in direct daemon; do
+      n=$((n + 1))
+      flag=(); [ "$how" = daemon ] && flag=(--daemon)
+      t0=$(date +%s.%N)
+      "$K" --socket "$S" profile "$p" --mode "$mode" "${flag[@]}" --json "$W/$n.json" --csv-out "$W/$n.csv" >"$W/$n.table" 2>"$W/$n.err"
+      rc=$?
+      t1=$(date +%s.%N)
+      echo "$n $p $mode $how $rc $(awk "BEGIN{print $t1 - $t0}")" >>"$W/runs.txt"
+    done
+  done
+done
+[ -f "$W/1.csv" ] && head -c 200000 "$W/1.csv" >"$OUT/ncu-sample.csv"
+[ -f "$W/1.csv" ] && "$K" profile "$W/1.csv" --from-csv >"$W/from-csv.table" 2>&1
+echo "from-csv exit $?" >>"$W/runs.txt"
+"$K" --socket "$S" shutdown >/dev/null 2>&1 || true
+python3 - "$W" >"$OUT/table.txt" <<'PY'
+import json, sys
+from pathlib import Path
+w = Path(sys.argv[1])
+def tier(m, c):
+    if m is None or c is None: return "unknown"
+    if m > 80 or c > 80: return "near-optimal"
+    if m < 40 and c < 40: return "under-utilized"
+    return "memory-bound" if m >= c else "compute-bound"
+runs = []
+for line in (w / "runs.txt").read_text().splitlines():
+    parts = line.split()
+    if parts[0] == "from-csv":
+        runs.append({"from_csv_exit": int(parts[-1])}); continue
+    n, p, mode, how, rc, s = parts
+    r = {"problem": p, "mode": mode, "how": how, "exit": int(rc), "seconds": float(s)}
+    j = w / f"{n}.json"
+    if j.exists():
+        ks = json.loads(j.read_text())["kernels"]
+        r["kernels"] = [{"name": k["name"][:80], "launches": k["launches"], "us": k["time_ns"] / 1e3,
+                         "mem": k["sol_memory_pct"], "sm": k["sol_compute_pct"], "occ": k["occupancy_pct"],
+                         "tier": tier(k["sol_memory_pct"], k["sol_compute_pct"])} for k in ks]
+    else:
+        r["error"] = (w / f"{n}.err").read_text(errors="replace")[-600:]
+    runs.append(r)
+out = {"ncu": (w / "ncu-version.txt").read_text().strip(), "runs": runs}
+Path(sys.argv[1], "profile.json").write_text(json.dumps(out, indent=1))
+print(f"ncu: {out['ncu']}")
+print(f"{'problem':<44} {'mode':<13} {'how':<7} exit {'s':>6}  kernels  tiers")
+for r in runs:
+    if "problem" not in r:
+        print(f"--from-csv of the first CSV: exit {r['from_csv_exit']}"); continue
+    tiers = ",".join(sorted({k["tier"] for k in r.get("kernels", [])})) or r.get("error", "")[-80:].replace("\n", " ")
+    print(f"{r['problem']:<44} {r['mode']:<13} {r['how']:<7} {r['exit']:>4} {r['seconds']:>6.1f}  {len(r.get('kernels', [])):>7}  {tiers}")
+PY
+cp "$W/profile.json" "$OUT/" 2>/dev/null
+cat "$OUT/table.txt"
