@@ -23,6 +23,7 @@ const NOT_RUN: &[(&str, &str)] = &[
     ("kforge workload run", "runs the generated GPU workload"),
     ("kforge report eval/", "reads the runs of the GPU workload"),
     ("kforge inspect", "compiles and profiles on a GPU (--from-capture reads the capture the GPU run wrote)"),
+    ("kforge profile problems/", "runs Nsight Compute on a GPU (crates/kforge/tests/profile.rs runs it against a stand-in ncu)"),
     ("kforge optimize", "compiles and times every mode (a GPU, or Inductor's CPU backend): crates/kforge/tests/optimize.rs runs it on the CPU"),
     ("kforge verify problems/level1/001_matmul_square_fp32.py my_candidate.py", "my_candidate.py is the user's file"),
     ("kforge scripted-endpoint", "a server that runs until killed: crates/kforge/tests/optimize_llm.rs starts it and runs the search against it"),
@@ -37,6 +38,7 @@ const RUN: &[(&str, bool)] = &[
         "kforge verify tests/candidates/problems/vector_add.py tests/candidates/vector_add/honest.py --device cpu --no-performance",
         false,
     ),
+    ("kforge profile crates/kforge-ncu/tests/data/raw.csv --from-csv", false),
     ("kforge workload gen --profile gpu --out eval/w.jsonl --per-bucket 50 --seed 1", true),
 ];
 
