@@ -90,39 +90,62 @@ impl Verdict {
 }
 
 /// The source with comments, trailing whitespace and blank lines removed: what the hash is of.
-/// A comment is a `#` outside a string literal opened on the same line (triple-quoted strings
-/// spanning lines are kept as written).
+/// A comment is a `#` outside string literals; the lines of a triple-quoted string spanning lines
+/// are content, blank or not (a CUDA source's `#define TILE 64` is not a comment).
 pub fn normalize(source: &str) -> String {
     let mut lines = Vec::new();
+    let mut open: Option<&'static [u8]> = None;
     for line in source.lines() {
-        let code = strip_comment(line).trim_end();
-        if !code.is_empty() {
+        let started_inside = open.is_some();
+        let (code, still_open) = strip_comment(line, open);
+        open = still_open;
+        if open.is_some() {
+            lines.push(code); // ends inside a string: all of it is content
+            continue;
+        }
+        let code = code.trim_end();
+        if started_inside || !code.is_empty() {
             lines.push(code);
         }
     }
     lines.join("\n")
 }
 
-fn strip_comment(line: &str) -> &str {
-    let mut quote: Option<char> = None;
-    let mut escaped = false;
-    for (i, c) in line.char_indices() {
-        match quote {
-            Some(q) => {
-                if escaped {
-                    escaped = false;
-                } else if c == '\\' {
-                    escaped = true;
-                } else if c == q {
-                    quote = None;
-                }
-            }
-            None if c == '#' => return &line[..i],
-            None if c == '"' || c == '\'' => quote = Some(c),
-            None => {}
+/// `line` up to its comment, given the triple quote of a string the line starts inside (if
+/// any); and the triple quote still open at its end.
+fn strip_comment<'a>(line: &'a str, mut open: Option<&'static [u8]>) -> (&'a str, Option<&'static [u8]>) {
+    let b = line.as_bytes();
+    let mut single: Option<u8> = None;
+    let mut i = 0;
+    while i < b.len() {
+        if (open.is_some() || single.is_some()) && b[i] == b'\\' {
+            i += 2;
+            continue;
         }
+        if let Some(q) = open {
+            if b[i..].starts_with(q) {
+                open = None;
+                i += 3;
+                continue;
+            }
+        } else if let Some(q) = single {
+            if b[i] == q {
+                single = None;
+            }
+        } else if b[i] == b'#' {
+            return (&line[..i], None);
+        } else if b[i] == b'"' || b[i] == b'\'' {
+            let triple: &'static [u8] = if b[i] == b'"' { b"\"\"\"" } else { b"'''" };
+            if b[i..].starts_with(triple) {
+                open = Some(triple);
+                i += 3;
+                continue;
+            }
+            single = Some(b[i]);
+        }
+        i += 1;
     }
-    line
+    (line, open)
 }
 
 /// A 64-bit FNV-1a hash of [`normalize`]d source, as 16 hex digits.
@@ -137,8 +160,11 @@ pub fn source_hash(source: &str) -> String {
 
 /// The static pre-checks of a candidate against its problem: it parses, defines `class
 /// ModelNew`, and its `__init__` and `forward` take the same parameters as the problem's
-/// `Model` (names, order, kinds, which have defaults). The error says what is wrong. A problem
-/// that does not parse (or has no `Model`) is not compared.
+/// `Model` (names, order, kinds, which have defaults). A method a class does not define is looked
+/// up in its bases defined in the same file (`class ModelNew(Model)` with a copy of `Model`
+/// above it), `nn.Module`'s `__init__` being `(self)`; behind a base defined elsewhere the
+/// method is not compared (the verifier's dry run judges it). The error says what is wrong. A
+/// problem that does not parse (or has no `Model`) is not compared.
 pub fn check_static(problem: &str, candidate: &str) -> Result<(), String> {
     let suite = ast::Suite::parse(candidate, "<candidate>")
         .map_err(|e| format!("the file does not parse as Python: {}", e.error))?;
@@ -146,8 +172,11 @@ pub fn check_static(problem: &str, candidate: &str) -> Result<(), String> {
     let Ok(problem_suite) = ast::Suite::parse(problem, "<problem>") else { return Ok(()) };
     let Some(model) = find_class(&problem_suite, "Model") else { return Ok(()) };
     for method in ["__init__", "forward"] {
-        let want = signature(model, method);
-        let got = signature(new, method);
+        let (Sig::Known(want), Sig::Known(got)) =
+            (resolve(&problem_suite, model, method, 0), resolve(&suite, new, method, 0))
+        else {
+            continue;
+        };
         if want != got {
             let show = |s: &Option<String>| s.clone().unwrap_or_else(|| "(not defined)".into());
             return Err(format!(
@@ -158,6 +187,49 @@ pub fn check_static(problem: &str, candidate: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A method's parameters as a class has it: known (its text, `None` for not defined at all), or
+/// unknown behind a base class defined in another module.
+enum Sig {
+    Known(Option<String>),
+    Unknown,
+}
+
+/// `torch.nn.Module`, `nn.Module` or `Module`.
+fn is_module(base: &ast::Expr) -> bool {
+    match base {
+        ast::Expr::Name(n) => n.id.as_str() == "Module",
+        ast::Expr::Attribute(a) => a.attr.as_str() == "Module",
+        _ => false,
+    }
+}
+
+/// `method` of `class` through its bases, left to right (Python's order for these simple
+/// hierarchies), depth-bounded against a cycle of names.
+fn resolve(suite: &[Stmt], class: &ast::StmtClassDef, method: &str, depth: usize) -> Sig {
+    if let Some(sig) = signature(class, method) {
+        return Sig::Known(Some(sig));
+    }
+    if depth > 8 {
+        return Sig::Unknown;
+    }
+    for base in &class.bases {
+        if is_module(base) {
+            continue;
+        }
+        let found = match base {
+            ast::Expr::Name(n) => find_class(suite, n.id.as_str()).filter(|c| c.name != class.name),
+            _ => None,
+        };
+        match found.map(|c| resolve(suite, c, method, depth + 1)) {
+            Some(Sig::Known(None)) => {}
+            Some(sig) => return sig,
+            None => return Sig::Unknown,
+        }
+    }
+    let module_init = class.bases.iter().any(is_module) && method == "__init__";
+    Sig::Known(module_init.then(|| "(self)".to_string()))
 }
 
 fn find_class<'a>(suite: &'a [Stmt], name: &str) -> Option<&'a ast::StmtClassDef> {
@@ -214,6 +286,18 @@ mod tests {
     }
 
     #[test]
+    fn lines_inside_triple_quoted_strings_are_content() {
+        let cuda = |tile: u32| {
+            format!("src = \"\"\"\n#include <cuda.h>\n#define TILE {tile}   \n\n\"\"\"  # the kernel\nx = 1 # one\n")
+        };
+        assert_ne!(source_hash(&cuda(32)), source_hash(&cuda(64)), "a #define is no comment");
+        assert_eq!(normalize(&cuda(32)), "src = \"\"\"\n#include <cuda.h>\n#define TILE 32   \n\n\"\"\"\nx = 1");
+        let single = "s = '''a # b''' # c\nt = \"it's # here\"\nu = 'esc \\' # still' # gone\n";
+        assert_eq!(normalize(single), "s = '''a # b'''\nt = \"it's # here\"\nu = 'esc \\' # still'");
+        assert_eq!(normalize("é = '\\é' # x\n"), "é = '\\é'", "an escape before a multi-byte char");
+    }
+
+    #[test]
     fn verdicts_serialize_with_a_kind_tag_and_read_back() {
         let v = Verdict::Rejected { gate: "exploits".into(), reason: "cached output".into(), exploit: true };
         let text = serde_json::to_string(&v).unwrap();
@@ -236,6 +320,29 @@ mod tests {
         let c = "class ModelNew:\n    def __init__(self, dim):\n        pass\n    def forward(self, x, b=None):\n        return x\n";
         let err = check_static(PROBLEM, c).unwrap_err();
         assert_eq!(err, "ModelNew.forward(self, x, b=…) must take the same parameters as Model.forward(self, a, b=…)");
+    }
+
+    #[test]
+    fn inherited_methods_are_looked_up_in_the_files_own_bases() {
+        let copy = "import torch\nclass Model(torch.nn.Module):\n    def __init__(self, dim: int):\n        super().__init__()\n    def forward(self, a, b=None):\n        return a\n";
+        let sub = format!("{copy}class ModelNew(Model):\n    def forward(self, a, b=None):\n        return a * 1\n");
+        assert_eq!(check_static(PROBLEM, &sub), Ok(()));
+        let wrong = format!("{copy}class ModelNew(Model):\n    def forward(self, a):\n        return a\n");
+        assert!(check_static(PROBLEM, &wrong).unwrap_err().contains("ModelNew.forward(self, a) must"));
+        // Two levels, and a base from another module: not compared.
+        let deep = format!("{copy}class Mid(Model):\n    pass\nclass ModelNew(Mid):\n    pass\n");
+        assert_eq!(check_static(PROBLEM, &deep), Ok(()));
+        let imported = "from elsewhere import Base\nclass ModelNew(Base):\n    pass\n";
+        assert_eq!(check_static(PROBLEM, imported), Ok(()));
+        // nn.Module's __init__ takes nothing: a problem whose Model takes `dim` needs ModelNew's own.
+        let bare =
+            "import torch.nn as nn\nclass ModelNew(nn.Module):\n    def forward(self, a, b=None):\n        return a\n";
+        let err = check_static(PROBLEM, bare).unwrap_err();
+        assert_eq!(err, "ModelNew.__init__(self) must take the same parameters as Model.__init__(self, dim)");
+        let plain = "class ModelNew:\n    def forward(self, a, b=None):\n        return a\n";
+        assert!(check_static(PROBLEM, plain).unwrap_err().contains("ModelNew.__init__(not defined)"));
+        let cycle = "class ModelNew(ModelNew):\n    pass\n";
+        assert_eq!(check_static(PROBLEM, cycle), Ok(()), "its own base: a NameError the dry run reports");
     }
 
     #[test]
