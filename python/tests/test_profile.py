@@ -67,3 +67,15 @@ def test_a_failing_compile_is_reported(tmp_path: Path, capsys: pytest.CaptureFix
     monkeypatch.setattr(profile, "compile_problem", lambda problem, mode, dev: (None, compiled, []))
     assert profile.main([write(tmp_path, "p.py", PROBLEM)]) == 2
     assert "torch.compile(mode='default') failed: RuntimeError: inductor exploded" in capsys.readouterr().err
+
+
+def test_a_failing_model_build_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+
+    def build(problem: Any, mode: str, dev: Any) -> Any:
+        raise ValueError("bad init input")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(profile, "compile_problem", build)
+    assert profile.main([write(tmp_path, "p.py", PROBLEM)]) == 2
+    assert "p.py: building the model or its inputs failed: ValueError: bad init input" in capsys.readouterr().err

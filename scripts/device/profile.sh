@@ -36,9 +36,13 @@ for p in $PROBLEMS; do
     done
   done
 done
-[ -f "$W/1.csv" ] && head -c 200000 "$W/1.csv" >"$OUT/ncu-sample.csv"
-[ -f "$W/1.csv" ] && "$K" profile "$W/1.csv" --from-csv >"$W/from-csv.table" 2>&1
-echo "from-csv exit $?" >>"$W/runs.txt"
+if [ -f "$W/1.csv" ]; then
+  head -c 200000 "$W/1.csv" >"$OUT/ncu-sample.csv"
+  "$K" profile "$W/1.csv" --from-csv >"$W/from-csv.table" 2>&1
+  echo "from-csv exit $?" >>"$W/runs.txt"
+else
+  echo "from-csv exit -1" >>"$W/runs.txt"
+fi
 "$K" --socket "$S" shutdown >/dev/null 2>&1 || true
 python3 - "$W" >"$OUT/table.txt" <<'PY'
 import json, sys

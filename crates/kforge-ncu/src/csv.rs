@@ -2,6 +2,7 @@
 //! details pages into launches.
 
 use crate::{Launch, NcuError, DURATION, OCCUPANCY, SOL_COMPUTE, SOL_MEMORY};
+use std::collections::HashMap;
 
 /// The result table: its header and records, each with its 1-based line number in the text.
 pub(crate) struct Table {
@@ -38,14 +39,16 @@ fn is_message(line: &str) -> bool {
     line.starts_with("==") && !line.starts_with("==PROF== Profiling") && !line.starts_with("==PROF== Connected")
 }
 
+fn is_header(line: &str) -> bool {
+    split(line).is_some_and(|f| f.first().map(String::as_str) == Some("ID") && f.iter().any(|x| x == "Kernel Name"))
+}
+
 /// The table starts at the first line whose first field is `ID` and which names `Kernel Name`;
-/// it runs to the first line that is not a record of as many fields (ncu may print messages
-/// after it, e.g. `==PROF== Disconnected`).
+/// ncu's message lines (`==…`) and blank lines inside it are skipped, and so is the header
+/// repeated (a table per profiled process).
 pub(crate) fn find_table(text: &str) -> Result<Table, NcuError> {
     let lines: Vec<&str> = text.lines().collect();
-    let start = lines.iter().position(|l| {
-        split(l).is_some_and(|f| f.first().map(String::as_str) == Some("ID") && f.iter().any(|x| x == "Kernel Name"))
-    });
+    let start = lines.iter().position(|l| is_header(l));
     let Some(start) = start else {
         let messages = lines.iter().filter(|l| is_message(l)).map(|l| l.trim().to_string()).collect();
         return Err(NcuError::NoTable { messages });
@@ -53,10 +56,7 @@ pub(crate) fn find_table(text: &str) -> Result<Table, NcuError> {
     let header = split(lines[start]).unwrap_or_default();
     let mut rows = Vec::new();
     for (i, line) in lines.iter().enumerate().skip(start + 1) {
-        if line.starts_with("==") {
-            break;
-        }
-        if line.trim().is_empty() {
+        if line.starts_with("==") || line.trim().is_empty() || is_header(line) {
             continue;
         }
         let fields = split(line).ok_or_else(|| NcuError::Csv { line: i + 1, reason: "a quote is left open".into() })?;
@@ -99,7 +99,7 @@ fn value(line: usize, metric: &str, text: &str, unit: &str) -> Result<Option<f64
 }
 
 fn launch_id(line: usize, text: &str) -> Result<u64, NcuError> {
-    text.trim().parse().map_err(|_| NcuError::BadValue {
+    text.trim().replace(',', "").parse().map_err(|_| NcuError::BadValue {
         line,
         metric: "ID".into(),
         value: text.into(),
@@ -107,12 +107,15 @@ fn launch_id(line: usize, text: &str) -> Result<u64, NcuError> {
     })
 }
 
-/// The raw page: a column per metric; a first record with an empty `ID` holds the units.
+/// The raw page: a column per metric; a first record with an empty `ID` holds the units. The two
+/// speed-of-light columns are needed; duration, occupancy, block and grid size are read when
+/// there.
 pub(crate) fn raw(t: &Table) -> Result<Vec<Launch>, NcuError> {
     let (id, kernel) = (column(&t.header, "ID")?, column(&t.header, "Kernel Name")?);
-    let cols = [DURATION, SOL_MEMORY, SOL_COMPUTE, OCCUPANCY].map(|m| column(&t.header, m));
-    let [d, m, c, o] = cols;
-    let (d, m, c, o) = (d?, m?, c?, o?);
+    let (m, c) = (column(&t.header, SOL_MEMORY)?, column(&t.header, SOL_COMPUTE)?);
+    let optional = |name: &str| t.header.iter().position(|h| h == name);
+    let (d, o) = (optional(DURATION), optional(OCCUPANCY));
+    let (block, grid) = (optional("Block Size"), optional("Grid Size"));
     let mut rows = t.rows.as_slice();
     let mut units = vec![String::new(); t.header.len()];
     if let Some((_, first)) = rows.first() {
@@ -124,16 +127,38 @@ pub(crate) fn raw(t: &Table) -> Result<Vec<Launch>, NcuError> {
     rows.iter()
         .map(|(line, f)| {
             let get = |col: usize, metric: &str| value(*line, metric, &f[col], &units[col]);
+            let maybe = |col: Option<usize>, metric: &str| col.map_or(Ok(None), |col| get(col, metric));
             Ok(Launch {
                 id: launch_id(*line, &f[id])?,
                 kernel: f[kernel].clone(),
-                duration_ns: get(d, DURATION)?,
+                duration_ns: maybe(d, DURATION)?,
                 sol_memory_pct: get(m, SOL_MEMORY)?,
                 sol_compute_pct: get(c, SOL_COMPUTE)?,
-                occupancy_pct: get(o, OCCUPANCY)?,
+                occupancy_pct: maybe(o, OCCUPANCY)?,
+                block: block.map(|b| f[b].clone()),
+                grid: grid.map(|g| f[g].clone()),
             })
         })
         .collect()
+}
+
+/// Which of a launch's values a details-page record is, by its raw metric name or by the label
+/// the Speed Of Light and Occupancy sections give it, in percent where a percentage is meant
+/// (Memory Workload Analysis has a "Memory Throughput" in bytes per second too).
+fn slot(metric: &str, unit: &str, section: Option<&str>) -> Option<&'static str> {
+    let raw = [DURATION, SOL_MEMORY, SOL_COMPUTE, OCCUPANCY].into_iter().find(|m| *m == metric);
+    if raw.is_some() {
+        return raw;
+    }
+    let in_section = |want: &str| section.is_none_or(|s| s.contains(want));
+    let percent = unit.trim() == "%";
+    match metric {
+        "Duration" if in_section("Speed Of Light") => Some(DURATION),
+        "Memory Throughput" if percent && in_section("Speed Of Light") => Some(SOL_MEMORY),
+        "Compute (SM) Throughput" if percent && in_section("Speed Of Light") => Some(SOL_COMPUTE),
+        "Achieved Occupancy" if percent && in_section("Occupancy") => Some(OCCUPANCY),
+        _ => None,
+    }
 }
 
 /// The details page: a record per launch and metric; launches in order of first appearance.
@@ -141,33 +166,34 @@ pub(crate) fn details(t: &Table) -> Result<Vec<Launch>, NcuError> {
     let (id, kernel) = (column(&t.header, "ID")?, column(&t.header, "Kernel Name")?);
     let (name, unit, val) =
         (column(&t.header, "Metric Name")?, column(&t.header, "Metric Unit")?, column(&t.header, "Metric Value")?);
+    let optional = |name: &str| t.header.iter().position(|h| h == name);
+    let (section, block, grid) = (optional("Section Name"), optional("Block Size"), optional("Grid Size"));
     let mut out: Vec<Launch> = Vec::new();
+    let mut at_of: HashMap<u64, usize> = HashMap::new();
     for (line, f) in &t.rows {
         let launch = launch_id(*line, &f[id])?;
-        let at = match out.iter().position(|l| l.id == launch) {
-            Some(at) => at,
-            None => {
-                out.push(Launch {
-                    id: launch,
-                    kernel: f[kernel].clone(),
-                    duration_ns: None,
-                    sol_memory_pct: None,
-                    sol_compute_pct: None,
-                    occupancy_pct: None,
-                });
-                out.len() - 1
-            }
-        };
-        let metric = f[name].as_str();
-        let slot = match metric {
-            DURATION | "Duration" => &mut out[at].duration_ns,
-            SOL_MEMORY | "Memory Throughput" => &mut out[at].sol_memory_pct,
-            SOL_COMPUTE | "Compute (SM) Throughput" => &mut out[at].sol_compute_pct,
-            OCCUPANCY | "Achieved Occupancy" => &mut out[at].occupancy_pct,
-            _ => continue,
-        };
-        let as_metric = if metric == "Duration" { DURATION } else { metric };
-        *slot = value(*line, as_metric, &f[val], &f[unit])?;
+        let at = *at_of.entry(launch).or_insert_with(|| {
+            out.push(Launch {
+                id: launch,
+                kernel: f[kernel].clone(),
+                duration_ns: None,
+                sol_memory_pct: None,
+                sol_compute_pct: None,
+                occupancy_pct: None,
+                block: block.map(|b| f[b].clone()),
+                grid: grid.map(|g| f[g].clone()),
+            });
+            out.len() - 1
+        });
+        let Some(metric) = slot(&f[name], &f[unit], section.map(|s| f[s].as_str())) else { continue };
+        let v = value(*line, metric, &f[val], &f[unit])?;
+        let l = &mut out[at];
+        match metric {
+            DURATION => l.duration_ns = v,
+            SOL_MEMORY => l.sol_memory_pct = v,
+            SOL_COMPUTE => l.sol_compute_pct = v,
+            _ => l.occupancy_pct = v,
+        }
     }
     Ok(out)
 }

@@ -33,13 +33,13 @@ pub const METRICS: [&str; 4] = [DURATION, SOL_MEMORY, SOL_COMPUTE, OCCUPANCY];
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum NcuError {
     /// The text holds no result table; `messages` are ncu's own lines (`==ERROR==`, …).
-    #[error("ncu wrote no result table{}", messages_suffix(.messages))]
+    #[error("ncu wrote no result table (a CSV table, from --csv){}", messages_suffix(.messages))]
     NoTable { messages: Vec<String> },
     /// A line of the table is not CSV, or has another number of fields than the header.
     #[error("line {line} of ncu's table: {reason}")]
     Csv { line: usize, reason: String },
     /// The table lacks a column this crate needs.
-    #[error("ncu's table has no column {0:?} (was it asked for the metrics kforge_ncu::METRICS?)")]
+    #[error("ncu's table has no column {0:?}: profile with --metrics {all} (raw page) or the SpeedOfLight section (details page)", all = METRICS.join(","))]
     MissingColumn(String),
     /// A metric's value is not a number.
     #[error("line {line} of ncu's table: {metric} is {value:?}, not a number{}", unit_suffix(.unit))]
@@ -73,6 +73,9 @@ pub struct Launch {
     pub sol_memory_pct: Option<f64>,
     pub sol_compute_pct: Option<f64>,
     pub occupancy_pct: Option<f64>,
+    /// Block and grid size as ncu prints them (`(256, 1, 1)`), when the table has them.
+    pub block: Option<String>,
+    pub grid: Option<String>,
 }
 
 /// One kernel over all its profiled launches.
@@ -87,6 +90,11 @@ pub struct KernelRow {
     pub sol_memory_pct: Option<f64>,
     pub sol_compute_pct: Option<f64>,
     pub occupancy_pct: Option<f64>,
+    /// The first launch's block and grid size.
+    #[serde(default)]
+    pub block: Option<String>,
+    #[serde(default)]
+    pub grid: Option<String>,
 }
 
 /// `kforge profile`'s JSON report: what was profiled and its kernels.
@@ -102,14 +110,42 @@ pub struct Profile {
     pub kernels: Vec<KernelRow>,
 }
 
+/// How ncu treats the caches between a kernel's replays (`--cache-control`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheControl {
+    /// Flushed before each replay: cold-cache numbers (ncu's default).
+    All,
+    /// Left as the previous replay left them.
+    None,
+}
+
+impl CacheControl {
+    /// `all` or `none`.
+    pub fn from_name(name: &str) -> Option<CacheControl> {
+        match name {
+            "all" => Some(CacheControl::All),
+            "none" => Some(CacheControl::None),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            CacheControl::All => "all",
+            CacheControl::None => "none",
+        }
+    }
+}
+
 /// ncu's arguments before the program's command line: the metrics of [`METRICS`] for kernels
 /// inside [`RANGE`] in any process the program starts, as a raw-page CSV in base units written
 /// to `log_file`. The clocks are left as they are (`--clock-control none`): ncu's default locks
 /// them to base, which a shared machine's other users would feel and which is not the clock
 /// the timings ran at.
-pub fn args(log_file: &Path) -> Vec<String> {
+pub fn args(log_file: &Path, cache: CacheControl) -> Vec<String> {
     let fixed = ["--csv", "--page", "raw", "--print-units", "base", "--clock-control", "none"];
     let mut v: Vec<String> = fixed.iter().map(|s| s.to_string()).collect();
+    v.extend(["--cache-control".to_string(), cache.name().to_string()]);
     v.extend(["--target-processes", "all", "--nvtx", "--nvtx-include"].map(String::from));
     v.push(format!("{RANGE}/"));
     v.push("--metrics".into());
@@ -170,6 +206,8 @@ fn row(name: &str, of: &[&Launch]) -> KernelRow {
         sol_memory_pct: mean(|l| l.sol_memory_pct),
         sol_compute_pct: mean(|l| l.sol_compute_pct),
         occupancy_pct: mean(|l| l.occupancy_pct),
+        block: of.first().and_then(|l| l.block.clone()),
+        grid: of.first().and_then(|l| l.grid.clone()),
     }
 }
 
@@ -181,28 +219,63 @@ pub fn name_key(name: &str) -> &str {
     name.strip_prefix("void ").unwrap_or(name).trim()
 }
 
+const ANONYMOUS: &str = "(anonymous namespace)";
+
+/// Where a demangled name's parameter list starts: the first `(` outside template arguments
+/// that does not open `(anonymous namespace)`.
+fn parameters_at(key: &str) -> Option<usize> {
+    let mut depth = 0i32;
+    for (i, c) in key.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            '(' if depth == 0 && !key[i..].starts_with(ANONYMOUS) => return Some(i),
+            _ => {}
+        }
+    }
+    None
+}
+
 /// The function name of a demangled kernel name: [`name_key`] up to its template arguments or
-/// parameter list (`at::native::f<4>(int)` → `at::native::f`).
+/// parameter list (`at::native::f<4>(int)` → `at::native::f`; `(anonymous namespace)` is part
+/// of the name).
 pub fn base_name(name: &str) -> &str {
     let key = name_key(name);
-    let end = key.find(['<', '(']).unwrap_or(key.len());
+    let end = key
+        .char_indices()
+        .find(|&(i, c)| c == '<' || (c == '(' && !key[i..].starts_with(ANONYMOUS)))
+        .map_or(key.len(), |(i, _)| i);
     key[..end].trim()
 }
 
+/// A kernel name up to its parameter list, white space dropped: the torch profiler prints the
+/// parameters' types, ncu may print template placeholders (`(int, T2, T3)`) instead.
+fn without_parameters(name: &str) -> String {
+    let key = name_key(name);
+    let end = parameters_at(key).unwrap_or(key.len());
+    key[..end].chars().filter(|c| !c.is_whitespace()).collect()
+}
+
 /// Whether two printed names are one kernel: equal but for a leading `void ` and white space
-/// (demanglers space `char *` differently).
+/// (demanglers space `char *` and `> >` differently).
 pub fn same_kernel(a: &str, b: &str) -> bool {
     let squash = |s: &str| name_key(s).chars().filter(|c| !c.is_whitespace()).collect::<String>();
     squash(a) == squash(b)
 }
 
-/// The rows of `rows` that are kernel `name` ([`same_kernel`]); failing that, the one row with
-/// `name`'s [`base_name`] (none when several share it: `at::native::elementwise_kernel` is
-/// many kernels).
+/// The rows of `rows` that are kernel `name`: by [`same_kernel`]; failing that, by the name up
+/// to its parameter list (template arguments included); failing that, the one row with
+/// `name`'s [`base_name`] (none when several share it: `at::native::elementwise_kernel` is many
+/// kernels).
 pub fn rows_for<'a>(rows: &'a [KernelRow], name: &str) -> Vec<&'a KernelRow> {
     let same: Vec<&KernelRow> = rows.iter().filter(|r| same_kernel(&r.name, name)).collect();
     if !same.is_empty() {
         return same;
+    }
+    let key = without_parameters(name);
+    let templated: Vec<&KernelRow> = rows.iter().filter(|r| without_parameters(&r.name) == key).collect();
+    if !templated.is_empty() {
+        return templated;
     }
     let base: Vec<&KernelRow> = rows.iter().filter(|r| base_name(&r.name) == base_name(name)).collect();
     if base.len() == 1 {
@@ -235,6 +308,8 @@ pub fn combine(name: &str, rows: &[&KernelRow]) -> KernelRow {
         sol_memory_pct: mean(|r| r.sol_memory_pct),
         sol_compute_pct: mean(|r| r.sol_compute_pct),
         occupancy_pct: mean(|r| r.occupancy_pct),
+        block: rows.first().and_then(|r| r.block.clone()),
+        grid: rows.first().and_then(|r| r.grid.clone()),
     }
 }
 
@@ -244,13 +319,15 @@ mod tests {
 
     #[test]
     fn args_ask_for_the_range_the_metrics_and_leave_the_clocks() {
-        let a = args(Path::new("/tmp/p.csv"));
+        let a = args(Path::new("/tmp/p.csv"), CacheControl::None);
         let after = |flag: &str| a[a.iter().position(|x| x == flag).unwrap() + 1].clone();
         assert_eq!(after("--clock-control"), "none");
         assert_eq!(after("--nvtx-include"), "kforge-profile/");
         assert_eq!(after("--metrics").split(',').count(), 4);
         assert_eq!(after("--log-file"), "/tmp/p.csv");
         assert_eq!(after("--page"), "raw");
+        assert_eq!(after("--cache-control"), "none");
+        assert_eq!(CacheControl::from_name("warm"), None);
     }
 
     #[test]
@@ -258,6 +335,9 @@ mod tests {
         assert_eq!(name_key(" void at::native::k<4>(int) "), "at::native::k<4>(int)");
         assert_eq!(base_name("void at::native::k<4, (anonymous namespace)::f>(int)"), "at::native::k");
         assert_eq!(base_name("triton_poi_fused_add_0"), "triton_poi_fused_add_0");
+        let anon = "void at::native::(anonymous namespace)::softmax_warp_forward<float, 10>(float *, int)";
+        assert_eq!(base_name(anon), "at::native::(anonymous namespace)::softmax_warp_forward");
+        assert_eq!(without_parameters(anon), "at::native::(anonymousnamespace)::softmax_warp_forward<float,10>");
     }
 
     fn krow(name: &str, t: f64, m: Option<f64>) -> KernelRow {
@@ -268,6 +348,8 @@ mod tests {
             sol_memory_pct: m,
             sol_compute_pct: Some(50.0),
             occupancy_pct: None,
+            block: None,
+            grid: None,
         }
     }
 
@@ -282,6 +364,16 @@ mod tests {
         assert_eq!(rows_for(&rows, "at::native::elementwise_kernel<128,4,C>(int,D)").len(), 1, "spacing aside");
         assert!(rows_for(&rows, "void at::native::elementwise_kernel<64, 1, E>(int, F)").is_empty(), "ambiguous");
         assert_eq!(rows_for(&rows, "sm90_xmma_gemm_bf16_kernel<y>")[0].time_ns, 3.0, "unique base");
+        // The torch profiler's parameter types against ncu's placeholders.
+        let kineto = "void at::native::elementwise_kernel<128, 4, C>(int, at::native::Functor<float>)";
+        assert_eq!(rows_for(&rows, kineto).len(), 1);
+        assert!(std::ptr::eq(rows_for(&rows, kineto)[0], &rows[1]));
+        let anon = [
+            krow("void at::native::(anonymous namespace)::softmax_warp_forward<float, 10>(T1)", 2.0, Some(60.0)),
+            krow("void at::native::(anonymous namespace)::layer_norm_kernel<float>(T1)", 5.0, Some(30.0)),
+        ];
+        let ln = rows_for(&anon, "at::native::(anonymous namespace)::layer_norm_kernel<float>(int, float*)");
+        assert_eq!(ln.iter().map(|r| r.time_ns).collect::<Vec<_>>(), [5.0], "two anonymous-namespace kernels apart");
         let one = combine("extern_kernels.mm", &[&rows[2], &rows[3]]);
         assert_eq!((one.launches, one.time_ns, one.sol_memory_pct), (2, 4.0, Some(50.0)));
         assert_eq!(one.sol_compute_pct, Some(50.0));
@@ -296,6 +388,8 @@ mod tests {
             sol_memory_pct: m,
             sol_compute_pct: Some(10.0),
             occupancy_pct: None,
+            block: None,
+            grid: None,
         }
     }
 

@@ -32,11 +32,38 @@ fn the_details_page_gives_the_same_launches_by_section_names() {
     let fill = &launches[0];
     assert!(fill.kernel.starts_with("void at::native::vectorized_elementwise_kernel<4"), "{}", fill.kernel);
     assert_eq!(fill.duration_ns, Some(12_500.0), "usecond converted");
-    assert_eq!((fill.sol_memory_pct, fill.sol_compute_pct, fill.occupancy_pct), (Some(71.3), Some(8.2), None));
+    assert_eq!(
+        (fill.sol_memory_pct, fill.sol_compute_pct, fill.occupancy_pct),
+        (Some(71.3), Some(8.2), None),
+        "Memory Workload Analysis' Memory Throughput is bytes per second, not the percentage"
+    );
     let red = &launches[1];
     assert_eq!((red.sol_memory_pct, red.sol_compute_pct, red.occupancy_pct), (Some(22.0), Some(31.0), Some(45.0)));
     assert_eq!(red.duration_ns, None);
     assert_eq!(base_name(&fill.kernel), "at::native::vectorized_elementwise_kernel");
+    assert_eq!((fill.block.as_deref(), fill.grid.as_deref()), (Some("(128, 1, 1)"), Some("(4096, 1, 1)")));
+}
+
+#[test]
+fn a_table_per_process_and_optional_columns_are_read() {
+    let raw = data("raw.csv");
+    let header = raw.lines().find(|l| l.starts_with("\"ID\"")).unwrap();
+    let mut twice: Vec<&str> = raw.lines().collect();
+    let last_row = twice.iter().rposition(|l| l.starts_with("\"2\"")).unwrap();
+    let again = ["==PROF== Connected to process 4243 (/usr/bin/python3.12)", header, twice[last_row]];
+    let row3 = twice[last_row].replacen("\"2\"", "\"1,003\"", 1);
+    twice.splice(last_row + 1..last_row + 1, again.iter().copied().chain([row3.as_str()]));
+    let launches = parse(&twice.join("\n")).unwrap();
+    assert_eq!(launches.len(), 5, "the second header is skipped, not read as a launch");
+    assert_eq!(launches[4].id, 1003, "an ID with a thousands separator");
+    // Without the occupancy and duration columns (a user's --metrics of the two SOL ones).
+    let cols = [SOL_MEMORY, SOL_COMPUTE];
+    let short = format!(
+        "\"ID\",\"Kernel Name\",\"{}\",\"{}\"\n\"\",\"\",\"%\",\"%\"\n\"0\",\"k\",\"50\",\"20\"\n",
+        cols[0], cols[1]
+    );
+    let l = parse(&short).unwrap();
+    assert_eq!((l[0].sol_memory_pct, l[0].duration_ns, l[0].block.clone()), (Some(50.0), None, None));
 }
 
 #[test]
@@ -58,9 +85,10 @@ fn broken_tables_name_the_line_and_the_problem() {
     assert!(matches!(parse(&short), Err(NcuError::Csv { line: 2, .. })), "{:?}", parse(&short));
     let open = format!("{header}\n\"0,\"1\"\n");
     assert!(matches!(parse(&open), Err(NcuError::Csv { line: 2, .. })));
-    let missing = header.replace("gpu__time_duration.sum", "something_else");
+    let missing = header.replace(SOL_COMPUTE, "something_else");
     let e = parse(&missing).unwrap_err();
-    assert_eq!(e, NcuError::MissingColumn(DURATION.into()));
+    assert_eq!(e, NcuError::MissingColumn(SOL_COMPUTE.into()));
+    assert!(e.to_string().contains(&METRICS.join(",")), "{e}");
     let bad = raw.replace("\"91.52\"", "\"lots\"");
     match parse(&bad).unwrap_err() {
         NcuError::BadValue { line, metric, value, .. } => {

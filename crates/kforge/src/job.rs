@@ -32,6 +32,19 @@ pub fn run_as_numbered_job(
     timeout_s: Option<u64>,
     gpu_memory_bytes: Option<u64>,
 ) -> Result<(JobExit, String, u64)> {
+    run_as_job_to(socket, argv, device, label, timeout_s, gpu_memory_bytes, &mut std::io::stdout())
+}
+
+/// `run_as_numbered_job` with the job's standard output written to `stdout`.
+pub fn run_as_job_to(
+    socket: &Path,
+    argv: Vec<String>,
+    device: &str,
+    label: &str,
+    timeout_s: Option<u64>,
+    gpu_memory_bytes: Option<u64>,
+    stdout: &mut dyn Write,
+) -> Result<(JobExit, String, u64)> {
     let spec = SubmitSpec {
         argv,
         cwd: std::env::current_dir().context("reading the current directory")?.display().to_string(),
@@ -51,7 +64,7 @@ pub fn run_as_numbered_job(
         .context("submitting the job")?;
     let id = job.job;
     let mut stderr = KeptStderr(Vec::new());
-    let exit = job.stream_output(&mut std::io::stdout(), &mut stderr).context("waiting for the job")?;
+    let exit = job.stream_output(stdout, &mut stderr).context("waiting for the job")?;
     Ok((exit, String::from_utf8_lossy(&stderr.0).into_owned(), id))
 }
 

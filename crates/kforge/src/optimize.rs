@@ -313,7 +313,8 @@ impl Run<'_> {
         let table = format!("{}\n{}", campaign_table(&outcomes, &summary), budget.line());
         crate::output::print_table(self.a.json.as_deref(), &table);
         if not_reached > 0 {
-            println!("{not_reached} problem(s) not reached (budget): --resume continues them");
+            let line = format!("{not_reached} problem(s) not reached (budget): --resume continues them\n");
+            crate::output::print_table(self.a.json.as_deref(), &line);
         }
         Ok(if outcomes.iter().any(|o| o.decision.is_none() && o.not_reached.is_none()) { 2 } else { 0 })
     }

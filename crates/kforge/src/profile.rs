@@ -7,8 +7,11 @@ use clap::Args;
 use kforge_agents::analyst::Tier;
 use kforge_agents::KernelProfile;
 use kforge_ncu::{KernelRow, Profile};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::time::Duration;
 
 #[derive(Args)]
 pub struct ProfileArgs {
@@ -26,6 +29,14 @@ pub struct ProfileArgs {
     /// kernel launch of each, so a forward of many kernels takes a while.
     #[arg(long, default_value_t = 1)]
     forwards: u32,
+    /// How ncu treats the caches between a kernel's replays: all (flushed before each: cold-cache
+    /// numbers, ncu's default) or none (as the previous replay left them).
+    #[arg(long, default_value = "all")]
+    cache_control: String,
+    /// Kill ncu and the program after this many seconds (default: no limit). ncu replays every
+    /// launch, so a forward of many kernels takes minutes.
+    #[arg(long, value_name = "S")]
+    timeout_s: Option<u64>,
     /// SOURCE is a CSV ncu wrote: read it (no GPU, no ncu needed).
     #[arg(long)]
     from_csv: bool,
@@ -66,6 +77,12 @@ fn check(a: &ProfileArgs) -> Result<()> {
     if a.forwards == 0 {
         bail!("--forwards must be at least 1");
     }
+    if kforge_ncu::CacheControl::from_name(&a.cache_control).is_none() {
+        bail!("--cache-control must be all or none, got {:?}", a.cache_control);
+    }
+    if a.timeout_s == Some(0) {
+        bail!("--timeout-s must be at least 1");
+    }
     if !a.source.is_file() {
         bail!("{}: no such file", a.source.display());
     }
@@ -76,57 +93,104 @@ fn check(a: &ProfileArgs) -> Result<()> {
 fn argv(a: &ProfileArgs, csv: &Path) -> Result<Vec<String>> {
     let src = std::fs::canonicalize(&a.source).with_context(|| format!("resolving {}", a.source.display()))?;
     let mut v = vec![a.ncu.clone()];
-    v.extend(kforge_ncu::args(csv));
+    let cache = kforge_ncu::CacheControl::from_name(&a.cache_control).unwrap_or(kforge_ncu::CacheControl::All);
+    v.extend(kforge_ncu::args(csv, cache));
     v.extend([a.python.clone(), "-m".into(), "kforge.inspect.profile".into(), src.display().to_string()]);
     v.extend(["--mode".to_string(), a.mode.clone(), "--size".into(), a.size.clone()]);
     v.extend(["--forwards".to_string(), a.forwards.to_string()]);
     Ok(v)
 }
 
-/// How the profiled program ended: `Ok` for status 0; status 2 is its own reported failure.
-fn judge_exit(a: &ProfileArgs, code: Option<i32>, how: &str, csv: &Path) -> Result<()> {
-    match code {
-        Some(0) => Ok(()),
-        Some(2) => bail!("profile of {} failed (reason above)", a.source.display()),
-        _ => {
-            // ncu's own messages are in its log (the program's output went to ours).
-            let log = std::fs::read_to_string(csv).unwrap_or_default();
-            let said = match kforge_ncu::parse(&log) {
-                Err(e @ kforge_ncu::NcuError::NoTable { .. }) => format!(": {e}"),
-                _ => String::new(),
-            };
-            bail!("{} under {} ended with {how}{said}", a.source.display(), a.ncu)
+/// How ncu ended, judged with what it wrote: the table when there is one (a program that
+/// crashed at teardown, after the range, still profiled it: a warning says how it ended);
+/// status 2 without one is the program's own reported failure; otherwise ncu's messages.
+fn judge(a: &ProfileArgs, code: Option<i32>, how: &str, csv: &Path) -> Result<Vec<kforge_ncu::Launch>> {
+    let log = std::fs::read_to_string(csv).unwrap_or_default();
+    let parsed = kforge_ncu::parse(&log);
+    match (code, parsed) {
+        (Some(0), parsed) => parsed.with_context(|| format!("profile of {}", a.source.display())),
+        (_, Ok(launches)) if !launches.is_empty() => {
+            eprintln!(
+                "kforge profile: warning: {} under {} ended with {how}; its table is read",
+                a.source.display(),
+                a.ncu
+            );
+            Ok(launches)
         }
+        (Some(2), _) => bail!("profile of {} failed (reason above)", a.source.display()),
+        (_, Err(e @ kforge_ncu::NcuError::NoTable { .. })) => {
+            bail!("{} under {} ended with {how}: {e}", a.source.display(), a.ncu)
+        }
+        _ => bail!("{} under {} ended with {how}", a.source.display(), a.ncu),
     }
 }
 
-fn run_local(a: &ProfileArgs, csv: &Path) -> Result<()> {
+/// Wait for `child` (the leader of its own process group); past `limit`, kill the group.
+/// `Ok(None)`: killed for the limit.
+fn wait_within(child: &mut std::process::Child, limit: Option<u64>) -> Result<Option<std::process::ExitStatus>> {
+    let Some(limit) = limit else {
+        return child.wait().map(Some).context("waiting for ncu");
+    };
+    let pid = child.id() as i32;
+    let (done, ended) = mpsc::channel::<()>();
+    let watcher = std::thread::spawn(move || {
+        let timed_out = ended.recv_timeout(Duration::from_secs(limit)) == Err(RecvTimeoutError::Timeout);
+        if timed_out {
+            // SAFETY: signalling the process group ncu leads (set up in run_local).
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+        }
+        timed_out
+    });
+    let status = child.wait().context("waiting for ncu");
+    let _ = done.send(());
+    let timed_out = watcher.join().unwrap_or(false);
+    Ok((!timed_out).then_some(status?))
+}
+
+fn run_local(a: &ProfileArgs, csv: &Path) -> Result<Vec<kforge_ncu::Launch>> {
     let argv = argv(a, csv)?;
     let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..]);
+    // The program's standard output goes to ours for errors: ours stays the JSON's (--json -).
+    cmd.args(&argv[1..]).stdout(Stdio::from(std::io::stderr()));
     let _package = crate::output::embedded_python(&mut cmd)?;
     if let Some(d) = &a.device {
         cmd.env("CUDA_VISIBLE_DEVICES", d);
     }
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setpgid(0, 0);
+            // ncu and the program die with kforge (a Ctrl-C no longer reaches their group).
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+            Ok(())
+        });
+    }
     eprintln!("kforge profile: compiling {} (mode {}) and profiling it under {}…", a.source.display(), a.mode, a.ncu);
-    let status = match cmd.status() {
-        Ok(s) => s,
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             bail!("{} not found: Nsight Compute's ncu is needed (--ncu PATH or $KFORGE_NCU)", a.ncu)
         }
         Err(e) => return Err(e).with_context(|| format!("starting {}", a.ncu)),
     };
-    judge_exit(a, status.code(), &status.to_string(), csv)
+    match wait_within(&mut child, a.timeout_s)? {
+        Some(status) => judge(a, status.code(), &status.to_string(), csv),
+        None => {
+            bail!("{} under {} ran past --timeout-s {}: killed", a.source.display(), a.ncu, a.timeout_s.unwrap_or(0))
+        }
+    }
 }
 
-fn run_job(a: &ProfileArgs, socket: &Path, csv: &Path) -> Result<()> {
+fn run_job(a: &ProfileArgs, socket: &Path, csv: &Path) -> Result<Vec<kforge_ncu::Launch>> {
     let device = a.device.clone().unwrap_or_else(|| "auto".into());
     eprintln!("kforge profile: profiling {} (mode {}) as a daemon job on device {device}…", a.source.display(), a.mode);
     let label = format!("profile:{}:{}:{}", a.source.display(), a.size, a.mode);
     let peak = crate::job::gpu_memory_bytes(a.gpu_memory)?;
-    let (exit, _) = crate::job::run_as_job(socket, argv(a, csv)?, &device, &label, None, peak).context("--daemon")?;
+    let mut out = std::io::stderr(); // the program's output: ours stays the JSON's (--json -)
+    let (exit, _, _) = crate::job::run_as_job_to(socket, argv(a, csv)?, &device, &label, a.timeout_s, peak, &mut out)
+        .context("--daemon")?;
     let how = format!("status {}{}", exit.shell_code(), exit.reason.map(|r| format!(" ({r})")).unwrap_or_default());
-    judge_exit(a, exit.code, &how, csv)
+    judge(a, exit.code, &how, csv)
 }
 
 /// The profile of `a.source`: read from the CSV, or ncu run (locally or as a daemon job).
@@ -140,14 +204,8 @@ fn profile_of(socket: &Path, a: &ProfileArgs) -> Result<Profile> {
     }
     let tmp = tempfile::tempdir().context("creating a temporary directory")?;
     let csv = a.csv_out.clone().unwrap_or_else(|| tmp.path().join("ncu.csv"));
-    std::fs::remove_file(&csv).ok(); // ncu appends to a log file
-    if a.daemon {
-        run_job(a, socket, &csv)?;
-    } else {
-        run_local(a, &csv)?;
-    }
-    let text = std::fs::read_to_string(&csv).with_context(|| format!("reading ncu's log {}", csv.display()))?;
-    let launches = kforge_ncu::parse(&text).with_context(|| format!("profile of {}", a.source.display()))?;
+    std::fs::remove_file(&csv).ok(); // an earlier run's table is not this one's
+    let launches = if a.daemon { run_job(a, socket, &csv)? } else { run_local(a, &csv)? };
     Ok(Profile {
         source: a.source.display().to_string(),
         mode: Some(a.mode.clone()),

@@ -70,7 +70,8 @@ fn ncu_runs_the_profile_program_and_its_csv_is_read() {
 #[test]
 fn without_a_gpu_the_profiled_program_says_why() {
     let problem = root().join("problems/level1/016_silu_bf16.py");
-    let o = fake(&[problem.to_str().unwrap()], "no-kernels.txt").env("FAKE_NCU_RUN", "1").output().unwrap();
+    let mut c = fake(&[problem.to_str().unwrap()], "no-kernels.txt");
+    let o = c.env("FAKE_NCU_RUN", "1").env("CUDA_VISIBLE_DEVICES", "").output().unwrap();
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(2), "{err}");
     assert!(err.contains("no CUDA GPU visible") || err.contains("torch is not importable"), "{err}");
@@ -92,10 +93,27 @@ fn ncus_own_failure_is_reported_with_its_messages() {
 }
 
 #[test]
+fn a_table_is_read_after_a_crash_at_teardown_and_a_hang_is_killed() {
+    let problem = root().join("problems/level1/016_silu_bf16.py");
+    let o = fake(&[problem.to_str().unwrap()], "raw.csv").env("FAKE_NCU_STATUS", "139").output().unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("warning") && err.contains("ended with exit status: 139"), "{err}");
+    assert!(out.contains("2 kernels"), "{out}");
+    let o =
+        fake(&[problem.to_str().unwrap(), "--timeout-s", "1"], "raw.csv").env("FAKE_NCU_HANG", "60").output().unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(err.contains("ran past --timeout-s 1: killed"), "{err}");
+}
+
+#[test]
 fn bad_input_is_named() {
     let problem = root().join("problems/level1/016_silu_bf16.py");
     let p = problem.to_str().unwrap();
-    let cases: [(&[&str], &str); 5] = [
+    let cases: [(&[&str], &str); 7] = [
+        (&[p, "--cache-control", "warm"], "--cache-control must be all or none"),
+        (&[p, "--timeout-s", "0"], "--timeout-s must be at least 1"),
         (&[p, "--mode", "fast"], "--mode must be one of"),
         (&[p, "--size", "huge"], "--size must be one of"),
         (&[p, "--forwards", "0"], "--forwards must be at least 1"),

@@ -38,7 +38,10 @@ def profile_problem(path: str, problem: Any, mode: str, forwards: int) -> None:
         raise CaptureError(f"{path}: no CUDA GPU visible (kforge profile runs on a GPU)")
     dev = torch.device("cuda")
     with torch.no_grad():
-        _, compiled, inputs = compile_problem(problem, mode, dev)
+        try:
+            _, compiled, inputs = compile_problem(problem, mode, dev)
+        except Exception as e:  # the problem's own constructor or inputs, whatever they raise
+            raise CaptureError(f"{path}: building the model or its inputs failed: {type(e).__name__}: {e}") from e
         try:
             for _ in range(WARMUP):
                 compiled(*inputs)

@@ -101,6 +101,9 @@ pub struct LlmArgs {
     /// Nsight Compute's ncu for the profile step.
     #[arg(long, env = "KFORGE_NCU", default_value = "ncu")]
     ncu: String,
+    /// The profile step's time limit, seconds (ncu replays every kernel launch of a forward).
+    #[arg(long, default_value_t = 1200)]
+    llm_profile_timeout_s: u64,
 }
 
 impl LlmArgs {
@@ -156,6 +159,7 @@ pub struct LlmPlan {
     capture: Option<PathBuf>,
     /// ncu for the profile step; `None`: no profile step.
     ncu: Option<String>,
+    profile_timeout_s: u64,
 }
 
 impl LlmPlan {
@@ -217,8 +221,12 @@ impl LlmPlan {
         if let Some(c) = a.llm_capture.as_ref().filter(|c| !c.is_file()) {
             bail!("--llm-capture {}: no such file", c.display());
         }
+        if a.llm_profile_timeout_s == 0 {
+            bail!("--llm-profile-timeout-s must be at least 1");
+        }
         let ncu = (!a.llm_no_profile).then(|| a.ncu.clone());
-        Ok(LlmPlan { provider, limits, config, replay: a.replay, capture: a.llm_capture.clone(), ncu })
+        let (replay, capture, profile_timeout_s) = (a.replay, a.llm_capture.clone(), a.llm_profile_timeout_s);
+        Ok(LlmPlan { provider, limits, config, replay, capture, ncu, profile_timeout_s })
     }
 
     /// The client of a run and its replay cache in the journal's file, in the mode the flags ask
@@ -263,8 +271,9 @@ impl LlmPlan {
     /// loop's settings and the replayed run.
     fn key(&self) -> String {
         let (p, l) = (&self.provider, &self.limits);
-        let (replay, capture, ncu) = (self.replay, &self.capture, &self.ncu);
-        format!("{}|{}|{:?}|{replay:?}|{capture:?}|{l:?}|{ncu:?}", p.url, p.model, self.config)
+        // Whether there is a profile step, not which ncu: the same profile either way.
+        let (replay, capture, profiled) = (self.replay, &self.capture, self.ncu.is_some());
+        format!("{}|{}|{:?}|{replay:?}|{capture:?}|{l:?}|{profiled}", p.url, p.model, self.config)
     }
 }
 
@@ -410,6 +419,7 @@ impl ProblemRun<'_> {
             let mut cmd = Command::new(crate::output::this_binary()?);
             cmd.arg("--socket").arg(self.run.socket).arg("profile").arg(self.problem);
             cmd.args(["--mode", self.run.plan.baseline.mode(), "--size", &a.size, "--python", &a.python, "--ncu", ncu]);
+            cmd.arg("--timeout-s").arg(plan.profile_timeout_s.to_string());
             cmd.arg("--json").arg(&json);
             if a.daemon {
                 cmd.arg("--daemon");
@@ -930,6 +940,8 @@ mod tests {
             sol_memory_pct: Some(m),
             sol_compute_pct: c,
             occupancy_pct: None,
+            block: None,
+            grid: None,
         }
     }
 
