@@ -4,6 +4,7 @@ forwards inside it."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, List
 
@@ -52,9 +53,13 @@ def test_only_the_profiled_forwards_run_inside_the_range(tmp_path: Path, monkeyp
     monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: events.append(f"push {name}"))
     monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: events.append("pop"))
     monkeypatch.setattr(profile, "compile_problem", lambda problem, mode, dev: (None, compiled, []))
-    assert profile.main([write(tmp_path, "p.py", PROBLEM), "--forwards", "2", "--mode", "max-autotune"]) == 0
+    monkeypatch.setattr(profile, "copy_bandwidth", lambda dev: events.append("peak") or 4.5e12)
+    peaks = tmp_path / "peaks.json"
+    argv = [write(tmp_path, "p.py", PROBLEM), "--forwards", "2", "--mode", "max-autotune", "--peaks-out", str(peaks)]
+    assert profile.main(argv) == 0
     warm = ["forward"] * profile.WARMUP + ["sync"]
-    assert events == warm + ["push kforge-profile", "forward", "forward", "sync", "pop"], events
+    assert events == warm + ["push kforge-profile", "forward", "forward", "sync", "pop", "peak"], events
+    assert json.loads(peaks.read_text()) == {"copy_bytes_per_s": 4.5e12}
 
 
 def test_a_failing_compile_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

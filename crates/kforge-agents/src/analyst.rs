@@ -29,7 +29,11 @@ pub enum Tier {
 impl Tier {
     /// The tier of one profiled kernel.
     pub fn of(p: &KernelProfile) -> Tier {
-        let (m, c) = (p.sol_memory_pct, p.sol_compute_pct);
+        Tier::from_percentages(p.sol_memory_pct, p.sol_compute_pct)
+    }
+
+    /// The tier of memory and compute speed-of-light percentages `m` and `c`.
+    pub fn from_percentages(m: f64, c: f64) -> Tier {
         if m > NEAR_OPTIMAL_PCT || c > NEAR_OPTIMAL_PCT {
             Tier::NearOptimal
         } else if m < UNDER_UTILIZED_PCT && c < UNDER_UTILIZED_PCT {
@@ -129,7 +133,13 @@ mod tests {
     use crate::context::{BaselineInfo, Inventory, KernelInfo};
 
     fn profile(name: &str, m: f64, c: f64) -> KernelProfile {
-        KernelProfile { name: name.into(), sol_memory_pct: m, sol_compute_pct: c, occupancy_pct: None }
+        KernelProfile {
+            name: name.into(),
+            sol_memory_pct: m,
+            sol_compute_pct: c,
+            occupancy_pct: None,
+            dram_of_peak_pct: None,
+        }
     }
 
     #[test]

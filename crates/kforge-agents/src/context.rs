@@ -70,6 +70,9 @@ pub struct KernelProfile {
     pub sol_compute_pct: f64,
     #[serde(default)]
     pub occupancy_pct: Option<f64>,
+    /// Achieved DRAM bandwidth as a percentage of the device's measured copy peak.
+    #[serde(default)]
+    pub dram_of_peak_pct: Option<f64>,
 }
 
 #[cfg(test)]

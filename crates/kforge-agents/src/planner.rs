@@ -255,8 +255,10 @@ fn read_profile(env: &Env) -> String {
             .iter()
             .map(|p| {
                 let occupancy = p.occupancy_pct.map(|o| format!(", occupancy {o:.0}%")).unwrap_or_default();
+                let dram =
+                    p.dram_of_peak_pct.map(|d| format!(", DRAM at {d:.0}% of the copy peak")).unwrap_or_default();
                 format!(
-                    "- {}: memory SOL {:.0}%, compute SOL {:.0}%{occupancy}",
+                    "- {}: memory SOL {:.0}%, compute SOL {:.0}%{occupancy}{dram}",
                     p.name, p.sol_memory_pct, p.sol_compute_pct
                 )
             })

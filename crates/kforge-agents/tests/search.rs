@@ -119,6 +119,7 @@ fn planner_tools_are_answered_from_the_context() {
         sol_memory_pct: 91.0,
         sol_compute_pct: 3.0,
         occupancy_pct: Some(50.0),
+        dram_of_peak_pct: Some(88.0),
     }]);
     let mut cfg = config();
     one_plan_each(&mut cfg, 1);
@@ -129,7 +130,7 @@ fn planner_tools_are_answered_from_the_context() {
     assert!(first_user(&requests[0]).contains("Amdahl ceiling of changing the generated kernels only: 2.00x"));
     let kernel = last(&requests[1]);
     assert!(kernel.starts_with("@triton.jit\ndef k():") && kernel.ends_with("[… 90 chars cut]"), "{kernel}");
-    assert_eq!(last(&requests[2]), "- triton_poi_0: memory SOL 91%, compute \n[… 21 chars cut]", "bounded too");
+    assert_eq!(last(&requests[2]), "- triton_poi_0: memory SOL 91%, compute \n[… 51 chars cut]", "bounded too");
     assert_eq!(out_malformed(&requests), 0);
 }
 

@@ -1,7 +1,7 @@
 //! ncu's CSV: finding the table among other lines, splitting records, and reading the raw and
 //! details pages into launches.
 
-use crate::{Launch, NcuError, DURATION, OCCUPANCY, SOL_COMPUTE, SOL_MEMORY};
+use crate::{Launch, NcuError, DRAM_BYTES, DURATION, FLOP_COUNTERS, OCCUPANCY, SOL_COMPUTE, SOL_MEMORY};
 use std::collections::HashMap;
 
 /// The result table: its header and records, each with its 1-based line number in the text.
@@ -85,17 +85,49 @@ fn value(line: usize, metric: &str, text: &str, unit: &str) -> Result<Option<f64
     if !v.is_finite() {
         return Err(bad());
     }
-    if metric != DURATION {
-        return Ok(Some(v));
-    }
-    let scale = match unit.trim() {
-        "" | "ns" | "nsecond" | "nsecond (ns)" => 1.0,
-        "us" | "usecond" => 1e3,
-        "ms" | "msecond" => 1e6,
-        "s" | "second" => 1e9,
-        _ => return Err(bad()),
+    let scale = match metric {
+        DURATION => match unit.trim() {
+            "" | "ns" | "nsecond" => Some(1.0),
+            "us" | "usecond" => Some(1e3),
+            "ms" | "msecond" => Some(1e6),
+            "s" | "second" => Some(1e9),
+            _ => None,
+        },
+        DRAM_BYTES => prefixed(unit, "byte"),
+        _ if FLOP_COUNTERS.iter().any(|(m, _)| *m == metric) => prefixed(unit, "inst"),
+        _ => Some(1.0),
     };
-    Ok(Some(v * scale))
+    Ok(Some(v * scale.ok_or_else(bad)?))
+}
+
+/// The factor of `unit` against `base` (`Mbyte` against `byte`: 1e6; ncu's prefixes are
+/// decimal); an empty unit is the base.
+fn prefixed(unit: &str, base: &str) -> Option<f64> {
+    let unit = unit.trim();
+    if unit.is_empty() || unit == base {
+        return Some(1.0);
+    }
+    match unit.strip_suffix(base)? {
+        "K" => Some(1e3),
+        "M" => Some(1e6),
+        "G" => Some(1e9),
+        "T" => Some(1e12),
+        _ => None,
+    }
+}
+
+/// The FLOPs of a launch from the counters its record has: `None` when it has none.
+fn flops(
+    counters: &[(usize, f64)],
+    get: &dyn Fn(usize, &str) -> Result<Option<f64>, NcuError>,
+) -> Result<Option<f64>, NcuError> {
+    let mut total: Option<f64> = None;
+    for (i, &(col, weight)) in counters.iter().enumerate() {
+        if let Some(v) = get(col, FLOP_COUNTERS[i].0)? {
+            total = Some(total.unwrap_or(0.0) + weight * v);
+        }
+    }
+    Ok(total)
 }
 
 fn launch_id(line: usize, text: &str) -> Result<u64, NcuError> {
@@ -115,7 +147,11 @@ pub(crate) fn raw(t: &Table) -> Result<Vec<Launch>, NcuError> {
     let (m, c) = (column(&t.header, SOL_MEMORY)?, column(&t.header, SOL_COMPUTE)?);
     let optional = |name: &str| t.header.iter().position(|h| h == name);
     let (d, o) = (optional(DURATION), optional(OCCUPANCY));
-    let (block, grid) = (optional("Block Size"), optional("Grid Size"));
+    let (block, grid, dram) = (optional("Block Size"), optional("Grid Size"), optional(DRAM_BYTES));
+    // Each counter's column, in FLOP_COUNTERS' order (usize::MAX where the table has none).
+    let counters: Vec<(usize, f64)> =
+        FLOP_COUNTERS.iter().map(|(m, w)| (optional(m).unwrap_or(usize::MAX), *w)).collect();
+    let any_counter = counters.iter().any(|(c, _)| *c != usize::MAX);
     let mut rows = t.rows.as_slice();
     let mut units = vec![String::new(); t.header.len()];
     if let Some((_, first)) = rows.first() {
@@ -128,6 +164,7 @@ pub(crate) fn raw(t: &Table) -> Result<Vec<Launch>, NcuError> {
         .map(|(line, f)| {
             let get = |col: usize, metric: &str| value(*line, metric, &f[col], &units[col]);
             let maybe = |col: Option<usize>, metric: &str| col.map_or(Ok(None), |col| get(col, metric));
+            let present = |col: usize, metric: &str| if col == usize::MAX { Ok(None) } else { get(col, metric) };
             Ok(Launch {
                 id: launch_id(*line, &f[id])?,
                 kernel: f[kernel].clone(),
@@ -135,6 +172,8 @@ pub(crate) fn raw(t: &Table) -> Result<Vec<Launch>, NcuError> {
                 sol_memory_pct: get(m, SOL_MEMORY)?,
                 sol_compute_pct: get(c, SOL_COMPUTE)?,
                 occupancy_pct: maybe(o, OCCUPANCY)?,
+                dram_bytes: maybe(dram, DRAM_BYTES)?,
+                flops: if any_counter { flops(&counters, &present)? } else { None },
                 block: block.map(|b| f[b].clone()),
                 grid: grid.map(|g| f[g].clone()),
             })
@@ -146,7 +185,8 @@ pub(crate) fn raw(t: &Table) -> Result<Vec<Launch>, NcuError> {
 /// the Speed Of Light and Occupancy sections give it, in percent where a percentage is meant
 /// (Memory Workload Analysis has a "Memory Throughput" in bytes per second too).
 fn slot(metric: &str, unit: &str, section: Option<&str>) -> Option<&'static str> {
-    let raw = [DURATION, SOL_MEMORY, SOL_COMPUTE, OCCUPANCY].into_iter().find(|m| *m == metric);
+    let flop = FLOP_COUNTERS.iter().map(|(m, _)| *m);
+    let raw = [DURATION, SOL_MEMORY, SOL_COMPUTE, OCCUPANCY, DRAM_BYTES].into_iter().chain(flop).find(|m| *m == metric);
     if raw.is_some() {
         return raw;
     }
@@ -180,6 +220,8 @@ pub(crate) fn details(t: &Table) -> Result<Vec<Launch>, NcuError> {
                 sol_memory_pct: None,
                 sol_compute_pct: None,
                 occupancy_pct: None,
+                dram_bytes: None,
+                flops: None,
                 block: block.map(|b| f[b].clone()),
                 grid: grid.map(|g| f[g].clone()),
             });
@@ -192,7 +234,14 @@ pub(crate) fn details(t: &Table) -> Result<Vec<Launch>, NcuError> {
             DURATION => l.duration_ns = v,
             SOL_MEMORY => l.sol_memory_pct = v,
             SOL_COMPUTE => l.sol_compute_pct = v,
-            _ => l.occupancy_pct = v,
+            OCCUPANCY => l.occupancy_pct = v,
+            DRAM_BYTES => l.dram_bytes = v,
+            counter => {
+                let weight = FLOP_COUNTERS.iter().find(|(m, _)| *m == counter).map_or(1.0, |(_, w)| *w);
+                if let Some(v) = v {
+                    l.flops = Some(l.flops.unwrap_or(0.0) + weight * v);
+                }
+            }
         }
     }
     Ok(out)
@@ -219,5 +268,9 @@ mod tests {
         assert!(matches!(value(7, SOL_MEMORY, "lots", "%"), Err(NcuError::BadValue { line: 7, .. })));
         assert!(matches!(value(7, DURATION, "1", "cycle"), Err(NcuError::BadValue { .. })));
         assert!(matches!(value(7, SOL_MEMORY, "inf", "%"), Err(NcuError::BadValue { .. })));
+        assert_eq!(value(1, DRAM_BYTES, "2.5", "Mbyte").unwrap(), Some(2.5e6));
+        assert_eq!(value(1, DRAM_BYTES, "7", "byte").unwrap(), Some(7.0));
+        assert!(matches!(value(1, DRAM_BYTES, "7", "byte/s"), Err(NcuError::BadValue { .. })));
+        assert_eq!(value(1, FLOP_COUNTERS[2].0, "3", "Kinst").unwrap(), Some(3e3));
     }
 }

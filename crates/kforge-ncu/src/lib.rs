@@ -26,8 +26,33 @@ pub const SOL_MEMORY: &str = "gpu__compute_memory_throughput.avg.pct_of_peak_sus
 pub const SOL_COMPUTE: &str = "sm__throughput.avg.pct_of_peak_sustained_elapsed";
 /// Achieved occupancy, % of the warps an SM can hold.
 pub const OCCUPANCY: &str = "sm__warps_active.avg.pct_of_peak_sustained_active";
-/// What the profile step asks ncu for.
+/// The base set: what the strategy analyst's tiers need.
 pub const METRICS: [&str; 4] = [DURATION, SOL_MEMORY, SOL_COMPUTE, OCCUPANCY];
+/// DRAM bytes read and written (`dram__bytes.sum`).
+pub const DRAM_BYTES: &str = "dram__bytes.sum";
+/// Non-tensor floating-point instructions executed per thread (fp32, fp16, fp64) and the
+/// operations each counts, an FMA two, as ncu's roofline counts them. Tensor-core work is not
+/// among them: its share shows in the compute speed of light only.
+pub const FLOP_COUNTERS: [(&str, f64); 9] = [
+    ("sm__sass_thread_inst_executed_op_fadd_pred_on.sum", 1.0),
+    ("sm__sass_thread_inst_executed_op_fmul_pred_on.sum", 1.0),
+    ("sm__sass_thread_inst_executed_op_ffma_pred_on.sum", 2.0),
+    ("sm__sass_thread_inst_executed_op_hadd_pred_on.sum", 1.0),
+    ("sm__sass_thread_inst_executed_op_hmul_pred_on.sum", 1.0),
+    ("sm__sass_thread_inst_executed_op_hfma_pred_on.sum", 2.0),
+    ("sm__sass_thread_inst_executed_op_dadd_pred_on.sum", 1.0),
+    ("sm__sass_thread_inst_executed_op_dmul_pred_on.sum", 1.0),
+    ("sm__sass_thread_inst_executed_op_dfma_pred_on.sum", 2.0),
+];
+
+/// The extended set `kforge profile` asks for first: [`METRICS`], [`DRAM_BYTES`] and the
+/// [`FLOP_COUNTERS`] (if ncu refuses one of them, it falls back to [`METRICS`]).
+pub fn extended_metrics() -> Vec<&'static str> {
+    let mut v = METRICS.to_vec();
+    v.push(DRAM_BYTES);
+    v.extend(FLOP_COUNTERS.iter().map(|(m, _)| *m));
+    v
+}
 
 /// Errors of this crate.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -73,6 +98,10 @@ pub struct Launch {
     pub sol_memory_pct: Option<f64>,
     pub sol_compute_pct: Option<f64>,
     pub occupancy_pct: Option<f64>,
+    /// DRAM bytes moved ([`DRAM_BYTES`]).
+    pub dram_bytes: Option<f64>,
+    /// Non-tensor floating-point operations ([`FLOP_COUNTERS`]); `None` without any counter.
+    pub flops: Option<f64>,
     /// Block and grid size as ncu prints them (`(256, 1, 1)`), when the table has them.
     pub block: Option<String>,
     pub grid: Option<String>,
@@ -90,11 +119,35 @@ pub struct KernelRow {
     pub sol_memory_pct: Option<f64>,
     pub sol_compute_pct: Option<f64>,
     pub occupancy_pct: Option<f64>,
+    /// Summed over the launches that reported them.
+    #[serde(default)]
+    pub dram_bytes: Option<f64>,
+    #[serde(default)]
+    pub flops: Option<f64>,
     /// The first launch's block and grid size.
     #[serde(default)]
     pub block: Option<String>,
     #[serde(default)]
     pub grid: Option<String>,
+}
+
+impl KernelRow {
+    /// Achieved DRAM bytes per second over the kernel's summed time.
+    pub fn dram_bytes_per_s(&self) -> Option<f64> {
+        self.dram_bytes.filter(|_| self.time_ns > 0.0).map(|b| b / (self.time_ns * 1e-9))
+    }
+
+    /// Achieved non-tensor FLOP/s over the kernel's summed time.
+    pub fn flops_per_s(&self) -> Option<f64> {
+        self.flops.filter(|_| self.time_ns > 0.0).map(|f| f / (self.time_ns * 1e-9))
+    }
+}
+
+/// Ceilings the profiled program measured on the device, outside the profiled range.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Peaks {
+    /// A 1 GiB device-to-device copy: bytes read and written per second.
+    pub copy_bytes_per_s: f64,
 }
 
 /// `kforge profile`'s JSON report: what was profiled and its kernels.
@@ -107,6 +160,12 @@ pub struct Profile {
     pub size: Option<String>,
     /// Forwards inside the range: each kernel's `launches` counts all of them.
     pub forwards: Option<u32>,
+    /// The metrics ncu was asked for (empty for a CSV read back).
+    #[serde(default)]
+    pub metrics: Vec<String>,
+    /// Measured by the profiled program (`None` for a CSV read back, or if it could not).
+    #[serde(default)]
+    pub peaks: Option<Peaks>,
     pub kernels: Vec<KernelRow>,
 }
 
@@ -142,14 +201,14 @@ impl CacheControl {
 /// to `log_file`. The clocks are left as they are (`--clock-control none`): ncu's default locks
 /// them to base, which a shared machine's other users would feel and which is not the clock
 /// the timings ran at.
-pub fn args(log_file: &Path, cache: CacheControl) -> Vec<String> {
+pub fn args(log_file: &Path, cache: CacheControl, metrics: &[&str]) -> Vec<String> {
     let fixed = ["--csv", "--page", "raw", "--print-units", "base", "--clock-control", "none"];
     let mut v: Vec<String> = fixed.iter().map(|s| s.to_string()).collect();
     v.extend(["--cache-control".to_string(), cache.name().to_string()]);
     v.extend(["--target-processes", "all", "--nvtx", "--nvtx-include"].map(String::from));
     v.push(format!("{RANGE}/"));
     v.push("--metrics".into());
-    v.push(METRICS.join(","));
+    v.push(metrics.join(","));
     v.push("--log-file".into());
     v.push(log_file.display().to_string());
     v
@@ -186,6 +245,11 @@ pub fn kernels(launches: &[Launch]) -> Vec<KernelRow> {
         .collect()
 }
 
+/// The sum of the values there are; `None` when there is none.
+fn sum(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    values.flatten().fold(None, |acc, v| Some(acc.unwrap_or(0.0) + v))
+}
+
 fn row(name: &str, of: &[&Launch]) -> KernelRow {
     let timed = of.iter().any(|l| l.duration_ns.is_some());
     let mean = |metric: fn(&Launch) -> Option<f64>| {
@@ -206,6 +270,8 @@ fn row(name: &str, of: &[&Launch]) -> KernelRow {
         sol_memory_pct: mean(|l| l.sol_memory_pct),
         sol_compute_pct: mean(|l| l.sol_compute_pct),
         occupancy_pct: mean(|l| l.occupancy_pct),
+        dram_bytes: sum(of.iter().map(|l| l.dram_bytes)),
+        flops: sum(of.iter().map(|l| l.flops)),
         block: of.first().and_then(|l| l.block.clone()),
         grid: of.first().and_then(|l| l.grid.clone()),
     }
@@ -308,6 +374,8 @@ pub fn combine(name: &str, rows: &[&KernelRow]) -> KernelRow {
         sol_memory_pct: mean(|r| r.sol_memory_pct),
         sol_compute_pct: mean(|r| r.sol_compute_pct),
         occupancy_pct: mean(|r| r.occupancy_pct),
+        dram_bytes: sum(rows.iter().map(|r| r.dram_bytes)),
+        flops: sum(rows.iter().map(|r| r.flops)),
         block: rows.first().and_then(|r| r.block.clone()),
         grid: rows.first().and_then(|r| r.grid.clone()),
     }
@@ -319,7 +387,7 @@ mod tests {
 
     #[test]
     fn args_ask_for_the_range_the_metrics_and_leave_the_clocks() {
-        let a = args(Path::new("/tmp/p.csv"), CacheControl::None);
+        let a = args(Path::new("/tmp/p.csv"), CacheControl::None, &METRICS);
         let after = |flag: &str| a[a.iter().position(|x| x == flag).unwrap() + 1].clone();
         assert_eq!(after("--clock-control"), "none");
         assert_eq!(after("--nvtx-include"), "kforge-profile/");
@@ -348,6 +416,8 @@ mod tests {
             sol_memory_pct: m,
             sol_compute_pct: Some(50.0),
             occupancy_pct: None,
+            dram_bytes: Some(t * 2.0),
+            flops: None,
             block: None,
             grid: None,
         }
@@ -376,6 +446,8 @@ mod tests {
         assert_eq!(ln.iter().map(|r| r.time_ns).collect::<Vec<_>>(), [5.0], "two anonymous-namespace kernels apart");
         let one = combine("extern_kernels.mm", &[&rows[2], &rows[3]]);
         assert_eq!((one.launches, one.time_ns, one.sol_memory_pct), (2, 4.0, Some(50.0)));
+        assert_eq!((one.dram_bytes, one.flops), (Some(8.0), None));
+        assert_eq!(one.dram_bytes_per_s(), Some(2e9), "8 bytes in 4 ns");
         assert_eq!(one.sol_compute_pct, Some(50.0));
         assert_eq!(combine("none", &[]).sol_memory_pct, None);
     }
@@ -388,6 +460,8 @@ mod tests {
             sol_memory_pct: m,
             sol_compute_pct: Some(10.0),
             occupancy_pct: None,
+            dram_bytes: d,
+            flops: None,
             block: None,
             grid: None,
         }
@@ -408,6 +482,8 @@ mod tests {
         assert_eq!(rows[0].sol_memory_pct, Some(70.0));
         assert_eq!(rows[0].sol_compute_pct, Some(10.0));
         assert_eq!(rows[0].occupancy_pct, None);
+        assert_eq!(rows[0].dram_bytes, Some(400.0), "summed where reported");
+        assert_eq!(rows[1].flops, None);
         let untimed = kernels(&[launch("c", None, Some(20.0)), launch("c", None, Some(40.0))]);
         assert_eq!(untimed[0].sol_memory_pct, Some(30.0));
         assert_eq!(untimed[0].time_ns, 0.0);

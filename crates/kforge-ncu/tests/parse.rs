@@ -22,6 +22,10 @@ fn the_raw_page_gives_a_launch_per_row_in_base_units() {
     assert!((rows[0].sol_memory_pct.unwrap() - 90.51).abs() < 1e-9);
     assert_eq!(rows[0].time_ns, 3_686_400.0);
     assert!(rows[1].name.starts_with("sm90_xmma_gemm"));
+    assert_eq!(rows[0].dram_bytes, Some(805_306_368.0), "thousands separators, summed over launches");
+    assert_eq!(rows[0].flops, Some(33_554_432.0), "an n/a counter adds nothing");
+    assert_eq!(rows[1].flops, Some(2_147_483_648.0), "an FMA counts two operations");
+    assert!((rows[1].flops_per_s().unwrap() - 419.43e9).abs() < 1e7);
     assert_eq!(rows[1].sol_compute_pct, Some(86.75));
 }
 

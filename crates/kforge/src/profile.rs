@@ -5,7 +5,6 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kforge_agents::analyst::Tier;
-use kforge_agents::KernelProfile;
 use kforge_ncu::{KernelRow, Profile};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -90,14 +89,22 @@ fn check(a: &ProfileArgs) -> Result<()> {
 }
 
 /// ncu's command line, then the profiled program's.
-fn argv(a: &ProfileArgs, csv: &Path) -> Result<Vec<String>> {
+/// One run of ncu: where its CSV and the program's measured peaks go, and the metrics asked for.
+struct Attempt<'a> {
+    csv: &'a Path,
+    peaks: &'a Path,
+    metrics: &'a [&'static str],
+}
+
+fn argv(a: &ProfileArgs, at: &Attempt) -> Result<Vec<String>> {
     let src = std::fs::canonicalize(&a.source).with_context(|| format!("resolving {}", a.source.display()))?;
     let mut v = vec![a.ncu.clone()];
     let cache = kforge_ncu::CacheControl::from_name(&a.cache_control).unwrap_or(kforge_ncu::CacheControl::All);
-    v.extend(kforge_ncu::args(csv, cache));
+    v.extend(kforge_ncu::args(at.csv, cache, at.metrics));
     v.extend([a.python.clone(), "-m".into(), "kforge.inspect.profile".into(), src.display().to_string()]);
     v.extend(["--mode".to_string(), a.mode.clone(), "--size".into(), a.size.clone()]);
     v.extend(["--forwards".to_string(), a.forwards.to_string()]);
+    v.extend(["--peaks-out".to_string(), at.peaks.display().to_string()]);
     Ok(v)
 }
 
@@ -119,7 +126,7 @@ fn judge(a: &ProfileArgs, code: Option<i32>, how: &str, csv: &Path) -> Result<Ve
         }
         (Some(2), _) => bail!("profile of {} failed (reason above)", a.source.display()),
         (_, Err(e @ kforge_ncu::NcuError::NoTable { .. })) => {
-            bail!("{} under {} ended with {how}: {e}", a.source.display(), a.ncu)
+            Err(anyhow::Error::new(e).context(format!("{} under {} ended with {how}", a.source.display(), a.ncu)))
         }
         _ => bail!("{} under {} ended with {how}", a.source.display(), a.ncu),
     }
@@ -147,8 +154,8 @@ fn wait_within(child: &mut std::process::Child, limit: Option<u64>) -> Result<Op
     Ok((!timed_out).then_some(status?))
 }
 
-fn run_local(a: &ProfileArgs, csv: &Path) -> Result<Vec<kforge_ncu::Launch>> {
-    let argv = argv(a, csv)?;
+fn run_local(a: &ProfileArgs, at: &Attempt) -> Result<Vec<kforge_ncu::Launch>> {
+    let argv = argv(a, at)?;
     let mut cmd = Command::new(&argv[0]);
     // The program's standard output goes to ours for errors: ours stays the JSON's (--json -).
     cmd.args(&argv[1..]).stdout(Stdio::from(std::io::stderr()));
@@ -174,23 +181,23 @@ fn run_local(a: &ProfileArgs, csv: &Path) -> Result<Vec<kforge_ncu::Launch>> {
         Err(e) => return Err(e).with_context(|| format!("starting {}", a.ncu)),
     };
     match wait_within(&mut child, a.timeout_s)? {
-        Some(status) => judge(a, status.code(), &status.to_string(), csv),
+        Some(status) => judge(a, status.code(), &status.to_string(), at.csv),
         None => {
             bail!("{} under {} ran past --timeout-s {}: killed", a.source.display(), a.ncu, a.timeout_s.unwrap_or(0))
         }
     }
 }
 
-fn run_job(a: &ProfileArgs, socket: &Path, csv: &Path) -> Result<Vec<kforge_ncu::Launch>> {
+fn run_job(a: &ProfileArgs, socket: &Path, at: &Attempt) -> Result<Vec<kforge_ncu::Launch>> {
     let device = a.device.clone().unwrap_or_else(|| "auto".into());
     eprintln!("kforge profile: profiling {} (mode {}) as a daemon job on device {device}…", a.source.display(), a.mode);
     let label = format!("profile:{}:{}:{}", a.source.display(), a.size, a.mode);
     let peak = crate::job::gpu_memory_bytes(a.gpu_memory)?;
     let mut out = std::io::stderr(); // the program's output: ours stays the JSON's (--json -)
-    let (exit, _, _) = crate::job::run_as_job_to(socket, argv(a, csv)?, &device, &label, a.timeout_s, peak, &mut out)
+    let (exit, _, _) = crate::job::run_as_job_to(socket, argv(a, at)?, &device, &label, a.timeout_s, peak, &mut out)
         .context("--daemon")?;
     let how = format!("status {}{}", exit.shell_code(), exit.reason.map(|r| format!(" ({r})")).unwrap_or_default());
-    judge(a, exit.code, &how, csv)
+    judge(a, exit.code, &how, at.csv)
 }
 
 /// The profile of `a.source`: read from the CSV, or ncu run (locally or as a daemon job).
@@ -200,26 +207,59 @@ fn profile_of(socket: &Path, a: &ProfileArgs) -> Result<Profile> {
         let text = std::fs::read_to_string(&a.source).with_context(|| format!("reading {}", a.source.display()))?;
         let launches = kforge_ncu::parse(&text).with_context(|| format!("{}", a.source.display()))?;
         let kernels = kforge_ncu::kernels(&launches);
-        return Ok(Profile { source: a.source.display().to_string(), mode: None, size: None, forwards: None, kernels });
+        let source = a.source.display().to_string();
+        let (metrics, peaks) = (Vec::new(), None);
+        return Ok(Profile { source, mode: None, size: None, forwards: None, metrics, peaks, kernels });
     }
     let tmp = tempfile::tempdir().context("creating a temporary directory")?;
     let csv = a.csv_out.clone().unwrap_or_else(|| tmp.path().join("ncu.csv"));
-    std::fs::remove_file(&csv).ok(); // an earlier run's table is not this one's
-    let launches = if a.daemon { run_job(a, socket, &csv)? } else { run_local(a, &csv)? };
+    let peaks = tmp.path().join("peaks.json");
+    let extended = kforge_ncu::extended_metrics();
+    let (launches, metrics) = match attempt(socket, a, &Attempt { csv: &csv, peaks: &peaks, metrics: &extended }) {
+        Err(e) if refused_a_metric(&e) => {
+            eprintln!("kforge profile: ncu refused the DRAM or FLOP counters ({e:#}); profiling with the base metrics");
+            let base = &kforge_ncu::METRICS[..];
+            (attempt(socket, a, &Attempt { csv: &csv, peaks: &peaks, metrics: base })?, base.to_vec())
+        }
+        other => (other?, extended),
+    };
     Ok(Profile {
         source: a.source.display().to_string(),
         mode: Some(a.mode.clone()),
         size: Some(a.size.clone()),
         forwards: Some(a.forwards),
+        metrics: metrics.iter().map(|m| m.to_string()).collect(),
+        peaks: read_peaks(&peaks),
         kernels: kforge_ncu::kernels(&launches),
     })
 }
 
+fn attempt(socket: &Path, a: &ProfileArgs, at: &Attempt) -> Result<Vec<kforge_ncu::Launch>> {
+    std::fs::remove_file(at.csv).ok(); // an earlier run's table is not this one's
+    if a.daemon {
+        run_job(a, socket, at)
+    } else {
+        run_local(a, at)
+    }
+}
+
+/// Whether ncu's failure names a metric it does not know (a GPU or ncu without a counter).
+fn refused_a_metric(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        matches!(c.downcast_ref::<kforge_ncu::NcuError>(), Some(kforge_ncu::NcuError::NoTable { messages })
+            if messages.iter().any(|m| m.to_lowercase().contains("metric")))
+    })
+}
+
+/// The peaks the program measured, if it wrote them.
+fn read_peaks(path: &Path) -> Option<kforge_ncu::Peaks> {
+    let text = std::fs::read_to_string(path).ok()?;
+    serde_json::from_str(&text).ok()
+}
+
 fn tier(k: &KernelRow) -> Tier {
     match (k.sol_memory_pct, k.sol_compute_pct) {
-        (Some(m), Some(c)) => {
-            Tier::of(&KernelProfile { name: String::new(), sol_memory_pct: m, sol_compute_pct: c, occupancy_pct: None })
-        }
+        (Some(m), Some(c)) => Tier::from_percentages(m, c),
         _ => Tier::Unknown,
     }
 }
@@ -237,18 +277,28 @@ fn short(name: &str) -> String {
 }
 
 /// The table: a row per kernel, most time first, then the total.
+/// Achieved DRAM GB/s and, with a measured copy peak, its percentage of it.
+fn dram(k: &KernelRow, peaks: Option<&kforge_ncu::Peaks>) -> (String, String) {
+    let Some(rate) = k.dram_bytes_per_s() else { return ("-".into(), "-".into()) };
+    let of_peak = peaks.map(|p| format!("{:.0}", 100.0 * rate / p.copy_bytes_per_s)).unwrap_or_else(|| "-".into());
+    (format!("{:.0}", rate / 1e9), of_peak)
+}
+
+/// The table: a row per kernel, most time first, then the total and the measured peak.
 pub(crate) fn table(p: &Profile) -> String {
     let mut rows: Vec<&KernelRow> = p.kernels.iter().collect();
     rows.sort_by(|a, b| b.time_ns.total_cmp(&a.time_ns));
     let total: f64 = rows.iter().map(|k| k.time_ns).sum();
     let mut out = format!(
-        "{:<60}  {:>8}  {:>10}  {:>6}  {:>5}  {:>5}  {:>5}  tier\n",
-        "kernel", "launches", "time us", "share", "mem%", "sm%", "occ%"
+        "{:<60}  {:>8}  {:>10}  {:>6}  {:>5}  {:>5}  {:>5}  {:>6}  {:>5}  {:>7}  tier\n",
+        "kernel", "launches", "time us", "share", "mem%", "sm%", "occ%", "GB/s", "copy%", "GFLOP/s"
     );
     for k in rows {
         let share = if total > 0.0 { format!("{:.1}%", 100.0 * k.time_ns / total) } else { "-".into() };
+        let (rate, of_peak) = dram(k, p.peaks.as_ref());
+        let gflops = k.flops_per_s().map(|f| format!("{:.0}", f / 1e9)).unwrap_or_else(|| "-".into());
         out.push_str(&format!(
-            "{:<60}  {:>8}  {:>10.1}  {:>6}  {:>5}  {:>5}  {:>5}  {}\n",
+            "{:<60}  {:>8}  {:>10.1}  {:>6}  {:>5}  {:>5}  {:>5}  {rate:>6}  {of_peak:>5}  {gflops:>7}  {}\n",
             short(&k.name),
             k.launches,
             k.time_ns / 1e3,
@@ -259,7 +309,11 @@ pub(crate) fn table(p: &Profile) -> String {
             tier(k).name()
         ));
     }
-    out.push_str(&format!("{} kernels, {:.1} us in all\n", p.kernels.len(), total / 1e3));
+    out.push_str(&format!("{} kernels, {:.1} us in all", p.kernels.len(), total / 1e3));
+    match &p.peaks {
+        Some(pk) => out.push_str(&format!("; copy peak {:.0} GB/s (measured)\n", pk.copy_bytes_per_s / 1e9)),
+        None => out.push('\n'),
+    }
     out
 }
 

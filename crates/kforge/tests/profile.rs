@@ -61,10 +61,34 @@ fn ncu_runs_the_profile_program_and_its_csv_is_read() {
     let args: Vec<String> = std::fs::read_to_string(&argv).unwrap().lines().map(String::from).collect();
     let want = ["-m", "kforge.inspect.profile", problem.to_str().unwrap(), "--mode", "max-autotune"];
     assert_eq!(&args[1..6], want, "{args:?}");
-    assert_eq!(&args[6..], ["--size", "default", "--forwards", "2"]);
+    assert_eq!(&args[6..11], ["--size", "default", "--forwards", "2", "--peaks-out"]);
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     assert_eq!((v["mode"].as_str(), v["forwards"].as_u64()), (Some("max-autotune"), Some(2)));
     assert_eq!(v["kernels"][0]["launches"], 2);
+    assert_eq!(v["metrics"].as_array().unwrap().len(), 14, "the base four, DRAM bytes, nine FLOP counters");
+    assert_eq!(v["peaks"], Value::Null, "the program did not run: no peak");
+}
+
+#[test]
+fn achieved_bandwidth_is_shown_against_the_measured_peak_and_refused_counters_fall_back() {
+    let problem = root().join("problems/level1/016_silu_bf16.py");
+    let o = fake(&[problem.to_str().unwrap()], "raw.csv").env("FAKE_NCU_PEAK", "4e12").output().unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(out.contains("copy peak 4000 GB/s (measured)"), "{out}");
+    // 805,306,368 bytes in 3,686.4 us: 218 GB/s, 5 % of the peak.
+    let row = out.lines().find(|l| l.starts_with("triton_poi_fused_add_mul_0")).unwrap();
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(&cols[7..9], ["218", "5"], "{row}");
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("p.json");
+    let mut c = fake(&[problem.to_str().unwrap(), "--json", json.to_str().unwrap()], "raw.csv");
+    let o = c.env("FAKE_NCU_REFUSE", "dram__bytes.sum").output().unwrap();
+    let (_, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("Failed to find metric dram__bytes.sum") && err.contains("with the base metrics"), "{err}");
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["metrics"].as_array().unwrap().len(), 4);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 """The program ``kforge profile`` runs under Nsight Compute (runs on a GPU).
 
-``python3 -m kforge.inspect.profile SOURCE.py [--mode default] [--size default] [--forwards 1]``
+``python3 -m kforge.inspect.profile SOURCE.py [--mode default] [--size default] [--forwards 1]
+[--peaks-out PEAKS.json]``
 
 Compiles the KernelBench-format problem SOURCE with ``torch.compile`` (the mode given; static
 shapes, as ``kforge inspect`` does), runs it three times so that compilation, autotuning and
@@ -8,7 +9,10 @@ CUDA-graph recording are done, then runs ``--forwards`` forwards inside the NVTX
 ``kforge-profile`` (``kforge_ncu::RANGE``): ncu, started with ``--nvtx-include kforge-profile/``,
 profiles only the kernels launched there. The range is also a kforge region
 (``profile:forward``), exclusive when the program is a job of the daemon: ncu's replays then
-see no other job's kernels.
+see no other job's kernels. With ``--peaks-out`` it then measures the device's copy bandwidth
+(a 1 GiB device-to-device copy, in a region too, outside the NVTX range) and writes
+``{"copy_bytes_per_s": …}`` there (``kforge_ncu::Peaks``): achieved DRAM bandwidth is shown
+against it.
 
 Bad input gives one line on stderr naming the file and the cause, and exit status 2.
 """
@@ -16,11 +20,13 @@ Bad input gives one line on stderr naming the file and the cause, and exit statu
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any, Optional, Sequence
 
 from ..harness import SIZES, apply_size
 from ..region import region
+from ..verify.perf import copy_bandwidth
 from .capture import MODES, load_source
 from .inductor import CaptureError
 from .restitch import compile_problem
@@ -31,7 +37,19 @@ RANGE = "kforge-profile"
 WARMUP = 3
 
 
-def profile_problem(path: str, problem: Any, mode: str, forwards: int) -> None:
+def write_peaks(out: str, dev: Any) -> None:
+    """The copy peak, measured after the profiled range; a failure is reported, not raised (the
+    profile stands without it)."""
+    try:
+        with region("profile:peaks"):
+            peaks = {"copy_bytes_per_s": copy_bandwidth(dev)}
+        with open(out, "w") as f:
+            json.dump(peaks, f)
+    except Exception as e:  # out of memory beside a large problem, an unwritable file
+        print(f"kforge profile: no copy peak measured: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+def profile_problem(path: str, problem: Any, mode: str, forwards: int, peaks_out: Optional[str] = None) -> None:
     import torch
 
     if not torch.cuda.is_available():
@@ -55,6 +73,8 @@ def profile_problem(path: str, problem: Any, mode: str, forwards: int) -> None:
                 compiled(*inputs)
             torch.cuda.synchronize()
             nvtx.range_pop()
+    if peaks_out:
+        write_peaks(peaks_out, dev)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -63,6 +83,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--mode", default="default", choices=MODES)
     ap.add_argument("--size", default="default", choices=SIZES, help="a problem's size preset")
     ap.add_argument("--forwards", type=int, default=1, help="forwards inside the profiled range")
+    ap.add_argument("--peaks-out", help="write the measured copy peak here (JSON)")
     a = ap.parse_args(argv)
     try:
         if a.forwards < 1:
@@ -78,7 +99,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             import torch  # noqa: F401
         except ImportError as e:
             raise CaptureError(f"{a.source}: torch is not importable here ({e})") from e
-        profile_problem(a.source, mod, a.mode, a.forwards)
+        profile_problem(a.source, mod, a.mode, a.forwards, a.peaks_out)
     except CaptureError as e:
         print(f"kforge profile: {e}", file=sys.stderr)
         return 2

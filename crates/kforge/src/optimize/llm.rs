@@ -584,13 +584,16 @@ pub fn profile_rows(
             out
         }
     };
+    let peak = p.peaks.as_ref().map(|pk| pk.copy_bytes_per_s);
     rows.into_iter()
         .filter_map(|k| {
+            let dram_of_peak_pct = k.dram_bytes_per_s().zip(peak).map(|(rate, peak)| 100.0 * rate / peak);
             Some(KernelProfile {
-                name: k.name,
                 sol_memory_pct: k.sol_memory_pct?,
                 sol_compute_pct: k.sol_compute_pct?,
                 occupancy_pct: k.occupancy_pct,
+                dram_of_peak_pct,
+                name: k.name,
             })
         })
         .collect()
@@ -940,6 +943,8 @@ mod tests {
             sol_memory_pct: Some(m),
             sol_compute_pct: c,
             occupancy_pct: None,
+            dram_bytes: Some(t * 3.0),
+            flops: None,
             block: None,
             grid: None,
         }
@@ -952,6 +957,8 @@ mod tests {
             mode: None,
             size: None,
             forwards: Some(1),
+            metrics: vec![],
+            peaks: Some(kforge_ncu::Peaks { copy_bytes_per_s: 4e9 }),
             kernels: vec![
                 row("void sm90_xmma_gemm(int)", 300.0, 40.0, Some(90.0)),
                 row("triton_poi_fused_addmm_relu_0", 60.0, 85.0, Some(10.0)),
@@ -966,6 +973,8 @@ mod tests {
         assert_eq!(names, want, "the softmax kernel has no compute %: left out");
         assert_eq!((rows[0].sol_memory_pct, rows[0].sol_compute_pct), (40.0, 90.0), "void (int) aside");
         assert_eq!((rows[2].sol_memory_pct, rows[2].sol_compute_pct), (20.0, 70.0));
+        let dram = rows[0].dram_of_peak_pct.unwrap();
+        assert!((dram - 75.0).abs() < 1e-9, "3 bytes a ns against a 4 GB/s peak: {dram}");
         let raw = profile_rows(&p, None);
         assert_eq!(raw.len(), 4);
         assert_eq!(raw[0].name, "void sm90_xmma_gemm(int)");
