@@ -116,11 +116,11 @@ fn prefixed(unit: &str, base: &str) -> Option<f64> {
     }
 }
 
+/// A record's value in a column, read as a metric (`None` where the table has no such column).
+type Value<'a> = dyn Fn(usize, &str) -> Result<Option<f64>, NcuError> + 'a;
+
 /// The FLOPs of a launch from the counters its record has: `None` when it has none.
-fn flops(
-    counters: &[(usize, f64)],
-    get: &dyn Fn(usize, &str) -> Result<Option<f64>, NcuError>,
-) -> Result<Option<f64>, NcuError> {
+fn flops(counters: &[(usize, f64)], get: &Value) -> Result<Option<f64>, NcuError> {
     let mut total: Option<f64> = None;
     for (i, &(col, weight)) in counters.iter().enumerate() {
         if let Some(v) = get(col, FLOP_COUNTERS[i].0)? {
