@@ -53,12 +53,18 @@ def test_only_the_profiled_forwards_run_inside_the_range(tmp_path: Path, monkeyp
     monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: events.append(f"push {name}"))
     monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: events.append("pop"))
     monkeypatch.setattr(profile, "compile_problem", lambda problem, mode, dev: (None, compiled, []))
-    monkeypatch.setattr(profile, "copy_bandwidth", lambda dev: events.append("peak") or 4.5e12)
+    def copy_bandwidth(dev: Any) -> float:
+        events.append("peak")
+        with profile.region("stand-in:copy-bandwidth"):  # as the real one: its own region
+            return 4.5e12
+
+    monkeypatch.setattr(profile, "copy_bandwidth", copy_bandwidth)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: events.append("empty"))
     peaks = tmp_path / "peaks.json"
     argv = [write(tmp_path, "p.py", PROBLEM), "--forwards", "2", "--mode", "max-autotune", "--peaks-out", str(peaks)]
     assert profile.main(argv) == 0
     warm = ["forward"] * profile.WARMUP + ["sync"]
-    assert events == warm + ["push kforge-profile", "forward", "forward", "sync", "pop", "peak"], events
+    assert events == warm + ["push kforge-profile", "forward", "forward", "sync", "pop", "empty", "peak"], events
     assert json.loads(peaks.read_text()) == {"copy_bytes_per_s": 4.5e12}
 
 

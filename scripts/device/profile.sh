@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `kforge profile` on the H200: Nsight Compute over a few suite problems' compiled forwards
-# (default and max-autotune), once directly and once as a job of a daemon (the profiled forwards
-# are a region), and a saved CSV read back with --from-csv. Validates the raw-page CSV layout
+# (default and max-autotune), directly and as a job of a daemon (the profiled forwards are a
+# region), and a saved CSV read back with --from-csv. Validates the raw-page CSV layout
 # that crates/kforge-ncu reads, the NVTX range filter and the kernel-name matching against ncu
 # as installed there.
 #
@@ -10,31 +10,35 @@
 # Writes $OUT/profile.json (per problem and mode: exit status, kernels, tiers, seconds, the
 # error's last lines) and $OUT/ncu-sample.csv (the first CSV, for the parser's fixtures), and
 # prints a table last. Builds nothing: carry target/release/kforge and libkforge_shim.so.
+#
+# A dry run on the CPU, ncu stood in for by tests/ncu/fake-ncu (no program runs):
+#   RESERVE=0 KFORGE=target/debug/kforge KFORGE_NCU=$PWD/tests/ncu/fake-ncu \
+#     FAKE_NCU_LOG=$PWD/crates/kforge-ncu/tests/data/raw.csv FAKE_NCU_PEAK=4e12 bash scripts/device/profile.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/kforge-out}
 mkdir -p "$OUT"
 K=$PWD/${KFORGE:-target/release/kforge}
 test -x "$K" || { echo "carry target/release/kforge"; exit 2; }
-PROBLEMS=${PROBLEMS:-problems/level1/016_silu_bf16.py problems/level1/014_log_softmax_vocab_bf16.py problems/level3/001_mlp_block_fp32.py}
+# Runs: PROBLEM:MODE:HOW (HOW: direct, or daemon for a job of the daemon), each bounded by
+# --timeout-s $LIMIT so that one device call (10 min) holds them all.
+RUNS=${RUNS:-problems/level1/016_silu_bf16.py:default:direct problems/level1/016_silu_bf16.py:default:daemon problems/level1/014_log_softmax_vocab_bf16.py:max-autotune:direct problems/level3/001_mlp_block_fp32.py:default:direct}
+LIMIT=${LIMIT:-150}
 W=$(mktemp -d /tmp/kforge-profile.XXXXXX)
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=$W/inductor-cache
-(ncu --version 2>&1 | tail -1) >"$W/ncu-version.txt"
+("${KFORGE_NCU:-ncu}" --version 2>&1 | tail -1) >"$W/ncu-version.txt"
 S=$W/k.sock
-setsid "$K" --socket "$S" daemon --db "$W/store.db" --reserve-cores 2 --freeze node >"$W/daemon.log" 2>&1 &
+setsid "$K" --socket "$S" daemon --db "$W/store.db" --reserve-cores "${RESERVE:-2}" --freeze node >"$W/daemon.log" 2>&1 &
 for _ in $(seq 200); do "$K" --socket "$S" status >/dev/null 2>&1 && break; sleep 0.05; done
 n=0
-for p in $PROBLEMS; do
-  for mode in default max-autotune; do
-    for how in direct daemon; do
-      n=$((n + 1))
-      flag=(); [ "$how" = daemon ] && flag=(--daemon)
-      t0=$(date +%s.%N)
-      "$K" --socket "$S" profile "$p" --mode "$mode" "${flag[@]}" --json "$W/$n.json" --csv-out "$W/$n.csv" >"$W/$n.table" 2>"$W/$n.err"
-      rc=$?
-      t1=$(date +%s.%N)
-      echo "$n $p $mode $how $rc $(awk "BEGIN{print $t1 - $t0}")" >>"$W/runs.txt"
-    done
-  done
+for run in $RUNS; do
+  IFS=: read -r p mode how <<<"$run"
+  n=$((n + 1))
+  flag=(); [ "$how" = daemon ] && flag=(--daemon)
+  t0=$(date +%s.%N)
+  "$K" --socket "$S" profile "$p" --mode "$mode" --timeout-s "$LIMIT" "${flag[@]}" --json "$W/$n.json" --csv-out "$W/$n.csv" >"$W/$n.table" 2>"$W/$n.err"
+  rc=$?
+  t1=$(date +%s.%N)
+  echo "$n $p $mode $how $rc $(awk "BEGIN{print $t1 - $t0}")" >>"$W/runs.txt"
 done
 if [ -f "$W/1.csv" ]; then
   head -c 200000 "$W/1.csv" >"$OUT/ncu-sample.csv"
@@ -63,8 +67,11 @@ for line in (w / "runs.txt").read_text().splitlines():
     j = w / f"{n}.json"
     if j.exists():
         ks = json.loads(j.read_text())["kernels"]
+        doc = json.loads(j.read_text())
+        r["metrics"], r["peaks"] = len(doc.get("metrics", [])), doc.get("peaks")
         r["kernels"] = [{"name": k["name"][:80], "launches": k["launches"], "us": k["time_ns"] / 1e3,
                          "mem": k["sol_memory_pct"], "sm": k["sol_compute_pct"], "occ": k["occupancy_pct"],
+                         "dram_bytes": k.get("dram_bytes"), "flops": k.get("flops"),
                          "tier": tier(k["sol_memory_pct"], k["sol_compute_pct"])} for k in ks]
     else:
         r["error"] = (w / f"{n}.err").read_text(errors="replace")[-600:]

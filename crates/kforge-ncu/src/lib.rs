@@ -31,19 +31,29 @@ pub const METRICS: [&str; 4] = [DURATION, SOL_MEMORY, SOL_COMPUTE, OCCUPANCY];
 /// DRAM bytes read and written (`dram__bytes.sum`).
 pub const DRAM_BYTES: &str = "dram__bytes.sum";
 /// Non-tensor floating-point instructions executed per thread (fp32, fp16, fp64) and the
-/// operations each counts, an FMA two, as ncu's roofline counts them. Tensor-core work is not
-/// among them: its share shows in the compute speed of light only.
+/// operations each counts, as ncu's roofline counts them: an FMA two; a half-precision
+/// instruction is a packed pair (HADD2, HMUL2: two; HFMA2: four), so a scalar half instruction
+/// (one lane used) counts double. Tensor-core work is not among them: its share shows in the
+/// compute speed of light only. (Blackwell's packed fp32 instructions have counters of their own,
+/// not read here.)
 pub const FLOP_COUNTERS: [(&str, f64); 9] = [
     ("sm__sass_thread_inst_executed_op_fadd_pred_on.sum", 1.0),
     ("sm__sass_thread_inst_executed_op_fmul_pred_on.sum", 1.0),
     ("sm__sass_thread_inst_executed_op_ffma_pred_on.sum", 2.0),
-    ("sm__sass_thread_inst_executed_op_hadd_pred_on.sum", 1.0),
-    ("sm__sass_thread_inst_executed_op_hmul_pred_on.sum", 1.0),
-    ("sm__sass_thread_inst_executed_op_hfma_pred_on.sum", 2.0),
+    ("sm__sass_thread_inst_executed_op_hadd_pred_on.sum", 2.0),
+    ("sm__sass_thread_inst_executed_op_hmul_pred_on.sum", 2.0),
+    ("sm__sass_thread_inst_executed_op_hfma_pred_on.sum", 4.0),
     ("sm__sass_thread_inst_executed_op_dadd_pred_on.sum", 1.0),
     ("sm__sass_thread_inst_executed_op_dmul_pred_on.sum", 1.0),
     ("sm__sass_thread_inst_executed_op_dfma_pred_on.sum", 2.0),
 ];
+
+/// Whether `message` names one of the counters beyond [`METRICS`] ([`DRAM_BYTES`],
+/// [`FLOP_COUNTERS`]), by the name before its first `.` (ncu may print a regular expression).
+pub fn extra_metric_named(message: &str) -> bool {
+    let base = |m: &'static str| m.split('.').next().unwrap_or(m);
+    std::iter::once(DRAM_BYTES).chain(FLOP_COUNTERS.iter().map(|(m, _)| *m)).any(|m| message.contains(base(m)))
+}
 
 /// The extended set `kforge profile` asks for first: [`METRICS`], [`DRAM_BYTES`] and the
 /// [`FLOP_COUNTERS`] (if ncu refuses one of them, it falls back to [`METRICS`]).
@@ -196,8 +206,8 @@ impl CacheControl {
     }
 }
 
-/// ncu's arguments before the program's command line: the metrics of [`METRICS`] for kernels
-/// inside [`RANGE`] in any process the program starts, as a raw-page CSV in base units written
+/// ncu's arguments before the program's command line: `metrics` (e.g. [`METRICS`] or
+/// [`extended_metrics`]) for kernels inside [`RANGE`] in any process the program starts, as a raw-page CSV in base units written
 /// to `log_file`. The clocks are left as they are (`--clock-control none`): ncu's default locks
 /// them to base, which a shared machine's other users would feel and which is not the clock
 /// the timings ran at.
@@ -396,6 +406,11 @@ mod tests {
         assert_eq!(after("--page"), "raw");
         assert_eq!(after("--cache-control"), "none");
         assert_eq!(CacheControl::from_name("warm"), None);
+        assert!(extra_metric_named("==ERROR== Failed to find metric regex:^dram__bytes\\.(sum)$"));
+        assert!(extra_metric_named("Failed to find metric sm__sass_thread_inst_executed_op_hfma_pred_on.sum"));
+        assert!(!extra_metric_named(
+            "==ERROR== Failed to find metric sm__warps_active.avg.pct_of_peak_sustained_active"
+        ));
     }
 
     #[test]

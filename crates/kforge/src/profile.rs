@@ -88,14 +88,16 @@ fn check(a: &ProfileArgs) -> Result<()> {
     Ok(())
 }
 
-/// ncu's command line, then the profiled program's.
-/// One run of ncu: where its CSV and the program's measured peaks go, and the metrics asked for.
+/// One run of ncu: where its CSV and the program's measured peaks go, the metrics asked for and
+/// the time it may take.
 struct Attempt<'a> {
     csv: &'a Path,
     peaks: &'a Path,
     metrics: &'a [&'static str],
+    timeout_s: Option<u64>,
 }
 
+/// ncu's command line, then the profiled program's.
 fn argv(a: &ProfileArgs, at: &Attempt) -> Result<Vec<String>> {
     let src = std::fs::canonicalize(&a.source).with_context(|| format!("resolving {}", a.source.display()))?;
     let mut v = vec![a.ncu.clone()];
@@ -180,7 +182,7 @@ fn run_local(a: &ProfileArgs, at: &Attempt) -> Result<Vec<kforge_ncu::Launch>> {
         }
         Err(e) => return Err(e).with_context(|| format!("starting {}", a.ncu)),
     };
-    match wait_within(&mut child, a.timeout_s)? {
+    match wait_within(&mut child, at.timeout_s)? {
         Some(status) => judge(a, status.code(), &status.to_string(), at.csv),
         None => {
             bail!("{} under {} ran past --timeout-s {}: killed", a.source.display(), a.ncu, a.timeout_s.unwrap_or(0))
@@ -194,7 +196,7 @@ fn run_job(a: &ProfileArgs, socket: &Path, at: &Attempt) -> Result<Vec<kforge_nc
     let label = format!("profile:{}:{}:{}", a.source.display(), a.size, a.mode);
     let peak = crate::job::gpu_memory_bytes(a.gpu_memory)?;
     let mut out = std::io::stderr(); // the program's output: ours stays the JSON's (--json -)
-    let (exit, _, _) = crate::job::run_as_job_to(socket, argv(a, at)?, &device, &label, a.timeout_s, peak, &mut out)
+    let (exit, _, _) = crate::job::run_as_job_to(socket, argv(a, at)?, &device, &label, at.timeout_s, peak, &mut out)
         .context("--daemon")?;
     let how = format!("status {}{}", exit.shell_code(), exit.reason.map(|r| format!(" ({r})")).unwrap_or_default());
     judge(a, exit.code, &how, at.csv)
@@ -215,11 +217,16 @@ fn profile_of(socket: &Path, a: &ProfileArgs) -> Result<Profile> {
     let csv = a.csv_out.clone().unwrap_or_else(|| tmp.path().join("ncu.csv"));
     let peaks = tmp.path().join("peaks.json");
     let extended = kforge_ncu::extended_metrics();
-    let (launches, metrics) = match attempt(socket, a, &Attempt { csv: &csv, peaks: &peaks, metrics: &extended }) {
+    let t0 = std::time::Instant::now();
+    let first = Attempt { csv: &csv, peaks: &peaks, metrics: &extended, timeout_s: a.timeout_s };
+    let (launches, metrics) = match attempt(socket, a, &first) {
         Err(e) if refused_a_metric(&e) => {
             eprintln!("kforge profile: ncu refused the DRAM or FLOP counters ({e:#}); profiling with the base metrics");
+            // Within the one --timeout-s: what the first attempt left.
+            let left = a.timeout_s.map(|s| s.saturating_sub(t0.elapsed().as_secs()).max(1));
             let base = &kforge_ncu::METRICS[..];
-            (attempt(socket, a, &Attempt { csv: &csv, peaks: &peaks, metrics: base })?, base.to_vec())
+            let second = Attempt { csv: &csv, peaks: &peaks, metrics: base, timeout_s: left };
+            (attempt(socket, a, &second)?, base.to_vec())
         }
         other => (other?, extended),
     };
@@ -235,7 +242,9 @@ fn profile_of(socket: &Path, a: &ProfileArgs) -> Result<Profile> {
 }
 
 fn attempt(socket: &Path, a: &ProfileArgs, at: &Attempt) -> Result<Vec<kforge_ncu::Launch>> {
-    std::fs::remove_file(at.csv).ok(); // an earlier run's table is not this one's
+    // An earlier run's table and peak are not this one's.
+    std::fs::remove_file(at.csv).ok();
+    std::fs::remove_file(at.peaks).ok();
     if a.daemon {
         run_job(a, socket, at)
     } else {
@@ -243,11 +252,14 @@ fn attempt(socket: &Path, a: &ProfileArgs, at: &Attempt) -> Result<Vec<kforge_nc
     }
 }
 
-/// Whether ncu's failure names a metric it does not know (a GPU or ncu without a counter).
+/// Whether ncu's failure is that it does not know one of the extra counters (`Failed to find
+/// metric`, the name perhaps as a regular expression): then the base metrics may still work. A
+/// refused base metric, or any other failure, is not retried.
 fn refused_a_metric(e: &anyhow::Error) -> bool {
+    let extra = |m: &str| kforge_ncu::extra_metric_named(m);
     e.chain().any(|c| {
         matches!(c.downcast_ref::<kforge_ncu::NcuError>(), Some(kforge_ncu::NcuError::NoTable { messages })
-            if messages.iter().any(|m| m.to_lowercase().contains("metric")))
+            if messages.iter().any(|m| m.to_lowercase().contains("failed to find metric") && extra(m)))
     })
 }
 
@@ -276,7 +288,6 @@ fn short(name: &str) -> String {
     format!("{}…", key.chars().take(59).collect::<String>())
 }
 
-/// The table: a row per kernel, most time first, then the total.
 /// Achieved DRAM GB/s and, with a measured copy peak, its percentage of it.
 fn dram(k: &KernelRow, peaks: Option<&kforge_ncu::Peaks>) -> (String, String) {
     let Some(rate) = k.dram_bytes_per_s() else { return ("-".into(), "-".into()) };

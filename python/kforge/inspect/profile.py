@@ -9,8 +9,9 @@ CUDA-graph recording are done, then runs ``--forwards`` forwards inside the NVTX
 ``kforge-profile`` (``kforge_ncu::RANGE``): ncu, started with ``--nvtx-include kforge-profile/``,
 profiles only the kernels launched there. The range is also a kforge region
 (``profile:forward``), exclusive when the program is a job of the daemon: ncu's replays then
-see no other job's kernels. With ``--peaks-out`` it then measures the device's copy bandwidth
-(a 1 GiB device-to-device copy, in a region too, outside the NVTX range) and writes
+see no other job's kernels. With ``--peaks-out`` it then frees the model and measures the
+device's copy bandwidth (a 1 GiB device-to-device copy, in the region ``verify:copy-bandwidth``,
+outside the NVTX range) and writes
 ``{"copy_bytes_per_s": …}`` there (``kforge_ncu::Peaks``): achieved DRAM bandwidth is shown
 against it.
 
@@ -41,8 +42,8 @@ def write_peaks(out: str, dev: Any) -> None:
     """The copy peak, measured after the profiled range; a failure is reported, not raised (the
     profile stands without it)."""
     try:
-        with region("profile:peaks"):
-            peaks = {"copy_bytes_per_s": copy_bandwidth(dev)}
+        # copy_bandwidth times inside its own region (verify:copy-bandwidth): regions do not nest.
+        peaks = {"copy_bytes_per_s": copy_bandwidth(dev)}
         with open(out, "w") as f:
             json.dump(peaks, f)
     except Exception as e:  # out of memory beside a large problem, an unwritable file
@@ -74,6 +75,9 @@ def profile_problem(path: str, problem: Any, mode: str, forwards: int, peaks_out
             torch.cuda.synchronize()
             nvtx.range_pop()
     if peaks_out:
+        # The copy needs 2 GiB beside what the model held: free that first (the large presets).
+        del compiled, inputs
+        torch.cuda.empty_cache()
         write_peaks(peaks_out, dev)
 
 
