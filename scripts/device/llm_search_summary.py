@@ -49,7 +49,7 @@ def profile_summary(w: Path) -> Dict[str, Any]:
             out[problem] = {"kernels": len(ks), "tiers": [tier(k.get("sol_memory_pct"), k.get("sol_compute_pct")) for k in ks]}
         else:
             why = [line for line in log.splitlines() if "no profile of the baseline" in line]
-            out[problem] = {"kernels": 0, "why": why[-1][-300:] if why else "no profile file and no reason in the log"}
+            out[problem] = {"kernels": 0, "why": why[-1][-300:] if why else "no profile step ran (the CPU device, or --llm-no-profile)"}
     return out
 
 
