@@ -55,6 +55,17 @@ pub struct InspectArgs {
 
 const MODES: [&str; 4] = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"];
 
+/// `--mode` is a torch.compile mode and `--size` a size preset (`kforge inspect`, `kforge profile`).
+pub(crate) fn check_mode_and_size(mode: &str, size: &str) -> Result<()> {
+    if !MODES.contains(&mode) {
+        bail!("--mode must be one of {}, got {mode:?}", MODES.join(", "));
+    }
+    if !crate::verify::SIZES.contains(&size) {
+        bail!("--size must be one of {}, got {size:?}", crate::verify::SIZES.join(", "));
+    }
+    Ok(())
+}
+
 pub(crate) fn read_capture(path: &Path) -> Result<Capture> {
     let text = std::fs::read_to_string(path).with_context(|| format!("reading capture {}", path.display()))?;
     serde_json::from_str(&text).with_context(|| format!("{} is not a kforge capture", path.display()))
@@ -123,14 +134,9 @@ fn run_capture(a: &InspectArgs, out: &Path) -> Result<()> {
 }
 
 pub fn inspect(socket: &Path, a: InspectArgs) -> Result<i32> {
-    if !MODES.contains(&a.mode.as_str()) {
-        bail!("--mode must be one of {}, got {:?}", MODES.join(", "), a.mode);
-    }
+    check_mode_and_size(&a.mode, &a.size)?;
     if a.iterations == 0 {
         bail!("--iterations must be at least 1");
-    }
-    if !crate::verify::SIZES.contains(&a.size.as_str()) {
-        bail!("--size must be one of {}, got {:?}", crate::verify::SIZES.join(", "), a.size);
     }
     let cap = if a.from_capture {
         read_capture(&a.source)?

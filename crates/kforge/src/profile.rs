@@ -64,15 +64,8 @@ pub struct ProfileArgs {
     gpu_memory: Option<f64>,
 }
 
-const MODES: [&str; 4] = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"];
-
 fn check(a: &ProfileArgs) -> Result<()> {
-    if !MODES.contains(&a.mode.as_str()) {
-        bail!("--mode must be one of {}, got {:?}", MODES.join(", "), a.mode);
-    }
-    if !crate::verify::SIZES.contains(&a.size.as_str()) {
-        bail!("--size must be one of {}, got {:?}", crate::verify::SIZES.join(", "), a.size);
-    }
+    crate::inspect::check_mode_and_size(&a.mode, &a.size)?;
     if a.forwards == 0 {
         bail!("--forwards must be at least 1");
     }
