@@ -95,7 +95,8 @@ fn run_capture_job(a: &InspectArgs, socket: &Path, out: &Path) -> Result<()> {
     eprintln!("kforge inspect: capturing {} (mode {}) as a daemon job on device {device}…", a.source.display(), a.mode);
     let label = format!("inspect:{}:{}:{}", a.source.display(), a.size, a.mode);
     let peak = crate::job::gpu_memory_bytes(a.gpu_memory)?;
-    let (exit, _) = crate::job::run_as_job(socket, argv, &device, &label, None, peak).context("--daemon")?;
+    let req = crate::job::JobRequest { argv, device: &device, label: &label, timeout_s: None, gpu_memory_bytes: peak };
+    let (exit, _, _) = crate::job::run_job(socket, req, &mut std::io::stdout()).context("--daemon")?;
     match exit.code {
         Some(0) => Ok(()),
         Some(2) => bail!("capture of {} failed (reason above)", a.source.display()),

@@ -7,44 +7,23 @@ use kforge_proto::{JobExit, SubmitSpec};
 use std::io::Write;
 use std::path::Path;
 
-/// Submit `argv` on `device` (`auto`, `cpu` or a GPU index) with the caller's environment
-/// (minus PYTHONPATH: the daemon puts its own Python package there), stream stdout and stderr
-/// through, and return the exit with everything the job wrote on stderr. `label` names what the
-/// job is for its learned GPU-memory peak (a command not seen before gets its label's);
-/// `gpu_memory_bytes` declares the peak instead.
-pub fn run_as_job(
-    socket: &Path,
-    argv: Vec<String>,
-    device: &str,
-    label: &str,
-    timeout_s: Option<u64>,
-    gpu_memory_bytes: Option<u64>,
-) -> Result<(JobExit, String)> {
-    run_as_numbered_job(socket, argv, device, label, timeout_s, gpu_memory_bytes).map(|(exit, err, _)| (exit, err))
+/// A helper command to run as a daemon job: `argv` on `device` (`auto`, `cpu` or a GPU index).
+/// `label` names what the job is for its learned GPU-memory peak (a command not seen before gets
+/// its label's); `gpu_memory_bytes` declares the peak instead.
+pub struct JobRequest<'a> {
+    pub argv: Vec<String>,
+    pub device: &'a str,
+    pub label: &'a str,
+    pub timeout_s: Option<u64>,
+    pub gpu_memory_bytes: Option<u64>,
 }
 
-/// `run_as_job`, also returning the job's id (to look up its regions in the daemon's store).
-pub fn run_as_numbered_job(
-    socket: &Path,
-    argv: Vec<String>,
-    device: &str,
-    label: &str,
-    timeout_s: Option<u64>,
-    gpu_memory_bytes: Option<u64>,
-) -> Result<(JobExit, String, u64)> {
-    run_as_job_to(socket, argv, device, label, timeout_s, gpu_memory_bytes, &mut std::io::stdout())
-}
-
-/// `run_as_numbered_job` with the job's standard output written to `stdout`.
-pub fn run_as_job_to(
-    socket: &Path,
-    argv: Vec<String>,
-    device: &str,
-    label: &str,
-    timeout_s: Option<u64>,
-    gpu_memory_bytes: Option<u64>,
-    stdout: &mut dyn Write,
-) -> Result<(JobExit, String, u64)> {
+/// Submit the job with the caller's environment (minus PYTHONPATH: the daemon puts its own
+/// Python package there), write its standard output to `stdout` and its stderr through, and
+/// return the exit, everything the job wrote on stderr, and the job's id (to look up its regions
+/// in the daemon's store).
+pub fn run_job(socket: &Path, req: JobRequest, stdout: &mut dyn Write) -> Result<(JobExit, String, u64)> {
+    let JobRequest { argv, device, label, timeout_s, gpu_memory_bytes } = req;
     let spec = SubmitSpec {
         argv,
         cwd: std::env::current_dir().context("reading the current directory")?.display().to_string(),

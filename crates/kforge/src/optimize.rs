@@ -1014,7 +1014,8 @@ impl ProblemRun<'_> {
             argv.extend(args);
             let device = if a.device == "auto" { "auto" } else { a.device.as_str() };
             let label = format!("optimize:{step}:{}", self.problem.display());
-            let (exit, err, id) = crate::job::run_as_numbered_job(self.run.socket, argv, device, &label, None, None)?;
+            let req = crate::job::JobRequest { argv, device, label: &label, timeout_s: None, gpu_memory_bytes: None };
+            let (exit, err, id) = crate::job::run_job(self.run.socket, req, &mut std::io::stdout())?;
             if exit.code != Some(0) {
                 bail!("the {step} step ended with {:?}: {}", exit.code, last_lines(&err));
             }

@@ -189,8 +189,14 @@ fn run_job(a: &ProfileArgs, socket: &Path, at: &Attempt) -> Result<Vec<kforge_nc
     let label = format!("profile:{}:{}:{}", a.source.display(), a.size, a.mode);
     let peak = crate::job::gpu_memory_bytes(a.gpu_memory)?;
     let mut out = std::io::stderr(); // the program's output: ours stays the JSON's (--json -)
-    let (exit, _, _) = crate::job::run_as_job_to(socket, argv(a, at)?, &device, &label, at.timeout_s, peak, &mut out)
-        .context("--daemon")?;
+    let req = crate::job::JobRequest {
+        argv: argv(a, at)?,
+        device: &device,
+        label: &label,
+        timeout_s: at.timeout_s,
+        gpu_memory_bytes: peak,
+    };
+    let (exit, _, _) = crate::job::run_job(socket, req, &mut out).context("--daemon")?;
     let how = format!("status {}{}", exit.shell_code(), exit.reason.map(|r| format!(" ({r})")).unwrap_or_default());
     judge(a, exit.code, &how, at.csv)
 }

@@ -362,8 +362,15 @@ fn run_candidate_job(
     let t0 = Instant::now();
     let label = format!("verify:{}:{}", a.problem.display(), a.size);
     let peak = crate::job::gpu_memory_bytes(a.gpu_memory)?;
-    let (exit, err_text) = match crate::job::run_as_job(socket, argv, job_device, &label, Some(a.time_limit_s), peak) {
-        Ok(done) => done,
+    let req = crate::job::JobRequest {
+        argv,
+        device: job_device,
+        label: &label,
+        timeout_s: Some(a.time_limit_s),
+        gpu_memory_bytes: peak,
+    };
+    let (exit, err_text) = match crate::job::run_job(socket, req, &mut std::io::stdout()) {
+        Ok((exit, err, _)) => (exit, err),
         // No daemon, or it went away mid-run: the environment's, with what passed until then.
         Err(e) => {
             let progress = Progress::parse(&std::fs::read_to_string(&progress).unwrap_or_default());
