@@ -25,8 +25,8 @@ def test_bad_input_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert profile.main([str(tmp_path / "nope.py")]) == 2
     assert "nope.py: no such file" in capsys.readouterr().err
     tri = write(tmp_path, "k.py", "def kernel_function(*a):\n    return a\ndef get_inputs():\n    return [1]\n")
-    assert profile.main([tri]) == 2
-    assert "takes a KernelBench-format problem" in capsys.readouterr().err
+    assert profile.main([tri, "--mode", "max-autotune"]) == 2
+    assert "--size and --mode apply to a problem, not a Triton kernel file" in capsys.readouterr().err
     prob = write(tmp_path, "p.py", PROBLEM)
     assert profile.main([prob, "--forwards", "0"]) == 2
     assert "--forwards must be at least 1" in capsys.readouterr().err
@@ -90,3 +90,19 @@ def test_a_failing_model_build_is_one_line(tmp_path: Path, capsys: pytest.Captur
     monkeypatch.setattr(profile, "compile_problem", build)
     assert profile.main([write(tmp_path, "p.py", PROBLEM)]) == 2
     assert "p.py: building the model or its inputs failed: ValueError: bad init input" in capsys.readouterr().err
+
+
+def test_a_triton_kernel_file_is_profiled_on_its_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    events: List[str] = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: events.append("sync"))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: events.append("push"))
+    monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: events.append("pop"))
+    # The inputs move to the GPU through to_device (the stand-in records it and keeps them).
+    monkeypatch.setattr(profile, "to_device", lambda x, dev: events.append(f"to {dev}") or x)
+    calls = tmp_path / "calls"
+    src = f"def kernel_function(*a):\n    open({str(calls)!r}, 'a').write(repr(a) + '\\n')\ndef get_inputs():\n    return [7]\n"
+    assert profile.main([write(tmp_path, "k.py", src), "--forwards", "2"]) == 0
+    assert events == ["to cuda", "sync", "push", "sync", "pop"], events
+    assert calls.read_text().splitlines() == ["(7,)"] * (profile.WARMUP + 2)

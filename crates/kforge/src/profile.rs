@@ -14,8 +14,9 @@ use std::time::Duration;
 
 #[derive(Args)]
 pub struct ProfileArgs {
-    /// A KernelBench-format problem (class Model, get_inputs(), get_init_inputs()), or with
-    /// --from-csv a CSV that ncu wrote (its raw page or its default details page).
+    /// A KernelBench-format problem (class Model, get_inputs(), get_init_inputs()), a standalone
+    /// Triton kernel file (kernel_function(*inputs), get_inputs(); --mode and --size do not
+    /// apply), or with --from-csv a CSV that ncu wrote (its raw page or its default details page).
     source: PathBuf,
     /// torch.compile mode: default, reduce-overhead (CUDA graphs), max-autotune,
     /// max-autotune-no-cudagraphs.

@@ -4,8 +4,9 @@
 [--peaks-out PEAKS.json]``
 
 Compiles the KernelBench-format problem SOURCE with ``torch.compile`` (the mode given; static
-shapes, as ``kforge inspect`` does), runs it three times so that compilation, autotuning and
-CUDA-graph recording are done, then runs ``--forwards`` forwards inside the NVTX range
+shapes, as ``kforge inspect`` does) -- or takes a standalone Triton kernel file's
+``kernel_function`` on its ``get_inputs()`` -- runs it three times so that compilation,
+autotuning and CUDA-graph recording are done, then runs ``--forwards`` forwards inside the NVTX range
 ``kforge-profile`` (``kforge_ncu::RANGE``): ncu, started with ``--nvtx-include kforge-profile/``,
 profiles only the kernels launched there. The range is also a kforge region
 (``profile:forward``), exclusive when the program is a job of the daemon: ncu's replays then
@@ -23,9 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, Tuple
 
-from ..harness import SIZES, apply_size
+from ..harness import SIZES, apply_size, to_device
 from ..region import region
 from ..verify.perf import copy_bandwidth
 from .capture import MODES, load_source
@@ -50,35 +51,65 @@ def write_peaks(out: str, dev: Any) -> None:
         print(f"kforge profile: no copy peak measured: {type(e).__name__}: {e}", file=sys.stderr)
 
 
-def profile_problem(path: str, problem: Any, mode: str, forwards: int, peaks_out: Optional[str] = None) -> None:
+def problem_forward(path: str, problem: Any, mode: str, dev: Any) -> Tuple[Callable[[], Any], str]:
+    """A problem's compiled forward (on inputs drawn once), and what a failure of it is."""
+    try:
+        _, compiled, inputs = compile_problem(problem, mode, dev)
+    except Exception as e:  # the problem's own constructor or inputs, whatever they raise
+        raise CaptureError(f"{path}: building the model or its inputs failed: {type(e).__name__}: {e}") from e
+    return (lambda: compiled(*inputs)), f"torch.compile(mode={mode!r})"
+
+
+def triton_forward(path: str, mod: Any, dev: Any) -> Tuple[Callable[[], Any], str]:
+    """A standalone Triton kernel file's ``kernel_function`` on its inputs, drawn on the GPU."""
+    import torch
+
+    torch.manual_seed(1)
+    try:
+        with torch.device(dev):
+            inputs = [to_device(x, dev) for x in mod.get_inputs()]
+    except Exception as e:
+        raise CaptureError(f"{path}: get_inputs() failed: {type(e).__name__}: {e}") from e
+    return (lambda: mod.kernel_function(*inputs)), "kernel_function"
+
+
+def profile_forward(path: str, made: Tuple[Callable[[], Any], str], forwards: int, peaks_out: Optional[str]) -> None:
+    """Warm-up forwards, then ``forwards`` inside the NVTX range (and the region), then, with
+    ``peaks_out``, the copy peak once the forward (and what it holds) is let go."""
+    import torch
+
+    forward, what = made
+    del made
+    with torch.no_grad():
+        try:
+            for _ in range(WARMUP):
+                forward()
+            torch.cuda.synchronize()
+        except Exception as e:
+            raise CaptureError(f"{path}: {what} failed: {type(e).__name__}: {e}") from e
+        nvtx: Any = torch.cuda.nvtx  # untyped in torch
+        with region("profile:forward"):
+            nvtx.range_push(RANGE)
+            for _ in range(forwards):
+                forward()
+            torch.cuda.synchronize()
+            nvtx.range_pop()
+    if peaks_out:
+        # The copy needs 2 GiB beside what the model held: free that first (the large presets).
+        del forward
+        torch.cuda.empty_cache()
+        write_peaks(peaks_out, torch.device("cuda"))
+
+
+def profile_source(path: str, kind: str, mod: Any, mode: str, forwards: int, peaks_out: Optional[str] = None) -> None:
     import torch
 
     if not torch.cuda.is_available():
         raise CaptureError(f"{path}: no CUDA GPU visible (kforge profile runs on a GPU)")
     dev = torch.device("cuda")
     with torch.no_grad():
-        try:
-            _, compiled, inputs = compile_problem(problem, mode, dev)
-        except Exception as e:  # the problem's own constructor or inputs, whatever they raise
-            raise CaptureError(f"{path}: building the model or its inputs failed: {type(e).__name__}: {e}") from e
-        try:
-            for _ in range(WARMUP):
-                compiled(*inputs)
-            torch.cuda.synchronize()
-        except Exception as e:
-            raise CaptureError(f"{path}: torch.compile(mode={mode!r}) failed: {type(e).__name__}: {e}") from e
-        nvtx: Any = torch.cuda.nvtx  # untyped in torch
-        with region("profile:forward"):
-            nvtx.range_push(RANGE)
-            for _ in range(forwards):
-                compiled(*inputs)
-            torch.cuda.synchronize()
-            nvtx.range_pop()
-    if peaks_out:
-        # The copy needs 2 GiB beside what the model held: free that first (the large presets).
-        del compiled, inputs
-        torch.cuda.empty_cache()
-        write_peaks(peaks_out, dev)
+        made = problem_forward(path, mod, mode, dev) if kind == "problem" else triton_forward(path, mod, dev)
+    profile_forward(path, made, forwards, peaks_out)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -93,17 +124,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if a.forwards < 1:
             raise CaptureError(f"--forwards must be at least 1, got {a.forwards}")
         kind, mod = load_source(a.source)
-        if kind != "problem":
-            raise CaptureError(f"{a.source}: kforge profile takes a KernelBench-format problem (class Model)")
-        try:
-            apply_size(mod, a.size, a.source)
-        except ValueError as e:
-            raise CaptureError(str(e)) from e
+        if kind == "problem":
+            try:
+                apply_size(mod, a.size, a.source)
+            except ValueError as e:
+                raise CaptureError(str(e)) from e
+        elif a.size != "default" or a.mode != "default":
+            raise CaptureError(f"{a.source}: --size and --mode apply to a problem, not a Triton kernel file")
         try:
             import torch  # noqa: F401
         except ImportError as e:
             raise CaptureError(f"{a.source}: torch is not importable here ({e})") from e
-        profile_problem(a.source, mod, a.mode, a.forwards, a.peaks_out)
+        profile_source(a.source, kind, mod, a.mode, a.forwards, a.peaks_out)
     except CaptureError as e:
         print(f"kforge profile: {e}", file=sys.stderr)
         return 2
