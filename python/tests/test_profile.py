@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+import weakref
 from typing import Any, List
 
 import pytest
@@ -52,19 +53,33 @@ def test_only_the_profiled_forwards_run_inside_the_range(tmp_path: Path, monkeyp
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: events.append("sync"))
     monkeypatch.setattr(torch.cuda.nvtx, "range_push", lambda name: events.append(f"push {name}"))
     monkeypatch.setattr(torch.cuda.nvtx, "range_pop", lambda: events.append("pop"))
-    monkeypatch.setattr(profile, "compile_problem", lambda problem, mode, dev: (None, compiled, []))
+    class Compiled:
+        def __call__(self, *inputs: Any) -> None:
+            compiled(*inputs)
+
+    made: List[Any] = []
+
+    def compile_problem(problem: Any, mode: str, dev: Any) -> Any:
+        c = Compiled()
+        made.append(weakref.ref(c))
+        return None, c, []
+
+    monkeypatch.setattr(profile, "compile_problem", compile_problem)
+
     def copy_bandwidth(dev: Any) -> float:
         events.append("peak")
+        assert made[0]() is None, "the compiled model is freed before the copy"
         with profile.region("stand-in:copy-bandwidth"):  # as the real one: its own region
             return 4.5e12
 
     monkeypatch.setattr(profile, "copy_bandwidth", copy_bandwidth)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: events.append("empty"))
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: events.append("reset"))
     peaks = tmp_path / "peaks.json"
     argv = [write(tmp_path, "p.py", PROBLEM), "--forwards", "2", "--mode", "max-autotune", "--peaks-out", str(peaks)]
     assert profile.main(argv) == 0
     warm = ["forward"] * profile.WARMUP + ["sync"]
-    assert events == warm + ["push kforge-profile", "forward", "forward", "sync", "pop", "empty", "peak"], events
+    assert events == warm + ["push kforge-profile", "forward", "forward", "sync", "pop", "reset", "empty", "peak"], events
     assert json.loads(peaks.read_text()) == {"copy_bytes_per_s": 4.5e12}
 
 

@@ -76,3 +76,6 @@ for path in sorted(glob.glob(os.path.join(out, "*.json"))):
               f"x{fmt(k.get('speedup'), '%.3f')} {'WIN ' + k.get('winner', '') if k.get('fallback') is False else k.get('error', 'kept')}"
               f" (tried {k.get('configs_tried', '-')}, excluded {len(k.get('excluded', {}))})")
 EOF
+# A device call brings back at most 8 files: the table stays, everything else goes into one archive.
+(cd "$OUT" && tar -czf /tmp/config_agent.tgz --exclude=config_agent.txt .) &&
+  find "$OUT" -mindepth 1 ! -name config_agent.txt -delete && mv /tmp/config_agent.tgz "$OUT/"

@@ -22,13 +22,17 @@ test -x "$K" || { echo "carry target/release/kforge"; exit 2; }
 # Runs: PROBLEM:MODE:HOW (HOW: direct, or daemon for a job of the daemon), each bounded by
 # --timeout-s $LIMIT so that one device call (10 min) holds them all.
 RUNS=${RUNS:-problems/level1/016_silu_bf16.py:default:direct problems/level1/016_silu_bf16.py:default:daemon problems/level1/014_log_softmax_vocab_bf16.py:max-autotune:direct problems/level3/001_mlp_block_fp32.py:default:direct}
-LIMIT=${LIMIT:-150}
+LIMIT=${LIMIT:-120}
 W=$(mktemp -d /tmp/kforge-profile.XXXXXX)
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=$W/inductor-cache
 ("${KFORGE_NCU:-ncu}" --version 2>&1 | tail -1) >"$W/ncu-version.txt"
 S=$W/k.sock
 setsid "$K" --socket "$S" daemon --db "$W/store.db" --reserve-cores "${RESERVE:-2}" --freeze node >"$W/daemon.log" 2>&1 &
 for _ in $(seq 200); do "$K" --socket "$S" status >/dev/null 2>&1 && break; sleep 0.05; done
+if ! diff -rq --exclude=__pycache__ python/kforge "$S.d/python/kforge" >/dev/null; then
+  echo "$K embeds another python/kforge than this tree: rebuild and carry it"
+  "$K" --socket "$S" shutdown >/dev/null 2>&1; exit 2
+fi
 n=0
 for run in $RUNS; do
   IFS=: read -r p mode how <<<"$run"

@@ -31,9 +31,10 @@ pub const METRICS: [&str; 4] = [DURATION, SOL_MEMORY, SOL_COMPUTE, OCCUPANCY];
 /// DRAM bytes read and written (`dram__bytes.sum`).
 pub const DRAM_BYTES: &str = "dram__bytes.sum";
 /// Non-tensor floating-point instructions executed per thread (fp32, fp16, fp64) and the
-/// operations each counts, as ncu's roofline counts them: an FMA two; a half-precision
-/// instruction is a packed pair (HADD2, HMUL2: two; HFMA2: four), so a scalar half instruction
-/// (one lane used) counts double. Tensor-core work is not among them: its share shows in the
+/// operations each counts, as ncu's own derived metrics weigh them (`…_ffma_pred_on_x2`,
+/// `…_hadd_pred_on_x2`, `…_hfma_pred_on_x4`): an FMA two; a half-precision instruction a packed
+/// pair (HADD2, HMUL2: two; HFMA2: four), so a scalar half instruction (one lane used) counts
+/// double. Tensor-core work is not among them: its share shows in the
 /// compute speed of light only. (Blackwell's packed fp32 instructions have counters of their own,
 /// not read here.)
 pub const FLOP_COUNTERS: [(&str, f64); 9] = [

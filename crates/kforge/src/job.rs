@@ -1,6 +1,7 @@
 //! Running one command as a job of the kforge daemon and streaming its output here — what
-//! `kforge run` does, as a function for commands (`verify --daemon`, `inspect --daemon`) whose
-//! own helper process should be managed like any benchmark job.
+//! `kforge run` does, as a function for commands (`verify --daemon`, `inspect --daemon`,
+//! `profile --daemon`, `optimize --daemon`'s steps) whose own helper process should be managed
+//! like any benchmark job.
 
 use anyhow::{Context, Result};
 use kforge_proto::{JobExit, SubmitSpec};

@@ -168,7 +168,7 @@ fn run_local(a: &ProfileArgs, at: &Attempt) -> Result<Vec<kforge_ncu::Launch>> {
             Ok(())
         });
     }
-    eprintln!("kforge profile: compiling {} (mode {}) and profiling it under {}…", a.source.display(), a.mode, a.ncu);
+    eprintln!("kforge profile: profiling {} (mode {}) under {}…", a.source.display(), a.mode, a.ncu);
     let mut child = match cmd.spawn() {
         Ok(c) => c,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -179,7 +179,7 @@ fn run_local(a: &ProfileArgs, at: &Attempt) -> Result<Vec<kforge_ncu::Launch>> {
     match wait_within(&mut child, at.timeout_s)? {
         Some(status) => judge(a, status.code(), &status.to_string(), at.csv),
         None => {
-            bail!("{} under {} ran past --timeout-s {}: killed", a.source.display(), a.ncu, a.timeout_s.unwrap_or(0))
+            bail!("{} under {} ran past --timeout-s {}: killed", a.source.display(), a.ncu, at.timeout_s.unwrap_or(0))
         }
     }
 }

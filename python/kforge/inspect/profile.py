@@ -73,13 +73,10 @@ def triton_forward(path: str, mod: Any, dev: Any) -> Tuple[Callable[[], Any], st
     return (lambda: mod.kernel_function(*inputs)), "kernel_function"
 
 
-def profile_forward(path: str, made: Tuple[Callable[[], Any], str], forwards: int, peaks_out: Optional[str]) -> None:
-    """Warm-up forwards, then ``forwards`` inside the NVTX range (and the region), then, with
-    ``peaks_out``, the copy peak once the forward (and what it holds) is let go."""
+def profile_forward(path: str, forward: Callable[[], Any], what: str, forwards: int) -> None:
+    """Warm-up forwards, then ``forwards`` inside the NVTX range (and the region)."""
     import torch
 
-    forward, what = made
-    del made
     with torch.no_grad():
         try:
             for _ in range(WARMUP):
@@ -94,11 +91,6 @@ def profile_forward(path: str, made: Tuple[Callable[[], Any], str], forwards: in
                 forward()
             torch.cuda.synchronize()
             nvtx.range_pop()
-    if peaks_out:
-        # The copy needs 2 GiB beside what the model held: free that first (the large presets).
-        del forward
-        torch.cuda.empty_cache()
-        write_peaks(peaks_out, torch.device("cuda"))
 
 
 def profile_source(path: str, kind: str, mod: Any, mode: str, forwards: int, peaks_out: Optional[str] = None) -> None:
@@ -108,8 +100,16 @@ def profile_source(path: str, kind: str, mod: Any, mode: str, forwards: int, pea
         raise CaptureError(f"{path}: no CUDA GPU visible (kforge profile runs on a GPU)")
     dev = torch.device("cuda")
     with torch.no_grad():
-        made = problem_forward(path, mod, mode, dev) if kind == "problem" else triton_forward(path, mod, dev)
-    profile_forward(path, made, forwards, peaks_out)
+        forward, what = problem_forward(path, mod, mode, dev) if kind == "problem" else triton_forward(path, mod, dev)
+    profile_forward(path, forward, what, forwards)
+    if peaks_out:
+        # The copy needs 2 GiB beside what the model held: the forward (its closure holds the
+        # compiled model and the inputs) is the last reference; Dynamo's caches and a CUDA graph's
+        # memory pool go with a reset.
+        del forward
+        torch._dynamo.reset()
+        torch.cuda.empty_cache()
+        write_peaks(peaks_out, dev)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
