@@ -57,9 +57,10 @@ enum Cmd {
     /// dry run, multi-seed correctness, model level (fp64 rule), exploit checks, performance.
     /// Exit 0 accepted (or passed without the performance gate), 1 rejected, 2 could not run.
     Verify(verify::VerifyArgs),
-    /// Profile a compiled problem's kernels with Nsight Compute (or read a CSV ncu wrote): per
-    /// kernel its launches, time, memory and compute speed of light and occupancy, and the
-    /// strategy analyst's tier (near-optimal, memory-bound, compute-bound, under-utilized).
+    /// Profile a compiled problem's kernels (or a Triton kernel file's) with Nsight Compute, or
+    /// read a CSV ncu wrote: per kernel its launches, time, memory and compute speed of light,
+    /// occupancy, DRAM GB/s against the measured copy peak, non-tensor GFLOP/s, and the strategy
+    /// analyst's tier (near-optimal, memory-bound, compute-bound, under-utilized).
     Profile(profile::ProfileArgs),
     /// Make a problem faster: run the agents (dispatch, inductor knobs, rewrites, kernel configs,
     /// LLM agents with --llm), verify every candidate through the cascade, time through regions,
