@@ -256,6 +256,18 @@ pub fn kernels(launches: &[Launch]) -> Vec<KernelRow> {
         .collect()
 }
 
+/// The mean of the values there are, each with its weight; `None` when they weigh nothing.
+fn weighted_mean(values: impl Iterator<Item = (Option<f64>, f64)>) -> Option<f64> {
+    let (mut sum, mut weight) = (0.0, 0.0);
+    for (v, w) in values {
+        if let Some(v) = v {
+            sum += v * w;
+            weight += w;
+        }
+    }
+    (weight > 0.0).then(|| sum / weight)
+}
+
 /// The sum of the values there are; `None` when there is none.
 fn sum(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
     values.flatten().fold(None, |acc, v| Some(acc.unwrap_or(0.0) + v))
@@ -263,17 +275,8 @@ fn sum(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
 
 fn row(name: &str, of: &[&Launch]) -> KernelRow {
     let timed = of.iter().any(|l| l.duration_ns.is_some());
-    let mean = |metric: fn(&Launch) -> Option<f64>| {
-        let (mut sum, mut weight) = (0.0, 0.0);
-        for l in of {
-            if let Some(v) = metric(l) {
-                let w = if timed { l.duration_ns.unwrap_or(0.0) } else { 1.0 };
-                sum += v * w;
-                weight += w;
-            }
-        }
-        (weight > 0.0).then(|| sum / weight)
-    };
+    let weight = |l: &Launch| if timed { l.duration_ns.unwrap_or(0.0) } else { 1.0 };
+    let mean = |metric: fn(&Launch) -> Option<f64>| weighted_mean(of.iter().map(|l| (metric(l), weight(l))));
     KernelRow {
         name: name.to_string(),
         launches: of.len() as u32,
@@ -367,17 +370,8 @@ pub fn rows_for<'a>(rows: &'a [KernelRow], name: &str) -> Vec<&'a KernelRow> {
 /// has a time).
 pub fn combine(name: &str, rows: &[&KernelRow]) -> KernelRow {
     let timed = rows.iter().any(|r| r.time_ns > 0.0);
-    let mean = |metric: fn(&KernelRow) -> Option<f64>| {
-        let (mut sum, mut weight) = (0.0, 0.0);
-        for r in rows {
-            if let Some(v) = metric(r) {
-                let w = if timed { r.time_ns } else { 1.0 };
-                sum += v * w;
-                weight += w;
-            }
-        }
-        (weight > 0.0).then(|| sum / weight)
-    };
+    let weight = |r: &KernelRow| if timed { r.time_ns } else { 1.0 };
+    let mean = |metric: fn(&KernelRow) -> Option<f64>| weighted_mean(rows.iter().map(|r| (metric(r), weight(r))));
     KernelRow {
         name: name.to_string(),
         launches: rows.iter().map(|r| r.launches).sum(),

@@ -72,6 +72,18 @@ def load_source(path: str) -> Tuple[str, Any]:
     raise CaptureError(f"{path}: neither a problem (no class Model) nor a Triton kernel file (no kernel_function)")
 
 
+def load_sized(path: str, size: str) -> Tuple[str, Any]:
+    """:func:`load_source`, a problem set to size preset ``size`` (a bad preset is a
+    :class:`CaptureError` naming the file); a Triton kernel file as it is."""
+    kind, mod = load_source(path)
+    if kind == "problem":
+        try:
+            apply_size(mod, size, path)
+        except ValueError as e:
+            raise CaptureError(str(e)) from e
+    return kind, mod
+
+
 def copy_strided(x: Any, dev: Any) -> Any:
     """A copy of tensor ``x`` on ``dev`` with exactly its sizes and strides — also padded or
     overlapping-free strided views, which ``.to``/``.clone`` would make dense (a generated kernel
@@ -219,13 +231,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"kforge capture: --iterations must be at least 1, got {a.iterations}", file=sys.stderr)
         return 2
     try:
-        kind, mod = load_source(a.source)
-        if kind == "problem":
-            try:
-                apply_size(mod, a.size, a.source)
-            except ValueError as e:
-                raise CaptureError(str(e)) from e
-        elif a.size != "default":
+        kind, mod = load_sized(a.source, a.size)
+        if kind != "problem" and a.size != "default":
             raise CaptureError(f"{a.source}: --size {a.size} applies to a problem, not a Triton kernel file")
         try:
             import torch

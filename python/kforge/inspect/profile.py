@@ -26,10 +26,10 @@ import json
 import sys
 from typing import Any, Callable, Optional, Sequence, Tuple
 
-from ..harness import SIZES, apply_size, to_device
+from ..harness import SIZES, to_device
 from ..region import region
 from ..verify.perf import copy_bandwidth
-from .capture import MODES, load_source
+from .capture import MODES, load_sized
 from .inductor import CaptureError
 from .restitch import compile_problem
 
@@ -123,13 +123,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if a.forwards < 1:
             raise CaptureError(f"--forwards must be at least 1, got {a.forwards}")
-        kind, mod = load_source(a.source)
-        if kind == "problem":
-            try:
-                apply_size(mod, a.size, a.source)
-            except ValueError as e:
-                raise CaptureError(str(e)) from e
-        elif a.size != "default" or a.mode != "default":
+        kind, mod = load_sized(a.source, a.size)
+        if kind != "problem" and (a.size != "default" or a.mode != "default"):
             raise CaptureError(f"{a.source}: --size and --mode apply to a problem, not a Triton kernel file")
         try:
             import torch  # noqa: F401
