@@ -1,5 +1,6 @@
 //! ncu's CSV pages as written to a log file (hand-made in ncu's layout: the raw page kforge asks
-//! for, the details page a user may have saved) and the outputs of a failed or empty profile.
+//! for, the details page a user may have saved; and one real page from the H200) and the outputs of
+//! a failed or empty profile.
 
 use kforge_ncu::*;
 
@@ -100,4 +101,21 @@ fn broken_tables_name_the_line_and_the_problem() {
         }
         e => panic!("{e:?}"),
     }
+}
+
+/// A page ncu 2025.3.1 wrote on the H200 for `kforge profile` of `016_silu_bf16` (kept as it
+/// came back): the `==PROF==` lines of three connected processes, the NVTX range columns before
+/// the kernel's name, 327 columns in all and a units row.
+#[test]
+fn a_real_h200_page_with_nvtx_columns_gives_its_one_kernel() {
+    let launches = parse(&data("h200-silu.csv")).unwrap();
+    assert_eq!(launches.len(), 1);
+    let silu = &launches[0];
+    assert_eq!(silu.kernel, "triton_poi_fused_silu_0");
+    assert_eq!(silu.duration_ns, Some(128_640.0), "thousands separators in nanoseconds");
+    assert_eq!(silu.sol_memory_pct.map(|p| p.round()), Some(83.0));
+    assert!(silu.dram_bytes.unwrap() > 5.0e8, "{:?}", silu.dram_bytes);
+    assert_eq!(silu.flops, Some(1_946_157_056.0));
+    let rows = kernels(&launches);
+    assert_eq!((rows.len(), rows[0].launches), (1, 1));
 }
