@@ -349,3 +349,65 @@ def test_outputs_that_are_nan_in_the_same_places_are_the_same() -> None:
     assert harness.same_values([a, 2], [a.clone(), 2]) and not harness.same_values([a, 2], [a.clone(), 3])
     i = torch.arange(4)
     assert harness.same_tensor(i, i.clone()) and not harness.same_tensor(i, i + 1)
+
+
+def _helper(x: "torch.Tensor") -> "torch.Tensor":
+    def inner(y: "torch.Tensor") -> "torch.Tensor":
+        return y * 2.0
+
+    return inner(x)
+
+
+def _twice(x: "torch.Tensor") -> "torch.Tensor":
+    return x * 2.0
+
+
+def test_the_candidates_code_forgets_dynamos_skip_mark_before_gate_4() -> None:
+    """Dynamo marks a frame it met under the dispatch record "skip" (torch 2.11), and the compiled
+    forward then ran eagerly in gate 4: a config result measured 1.14x by its agent was timed at
+    0.55x. The candidate's own code objects (methods, functions, nested ones; not torch's) are
+    reset before gate 4, and a compiled function whose code was marked skip compiles again."""
+    import sys
+
+    from torch._dynamo.types import FrameAction, FrameExecStrategy
+    from torch._dynamo.utils import counters
+
+    from kforge.verify.dispatch import candidate_codes, forget_dynamo_state
+
+    module = sys.modules[__name__]
+    codes = candidate_codes(module)
+    names = {c.co_name for c in codes}
+    assert {"_helper", "inner", "forward", "test_the_candidates_code_forgets_dynamos_skip_mark_before_gate_4"} <= names
+    assert all(c.co_filename == __file__ for c in codes), "only this file's code, never torch's"
+
+    torch._dynamo.reset()
+    eval_frame = torch._C._dynamo.eval_frame
+    eval_frame.set_code_exec_strategy(_twice.__code__, FrameExecStrategy(FrameAction.SKIP, FrameAction.DEFAULT))
+    compiled = torch.compile(_twice, backend="eager")
+    before = counters["frames"]["ok"]
+    compiled(torch.ones(4))
+    assert counters["frames"]["ok"] == before, "the skip mark made it run eagerly"
+    assert forget_dynamo_state(module) == len(codes)
+    compiled(torch.ones(4))
+    assert counters["frames"]["ok"] > before, "compiled once the mark was reset"
+
+
+def test_a_compiled_forward_called_while_fx_traces_runs_eagerly_instead_of_raising() -> None:
+    """torch 2.11's FX-tracing flag is process-wide, so the baseline compiling in its thread made a
+    candidate's own torch.compile raise in the checks. With the setting the baseline compile makes,
+    such a call runs the function eagerly."""
+    import torch.fx._symbolic_trace as fx_trace
+
+    compiled = torch.compile(_twice, backend="eager")
+    saved = torch._dynamo.config.error_on_nested_fx_trace
+    perf.compiled_calls_while_tracing_run_eagerly()
+    try:
+        assert torch._dynamo.config.error_on_nested_fx_trace is False
+        fx_trace._set_is_fx_tracing(True)
+        try:
+            out = compiled(torch.ones(3))
+        finally:
+            fx_trace._set_is_fx_tracing(False)
+        assert torch.equal(out, torch.full((3,), 2.0))
+    finally:
+        torch._dynamo.config.error_on_nested_fx_trace = saved

@@ -19,7 +19,7 @@ from ..harness import DISTRIBUTIONS, Check, clone_all, clone_output, compare, fl
 from .checks import (FLOAT_DTYPES, Fp64Reference, LaunchCounter, RunnerError, environment_error, jit_functions, kernel_name,
                      library_identities, model_check, own_failure, plant_sentinels, release, timer_identities,
                      torch_own_wrapper)
-from .dispatch import DispatchRecord
+from .dispatch import DispatchRecord, forget_dynamo_state
 from .native import NativeCounter, kernel_streams, native_functions
 from .perf import BaselineCompile, performance_gate
 
@@ -76,6 +76,8 @@ class Cascade:
         self.exploits()
         release(self.dev)
         self.record.check(self.ck)
+        if not self.kernel_mode:  # gate 4 times the compiled forward, not the recorded (eager) one
+            forget_dynamo_state(self.candidate)
         return self.performance(performance, began)
 
     # --- what the stages share ---------------------------------------------------------------

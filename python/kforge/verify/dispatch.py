@@ -32,7 +32,10 @@ Limits: dispatch modes are per thread (threads are the thread-count checks' conc
 that switches the modes off is the static gate's (``harness-access``: the dispatch machinery);
 work captured into a CUDA graph outside the forward (at construction) and replayed in it
 dispatches nothing at replay (GPU only; not covered). ``torch.compile`` inside the forward runs
-eagerly under the modes, so its ops are recorded.
+eagerly under the modes, so its ops are recorded. Dynamo marks a frame it met under the modes
+"skip" (torch 2.11: "non-infra torch dispatch mode present"), and from then on never runs its
+compiled code: :func:`forget_dynamo_state` clears that mark for the candidate's own code before
+gate 4, which then times the compiled forward.
 """
 
 from __future__ import annotations
@@ -280,3 +283,51 @@ class DispatchRecord:
         note = ("torch computed " + ", ".join(f"aten::{op} x{n}" for op, n in compute.most_common())
                 + " in the candidate's forward" if compute else "")
         ck.add("dispatch", "torch-compute", not compute, note=note, **self.evidence())
+
+
+def candidate_codes(module: Any) -> List[Any]:
+    """The code objects defined in ``module``'s file: its functions, its classes' methods
+    (properties, static and class methods too) and the functions nested in them."""
+    import types
+
+    name = getattr(module, "__name__", None)
+    found: List[Any] = []
+
+    def add(code: Any) -> None:
+        if code not in found:
+            found.append(code)
+            for c in code.co_consts:
+                if isinstance(c, types.CodeType):
+                    add(c)
+
+    def visit(obj: Any) -> None:
+        for member in (obj.fget, obj.fset) if isinstance(obj, property) else (getattr(obj, "__func__", obj),):
+            code = getattr(member, "__code__", None)
+            if isinstance(code, types.CodeType) and getattr(member, "__module__", None) == name:
+                add(code)
+
+    for obj in list(vars(module).values()):
+        if isinstance(obj, type) and obj.__module__ == name:
+            for member in vars(obj).values():
+                visit(member)
+        else:
+            visit(obj)
+    return found
+
+
+def forget_dynamo_state(module: Any) -> int:
+    """Reset Dynamo's per-code state (its cache and a "skip" mark) for the code of the candidate's
+    file, after the recorded calls: a ``torch.compile`` inside the forward compiles again on the
+    next call, without the modes. Returns how many code objects were reset (0 when this torch has
+    no ``reset_code`` or Dynamo was never imported)."""
+    if "torch._dynamo" not in sys.modules:
+        return 0
+    from torch._C._dynamo import eval_frame
+
+    reset = getattr(eval_frame, "reset_code", None)
+    if reset is None:
+        return 0
+    codes = candidate_codes(module)
+    for code in codes:
+        reset(code)
+    return len(codes)
