@@ -2,20 +2,26 @@
 # kforge verify's wall time at the large preset against a naive single-seed harness
 # (scripts/device/naive_harness.py: allclose + triton.testing.do_bench), per suite candidate.
 #
-#   bash scripts/device/verify_scale.sh NAME...     NAME: a file stem of tests/candidates/suite/
+#   bash scripts/device/verify_scale.sh NAME...     NAME: a file stem of tests/candidates/suite/,
+#                                                   or eager:GLOB (every problem of GLOB, e.g.
+#                                                   eager:'problems/level1/*.py', against its own
+#                                                   eager forward: the dispatch agent's "eager"
+#                                                   result file and its policy.toml)
 #
+# DEADLINE_S: no candidate starts after this many seconds (a device call is 10 min); SKIP: a file
+# of names done by an earlier call (the names this call finished are in $OUT/done.txt).
 # For each candidate: the naive harness with host inputs (KernelBench's practice) and with
 # device inputs (the fastest naive harness), then `kforge verify PROBLEM CANDIDATE --size large`
 # (the whole cascade, standalone), each process timed whole. Peak GPU memory of the GPU is
 # sampled with nvidia-smi every 0.5 s during the verify. VERIFY_AGAIN=1: verify once more (a
 # search verifies many candidates of one problem: Inductor's caches are then warm). SKIP_NAIVE=1:
-# kforge verify only. Writes $OUT/verify_scale.json (with
+# kforge verify only; NAIVE_INPUTS=device: the device-input naive harness only. Writes $OUT/verify_scale.json (with
 # every verdict's JSON) and prints a table last. Needs target/release/kforge carried.
 set -uo pipefail
 OUT=${OUT:-/tmp/kforge-out}
 mkdir -p "$OUT"
 test -x target/release/kforge || { echo "carry target/release/kforge"; exit 2; }
-[ $# -gt 0 ] || { echo "usage: verify_scale.sh NAME... (stems of tests/candidates/suite/*.py)"; exit 2; }
+[ $# -gt 0 ] || { echo "usage: verify_scale.sh NAME... (stems of tests/candidates/suite/*.py, or eager:GLOB)"; exit 2; }
 declare -A PROBLEM=(
   [silu_bf16]=problems/level1/016_silu_bf16.py
   [gelu_fp32]=problems/level1/015_gelu_erf_fp32.py
@@ -24,12 +30,33 @@ declare -A PROBLEM=(
   [gemm_bias_gelu_bf16]=problems/level2/002_gemm_bias_gelu_bf16.py
 )
 W=$(mktemp -d /tmp/kforge-vscale.XXXXXX)
+: >"$W/walls.txt"
 now() { date +%s.%N; }
-for name in "$@"; do
+START=$(date +%s)
+NAMES=()
+declare -A POLICY=()
+for arg in "$@"; do
+  case $arg in
+    eager:*)
+      for f in ${arg#eager:}; do  # the glob, expanded here
+        [ -f "$f" ] || { echo "no problem file $f"; continue; }
+        name=eager-$(basename "$f" .py)
+        PYTHONPATH=$PWD/python python3 -c "import sys; from kforge.optimize.result import write_result; write_result(sys.argv[1], {'winner': 'eager', 'baseline': 'default', 'modes': {}}, sys.argv[2])" \
+          "$f" "$W/$name" || { echo "$f: no eager result file"; continue; }
+        PROBLEM[$name]=$f POLICY[$name]=$W/$name/policy.toml NAMES+=("$name")
+      done ;;
+    *) NAMES+=("$arg") ;;
+  esac
+done
+for name in "${NAMES[@]}"; do
   prob=${PROBLEM[$name]:-}
   cand=tests/candidates/suite/$name.py
+  [ -n "${POLICY[$name]:-}" ] && cand=$W/$name/model_new.py
   [ -n "$prob" ] && [ -f "$cand" ] || { echo "unknown candidate $name"; continue; }
-  for inputs in $( [ "${SKIP_NAIVE:-0}" = 1 ] || echo host device ); do
+  [ -n "${SKIP:-}" ] && grep -qx "$name" "$SKIP" && continue
+  [ $(( $(date +%s) - START )) -gt "${DEADLINE_S:-540}" ] && { echo "deadline: $name and the rest not started"; break; }
+  policy=(); [ -n "${POLICY[$name]:-}" ] && policy=(--policy "${POLICY[$name]}")
+  for inputs in $( [ "${SKIP_NAIVE:-0}" = 1 ] || echo "${NAIVE_INPUTS:-host device}" ); do
     t0=$(now)
     python3 scripts/device/naive_harness.py "$prob" "$cand" --size large --inputs "$inputs" >"$W/$name.naive-$inputs.json" 2>"$W/$name.naive-$inputs.err"
     rc=$?
@@ -39,12 +66,13 @@ for name in "$@"; do
     ( while :; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; sleep 0.5; done ) >"$W/$name.$what.mem.txt" 2>/dev/null &
     sampler=$!
     t0=$(now)
-    target/release/kforge verify "$prob" "$cand" --size large --json "$W/$name.$what.verdict.json" >"$W/$name.$what.out" 2>&1
+    target/release/kforge verify "$prob" "$cand" --size large "${policy[@]}" --json "$W/$name.$what.verdict.json" >"$W/$name.$what.out" 2>&1
     rc=$?
     echo "$name $what $rc $(awk -v a="$(now)" -v b="$t0" "BEGIN{printf \"%.3f\", a-b}")" >>"$W/walls.txt"
     kill "$sampler" 2>/dev/null
-    tail -n 12 "$W/$name.$what.out"
+    tail -n 3 "$W/$name.$what.out"
   done
+  echo "$name" >>"$OUT/done.txt"
 done
 python3 - "$W" "$OUT/verify_scale.json" <<'PY'
 import json, os, sys
