@@ -411,3 +411,33 @@ def test_a_compiled_forward_called_while_fx_traces_runs_eagerly_instead_of_raisi
         assert torch.equal(out, torch.full((3,), 2.0))
     finally:
         torch._dynamo.config.error_on_nested_fx_trace = saved
+
+
+class _Scale(torch.nn.Module):
+    def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        return x * 2.0
+
+
+class _HonestWhenWatched(_Scale):
+    """Right while a dispatch mode (the record) is active, wrong otherwise: the cheat the
+    unrecorded forward catches on a CPU run, which has no gate 4."""
+
+    def forward(self, x: "torch.Tensor") -> "torch.Tensor":
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        return x * 2.0 if _get_current_dispatch_mode() is not None else x * 2.5
+
+
+def test_a_forward_that_changes_outside_the_dispatch_record_is_rejected() -> None:
+    from kforge.verify.cascade import run_checks
+
+    prob = types.SimpleNamespace(Model=_Scale, get_inputs=lambda: [torch.randn(64)], get_init_inputs=lambda: [])
+    verdicts = {}
+    for cls in (_Scale, _HonestWhenWatched):
+        cand = types.ModuleType("candidate")
+        cand.ModelNew = cls  # type: ignore[attr-defined]
+        res = run_checks(prob, cand, {"torch_policy": "reference-ops"}, torch.device("cpu"), False, {}, set())
+        by = {(c["gate"], c["name"]): c for c in res["checks"]}
+        verdicts[cls.__name__] = by[("exploits", "unrecorded-forward")]["ok"]
+        assert by[("correctness", "seed-0-normal")]["ok"] is True, "under the record both are right"
+    assert verdicts == {"_Scale": True, "_HonestWhenWatched": False}

@@ -11,6 +11,7 @@ torch, to report its absence).
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
@@ -78,6 +79,7 @@ class Cascade:
         self.record.check(self.ck)
         if not self.kernel_mode:  # gate 4 times the compiled forward, not the recorded (eager) one
             forget_dynamo_state(self.candidate)
+            self.unrecorded_forward()
         return self.performance(performance, began)
 
     # --- what the stages share ---------------------------------------------------------------
@@ -91,15 +93,15 @@ class Cascade:
         with torch.no_grad():
             return self.ref_model(*xs)
 
-    def call(self, xs: Sequence[Any]) -> Any:
+    def call(self, xs: Sequence[Any], recorded: bool = True) -> Any:
         """A copy of the candidate's output (a CUDA-graph replay overwrites its outputs on the
         next replay), or the exception it raised (then every comparison fails). The aten ops its
-        forward dispatches are recorded (``record``)."""
+        forward dispatches are recorded (``record``), unless not ``recorded``."""
         import torch
 
         try:
             with torch.no_grad():
-                with self.record:
+                with self.record if recorded else contextlib.nullcontext():
                     out = self.cand(*xs)
                 return clone_output(out)
         except Exception as e:
@@ -244,6 +246,20 @@ class Cascade:
         self.identities()
         self.ghost_replay()
         self.streams()
+
+    def unrecorded_forward(self) -> None:
+        """``exploits:unrecorded-forward``: the forward called as a user calls it, outside the
+        dispatch record (a ``torch.compile`` inside it compiles now), on fresh inputs, against
+        the reference. Every check before ran it under the record's modes; gate 4 times it
+        without them, and a GPU-less or ``--no-performance`` run has no gate 4."""
+        self.ck.begin("exploits", "unrecorded-forward")
+        xs = self.inputs(309)
+        ref = self.reference(clone_all(xs))
+        out = self.call(xs, recorded=False)
+        self.sync()
+        r = compare(out, ref, self.policy)
+        self.ck.add("exploits", "unrecorded-forward", r["ok"], **r)
+        release(self.dev)
 
     def determinism(self) -> None:
         self.ck.begin("exploits", "determinism")
