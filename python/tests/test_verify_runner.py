@@ -362,6 +362,25 @@ def _twice(x: "torch.Tensor") -> "torch.Tensor":
     return x * 2.0
 
 
+@torch.compile(backend="eager")
+def _decorated(x: "torch.Tensor") -> "torch.Tensor":
+    return x + 1.0
+
+
+class _Outer:
+    class Inner:
+        def method(self) -> int:
+            return 1
+
+        @staticmethod
+        def static() -> int:
+            return 2
+
+        @property
+        def prop(self) -> int:
+            return 3
+
+
 def test_the_candidates_code_forgets_dynamos_skip_mark_before_gate_4() -> None:
     """Dynamo marks a frame it met under the dispatch record "skip" (torch 2.11), and the compiled
     forward then ran eagerly in gate 4: a config result measured 1.14x by its agent was timed at
@@ -377,8 +396,12 @@ def test_the_candidates_code_forgets_dynamos_skip_mark_before_gate_4() -> None:
     module = sys.modules[__name__]
     codes = candidate_codes(module)
     names = {c.co_name for c in codes}
-    assert {"_helper", "inner", "forward", "test_the_candidates_code_forgets_dynamos_skip_mark_before_gate_4"} <= names
-    assert all(c.co_filename == __file__ for c in codes), "only this file's code, never torch's"
+    assert {"_helper", "inner", "forward", "_decorated", "method", "static", "prop",
+            "test_the_candidates_code_forgets_dynamos_skip_mark_before_gate_4"} <= names
+    assert all(c.co_filename == __file__ for c in codes), "only this file's code, never torch's (compile_wrapper)"
+    tree = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    linear = torch.nn.Linear.forward.__code__
+    assert linear in candidate_codes(module, tree) and linear not in codes, "a compiled nn.Linear: torch's forward too"
 
     torch._dynamo.reset()
     eval_frame = torch._C._dynamo.eval_frame
@@ -429,6 +452,8 @@ class _HonestWhenWatched(_Scale):
 
 
 def test_a_forward_that_changes_outside_the_dispatch_record_is_rejected() -> None:
+    import threading
+
     from kforge.verify.cascade import run_checks
 
     prob = types.SimpleNamespace(Model=_Scale, get_inputs=lambda: [torch.randn(64)], get_init_inputs=lambda: [])
@@ -436,8 +461,10 @@ def test_a_forward_that_changes_outside_the_dispatch_record_is_rejected() -> Non
     for cls in (_Scale, _HonestWhenWatched):
         cand = types.ModuleType("candidate")
         cand.ModelNew = cls  # type: ignore[attr-defined]
-        res = run_checks(prob, cand, {"torch_policy": "reference-ops"}, torch.device("cpu"), False, {}, set())
+        res = run_checks(prob, cand, {"torch_policy": "reference-ops"}, torch.device("cpu"), False, {},
+                         set(threading.enumerate()))
         by = {(c["gate"], c["name"]): c for c in res["checks"]}
+        assert [k for k, c in by.items() if c["ok"] is False] in ([], [("exploits", "unrecorded-forward")])
         verdicts[cls.__name__] = by[("exploits", "unrecorded-forward")]["ok"]
         assert by[("correctness", "seed-0-normal")]["ok"] is True, "under the record both are right"
     assert verdicts == {"_Scale": True, "_HonestWhenWatched": False}

@@ -32,51 +32,10 @@ declare -A PROBLEM=(
 W=$(mktemp -d /tmp/kforge-vscale.XXXXXX)
 : >"$W/walls.txt"
 now() { date +%s.%N; }
-START=$(date +%s)
-NAMES=()
-declare -A POLICY=()
-for arg in "$@"; do
-  case $arg in
-    eager:*)
-      for f in ${arg#eager:}; do  # the glob, expanded here
-        [ -f "$f" ] || { echo "no problem file $f"; continue; }
-        name=eager-$(basename "$f" .py)
-        PYTHONPATH=$PWD/python python3 -c "import sys; from kforge.optimize.result import write_result; write_result(sys.argv[1], {'winner': 'eager', 'baseline': 'default', 'modes': {}}, sys.argv[2])" \
-          "$f" "$W/$name" || { echo "$f: no eager result file"; continue; }
-        PROBLEM[$name]=$f POLICY[$name]=$W/$name/policy.toml NAMES+=("$name")
-      done ;;
-    *) NAMES+=("$arg") ;;
-  esac
-done
-for name in "${NAMES[@]}"; do
-  prob=${PROBLEM[$name]:-}
-  cand=tests/candidates/suite/$name.py
-  [ -n "${POLICY[$name]:-}" ] && cand=$W/$name/model_new.py
-  [ -n "$prob" ] && [ -f "$cand" ] || { echo "unknown candidate $name"; continue; }
-  [ -n "${SKIP:-}" ] && grep -qx "$name" "$SKIP" && continue
-  [ $(( $(date +%s) - START )) -gt "${DEADLINE_S:-540}" ] && { echo "deadline: $name and the rest not started"; break; }
-  policy=(); [ -n "${POLICY[$name]:-}" ] && policy=(--policy "${POLICY[$name]}")
-  for inputs in $( [ "${SKIP_NAIVE:-0}" = 1 ] || echo "${NAIVE_INPUTS:-host device}" ); do
-    t0=$(now)
-    python3 scripts/device/naive_harness.py "$prob" "$cand" --size large --inputs "$inputs" >"$W/$name.naive-$inputs.json" 2>"$W/$name.naive-$inputs.err"
-    rc=$?
-    echo "$name naive-$inputs $rc $(awk -v a="$(now)" -v b="$t0" "BEGIN{printf \"%.3f\", a-b}")" >>"$W/walls.txt"
-  done
-  for what in verify $( [ "${VERIFY_AGAIN:-0}" = 1 ] && echo verify-again ); do
-    ( while :; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; sleep 0.5; done ) >"$W/$name.$what.mem.txt" 2>/dev/null &
-    sampler=$!
-    t0=$(now)
-    target/release/kforge verify "$prob" "$cand" --size large "${policy[@]}" --json "$W/$name.$what.verdict.json" >"$W/$name.$what.out" 2>&1
-    rc=$?
-    echo "$name $what $rc $(awk -v a="$(now)" -v b="$t0" "BEGIN{printf \"%.3f\", a-b}")" >>"$W/walls.txt"
-    kill "$sampler" 2>/dev/null
-    tail -n 3 "$W/$name.$what.out"
-  done
-  echo "$name" >>"$OUT/done.txt"
-done
-python3 - "$W" "$OUT/verify_scale.json" <<'PY'
+summarize() {  # quiet | table: $OUT/verify_scale.json from what ran so far; the table with "table"
+python3 - "$W" "$OUT/verify_scale.json" "$1" <<'PY'
 import json, os, sys
-w, out = sys.argv[1], sys.argv[2]
+w, out, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 rows = {}
 for line in open(os.path.join(w, "walls.txt")):
     name, what, rc, secs = line.split()
@@ -95,6 +54,8 @@ for line in open(os.path.join(w, "walls.txt")):
         mem = [int(x) for x in open(os.path.join(w, f"{name}.{what}.mem.txt")).read().split() if x.isdigit()]
         r[what]["gpu_memory_peak_mib"] = max(mem) if mem else None
 json.dump(list(rows.values()), open(out, "w"), indent=1, default=str)
+if mode != "table":
+    sys.exit(0)
 print("%-20s %-12s %9s %9s %8s %7s %7s %8s  %s" % ("CANDIDATE", "RUN", "NAIVE-H s", "NAIVE-D s", "VERIFY s", "/ NH", "/ ND", "PEAK GiB", "VERDICT; PHASES s"))
 for r in rows.values():
     nh, nd = r.get("naive-host", {}), r.get("naive-device", {})
@@ -110,3 +71,49 @@ for r in rows.values():
             v["seconds"] / nh.get("seconds", float("nan")), v["seconds"] / nd.get("seconds", float("nan")),
             "%.1f" % (peak / 1024) if peak else "-", verdict.get("outcome", "?"), verdict.get("rejected_by") or "", phases))
 PY
+}
+START=$(date +%s)
+NAMES=()
+declare -A POLICY=()
+for arg in "$@"; do
+  case $arg in
+    eager:*)
+      for f in ${arg#eager:}; do  # the glob, expanded here
+        [ -f "$f" ] || { echo "no problem file $f"; continue; }
+        name=eager-$(basename "$f" .py)
+        [ -n "${SKIP:-}" ] && grep -qxF "$name" "$SKIP" && continue
+        PYTHONPATH=$PWD/python python3 -c "import sys; from kforge.optimize.result import write_result; write_result(sys.argv[1], {'winner': 'eager', 'baseline': 'default', 'modes': {}}, sys.argv[2])" \
+          "$f" "$W/$name" || { echo "$f: no eager result file"; continue; }
+        PROBLEM[$name]=$f POLICY[$name]=$W/$name/policy.toml NAMES+=("$name")
+      done ;;
+    *) NAMES+=("$arg") ;;
+  esac
+done
+for name in "${NAMES[@]}"; do
+  prob=${PROBLEM[$name]:-}
+  cand=tests/candidates/suite/$name.py
+  [ -n "${POLICY[$name]:-}" ] && cand=$W/$name/model_new.py
+  [ -n "$prob" ] && [ -f "$cand" ] || { echo "unknown candidate $name"; continue; }
+  [ -n "${SKIP:-}" ] && grep -qxF "$name" "$SKIP" && continue
+  [ $(( $(date +%s) - START )) -gt "${DEADLINE_S:-540}" ] && { echo "deadline: $name and the rest not started"; break; }
+  policy=(); [ -n "${POLICY[$name]:-}" ] && policy=(--policy "${POLICY[$name]}")
+  for inputs in $( [ "${SKIP_NAIVE:-0}" = 1 ] || echo "${NAIVE_INPUTS:-host device}" ); do
+    t0=$(now)
+    python3 scripts/device/naive_harness.py "$prob" "$cand" --size large --inputs "$inputs" >"$W/$name.naive-$inputs.json" 2>"$W/$name.naive-$inputs.err"
+    rc=$?
+    echo "$name naive-$inputs $rc $(awk -v a="$(now)" -v b="$t0" "BEGIN{printf \"%.3f\", a-b}")" >>"$W/walls.txt"
+  done
+  for what in verify $( [ "${VERIFY_AGAIN:-0}" = 1 ] && echo verify-again ); do
+    ( while :; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; sleep 0.5; done ) >"$W/$name.$what.mem.txt" 2>/dev/null &
+    sampler=$!
+    t0=$(now)
+    target/release/kforge verify "$prob" "$cand" --size large "${policy[@]}" --json "$W/$name.$what.verdict.json" >"$W/$name.$what.out" 2>&1
+    rc=$?
+    echo "$name $what $rc $(awk -v a="$(now)" -v b="$t0" "BEGIN{printf \"%.3f\", a-b}")" >>"$W/walls.txt"
+    kill "$sampler" 2>/dev/null
+    tail -n 3 "$W/$name.$what.out"
+  done
+  summarize quiet  # $OUT/verify_scale.json after every candidate: a call cut at its limit keeps them
+  [ -f "$W/$name.verify.verdict.json" ] && echo "$name" >>"$OUT/done.txt"
+done
+summarize table

@@ -77,8 +77,8 @@ class Cascade:
         self.exploits()
         release(self.dev)
         self.record.check(self.ck)
-        if not self.kernel_mode:  # gate 4 times the compiled forward, not the recorded (eager) one
-            forget_dynamo_state(self.candidate)
+        if not self.kernel_mode and not any(c["ok"] is False for c in self.ck.items):
+            forget_dynamo_state(self.candidate, self.cand)  # gate 4 times the compiled forward, not the recorded one
             self.unrecorded_forward()
         return self.performance(performance, began)
 
@@ -251,11 +251,13 @@ class Cascade:
         """``exploits:unrecorded-forward``: the forward called as a user calls it, outside the
         dispatch record (a ``torch.compile`` inside it compiles now), on fresh inputs, against
         the reference. Every check before ran it under the record's modes; gate 4 times it
-        without them, and a GPU-less or ``--no-performance`` run has no gate 4."""
+        without them, and a GPU-less or ``--no-performance`` run has no gate 4. Not run once a
+        check failed (it may compile: a rejected candidate's compile is time lost). A compile
+        that raises here fails it, with the error as its evidence."""
         self.ck.begin("exploits", "unrecorded-forward")
-        xs = self.inputs(309)
-        ref = self.reference(clone_all(xs))
-        out = self.call(xs, recorded=False)
+        ref = self.reference(self.inputs(309))
+        plant_sentinels(ref)
+        out = self.call(self.inputs(309), recorded=False)
         self.sync()
         r = compare(out, ref, self.policy)
         self.ck.add("exploits", "unrecorded-forward", r["ok"], **r)

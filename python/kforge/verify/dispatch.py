@@ -43,7 +43,7 @@ from __future__ import annotations
 import os
 import sys
 from collections import Counter
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 #: Aten ops that compute nothing from their inputs' values: allocation, constant fills, views,
 #: metadata and scalar reads. Everything else a candidate dispatches outside an allowed vendor
@@ -285,41 +285,66 @@ class DispatchRecord:
         ck.add("dispatch", "torch-compute", not compute, note=note, **self.evidence())
 
 
-def candidate_codes(module: Any) -> List[Any]:
-    """The code objects defined in ``module``'s file: its functions, its classes' methods
-    (properties, static and class methods too) and the functions nested in them."""
+def candidate_codes(module: Any, instance: Any = None) -> List[Any]:
+    """The code objects a ``torch.compile`` of the candidate's can have met under the record:
+    those of ``module``'s own file (functions, decorated ones through ``__wrapped__`` or Dynamo's
+    ``_torchdynamo_orig_callable``, methods, properties, static and class methods, nested
+    classes and nested functions), and the ``forward`` of every module class in ``instance``'s
+    tree (torch's own ``nn.Linear.forward`` when the candidate compiles an ``nn.Linear``)."""
     import types
 
-    name = getattr(module, "__name__", None)
-    found: List[Any] = []
+    file = getattr(module, "__file__", None)
+    found: Dict[int, Any] = {}
+    visited: Set[int] = set()
 
-    def add(code: Any) -> None:
-        if code not in found:
-            found.append(code)
-            for c in code.co_consts:
-                if isinstance(c, types.CodeType):
-                    add(c)
+    def add(code: Any, any_file: bool) -> None:
+        if id(code) in found or not (any_file or code.co_filename == file):
+            return
+        found[id(code)] = code
+        for c in code.co_consts:
+            if isinstance(c, types.CodeType):
+                add(c, True)  # nested in it: its file
+
+    def function(obj: Any, any_file: bool = False) -> None:
+        for _ in range(16):  # through the decorators
+            code = getattr(obj, "__code__", None)
+            if isinstance(code, types.CodeType):
+                add(code, any_file)
+            inner = getattr(obj, "_torchdynamo_orig_callable", None) or getattr(obj, "__wrapped__", None)
+            if inner is None or inner is obj:
+                return
+            obj = inner
 
     def visit(obj: Any) -> None:
-        for member in (obj.fget, obj.fset) if isinstance(obj, property) else (getattr(obj, "__func__", obj),):
-            code = getattr(member, "__code__", None)
-            if isinstance(code, types.CodeType) and getattr(member, "__module__", None) == name:
-                add(code)
+        if id(obj) in visited:
+            return
+        visited.add(id(obj))
+        if isinstance(obj, property):
+            for f in (obj.fget, obj.fset, obj.fdel):
+                function(f)
+        elif isinstance(obj, (staticmethod, classmethod)):
+            function(obj.__func__)
+        elif isinstance(obj, type):
+            if obj.__module__ == getattr(module, "__name__", None):
+                for member in list(vars(obj).values()):
+                    visit(member)
+        else:
+            function(obj)
 
     for obj in list(vars(module).values()):
-        if isinstance(obj, type) and obj.__module__ == name:
-            for member in vars(obj).values():
-                visit(member)
-        else:
-            visit(obj)
-    return found
+        visit(obj)
+    for m in instance.modules() if hasattr(instance, "modules") else ():
+        function(getattr(type(m), "forward", None), any_file=True)
+    return list(found.values())
 
 
-def forget_dynamo_state(module: Any) -> int:
-    """Reset Dynamo's per-code state (its cache and a "skip" mark) for the code of the candidate's
-    file, after the recorded calls: a ``torch.compile`` inside the forward compiles again on the
-    next call, without the modes. Returns how many code objects were reset (0 when this torch has
-    no ``reset_code`` or Dynamo was never imported)."""
+def forget_dynamo_state(module: Any, instance: Any = None) -> int:
+    """Reset Dynamo's per-code state (its cache and a "skip" mark) for the candidate's code
+    (:func:`candidate_codes`), after the recorded calls: a ``torch.compile`` inside the forward
+    compiles again on the next call, without the modes. The baseline's compiled code lives on the
+    problem file's ``Model.forward``, which is not among them (and were it reset, gate 4's first
+    baseline call, untimed, would compile it again). Returns how many code objects were reset
+    (0 when this torch has no ``reset_code`` or Dynamo was never imported)."""
     if "torch._dynamo" not in sys.modules:
         return 0
     from torch._C._dynamo import eval_frame
@@ -327,7 +352,7 @@ def forget_dynamo_state(module: Any) -> int:
     reset = getattr(eval_frame, "reset_code", None)
     if reset is None:
         return 0
-    codes = candidate_codes(module)
+    codes = candidate_codes(module, instance)
     for code in codes:
         reset(code)
     return len(codes)

@@ -221,15 +221,19 @@ def copy_bandwidth(dev: Any) -> float:
     return 2 * n * 4 / (ms / 1e3)
 
 
-def compiled_calls_while_tracing_run_eagerly() -> None:
+def compiled_calls_while_tracing_run_eagerly() -> bool:
     """While the baseline compiles in its thread, FX traces, and torch 2.11's "FX is tracing"
     flag is process-wide: a candidate whose forward calls ``torch.compile``, called by the checks
     meanwhile, raised "using FX to symbolically trace a dynamo-optimized function" (the H200: a
     config result rejected by correctness:seed-1-normal). Such a call runs the forward eagerly
-    instead, as it does under the dispatch record anyway; gate 4 times the compiled one."""
+    instead, as it does under the dispatch record anyway; gate 4 times the compiled one. Returns
+    the setting before, which ``BaselineCompile.wait`` puts back (a warm worker runs commands
+    after this one)."""
     import torch._dynamo
 
+    before = bool(torch._dynamo.config.error_on_nested_fx_trace)
     torch._dynamo.config.error_on_nested_fx_trace = False
+    return before
 
 
 class BaselineCompile:
@@ -246,7 +250,7 @@ class BaselineCompile:
 
         self.mode = mode
         inductor_regions()  # under a daemon, max-autotune's own benchmarks run in regions
-        compiled_calls_while_tracing_run_eagerly()
+        self._nested_fx_error = compiled_calls_while_tracing_run_eagerly()
         self.base = torch.compile(ref_model, mode=mode)
         self.error: Optional[BaseException] = None
         self.seconds = 0.0
@@ -268,7 +272,10 @@ class BaselineCompile:
         self.seconds = time.perf_counter() - t0
 
     def wait(self) -> Any:
+        import torch._dynamo
+
         self._thread.join()
+        torch._dynamo.config.error_on_nested_fx_trace = self._nested_fx_error
         return self.base
 
 

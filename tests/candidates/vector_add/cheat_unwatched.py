@@ -1,7 +1,7 @@
 """Cheat (a forward that knows when it is watched): the honest Triton add while a torch function
 mode is active — the dispatch record, around every check's call — and half the work otherwise:
 the sum of the first half of the elements only, the rest x. The mode is looked up through an
-object the static gate cannot see. Every recorded check sees the honest add. Expect exploits:unrecorded-forward (on a GPU, gate 4's sampled timed outputs as well)."""
+object the static gate cannot see. Every recorded check sees the honest add. Expect exploits:unrecorded-forward."""
 import torch
 import torch.nn as nn
 import triton
