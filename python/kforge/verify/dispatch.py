@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 from collections import Counter
 from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
@@ -291,8 +292,6 @@ def candidate_codes(module: Any, instance: Any = None) -> List[Any]:
     ``_torchdynamo_orig_callable``, methods, properties, static and class methods, nested
     classes and nested functions), and the ``forward`` of every module class in ``instance``'s
     tree (torch's own ``nn.Linear.forward`` when the candidate compiles an ``nn.Linear``)."""
-    import types
-
     file = getattr(module, "__file__", None)
     found: Dict[int, Any] = {}
     visited: Set[int] = set()
