@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(__file__))
-from suite_report import inspect_row  # noqa: E402  (one reader of the inspect results)
+from suite_report import inspect_row, speedup_evidence  # noqa: E402  (one reader of the results)
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "bench" / "results" / "large-suite" / "large_suite.json"
@@ -52,9 +52,7 @@ def inspect_entry(d: str, name: str, call: str, seconds: Optional[float]) -> Dic
 
 def verify_entry(path: str, call: str) -> Dict[str, Any]:
     v = json.loads(Path(path).read_text())
-    checks = [c for g in v.get("gates", []) for c in g["checks"]]
-    perf = next((c for c in checks if c["gate"] == "performance" and c["name"] == "speedup"), None)
-    ev = perf["evidence"] if perf else {}
+    ev = speedup_evidence(v)
     phases = {k: round(s, 3) for k, s in (v.get("phase_seconds") or {}).items() if "." not in k}
     return {"call": call, "outcome": v["outcome"], "rejected_by": v.get("rejected_by"), "speedup": ev.get("speedup"),
             "ci95": ev.get("ci95"), "seconds": round(phases.get("total", 0.0), 1), "phase_seconds": phases}

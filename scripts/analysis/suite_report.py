@@ -40,14 +40,21 @@ def inspect_row(d: str, name: str) -> Dict[str, Any]:
             "eager_max_abs_diff": (r.get("check") or {}).get("max_abs_diff_vs_eager")}
 
 
+def speedup_evidence(v: Dict[str, Any]) -> Dict[str, Any]:
+    """The evidence of a verdict's ``performance:speedup`` check (speedup, ci95, noise_floor,
+    per_round), empty when gate 4 did not run."""
+    checks = [c for g in v.get("gates", []) for c in g["checks"]]
+    perf = next((c for c in checks if c["gate"] == "performance" and c["name"] == "speedup"), None)
+    return dict(perf["evidence"]) if perf else {}
+
+
 def verify_row(d: str, i: int, e: Dict[str, Any]) -> Dict[str, Any]:
     try:
         v = json.load(open(f"{d}/{i}.json"))
     except (OSError, ValueError):
         v = {"outcome": "no-verdict", "rejected_by": None, "gates": []}
     checks = [c for g in v.get("gates", []) for c in g["checks"]]
-    perf = next((c for c in checks if c["gate"] == "performance" and c["name"] == "speedup"), None)
-    ev = perf["evidence"] if perf else {}
+    ev = speedup_evidence(v)
     by = v.get("rejected_by") or ""
     first = next((c for c in checks if c["ok"] is False), None)
     ok = (e["expect"] == "pass" and (v["outcome"] == "accepted" or by.startswith("performance:"))) or \

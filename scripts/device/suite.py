@@ -41,7 +41,7 @@ from typing import Any, Dict, List, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "analysis"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-from suite_report import EXPECT, inspect_row, verify_row  # noqa: E402  (one reader of the results)
+from suite_report import EXPECT, inspect_row, speedup_evidence, verify_row  # noqa: E402  (one reader of the results)
 from kforge.optimize.result import write_result  # noqa: E402  (the tree's package, not installed)
 
 K, SOCKET, WORK, OUT = sys.argv[1:5]
@@ -265,11 +265,9 @@ def suite_verdicts(kind: str, results: List[Dict[str, Any]], summary: Dict[str, 
         rows = []
         for f in sorted(glob.glob(f"{WORK}/{kind}/*.json")):
             v = json.load(open(f))
-            checks = [c for g in v.get("gates", []) for c in g["checks"]]
-            perf = next((c for c in checks if c["gate"] == "performance" and c["name"] == "speedup"), None)
             secs = next((r["s"] for r in results if r["key"] == f"{kind}/{os.path.basename(f)[:-5]}"), None)
             rows.append({"candidate": os.path.basename(f)[:-5], "outcome": v.get("outcome"), "rejected_by": v.get("rejected_by"),
-                         "speedup": (perf or {}).get("evidence", {}).get("speedup"), "seconds": secs,
+                         "speedup": speedup_evidence(v).get("speedup"), "seconds": secs,
                          "phase_seconds": v.get("phase_seconds"), "error": v.get("error"), "cause": v.get("cause")})
         summary[kind] = rows
         print(f"\n== kforge verify, {kind}, size {SIZE}")

@@ -77,7 +77,7 @@ class Cascade:
         self.exploits()
         release(self.dev)
         self.record.check(self.ck)
-        if not self.kernel_mode and not any(c["ok"] is False for c in self.ck.items):
+        if not self.kernel_mode and not self.failed():
             forget_dynamo_state(self.candidate, self.cand)  # gate 4 times the compiled forward, not the recorded one
             self.unrecorded_forward()
         return self.performance(performance, began)
@@ -109,6 +109,10 @@ class Cascade:
             if env is not None:
                 raise env from e
             return own_failure(e, self.dev)
+
+    def failed(self) -> List[str]:
+        """The checks failed so far, as ``gate:name``, in the order they ran."""
+        return [f"{c['gate']}:{c['name']}" for c in self.ck.items if c["ok"] is False]
 
     def sync(self) -> None:
         import torch
@@ -382,7 +386,7 @@ class Cascade:
     def performance(self, requested: bool, began: float) -> Dict[str, Any]:
         """Gate 4 (GPU), unless an earlier check failed; the result with its phase seconds."""
         ck, dev = self.ck, self.dev
-        failed = [f"{c['gate']}:{c['name']}" for c in ck.items if c["ok"] is False]
+        failed = self.failed()
         if not (requested and dev.type == "cuda"):
             ck.add("performance", "speedup", None, note="needs a GPU" if dev.type != "cuda" else "not requested")
             return {"checks": ck.items, "phase_seconds": {"checks": round(time.perf_counter() - began, 3)}}
