@@ -232,3 +232,80 @@ def test_a_rewrite_that_cannot_be_measured_says_why_and_the_rest_goes_on(monkeyp
     monkeypatch.setattr(dispatch, "rewrite_model", rule_bug)
     r = dispatch.measure(problem, ["eager"], torch.device("cpu"), 2, ["exact"])
     assert "a rule failed (a bug in the rule): rule diag-matmul" in r["rewrite"]["why"]
+
+
+CANCELLING = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    """(1e4 x + 1) - 1e4 x: 1 exactly in fp64, off by up to half an ulp of 1e4 in fp32."""
+
+    def forward(self, x):
+        return (x * 1e4 + 1.0) - x * 1e4
+
+
+def get_inputs():
+    return [torch.randn(64, 1024)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_a_variant_beyond_eagers_tolerance_is_judged_by_the_fp64_rule(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eager's fp32 answer is itself off by ~5e-4 here: a variant with the exact answer differs
+    from eager beyond 1e-4 yet is more accurate (kept, the rule named); one off by 0.1 is wrong."""
+    real = dispatch.build
+
+    def build(model: Any, mode: str) -> Any:
+        if mode == "default":
+            return lambda x: torch.ones_like(x)  # exact
+        if mode == "max-autotune-no-cudagraphs":
+            return lambda x: torch.ones_like(x) + 0.1  # wrong
+        return real(model, mode)
+
+    path = tmp_path / "cancelling.py"
+    path.write_text(CANCELLING)
+    monkeypatch.setattr(dispatch, "build", build)
+    problem = dispatch.load_problem(str(path), "default")
+    r = dispatch.measure(problem, ["eager", "default", "max-autotune-no-cudagraphs"], torch.device("cpu"), 2)
+    exact, wrong = r["prepared"]["default"], r["prepared"]["max-autotune-no-cudagraphs"]
+    assert exact["ok"] is True and exact["rule"] == "fp64-ratio" and exact["rho"] < 1.0
+    assert "beyond rtol" in exact["beyond_tolerance"] and exact["d_ref"] > 1e-4
+    assert wrong["ok"] is False and "the fp64 rule fails too" in wrong["why"] and wrong["rho"] > 10
+    assert "default" in r["modes"] and "max-autotune-no-cudagraphs" not in r["modes"]
+
+
+def test_more_variants_than_dynamos_recompile_limit_all_compile() -> None:
+    """Every variant compiles the same forward with a backend of its own: past Dynamo's limit (8)
+    the rest would run eagerly under their names; inside room_to_compile each one compiles."""
+
+    def forward(x: Any) -> Any:
+        return x + 1
+
+    def run(n: int) -> List[int]:
+        torch._dynamo.reset()
+        called: List[int] = []
+
+        def backend_for(i: int) -> Any:
+            def backend(gm: Any, example_inputs: Any) -> Any:
+                called.append(i)
+                return gm.forward
+            return backend
+
+        x = torch.ones(3)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for i in range(n):
+                assert torch.equal(torch.compile(forward, backend=backend_for(i))(x), x + 1)
+        return called
+
+    limit = torch._dynamo.config.recompile_limit
+    assert len(run(limit + 3)) == limit  # the limit bites without it
+    with dispatch.room_to_compile(limit + 3):
+        assert run(limit + 3) == list(range(limit + 3))
+    assert torch._dynamo.config.recompile_limit == limit  # put back
+    torch._dynamo.reset()

@@ -468,3 +468,29 @@ def test_a_forward_that_changes_outside_the_dispatch_record_is_rejected() -> Non
         verdicts[cls.__name__] = by[("exploits", "unrecorded-forward")]["ok"]
         assert by[("correctness", "seed-0-normal")]["ok"] is True, "under the record both are right"
     assert verdicts == {"_Scale": True, "_HonestWhenWatched": False}
+
+
+def test_the_judge_takes_the_fp64_rule_only_for_a_tolerance_miss() -> None:
+    """harness.judge: a more accurate output beyond 1e-4 passes by the fp64 rule; a NaN, a wrong
+    shape or an integer output is decided by the tolerance alone; a worse one fails both."""
+
+    class Cancel(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return (x * 1e4 + 1.0) - x * 1e4
+
+    torch.manual_seed(0)
+    x = torch.randn(64, 1024)
+    ref = Cancel()(x)
+    fp64 = harness.Fp64Reference(Cancel())
+    exact = harness.judge(torch.ones_like(x), ref, {}, fp64, lambda: [x])
+    assert exact["ok"] and exact["rule"] == "fp64-ratio" and "beyond rtol" in exact["beyond_tolerance"]
+    worse = harness.judge(torch.ones_like(x) + 0.05, ref, {}, fp64, lambda: [x])
+    assert not worse["ok"] and worse["rho"] > 10 and "the fp64 rule fails too" in worse["why"]
+    nan = torch.ones_like(x)
+    nan[0, 0] = float("nan")
+    asked: List[int] = []
+    assert "NaN" in harness.judge(nan, ref, {}, fp64, lambda: asked.append(1) or [x])["why"]
+    assert "shape" in harness.judge(torch.ones(3), ref, {}, fp64, lambda: asked.append(1) or [x])["why"]
+    ints = harness.judge(torch.ones(4, dtype=torch.int64), torch.zeros(4, dtype=torch.int64), {}, fp64,
+                         lambda: asked.append(1) or [x])
+    assert not ints["ok"] and asked == []  # the fp64 rule never asked for inputs

@@ -13,7 +13,9 @@
 # is the new state (copy it over STATE for the next call) and $OUT/campaign.json,
 # $OUT/campaign.html the summary. BUDGET_WALL_S (default 480) is passed as --budget-wall-s:
 # no problem or step starts later, so the call ends inside its limit; problems not reached are
-# continued by the next call (--resume). Builds nothing: carry target/release/kforge and
+# continued by the next call (--resume). HARD_S (default BUDGET_WALL_S + 60) kills the run if a
+# step started before the budget is still running then (its step is redone by the next call): the
+# state is packed either way, so a long step never costs the call's journal. Builds nothing: carry target/release/kforge and
 # target/release/libkforge_shim.so (and STATE).
 set -uo pipefail
 OUT=${OUT:-/tmp/kforge-out}
@@ -38,9 +40,12 @@ if ! diff -rq --exclude=__pycache__ python/kforge "$S.d/python/kforge" >/dev/nul
   "$K" --socket "$S" shutdown >/dev/null 2>&1; exit 2
 fi
 t0=$(date +%s)
-"$K" --socket "$S" optimize "$PROBLEMS" --daemon --resume --out "$W/state/out" --budget-wall-s "${BUDGET_WALL_S:-480}" \
+BUDGET_WALL_S=${BUDGET_WALL_S:-480}
+timeout --signal=TERM --kill-after=10 "${HARD_S:-$((BUDGET_WALL_S + 60))}" \
+  "$K" --socket "$S" optimize "$PROBLEMS" --daemon --resume --out "$W/state/out" --budget-wall-s "$BUDGET_WALL_S" \
   --json "$OUT/campaign.json" --html "$OUT/campaign.html" "$@" 2>"$W/progress.log"
 rc=$?
+[ "$rc" = 124 ] && echo "kforge optimize killed at HARD_S (a step outlived the budget): the next call redoes it"
 echo "kforge optimize exited $rc after $(( $(date +%s) - t0 )) s"
 "$K" --socket "$S" shutdown >/dev/null 2>&1 || true
 tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"

@@ -29,17 +29,18 @@ torch is imported inside the functions that use it (the entry point reports a mi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import math
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..autoregions import inductor_regions
 from ..bench import do_bench_interleaved
-from ..harness import SIZES, clone_output, compare, finite_json, make_inputs, mean_half, noise_floor
+from ..harness import SIZES, Fp64Reference, clone_output, finite_json, judge, make_inputs, mean_half, noise_floor
 from ..harness import load_problem as harness_load_problem
 from .rewrite import EXACTNESS, RuleError, candidate, introduced, rewrite_model, rules_of
 
@@ -154,11 +155,13 @@ def build(model: Any, variant: str) -> Callable[..., Any]:
 @dataclass(frozen=True)
 class Reference:
     """The reference model built on the device under seed 0, the inputs every variant is first
-    called with, and its eager output on them (what each variant is compared with)."""
+    called with, its eager output on them (what each variant is compared with), and its fp64
+    copy (made only when a variant is beyond the dtype's tolerance of eager)."""
 
     model: Any
     xs: List[Any]
     expected: Any
+    fp64: Fp64Reference
 
 
 def reference(problem: Any, dev: Any) -> Reference:
@@ -170,7 +173,7 @@ def reference(problem: Any, dev: Any) -> Reference:
     xs = make_inputs(problem, 0, "normal", dev)
     with torch.no_grad():
         expected = clone_output(ref(*xs))
-    return Reference(ref, xs, expected)
+    return Reference(ref, xs, expected, Fp64Reference(ref))
 
 
 def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any) -> Tuple[Dict[str, Callable[..., Any]], Dict[str, Dict[str, Any]]]:
@@ -180,15 +183,15 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any) -> Tuple[Dict[
     ready: Dict[str, Callable[..., Any]] = {}
     report: Dict[str, Dict[str, Any]] = {}
     for mode in modes:
-        prepare_one(mode, ref.model, ref.xs, ref.expected, dev, ready, report)
+        prepare_one(mode, ref.model, ref, dev, ready, report)
     return ready, report
 
 
-def prepare_one(variant: str, model: Any, xs: Sequence[Any], expected: Any, dev: Any,
+def prepare_one(variant: str, model: Any, ref: Reference, dev: Any,
                 ready: Dict[str, Callable[..., Any]], report: Dict[str, Dict[str, Any]]) -> None:
-    """``variant``'s mode applied to a copy of ``model``, its first call timed and compared with
-    eager's output at the dtype's tolerance: into ``ready`` when it ran and matched, and into
-    ``report`` either way (with ``why`` when not)."""
+    """``variant``'s mode applied to a copy of ``model``, its first call (on ``ref.xs``) timed and
+    judged by :func:`matches`: into ``ready`` when it ran and matched, and into ``report`` either
+    way (with ``why`` when not)."""
     import torch
 
     mode = variant.split("~")[0]
@@ -196,17 +199,25 @@ def prepare_one(variant: str, model: Any, xs: Sequence[Any], expected: Any, dev:
     try:
         fn = build(copy.deepcopy(model), mode)
         with torch.no_grad():
-            out = clone_output(fn(*xs))
+            out = clone_output(fn(*ref.xs))
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
     except Exception as e:
         report[variant] = {"ok": False, "why": f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"}
         return
-    r = compare(out, expected, {})
-    report[variant] = {"ok": bool(r["ok"]), "first_call_s": round(time.perf_counter() - t0, 3),
-                       **{k: v for k, v in r.items() if k != "ok"}}
+    first_call_s = round(time.perf_counter() - t0, 3)
+    r = matches(out, ref)
+    report[variant] = {"ok": bool(r["ok"]), "first_call_s": first_call_s, **{k: v for k, v in r.items() if k != "ok"}}
     if r["ok"]:
         ready[variant] = fn
+
+
+def matches(out: Any, ref: Reference) -> Dict[str, Any]:
+    """A variant's output judged as verify judges a candidate's (``harness.judge``): within the
+    dtype's tolerance of eager, else by the fp64 rule. A compile mode that reorders a sum (a
+    cumulative sum, a convolution's algorithm) differs from eager beyond 1e-4 while being as
+    accurate; the fp64 rule tells it from a wrong one."""
+    return judge(out, ref.expected, {}, ref.fp64, lambda: ref.xs)
 
 
 def prepare_rewrite(problem: Any, ref: Reference, baseline: str, classes: Sequence[str], dev: Any,
@@ -240,7 +251,7 @@ def prepare_rewrite(problem: Any, ref: Reference, baseline: str, classes: Sequen
     info.update(fired=True, rules=found["changes"], exactness=found["exactness"], key=found["key"], **brought)
     for mode in dict.fromkeys(("eager", baseline)):
         variant = mode + REWRITE
-        prepare_one(variant, result.module, ref.xs, ref.expected, dev, ready, report)
+        prepare_one(variant, result.module, ref, dev, ready, report)
         report[variant].update(rules=[c["rule"] for c in found["changes"]], exactness=found["exactness"])
     return info
 
@@ -289,6 +300,32 @@ def measure(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
     """The whole agent step: modes prepared and checked (and with ``rewrite``, the exactness
     classes the rewrite agent may use, its variants), timed against ``modes[0]`` (the
     baseline), the choice."""
+    with room_to_compile(len(modes) + 2):  # every variant, and the rewrite agent's two
+        return measure_in(problem, modes, dev, rounds, rewrite)
+
+
+@contextlib.contextmanager
+def room_to_compile(variants: int) -> Iterator[None]:
+    """Dynamo's recompile limit raised to ``variants`` while they are made and timed. Every
+    variant compiles the same ``forward`` (its code object is the class's), each with its own
+    backend; past the limit (8 by default) Dynamo stops compiling that frame and runs it eagerly,
+    so a ninth variant would be measured as eager under its own name."""
+    import torch._dynamo.config as dynamo_config
+
+    names = [n for n in ("recompile_limit", "accumulated_recompile_limit") if hasattr(dynamo_config, n)]
+    saved = {n: getattr(dynamo_config, n) for n in names}
+    for n in names:
+        setattr(dynamo_config, n, max(saved[n], variants))
+    try:
+        yield
+    finally:
+        for n, v in saved.items():
+            setattr(dynamo_config, n, v)
+
+
+def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
+               rewrite: Optional[Sequence[str]]) -> Dict[str, Any]:
+    """:func:`measure` with room to compile every variant."""
     baseline = modes[0]
     ref = reference(problem, dev)
     fns, report = prepare_modes(ref, modes, dev)

@@ -9,14 +9,13 @@ torch, to report its absence); Triton is optional.
 
 from __future__ import annotations
 
-import copy
 import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import kforge
 
-from ..harness import allowed_origin, compare, flat, max_abs, max_abs_diff, package_dirs
+from ..harness import Fp64Reference, allowed_origin, compare, flat, fp64_rule, package_dirs
 from .dispatch import prepare
 
 
@@ -223,28 +222,6 @@ class LaunchCounter:
 FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
-class Fp64Reference:
-    """The reference model in fp64, made once (on first use) and shared by every seed's fp64
-    rule; ``release`` frees it."""
-
-    def __init__(self, ref_model: Any) -> None:
-        self.ref_model = ref_model
-        self._m64: Any = None
-
-    def outputs(self, xs: Sequence[Any]) -> List[Any]:
-        """The fp64 reference's outputs for ``xs`` (floating-point inputs promoted to fp64)."""
-        import torch
-
-        if self._m64 is None:
-            self._m64 = copy.deepcopy(self.ref_model).double()
-        x64 = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in xs]
-        with torch.no_grad():
-            return flat(self._m64(*x64))
-
-    def release(self) -> None:
-        self._m64 = None
-
-
 def model_check(seed: int, out: Any, ref: Any, inputs: Callable[[], List[Any]], strict: Dict[str, Any],
                 fp64: Fp64Reference) -> Tuple[str, bool, Dict[str, Any]]:
     """Gate 3 for one seed: ``out`` against the fp32 reference ``ref`` at 1e-4, else the fp64
@@ -254,26 +231,6 @@ def model_check(seed: int, out: Any, ref: Any, inputs: Callable[[], List[Any]], 
         return f"eager-1e-4-seed-{seed}", True, r
     f = fp64_rule(fp64, out, ref, inputs())
     return f"fp64-seed-{seed}", bool(f["ok"]), f
-
-
-def fp64_rule(fp64: Fp64Reference, cand_out: Any, base_out: Any, xs: Sequence[Any]) -> Dict[str, Any]:
-    """rho = ||candidate - fp64 reference||inf / ||fp32 baseline - fp64 reference||inf <= 10;
-    exact operations (baseline error < 1e-8): relative error <= 1e-4."""
-    if isinstance(cand_out, BaseException):
-        return {"ok": False, "rule": "fp64", "why": f"the candidate raised {type(cand_out).__name__}: {cand_out}"}
-    r64 = fp64.outputs(xs)
-    c, b = flat(cand_out), flat(base_out)
-    shapes = [(tuple(ci.shape), tuple(ri.shape)) for ci, ri in zip(c, r64) if ci.shape != ri.shape]
-    if len(c) != len(r64) or shapes:
-        return {"ok": False, "rule": "fp64", "why": f"output shapes differ from the reference's: {shapes[:3] or (len(c), len(r64))}"}
-    d_opt = max(max_abs_diff(ci, ri) for ci, ri in zip(c, r64))
-    d_ref = max(max_abs_diff(bi, ri) for bi, ri in zip(b, r64))
-    if d_ref < 1e-8:
-        scale = max(max_abs(ri) for ri in r64) or 1.0
-        rel = d_opt / scale
-        return {"ok": rel <= 1e-4, "rule": "fp64-exact", "relative_error": rel}
-    rho = d_opt / d_ref
-    return {"ok": rho <= 10.0, "rule": "fp64-ratio", "rho": rho, "d_opt": d_opt, "d_ref": d_ref}
 
 
 def release(dev: Any) -> None:

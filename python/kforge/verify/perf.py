@@ -30,11 +30,11 @@ import random
 import statistics
 import threading
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..autoregions import inductor_regions
 from ..bench import do_bench_interleaved, median_ms
-from ..harness import Check, clone_all, clone_output, compare, flat, make_inputs, mean_half, native_threads, noise_floor, thread_check
+from ..harness import Check, Fp64Reference, clone_all, clone_output, flat, judge, make_inputs, mean_half, native_threads, noise_floor, thread_check
 
 #: Timed candidate calls per round whose outputs are kept and compared with the reference.
 TIMED_SAMPLES = 2
@@ -102,12 +102,18 @@ class TimedSample:
         else:
             self.kept[slot] = entry
 
-    def validate(self, refs: List[Any], policy: Dict[str, Any]) -> Dict[str, Any]:
-        """Each kept output against the reference's output for its input set."""
-        results = [dict(compare(out, refs[i], policy), input_set=i) for i, out in self.kept]
+    def validate(self, refs: List[Any], policy: Dict[str, Any], fp64: Fp64Reference, sets: List[List[Any]]) -> Dict[str, Any]:
+        """Each kept output against the reference's output for its input set (``judge``: the
+        dtype's tolerance, else the fp64 rule on that set)."""
+        results = [dict(judge(out, refs[i], policy, fp64, inputs_of(sets, i)), input_set=i) for i, out in self.kept]
         bad = [r for r in results if not r["ok"]]
         return {"ok": bool(results) and not bad, "calls": self.calls, "sampled": len(results),
                 "failed": len(bad), "why": bad[0].get("why", "") if bad else ("" if results else "no timed call was sampled")}
+
+
+def inputs_of(sets: List[List[Any]], i: int) -> Callable[[], List[Any]]:
+    """Input set ``i`` on demand (the fp64 rule's inputs)."""
+    return lambda: sets[i]
 
 
 def _round_ms(base: Any, cand: Any, sets: List[List[Any]], name: str,
@@ -140,7 +146,7 @@ def timed_outputs_round(ref_model: Any, base: Any, cand: Any, sets: List[List[An
         refs = [clone_output(ref_model(*clone_all(xs))) for xs in sets]
     sample = TimedSample(rng=rng)
     times = _round_ms(base, cand, sets, name, sample)
-    return times, sample.validate(refs, policy)
+    return times, sample.validate(refs, policy, Fp64Reference(ref_model), sets)
 
 
 def revalidate_after_timing(ck: Check, problem: Any, ref_model: Any, cand: Any, policy: Dict[str, Any], dev: Any,
@@ -160,7 +166,7 @@ def revalidate_after_timing(ck: Check, problem: Any, ref_model: Any, cand: Any, 
             out: Any = clone_output(cand(*clone_all(xs)))
         except Exception as e:
             out = e
-    r = compare(out, ref, policy)
+    r = judge(out, ref, policy, Fp64Reference(ref_model), lambda: make_inputs(problem, 499, "normal", dev))
     ck.add("exploits", "revalidation-after-timing", r["ok"], **r)
 
 
