@@ -440,6 +440,7 @@ mod tests {
             beam: None,
             config: None,
             llm: None,
+            tried: Vec::new(),
         }
     }
 

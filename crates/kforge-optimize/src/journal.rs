@@ -190,11 +190,11 @@ impl Journal {
         problem: &str,
         modes: &BTreeMap<String, ModeTiming>,
         measure_hash: &str,
-        verified: Option<(&str, Verified)>,
+        verified: &[(&str, Verified)],
     ) -> Result<(), StoreError> {
         let store = self.store();
         for (variant, t) in modes {
-            let verdict = verified.filter(|(v, _)| v == variant).map(|(_, o)| verified_name(o));
+            let verdict = verified.iter().find(|(v, _)| v == variant).map(|(_, o)| verified_name(*o));
             store.insert_candidate(&CandidateRow {
                 id: 0,
                 run: self.run,
@@ -347,7 +347,7 @@ mod tests {
                           "default+freezing": {"speedup": 1.3, "ci95": [1.2, 1.4], "beyond_noise": true}}}"#,
         )
         .unwrap();
-        j.candidates("p.py", &m.modes, "mh", Some(("default+freezing", Verified::PassedWithoutPerformance))).unwrap();
+        j.candidates("p.py", &m.modes, "mh", &[("default+freezing", Verified::PassedWithoutPerformance)]).unwrap();
         let c = j.rows().unwrap().candidates;
         let got: Vec<(&str, &str, Option<&str>)> =
             c.iter().map(|c| (c.agent.as_str(), c.variant.as_str(), c.verdict.as_deref())).collect();
@@ -359,7 +359,7 @@ mod tests {
         assert_eq!(c[0].content_hash, content_hash(&[b"mh", b"default+freezing"]));
         // The config agent's candidate, from its own measurement, with its verdict.
         let config = ConfigMeasurement::parse(include_str!("../testdata/config.json")).unwrap();
-        j.candidates("p.py", &config.modes, "ch", Some(("config", Verified::Accepted))).unwrap();
+        j.candidates("p.py", &config.modes, "ch", &[("config", Verified::Accepted)]).unwrap();
         let rows = j.rows().unwrap().candidates;
         let c = rows.iter().find(|c| c.variant == "config").unwrap();
         assert_eq!((c.agent.as_str(), c.verdict.as_deref(), c.speedup), ("config", Some("accepted"), Some(1.21)));

@@ -550,6 +550,36 @@ pub enum Decision {
 /// only `accepted` counts (gate 4 confirmed the speedup against the same baseline); without
 /// one, `passed-without-performance` (every other gate passed; the speed is the agent's own
 /// interleaved measurement).
+/// Runner-ups verified after a rejected winner, at most: a measured winner whose result file
+/// the cascade rejects (a variant that measured faster than it runs as a standalone file) gives
+/// way to the next fastest variant beyond the noise floor, then to the baseline.
+pub const RUNNER_UPS: usize = 2;
+
+/// The fastest variant of `m` beyond its noise floor that is neither the baseline nor one of
+/// `tried` (variants whose result files were verified already): the next to verify after a
+/// rejection, or `None`.
+pub fn runner_up(m: &DispatchMeasurement, tried: &[String]) -> Option<String> {
+    m.modes
+        .iter()
+        .filter(|(v, t)| t.beyond_noise && **v != m.baseline && !tried.contains(v))
+        .max_by(|a, b| a.1.speedup.total_cmp(&b.1.speedup))
+        .map(|(v, _)| v.clone())
+}
+
+/// `m` with `variant` as its winner (a runner-up: the decision and the result file are then
+/// its).
+pub fn with_winner(m: &DispatchMeasurement, variant: &str) -> DispatchMeasurement {
+    DispatchMeasurement { winner: variant.to_string(), fallback: false, ..m.clone() }
+}
+
+/// A variant whose result file was verified, in the order tried: the measured winner first, its
+/// runner-ups after a rejection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Tried {
+    pub variant: String,
+    pub verified: Verified,
+}
+
 pub fn decide(m: &DispatchMeasurement, verified: Option<Verified>, gpu: bool) -> Decision {
     if m.fallback || m.winner == m.baseline {
         return Decision::Fallback { reason: fallback_reason(m) };
@@ -575,7 +605,7 @@ pub fn decide(m: &DispatchMeasurement, verified: Option<Verified>, gpu: bool) ->
 }
 
 /// Whether a verdict counts: `accepted`, or without a GPU `passed-without-performance`.
-fn passed(verified: Option<Verified>, gpu: bool) -> bool {
+pub fn passed(verified: Option<Verified>, gpu: bool) -> bool {
     match verified {
         Some(Verified::Accepted) => true,
         Some(Verified::PassedWithoutPerformance) => !gpu,
@@ -659,6 +689,10 @@ pub struct Report {
     /// The LLM family (`None`: the llm agent was not asked for).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub llm: Option<llm::LlmReport>,
+    /// The dispatch family's result files verified, in turn (the measured winner, then its
+    /// runner-ups after a rejection: `RUNNER_UPS`); empty when nothing won or before runner-ups.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tried: Vec<Tried>,
 }
 
 /// What the beam's second round did: measured knob combinations beside the first round's best
@@ -716,6 +750,11 @@ impl Report {
         }
         if let Some(l) = &self.llm {
             t.push_str(&l.lines());
+        }
+        if self.tried.len() > 1 {
+            let each: Vec<String> =
+                self.tried.iter().map(|x| format!("{} {}", x.variant, journal::verified_name(x.verified))).collect();
+            t.push_str(&format!("verified in turn: {}\n", each.join(", then ")));
         }
         match &self.decision {
             Decision::Improved { agent, mode, speedup, .. } => {
@@ -942,6 +981,34 @@ mod tests {
     }
 
     #[test]
+    fn a_rejected_winner_gives_way_to_the_next_fastest_beyond_noise() {
+        let mut m = measured("default", false);
+        m.winner = "max-autotune+freezing".into();
+        let t = |speedup: f64, beyond_noise: bool| ModeTiming { speedup, ci95: [speedup, speedup], beyond_noise };
+        m.modes.insert("max-autotune+freezing".into(), t(2.0, true));
+        m.modes.insert("max-autotune-no-cudagraphs".into(), t(1.5, true));
+        m.modes.insert("max-autotune".into(), t(3.0, true)); // the baseline is never its own runner-up
+        let tried = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(runner_up(&m, &tried(&["max-autotune+freezing"])).as_deref(), Some("max-autotune-no-cudagraphs"));
+        let next = tried(&["max-autotune+freezing", "max-autotune-no-cudagraphs"]);
+        assert_eq!(runner_up(&m, &next).as_deref(), Some("default"));
+        // eager (0.9x) is not beyond noise: nothing after default.
+        assert_eq!(runner_up(&m, &[next.clone(), tried(&["default"])].concat()), None);
+        // The runner-up's decision is its own timing, improved when its file is verified.
+        let r = with_winner(&m, "max-autotune-no-cudagraphs");
+        assert_eq!(
+            decide(&r, Some(Verified::Accepted), true),
+            Decision::Improved {
+                agent: Agent::Dispatch,
+                mode: "max-autotune-no-cudagraphs".into(),
+                speedup: 1.5,
+                ci95: [1.5, 1.5]
+            }
+        );
+        assert!(passed(Some(Verified::Accepted), true) && !passed(Some(Verified::Rejected), true));
+    }
+
+    #[test]
     fn a_fallback_says_why() {
         let m = DispatchMeasurement { winner: "max-autotune".into(), fallback: true, ..measured("default", false) };
         match decide(&m, None, true) {
@@ -1026,6 +1093,7 @@ mod tests {
             beam: Some(BeamOutcome { measurement: Some(second), stopped: None }),
             config: None,
             llm: None,
+            tried: Vec::new(),
         };
         assert_eq!(r.decisive().winner, "max-autotune+freezing+coordinate-descent");
         assert!(matches!(&r.decision, Decision::Improved { agent: Agent::Inductor, speedup, .. } if *speedup == 1.4));
@@ -1068,6 +1136,7 @@ mod tests {
             beam: None,
             config: None,
             llm: None,
+            tried: Vec::new(),
         };
         // The report reads back as written, its question flattened into it (--resume reads it).
         let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
@@ -1268,6 +1337,7 @@ mod tests {
             beam: None,
             config: Some(config),
             llm: None,
+            tried: Vec::new(),
         };
         let t = r.table();
         assert!(t.contains("Triton kernels 91% of the baseline's device time: Amdahl ceiling 11.11x"), "{t}");

@@ -18,7 +18,7 @@ use kforge_optimize::search::{measure_args, Step};
 use kforge_optimize::{
     across, campaign_table, check_agents, decide, decide_config, parse_agents, result_from, summarize, Agent, Baseline,
     BeamOutcome, ConfigMeasurement, ConfigReport, Decision, DispatchMeasurement, ProblemOutcome, Question, Report,
-    ResultFrom, Verified, CONFIG_NEEDS_A_GPU, CONFIG_VARIANT,
+    ResultFrom, Tried, Verified, CONFIG_NEEDS_A_GPU, CONFIG_VARIANT,
 };
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -474,12 +474,19 @@ struct Found {
     /// The LLM family's report, or why its step failed.
     llm: Option<kforge_optimize::llm::LlmReport>,
     llm_error: Option<String>,
+    /// The dispatch family's result files verified in turn, and the runner-up's measurement and
+    /// file when the measured winner was rejected (`kforge_optimize::RUNNER_UPS`).
+    tried: Vec<Tried>,
+    runner_up: Option<(DispatchMeasurement, String)>,
 }
 
 impl Found {
-    /// The measurement the result and the decision come from: the beam's second round when it
-    /// ran, else the first; and its file.
-    fn decisive(&self) -> Option<(&DispatchMeasurement, &'static str)> {
+    /// The measurement the result and the decision come from: a runner-up's after a rejected
+    /// winner, else the beam's second round when it ran, else the first; and its file.
+    fn decisive(&self) -> Option<(&DispatchMeasurement, &str)> {
+        if let Some((m, file)) = &self.runner_up {
+            return Some((m, file.as_str()));
+        }
         match self.beam.as_ref().and_then(|b| b.measurement.as_ref()) {
             Some(m) => Some((m, "beam.json")),
             None => self.measurement.as_ref().map(|m| (m, "dispatch.json")),
@@ -571,20 +578,11 @@ impl ProblemRun<'_> {
             Step::Beam => return self.beam(measure_hash, found),
             Step::Result => {
                 let (_, file) = found.decisive().context("the result step before the measure step")?;
-                let hash = content_hash(&[&self.source, files_hash(self.out, &[file])?.as_bytes()]);
-                let write = || self.write_result(file).map(|_| Work::default());
-                if self.step(step, &hash, &["model_new.py", "policy.toml"], write)?.is_none() {
+                if !self.result_step(file)? {
                     return Ok(false);
                 }
             }
-            Step::Verify => {
-                let (m, _) = found.decisive().context("the verify step before the measure step")?;
-                if m.fallback {
-                    return Ok(true); // nothing won: nothing to verify
-                }
-                let Some(answer) = self.verify_step(step, "")? else { return Ok(false) };
-                found.verified = Some(answer);
-            }
+            Step::Verify => return self.verify_in_turn(found),
             Step::Config => {
                 if !self.run.plan.gpu {
                     self.progress(&format!("config: skipped: {}", &CONFIG_NEEDS_A_GPU["config: ".len()..]));
@@ -659,6 +657,64 @@ impl ProblemRun<'_> {
             .then(|| format!("beam: round 2 found no combination beyond the first round's best ({})", second.winner));
         found.beam = Some(BeamOutcome { measurement: Some(second), stopped });
         Ok(true)
+    }
+
+    /// The result step: `model_new.py` and `policy.toml` written for the winner `file` names;
+    /// false when a budget kept it from starting.
+    fn result_step(&self, file: &str) -> Result<bool> {
+        let hash = content_hash(&[&self.source, files_hash(self.out, &[file])?.as_bytes()]);
+        let write = || self.write_result(file).map(|_| Work::default());
+        Ok(self.step(Step::Result, &hash, &["model_new.py", "policy.toml"], write)?.is_some())
+    }
+
+    /// The verify step: the winner's result file; when the cascade rejects it, the next fastest
+    /// variant beyond noise (`kforge_optimize::runner_up`, at most `RUNNER_UPS` of them) gets its
+    /// own result file and verification, so a variant that measured faster than it runs
+    /// standalone does not hide an honest runner-up. False when a budget stopped it.
+    fn verify_in_turn(&self, found: &mut Found) -> Result<bool> {
+        let (m, file) = found.decisive().map(|(m, f)| (m.clone(), f.to_string())).context("no measure step")?;
+        if m.fallback {
+            return Ok(true); // nothing won: nothing to verify
+        }
+        let gpu = self.run.plan.gpu;
+        let mut variant = m.winner.clone();
+        loop {
+            let Some(answer) = self.verify_step(Step::Verify, "")? else { return Ok(false) };
+            found.verified = Some(answer);
+            found.tried.push(Tried { variant: variant.clone(), verified: answer });
+            if kforge_optimize::passed(Some(answer), gpu) || found.tried.len() > kforge_optimize::RUNNER_UPS {
+                return Ok(true);
+            }
+            let tried: Vec<String> = found.tried.iter().map(|t| t.variant.clone()).collect();
+            let Some(next) = kforge_optimize::runner_up(&m, &tried) else { return Ok(true) };
+            self.progress(&format!(
+                "verify: {variant} was {}; its runner-up {next} ({:.3}x) next",
+                verified_name(answer),
+                m.modes[&next].speedup
+            ));
+            let name = format!("runner-up-{}.json", found.tried.len());
+            self.write_runner_up(&file, &next, &tried, &name)?;
+            found.runner_up = Some((kforge_optimize::with_winner(&m, &next), name.clone()));
+            if !self.result_step(&name)? {
+                return Ok(false);
+            }
+            variant = next;
+        }
+    }
+
+    /// `name`: the measurement in `file` with `next` as its winner (the variants `tried` before
+    /// it recorded), for the result step.
+    fn write_runner_up(&self, file: &str, next: &str, tried: &[String], name: &str) -> Result<()> {
+        let path = self.out.join(file);
+        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+        let mut v: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+        v["measured_winner"] = v["winner"].clone();
+        v["winner"] = serde_json::json!(next);
+        v["fallback"] = serde_json::json!(false);
+        v["rejected_before"] = serde_json::json!(tried);
+        let to = self.out.join(name);
+        std::fs::write(&to, serde_json::to_string_pretty(&v)?).with_context(|| format!("writing {}", to.display()))
     }
 
     fn read_measurement(&self, file: &str) -> Result<DispatchMeasurement> {
@@ -799,7 +855,7 @@ impl ProblemRun<'_> {
     fn decide(&self, found: Found, measure_hash: &str) -> Result<Outcome> {
         let gpu = self.run.plan.gpu;
         // The dispatch family's decisive measurement: the beam's second round when it ran.
-        let (decisive, file) = found.decisive().map(|(m, f)| (m.clone(), f)).context("no measure step")?;
+        let (decisive, file) = found.decisive().map(|(m, f)| (m.clone(), f.to_string())).context("no measure step")?;
         let beam_hash = found.beam_hash.clone();
         let measurement = found.measurement.context("no measure step")?;
         let verified = found.verified;
@@ -822,7 +878,7 @@ impl ProblemRun<'_> {
         let families: Vec<Decision> =
             std::iter::once(dispatch.clone()).chain(config_family).chain(llm_family).collect();
         let decision = across(&families);
-        self.place_result(&decisive, file, &dispatch, &decision, found.llm.as_ref())?;
+        self.place_result(&decisive, &file, &dispatch, &decision, found.llm.as_ref())?;
         let (result, policy) = (self.out.join("model_new.py"), self.out.join("policy.toml"));
         let report = Report {
             question: self.question.clone(),
@@ -834,6 +890,7 @@ impl ProblemRun<'_> {
             beam: found.beam,
             config,
             llm: found.llm,
+            tried: found.tried,
         };
         let body = serde_json::to_string_pretty(&report).context("serializing the report")?;
         let report_path = self.out.join("report.json");
@@ -904,15 +961,21 @@ impl ProblemRun<'_> {
     /// its verdict when it was verified.
     fn journal_candidates(&self, report: &Report, measure_hash: &str, beam_hash: Option<&str>) -> Result<()> {
         let (journal, problem) = (&self.run.journal, &self.question.problem);
-        let winner = report.verified.map(|v| (report.decisive().winner.as_str(), v));
+        let mut verified: Vec<(&str, Verified)> =
+            report.tried.iter().map(|t| (t.variant.as_str(), t.verified)).collect();
+        if verified.is_empty() {
+            verified.extend(report.verified.map(|v| (report.decisive().winner.as_str(), v)));
+        }
         let round2 = report.beam.as_ref().and_then(|b| b.measurement.as_ref());
-        journal.candidates(problem, &report.measurement.modes, measure_hash, winner.filter(|_| round2.is_none()))?;
+        let first: &[(&str, Verified)] = if round2.is_none() { &verified } else { &[] };
+        journal.candidates(problem, &report.measurement.modes, measure_hash, first)?;
         if let (Some(m), Some(hash)) = (round2, beam_hash) {
-            journal.candidates(problem, &m.modes, hash, winner)?; // the beam's second round
+            journal.candidates(problem, &m.modes, hash, &verified)?; // the beam's second round
         }
         if let Some(c) = report.config.as_ref().and_then(|c| c.measurement.as_ref()) {
-            let verdict = report.config.as_ref().and_then(|c| c.verified).map(|v| (CONFIG_VARIANT, v));
-            journal.candidates(problem, &c.modes, &self.config_hash(), verdict)?;
+            let verdict: Vec<(&str, Verified)> =
+                report.config.as_ref().and_then(|c| c.verified).map(|v| (CONFIG_VARIANT, v)).into_iter().collect();
+            journal.candidates(problem, &c.modes, &self.config_hash(), &verdict)?;
         }
         Ok(())
     }
