@@ -10,8 +10,8 @@
 # .git/info/exclude ignores and the call carries) holds the output folder (reports, result files,
 # the journal) and, when small enough, Inductor's cache (TORCHINDUCTOR_CACHE_DIR: saves compile
 # time on a fresh machine). Its contents are unpacked before the run; after it, $OUT/campaign.tgz
-# is the new state (copy it over STATE for the next call) and $OUT/campaign.json,
-# $OUT/campaign.html the summary. BUDGET_WALL_S (default 480) is passed as --budget-wall-s:
+# is the new state (copy it over STATE for the next call), $OUT/campaign.json and
+# $OUT/campaign.html the summary, $OUT/jobs.json where the time went (scripts/device/campaign_jobs.py). BUDGET_WALL_S (default 480) is passed as --budget-wall-s:
 # no problem or step starts later, so the call ends inside its limit; problems not reached are
 # continued by the next call (--resume). HARD_S (default BUDGET_WALL_S + 60) kills the run if a
 # step started before the budget is still running then (its step is redone by the next call): the
@@ -48,6 +48,8 @@ rc=$?
 [ "$rc" = 124 ] && echo "kforge optimize killed at HARD_S (a step outlived the budget): the next call redoes it"
 echo "kforge optimize exited $rc after $(( $(date +%s) - t0 )) s"
 "$K" --socket "$S" shutdown >/dev/null 2>&1 || true
+# Where the call's time went (queued, running, waiting for regions, inside them) per kind of job.
+python3 scripts/device/campaign_jobs.py "$W/store.db" "$OUT/jobs.json" || echo "campaign_jobs.py failed (exit $?)"
 tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"
 # The new state: the output folder always; Inductor's cache only while the pack stays under the
 # 16 MiB a returned file may have.
