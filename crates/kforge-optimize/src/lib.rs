@@ -566,6 +566,18 @@ pub fn runner_up(m: &DispatchMeasurement, tried: &[String]) -> Option<String> {
         .map(|(v, _)| v.clone())
 }
 
+/// After the result files of `tried` were verified in turn (the measured winner first): the
+/// next variant of `m` to verify, or `None` — the last one passed (`passed`), `RUNNER_UPS`
+/// runner-ups were tried already, or no other variant is beyond noise.
+pub fn next_to_verify(m: &DispatchMeasurement, tried: &[Tried], gpu: bool) -> Option<String> {
+    let last = tried.last()?;
+    if passed(Some(last.verified), gpu) || tried.len() > RUNNER_UPS {
+        return None;
+    }
+    let names: Vec<String> = tried.iter().map(|t| t.variant.clone()).collect();
+    runner_up(m, &names)
+}
+
 /// `m` with `variant` as its winner (a runner-up: the decision and the result file are then
 /// its).
 pub fn with_winner(m: &DispatchMeasurement, variant: &str) -> DispatchMeasurement {
@@ -1006,6 +1018,22 @@ mod tests {
             }
         );
         assert!(passed(Some(Verified::Accepted), true) && !passed(Some(Verified::Rejected), true));
+        // In turn: a rejection asks for the runner-up; an acceptance, or RUNNER_UPS runner-ups, stop.
+        let v = |variant: &str, verified: Verified| Tried { variant: variant.into(), verified };
+        let rejected = vec![v("max-autotune+freezing", Verified::Rejected)];
+        assert_eq!(next_to_verify(&m, &rejected, true).as_deref(), Some("max-autotune-no-cudagraphs"));
+        assert_eq!(next_to_verify(&m, &[v("max-autotune+freezing", Verified::Accepted)], true), None);
+        // Without a GPU, passing without the performance gate is a pass; on a GPU it is not.
+        let cpu_pass = vec![v("max-autotune+freezing", Verified::PassedWithoutPerformance)];
+        assert_eq!(next_to_verify(&m, &cpu_pass, false), None);
+        assert!(next_to_verify(&m, &cpu_pass, true).is_some());
+        let all: Vec<Tried> = ["max-autotune+freezing", "max-autotune-no-cudagraphs", "default"]
+            .iter()
+            .map(|n| v(n, Verified::Rejected))
+            .collect();
+        assert_eq!(all.len(), RUNNER_UPS + 1);
+        assert_eq!(next_to_verify(&m, &all, true), None);
+        assert_eq!(next_to_verify(&m, &[], true), None);
     }
 
     #[test]

@@ -682,11 +682,8 @@ impl ProblemRun<'_> {
             let Some(answer) = self.verify_step(Step::Verify, "")? else { return Ok(false) };
             found.verified = Some(answer);
             found.tried.push(Tried { variant: variant.clone(), verified: answer });
-            if kforge_optimize::passed(Some(answer), gpu) || found.tried.len() > kforge_optimize::RUNNER_UPS {
-                return Ok(true);
-            }
+            let Some(next) = kforge_optimize::next_to_verify(&m, &found.tried, gpu) else { return Ok(true) };
             let tried: Vec<String> = found.tried.iter().map(|t| t.variant.clone()).collect();
-            let Some(next) = kforge_optimize::runner_up(&m, &tried) else { return Ok(true) };
             self.progress(&format!(
                 "verify: {variant} was {}; its runner-up {next} ({:.3}x) next",
                 verified_name(answer),
