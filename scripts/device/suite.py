@@ -13,6 +13,11 @@ it), so several compile at once while their timed parts run in exclusive regions
                                   result for "eager" (python -m kforge.optimize.result), verified
                                   with the policy.toml written beside it (reference-ops, baseline
                                   default) — a candidate per problem, to verify the whole suite
+            verify-results:DIR    every result of a `kforge optimize` campaign's output DIR (each
+                                  folder with report.json: its model_new.py under its policy.toml,
+                                  at the report's problem and size) verified again, and compared
+                                  with the campaign's decision (improved: accepted; the baseline
+                                  kept: any verdict but could-not-run)
 
 Env: SIZE (the problems' size preset for inspect and verify-suite tasks, default "default"),
 PARALLEL (tasks in flight, default 6 per GPU), DEADLINE_S (no task starts after this many
@@ -51,6 +56,8 @@ PARALLEL = int(os.environ.get("PARALLEL", str(6 * NGPU)))
 DEADLINE = time.time() + float(os.environ.get("DEADLINE_S", "540"))
 SKIP = set(open(os.environ["SKIP"]).read().split()) if os.environ.get("SKIP") else set()
 PACK = threading.Lock()
+#: verify-results: each result's decision in its campaign (task name: decision).
+DECIDED: Dict[str, Dict[str, Any]] = {}
 SIZE = os.environ.get("SIZE", "default")
 #: The suite candidates' problems (tests/candidates/suite/README.md).
 SUITE_CANDIDATES = {"silu_bf16": "level1/016_silu_bf16.py", "gelu_fp32": "level1/015_gelu_erf_fp32.py",
@@ -111,6 +118,17 @@ def tasks() -> List[Tuple[str, List[str], str]]:
                 argv = [K, "--socket", SOCKET, "verify", "--daemon", "--device", gpu, "--size", SIZE, "--policy", policy,
                         "--json", f"{d}/{name}.json", f, model]
                 out.append((f"verify-eager/{name}", argv, d))
+        elif what == "verify-results":
+            d = f"{WORK}/verify-results"
+            for report in sorted(glob.glob(f"{rest[0]}/**/report.json", recursive=True)):
+                r, folder = json.load(open(report)), os.path.dirname(report)
+                name = os.path.relpath(folder, rest[0]).replace("/", "__")
+                gpu = str(n % NGPU)
+                n += 1
+                argv = [K, "--socket", SOCKET, "verify", "--daemon", "--device", gpu, "--size", r["size"],
+                        "--policy", f"{folder}/policy.toml", "--json", f"{d}/{name}.json", r["problem"], f"{folder}/model_new.py"]
+                DECIDED[name] = r["decision"]
+                out.append((f"verify-results/{name}", argv, d))
         else:
             sys.exit(f"unknown task {t}")
     if os.environ.get("INTERLEAVE") == "1":
@@ -252,8 +270,10 @@ def main() -> None:
             sp = f"{r['speedup']:.3f}x" if isinstance(r["speedup"], float) else "-"
             print(f"{r['candidate']:<40} {r['outcome']:<26} {r['rejected_by']:<34} {sp:>8} {'yes' if r['as_expected'] else 'NO'}")
         print(f"{sum(r['as_expected'] for r in rows)}/{len(rows)} as expected")
-    for kind in ("verify-suite", "verify-eager"):
+    for kind in ("verify-suite", "verify-eager", "verify-results"):
         suite_verdicts(kind, results, summary)
+    if DECIDED and "verify-results" in summary:
+        results_agree(summary["verify-results"])
     json.dump(summary, open(f"{OUT}/summary.json", "w"), indent=1)
     if skipped:
         print(f"{len(skipped)} tasks not started before the deadline: run again with SKIP=<done.txt>")
@@ -275,6 +295,19 @@ def suite_verdicts(kind: str, results: List[Dict[str, Any]], summary: Dict[str, 
             sp = f"{r['speedup']:.3f}x" if isinstance(r["speedup"], float) else "-"
             print(f"{r['candidate']:<40} {str(r['outcome']):<26} {str(r['rejected_by'] or ''):<30} {sp:>8} {r['seconds']} s")
         print(f"{sum(r['outcome'] != 'could-not-run' for r in rows)}/{len(rows)} with a verdict (not could-not-run)")
+
+
+def results_agree(rows: List[Dict[str, Any]]) -> None:
+    """verify-results: each verdict against the campaign's decision (an improvement must be
+    accepted again; a kept baseline needs a verdict, any), a column added to the rows."""
+    for r in rows:
+        d = DECIDED.get(r["candidate"], {})
+        r["decision"] = d.get("kind")
+        r["decided_speedup"] = d.get("speedup")
+        r["agrees"] = r["outcome"] == "accepted" if d.get("kind") == "improved" else r["outcome"] != "could-not-run"
+    print(f"{sum(r['agrees'] for r in rows)}/{len(rows)} re-verified as decided"
+          + "".join(f"\n  NOT: {r['candidate']} decided {r['decision']}, now {r['outcome']} {r['rejected_by'] or ''}"
+                    for r in rows if not r["agrees"]))
 
 
 main()
