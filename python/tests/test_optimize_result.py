@@ -117,6 +117,20 @@ def test_bad_inputs_are_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     m.write_text(json.dumps(measured("eager")))
     assert result.main([str(tmp_path / "missing.py"), str(m), "--out", str(tmp_path / "o")]) == 2
     assert "missing.py" in capsys.readouterr().err
+    for argv in ([str(SOFTMAX)], [str(SOFTMAX), str(m), "--eager"]):
+        assert result.main(argv + ["--out", str(tmp_path / "o")]) == 2
+        assert "name a dispatch result or --eager" in capsys.readouterr().err
+
+
+def test_eager_is_the_references_forward_verified_against_default_mode(tmp_path: Path) -> None:
+    """--eager: the result file of "eager" without a measurement (the suite runs verify every
+    problem with it), the same files as a measured eager winner against default mode."""
+    assert result.main([str(SOFTMAX), "--eager", "--out", str(tmp_path / "e")]) == 0
+    measured_dir = tmp_path / "m"
+    result.write_result(str(SOFTMAX), {"winner": "eager", "baseline": "default", "modes": {}}, str(measured_dir))
+    for name in ("model_new.py", "policy.toml"):
+        assert (tmp_path / "e" / name).read_text() == (measured_dir / name).read_text()
+    assert 'baseline_mode = "default"' in (tmp_path / "e" / "policy.toml").read_text()
 
 
 DIAG_SCALE = REPO / "tests" / "candidates" / "problems" / "diag_scale.py"

@@ -47,7 +47,7 @@ from typing import Any, Dict, List, Tuple
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "analysis"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from suite_report import EXPECT, inspect_row, speedup_evidence, verify_row  # noqa: E402  (one reader of the results)
-from kforge.optimize.result import write_result  # noqa: E402  (the tree's package, not installed)
+from kforge.optimize.result import EAGER, write_result  # noqa: E402  (the tree's package, not installed)
 
 K, SOCKET, WORK, OUT = sys.argv[1:5]
 TASKS = sys.argv[5:]
@@ -144,7 +144,7 @@ def tasks() -> List[Tuple[str, List[str], str]]:
 
 def eager_result(problem: str, out_dir: str) -> Tuple[str, str]:
     """The dispatch agent's result file for "eager" (the reference's own forward) and its policy."""
-    return write_result(problem, {"winner": "eager", "baseline": "default", "modes": {}}, out_dir)
+    return write_result(problem, dict(EAGER), out_dir)
 
 
 def interleaved(tasks: List[Tuple[str, List[str], str]]) -> List[Tuple[str, List[str], str]]:

@@ -82,8 +82,8 @@ for arg in "$@"; do
         [ -f "$f" ] || { echo "no problem file $f"; continue; }
         name=eager-$(basename "$f" .py)
         [ -n "${SKIP:-}" ] && grep -qxF "$name" "$SKIP" && continue
-        PYTHONPATH=$PWD/python python3 -c "import sys; from kforge.optimize.result import write_result; write_result(sys.argv[1], {'winner': 'eager', 'baseline': 'default', 'modes': {}}, sys.argv[2])" \
-          "$f" "$W/$name" || { echo "$f: no eager result file"; continue; }
+        PYTHONPATH=$PWD/python python3 -m kforge.optimize.result "$f" --eager --out "$W/$name" >/dev/null \
+          || { echo "$f: no eager result file"; continue; }
         PROBLEM[$name]=$f POLICY[$name]=$W/$name/policy.toml NAMES+=("$name")
       done ;;
     *) NAMES+=("$arg") ;;

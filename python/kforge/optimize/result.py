@@ -204,6 +204,11 @@ def write_result(problem_path: str, measured: Dict[str, Any], out_dir: str) -> T
     return write_files(out_dir, model_new_source(problem_path, source, winner, measured), policy_text(measured))
 
 
+#: The dispatch result of "eager" against default mode, with nothing measured: the reference's own
+#: forward as a candidate (suite runs verify every problem with it: ``--eager``).
+EAGER = {"winner": "eager", "baseline": "default", "modes": {}}
+
+
 def write_files(out_dir: str, model_source: str, policy: str) -> Tuple[str, str]:
     """A result's two files, ``out_dir/model_new.py`` and ``out_dir/policy.toml`` (every agent's
     result is written here)."""
@@ -219,15 +224,21 @@ def write_files(out_dir: str, model_source: str, policy: str) -> Tuple[str, str]
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m kforge.optimize.result")
     ap.add_argument("problem")
-    ap.add_argument("measured", help="the JSON python3 -m kforge.optimize.dispatch wrote")
+    ap.add_argument("measured", nargs="?", help="the JSON python3 -m kforge.optimize.dispatch wrote")
+    ap.add_argument("--eager", action="store_true",
+                    help="instead of a measurement: the reference's own eager forward, verified against default mode")
     ap.add_argument("--out", required=True, help="directory for model_new.py and policy.toml")
     a = ap.parse_args(argv)
     try:
-        try:
-            with open(a.measured) as f:
-                measured = json.load(f)
-        except (OSError, ValueError) as e:
-            raise ResultError(f"{a.measured}: not a readable dispatch result ({e})") from e
+        if a.eager == (a.measured is not None):
+            raise ResultError("name a dispatch result or --eager (one of them)")
+        measured: Dict[str, Any] = dict(EAGER)
+        if a.measured is not None:
+            try:
+                with open(a.measured) as f:
+                    measured = json.load(f)
+            except (OSError, ValueError) as e:
+                raise ResultError(f"{a.measured}: not a readable dispatch result ({e})") from e
         for p in write_result(a.problem, measured, a.out):
             print(p)
     except ResultError as e:
