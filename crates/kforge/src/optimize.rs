@@ -95,6 +95,13 @@ pub struct OptimizeArgs {
     /// inductor agent.
     #[arg(long, default_value_t = 0)]
     beam_width: u32,
+    /// With --daemon: the GPU memory each step's job declares it needs at most (GiB): the
+    /// measurement, the config agent and each verification (the result step uses no GPU). The
+    /// daemon then admits by it instead of its default for unknown jobs (a quarter of the GPU),
+    /// so more problems run at once; a job that still runs out of memory beside others is retried
+    /// alone, never counted as the candidate's failure.
+    #[arg(long, value_name = "GIB", requires = "daemon")]
+    gpu_memory: Option<f64>,
     #[command(flatten)]
     llm: llm::LlmArgs,
 }
@@ -169,6 +176,7 @@ fn plan(a: &OptimizeArgs) -> Result<Plan> {
             a.beam_width
         );
     }
+    crate::job::gpu_memory_bytes(a.gpu_memory)?;
     if a.beam_width >= 2 && !agents.contains(&Agent::Inductor) {
         bail!("--beam-width combines the inductor agent's knobs: add inductor to --agents");
     }
@@ -396,6 +404,9 @@ impl Run<'_> {
         }
         if a.daemon {
             cmd.arg("--daemon");
+        }
+        if let Some(g) = a.gpu_memory {
+            cmd.arg("--gpu-memory").arg(g.to_string());
         }
         Ok(cmd)
     }
@@ -1025,7 +1036,7 @@ impl ProblemRun<'_> {
             "--out".into(),
             self.out.display().to_string(),
         ];
-        self.python_step(args, "result").map(|_| ())
+        self.python_step(args, "result").map(|_| ()) // host only: a daemon job on its cpu device
     }
 
     /// The result file rewritten for the baseline (its winner did not pass verification), from
@@ -1072,9 +1083,18 @@ impl ProblemRun<'_> {
         if a.daemon {
             let mut argv = vec![a.python.clone()];
             argv.extend(args);
-            let device = if a.device == "auto" { "auto" } else { a.device.as_str() };
+            // The result step writes text (its rewrite made again on the meta device): the host's.
+            let host_only = step == "result";
+            let device = if host_only {
+                "cpu"
+            } else if a.device == "auto" {
+                "auto"
+            } else {
+                a.device.as_str()
+            };
+            let gpu_memory_bytes = if host_only { None } else { crate::job::gpu_memory_bytes(a.gpu_memory)? };
             let label = format!("optimize:{step}:{}", self.problem.display());
-            let req = crate::job::JobRequest { argv, device, label: &label, timeout_s: None, gpu_memory_bytes: None };
+            let req = crate::job::JobRequest { argv, device, label: &label, timeout_s: None, gpu_memory_bytes };
             let (exit, err, id) = crate::job::run_job(self.run.socket, req, &mut std::io::stdout())?;
             if exit.code != Some(0) {
                 bail!("the {step} step ended with {:?}: {}", exit.code, last_lines(&err));

@@ -455,6 +455,45 @@ fn through_the_daemon_the_measurement_counts_its_region_time() {
     d.shutdown();
 }
 
+/// `--gpu-memory GIB` with `--daemon`: the measurement's and the verification's jobs declare it,
+/// so the daemon admits by it (a quarter of the device otherwise); refused without the daemon
+/// and when not a positive size.
+#[test]
+fn through_the_daemon_the_steps_declare_their_gpu_memory() {
+    const G: u64 = 1 << 30;
+    let dir = tempfile::tempdir().unwrap();
+    let mem = dir.path().join("memory.json");
+    let sample = serde_json::json!({"cpu": {"total": 80 * G, "free": 80 * G, "processes": []}});
+    std::fs::write(&mem, sample.to_string()).unwrap();
+    let mut d = common::TestDaemon::start(&["--debug-gpu-memory", mem.to_str().unwrap()]);
+    let out = d.path("o");
+    let args = ["tests/candidates/problems/vector_add.py", "--device", "cpu", "--baseline", "default", "--rounds", "2"];
+    let o = command(&[&args[..], &["--daemon", "--gpu-memory", "2"]].concat(), &out)
+        .env("KFORGE_SOCKET", &d.socket)
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    let rep = d.report();
+    let declared = |prefix: &str| {
+        let job = rep.jobs.iter().find(|j| j.label.as_deref().is_some_and(|l| l.starts_with(prefix)));
+        let job = job.unwrap_or_else(|| panic!("no {prefix} job: {:?}", rep.jobs));
+        let m = rep.job_memory.iter().find(|m| m.job == job.id).unwrap();
+        (m.expected_bytes, m.source.clone())
+    };
+    assert_eq!(declared("optimize:dispatch:"), (Some(2 * G), Some("declared".into())));
+    assert_eq!(declared("verify:"), (Some(2 * G), Some("declared".into())));
+    d.shutdown();
+    for (extra, why) in [
+        (vec!["--gpu-memory", "2"], "--daemon"),
+        (vec!["--daemon", "--gpu-memory", "0"], "--gpu-memory must be a positive number of GiB"),
+    ] {
+        let (code, text) = optimize(&[&args[..], &extra[..]].concat(), &dir.path().join("bad"));
+        assert_eq!(code, Some(2), "{extra:?}: {text}");
+        assert!(text.contains(why), "{extra:?}: {text}");
+    }
+}
+
 /// The rewrite agent beside the dispatch agent: a rule fires on diag_scale.py (diag-matmul), its
 /// variants `eager~rewrite` and `default~rewrite` are measured in the same rounds, the report
 /// names the rules; a rewrite winner is credited to the rewrite agent and its result file (the
