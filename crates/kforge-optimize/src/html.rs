@@ -426,6 +426,7 @@ mod tests {
                 agents: vec![Agent::Dispatch, Agent::Inductor],
                 rounds: 5,
                 beam_width: 0,
+                steps: crate::STEPS_VERSION,
             },
             measurement: m,
             verified: Some(Verified::Accepted),

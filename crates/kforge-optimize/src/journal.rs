@@ -277,6 +277,7 @@ mod tests {
             agents: vec![Agent::Dispatch, Agent::Inductor],
             rounds,
             beam_width: 0,
+            steps: crate::STEPS_VERSION,
         }
     }
 

@@ -677,6 +677,20 @@ pub struct Question {
     /// The beam's width: knobs combined in its second round (0: no second round).
     #[serde(default)]
     pub beam_width: u32,
+    /// What the steps meant when it was asked (`STEPS_VERSION`; 1 for reports from before it):
+    /// a report or step of another version answers another question.
+    #[serde(default = "first_steps_version")]
+    pub steps: u32,
+}
+
+/// The steps' meaning, bumped when a step's output for the same input changes meaning, so that
+/// `--resume` redoes what older code measured or decided. 2: variants judged by the fp64 rule
+/// after a tolerance miss, every variant compiled (Dynamo's recompile limit raised), runner-ups
+/// verified after a rejected winner.
+pub const STEPS_VERSION: u32 = 2;
+
+fn first_steps_version() -> u32 {
+    1
 }
 
 /// The run's report: what was asked, measured, judged and decided.
@@ -1110,6 +1124,7 @@ mod tests {
             agents: vec![Agent::Dispatch, Agent::Inductor],
             rounds: 5,
             beam_width: 2,
+            steps: STEPS_VERSION,
         };
         let mut r = Report {
             question,
@@ -1153,6 +1168,7 @@ mod tests {
             agents: vec![Agent::Dispatch],
             rounds: 5,
             beam_width: 0,
+            steps: STEPS_VERSION,
         };
         let r = Report {
             question: question.clone(),
@@ -1170,7 +1186,13 @@ mod tests {
         let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(back, r);
         assert_eq!(serde_json::to_value(&r).unwrap()["problem"], "p.py");
-        assert_ne!(back.question, Question { rounds: 3, ..question });
+        assert_ne!(back.question, Question { rounds: 3, ..question.clone() });
+        // A report from before the steps' version answers another question: --resume redoes it.
+        let mut old = serde_json::to_value(&r).unwrap();
+        old.as_object_mut().unwrap().remove("steps");
+        let before: Report = serde_json::from_value(old).unwrap();
+        assert_eq!(before.question.steps, 1);
+        assert_ne!(before.question, question);
         let t = r.table();
         for want in [
             "max-autotune",
@@ -1353,6 +1375,7 @@ mod tests {
             agents: vec![Agent::Dispatch, Agent::Config],
             rounds: 5,
             beam_width: 0,
+            steps: STEPS_VERSION,
         };
         let decision = across(&[decide(&m, Some(Verified::Accepted), true), config.decision.clone().unwrap()]);
         let r = Report {

@@ -18,7 +18,7 @@ use kforge_optimize::search::{measure_args, Step};
 use kforge_optimize::{
     across, campaign_table, check_agents, decide, decide_config, parse_agents, result_from, summarize, Agent, Baseline,
     BeamOutcome, ConfigMeasurement, ConfigReport, Decision, DispatchMeasurement, ProblemOutcome, Question, Report,
-    ResultFrom, Tried, Verified, CONFIG_NEEDS_A_GPU, CONFIG_VARIANT,
+    ResultFrom, Tried, Verified, CONFIG_NEEDS_A_GPU, CONFIG_VARIANT, STEPS_VERSION,
 };
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -207,6 +207,7 @@ fn question(a: &OptimizeArgs, plan: &Plan, problem: &Path) -> Question {
         agents: plan.agents.clone(),
         rounds: a.rounds,
         beam_width: plan.beam_width,
+        steps: STEPS_VERSION,
     }
 }
 
@@ -535,11 +536,13 @@ impl ProblemRun<'_> {
         self.decide(found, &measure_hash)
     }
 
-    /// The config step's input hash: the problem's source, size, device, baseline and rounds.
+    /// The config step's input hash: the steps' version, the problem's source, size, device,
+    /// baseline and rounds.
     fn config_hash(&self) -> String {
         let (a, plan) = (self.run.a, self.run.plan);
-        let rounds = a.rounds.to_string();
+        let (rounds, steps) = (a.rounds.to_string(), STEPS_VERSION.to_string());
         content_hash(&[
+            steps.as_bytes(),
             CONFIG_VARIANT.as_bytes(),
             &self.source,
             a.size.as_bytes(),
@@ -549,12 +552,12 @@ impl ProblemRun<'_> {
         ])
     }
 
-    /// The measure step's input hash: the problem's source, size, device, baseline, rounds and
-    /// every agent's variants.
+    /// The measure step's input hash: the steps' version, the problem's source, size, device,
+    /// baseline, rounds and every agent's variants.
     fn measure_hash(&self, flags: &[(&str, String)]) -> String {
         let (a, plan) = (self.run.a, self.run.plan);
-        let rounds = a.rounds.to_string();
-        let mut parts: Vec<&[u8]> = vec![&self.source, a.size.as_bytes(), a.device.as_bytes()];
+        let (rounds, steps) = (a.rounds.to_string(), STEPS_VERSION.to_string());
+        let mut parts: Vec<&[u8]> = vec![steps.as_bytes(), &self.source, a.size.as_bytes(), a.device.as_bytes()];
         parts.extend([plan.baseline.mode().as_bytes(), rounds.as_bytes()]);
         for (flag, v) in flags {
             parts.extend([flag.as_bytes(), v.as_bytes()]);
