@@ -140,7 +140,16 @@ pub fn problem_html(r: &Report) -> String {
         ),
         Decision::Fallback { reason } => format!("<b>baseline kept</b>: {}", escape(reason)),
     };
-    let _ = write!(body, "<p>Result: {decision}.</p><h2>Variants against the baseline</h2>");
+    let _ = write!(body, "<p>Result: {decision}.</p>");
+    if r.tried.len() > 1 {
+        let each: Vec<String> = r
+            .tried
+            .iter()
+            .map(|t| format!("<b>{}</b> {}", escape(&t.variant), crate::journal::verified_name(t.verified)))
+            .collect();
+        let _ = write!(body, "<p>Verified in turn: {}.</p>", each.join(", then "));
+    }
+    body.push_str("<h2>Variants against the baseline</h2>");
     let bars = variant_bars(m);
     body.push_str(&speedup_chart(&bars, m.noise_floor));
     body.push_str(&legend());
@@ -463,6 +472,19 @@ mod tests {
         assert!(html.contains("&lt;graph break&gt; &amp; more"), "why a variant was left out, escaped");
         assert!(html.contains("<b>default+freezing</b> (inductor) at <b>1.300x</b>"));
         assert!(html.contains(colour(Some(Agent::Inductor))) && html.contains(colour(Some(Agent::Dispatch))));
+        assert!(!html.contains("Verified in turn"), "one verified variant: nothing to list");
+        let mut r = report();
+        r.tried = vec![
+            crate::Tried { variant: "default+aggressive-fusion".into(), verified: Verified::Rejected },
+            crate::Tried { variant: "default+freezing".into(), verified: Verified::Accepted },
+        ];
+        let html = problem_html(&r);
+        assert!(
+            html.contains(
+                "Verified in turn: <b>default+aggressive-fusion</b> rejected, then <b>default+freezing</b> accepted"
+            ),
+            "{html}"
+        );
     }
 
     #[test]
