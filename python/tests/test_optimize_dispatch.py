@@ -309,3 +309,23 @@ def test_more_variants_than_dynamos_recompile_limit_all_compile() -> None:
         assert run(limit + 3) == list(range(limit + 3))
     assert torch._dynamo.config.recompile_limit == limit  # put back
     torch._dynamo.reset()
+
+
+def test_a_warmup_round_is_timed_first_and_not_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """time_rounds: WARMUP_ROUNDS rounds timed the same way before the counted ones, their
+    samples dropped; the counted rounds are the ones asked for, in order."""
+    seen: List[str] = []
+
+    def bench(fns: List[Any], name: str, **kw: Any) -> List[List[float]]:
+        seen.append(name)
+        slow = 100.0 if name.endswith("warmup") else 1.0  # a warm-up would dominate if counted
+        return [[slow * (i + 1)] * 3 for i in range(len(fns))]
+
+    monkeypatch.setattr(dispatch, "do_bench_interleaved", bench)
+    problem = dispatch.load_problem(VECTOR_ADD, "default")
+    fns = {"eager": lambda *xs: None, "default": lambda *xs: None}
+    out = dispatch.time_rounds(problem, fns, "eager", torch.device("cpu"), 3)
+    assert dispatch.WARMUP_ROUNDS == 1
+    assert seen == ["optimize:dispatch-warmup", "optimize:dispatch-round-0", "optimize:dispatch-round-1",
+                    "optimize:dispatch-round-2"]
+    assert out == {"default": [(1.0, 2.0, 3.0)] * 3}

@@ -686,7 +686,7 @@ pub struct Question {
 /// The steps' meaning, bumped when a step's output for the same input changes meaning, so that
 /// `--resume` redoes what older code measured or decided. 2: variants judged by the fp64 rule
 /// after a tolerance miss, every variant compiled (Dynamo's recompile limit raised), runner-ups
-/// verified after a rejected winner.
+/// verified after a rejected winner, a warm-up round before the counted ones.
 pub const STEPS_VERSION: u32 = 2;
 
 fn first_steps_version() -> u32 {
