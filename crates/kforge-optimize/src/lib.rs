@@ -567,11 +567,12 @@ pub fn runner_up(m: &DispatchMeasurement, tried: &[String]) -> Option<String> {
 }
 
 /// After the result files of `tried` were verified in turn (the measured winner first): the
-/// next variant of `m` to verify, or `None` — the last one passed (`passed`), `RUNNER_UPS`
-/// runner-ups were tried already, or no other variant is beyond noise.
+/// next variant of `m` to verify, or `None` — the last one passed (`passed`) or could not run
+/// (the environment's failure: a runner-up would meet it too), `RUNNER_UPS` runner-ups were
+/// tried already, or no other variant is beyond noise.
 pub fn next_to_verify(m: &DispatchMeasurement, tried: &[Tried], gpu: bool) -> Option<String> {
     let last = tried.last()?;
-    if passed(Some(last.verified), gpu) || tried.len() > RUNNER_UPS {
+    if passed(Some(last.verified), gpu) || last.verified == Verified::CouldNotRun || tried.len() > RUNNER_UPS {
         return None;
     }
     let names: Vec<String> = tried.iter().map(|t| t.variant.clone()).collect();
@@ -1037,6 +1038,7 @@ mod tests {
         let rejected = vec![v("max-autotune+freezing", Verified::Rejected)];
         assert_eq!(next_to_verify(&m, &rejected, true).as_deref(), Some("max-autotune-no-cudagraphs"));
         assert_eq!(next_to_verify(&m, &[v("max-autotune+freezing", Verified::Accepted)], true), None);
+        assert_eq!(next_to_verify(&m, &[v("max-autotune+freezing", Verified::CouldNotRun)], true), None);
         // Without a GPU, passing without the performance gate is a pass; on a GPU it is not.
         let cpu_pass = vec![v("max-autotune+freezing", Verified::PassedWithoutPerformance)];
         assert_eq!(next_to_verify(&m, &cpu_pass, false), None);
