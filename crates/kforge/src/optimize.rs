@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 mod llm;
 
@@ -102,6 +102,11 @@ pub struct OptimizeArgs {
     /// alone, never counted as the candidate's failure.
     #[arg(long, value_name = "GIB", requires = "daemon")]
     gpu_memory: Option<f64>,
+    /// Seconds a Python step (a measurement, the config agent's search, a result file) may run
+    /// before it is killed: the problem then fails naming the step and the limit, and a campaign
+    /// goes on with the others. Verifications have `kforge verify`'s own time limit.
+    #[arg(long, default_value_t = 3600, value_name = "S")]
+    step_limit_s: u64,
     #[command(flatten)]
     llm: llm::LlmArgs,
 }
@@ -177,6 +182,9 @@ fn plan(a: &OptimizeArgs) -> Result<Plan> {
         );
     }
     crate::job::gpu_memory_bytes(a.gpu_memory)?;
+    if a.step_limit_s == 0 {
+        bail!("--step-limit-s must be a positive number of seconds, got 0");
+    }
     if a.beam_width >= 2 && !agents.contains(&Agent::Inductor) {
         bail!("--beam-width combines the inductor agent's knobs: add inductor to --agents");
     }
@@ -437,6 +445,37 @@ impl Run<'_> {
 }
 
 /// The content hash of files in `dir` (their names and contents, in order).
+/// Run `cmd`, its stderr kept: its exit status, or `None` when it ran past `limit` and was
+/// killed. It stays in this process's group, so a Ctrl-C reaches it too (Inductor's compile
+/// workers leave when their parent is gone).
+fn run_within(mut cmd: Command, limit: Duration) -> Result<(Option<std::process::ExitStatus>, String)> {
+    use std::io::Read;
+    let mut child = cmd.stderr(std::process::Stdio::piped()).spawn()?;
+    let mut pipe = child.stderr.take().context("the step's stderr")?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = pipe.read_to_end(&mut buf);
+        let _ = tx.send(buf);
+    });
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait()? {
+            break Some(st);
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // A killed step's children may hold its stderr open a while: its text is waited for briefly.
+    let wait = if status.is_some() { Duration::from_secs(3600) } else { Duration::from_secs(5) };
+    let err = String::from_utf8_lossy(&rx.recv_timeout(wait).unwrap_or_default()).into_owned();
+    Ok((status, err))
+}
+
 fn files_hash(dir: &Path, names: &[&str]) -> Result<String> {
     let mut contents = Vec::new();
     for n in names {
@@ -1097,22 +1136,30 @@ impl ProblemRun<'_> {
             };
             let gpu_memory_bytes = if host_only { None } else { crate::job::gpu_memory_bytes(a.gpu_memory)? };
             let label = format!("optimize:{step}:{}", self.problem.display());
-            let req = crate::job::JobRequest { argv, device, label: &label, timeout_s: None, gpu_memory_bytes };
+            let timeout_s = Some(a.step_limit_s);
+            let req = crate::job::JobRequest { argv, device, label: &label, timeout_s, gpu_memory_bytes };
             let (exit, err, id) = crate::job::run_job(self.run.socket, req, &mut std::io::stdout())?;
             if exit.code != Some(0) {
-                bail!("the {step} step ended with {:?}: {}", exit.code, last_lines(&err));
+                let why = exit.reason.as_deref().map(|r| format!(" ({r}; --step-limit-s {})", a.step_limit_s));
+                bail!("the {step} step ended with {:?}{}: {}", exit.code, why.unwrap_or_default(), last_lines(&err));
             }
             return Ok(Some((label, id)));
         }
         let mut cmd = Command::new(&a.python);
         cmd.args(&args);
         let _package = crate::output::embedded_python(&mut cmd)?;
-        let o = cmd.output().with_context(|| format!("running {} for the {step} step", a.python))?;
-        std::io::Write::write_all(&mut std::io::stderr(), &o.stderr).ok();
-        if !o.status.success() {
-            bail!("the {step} step ended with {}: {}", o.status, last_lines(&String::from_utf8_lossy(&o.stderr)));
+        let (status, err) = run_within(cmd, Duration::from_secs(a.step_limit_s))
+            .with_context(|| format!("running {} for the {step} step", a.python))?;
+        std::io::Write::write_all(&mut std::io::stderr(), err.as_bytes()).ok();
+        match status {
+            None => bail!(
+                "the {step} step passed its limit of {} s (--step-limit-s) and was killed: {}",
+                a.step_limit_s,
+                last_lines(&err)
+            ),
+            Some(st) if !st.success() => bail!("the {step} step ended with {st}: {}", last_lines(&err)),
+            Some(_) => Ok(None),
         }
-        Ok(None)
     }
 }
 

@@ -185,6 +185,27 @@ fn bad_input_is_named_before_anything_runs() {
     }
 }
 
+/// `--step-limit-s`: a step past it is killed, the problem fails naming the step and the limit,
+/// and the journal holds the step as failed; 0 is refused before anything runs.
+#[test]
+fn a_step_past_its_limit_is_killed_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("o");
+    let args = ["tests/candidates/problems/row_softmax.py", "--device", "cpu", "--baseline", "default"];
+    let t0 = std::time::Instant::now();
+    let (code, text) = optimize(&[&args[..], &["--step-limit-s", "1"]].concat(), &out);
+    assert!(code.is_some_and(|c| c != 0), "{text}");
+    assert!(text.contains("the dispatch step passed its limit of 1 s (--step-limit-s) and was killed"), "{text}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(60), "killed at the limit, not run to its end");
+    let j = journal(&out);
+    let measure = j.steps.iter().find(|s| s.step == "measure").unwrap();
+    assert_eq!(measure.status, "failed", "{measure:?}");
+    assert!(!out.join("dispatch.json").exists(), "the killed step wrote nothing");
+    let (code, text) = optimize(&[&args[..], &["--step-limit-s", "0"]].concat(), &dir.path().join("zero"));
+    assert_eq!(code, Some(2), "{text}");
+    assert!(text.contains("--step-limit-s must be a positive number of seconds, got 0"), "{text}");
+}
+
 /// A directory is a campaign: every problem below it (other Python files are not problems), one
 /// output folder each, a summary per level; `--resume` takes the earlier reports that answer the
 /// same question and runs again those that do not.
