@@ -755,15 +755,31 @@ impl ProblemRun<'_> {
     /// `name`: the measurement in `file` with `next` as its winner (the variants `tried` before
     /// it recorded), for the result step.
     fn write_runner_up(&self, file: &str, next: &str, tried: &[String], name: &str) -> Result<()> {
-        let path = self.out.join(file);
+        self.write_with_winner(file, name, next, false, Some(tried))
+    }
+
+    /// `to`: the measurement in `from` with `winner` as its winner (`measured_winner` keeps the
+    /// one it measured), `fallback` set, and the variants rejected before it when given. One
+    /// writer for a runner-up's and a kept baseline's measurement.
+    fn write_with_winner(
+        &self,
+        from: &str,
+        to: &str,
+        winner: &str,
+        fallback: bool,
+        rejected: Option<&[String]>,
+    ) -> Result<()> {
+        let path = self.out.join(from);
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
         let mut v: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
         v["measured_winner"] = v["winner"].clone();
-        v["winner"] = serde_json::json!(next);
-        v["fallback"] = serde_json::json!(false);
-        v["rejected_before"] = serde_json::json!(tried);
-        let to = self.out.join(name);
+        v["winner"] = serde_json::json!(winner);
+        v["fallback"] = serde_json::json!(fallback);
+        if let Some(r) = rejected {
+            v["rejected_before"] = serde_json::json!(r);
+        }
+        let to = self.out.join(to);
         std::fs::write(&to, serde_json::to_string_pretty(&v)?).with_context(|| format!("writing {}", to.display()))
     }
 
@@ -1085,16 +1101,7 @@ impl ProblemRun<'_> {
     /// `fallback.json`: the measurement naming the baseline as its winner (`dispatch.json` stays
     /// as measured).
     fn keep_baseline(&self, m: &DispatchMeasurement, file: &str) -> Result<()> {
-        let path = self.out.join(file);
-        let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let mut v: serde_json::Value =
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
-        v["measured_winner"] = serde_json::json!(m.winner);
-        v["winner"] = serde_json::json!(m.baseline);
-        v["fallback"] = serde_json::json!(true);
-        let kept = self.out.join("fallback.json");
-        std::fs::write(&kept, serde_json::to_string_pretty(&v)?)
-            .with_context(|| format!("writing {}", kept.display()))?;
+        self.write_with_winner(file, "fallback.json", &m.baseline, true, None)?;
         self.write_result("fallback.json")
     }
 
