@@ -9,6 +9,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, List, Tuple
 
 import pytest
@@ -329,3 +330,111 @@ def test_a_warmup_round_is_timed_first_and_not_counted(monkeypatch: pytest.Monke
     assert seen == ["optimize:dispatch-warmup", "optimize:dispatch-round-0", "optimize:dispatch-round-1",
                     "optimize:dispatch-round-2"]
     assert out == {"default": [(1.0, 2.0, 3.0)] * 3}
+
+
+GRAPH_BREAK = str(REPO / "python" / "tests" / "fixtures" / "graphs" / "linear_hook_softmax.py")
+
+
+def test_per_graph_plans_are_variants_checked_as_modes_are() -> None:
+    """``graphs:M0/M1`` names a mode per graph; each must be a mode, none that needs a GPU on the
+    CPU; a plan of one mode throughout is that mode."""
+    assert dispatch.parse_modes("graphs:eager/default", "default", "cpu") == ["default", "graphs:eager/default"]
+    assert dispatch.graph_plan("graphs:eager/max-autotune") == ["eager", "max-autotune"]
+    assert dispatch.graph_plan("max-autotune") is None
+    for text, why in (("graphs:eager/turbo", "'turbo' is not a mode"), ("graphs:", "'' is not a mode"),
+                      ("graphs:eager/reduce-overhead", r"'reduce-overhead' \(in graphs:eager/reduce-overhead\) uses CUDA graphs")):
+        with pytest.raises(dispatch.DispatchError, match=why):
+            dispatch.parse_modes(text, "default", "cpu")
+    assert dispatch.plan_name(["eager", "eager"]) == "eager"
+    assert dispatch.plan_name(["eager", "default"]) == "graphs:eager/default"
+    assert dispatch.neighbours(["default", "default"], ["default", "eager"], [3, 10]) == [
+        ["default", "eager"], ["eager", "default"]]  # the larger graph first
+
+
+def test_the_per_graph_search_moves_one_graph_at_a_time_to_the_fastest_plan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Coordinate descent on given times (each graph's cost per mode, a plan's the sum): from the
+    per-problem winner it moves to the best plan one graph away that beats it in the same rounds,
+    then stops when no neighbour does; the plan it ends with is the winner, with its timing."""
+    cost = [{"eager": 1.0, "default": 2.0, "max-autotune-no-cudagraphs": 3.0},
+            {"eager": 5.0, "default": 4.0, "max-autotune-no-cudagraphs": 2.0}]
+
+    def plan_ms(variant: str) -> float:
+        plan = dispatch.graph_plan(variant) or [variant, variant]
+        return sum(cost[g][m] for g, m in enumerate(plan))
+
+    def prepare_one(variant: str, model: Any, ref: Any, dev: Any, ready: Any, report: Any) -> None:
+        ready[variant], report[variant] = variant, {"ok": True}
+
+    def time_rounds(problem: Any, fns: Any, baseline: str, dev: Any, n: int) -> Any:
+        jitter = [1.0, 1.002, 0.998, 1.001]
+        return {m: [(plan_ms(baseline) * j, plan_ms(m) * j, plan_ms(baseline) * j * 1.0005) for j in jitter[:n]]
+                for m in fns if m != baseline}
+
+    monkeypatch.setattr(dispatch, "prepare_one", prepare_one)
+    monkeypatch.setattr(dispatch, "time_rounds", time_rounds)
+    fns = {m: m for m in ("default", "eager", "max-autotune-no-cudagraphs")}
+    result = {"baseline": "default", "winner": "max-autotune-no-cudagraphs", "fallback": False,
+              "modes": {"max-autotune-no-cudagraphs": {"speedup": 6 / 5}}}
+    graphs = dispatch.Graphs(ops=[3, 10], breaks=["hook (m.py:1)"])
+    ref = SimpleNamespace(model=None)  # prepare_one is given times here: no model is compiled
+    info = dispatch.graph_search(None, ref, graphs, fns, result, None, 4, 3)  # type: ignore[arg-type]
+    assert [r["from"] for r in info["rounds"]] == ["max-autotune-no-cudagraphs", "graphs:eager/max-autotune-no-cudagraphs"]
+    assert [r["moved_to"] for r in info["rounds"]] == ["graphs:eager/max-autotune-no-cudagraphs", None]
+    # Round 1 measured every plan one graph away, the larger graph's first (the modes in the order
+    # they were prepared); plain modes are not measured again.
+    assert list(info["rounds"][0]["prepared"]) == [
+        "graphs:max-autotune-no-cudagraphs/default", "graphs:max-autotune-no-cudagraphs/eager",
+        "graphs:default/max-autotune-no-cudagraphs", "graphs:eager/max-autotune-no-cudagraphs"]
+    assert info["rounds"][0]["against_current"]["graphs:eager/max-autotune-no-cudagraphs"]["speedup"] == pytest.approx(5 / 3)
+    assert info["plan"] == result["winner"] == "graphs:eager/max-autotune-no-cudagraphs" and not result["fallback"]
+    assert result["modes"][result["winner"]]["speedup"] == pytest.approx(6 / 3)
+    # A fallback (the baseline won) is searched from the baseline's plan; one graph is not searched at all.
+    kept = {"baseline": "eager", "winner": "eager", "fallback": True, "modes": {}}
+    fns_eager = {"eager": "eager", "default": "default"}
+    cost[0]["default"], cost[1]["default"] = 0.5, 9.0
+    info = dispatch.graph_search(None, ref, graphs, fns_eager, kept, None, 4, 2)  # type: ignore[arg-type]
+    assert (kept["winner"], kept["fallback"]) == ("graphs:default/eager", False), info
+    one = dispatch.graph_search(None, ref, dispatch.Graphs([4], []), fns, dict(result), None, 4, 2)  # type: ignore[arg-type]
+    assert "one graph" in one["why"] and one["rounds"] == []
+
+
+def test_a_forward_of_two_graphs_is_searched_per_graph_on_the_cpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """End to end with Inductor's CPU backend: explain finds the two graphs and the break; every
+    plan one graph away is compiled with the per-graph backend, matches eager and is timed; the
+    winner is consistent with what the rounds found."""
+    monkeypatch.setenv("KFORGE_SOCKET", str(tmp_path / "no-daemon.sock"))
+    out = tmp_path / "r.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        rc = dispatch.main([GRAPH_BREAK, "--out", str(out), "--device", "cpu", "--modes", "eager,default",
+                            "--baseline", "default", "--rounds", "2", "--graph-rounds", "1"])
+    assert rc == 0
+    r = json.loads(out.read_text())
+    g = r["graphs"]
+    assert (g["count"], len(g["breaks"])) == (2, 1) and "disable" in g["breaks"][0], g
+    assert "linear_hook_softmax.py:" in g["breaks"][0]
+    (only,) = g["rounds"]
+    assert set(only["prepared"]) == {"graphs:eager/default", "graphs:default/eager"}, only["prepared"]
+    assert all(p["ok"] and p["max_abs_diff"] <= 1e-5 for p in only["prepared"].values()), only["prepared"]
+    assert all(len(v["per_round"]) == 2 for v in only["modes"].values())
+    moved = only["moved_to"]
+    assert g["plan"] == (moved or r["winner"])
+    if moved is not None:
+        assert r["winner"] == moved and r["modes"][moved]["beyond_noise"]
+
+
+def test_a_forward_of_one_graph_has_no_per_graph_search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KFORGE_SOCKET", str(tmp_path / "no-daemon.sock"))
+    out = tmp_path / "r.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert dispatch.main([VECTOR_ADD, "--out", str(out), "--device", "cpu", "--modes", "eager,default",
+                              "--baseline", "eager", "--rounds", "2", "--graph-rounds", "2"]) == 0
+    g = json.loads(out.read_text())["graphs"]
+    assert (g["count"], g["breaks"], g["rounds"]) == (1, [], []) and "one graph" in g["why"], g
+
+
+def test_a_negative_number_of_graph_rounds_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert dispatch.main([VECTOR_ADD, "--out", str(tmp_path / "r.json"), "--device", "cpu", "--modes", "eager,default",
+                          "--graph-rounds", "-1"]) == 2
+    assert "--graph-rounds must be 0 (off) or more, got -1" in capsys.readouterr().err

@@ -149,10 +149,10 @@ def rewrite_measured(tmp_path: Path) -> dict:  # type: ignore[type-arg]
     return m
 
 
-def verify(candidate: Path, policy: Path, out: Path) -> dict:  # type: ignore[type-arg]
+def verify(candidate: Path, policy: Path, out: Path, problem: Path = DIAG_SCALE) -> dict:  # type: ignore[type-arg]
     """``kforge verify`` (the real binary) on the CPU, without gate 4: the verdict."""
     assert KFORGE.is_file(), f"{KFORGE}: build the binary first (cargo build -p kforge) or set KFORGE_BIN"
-    done = subprocess.run([str(KFORGE), "verify", str(DIAG_SCALE), str(candidate), "--policy", str(policy),
+    done = subprocess.run([str(KFORGE), "verify", str(problem), str(candidate), "--policy", str(policy),
                            "--device", "cpu", "--no-performance", "--json", str(out)],
                           capture_output=True, text=True, timeout=600,
                           env={**os.environ, "KFORGE_SOCKET": str(out.with_suffix(".no-daemon.sock"))})
@@ -218,3 +218,30 @@ def test_a_rewrite_result_is_the_measured_forward_or_refused(tmp_path: Path) -> 
         result.write_result(str(DIAG_SCALE), {**m, "rewrite": None}, str(tmp_path / "o"))
     with pytest.raises(result.ResultError, match="unknown mode 'turbo'"):
         result.model_new_source(str(DIAG_SCALE), DIAG_SCALE.read_text(), "turbo~rewrite", m)
+
+
+GRAPH_BREAK = REPO / "python" / "tests" / "fixtures" / "graphs" / "linear_hook_softmax.py"
+
+
+def test_a_per_graph_winner_is_a_standalone_file_that_verify_accepts(tmp_path: Path) -> None:
+    """``graphs:eager/default``: the reference as it is, its first graph run eagerly and its second
+    compiled by the per-graph backend whose text was measured (``ROUTED_BACKEND``), the breaks
+    named in the header; equal to the reference in a fresh interpreter without kforge, and
+    accepted by kforge verify under reference-ops."""
+    m = {**measured("graphs:eager/default"),
+         "graphs": {"count": 2, "breaks": ["Skip calling `torch.compiler.disable()`d function (linear_hook_softmax.py:24)"]}}
+    model_path, policy_path = result.write_result(str(GRAPH_BREAK), m, str(tmp_path / "out"))
+    text = Path(model_path).read_text()
+    assert "(agent dispatch, per graph)" in text and "graph 0 eager, graph 1 default" in text, text
+    assert "Graph break 1: Skip calling" in text and "PLAN = ['eager', 'default']" in text, text
+    assert dispatch.ROUTED_BACKEND in text and "import kforge" not in text
+    assert Path(policy_path).read_text() == 'torch_policy = "reference-ops"\nbaseline_mode = "default"\n'
+    script = tmp_path / "check.py"
+    script.write_text(CHECK)
+    out = subprocess.run([sys.executable, str(script), str(GRAPH_BREAK), model_path], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert all(float(x) <= 1e-5 for x in out.stdout.split()), out.stdout
+    v = verify(Path(model_path), Path(policy_path), tmp_path / "v.json", GRAPH_BREAK)
+    assert (v["outcome"], v["torch_policy"]) == ("passed-without-performance", "reference-ops"), v["rejected_by"]
+    with pytest.raises(result.ResultError, match="'turbo' is not a mode"):
+        result.model_new_source(str(GRAPH_BREAK), GRAPH_BREAK.read_text(), "graphs:eager/turbo", m)

@@ -80,6 +80,7 @@ mod tests {
                 .collect(),
             prepared: Default::default(),
             rewrite: None,
+            graphs: None,
         }
     }
 

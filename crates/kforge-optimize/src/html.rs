@@ -154,6 +154,9 @@ pub fn problem_html(r: &Report) -> String {
     body.push_str(&speedup_chart(&bars, m.noise_floor));
     body.push_str(&legend());
     body.push_str(&variants_table(r));
+    if let Some(g) = m.graphs.as_ref().filter(|g| g.count > 1) {
+        let _ = write!(body, "<p>{}</p>", escape(g.line().trim_end()));
+    }
     body.push_str(&beam_section(r));
     body.push_str(&config_section(r));
     body.push_str(&llm_section(r));
@@ -425,6 +428,7 @@ mod tests {
             ]
             .into(),
             rewrite: None,
+            graphs: None,
         };
         Report {
             question: Question {

@@ -177,6 +177,7 @@ impl DispatchMeasurement {
             modes: BTreeMap::new(),
             prepared: BTreeMap::new(),
             rewrite: None,
+            graphs: None,
         }
     }
 }
@@ -196,6 +197,68 @@ pub struct DispatchMeasurement {
     /// What the rewrite agent proposed (`None`: it did not run).
     #[serde(default)]
     pub rewrite: Option<RewriteProposal>,
+    /// The dispatch agent's per-graph search (`None`: it did not run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graphs: Option<GraphSearch>,
+}
+
+/// The dispatch agent's per-graph search: the graphs Dynamo split the forward into, why each
+/// break happened, the plan it ended with (`graphs:M0/M1/...`, or a mode) after how many rounds,
+/// or why it searched nothing (one graph: not an error).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GraphSearch {
+    pub count: usize,
+    #[serde(default)]
+    pub breaks: Vec<String>,
+    #[serde(default)]
+    pub plan: Option<String>,
+    #[serde(default)]
+    pub rounds: Vec<GraphRound>,
+    #[serde(default)]
+    pub why: Option<String>,
+}
+
+/// One round of the per-graph search: the plan it started from, the plans one graph away it
+/// timed (against the baseline, as every variant), and the plan it moved to.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GraphRound {
+    pub from: String,
+    #[serde(default)]
+    pub modes: BTreeMap<String, ModeTiming>,
+    #[serde(default)]
+    pub moved_to: Option<String>,
+}
+
+impl GraphSearch {
+    /// The plans its rounds timed that the measurement's own variants do not hold (the plan each
+    /// round started from, and the one the search ended with, are there or in an earlier round).
+    pub fn plans_timed<'a>(&'a self, m: &'a DispatchMeasurement) -> BTreeMap<String, ModeTiming> {
+        self.rounds
+            .iter()
+            .flat_map(|r| r.modes.iter().filter(move |(v, _)| **v != r.from))
+            .filter(|(v, _)| !m.modes.contains_key(*v))
+            .map(|(v, t)| (v.clone(), t.clone()))
+            .collect()
+    }
+}
+
+/// The prefix of a per-graph plan's variant (python/kforge/optimize/dispatch.py `GRAPHS`).
+pub const GRAPHS_VARIANT: &str = "graphs:";
+
+impl GraphSearch {
+    /// One line for the table; empty for a forward of one graph (nothing to say).
+    pub fn line(&self) -> String {
+        if self.count < 2 {
+            return String::new();
+        }
+        let breaks = self.breaks.join("; ");
+        let what = match (&self.why, &self.plan) {
+            (Some(why), _) => why.clone(),
+            (None, Some(plan)) => format!("{} round(s), ended with {plan}", self.rounds.len()),
+            (None, None) => "no plan".into(),
+        };
+        format!("per graph: {} graphs (breaks: {breaks}): {what}\n", self.count)
+    }
 }
 
 /// One rewrite rule applied to the problem's FX graph, with its exactness class.
@@ -687,8 +750,9 @@ pub struct Question {
 /// The steps' meaning, bumped when a step's output for the same input changes meaning, so that
 /// `--resume` redoes what older code measured or decided. 2: variants judged by the fp64 rule
 /// after a tolerance miss, every variant compiled (Dynamo's recompile limit raised), runner-ups
-/// verified after a rejected winner, a warm-up round before the counted ones.
-pub const STEPS_VERSION: u32 = 2;
+/// verified after a rejected winner, a warm-up round before the counted ones. 3: per-graph plans
+/// (`graphs:M0/M1/...`) for a forward of several graphs.
+pub const STEPS_VERSION: u32 = 3;
 
 fn first_steps_version() -> u32 {
     1
@@ -770,6 +834,9 @@ impl Report {
         }
         if let Some(r) = &self.measurement.rewrite {
             t.push_str(&format!("{}\n", r.line()));
+        }
+        if let Some(g) = &self.measurement.graphs {
+            t.push_str(&g.line());
         }
         t.push_str(&self.beam_lines());
         if let Some(c) = &self.config {
@@ -1062,6 +1129,37 @@ mod tests {
                     reason.contains("best: default 1.200x") && reason.contains("reduce-overhead: RuntimeError: boom"),
                     "{reason}"
                 );
+            }
+            d => panic!("{d:?}"),
+        }
+    }
+
+    #[test]
+    fn a_per_graph_plan_is_the_dispatch_agents_and_its_search_is_said() {
+        let json = r#"{"baseline": "max-autotune", "winner": "graphs:eager/max-autotune", "fallback": false,
+            "noise_floor": 1.01, "modes": {"graphs:eager/max-autotune": {"speedup": 1.5, "ci95": [1.4, 1.6],
+            "beyond_noise": true}}, "graphs": {"count": 2, "ops": [3, 2], "breaks": ["hook (m.py:24)"],
+            "rounds": [{"from": "max-autotune", "moved_to": "graphs:eager/max-autotune", "modes": {
+                "graphs:eager/max-autotune": {"speedup": 1.5, "ci95": [1.4, 1.6], "beyond_noise": true},
+                "graphs:max-autotune/eager": {"speedup": 0.9, "ci95": [0.8, 1.0], "beyond_noise": false}}},
+                {"from": "graphs:eager/max-autotune", "modes": {
+                "graphs:eager/max-autotune": {"speedup": 1.5, "ci95": [1.4, 1.6], "beyond_noise": true}}}],
+            "plan": "graphs:eager/max-autotune"}}"#;
+        let m = DispatchMeasurement::parse(json).unwrap();
+        assert_eq!(Agent::of_variant(&m.winner), Agent::Dispatch);
+        assert!(m.winner.starts_with(GRAPHS_VARIANT));
+        let g = m.graphs.as_ref().unwrap();
+        assert_eq!(
+            g.line(),
+            "per graph: 2 graphs (breaks: hook (m.py:24)): 2 round(s), ended with graphs:eager/max-autotune\n"
+        );
+        // Journaled beside the measurement's variants: the plans the rounds timed, each once.
+        assert_eq!(g.plans_timed(&m).keys().collect::<Vec<_>>(), ["graphs:max-autotune/eager"]);
+        let one = GraphSearch { count: 1, breaks: vec![], plan: None, rounds: vec![], why: Some("one graph".into()) };
+        assert_eq!(one.line(), "", "a forward of one graph: nothing to say");
+        match decide(&m, Some(Verified::Accepted), true) {
+            Decision::Improved { agent, mode, .. } => {
+                assert_eq!((agent, mode.as_str()), (Agent::Dispatch, "graphs:eager/max-autotune"))
             }
             d => panic!("{d:?}"),
         }

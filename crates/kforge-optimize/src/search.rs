@@ -85,16 +85,24 @@ pub fn measure_flag(agent: Agent, gpu: bool) -> Option<(&'static str, &'static [
 /// rewrite.py `EXACTNESS`): both stay within verify's default tolerance.
 pub const REWRITE_CLASSES: &[&str] = &["exact", "reassociates"];
 
+/// The dispatch agent's rounds of per-graph plans, for a forward of several graphs
+/// (python/kforge/optimize/dispatch.py `GRAPH_ROUNDS`, `--graph-rounds`).
+pub const GRAPH_ROUNDS: u32 = 2;
+
 /// Every measure flag with its comma-separated variants (empty for an agent not asked for: the
-/// dispatch agent then times the baseline's variants alone).
+/// dispatch agent then times the baseline's variants alone), and the dispatch agent's per-graph
+/// rounds (0 without it).
 pub fn measure_args(agents: &[Agent], gpu: bool) -> Vec<(&'static str, String)> {
-    Agent::ALL
+    let mut args: Vec<(&'static str, String)> = Agent::ALL
         .iter()
         .filter_map(|(_, a)| {
             let (flag, variants) = measure_flag(*a, gpu)?;
             Some((flag, if agents.contains(a) { variants.join(",") } else { String::new() }))
         })
-        .collect()
+        .collect();
+    let graph_rounds = if agents.contains(&Agent::Dispatch) { GRAPH_ROUNDS } else { 0 };
+    args.push(("--graph-rounds", graph_rounds.to_string()));
+    args
 }
 
 #[cfg(test)]
@@ -109,9 +117,11 @@ mod tests {
             [
                 ("--modes", String::new()),
                 ("--knobs", "freezing,aggressive-fusion".to_string()),
-                ("--rewrite", String::new())
+                ("--rewrite", String::new()),
+                ("--graph-rounds", "0".to_string())
             ]
         );
+        assert_eq!(measure_args(&[Agent::Dispatch], false)[3], ("--graph-rounds", GRAPH_ROUNDS.to_string()));
         let rewrite = measure_args(&[Agent::Rewrite], true);
         assert_eq!(rewrite[2], ("--rewrite", "exact,reassociates".to_string()));
         let both = measure_args(&[Agent::Dispatch, Agent::Inductor], true);
@@ -128,8 +138,8 @@ mod tests {
         assert_eq!(steps(&[Agent::Inductor], 0).len(), 3, "width 0: no second round");
         assert!(Step::Verify.uses_device() && !Step::Result.uses_device());
         // The config agent adds no flag to the measurement but its own steps.
-        assert_eq!(measure_args(&[Agent::Dispatch, Agent::Config], true).len(), 3);
-        assert_eq!(measure_args(&[Agent::Config], true).iter().filter(|(_, v)| !v.is_empty()).count(), 0);
+        assert_eq!(measure_args(&[Agent::Dispatch, Agent::Config], true).len(), 4);
+        assert_eq!(measure_args(&[Agent::Config], true).iter().filter(|(_, v)| !v.is_empty() && v != "0").count(), 0);
         assert_eq!(
             steps(&[Agent::Dispatch, Agent::Config], 0).iter().map(|s| s.name()).collect::<Vec<_>>(),
             ["measure", "result", "verify", "config", "config-verify"]

@@ -38,8 +38,8 @@ pub struct OptimizeArgs {
     /// What to beat: torch.compile in max-autotune or default mode.
     #[arg(long, value_enum, default_value = "max-autotune")]
     baseline: crate::values::BaselineArg,
-    /// Agents to run, comma-separated (known: dispatch — eager or a torch.compile mode per problem;
-    /// inductor — the baseline's mode with one of Inductor's knobs changed, each measured;
+    /// Agents to run, comma-separated (known: dispatch — eager or a torch.compile mode per problem,
+    /// and per graph for a forward of several graphs (graph breaks); inductor — the baseline's mode with one of Inductor's knobs changed, each measured;
     /// rewrite — the forward rewritten by the FX rewrite rules, eager and in the baseline's mode;
     /// config — the baseline's Triton kernels' launch configurations searched and pinned, in its
     /// own step, a GPU only: skipped on the CPU, and `--agents config` alone there is refused).
@@ -1035,6 +1035,11 @@ impl ProblemRun<'_> {
         let round2 = report.beam.as_ref().and_then(|b| b.measurement.as_ref());
         let first: &[(&str, Verified)] = if round2.is_none() { &verified } else { &[] };
         journal.candidates(problem, &report.measurement.modes, measure_hash, first)?;
+        if let Some(g) = &report.measurement.graphs {
+            let hash = content_hash(&[measure_hash.as_bytes(), b"graphs"]);
+            journal.candidates(problem, &g.plans_timed(&report.measurement), &hash, &verified)?;
+            // per graph
+        }
         if let (Some(m), Some(hash)) = (round2, beam_hash) {
             journal.candidates(problem, &m.modes, hash, &verified)?; // the beam's second round
         }

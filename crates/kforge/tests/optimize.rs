@@ -570,6 +570,67 @@ fn the_rewrite_agent_is_measured_and_credited_end_to_end() {
     }
 }
 
+/// A forward of two graphs (a `torch.compiler.disable` hook between them): the dispatch agent's
+/// per-graph search runs in the measure step, says what it found in the table and the report,
+/// journals every plan it timed (each once, the dispatch agent's), and whatever it ends with is
+/// verified before it counts.
+#[test]
+fn a_forward_of_two_graphs_is_searched_per_graph_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, html) = (dir.path().join("o"), dir.path().join("report.html"));
+    let args = [
+        "python/tests/fixtures/graphs/linear_hook_softmax.py",
+        "--agents",
+        "dispatch",
+        "--device",
+        "cpu",
+        "--baseline",
+        "default",
+        "--rounds",
+        "2",
+        "--html",
+        html.to_str().unwrap(),
+    ];
+    let (code, text) = optimize(&args, &out);
+    assert_eq!(code, Some(0), "{text}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<p>per graph: 2 graphs (breaks: "), "{page}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    let g = &r["measurement"]["graphs"];
+    assert_eq!(g["count"], 2, "{g}");
+    assert!(g["breaks"][0].as_str().unwrap().contains("linear_hook_softmax.py:"), "{g}");
+    assert!(text.contains("per graph: 2 graphs (breaks: "), "{text}");
+    let timed: Vec<String> = g["rounds"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|round| round["modes"].as_object().unwrap().keys().cloned().collect::<Vec<_>>())
+        .filter(|v| v.starts_with("graphs:"))
+        .collect();
+    assert!(!timed.is_empty(), "{g}");
+    let j = journal(&out);
+    let mut plans: Vec<&str> =
+        j.candidates.iter().filter(|c| c.variant.starts_with("graphs:")).map(|c| c.variant.as_str()).collect();
+    assert!(j.candidates.iter().filter(|c| c.variant.starts_with("graphs:")).all(|c| c.agent == "dispatch"));
+    let journaled = plans.len();
+    plans.sort();
+    plans.dedup();
+    assert_eq!(plans.len(), journaled, "each plan journaled once: {plans:?}");
+    assert!(timed.iter().all(|v| plans.contains(&v.as_str())), "{timed:?} against {plans:?}");
+    let result = std::fs::read_to_string(out.join("model_new.py")).unwrap();
+    match (r["decision"]["kind"].as_str(), r["decision"]["mode"].as_str()) {
+        (Some("improved"), Some(mode)) => {
+            assert_eq!(
+                (r["decision"]["agent"].as_str(), r["verified"].as_str()),
+                (Some("dispatch"), Some("passed-without-performance"))
+            );
+            assert_eq!(result.contains("def routed_backend(plan):"), mode.starts_with("graphs:"), "{result}");
+        }
+        (Some("fallback"), _) => assert!(result.contains("mode='default'"), "{result}"),
+        k => panic!("decision {k:?}: {r}"),
+    }
+}
+
 /// The beam's second round on the CPU (its two knobs: freezing, aggressive-fusion): when both
 /// measured faster than the baseline alone, their combination is timed beside them in a second
 /// measurement (`beam.json`, a journaled `beam` step) and the decision comes from it; otherwise

@@ -7,7 +7,7 @@ globally.
 
 ``python3 -m kforge.optimize.dispatch PROBLEM --out RESULT.json [--device cpu|cuda]
 [--size default|large] [--modes eager,default,...] [--knobs freezing,...] [--rewrite
-exact,reassociates] [--baseline MODE] [--rounds N]`` (``--rewrite CLASSES``: the rewrite agent with
+exact,reassociates] [--baseline MODE] [--rounds N] [--graph-rounds N]`` (``--rewrite CLASSES``: the rewrite agent with
 the exactness classes it may use; empty, the default: off)
 
 Each mode runs on its own copy of the reference model (the same weights; a copy per mode, so
@@ -20,7 +20,9 @@ again called in turn inside one kforge region (``kforge.do_bench_interleaved``; 
 mode). Per mode the speedup is the geometric mean of baseline/mode over rounds with its 95 %
 interval; the noise floor is the upper end of the same interval for baseline-again/baseline. The
 winner is the fastest mode whose interval's lower end clears the floor; if none does, the
-baseline stays (``fallback``). Exit status: 0 result written, 2 could not run (bad input or the
+baseline stays (``fallback``). With ``--graph-rounds N`` and a forward that Dynamo splits into
+several graphs, the agent then searches a mode per graph (``graphs:M0/M1/...`` plans, coordinate
+descent from the winner: :func:`graph_search`). Exit status: 0 result written, 2 could not run (bad input or the
 environment: one line ``kforge optimize: WHY``).
 
 torch is imported inside the functions that use it (the entry point reports a missing torch).
@@ -33,6 +35,7 @@ import contextlib
 import copy
 import json
 import math
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -74,6 +77,19 @@ REWRITE = "~rewrite"
 REWRITE_CLASSES = EXACTNESS
 
 
+#: The dispatch agent's per-graph plans, for a forward that Dynamo splits into several graphs (graph
+#: breaks): ``graphs:M0/M1/...`` is the forward compiled with one backend that dispatches the i-th
+#: graph Dynamo hands it as ``Mi`` (eager, or a compile mode's Inductor options), in the order
+#: Dynamo first compiles them (a graph past the plan runs eagerly).
+GRAPHS = "graphs:"
+#: Coordinate-descent rounds over the graphs at most (``--graph-rounds``; kforge optimize passes
+#: this with the dispatch agent): each round measures the plans one graph away from the current
+#: one, and moves to the best that beats it beyond noise in the same rounds.
+GRAPH_ROUNDS = 2
+#: Plans one round measures at most (the largest graphs' first: by their number of ops).
+MAX_GRAPH_PLANS = 8
+
+
 class DispatchError(Exception):
     """Bad input or an environment that cannot run the measurement (exit status 2)."""
 
@@ -93,13 +109,16 @@ def parse_modes(text: str, baseline: str, device: str, knobs: str = "", rewrite:
         raise DispatchError(f"a knob is named twice in the combination {twice[0]!r}")
     if named and baseline == "eager":
         raise DispatchError("knobs are Inductor's: they need a compiled baseline, not eager")
-    unknown = [m for m in modes + [baseline] if m not in MODES]
+    for plan in [m for m in modes if m.startswith(GRAPHS)]:
+        graph_plan(plan)  # a DispatchError naming what is wrong in it
+    unknown = [m for m in modes + [baseline] if m not in MODES and not m.startswith(GRAPHS)]
     if unknown:
         raise DispatchError(f"unknown mode {unknown[0]!r} (one of: {', '.join(MODES)})")
     if device == "cpu":
-        gpu = [m for m in modes + [baseline] if m in GPU_ONLY]
+        gpu = [(mode, m) for m in modes + [baseline] for mode in (graph_plan(m) or [m]) if mode in GPU_ONLY]
         if gpu:
-            raise DispatchError(f"mode {gpu[0]!r} uses CUDA graphs: it needs a GPU (--device cuda)")
+            mode, m = gpu[0]
+            raise DispatchError(f"mode {mode!r}{f' (in {m})' if m != mode else ''} uses CUDA graphs: it needs a GPU (--device cuda)")
     ordered = [baseline] + [m for m in modes if m != baseline]
     combos = [frozenset(k.split("+")) for k in named]
     if len(set(ordered)) != len(ordered) or len(set(combos)) != len(combos):
@@ -108,6 +127,54 @@ def parse_modes(text: str, baseline: str, device: str, knobs: str = "", rewrite:
     if len(ordered) < 2 and not rewrite:
         raise DispatchError("nothing to compare: name at least one mode besides the baseline")
     return ordered
+
+
+def graph_plan(variant: str) -> Optional[List[str]]:
+    """A per-graph plan's modes, graph by graph (``graphs:M0/M1/...``); ``None`` for any other
+    variant. A ``DispatchError`` for a plan without modes or with one that is not a mode."""
+    if not variant.startswith(GRAPHS):
+        return None
+    plan = variant[len(GRAPHS):].split("/")
+    bad = [m for m in plan if m not in MODES]
+    if bad:
+        raise DispatchError(f"per-graph plan {variant!r}: {bad[0]!r} is not a mode (one of: {', '.join(MODES)})")
+    return plan
+
+
+def plan_name(plan: Sequence[str]) -> str:
+    """The variant of a per-graph plan; a plan of one mode throughout is that mode itself."""
+    return plan[0] if len(set(plan)) == 1 else GRAPHS + "/".join(plan)
+
+
+#: The per-graph backend's source. It is measured from this text and written into a per-graph
+#: winner's result file as is, so what ships is what was timed: ``routed_backend(plan)`` is a
+#: ``torch.compile`` backend that dispatches the i-th graph Dynamo hands it as ``plan[i]``, by its
+#: own ``forward`` (eager) or by Inductor with the mode's options (what ``torch.compile(mode=)``
+#: compiles each graph with); graphs past the plan run eagerly.
+ROUTED_BACKEND = """
+def routed_backend(plan):
+    import torch._inductor
+    from torch._inductor.compile_fx import compile_fx
+
+    seen = [0]
+
+    def backend(gm, example_inputs):
+        i = seen[0]
+        seen[0] += 1
+        mode = plan[i] if i < len(plan) else "eager"
+        if mode == "eager":
+            return gm.forward
+        return compile_fx(gm, example_inputs, config_patches=dict(torch._inductor.list_mode_options(mode)))
+
+    return backend
+"""
+
+
+def routed_backend(plan: Sequence[str]) -> Callable[..., Any]:
+    """:data:`ROUTED_BACKEND`'s backend for ``plan``."""
+    namespace: Dict[str, Any] = {}
+    exec(compile(ROUTED_BACKEND, "<kforge routed_backend>", "exec"), namespace)
+    return namespace["routed_backend"](list(plan))  # type: ignore[no-any-return]
 
 
 def load_problem(path: str, size: str) -> Any:
@@ -144,6 +211,9 @@ def build(model: Any, variant: str) -> Callable[..., Any]:
     mode's options and one knob changed; static shapes."""
     import torch
 
+    plan = graph_plan(variant)
+    if plan is not None:
+        return torch.compile(model, backend=routed_backend(plan), dynamic=False)  # type: ignore[no-any-return]
     mode, options = variant_options(variant)
     if mode == "eager":
         return model  # type: ignore[no-any-return]
@@ -306,12 +376,122 @@ def choose(baseline: str, per_round: Dict[str, List[Tuple[float, float, float]]]
 
 
 def measure(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
-            rewrite: Optional[Sequence[str]] = None) -> Dict[str, Any]:
+            rewrite: Optional[Sequence[str]] = None, graph_rounds: int = 0) -> Dict[str, Any]:
     """The whole agent step: modes prepared and checked (and with ``rewrite``, the exactness
     classes the rewrite agent may use, its variants), timed against ``modes[0]`` (the
-    baseline), the choice."""
-    with room_to_compile(len(modes) + 2):  # every variant, and the rewrite agent's two
-        return measure_in(problem, modes, dev, rounds, rewrite)
+    baseline), the choice; with ``graph_rounds``, then per graph (:func:`graph_search`)."""
+    # every variant, the rewrite agent's two, explain's trace and the per-graph plans
+    with room_to_compile(len(modes) + 3 + graph_rounds * MAX_GRAPH_PLANS):
+        return measure_in(problem, modes, dev, rounds, rewrite, graph_rounds)
+
+
+@dataclass(frozen=True)
+class Graphs:
+    """The graphs Dynamo splits the reference's forward into, in the order it compiles them:
+    each one's number of ops, and why each break happened."""
+
+    ops: List[int]
+    breaks: List[str]
+
+
+def find_graphs(model: Any, xs: Sequence[Any]) -> Graphs:
+    """The reference's graphs, by ``torch._dynamo.explain`` on a copy (one call on ``xs``).
+    Explain resets Dynamo: call it before any variant is compiled."""
+    import torch
+    import torch._dynamo
+
+    with torch.no_grad():
+        found = torch._dynamo.explain(copy.deepcopy(model))(*xs)
+    ops = [sum(1 for n in g.graph.nodes if n.op in ("call_function", "call_method", "call_module")) for g in found.graphs]
+    return Graphs(ops, [break_line(r) for r in found.break_reasons])
+
+
+def break_line(reason: Any) -> str:
+    """A graph break as one line: the first line of Dynamo's reason and where in the user's code."""
+    text = str(getattr(reason, "reason", "") or "").strip()
+    line = text.splitlines()[0][:200] if text else "no reason given"
+    stack = list(getattr(reason, "user_stack", None) or [])
+    return line + (f" ({os.path.basename(stack[-1].filename)}:{stack[-1].lineno})" if stack else "")
+
+
+def neighbours(plan: Sequence[str], modes: Sequence[str], ops: Sequence[int]) -> List[List[str]]:
+    """The plans one graph away from ``plan``: each graph, largest first (by ops), in each other
+    mode of ``modes``; at most ``MAX_GRAPH_PLANS``."""
+    order = sorted(range(len(plan)), key=lambda g: (-ops[g], g))
+    out = [[m if i == g else p for i, p in enumerate(plan)] for g in order for m in modes if m != plan[g]]
+    return out[:MAX_GRAPH_PLANS]
+
+
+def beats(rows: Sequence[Tuple[float, float, float]], current: Sequence[Tuple[float, float, float]],
+          floor: float) -> Tuple[float, bool]:
+    """A plan against the current one in the same rounds: the geometric mean of current/plan,
+    and whether its 95 % interval's lower end clears the rounds' noise floor (a log)."""
+    logs = [math.log(c[1] / r[1]) for r, c in zip(rows, current)]
+    mean, half = mean_half(logs)
+    return math.exp(mean), mean - half > floor
+
+
+def graph_search(problem: Any, ref: Reference, graphs: Graphs, fns: Dict[str, Callable[..., Any]],
+                 result: Dict[str, Any], dev: Any, rounds: int, graph_rounds: int) -> Dict[str, Any]:
+    """Per graph, for a forward of several graphs: coordinate descent from the per-problem winner
+    over the plain modes that ran and matched. Each round prepares the plans one graph away
+    (:func:`neighbours`, each checked as a mode is), times them beside the current plan against the
+    baseline, and moves to the fastest that beats the current plan beyond noise in those rounds;
+    it stops when none does. A plan the search moved to becomes ``result``'s winner (with its
+    timing from its round). Returns what it did (``rounds``, or ``why`` it did nothing)."""
+    info: Dict[str, Any] = {"count": len(graphs.ops), "ops": graphs.ops, "breaks": graphs.breaks, "rounds": []}
+    baseline, winner = result["baseline"], result["winner"]
+    modes = [m for m in fns if m in MODES]
+    if len(graphs.ops) < 2:
+        return {**info, "why": "one graph: the per-problem choice is the per-graph one"}
+    if winner not in MODES:
+        return {**info, "why": f"the winner {winner} is not a plain mode: per-graph plans are of plain modes"}
+    if len(modes) < 2:
+        return {**info, "why": "fewer than two modes ran and matched eager"}
+    plan, timing = [winner] * len(graphs.ops), None
+    for _ in range(graph_rounds):
+        step = graph_round(problem, ref, fns, plan, modes, graphs.ops, baseline, dev, rounds)
+        info["rounds"].append(step["round"])
+        if step["moved"] is None:
+            break
+        plan, timing = step["moved"], step["timing"]
+    if timing is not None:
+        name = plan_name(plan)
+        result["modes"][name] = timing
+        result.update(winner=name, fallback=False)
+    info["plan"] = plan_name(plan)
+    return info
+
+
+def graph_round(problem: Any, ref: Reference, fns: Dict[str, Callable[..., Any]], plan: List[str],
+                modes: Sequence[str], ops: Sequence[int], baseline: str, dev: Any, rounds: int) -> Dict[str, Any]:
+    """One round of :func:`graph_search`: ``moved`` is the plan it moves to (``None``: stop) with
+    its ``timing`` against the baseline; ``round`` what it measured."""
+    current = plan_name(plan)
+    ready: Dict[str, Callable[..., Any]] = {baseline: fns[baseline], current: fns[current]}
+    prepared: Dict[str, Dict[str, Any]] = {}
+    for other in neighbours(plan, modes, ops):
+        if plan_name(other) not in MODES:  # one mode throughout: measured as that mode already
+            prepare_one(plan_name(other), ref.model, ref, dev, ready, prepared)
+    record: Dict[str, Any] = {"from": current, "prepared": prepared}
+    if not set(ready) - {baseline, current}:
+        return {"moved": None, "round": {**record, "why": "no plan one graph away ran and matched eager"}}
+    chosen = choose(baseline, time_rounds(problem, ready, baseline, dev, rounds))
+    per_round = {m: [(r["baseline_ms"], r["mode_ms"], r["baseline_again_ms"]) for r in v["per_round"]]
+                 for m, v in chosen["modes"].items()}
+    first = next(iter(per_round.values()))
+    mine = per_round[current] if current != baseline else [(a, a, c) for a, _, c in first]  # the baseline's own rows
+    floor = math.log(chosen["noise_floor"])
+    against = {m: beats(rows, mine, floor) for m, rows in per_round.items() if m != current}
+    record.update(noise_floor=chosen["noise_floor"], modes=chosen["modes"],
+                  against_current={m: {"speedup": r, "beyond_noise": b} for m, (r, b) in against.items()})
+    better = sorted((r, m) for m, (r, b) in against.items() if b)
+    if not better:
+        return {"moved": None, "round": {**record, "moved_to": None}}
+    name = better[-1][1]
+    fns[name] = ready[name]
+    return {"moved": graph_plan(name) or [name] * len(plan), "timing": chosen["modes"][name],
+            "round": {**record, "moved_to": name}}
 
 
 @contextlib.contextmanager
@@ -334,10 +514,11 @@ def room_to_compile(variants: int) -> Iterator[None]:
 
 
 def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
-               rewrite: Optional[Sequence[str]]) -> Dict[str, Any]:
+               rewrite: Optional[Sequence[str]], graph_rounds: int = 0) -> Dict[str, Any]:
     """:func:`measure` with room to compile every variant."""
     baseline = modes[0]
     ref = reference(problem, dev)
+    graphs = find_graphs(ref.model, ref.xs) if graph_rounds > 0 else None  # before any compile: explain resets Dynamo
     fns, report = prepare_modes(ref, modes, dev)
     if baseline not in fns:
         raise DispatchError(f"the baseline {baseline!r} does not run: {report[baseline].get('why', 'its output differs from eager')}")
@@ -350,6 +531,8 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
         result.update({"modes": {}, "noise_floor": None, "winner": baseline, "fallback": True, "why": why})
         return result
     result.update(choose(baseline, time_rounds(problem, fns, baseline, dev, rounds)))
+    if graphs is not None:
+        result["graphs"] = graph_search(problem, ref, graphs, fns, result, dev, rounds, graph_rounds)
     return result
 
 
@@ -365,12 +548,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="the rewrite agent (the forward rewritten by the rules, as eager~rewrite and BASELINE~rewrite) "
                          f"with the exactness classes it may use, comma-separated (of: {', '.join(EXACTNESS)}; "
                          f"kforge optimize passes {','.join(REWRITE_CLASSES)}); empty: off")
+    ap.add_argument("--graph-rounds", type=int, default=0, metavar="N",
+                    help="for a forward of several graphs (graph breaks): up to N rounds of per-graph plans "
+                         f"(graphs:M0/M1/..., coordinate descent from the winner; kforge optimize passes {GRAPH_ROUNDS} "
+                         "with the dispatch agent); 0: off")
     ap.add_argument("--baseline", default="max-autotune")
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args(argv)
     try:
         if a.rounds < 2:
             raise DispatchError(f"--rounds must be at least 2 (an interval needs two rounds), got {a.rounds}")
+        if a.graph_rounds < 0:
+            raise DispatchError(f"--graph-rounds must be 0 (off) or more, got {a.graph_rounds}")
         rewrite = a.rewrite != ""
         modes = parse_modes(a.modes, a.baseline, "cpu" if a.device == "cpu" else "cuda", a.knobs, rewrite)
         classes = [c.strip() for c in a.rewrite.split(",") if c.strip()]
@@ -387,7 +576,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise DispatchError(f"--device {a.device} but no CUDA GPU is visible (pass --device cpu)")
         problem = load_problem(a.problem, a.size)
         inductor_regions()  # under a daemon, max-autotune's own benchmarks run in regions
-        result = measure(problem, modes, torch.device(a.device), a.rounds, classes if rewrite else None)
+        result = measure(problem, modes, torch.device(a.device), a.rounds, classes if rewrite else None, a.graph_rounds)
     except DispatchError as e:
         print(f"kforge optimize: {e}", file=sys.stderr)
         return 2

@@ -16,6 +16,11 @@ to be the measured one), with a header naming the rules and their exactness clas
 adds exactly what the rewrite introduced (``allowed_aten_ops``, ``allowed_torch_ops``) and its own
 FLOP count (``flops``).
 
+A per-graph winner (``graphs:M0/M1/...``) is the reference as it is, with ``ModelNew``'s forward
+compiled on the first call by the per-graph backend (``dispatch.ROUTED_BACKEND``, its text as
+measured) for the plan, and the graph breaks named in the header; its policy is a dispatch
+winner's.
+
 ``python3 -m kforge.optimize.result PROBLEM DISPATCH.json --out DIR`` writes ``DIR/model_new.py``
 and ``DIR/policy.toml`` for the winner recorded in ``DISPATCH.json``
 (``python3 -m kforge.optimize.dispatch``'s result).
@@ -31,7 +36,7 @@ import sys
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ..harness import load_problem
-from .dispatch import KNOBS, MODES, REWRITE, variant_knobs, variant_options
+from .dispatch import GRAPHS, KNOBS, MODES, REWRITE, ROUTED_BACKEND, DispatchError, graph_plan, variant_knobs, variant_options
 from .rewrite import RewriteResult, applied_rules, code_key, module_source, rewrite_problem, rules_of
 
 #: Baselines a verify policy can name (gate 4 compiles its baseline; eager is no baseline there).
@@ -121,6 +126,51 @@ class ModelNew({base}):
 '''
 
 
+def routed_subclass(plan: Sequence[str]) -> str:
+    """``class ModelNew(Reference)`` whose forward is compiled on the first call with the
+    per-graph backend (``kforge.optimize.dispatch.ROUTED_BACKEND``, its text as measured) for
+    ``plan``."""
+    return f'''
+
+#: The mode of each graph Dynamo splits the forward into, in the order it compiles them.
+PLAN = {list(plan)!r}
+{ROUTED_BACKEND}
+
+class ModelNew(Reference):
+    """The reference's forward, each of its graphs dispatched as PLAN says (static shapes)."""
+
+    def forward(self, *inputs):
+        compiled = self.__dict__.get("_compiled_forward")
+        if compiled is None:
+            compiled = torch.compile(super().forward, backend=routed_backend(PLAN), dynamic=False)
+            self.__dict__["_compiled_forward"] = compiled
+        return compiled(*inputs)
+'''
+
+
+def graphs_source(problem_path: str, problem_source: str, variant: str, measured: Dict[str, Any]) -> str:
+    """The standalone module of a per-graph winner ``graphs:M0/M1/...``: the reference as it is,
+    its graphs dispatched per the plan (:func:`routed_subclass`), with the graph breaks the
+    measurement found named in the header."""
+    try:
+        plan = graph_plan(variant)
+    except DispatchError as e:
+        raise ResultError(str(e)) from e
+    assert plan is not None
+    versions = measured.get("versions", {})
+    speedup = measured.get("modes", {}).get(variant, {}).get("speedup")
+    breaks = measured.get("graphs", {}).get("breaks", [])
+    header = (f'"""kforge optimize result for {os.path.basename(problem_path)} (agent dispatch, per graph): the\n'
+              f"reference's forward, of {len(plan)} graphs, each dispatched in its own mode: "
+              f"{', '.join(f'graph {i} {m}' for i, m in enumerate(plan))}.\n"
+              + "".join(f"Graph break {i + 1}: {b}\n" for i, b in enumerate(breaks))
+              + f"Baseline {measured.get('baseline')!r}; measured speedup "
+              f"{'%.3fx' % speedup if isinstance(speedup, float) else 'none'}; "
+              f"made with torch {versions.get('torch')}, Triton {versions.get('triton')}.\n"
+              f'Torch code by design: verify with the policy beside this file (torch_policy = "reference-ops")."""\n\n')
+    return header + "import torch\n" + renamed_reference(problem_source, problem_path) + "\n" + routed_subclass(plan)
+
+
 def rewritten(problem_path: str, measured: Dict[str, Any]) -> RewriteResult:
     """The measured rewrite made again from the problem (on the meta device, with the classes the
     agent used), checked to be the same forward as the one measured (its key)."""
@@ -165,6 +215,8 @@ def model_new_source(problem_path: str, problem_source: str, mode: str, measured
     ``MODE~rewrite`` (the rewritten forward, :func:`rewrite_source`)."""
     if mode.endswith(REWRITE):
         return rewrite_source(problem_path, problem_source, mode, measured)
+    if mode.startswith(GRAPHS):
+        return graphs_source(problem_path, problem_source, mode, measured)
     base, knobs = variant_knobs(mode)
     knob = "+".join(knobs)
     if base not in MODES or (knobs and (any(k not in KNOBS for k in knobs) or base == "eager")):
