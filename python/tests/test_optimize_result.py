@@ -245,3 +245,16 @@ def test_a_per_graph_winner_is_a_standalone_file_that_verify_accepts(tmp_path: P
     assert (v["outcome"], v["torch_policy"]) == ("passed-without-performance", "reference-ops"), v["rejected_by"]
     with pytest.raises(result.ResultError, match="'turbo' is not a mode"):
         result.model_new_source(str(GRAPH_BREAK), GRAPH_BREAK.read_text(), "graphs:eager/turbo", m)
+
+
+def test_the_reference_keeps_the_problems_formatting_and_comments() -> None:
+    """The rename is made where the names stand (comments, blank lines and spelling kept, so the
+    report's diff shows what changed); an attribute named Model is not the class; where the
+    in-place rename is not the tree's rename (a keyword argument named Model), the renamed tree
+    is unparsed instead."""
+    src = ('"""doc"""\nimport torch.nn as nn\nROWS, COLS = 64, 256  # shape\n\n\n'
+           'class Model(nn.Module):\n    def forward(self, x):\n        return Model.f(x) if x.Model else x\n')
+    out = result.renamed_reference(src, "p.py")
+    assert out == src.replace("class Model(", "class Reference(").replace("return Model.f", "return Reference.f").rstrip(), out
+    fallback = result.renamed_reference("class Model:\n    pass\nf(Model=1)  # kw\n", "q.py")
+    assert fallback == "class Reference:\n    pass\nf(Model=1)", fallback

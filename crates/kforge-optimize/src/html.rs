@@ -11,7 +11,9 @@ use std::fmt::Write;
 const STYLE: &str = "body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222}\
 table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}\
 td:first-child,th:first-child{text-align:left}h1{font-size:1.4em}h2{font-size:1.15em;margin-top:1.6em}\
-.note{color:#666}svg text{font:11px system-ui,sans-serif}";
+.note{color:#666}svg text{font:11px system-ui,sans-serif}\
+pre.diff{font:12px/1.35 ui-monospace,monospace;background:#fafafa;border:1px solid #ddd;padding:6px;overflow-x:auto}\
+.add{background:#e6f4ea;display:block}.del{background:#fbe9e7;display:block}.hunk{color:#3b7dd8;display:block}";
 
 /// Colour of an agent's bars; the baseline kept (and failures) are grey.
 fn colour(agent: Option<Agent>) -> &'static str {
@@ -117,8 +119,60 @@ fn speedup_chart(bars: &[Bar], noise_floor: Option<f64>) -> String {
     s
 }
 
-/// A problem's page: the question, the decision, every variant against the noise band.
-pub fn problem_html(r: &Report) -> String {
+/// What a result changes, for its page: the problem's source and the result file the run ended
+/// with (the winner's, or the baseline's own when it was kept).
+pub struct Change<'a> {
+    pub problem: &'a str,
+    pub result_name: &'a str,
+    pub result: &'a str,
+}
+
+/// Diff lines shown at most (a longer diff says how many more there are).
+const MAX_DIFF_LINES: usize = 3000;
+
+/// The result file against the problem as a unified diff, added lines green and removed red.
+fn change_section(c: &Change) -> String {
+    let hunks = crate::diff::hunks(c.problem, c.result, 3);
+    let (added, removed) = crate::diff::counts(&hunks);
+    let mut s = format!(
+        "<h2>What the result changes</h2><p>{} against the problem's source: {added} line(s) added, {removed} removed.</p>",
+        escape(c.result_name)
+    );
+    if hunks.is_empty() {
+        return s;
+    }
+    s.push_str("<details open><summary>diff</summary><pre class=\"diff\">");
+    let mut shown = 0usize;
+    for h in &hunks {
+        let _ = write!(s, "<span class=\"hunk\">@@ -{} +{} @@</span>", h.old_start, h.new_start);
+        for line in &h.lines {
+            if shown == MAX_DIFF_LINES {
+                break;
+            }
+            shown += 1;
+            let (class, mark, text) = match line {
+                crate::diff::Line::Same(t) => ("", ' ', t),
+                crate::diff::Line::Added(t) => ("add", '+', t),
+                crate::diff::Line::Removed(t) => ("del", '-', t),
+            };
+            if class.is_empty() {
+                let _ = writeln!(s, "{mark} {}", escape(text));
+            } else {
+                let _ = write!(s, "<span class=\"{class}\">{mark} {}</span>", escape(text));
+            }
+        }
+    }
+    let total: usize = hunks.iter().map(|h| h.lines.len()).sum();
+    if total > shown {
+        let _ = write!(s, "<span class=\"hunk\">… {} more line(s) not shown</span>", total - shown);
+    }
+    s.push_str("</pre></details>");
+    s
+}
+
+/// A problem's page: the question, the decision, every variant against the noise band, and,
+/// given `change`, what the result file changes against the problem's source.
+pub fn problem_html(r: &Report, change: Option<&Change>) -> String {
     let m = &r.measurement;
     let q = &r.question;
     let mut body = format!(
@@ -160,6 +214,9 @@ pub fn problem_html(r: &Report) -> String {
     body.push_str(&beam_section(r));
     body.push_str(&config_section(r));
     body.push_str(&llm_section(r));
+    if let Some(c) = change {
+        body.push_str(&change_section(c));
+    }
     page(&format!("kforge optimize: {}", q.problem), &body)
 }
 
@@ -467,7 +524,7 @@ mod tests {
 
     #[test]
     fn a_problems_page_plots_every_variant_against_the_noise_band() {
-        let html = problem_html(&report());
+        let html = problem_html(&report(), None);
         assert_self_contained(&html);
         assert_eq!(html.matches("class=\"bar\"").count(), 2, "one bar per timed variant");
         assert_eq!(html.matches("class=\"ci\"").count(), 2, "each with its interval");
@@ -482,7 +539,7 @@ mod tests {
             crate::Tried { variant: "default+aggressive-fusion".into(), verified: Verified::Rejected },
             crate::Tried { variant: "default+freezing".into(), verified: Verified::Accepted },
         ];
-        let html = problem_html(&r);
+        let html = problem_html(&r, None);
         assert!(
             html.contains(
                 "Verified in turn: <b>default+aggressive-fusion</b> rejected, then <b>default+freezing</b> accepted"
@@ -494,7 +551,7 @@ mod tests {
     #[test]
     fn the_beam_and_the_config_agent_have_their_sections() {
         let mut r = report();
-        assert!(!problem_html(&r).contains("Beam, round 2") && !problem_html(&r).contains("config agent"));
+        assert!(!problem_html(&r, None).contains("Beam, round 2") && !problem_html(&r, None).contains("config agent"));
         let second = r.measurement.clone();
         r.beam =
             Some(crate::BeamOutcome { measurement: Some(second), stopped: Some("beam: round 2 found <none>".into()) });
@@ -506,7 +563,7 @@ mod tests {
             decision: None,
             result: None,
         });
-        let html = problem_html(&r);
+        let html = problem_html(&r, None);
         assert_self_contained(&html);
         assert_eq!(html.matches("class=\"bar\"").count(), 4, "round 1 and round 2");
         assert!(html.contains("beam: round 2 found &lt;none&gt;") && html.contains("config: needs a GPU"), "{html}");
@@ -526,7 +583,7 @@ mod tests {
             }],
             ..crate::llm::LlmReport::default()
         });
-        let html = problem_html(&r);
+        let html = problem_html(&r, None);
         assert!(html.contains("The LLM agents: m&lt;1&gt;") && html.contains("exploits:ghost-replay <b>(exploit)</b>"));
         r.llm = None;
         // A config measurement: a row per kernel, the largest share first, a won kernel's share
@@ -536,7 +593,7 @@ mod tests {
         let won: Vec<(f64, f64)> =
             m.kernels.values().filter(|k| !k.fallback).filter_map(|k| Some((k.share?, k.speedup?))).collect();
         r.config.as_mut().unwrap().measurement = Some(m);
-        let html = problem_html(&r);
+        let html = problem_html(&r, None);
         assert_eq!(
             html.matches("</td></tr>").count()
                 - html.split("<h2>The config agent").next().unwrap().matches("</td></tr>").count(),
@@ -552,8 +609,27 @@ mod tests {
     }
 
     #[test]
+    fn a_problems_page_shows_what_the_result_changes_as_a_diff() {
+        let problem = "import torch\nclass Model:\n    def forward(self, x):\n        return torch.diag(x) @ x\n";
+        let result = "import torch\nclass ModelNew:\n    def forward(self, x):\n        return x.unsqueeze(-1) * x\n";
+        let change = Change { problem, result_name: "model_new.py", result };
+        let html = problem_html(&report(), Some(&change));
+        assert_self_contained(&html);
+        assert!(html.contains("model_new.py against the problem's source: 2 line(s) added, 2 removed"), "{html}");
+        assert!(html.contains("<span class=\"del\">-         return torch.diag(x) @ x</span>"), "{html}");
+        assert!(
+            html.contains("<span class=\"add\">+ class ModelNew:</span>") && html.contains("@@ -1 +1 @@"),
+            "{html}"
+        );
+        let same = Change { problem, result_name: "model_new.py", result: problem };
+        let html = problem_html(&report(), Some(&same));
+        assert!(html.contains("0 line(s) added, 0 removed") && !html.contains("<pre class=\"diff\">"), "{html}");
+        assert!(!problem_html(&report(), None).contains("What the result changes"));
+    }
+
+    #[test]
     fn a_faster_variant_is_drawn_right_of_the_baseline_and_a_slower_one_left() {
-        let html = problem_html(&report());
+        let html = problem_html(&report(), None);
         let bars: Vec<(f64, f64)> = html
             .split("class=\"bar\" x=\"")
             .skip(1)

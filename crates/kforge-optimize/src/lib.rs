@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 pub mod beam;
 pub mod budget;
+pub mod diff;
 pub mod html;
 pub mod journal;
 pub mod llm;

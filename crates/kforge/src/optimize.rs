@@ -266,7 +266,9 @@ impl Run<'_> {
                 if let Some(dest) = &self.a.json {
                     crate::output::write_out(dest, &body)?;
                 }
-                self.write_html(|| kforge_optimize::html::problem_html(&report))?;
+                if let Some(path) = &self.a.html {
+                    Self::write_problem_page(&report, problem, path)?;
+                }
                 crate::output::print_table(self.a.json.as_deref(), &report.table());
                 Ok(0)
             }
@@ -277,12 +279,36 @@ impl Run<'_> {
         }
     }
 
+    /// In a campaign with `--html`, each decided problem's own page, `report.html` in its output
+    /// folder (the campaign's page is the file `--html` names).
+    fn problem_page(&self, o: Outcome, problem: &Path, out: &Path) -> Result<Outcome> {
+        if let (Some(_), Outcome::Decided { report, .. }) = (&self.a.html, &o) {
+            Self::write_problem_page(report, problem, &out.join("report.html"))?;
+        }
+        Ok(o)
+    }
+
     /// `--html FILE`: the page `render` makes, written there.
     fn write_html(&self, render: impl FnOnce() -> String) -> Result<()> {
         if let Some(path) = &self.a.html {
             std::fs::write(path, render()).with_context(|| format!("writing the HTML report {}", path.display()))?;
         }
         Ok(())
+    }
+
+    /// A problem's page at `path`: its report, and what its result file changes against the
+    /// problem's source (both read here; a result file that cannot be read leaves the diff out).
+    fn write_problem_page(report: &Report, problem: &Path, path: &Path) -> Result<()> {
+        let source = std::fs::read_to_string(problem).with_context(|| format!("reading {}", problem.display()))?;
+        let result = std::fs::read_to_string(&report.result).ok();
+        let name = Path::new(&report.result).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let change = result.as_deref().map(|r| kforge_optimize::html::Change {
+            problem: &source,
+            result_name: &name,
+            result: r,
+        });
+        let page = kforge_optimize::html::problem_html(report, change.as_ref());
+        std::fs::write(path, page).with_context(|| format!("writing the HTML report {}", path.display()))
     }
 
     /// Every problem below the directory, each in its own output folder, up to `--jobs` at
@@ -340,8 +366,9 @@ impl Run<'_> {
     fn outcome(&self, index: usize, rel: &Path, path: &Path) -> ProblemOutcome {
         let t0 = Instant::now();
         let gpu_s = Cell::new(0.0);
+        let out = self.a.out.join(rel.with_extension(""));
         let (decision, error, not_reached, resumed) =
-            match self.problem(index, path, &self.a.out.join(rel.with_extension("")), &gpu_s) {
+            match self.problem(index, path, &out, &gpu_s).and_then(|o| self.problem_page(o, path, &out)) {
                 Ok(Outcome::Decided { report, resumed }) => (Some(report.decision), None, None, resumed),
                 Ok(Outcome::NotReached) => (None, None, Some("budget".to_string()), false),
                 Err(e) => {

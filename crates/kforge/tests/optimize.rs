@@ -228,6 +228,12 @@ fn a_campaign_summarizes_per_level_and_resumes() {
     let page = std::fs::read_to_string(&html).unwrap();
     assert_eq!(page.matches("class=\"bar\"").count(), 2, "{page}");
     assert!(page.contains("<td>level1</td>") && page.contains("<td>level2</td>") && !page.contains("<script"));
+    // Each problem's own page beside its report, with what its result file changes.
+    for folder in ["level1/row_softmax", "level2/vector_add"] {
+        let own = std::fs::read_to_string(out.join(folder).join("report.html")).unwrap();
+        assert!(own.contains("<h2>What the result changes</h2><p>model_new.py against the problem's source"), "{own}");
+        assert!(own.contains("<span class=\"add\">+ class ModelNew(Reference):</span>"), "{own}");
+    }
     let c = campaign(&out);
     let names: Vec<&str> = c["problems"].as_array().unwrap().iter().map(|p| p["problem"].as_str().unwrap()).collect();
     assert_eq!(names, ["level1/row_softmax.py", "level2/vector_add.py"], "helpers.py is not a problem");
@@ -595,6 +601,7 @@ fn a_forward_of_two_graphs_is_searched_per_graph_end_to_end() {
     assert_eq!(code, Some(0), "{text}");
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("<p>per graph: 2 graphs (breaks: "), "{page}");
+    assert!(page.contains("<h2>What the result changes</h2>") && page.contains("<span class=\"del\">- class Model("));
     let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     let g = &r["measurement"]["graphs"];
     assert_eq!(g["count"], 2, "{g}");

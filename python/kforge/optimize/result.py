@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import argparse
 import ast
+import io
 import json
 import os
 import sys
+import tokenize
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ..harness import load_problem
@@ -85,7 +87,38 @@ class ResultError(Exception):
 
 def renamed_reference(problem_source: str, path: str) -> str:
     """The problem's source with its class ``Model`` (and every use of the name) renamed
-    ``Reference``; refused when the source does not parse or has no such class."""
+    ``Reference``, its formatting and comments kept (:func:`renamed_in_place`; where that cannot
+    be shown to be the same rename, the renamed tree unparsed); refused when the source does not
+    parse or has no such class."""
+    renamed_tree = renamed_ast(problem_source, path)
+    in_place = renamed_in_place(problem_source)
+    try:
+        same = in_place is not None and ast.dump(ast.parse(in_place)) == ast.dump(renamed_tree)
+    except SyntaxError:
+        same = False
+    return in_place.rstrip("\n") if same and in_place is not None else ast.unparse(renamed_tree)
+
+
+def renamed_in_place(source: str) -> Optional[str]:
+    """``source`` with every name token ``Model`` that is not an attribute (after a ``.``)
+    replaced by ``Reference`` where it stands; ``None`` when the source does not tokenize."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return None
+    skip = (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT)
+    code = [t for t in tokens if t.type not in skip]
+    at = [t.start for i, t in enumerate(code) if t.type == tokenize.NAME and t.string == "Model"
+          and not (i > 0 and code[i - 1].type == tokenize.OP and code[i - 1].string == ".")]
+    lines = source.splitlines(keepends=True)
+    for row, col in reversed(at):
+        line = lines[row - 1]
+        lines[row - 1] = line[:col] + "Reference" + line[col + len("Model"):]
+    return "".join(lines)
+
+
+def renamed_ast(problem_source: str, path: str) -> ast.Module:
+    """The problem's tree with ``Model`` renamed ``Reference`` (the rename's definition)."""
     try:
         tree = ast.parse(problem_source)
     except SyntaxError as e:
@@ -107,7 +140,8 @@ def renamed_reference(problem_source: str, path: str) -> str:
                 node.id = "Reference"
             return node
 
-    return ast.unparse(Rename().visit(tree))
+    renamed: ast.Module = Rename().visit(tree)
+    return renamed
 
 
 def compiled_subclass(base: str, compile_args: str) -> str:
