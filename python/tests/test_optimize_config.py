@@ -312,9 +312,24 @@ def test_bad_arguments_are_named_before_anything_runs(capsys: pytest.CaptureFixt
     assert "need a GPU" in capsys.readouterr().err
     assert C.main(["p.py", "--out", out, "--top-kernels", "0"]) == 2
     assert "--top-kernels" in capsys.readouterr().err
+    for beat in ("0", "nan", "-2"):
+        assert C.main(["p.py", "--out", out, "--beat", beat]) == 2
+        assert "--beat must be a positive speedup" in capsys.readouterr().err
     pytest.importorskip("torch")
     assert C.main([str(tmp_path / "missing.py"), "--out", out]) == 2  # the problem is named before the GPU is looked for
     assert "missing.py: no such file" in capsys.readouterr().err
+
+
+def test_the_search_is_pruned_when_its_amdahl_ceiling_cannot_beat_another_family() -> None:
+    """Kernels at 40 % of the device time can make the model at most 1/(1-0.4) = 1.667x faster:
+    against a verified 2x elsewhere nothing is searched (and the report says why); against 1.5x
+    or the baseline alone (1.0) the search runs."""
+    assert C.amdahl_ceiling(0.4) == pytest.approx(1 / 0.6) and C.amdahl_ceiling(1.0) == math.inf
+    why = C.pruned_why(0.4, 2.0)
+    assert why is not None and "1.667x, not above the 2.000x" in why and "40%" in why, why
+    assert C.pruned_why(0.4, 1.5) is None and C.pruned_why(0.4, 1.0) is None
+    assert C.pruned_why(1.0, 50.0) is None  # every device microsecond in Triton kernels: no ceiling
+    assert C.pruned_why(0.0, 1.0) is not None  # no Triton kernel time at all: nothing to gain
 
 
 ROW_SCALE = """

@@ -401,6 +401,10 @@ pub struct ConfigMeasurement {
     /// The generated Triton kernels' share of the baseline's device time (its profile).
     #[serde(default)]
     pub triton_share: Option<f64>,
+    /// The speedup it had to beat (another family's verified result; 1.0: the baseline alone):
+    /// the kernels were searched only when their Amdahl ceiling exceeded it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub beat: Option<f64>,
 }
 
 impl ConfigMeasurement {

@@ -558,7 +558,23 @@ struct Found {
     runner_up: Option<(DispatchMeasurement, String)>,
 }
 
+/// The config step's `--beat`: a speedup as its input hash spells it (four decimals).
+fn beat_arg(beat: f64) -> String {
+    format!("{beat:.4}")
+}
+
 impl Found {
+    /// The speedup the dispatch family's verified result has (1.0 when it has none): the config
+    /// agent searches only when its Amdahl ceiling exceeds it (a family wins `across` only by a
+    /// larger speedup).
+    fn dispatch_speedup(&self, gpu: bool) -> f64 {
+        let Some((m, _)) = self.decisive() else { return 1.0 };
+        match kforge_optimize::decide(m, self.verified, gpu) {
+            Decision::Improved { speedup, .. } => speedup.max(1.0),
+            Decision::Fallback { .. } => 1.0,
+        }
+    }
+
     /// The measurement the result and the decision come from: a runner-up's after a rejected
     /// winner, else the beam's second round when it ran, else the first; and its file.
     fn decisive(&self) -> Option<(&DispatchMeasurement, &str)> {
@@ -604,9 +620,9 @@ impl ProblemRun<'_> {
 
     /// The config step's input hash: the steps' version, the problem's source, size, device,
     /// baseline and rounds.
-    fn config_hash(&self) -> String {
+    fn config_hash(&self, beat: f64) -> String {
         let (a, plan) = (self.run.a, self.run.plan);
-        let (rounds, steps) = (a.rounds.to_string(), STEPS_VERSION.to_string());
+        let (rounds, steps, beat) = (a.rounds.to_string(), STEPS_VERSION.to_string(), beat_arg(beat));
         content_hash(&[
             steps.as_bytes(),
             CONFIG_VARIANT.as_bytes(),
@@ -615,6 +631,7 @@ impl ProblemRun<'_> {
             a.device.as_bytes(),
             plan.baseline.mode().as_bytes(),
             rounds.as_bytes(),
+            beat.as_bytes(),
         ])
     }
 
@@ -671,7 +688,7 @@ impl ProblemRun<'_> {
                 }
                 // A failed config step is its family's fallback (journaled as failed; --resume runs
                 // it again), not the problem's failure: the dispatch family's result stands.
-                match self.config_step() {
+                match self.config_step(found.dispatch_speedup(self.run.plan.gpu)) {
                     Ok(None) => return Ok(false),
                     Ok(Some(m)) => found.config = Some(m),
                     Err(e) => {
@@ -817,8 +834,8 @@ impl ProblemRun<'_> {
     }
 
     /// The config step and its measurement; `None` when a budget kept it from starting.
-    fn config_step(&self) -> Result<Option<ConfigMeasurement>> {
-        if self.step(Step::Config, &self.config_hash(), &CONFIG_OUTPUTS, || self.config())?.is_none() {
+    fn config_step(&self, beat: f64) -> Result<Option<ConfigMeasurement>> {
+        if self.step(Step::Config, &self.config_hash(beat), &CONFIG_OUTPUTS, || self.config(beat))?.is_none() {
             return Ok(None);
         }
         let path = self.out.join(CONFIG_OUTPUTS[0]);
@@ -1073,7 +1090,7 @@ impl ProblemRun<'_> {
         if let Some(c) = report.config.as_ref().and_then(|c| c.measurement.as_ref()) {
             let verdict: Vec<(&str, Verified)> =
                 report.config.as_ref().and_then(|c| c.verified).map(|v| (CONFIG_VARIANT, v)).into_iter().collect();
-            journal.candidates(problem, &c.modes, &self.config_hash(), &verdict)?;
+            journal.candidates(problem, &c.modes, &self.config_hash(c.beat.unwrap_or(1.0)), &verdict)?;
         }
         Ok(())
     }
@@ -1095,7 +1112,7 @@ impl ProblemRun<'_> {
     }
 
     /// The config agent's search and result file (`config/`), run here or as a daemon job.
-    fn config(&self) -> Result<Work> {
+    fn config(&self, beat: f64) -> Result<Work> {
         let (a, plan) = (self.run.a, self.run.plan);
         let dir = self.out.join("config");
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
@@ -1104,7 +1121,7 @@ impl ProblemRun<'_> {
         args.extend(["--out".into(), self.out.join(CONFIG_OUTPUTS[0]).display().to_string()]);
         args.extend(["--device".into(), "cuda".into(), "--size".into(), a.size.clone()]);
         args.extend(["--baseline".into(), plan.baseline.mode().into(), "--rounds".into(), a.rounds.to_string()]);
-        args.extend(["--result-dir".into(), dir.display().to_string()]);
+        args.extend(["--result-dir".into(), dir.display().to_string(), "--beat".into(), beat_arg(beat)]);
         self.python_work(args, "config")
     }
 

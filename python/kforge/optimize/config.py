@@ -652,12 +652,30 @@ def compile_options(mode: str) -> Dict[str, Any]:
     return {**torch._inductor.list_mode_options(mode), **{k: v for k, v in RESULT_OPTIONS.items() if hasattr(icfg, k)}}
 
 
+def amdahl_ceiling(share: float) -> float:
+    """The speedup of the model if its Triton kernels (``share`` of its device time) took none."""
+    return math.inf if share >= 1.0 else 1.0 / (1.0 - share)
+
+
+def pruned_why(share: float, beat: float) -> Optional[str]:
+    """Why the search is not worth its cost, or ``None``: no launch configuration can make the
+    model faster than its Amdahl ceiling, so when that does not exceed ``beat`` (the speedup
+    another family's verified result already has) the config family cannot win."""
+    ceiling = amdahl_ceiling(share)
+    if ceiling > beat:
+        return None
+    return (f"not searched: the Amdahl ceiling of its Triton kernels ({share:.0%} of the baseline's device time) "
+            f"is {ceiling:.3f}x, not above the {beat:.3f}x another family's verified result has")
+
+
 def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, top_k: int,
-            problem_path: Optional[str] = None, result_dir: Optional[str] = None) -> Dict[str, Any]:
+            problem_path: Optional[str] = None, result_dir: Optional[str] = None, beat: float = 1.0) -> Dict[str, Any]:
     """The whole agent step on a GPU (see the module's docstring). With ``problem_path`` and
     ``result_dir`` the result file is written there and, for a winner, checked: imported, compiled,
     its kernels' configurations read back against the table and its output against the baseline's
-    (``model_new``); a winner whose file does not reproduce its pins falls back."""
+    (``model_new``); a winner whose file does not reproduce its pins falls back. With ``beat``
+    above 1, the kernels are searched only when their Amdahl ceiling exceeds it
+    (:func:`pruned_why`)."""
     import torch
     import torch._inductor.config as icfg
 
@@ -684,7 +702,9 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
             "not autotuned to one configuration" if src not in pins else
             "its name is in more than one wrapper module" if names.count(n) > 1 else
             "its launch was not recorded" if n not in recorded else ""] if why}
-        selected = select_kernels(us, [n for n in names if n not in skipped], top_k)
+        share = sum(us.get(n, 0.0) for n in set(names)) / max(sum(us.values()), 1e-9)
+        pruned = pruned_why(share, beat)
+        selected = [] if pruned else select_kernels(us, [n for n in names if n not in skipped], top_k)
         by_name = {n: (m, k, s) for m, n, k, s in found}
         kernels: Dict[str, Any] = {}
         for sel in selected:
@@ -699,12 +719,12 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
         result: Dict[str, Any] = {
             "baseline": mode, "kernels_seen": len(found), "skipped": skipped, "kernels": kernels,
             "device_us": {n: round(v, 2) for n, v in sorted(us.items(), key=lambda t: -t[1])[:40]},
-            "triton_share": sum(us.get(n, 0.0) for n in set(names)) / max(sum(us.values()), 1e-9),
+            "triton_share": share, "beat": beat,
             "prepared": {mode: {"ok": True}}, "modes": {}, "noise_floor": None, "winner": mode, "fallback": True,
             "compile_options": compile_options(mode),
             "pins": {lookup_hash(s): {"kernel": n, **(winners.get(s) or pins[s]).entry()} for _m, n, _k, s in found if s in pins}}
         if not winners:
-            result["why"] = "no kernel's configuration beat its original beyond noise"
+            result["why"] = pruned or "no kernel's configuration beat its original beyond noise"
             return result
         out, first, second = restitch_winners(problem, mode, dev, compiled, inputs, hook.modules, pins, winners)
         check = check_outputs([out], [expected])
@@ -849,6 +869,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--max-configs", type=int, default=24)
     ap.add_argument("--top-kernels", type=int, default=8)
     ap.add_argument("--result-dir", help="also write model_new.py and policy.toml there")
+    ap.add_argument("--beat", type=float, default=1.0, metavar="SPEEDUP",
+                    help="the speedup another family's verified result already has: the kernels are searched "
+                         "only when their Amdahl ceiling exceeds it (kforge optimize passes the dispatch family's)")
     a = ap.parse_args(argv)
     try:
         if a.rounds < 2:
@@ -857,6 +880,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise ConfigError(f"--max-configs must be at least 2 (the original and one other), got {a.max_configs}")
         if a.top_kernels < 1:
             raise ConfigError(f"--top-kernels must be at least 1, got {a.top_kernels}")
+        if not (math.isfinite(a.beat) and a.beat > 0):
+            raise ConfigError(f"--beat must be a positive speedup, got {a.beat}")
         if a.baseline not in MODES or a.baseline == "eager":
             raise ConfigError(f"--baseline {a.baseline!r}: the config agent tunes a compiled baseline's kernels "
                               f"(one of: {', '.join(m for m in MODES if m != 'eager')})")
@@ -875,7 +900,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         result_dir = a.result_dir or tempfile.mkdtemp(prefix="kforge-config-")
         inductor_regions()  # under a daemon, the baseline compile's own autotuning runs in regions
         result = measure(problem, a.baseline, torch.device(a.device), a.rounds, a.max_configs, a.top_kernels,
-                         a.problem, result_dir)
+                         a.problem, result_dir, a.beat)
         result.update(problem=a.problem, size=a.size, device=a.device, agent="config", versions=versions())
         if a.result_dir:
             write_result(a.problem, result, a.result_dir)
