@@ -133,6 +133,15 @@ impl Usage {
     pub fn total(&self) -> u64 {
         self.prompt_tokens + self.completion_tokens
     }
+
+    /// Both calls' tokens together (estimated when either was).
+    pub fn plus(&self, other: &Usage) -> Usage {
+        Usage {
+            prompt_tokens: self.prompt_tokens + other.prompt_tokens,
+            completion_tokens: self.completion_tokens + other.completion_tokens,
+            estimated: self.estimated || other.estimated,
+        }
+    }
 }
 
 /// What came back from one call, read tolerantly: text (from a string or from text parts),

@@ -58,8 +58,12 @@ pub struct Stats {
     pub seed_rejected: u64,
     /// Calls that gave no answer (an error) or an empty reply.
     pub failures: u64,
-    /// Tokens spent (replayed calls spend none).
+    /// Tokens spent (replayed calls spend none), those of cut-off attempts included.
     pub tokens: u64,
+    /// Of `tokens`, those of attempts the server started answering (a 2xx) that gave no reply —
+    /// a stream cut off, a body that did not arrive — estimated from what arrived: a provider
+    /// bills them, so the budget is charged them.
+    pub wasted_tokens: u64,
     /// US dollars spent.
     pub usd: f64,
 }
@@ -105,8 +109,9 @@ impl ClientBuilder {
 
 /// Why one attempt failed.
 enum Failure {
-    /// Worth another attempt.
-    Retry { problem: String, retry_after_s: Option<f64> },
+    /// Worth another attempt. `spent`: what an attempt the server started answering used,
+    /// estimated (charged to the budget though it gave no reply).
+    Retry { problem: String, retry_after_s: Option<f64>, spent: Option<Usage> },
     /// A status not retried (kept apart to spot a rejected seed).
     Status { status: u16, body: String },
     /// Not worth another attempt.
@@ -180,17 +185,20 @@ impl Chat for Client {
             }
         };
         let started = Instant::now();
-        let (reply, attempts) = match self.send(request, scope, hold.max_tokens, prompt_chars) {
+        let mut wasted = Usage::default();
+        let (reply, attempts) = match self.send(request, scope, hold.max_tokens, prompt_chars, &mut wasted) {
             Ok(sent) => sent,
-            Err(e) => return Err(self.failed(hold, scope, &key, occurrence, e)),
+            Err(e) => return Err(self.failed(hold, scope, &key, occurrence, e, &wasted)),
         };
         let usd = price.map(|p| p.cost(&reply.usage)).unwrap_or(0.0);
-        self.meter.charge(hold, &reply.usage, usd);
+        let wasted_usd = self.wasted_usd(&wasted);
+        self.meter.charge(hold, &reply.usage.plus(&wasted), usd + wasted_usd);
         {
             let mut t = self.tally();
             t.calls += 1;
-            t.tokens += reply.usage.total();
-            t.usd += usd;
+            t.tokens += reply.usage.total() + wasted.total();
+            t.wasted_tokens += wasted.total();
+            t.usd += usd + wasted_usd;
         }
         let call = if reply.is_empty() {
             self.tally().failures += 1;
@@ -204,10 +212,11 @@ impl Chat for Client {
                 occurrence,
                 request,
                 reply: &reply,
-                usd,
+                usd: usd + wasted_usd, // what the call cost, as the tokens recorded with it
                 attempts,
                 latency_s,
                 replayed: false,
+                wasted,
             };
             self.cache.record(&new)?
         };
@@ -218,11 +227,23 @@ impl Chat for Client {
 impl Client {
     /// A call that gave no reply: its hold freed, the failure recorded (the provider's error
     /// wins over a cache error while recording it).
-    fn failed(&self, hold: Hold, scope: &Scope, key: &str, occurrence: u32, e: LlmError) -> LlmError {
-        self.meter.release(hold);
+    fn failed(&self, hold: Hold, scope: &Scope, key: &str, occurrence: u32, e: LlmError, wasted: &Usage) -> LlmError {
+        if wasted.total() > 0 {
+            let usd = self.wasted_usd(wasted);
+            self.meter.charge(hold, wasted, usd); // attempts cut off: billed, though no reply came
+            let mut t = self.tally();
+            (t.tokens, t.wasted_tokens, t.usd) = (t.tokens + wasted.total(), t.wasted_tokens + wasted.total(), t.usd + usd);
+        } else {
+            self.meter.release(hold);
+        }
         self.tally().failures += 1;
         let _recorded = self.cache.record_failure(scope, key, occurrence, &e.to_string(), None);
         e
+    }
+
+    /// What cut-off attempts cost at the provider's price (none without one).
+    fn wasted_usd(&self, wasted: &Usage) -> f64 {
+        self.config.price.as_ref().filter(|_| wasted.total() > 0).map(|p| p.cost(wasted)).unwrap_or(0.0)
     }
 
     /// Answers from a recorded call: recorded again under this run (marked replayed) unless
@@ -250,6 +271,7 @@ impl Client {
                 attempts: 0,
                 latency_s: 0.0,
                 replayed: true,
+                wasted: Usage::default(),
             };
             self.cache.record(&new)?
         };
@@ -290,6 +312,7 @@ impl Client {
         scope: &Scope,
         max_tokens: Option<u64>,
         prompt_chars: usize,
+        wasted: &mut Usage,
     ) -> Result<(Reply, u32), LlmError> {
         let url = self.config.completions_url();
         let started = Instant::now();
@@ -316,7 +339,10 @@ impl Client {
                     tries -= 1;
                 }
                 Failure::Status { status, body } => return Err(LlmError::Status { url, status, body }),
-                Failure::Retry { problem, retry_after_s } => {
+                Failure::Retry { problem, retry_after_s, spent } => {
+                    if let Some(u) = spent {
+                        *wasted = wasted.plus(&u);
+                    }
                     if tries >= self.config.max_attempts {
                         return Err(LlmError::Exhausted { url, attempts, last: problem });
                     }
@@ -352,14 +378,17 @@ impl Client {
             let text = body.read_to_string().unwrap_or_else(|e| format!("(the body did not read: {e})"));
             let text = wire::excerpt(text.trim(), EXCERPT_CHARS);
             if RETRYABLE.contains(&status) {
-                return Err(Failure::Retry { problem: format!("HTTP {status}: {text}"), retry_after_s });
+                return Err(Failure::Retry { problem: format!("HTTP {status}: {text}"), retry_after_s, spent: None });
             }
             return Err(Failure::Status { status, body: text });
         }
+        // From here the server is answering (a 2xx): an attempt that gives no reply is charged
+        // what arrived, estimated (Failure::Retry's `spent`).
         let reply = if is_stream {
             self.read_stream(url, body.into_reader(), scope, prompt_chars, started, attempt)?
         } else {
-            let text = body.read_to_string().map_err(|e| self.transport(url, e))?;
+            let text =
+                body.read_to_string().map_err(|e| spent(self.transport(url, e), wire::partial_usage(prompt_chars, 0)))?;
             let start = text.trim_start();
             if start.starts_with("data:") || start.starts_with(':') {
                 self.read_stream(url, text.as_bytes(), scope, prompt_chars, started, attempt)?
@@ -385,12 +414,18 @@ impl Client {
         let mut line = String::new();
         loop {
             line.clear();
-            let n = reader.read_line(&mut line).map_err(|e| self.transport(url, ureq::Error::from(e)))?;
+            let so_far = |stream: &wire::Stream| {
+                let (content, arguments) = stream.chars();
+                wire::partial_usage(prompt_chars, content + arguments)
+            };
+            let n = reader
+                .read_line(&mut line)
+                .map_err(|e| spent(self.transport(url, ureq::Error::from(e)), so_far(&stream)))?;
             if n == 0 {
                 if stream.chunks() > 0 && !stream.ended() {
                     // A reply cut off mid-stream is not an answer (it would be cached as one).
                     let problem = "the stream ended before [DONE] and without a finish reason".to_string();
-                    return Err(Failure::Retry { problem, retry_after_s: None });
+                    return Err(Failure::Retry { problem, retry_after_s: None, spent: Some(so_far(&stream)) });
                 }
                 break;
             }
@@ -421,7 +456,15 @@ impl Client {
             }
             _ => e.to_string(),
         };
-        Failure::Retry { problem, retry_after_s: None }
+        Failure::Retry { problem, retry_after_s: None, spent: None }
+    }
+}
+
+/// `f` with what its attempt used, when it is to be retried (a final failure is not charged).
+fn spent(f: Failure, usage: Usage) -> Failure {
+    match f {
+        Failure::Retry { problem, retry_after_s, .. } => Failure::Retry { problem, retry_after_s, spent: Some(usage) },
+        other => other,
     }
 }
 
@@ -429,7 +472,11 @@ impl Client {
 fn wire_failure(url: &str, status: u16, e: WireError) -> Failure {
     match e {
         WireError::Server { code: Some(code), message } if RETRYABLE.contains(&code) => {
-            Failure::Retry { problem: format!("HTTP {status} carrying error {code}: {message}"), retry_after_s: None }
+            Failure::Retry {
+                problem: format!("HTTP {status} carrying error {code}: {message}"),
+                retry_after_s: None,
+                spent: None,
+            }
         }
         WireError::Server { code, message } => Failure::Final(LlmError::Status {
             url: url.to_string(),

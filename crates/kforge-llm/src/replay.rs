@@ -17,7 +17,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::chat::{Reply, Request};
+use crate::chat::{Reply, Request, Usage};
 use crate::{LlmError, Scope};
 
 /// Where answers come from.
@@ -139,6 +139,10 @@ pub struct NewCall<'a> {
     pub latency_s: f64,
     /// Answered from another run's records.
     pub replayed: bool,
+    /// What attempts before the reply used though they gave none (cut off after the server
+    /// started answering), estimated: recorded with the call's tokens, so that what a row says
+    /// the call cost is what the budget was charged.
+    pub wasted: Usage,
 }
 
 const SCHEMA: &str = "
@@ -292,7 +296,7 @@ impl Cache {
     pub fn record(&self, call: &NewCall<'_>) -> Result<i64, LlmError> {
         let request = self.json(call.request)?;
         let reply = self.json(call.reply)?;
-        let u = if call.replayed { Default::default() } else { call.reply.usage };
+        let u = if call.replayed { Default::default() } else { call.reply.usage.plus(&call.wasted) };
         let conn = self.conn();
         conn.execute(
             "INSERT INTO llm_calls (run, problem, role, key, occurrence, model, request, reply, prompt_tokens, \
@@ -449,6 +453,7 @@ mod tests {
             attempts: 2,
             latency_s: 0.1,
             replayed: false,
+            wasted: Usage::default(),
         };
         cache.record(&call).unwrap()
     }
@@ -522,6 +527,7 @@ mod tests {
             attempts: 0,
             latency_s: 0.0,
             replayed: true,
+            wasted: Usage::default(),
         };
         second.record(&replayed).unwrap();
         record(&Cache::open(&path, 2, Mode::Record).unwrap(), &write, "kernel");
@@ -569,6 +575,7 @@ mod tests {
             attempts: 0,
             latency_s: 0.0,
             replayed: true,
+            wasted: Usage::default(),
         };
         cache.record(&call).unwrap();
         let row = &cache.calls(4).unwrap()[0];

@@ -196,6 +196,12 @@ pub fn estimate_tokens(chars: usize) -> u64 {
     chars.div_ceil(4) as u64
 }
 
+/// What an attempt that gave no reply used, estimated: its prompt and the `completion_chars`
+/// that arrived before it was cut off.
+pub fn partial_usage(prompt_chars: usize, completion_chars: usize) -> Usage {
+    Usage { prompt_tokens: estimate_tokens(prompt_chars), completion_tokens: estimate_tokens(completion_chars), estimated: true }
+}
+
 fn estimated_usage(prompt_chars: usize, content: &str, calls: &[ToolCall]) -> Usage {
     let completion = content.chars().count() + calls.iter().map(call_chars).sum::<usize>();
     Usage {

@@ -234,6 +234,64 @@ const SSE: &str = concat!(
     "data: [DONE]\n\n",
 );
 
+/// A stream the server starts answering and cuts off: 40 characters of content, no finish
+/// reason, no `[DONE]`.
+const CUT_SSE: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"0123456789012345678901234567890123456789\"}}]}\n\n";
+
+#[test]
+fn a_stream_cut_off_is_retried_and_charged_what_arrived() {
+    let server = Server::start(vec![http("200 OK", &[], "text/event-stream", CUT_SSE), json_reply("whole", 30, 5)]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(&server.url);
+    c.stream = true;
+    c.price = Some(Price { input_usd_per_mtok: 1000.0, output_usd_per_mtok: 2000.0 });
+    let (client, meter, cache) = client(c, &dir.path().join("j.db"), 1, Mode::Record, Limits::default());
+    let req = request("go");
+    let answer = client.chat(&req, &scope()).unwrap();
+    assert_eq!((answer.reply.content.as_str(), answer.attempts), ("whole", 2));
+    let row = &cache.calls(1).unwrap()[0];
+    // The cut-off attempt: its prompt and 40 characters (10 tokens), estimated; then the reply's own.
+    let wasted = wire::estimate_tokens(wire::prompt_chars(&req)) + 10;
+    let stats = client.stats();
+    assert_eq!((stats.tokens, stats.wasted_tokens, stats.retries), (35 + wasted, wasted, 1), "{stats:?}");
+    let spent = meter.spent();
+    assert_eq!((spent.total.calls, spent.total.tokens), (1, 35 + wasted));
+    let wasted_usd = ((wasted - 10) as f64 * 1000.0 + 10.0 * 2000.0) / 1e6;
+    assert!((spent.total.usd - ((30.0 * 1000.0 + 5.0 * 2000.0) / 1e6 + wasted_usd)).abs() < 1e-12, "{spent:?}");
+    assert!((answer.usd - (30.0 * 1000.0 + 5.0 * 2000.0) / 1e6).abs() < 1e-12, "the answer's own cost");
+    // The journal's row says what the call cost, the cut-off attempt's tokens in it (the report
+    // and a --resume charge from the rows); the reply recorded is the whole one.
+    assert_eq!((row.prompt_tokens + row.completion_tokens, row.estimated, row.attempts), (35 + wasted, true, 2));
+    assert_eq!(row.reply().unwrap().usage.total(), 35);
+    assert!((row.usd - spent.total.usd).abs() < 1e-12, "{} against {}", row.usd, spent.total.usd);
+}
+
+#[test]
+fn attempts_cut_off_every_time_are_charged_though_the_call_fails() {
+    let cut = || http("200 OK", &[], "text/event-stream", CUT_SSE);
+    let server = Server::start(vec![cut(), cut()]);
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = config(&server.url);
+    c.stream = true;
+    c.max_attempts = 2;
+    let limits = Limits { run_tokens: Some(1_000_000), ..Limits::default() };
+    let (cut_off, meter, _) = client(c, &dir.path().join("j.db"), 1, Mode::Record, limits);
+    let req = request("go");
+    let e = cut_off.chat(&req, &scope()).unwrap_err();
+    assert!(matches!(&e, LlmError::Exhausted { attempts: 2, last, .. } if last.contains("before [DONE]")), "{e}");
+    let each = wire::estimate_tokens(wire::prompt_chars(&req)) + 10;
+    assert_eq!(meter.spent().total.tokens, 2 * each, "both attempts were billed");
+    let stats = cut_off.stats();
+    assert_eq!((stats.failures, stats.calls, stats.wasted_tokens), (1, 0, 2 * each), "{stats:?}");
+    // A server that never answered (a timeout) costs nothing: nothing arrived.
+    let server = Server::start(vec![Act::Hold]);
+    let mut c = config(&server.url);
+    (c.timeout_s, c.max_attempts) = (0.2, 1);
+    let (held, meter, _) = client(c, &dir.path().join("k.db"), 1, Mode::Record, Limits::default());
+    assert!(held.chat(&req, &scope()).is_err());
+    assert_eq!((meter.spent().total.tokens, held.stats().wasted_tokens), (0, 0));
+}
+
 #[test]
 fn a_stream_assembles_tool_call_fragments_and_reports_progress() {
     let server = Server::start(vec![http("200 OK", &[], "text/event-stream", SSE)]);
