@@ -438,3 +438,30 @@ def test_a_negative_number_of_graph_rounds_is_named(tmp_path: Path, capsys: pyte
     assert dispatch.main([VECTOR_ADD, "--out", str(tmp_path / "r.json"), "--device", "cpu", "--modes", "eager,default",
                           "--graph-rounds", "-1"]) == 2
     assert "--graph-rounds must be 0 (off) or more, got -1" in capsys.readouterr().err
+
+
+def test_a_variant_that_compiles_as_another_is_not_measured_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Max-autotune already sets coordinate_descent_tuning: its coordinate-descent knob compiles
+    exactly as the baseline does, so it is a duplicate; against default it is not. The
+    measurement names the duplicate and neither prepares nor times it."""
+    every = ",".join(dispatch.KNOBS)
+    on_max = dispatch.parse_modes("eager,default,max-autotune-no-cudagraphs", "max-autotune", "cuda", every)
+    assert dispatch.duplicates(on_max) == {"max-autotune+coordinate-descent": "max-autotune"}
+    on_default = dispatch.parse_modes("eager,max-autotune", "default", "cuda", every)
+    assert dispatch.duplicates(on_default) == {}
+    # Knobs in another order are the same options; a rewrite or a per-graph plan is not compared.
+    assert dispatch.duplicates(["default", "default+freezing+aggressive-fusion", "default+aggressive-fusion+freezing",
+                                "eager~rewrite", "default~rewrite", "graphs:eager/default"]) == {
+        "default+aggressive-fusion+freezing": "default+freezing+aggressive-fusion"}
+    monkeypatch.setenv("KFORGE_SOCKET", str(tmp_path / "no-daemon.sock"))
+    out = tmp_path / "r.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert dispatch.main([VECTOR_ADD, "--out", str(out), "--device", "cpu", "--modes", "eager",
+                              "--baseline", "default", "--knobs", "freezing+aggressive-fusion,aggressive-fusion+freezing",
+                              "--rounds", "2"]) == 2  # named twice: parse_modes refuses the same set
+        assert dispatch.main([VECTOR_ADD, "--out", str(out), "--device", "cpu", "--modes", "eager,max-autotune-no-cudagraphs",
+                              "--baseline", "max-autotune", "--knobs", "coordinate-descent", "--rounds", "2"]) == 0
+    r = json.loads(out.read_text())
+    assert r["duplicates"] == {"max-autotune+coordinate-descent": "max-autotune"}, r["duplicates"]
+    assert "max-autotune+coordinate-descent" not in r["prepared"] and "max-autotune+coordinate-descent" not in r["modes"]

@@ -232,7 +232,8 @@ impl Client {
             let usd = self.wasted_usd(wasted);
             self.meter.charge(hold, wasted, usd); // attempts cut off: billed, though no reply came
             let mut t = self.tally();
-            (t.tokens, t.wasted_tokens, t.usd) = (t.tokens + wasted.total(), t.wasted_tokens + wasted.total(), t.usd + usd);
+            (t.tokens, t.wasted_tokens, t.usd) =
+                (t.tokens + wasted.total(), t.wasted_tokens + wasted.total(), t.usd + usd);
         } else {
             self.meter.release(hold);
         }
@@ -387,8 +388,9 @@ impl Client {
         let reply = if is_stream {
             self.read_stream(url, body.into_reader(), scope, prompt_chars, started, attempt)?
         } else {
-            let text =
-                body.read_to_string().map_err(|e| spent(self.transport(url, e), wire::partial_usage(prompt_chars, 0)))?;
+            let text = body
+                .read_to_string()
+                .map_err(|e| spent(self.transport(url, e), wire::partial_usage(prompt_chars, 0)))?;
             let start = text.trim_start();
             if start.starts_with("data:") || start.starts_with(':') {
                 self.read_stream(url, text.as_bytes(), scope, prompt_chars, started, attempt)?
@@ -471,13 +473,11 @@ fn spent(f: Failure, usage: Usage) -> Failure {
 /// A 2xx body that is not a reply: a server error inside it is retried when its code is.
 fn wire_failure(url: &str, status: u16, e: WireError) -> Failure {
     match e {
-        WireError::Server { code: Some(code), message } if RETRYABLE.contains(&code) => {
-            Failure::Retry {
-                problem: format!("HTTP {status} carrying error {code}: {message}"),
-                retry_after_s: None,
-                spent: None,
-            }
-        }
+        WireError::Server { code: Some(code), message } if RETRYABLE.contains(&code) => Failure::Retry {
+            problem: format!("HTTP {status} carrying error {code}: {message}"),
+            retry_after_s: None,
+            spent: None,
+        },
         WireError::Server { code, message } => Failure::Final(LlmError::Status {
             url: url.to_string(),
             status: code.unwrap_or(status),

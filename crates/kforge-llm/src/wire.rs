@@ -199,7 +199,11 @@ pub fn estimate_tokens(chars: usize) -> u64 {
 /// What an attempt that gave no reply used, estimated: its prompt and the `completion_chars`
 /// that arrived before it was cut off.
 pub fn partial_usage(prompt_chars: usize, completion_chars: usize) -> Usage {
-    Usage { prompt_tokens: estimate_tokens(prompt_chars), completion_tokens: estimate_tokens(completion_chars), estimated: true }
+    Usage {
+        prompt_tokens: estimate_tokens(prompt_chars),
+        completion_tokens: estimate_tokens(completion_chars),
+        estimated: true,
+    }
 }
 
 fn estimated_usage(prompt_chars: usize, content: &str, calls: &[ToolCall]) -> Usage {

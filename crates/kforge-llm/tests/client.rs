@@ -236,7 +236,8 @@ const SSE: &str = concat!(
 
 /// A stream the server starts answering and cuts off: 40 characters of content, no finish
 /// reason, no `[DONE]`.
-const CUT_SSE: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"0123456789012345678901234567890123456789\"}}]}\n\n";
+const CUT_SSE: &str =
+    "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"0123456789012345678901234567890123456789\"}}]}\n\n";
 
 #[test]
 fn a_stream_cut_off_is_retried_and_charged_what_arrived() {

@@ -81,6 +81,7 @@ mod tests {
             prepared: Default::default(),
             rewrite: None,
             graphs: None,
+            duplicates: Default::default(),
         }
     }
 

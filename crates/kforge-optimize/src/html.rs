@@ -379,6 +379,15 @@ fn variants_table(r: &Report) -> String {
             escape(&note)
         );
     }
+    for (name, same) in &m.duplicates {
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td>{}</td><td>—</td><td>—</td><td>—</td><td>not measured: it compiles exactly as {}</td></tr>",
+            escape(name),
+            Agent::of_variant(name).name(),
+            escape(same)
+        );
+    }
     if let Some(f) = m.noise_floor {
         let _ = write!(s, "<tr><td colspan=\"6\">noise floor {f:.4} (the baseline against itself)</td></tr>");
     }
@@ -486,6 +495,7 @@ mod tests {
             .into(),
             rewrite: None,
             graphs: None,
+            duplicates: BTreeMap::new(),
         };
         Report {
             question: Question {
@@ -625,6 +635,11 @@ mod tests {
         let html = problem_html(&report(), Some(&same));
         assert!(html.contains("0 line(s) added, 0 removed") && !html.contains("<pre class=\"diff\">"), "{html}");
         assert!(!problem_html(&report(), None).contains("What the result changes"));
+        let mut r = report();
+        r.measurement.duplicates.insert("max-autotune+coordinate-descent".into(), "max-autotune".into());
+        let html = problem_html(&r, None);
+        assert!(html.contains("<tr><td>max-autotune+coordinate-descent</td><td>inductor</td>"), "{html}");
+        assert!(html.contains("not measured: it compiles exactly as max-autotune</td>"), "{html}");
     }
 
     #[test]

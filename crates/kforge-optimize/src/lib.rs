@@ -179,6 +179,7 @@ impl DispatchMeasurement {
             prepared: BTreeMap::new(),
             rewrite: None,
             graphs: None,
+            duplicates: BTreeMap::new(),
         }
     }
 }
@@ -201,6 +202,10 @@ pub struct DispatchMeasurement {
     /// The dispatch agent's per-graph search (`None`: it did not run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub graphs: Option<GraphSearch>,
+    /// Variants not measured because they compile exactly as another does (the same Inductor
+    /// options), each with that one.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub duplicates: BTreeMap<String, String>,
 }
 
 /// The dispatch agent's per-graph search: the graphs Dynamo split the forward into, why each
@@ -843,6 +848,11 @@ impl Report {
         if let Some(g) = &self.measurement.graphs {
             t.push_str(&g.line());
         }
+        for (variant, same) in &self.measurement.duplicates {
+            t.push_str(&format!(
+                "{variant:<28} not measured: it compiles exactly as {same} (the same Inductor options)\n"
+            ));
+        }
         t.push_str(&self.beam_lines());
         if let Some(c) = &self.config {
             t.push_str(&c.lines());
@@ -1245,7 +1255,12 @@ mod tests {
         };
         assert_eq!(r.decisive().winner, "max-autotune+freezing+coordinate-descent");
         assert!(matches!(&r.decision, Decision::Improved { agent: Agent::Inductor, speedup, .. } if *speedup == 1.4));
+        r.measurement.duplicates.insert("max-autotune+coordinate-descent".into(), "max-autotune".into());
         let t = r.table();
+        assert!(
+            t.contains("max-autotune+coordinate-descent not measured: it compiles exactly as max-autotune"),
+            "a duplicate is named: {t}"
+        );
         assert!(t.contains("beam round 2 (knobs combined, against max-autotune again)"), "{t}");
         assert!(t.contains("max-autotune+freezing+coordinate-descent    1.400x"), "{t}");
         let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
