@@ -465,3 +465,21 @@ def test_a_variant_that_compiles_as_another_is_not_measured_again(tmp_path: Path
     r = json.loads(out.read_text())
     assert r["duplicates"] == {"max-autotune+coordinate-descent": "max-autotune"}, r["duplicates"]
     assert "max-autotune+coordinate-descent" not in r["prepared"] and "max-autotune+coordinate-descent" not in r["modes"]
+
+
+def test_the_baselines_profile_gives_the_triton_share_or_why_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Inductor's Triton kernels by their names' prefix against all device work; on the CPU, or
+    when the profile fails, a reason instead (the measurement stands either way)."""
+    assert "CPU" in dispatch.baseline_profile(lambda *xs: None, [], torch.device("cpu"))["why"]
+    cuda = SimpleNamespace(type="cuda")
+    monkeypatch.setattr(dispatch, "device_us", lambda fn, xs, calls, name: {
+        "triton_poi_fused_add_0": 30.0, "triton_tem_fused_mm_1": 10.0, "void at::native::copy_kernel": 60.0})
+    assert dispatch.baseline_profile(lambda *xs: None, [], cuda) == {"triton_share": pytest.approx(0.4), "device_us": 100.0}
+
+    def fails(*a: Any) -> Any:
+        raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+
+    monkeypatch.setattr(dispatch, "device_us", fails)
+    assert "the profile failed: RuntimeError: CUPTI" in dispatch.baseline_profile(lambda *xs: None, [], cuda)["why"]
+    monkeypatch.setattr(dispatch, "device_us", lambda *a: {})
+    assert dispatch.baseline_profile(lambda *xs: None, [], cuda) == {"why": "the profile saw no device work"}

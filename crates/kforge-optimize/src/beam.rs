@@ -81,6 +81,7 @@ mod tests {
             prepared: Default::default(),
             rewrite: None,
             graphs: None,
+            baseline_profile: None,
             duplicates: Default::default(),
         }
     }

@@ -495,6 +495,7 @@ mod tests {
             .into(),
             rewrite: None,
             graphs: None,
+            baseline_profile: None,
             duplicates: BTreeMap::new(),
         };
         Report {

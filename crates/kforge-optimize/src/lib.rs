@@ -179,6 +179,7 @@ impl DispatchMeasurement {
             prepared: BTreeMap::new(),
             rewrite: None,
             graphs: None,
+            baseline_profile: None,
             duplicates: BTreeMap::new(),
         }
     }
@@ -202,6 +203,10 @@ pub struct DispatchMeasurement {
     /// The dispatch agent's per-graph search (`None`: it did not run).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub graphs: Option<GraphSearch>,
+    /// The compiled baseline's profile (with the config agent on a GPU): its Triton kernels'
+    /// share of device time, or why there is none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_profile: Option<BaselineProfile>,
     /// Variants not measured because they compile exactly as another does (the same Inductor
     /// options), each with that one.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -246,6 +251,34 @@ impl GraphSearch {
             .map(|(v, t)| (v.clone(), t.clone()))
             .collect()
     }
+}
+
+/// The dispatch agent's one profile of the compiled baseline (`--profile-baseline 1`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BaselineProfile {
+    #[serde(default)]
+    pub triton_share: Option<f64>,
+    #[serde(default)]
+    pub why: Option<String>,
+}
+
+/// Why the config family cannot win, or `None`: no launch configuration makes the model faster
+/// than its Amdahl ceiling, 1 / (1 − `share`), the generated Triton kernels' share of the
+/// baseline's device time; a family wins `across` only by a larger speedup than `beat`, the
+/// other family's verified one (1.0: the baseline alone). The config agent's own `--beat` rule
+/// (python/kforge/optimize/config.py `pruned_why`), here before its step, from the dispatch
+/// agent's profile.
+pub fn config_cannot_win(share: f64, beat: f64) -> Option<String> {
+    if !(0.0..=1.0).contains(&share) {
+        return None; // not a share: no claim
+    }
+    let ceiling = if share >= 1.0 { f64::INFINITY } else { 1.0 / (1.0 - share) };
+    (ceiling <= beat).then(|| {
+        format!(
+            "its Amdahl ceiling is {ceiling:.3}x (the baseline's Triton kernels: {:.0} % of its device time),              not above the {beat:.3}x the dispatch family's verified result has",
+            share * 100.0
+        )
+    })
 }
 
 /// The prefix of a per-graph plan's variant (python/kforge/optimize/dispatch.py `GRAPHS`).
@@ -1147,6 +1180,22 @@ mod tests {
             }
             d => panic!("{d:?}"),
         }
+    }
+
+    #[test]
+    fn the_config_family_is_not_run_when_its_ceiling_cannot_beat_the_dispatch_family() {
+        let why = config_cannot_win(0.25, 3.955).unwrap(); // the pilot's 007: eager 3.955x, share 25 %
+        assert!(why.contains("1.333x") && why.contains("25 %") && why.contains("3.955x"), "{why}");
+        assert_eq!(config_cannot_win(0.5, 1.9), None, "a ceiling of 2.0 may still beat 1.9");
+        assert_eq!(config_cannot_win(1.0, 100.0), None, "all Triton: no ceiling");
+        assert!(config_cannot_win(0.0, 1.0).is_some(), "no Triton kernel time: nothing to tune");
+        assert_eq!(config_cannot_win(f64::NAN, 2.0), None);
+        let m = DispatchMeasurement::parse(
+            r#"{"baseline": "max-autotune", "winner": "max-autotune", "fallback": true,
+                "baseline_profile": {"triton_share": 0.4}}"#,
+        )
+        .unwrap();
+        assert_eq!(m.baseline_profile.and_then(|p| p.triton_share), Some(0.4));
     }
 
     #[test]

@@ -102,6 +102,9 @@ pub fn measure_args(agents: &[Agent], gpu: bool) -> Vec<(&'static str, String)> 
         .collect();
     let graph_rounds = if agents.contains(&Agent::Dispatch) { GRAPH_ROUNDS } else { 0 };
     args.push(("--graph-rounds", graph_rounds.to_string()));
+    // The config agent's Amdahl ceiling before its own step (`crate::config_cannot_win`).
+    let profile = agents.contains(&Agent::Config) && gpu;
+    args.push(("--profile-baseline", if profile { "1" } else { "0" }.to_string()));
     args
 }
 
@@ -118,10 +121,13 @@ mod tests {
                 ("--modes", String::new()),
                 ("--knobs", "freezing,aggressive-fusion".to_string()),
                 ("--rewrite", String::new()),
-                ("--graph-rounds", "0".to_string())
+                ("--graph-rounds", "0".to_string()),
+                ("--profile-baseline", "0".to_string())
             ]
         );
         assert_eq!(measure_args(&[Agent::Dispatch], false)[3], ("--graph-rounds", GRAPH_ROUNDS.to_string()));
+        assert_eq!(measure_args(&[Agent::Dispatch, Agent::Config], true)[4], ("--profile-baseline", "1".to_string()));
+        assert_eq!(measure_args(&[Agent::Dispatch, Agent::Config], false)[4].1, "0", "no GPU: nothing to profile");
         let rewrite = measure_args(&[Agent::Rewrite], true);
         assert_eq!(rewrite[2], ("--rewrite", "exact,reassociates".to_string()));
         let both = measure_args(&[Agent::Dispatch, Agent::Inductor], true);
@@ -137,9 +143,12 @@ mod tests {
         );
         assert_eq!(steps(&[Agent::Inductor], 0).len(), 3, "width 0: no second round");
         assert!(Step::Verify.uses_device() && !Step::Result.uses_device());
-        // The config agent adds no flag to the measurement but its own steps.
-        assert_eq!(measure_args(&[Agent::Dispatch, Agent::Config], true).len(), 4);
-        assert_eq!(measure_args(&[Agent::Config], true).iter().filter(|(_, v)| !v.is_empty() && v != "0").count(), 0);
+        // The config agent adds no variant to the measurement, only its own steps (and, on a
+        // GPU, the baseline's profile for its ceiling).
+        assert_eq!(measure_args(&[Agent::Dispatch, Agent::Config], true).len(), 5);
+        let set: Vec<_> =
+            measure_args(&[Agent::Config], true).into_iter().filter(|(_, v)| !v.is_empty() && v != "0").collect();
+        assert_eq!(set, [("--profile-baseline", "1".to_string())]);
         assert_eq!(
             steps(&[Agent::Dispatch, Agent::Config], 0).iter().map(|s| s.name()).collect::<Vec<_>>(),
             ["measure", "result", "verify", "config", "config-verify"]

@@ -686,9 +686,16 @@ impl ProblemRun<'_> {
                     found.config_skipped = Some(CONFIG_NEEDS_A_GPU.into());
                     return Ok(true);
                 }
+                let beat = found.dispatch_speedup(self.run.plan.gpu);
+                let share = found.measurement.as_ref().and_then(|m| m.baseline_profile.as_ref()?.triton_share);
+                if let Some(why) = share.and_then(|s| kforge_optimize::config_cannot_win(s, beat)) {
+                    self.progress(&format!("config: skipped: {why}"));
+                    found.config_skipped = Some(format!("config: {why}"));
+                    return Ok(true);
+                }
                 // A failed config step is its family's fallback (journaled as failed; --resume runs
                 // it again), not the problem's failure: the dispatch family's result stands.
-                match self.config_step(found.dispatch_speedup(self.run.plan.gpu)) {
+                match self.config_step(beat) {
                     Ok(None) => return Ok(false),
                     Ok(Some(m)) => found.config = Some(m),
                     Err(e) => {

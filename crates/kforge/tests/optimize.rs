@@ -734,8 +734,11 @@ def arg(flag):
     return argv[argv.index(flag) + 1]
 if argv[:2] == ["-m", "kforge.optimize.dispatch"]:
     b = arg("--baseline")
-    json.dump({"baseline": b, "winner": b, "fallback": True, "modes": {}, "noise_floor": None,
-               "prepared": {b: {"ok": True}}}, open(arg("--out"), "w"))
+    assert arg("--profile-baseline") == "1", argv  # the config agent on a GPU: the ceiling first
+    m = {"baseline": b, "winner": b, "fallback": True, "modes": {}, "noise_floor": None, "prepared": {b: {"ok": True}}}
+    if "FAKE_SHARE" in os.environ:
+        m["baseline_profile"] = {"triton_share": float(os.environ["FAKE_SHARE"])}
+    json.dump(m, open(arg("--out"), "w"))
 elif argv[:2] == ["-m", "kforge.optimize.config"]:
     from kforge.optimize.config import write_result
     measured = json.load(open(os.environ["FAKE_CONFIG_JSON"]))
@@ -846,4 +849,19 @@ fn on_a_gpu_the_config_agent_runs_in_its_own_step_and_is_verified() {
     assert!(text.contains("config: failed: the config step ended"), "{text}");
     let failed = journal(&broken).steps.into_iter().find(|s| s.step == "config").unwrap();
     assert_eq!(failed.status, "failed", "{failed:?}");
+    // The baseline's profile says its Triton kernels take no device time: its Amdahl ceiling
+    // (1.0) cannot beat even the baseline, so the config step does not run at all.
+    let none = dir.path().join("no-triton");
+    let o = command(&args, &none)
+        .env("FAKE_CONFIG_JSON", dir.path().join("no-such.json")) // would fail, were it run
+        .env("FAKE_SHARE", "0.0")
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(text.contains("config: skipped: its Amdahl ceiling is 1.000x"), "{text}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(none.join("report.json")).unwrap()).unwrap();
+    assert!(r["config"]["skipped"].as_str().unwrap().contains("not above the 1.000x"), "{r}");
+    assert!(journal(&none).steps.iter().all(|s| s.step != "config") && !none.join("config/config.json").exists());
 }

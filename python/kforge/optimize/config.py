@@ -46,9 +46,7 @@ from ..harness import SIZES, clone_output, compare, finite_json, identical, max_
 from ..inspect.capture import copy_strided
 from ..inspect.inductor import CUDA_GRAPH_MODES, WrapperHook, kernel_sources, triton_globals
 from ..inspect.restitch import compile_problem, swapping
-from ..inspect.traces import device_totals, trace_events
-from ..region import region
-from .dispatch import MODES, DispatchError, choose, load_problem, triton_version
+from .dispatch import MODES, DispatchError, choose, device_us, load_problem, triton_version
 from .result import ResultError, policy_text, renamed_reference, write_files
 
 #: The heuristics (``@triton_heuristics.KIND``) whose kernels the agent tunes.
@@ -562,17 +560,6 @@ def recording(recorded: Dict[str, Dict[str, Any]], restore: List[Tuple[Any, Any]
     return on_load
 
 
-def device_us(compiled: Callable[..., Any], inputs: Sequence[Any], calls: int = 3) -> Dict[str, float]:
-    """Device time per call by name of device work (torch.profiler over ``calls`` calls)."""
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    with region("optimize:config-profile"), profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            compiled(*inputs)
-        torch.cuda.synchronize()
-    return {n: t["us"] for n, t in device_totals(trace_events(prof), calls).items()}
-
 
 def _read(path: str) -> str:
     with open(path) as f:
@@ -693,7 +680,7 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
         for _ in range(3):
             compiled(*inputs)
         torch.cuda.synchronize()
-        us = device_us(compiled, inputs)
+        us = device_us(compiled, inputs, 3, "optimize:config-profile")
         found = wrapper_kernels(hook.modules)
         names = [n for _m, n, _k, _s in found]
         pins = {src: cfg for _m, n, k, src in found if pinnable(n) for cfg in [tuned_config(k)] if cfg is not None}

@@ -45,6 +45,8 @@ from ..autoregions import inductor_regions
 from ..bench import do_bench_interleaved
 from ..harness import SIZES, Fp64Reference, clone_output, finite_json, judge, make_inputs, mean_half, noise_floor
 from ..harness import load_problem as harness_load_problem
+from ..inspect.traces import device_totals, trace_events
+from ..region import region
 from .rewrite import EXACTNESS, RuleError, candidate, introduced, rewrite_model, rules_of
 
 #: Every mode the agent knows: eager and torch.compile's modes.
@@ -409,14 +411,52 @@ def choose(baseline: str, per_round: Dict[str, List[Tuple[float, float, float]]]
     return {"modes": modes, "noise_floor": math.exp(floor), "winner": winner, "fallback": not winners}
 
 
+def device_us(compiled: Callable[..., Any], inputs: Sequence[Any], calls: int, name: str) -> Dict[str, float]:
+    """Device time per call by name of device work: torch.profiler over ``calls`` calls, in a
+    region named ``name``."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with region(name), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            compiled(*inputs)
+        torch.cuda.synchronize()
+    return {n: t["us"] for n, t in device_totals(trace_events(prof), calls).items()}
+
+
+#: Inductor's names of its generated Triton kernels (pointwise, reduction, persistent, template...).
+TRITON_PREFIX = "triton_"
+
+
+def baseline_profile(fn: Callable[..., Any], xs: Sequence[Any], dev: Any) -> Dict[str, Any]:
+    """The compiled baseline's generated Triton kernels' share of its device time (one profile of
+    3 calls), for the config agent's Amdahl ceiling before its own step: ``triton_share``, or
+    ``why`` there is none (the CPU, or the profile failed: the config step then runs as it would
+    without it)."""
+    import torch
+
+    if dev.type != "cuda":
+        return {"why": "the CPU: Inductor's CPU backend generates no Triton kernels"}
+    try:
+        with torch.no_grad():
+            us = device_us(lambda *a: fn(*a), xs, 3, "optimize:dispatch-profile")
+    except Exception as e:  # a profile is advice; the measurement stands without it
+        return {"why": f"the profile failed: {type(e).__name__}: {str(e)[:200]}"}
+    total = sum(us.values())
+    if total <= 0:
+        return {"why": "the profile saw no device work"}
+    triton = sum(v for n, v in us.items() if n.startswith(TRITON_PREFIX))
+    return {"triton_share": triton / total, "device_us": round(total, 2)}
+
+
 def measure(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
-            rewrite: Optional[Sequence[str]] = None, graph_rounds: int = 0) -> Dict[str, Any]:
+            rewrite: Optional[Sequence[str]] = None, graph_rounds: int = 0, profile_baseline: bool = False) -> Dict[str, Any]:
     """The whole agent step: modes prepared and checked (and with ``rewrite``, the exactness
     classes the rewrite agent may use, its variants), timed against ``modes[0]`` (the
     baseline), the choice; with ``graph_rounds``, then per graph (:func:`graph_search`)."""
     # every variant, the rewrite agent's two, explain's trace and the per-graph plans
     with room_to_compile(len(modes) + 3 + graph_rounds * MAX_GRAPH_PLANS):
-        return measure_in(problem, modes, dev, rounds, rewrite, graph_rounds)
+        return measure_in(problem, modes, dev, rounds, rewrite, graph_rounds, profile_baseline)
 
 
 @dataclass(frozen=True)
@@ -548,7 +588,7 @@ def room_to_compile(variants: int) -> Iterator[None]:
 
 
 def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
-               rewrite: Optional[Sequence[str]], graph_rounds: int = 0) -> Dict[str, Any]:
+               rewrite: Optional[Sequence[str]], graph_rounds: int = 0, profile_baseline: bool = False) -> Dict[str, Any]:
     """:func:`measure` with room to compile every variant."""
     baseline = modes[0]
     same = duplicates(modes)
@@ -560,6 +600,8 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
         raise DispatchError(f"the baseline {baseline!r} does not run: {report[baseline].get('why', 'its output differs from eager')}")
     proposed = prepare_rewrite(problem, ref, baseline, rewrite, dev, fns, report) if rewrite is not None else None
     result: Dict[str, Any] = {"baseline": baseline, "prepared": report, "rewrite": proposed, "duplicates": same}
+    if profile_baseline:
+        result["baseline_profile"] = baseline_profile(fns[baseline], ref.xs, dev)
     if len(fns) < 2:
         why = "no mode besides the baseline runs and matches eager"
         if proposed is not None and not proposed["fired"]:
@@ -588,6 +630,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="for a forward of several graphs (graph breaks): up to N rounds of per-graph plans "
                          f"(graphs:M0/M1/..., coordinate descent from the winner; kforge optimize passes {GRAPH_ROUNDS} "
                          "with the dispatch agent); 0: off")
+    ap.add_argument("--profile-baseline", type=int, choices=(0, 1), default=0,
+                    help="1: profile the compiled baseline once and record its Triton kernels' share of device time "
+                         "(kforge optimize passes 1 with the config agent on a GPU: its Amdahl ceiling before its step)")
     ap.add_argument("--baseline", default="max-autotune")
     ap.add_argument("--rounds", type=int, default=5)
     a = ap.parse_args(argv)
@@ -612,7 +657,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise DispatchError(f"--device {a.device} but no CUDA GPU is visible (pass --device cpu)")
         problem = load_problem(a.problem, a.size)
         inductor_regions()  # under a daemon, max-autotune's own benchmarks run in regions
-        result = measure(problem, modes, torch.device(a.device), a.rounds, classes if rewrite else None, a.graph_rounds)
+        result = measure(problem, modes, torch.device(a.device), a.rounds, classes if rewrite else None, a.graph_rounds,
+                         bool(a.profile_baseline))
     except DispatchError as e:
         print(f"kforge optimize: {e}", file=sys.stderr)
         return 2
