@@ -600,17 +600,17 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
         raise DispatchError(f"the baseline {baseline!r} does not run: {report[baseline].get('why', 'its output differs from eager')}")
     proposed = prepare_rewrite(problem, ref, baseline, rewrite, dev, fns, report) if rewrite is not None else None
     result: Dict[str, Any] = {"baseline": baseline, "prepared": report, "rewrite": proposed, "duplicates": same}
-    if profile_baseline:
-        result["baseline_profile"] = baseline_profile(fns[baseline], ref.xs, dev)
     if len(fns) < 2:
         why = "no mode besides the baseline runs and matches eager"
         if proposed is not None and not proposed["fired"]:
             why += f"; rewrite: {proposed['why']}"
         result.update({"modes": {}, "noise_floor": None, "winner": baseline, "fallback": True, "why": why})
-        return result
-    result.update(choose(baseline, time_rounds(problem, fns, baseline, dev, rounds)))
-    if graphs is not None:
-        result["graphs"] = graph_search(problem, ref, graphs, fns, result, dev, rounds, graph_rounds)
+    else:
+        result.update(choose(baseline, time_rounds(problem, fns, baseline, dev, rounds)))
+        if graphs is not None:
+            result["graphs"] = graph_search(problem, ref, graphs, fns, result, dev, rounds, graph_rounds)
+    if profile_baseline:  # after every timed round: the profiler is not loaded while they run
+        result["baseline_profile"] = baseline_profile(fns[baseline], ref.xs, dev)
     return result
 
 
