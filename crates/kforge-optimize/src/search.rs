@@ -85,6 +85,12 @@ pub fn measure_flag(agent: Agent, gpu: bool) -> Option<(&'static str, &'static [
 /// rewrite.py `EXACTNESS`): both stay within verify's default tolerance.
 pub const REWRITE_CLASSES: &[&str] = &["exact", "reassociates"];
 
+/// Whether an agent of the dispatch family (its variants in the measure step) is asked for; with
+/// none, the measure step times nothing and the baseline stands for the family.
+pub fn dispatch_family(agents: &[Agent]) -> bool {
+    agents.iter().any(|a| measure_flag(*a, false).is_some())
+}
+
 /// The dispatch agent's rounds of per-graph plans, for a forward of several graphs
 /// (python/kforge/optimize/dispatch.py `GRAPH_ROUNDS`, `--graph-rounds`).
 pub const GRAPH_ROUNDS: u32 = 2;
@@ -128,6 +134,7 @@ mod tests {
         assert_eq!(measure_args(&[Agent::Dispatch], false)[3], ("--graph-rounds", GRAPH_ROUNDS.to_string()));
         assert_eq!(measure_args(&[Agent::Dispatch, Agent::Config], true)[4], ("--profile-baseline", "1".to_string()));
         assert_eq!(measure_args(&[Agent::Dispatch, Agent::Config], false)[4].1, "0", "no GPU: nothing to profile");
+        assert!(dispatch_family(&[Agent::Llm, Agent::Rewrite]) && !dispatch_family(&[Agent::Llm, Agent::Config]));
         let rewrite = measure_args(&[Agent::Rewrite], true);
         assert_eq!(rewrite[2], ("--rewrite", "exact,reassociates".to_string()));
         let both = measure_args(&[Agent::Dispatch, Agent::Inductor], true);

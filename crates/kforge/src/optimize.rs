@@ -39,7 +39,8 @@ pub struct OptimizeArgs {
     #[arg(long, value_enum, default_value = "max-autotune")]
     baseline: crate::values::BaselineArg,
     /// Agents to run, comma-separated (known: dispatch — eager or a torch.compile mode per problem,
-    /// and per graph for a forward of several graphs (graph breaks); inductor — the baseline's mode with one of Inductor's knobs changed, each measured;
+    /// and per graph for a forward of several graphs (graph breaks); inductor — the baseline's
+    /// mode with one of Inductor's knobs changed, each measured;
     /// rewrite — the forward rewritten by the FX rewrite rules, eager and in the baseline's mode;
     /// config — the baseline's Triton kernels' launch configurations searched and pinned, in its
     /// own step, a GPU only: skipped on the CPU, and `--agents config` alone there is refused).
@@ -619,7 +620,7 @@ impl ProblemRun<'_> {
     }
 
     /// The config step's input hash: the steps' version, the problem's source, size, device,
-    /// baseline and rounds.
+    /// baseline, rounds and the speedup it has to beat (`--beat`).
     fn config_hash(&self, beat: f64) -> String {
         let (a, plan) = (self.run.a, self.run.plan);
         let (rounds, steps, beat) = (a.rounds.to_string(), STEPS_VERSION.to_string(), beat_arg(beat));
@@ -651,7 +652,7 @@ impl ProblemRun<'_> {
     /// One step, what it found kept in `found`; false when a budget kept it from starting.
     fn take_step(&self, step: Step, flags: &[(&str, String)], measure_hash: &str, found: &mut Found) -> Result<bool> {
         match step {
-            Step::Measure if flags.iter().all(|(_, variants)| variants.is_empty()) => {
+            Step::Measure if !kforge_optimize::search::dispatch_family(&self.run.plan.agents) => {
                 // No agent of the dispatch family: nothing to time, the baseline stands for it.
                 let m = DispatchMeasurement::baseline_only(self.run.plan.baseline);
                 let write = || -> Result<Work> {
@@ -1087,9 +1088,9 @@ impl ProblemRun<'_> {
         let first: &[(&str, Verified)] = if round2.is_none() { &verified } else { &[] };
         journal.candidates(problem, &report.measurement.modes, measure_hash, first)?;
         if let Some(g) = &report.measurement.graphs {
+            // The per-graph search's plans, each once (the one it ended with is in `modes`).
             let hash = content_hash(&[measure_hash.as_bytes(), b"graphs"]);
             journal.candidates(problem, &g.plans_timed(&report.measurement), &hash, &verified)?;
-            // per graph
         }
         if let (Some(m), Some(hash)) = (round2, beam_hash) {
             journal.candidates(problem, &m.modes, hash, &verified)?; // the beam's second round
