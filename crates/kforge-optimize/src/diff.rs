@@ -95,6 +95,14 @@ fn hunk_at<'a>(all: &[Line<'a>], start: usize, end: usize) -> Hunk<'a> {
     Hunk { old_start, new_start, lines: all[start..end].to_vec() }
 }
 
+impl Hunk<'_> {
+    /// Its lines in the old text and in the new one (a unified diff header's counts).
+    pub fn lengths(&self) -> (usize, usize) {
+        let old = self.lines.iter().filter(|l| !matches!(l, Line::Added(_))).count();
+        (old, self.lines.iter().filter(|l| !matches!(l, Line::Removed(_))).count())
+    }
+}
+
 /// Lines added and removed in all of `hunks`.
 pub fn counts(hunks: &[Hunk]) -> (usize, usize) {
     let each = |f: fn(&Line) -> bool| hunks.iter().flat_map(|h| &h.lines).filter(|l| f(l)).count();
@@ -168,6 +176,7 @@ mod tests {
         assert_eq!((h[1].old_start, h[1].new_start), (14, 15));
         assert!(h[1].lines.contains(&Line::Removed("line 16")));
         assert_eq!(counts(&h), (2, 2));
+        assert_eq!((h[0].lengths(), h[1].lengths()), ((7, 8), (5, 4)), "{h:?}");
         assert!(hunks(&old, &old, 3).is_empty());
     }
 }

@@ -144,7 +144,8 @@ fn change_section(c: &Change) -> String {
     s.push_str("<details open><summary>diff</summary><pre class=\"diff\">");
     let mut shown = 0usize;
     for h in &hunks {
-        let _ = write!(s, "<span class=\"hunk\">@@ -{} +{} @@</span>", h.old_start, h.new_start);
+        let (old_len, new_len) = h.lengths();
+        let _ = write!(s, "<span class=\"hunk\">@@ -{},{old_len} +{},{new_len} @@</span>", h.old_start, h.new_start);
         for line in &h.lines {
             if shown == MAX_DIFF_LINES {
                 break;
@@ -629,7 +630,7 @@ mod tests {
         assert!(html.contains("model_new.py against the problem's source: 2 line(s) added, 2 removed"), "{html}");
         assert!(html.contains("<span class=\"del\">-         return torch.diag(x) @ x</span>"), "{html}");
         assert!(
-            html.contains("<span class=\"add\">+ class ModelNew:</span>") && html.contains("@@ -1 +1 @@"),
+            html.contains("<span class=\"add\">+ class ModelNew:</span>") && html.contains("@@ -1,4 +1,4 @@"),
             "{html}"
         );
         let same = Change { problem, result_name: "model_new.py", result: problem };
