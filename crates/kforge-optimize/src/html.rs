@@ -397,7 +397,14 @@ fn variants_table(r: &Report) -> String {
 }
 
 /// A campaign's page: per level the summary, every problem's result, what each agent won.
-pub fn campaign_html(title: &str, outcomes: &[ProblemOutcome], summary: &[LevelSummary]) -> String {
+/// `pages`: each problem's own page (its path relative to the campaign's page, or absolute), for
+/// the problems that have one: local files, linked, never fetched.
+pub fn campaign_html(
+    title: &str,
+    outcomes: &[ProblemOutcome],
+    summary: &[LevelSummary],
+    pages: &BTreeMap<String, String>,
+) -> String {
     let mut body = summary_table(summary);
     body.push_str("<h2>Every problem</h2>");
     let mut sorted: Vec<&ProblemOutcome> = outcomes.iter().collect();
@@ -406,7 +413,32 @@ pub fn campaign_html(title: &str, outcomes: &[ProblemOutcome], summary: &[LevelS
     body.push_str(&speedup_chart(&bars, None));
     body.push_str(&legend());
     body.push_str(&attribution_table(outcomes));
+    body.push_str(&problems_table(outcomes, pages));
     page(title, &body)
+}
+
+/// Every problem in order, its result and a link to its own page where it has one.
+fn problems_table(outcomes: &[ProblemOutcome], pages: &BTreeMap<String, String>) -> String {
+    let mut s = String::from(
+        "<h2>Each problem</h2><table><tr><th>problem</th><th>result</th><th>speedup</th><th>seconds</th><th>page</th></tr>",
+    );
+    for o in outcomes {
+        let bar = outcome_bar(o);
+        let link = pages
+            .get(&o.problem)
+            .map(|p| format!("<a href=\"{}\">report.html</a>", escape(p)))
+            .unwrap_or_else(|| "—".into());
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td>{}</td><td>{:.3}x</td><td>{:.1}</td><td>{link}</td></tr>",
+            escape(&o.problem),
+            escape(&bar.note),
+            o.speedup(),
+            o.seconds
+        );
+    }
+    s.push_str("</table>");
+    s
 }
 
 fn outcome_bar(o: &ProblemOutcome) -> Bar {
@@ -683,13 +715,23 @@ mod tests {
             outcome("level2/d.py", None, Some("budget")),
         ];
         let summary = summarize(&outcomes);
-        let html = campaign_html("campaign", &outcomes, &summary);
+        let html = campaign_html("campaign", &outcomes, &summary, &BTreeMap::new());
         assert_self_contained(&html);
+        let pages: BTreeMap<String, String> =
+            [(outcomes[0].problem.clone(), "level1/a/report.html".to_string())].into();
+        let linked = campaign_html("campaign", &outcomes, &summary, &pages);
+        assert_eq!(linked.matches("href=").count(), 1, "only the problem with a page is linked");
+        assert!(linked.contains(&format!("<td>{}</td>", outcomes[0].problem)), "{linked}");
+        assert!(linked.contains("<a href=\"level1/a/report.html\">report.html</a>"), "{linked}");
+        assert!(
+            !linked.contains("http")
+                || linked.matches("http").count() == linked.matches("http://www.w3.org/2000/svg").count()
+        );
         assert_eq!(html.matches("class=\"bar\"").count(), 4);
         assert!(html.contains("<td>level1</td><td>2</td><td>2</td>") && html.contains("1.500x"), "level1 geomean 1.5");
         assert!(html.contains("<td>dispatch</td><td>2</td><td>1.500x</td>"), "{html}");
         assert!(html.contains("baseline kept: no mode beat") && html.contains("not reached: budget"));
-        let empty = campaign_html("c", &outcomes[2..], &summarize(&outcomes[2..]));
+        let empty = campaign_html("c", &outcomes[2..], &summarize(&outcomes[2..]), &BTreeMap::new());
         assert!(empty.contains("no agent won a problem"));
     }
 }

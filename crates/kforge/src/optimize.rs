@@ -21,7 +21,7 @@ use kforge_optimize::{
     ResultFrom, Tried, Verified, CONFIG_NEEDS_A_GPU, CONFIG_VARIANT, STEPS_VERSION,
 };
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -289,6 +289,24 @@ impl Run<'_> {
         Ok(o)
     }
 
+    /// With `--html`, each problem's own page that exists, by problem, as the campaign's page
+    /// links it: relative to the page's folder when below it, else absolute.
+    fn problem_pages(&self, outcomes: &[ProblemOutcome], problems: &[(PathBuf, PathBuf)]) -> BTreeMap<String, String> {
+        let Some(html) = &self.a.html else { return BTreeMap::new() };
+        let from = std::path::absolute(html).ok().and_then(|p| p.parent().map(Path::to_path_buf));
+        let decided: Vec<&str> = outcomes.iter().filter(|o| o.decision.is_some()).map(|o| o.problem.as_str()).collect();
+        problems
+            .iter()
+            .filter(|(rel, _)| decided.contains(&rel.display().to_string().as_str()))
+            .filter_map(|(rel, _)| {
+                let own = std::path::absolute(self.a.out.join(rel.with_extension("")).join("report.html")).ok()?;
+                own.is_file().then_some(())?;
+                let link = from.as_ref().and_then(|f| own.strip_prefix(f).ok()).unwrap_or(&own);
+                Some((rel.display().to_string(), link.display().to_string()))
+            })
+            .collect()
+    }
+
     /// `--html FILE`: the page `render` makes, written there.
     fn write_html(&self, render: impl FnOnce() -> String) -> Result<()> {
         if let Some(path) = &self.a.html {
@@ -353,7 +371,8 @@ impl Run<'_> {
             self.a.problem.display(),
             self.plan.baseline.mode()
         );
-        self.write_html(|| kforge_optimize::html::campaign_html(&title, &outcomes, &summary))?;
+        let pages = self.problem_pages(&outcomes, problems);
+        self.write_html(|| kforge_optimize::html::campaign_html(&title, &outcomes, &summary, &pages))?;
         let table = format!("{}\n{}", campaign_table(&outcomes, &summary), budget.line());
         crate::output::print_table(self.a.json.as_deref(), &table);
         if not_reached > 0 {

@@ -228,6 +228,10 @@ fn a_campaign_summarizes_per_level_and_resumes() {
     let page = std::fs::read_to_string(&html).unwrap();
     assert_eq!(page.matches("class=\"bar\"").count(), 2, "{page}");
     assert!(page.contains("<td>level1</td>") && page.contains("<td>level2</td>") && !page.contains("<script"));
+    // The campaign's page links each problem's own page, relative to its folder.
+    for folder in ["o/level1/row_softmax", "o/level2/vector_add"] {
+        assert!(page.contains(&format!("<a href=\"{folder}/report.html\">report.html</a>")), "{page}");
+    }
     // Each problem's own page beside its report, with what its result file changes.
     for folder in ["level1/row_softmax", "level2/vector_add"] {
         let own = std::fs::read_to_string(out.join(folder).join("report.html")).unwrap();
