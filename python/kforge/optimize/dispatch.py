@@ -469,13 +469,15 @@ class Graphs:
 
 
 def find_graphs(model: Any, xs: Sequence[Any]) -> Graphs:
-    """The reference's graphs, by ``torch._dynamo.explain`` on a copy (one call on ``xs``).
-    Explain resets Dynamo: call it before any variant is compiled."""
+    """The reference's graphs, by ``torch._dynamo.explain`` (one call on ``xs``; the model itself,
+    not a copy: tracing changes nothing in it, and a copy of a large problem's weights would cost
+    their size again). Explain resets Dynamo before and after: call it before any variant is
+    compiled."""
     import torch
     import torch._dynamo
 
     with torch.no_grad():
-        found = torch._dynamo.explain(copy.deepcopy(model))(*xs)
+        found = torch._dynamo.explain(model)(*xs)
     ops = [sum(1 for n in g.graph.nodes if n.op in ("call_function", "call_method", "call_module")) for g in found.graphs]
     return Graphs(ops, [break_line(r) for r in found.break_reasons])
 
