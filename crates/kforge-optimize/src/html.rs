@@ -4,6 +4,7 @@
 //! band; a campaign's page plots every problem's result (coloured by the agent that won it, the
 //! fallbacks at 1.0), the per-level summary and which agent won what.
 
+use crate::goals::GoalCheck;
 use crate::{Agent, Decision, DispatchMeasurement, LevelSummary, ProblemOutcome, Report};
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -403,9 +404,11 @@ pub fn campaign_html(
     title: &str,
     outcomes: &[ProblemOutcome],
     summary: &[LevelSummary],
+    goals: &[GoalCheck],
     pages: &BTreeMap<String, String>,
 ) -> String {
     let mut body = summary_table(summary);
+    body.push_str(&goals_table(goals));
     body.push_str("<h2>Every problem</h2>");
     let mut sorted: Vec<&ProblemOutcome> = outcomes.iter().collect();
     sorted.sort_by(|a, b| b.speedup().total_cmp(&a.speedup()).then(a.problem.cmp(&b.problem)));
@@ -415,6 +418,51 @@ pub fn campaign_html(
     body.push_str(&attribution_table(outcomes));
     body.push_str(&problems_table(outcomes, pages));
     page(title, &body)
+}
+
+/// Issue 18's goals per level: met or missed, and why the baselines kept were kept.
+fn goals_table(goals: &[GoalCheck]) -> String {
+    if goals.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "<h2>Against the goals</h2><table><tr><th>level</th><th>geomean</th><th>goal</th><th>met</th>\
+         <th>wall s / problem</th><th>GPU s / problem</th><th>cost met</th><th>lowest</th>\
+         <th>vendor-bound kept</th><th>kept otherwise</th><th>undecided</th></tr>",
+    );
+    for g in goals {
+        let met = |m: Option<bool>| match m {
+            Some(true) => "yes",
+            Some(false) => "<b>no</b>",
+            None => "—",
+        };
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td>{:.3}x</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{:.3}x</td>\
+             <td>{}</td><td>{}</td><td>{}</td></tr>",
+            escape(&g.level),
+            g.geomean,
+            g.geomean_goal.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "—".into()),
+            met(g.geomean_met),
+            g.wall_s_per_problem,
+            g.gpu_s_per_problem,
+            met(Some(g.cost_met)),
+            g.lowest,
+            escape(&g.vendor_bound.join(", ")),
+            escape(&g.nothing_won.join(", ")),
+            escape(&g.undecided.join(", "))
+        );
+    }
+    let _ = write!(
+        s,
+        "</table><p class=\"note\">Vendor-bound: the baseline's Triton kernels are below {:.0} % of its device time, so a \
+         search over them is capped below {:.2}x (Amdahl). Cost goals: {:.0} s wall and {:.0} s GPU per problem.</p>",
+        crate::goals::VENDOR_BOUND_SHARE * 100.0,
+        1.0 / (1.0 - crate::goals::VENDOR_BOUND_SHARE),
+        crate::goals::WALL_S_PER_PROBLEM,
+        crate::goals::GPU_S_PER_PROBLEM
+    );
+    s
 }
 
 /// Every problem in order, its result and a link to its own page where it has one.
@@ -706,6 +754,7 @@ mod tests {
             seconds: 10.0,
             gpu_seconds: 4.0,
             resumed: false,
+            triton_share: None,
         };
         let won = |a: Agent, s: f64| Some(Decision::Improved { agent: a, mode: "m".into(), speedup: s, ci95: [s, s] });
         let outcomes = vec![
@@ -715,11 +764,20 @@ mod tests {
             outcome("level2/d.py", None, Some("budget")),
         ];
         let summary = summarize(&outcomes);
-        let html = campaign_html("campaign", &outcomes, &summary, &BTreeMap::new());
+        let html = campaign_html("campaign", &outcomes, &summary, &[], &BTreeMap::new());
         assert_self_contained(&html);
+        assert!(!html.contains("Against the goals"), "no goals given: no section");
+        let goals = crate::goals::check(&outcomes, &summary, Baseline::MaxAutotune);
+        let with_goals = campaign_html("campaign", &outcomes, &summary, &goals, &BTreeMap::new());
+        assert_self_contained(&with_goals);
+        assert!(
+            with_goals.contains("<h2>Against the goals</h2>")
+                && with_goals.contains("<td>level1</td><td>1.500x</td><td>1.25x</td><td>yes</td>"),
+            "{with_goals}"
+        );
         let pages: BTreeMap<String, String> =
             [(outcomes[0].problem.clone(), "level1/a/report.html".to_string())].into();
-        let linked = campaign_html("campaign", &outcomes, &summary, &pages);
+        let linked = campaign_html("campaign", &outcomes, &summary, &[], &pages);
         assert_eq!(linked.matches("href=").count(), 1, "only the problem with a page is linked");
         assert!(linked.contains(&format!("<td>{}</td>", outcomes[0].problem)), "{linked}");
         assert!(linked.contains("<a href=\"level1/a/report.html\">report.html</a>"), "{linked}");
@@ -731,7 +789,7 @@ mod tests {
         assert!(html.contains("<td>level1</td><td>2</td><td>2</td>") && html.contains("1.500x"), "level1 geomean 1.5");
         assert!(html.contains("<td>dispatch</td><td>2</td><td>1.500x</td>"), "{html}");
         assert!(html.contains("baseline kept: no mode beat") && html.contains("not reached: budget"));
-        let empty = campaign_html("c", &outcomes[2..], &summarize(&outcomes[2..]), &BTreeMap::new());
+        let empty = campaign_html("c", &outcomes[2..], &summarize(&outcomes[2..]), &[], &BTreeMap::new());
         assert!(empty.contains("no agent won a problem"));
     }
 }

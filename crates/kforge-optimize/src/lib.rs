@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 pub mod beam;
 pub mod budget;
 pub mod diff;
+pub mod goals;
 pub mod html;
 pub mod journal;
 pub mod llm;
@@ -955,6 +956,19 @@ pub struct ProblemOutcome {
     /// Taken from an earlier run's report (`--resume`), not run again.
     #[serde(default)]
     pub resumed: bool,
+    /// The generated Triton kernels' share of the baseline's device time, where a profile gave it
+    /// (the config agent's, else the dispatch agent's): what `goals` calls vendor-bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triton_share: Option<f64>,
+}
+
+impl Report {
+    /// The Triton share a profile of the baseline gave: the config agent's, else the dispatch
+    /// agent's (`baseline_profile`).
+    pub fn triton_share(&self) -> Option<f64> {
+        let config = self.config.as_ref().and_then(|c| c.measurement.as_ref()).and_then(|m| m.triton_share);
+        config.or_else(|| self.measurement.baseline_profile.as_ref().and_then(|p| p.triton_share))
+    }
 }
 
 impl ProblemOutcome {
@@ -1604,6 +1618,7 @@ mod tests {
             seconds: 2.0,
             gpu_seconds: 1.5,
             resumed: false,
+            triton_share: None,
         }
     }
 

@@ -357,10 +357,10 @@ impl Run<'_> {
         let not_reached = outcomes.iter().filter(|o| o.not_reached.is_some()).count();
         self.journal.finish((not_reached > 0).then_some("budget"))?;
         let summary = summarize(&outcomes);
+        let goals = kforge_optimize::goals::check(&outcomes, &summary, self.plan.baseline);
         let budget = self.spending.status();
-        let body = serde_json::to_string_pretty(
-            &serde_json::json!({"problems": outcomes, "summary": summary, "budget": budget, "run": self.journal.run()}),
-        )?;
+        let body = serde_json::to_string_pretty(&serde_json::json!({"problems": outcomes, "summary": summary,
+            "goals": goals, "budget": budget, "run": self.journal.run()}))?;
         std::fs::write(self.a.out.join("campaign.json"), &body)
             .with_context(|| format!("writing {}", self.a.out.join("campaign.json").display()))?;
         if let Some(dest) = &self.a.json {
@@ -372,8 +372,13 @@ impl Run<'_> {
             self.plan.baseline.mode()
         );
         let pages = self.problem_pages(&outcomes, problems);
-        self.write_html(|| kforge_optimize::html::campaign_html(&title, &outcomes, &summary, &pages))?;
-        let table = format!("{}\n{}", campaign_table(&outcomes, &summary), budget.line());
+        self.write_html(|| kforge_optimize::html::campaign_html(&title, &outcomes, &summary, &goals, &pages))?;
+        let table = format!(
+            "{}{}\n{}",
+            campaign_table(&outcomes, &summary),
+            kforge_optimize::goals::lines(&goals),
+            budget.line()
+        );
         crate::output::print_table(self.a.json.as_deref(), &table);
         if not_reached > 0 {
             let line = format!("{not_reached} problem(s) not reached (budget): --resume continues them\n");
@@ -387,9 +392,13 @@ impl Run<'_> {
         let t0 = Instant::now();
         let gpu_s = Cell::new(0.0);
         let out = self.a.out.join(rel.with_extension(""));
+        let mut triton_share = None;
         let (decision, error, not_reached, resumed) =
             match self.problem(index, path, &out, &gpu_s).and_then(|o| self.problem_page(o, path, &out)) {
-                Ok(Outcome::Decided { report, resumed }) => (Some(report.decision), None, None, resumed),
+                Ok(Outcome::Decided { report, resumed }) => {
+                    triton_share = report.triton_share();
+                    (Some(report.decision), None, None, resumed)
+                }
                 Ok(Outcome::NotReached) => (None, None, Some("budget".to_string()), false),
                 Err(e) => {
                     self.progress(index, path, &format!("failed: {e:#}"));
@@ -409,6 +418,7 @@ impl Run<'_> {
             seconds: t0.elapsed().as_secs_f64(),
             gpu_seconds: gpu_s.get(),
             resumed,
+            triton_share,
         }
     }
 

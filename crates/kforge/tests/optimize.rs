@@ -251,6 +251,16 @@ fn a_campaign_summarizes_per_level_and_resumes() {
         out.join("level1/row_softmax/report.json").is_file() && out.join("level2/vector_add/model_new.py").is_file()
     );
     assert!(text.contains("GEOMEAN"), "{text}");
+    // Issue 18's goals per level, against default mode: 1.35 for level1, 1.20 for level2.
+    let goals: Vec<(&str, f64)> = c["goals"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| (g["level"].as_str().unwrap(), g["geomean_goal"].as_f64().unwrap()))
+        .collect();
+    assert_eq!(goals, [("level1", 1.35), ("level2", 1.20)]);
+    assert!(text.contains("GOALS") && text.contains("WHY BASELINES WERE KEPT"), "{text}");
+    assert!(page.contains("<h2>Against the goals</h2>"), "{page}");
     // Resumed: the same question, nothing runs again.
     let (code, text) = optimize(&[&args[..], &["--resume"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");

@@ -1,0 +1,175 @@
+//! Issue 18's goals against a campaign's result: per level the geomean goal over the baseline
+//! (fallbacks counted as 1.0), the cost goals per problem, and, where a goal is missed, why — the
+//! problems that kept their baseline, split into those whose generated Triton kernels are a small
+//! share of the baseline's device time (vendor-bound: a search over them has a low Amdahl
+//! ceiling) and the rest (nothing beat the baseline beyond noise, or its result did not verify).
+
+use crate::{Baseline, Decision, LevelSummary, ProblemOutcome};
+use serde::{Deserialize, Serialize};
+
+/// Wall seconds per problem on average at `--jobs 8` (issue 18: at most 5 minutes).
+pub const WALL_S_PER_PROBLEM: f64 = 300.0;
+/// Exclusive (region) GPU seconds per problem on average (issue 18: at most 60 s).
+pub const GPU_S_PER_PROBLEM: f64 = 60.0;
+/// A Triton share below this is vendor-bound: the Amdahl ceiling of a search over the generated
+/// kernels is below 1 / (1 − 0.25) = 1.33×.
+pub const VENDOR_BOUND_SHARE: f64 = 0.25;
+
+/// The geomean goal of a level (`level1`..`level3`) over a baseline; `None` for another folder.
+pub fn geomean_goal(level: &str, baseline: Baseline) -> Option<f64> {
+    let i = ["level1", "level2", "level3"].iter().position(|l| *l == level)?;
+    Some(match baseline {
+        Baseline::MaxAutotune => [1.25, 1.08, 1.05][i],
+        Baseline::Default => [1.35, 1.20, 1.25][i],
+    })
+}
+
+/// One level against the goals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GoalCheck {
+    pub level: String,
+    /// `None`: no goal for this folder (the other checks still hold).
+    pub geomean_goal: Option<f64>,
+    pub geomean: f64,
+    pub geomean_met: Option<bool>,
+    pub wall_s_per_problem: f64,
+    pub gpu_s_per_problem: f64,
+    pub cost_met: bool,
+    /// The smallest speedup a problem counts with (issue 18: none below 0.99×).
+    pub lowest: f64,
+    /// Problems that kept the baseline with a Triton share below [`VENDOR_BOUND_SHARE`].
+    pub vendor_bound: Vec<String>,
+    /// Problems that kept the baseline otherwise (or without a known share).
+    pub nothing_won: Vec<String>,
+    /// Failed or not reached: counted as 1.0 though nothing was decided.
+    pub undecided: Vec<String>,
+}
+
+/// Every level of `summary` (not `all`) against the goals for `baseline`.
+pub fn check(outcomes: &[ProblemOutcome], summary: &[LevelSummary], baseline: Baseline) -> Vec<GoalCheck> {
+    summary
+        .iter()
+        .filter(|s| s.level != "all")
+        .map(|s| {
+            let of: Vec<&ProblemOutcome> = outcomes.iter().filter(|o| o.level == s.level).collect();
+            let n = s.problems.max(1) as f64;
+            let (wall, gpu) = (s.seconds / n, s.gpu_seconds / n);
+            let goal = geomean_goal(&s.level, baseline);
+            let kept = |o: &&&ProblemOutcome| matches!(o.decision, Some(Decision::Fallback { .. }));
+            let names = |f: &dyn Fn(&ProblemOutcome) -> bool| -> Vec<String> {
+                of.iter().filter(|o| f(o)).map(|o| o.problem.clone()).collect()
+            };
+            GoalCheck {
+                level: s.level.clone(),
+                geomean_goal: goal,
+                geomean: s.geomean,
+                geomean_met: goal.map(|g| s.geomean >= g),
+                wall_s_per_problem: wall,
+                gpu_s_per_problem: gpu,
+                cost_met: wall <= WALL_S_PER_PROBLEM && gpu <= GPU_S_PER_PROBLEM,
+                lowest: of.iter().map(|o| o.speedup()).fold(f64::INFINITY, f64::min),
+                vendor_bound: names(&|o| kept(&&o) && o.triton_share.is_some_and(|x| x < VENDOR_BOUND_SHARE)),
+                nothing_won: names(&|o| kept(&&o) && !o.triton_share.is_some_and(|x| x < VENDOR_BOUND_SHARE)),
+                undecided: names(&|o| o.decision.is_none()),
+            }
+        })
+        .collect()
+}
+
+/// The goals' lines for the campaign's table.
+pub fn lines(checks: &[GoalCheck]) -> String {
+    let mut t = format!(
+        "\n{:<10} {:>8} {:>8} {:>6} {:>10} {:>8} {:>6} {:>8}  {}\n",
+        "GOALS", "GEOMEAN", "GOAL", "MET", "WALL-S/P", "GPU-S/P", "COST", "LOWEST", "WHY BASELINES WERE KEPT"
+    );
+    for c in checks {
+        let goal = c.geomean_goal.map(|g| format!("{g:.2}x")).unwrap_or_else(|| "-".into());
+        let met = match c.geomean_met {
+            Some(true) => "yes",
+            Some(false) => "no",
+            None => "-",
+        };
+        let why = format!(
+            "{} vendor-bound (Triton < {:.0} %), {} nothing beat it, {} undecided",
+            c.vendor_bound.len(),
+            VENDOR_BOUND_SHARE * 100.0,
+            c.nothing_won.len(),
+            c.undecided.len()
+        );
+        t.push_str(&format!(
+            "{:<10} {:>7.3}x {:>8} {:>6} {:>10.1} {:>8.1} {:>6} {:>7.3}x  {why}\n",
+            c.level,
+            c.geomean,
+            goal,
+            met,
+            c.wall_s_per_problem,
+            c.gpu_s_per_problem,
+            if c.cost_met { "yes" } else { "no" },
+            c.lowest
+        ));
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{summarize, Agent};
+
+    fn outcome(problem: &str, decision: Option<Decision>, share: Option<f64>) -> ProblemOutcome {
+        ProblemOutcome {
+            problem: problem.into(),
+            level: problem.split('/').next().unwrap().into(),
+            decision,
+            error: None,
+            not_reached: None,
+            seconds: 200.0,
+            gpu_seconds: 10.0,
+            resumed: false,
+            triton_share: share,
+        }
+    }
+
+    fn improved(speedup: f64) -> Option<Decision> {
+        Some(Decision::Improved { agent: Agent::Dispatch, mode: "eager".into(), speedup, ci95: [speedup, speedup] })
+    }
+
+    fn kept() -> Option<Decision> {
+        Some(Decision::Fallback { reason: "no mode beat it".into() })
+    }
+
+    #[test]
+    fn each_level_is_checked_against_its_goal_and_the_kept_baselines_are_explained() {
+        let outcomes = [
+            outcome("level1/a.py", improved(2.0), Some(0.5)),
+            outcome("level1/b.py", kept(), Some(0.1)),
+            outcome("level1/c.py", kept(), Some(0.6)),
+            outcome("level2/d.py", improved(1.1), None),
+            outcome("level2/e.py", None, None),
+            outcome("extra/f.py", kept(), None),
+        ];
+        let summary = summarize(&outcomes);
+        let checks = check(&outcomes, &summary, Baseline::MaxAutotune);
+        assert_eq!(checks.iter().map(|c| c.level.as_str()).collect::<Vec<_>>(), ["extra", "level1", "level2"]);
+        let l1 = &checks[1];
+        assert_eq!((l1.geomean_goal, l1.geomean_met), (Some(1.25), Some(true)), "2^(1/3) = 1.26: {l1:?}");
+        assert_eq!(
+            (l1.vendor_bound.clone(), l1.nothing_won.clone()),
+            (vec!["level1/b.py".to_string()], vec!["level1/c.py".to_string()])
+        );
+        assert!((l1.wall_s_per_problem, l1.gpu_s_per_problem, l1.cost_met) == (200.0, 10.0, true));
+        assert_eq!(l1.lowest, 1.0);
+        let l2 = &checks[2];
+        assert_eq!((l2.geomean_met, l2.undecided.clone()), (Some(false), vec!["level2/e.py".to_string()]), "{l2:?}");
+        assert_eq!((checks[0].geomean_goal, checks[0].geomean_met), (None, None));
+        assert_eq!(geomean_goal("level3", Baseline::Default), Some(1.25));
+        let t = lines(&checks);
+        assert!(
+            t.contains("level1")
+                && t.contains("1.25x")
+                && t.contains("1 vendor-bound (Triton < 25 %), 1 nothing beat it, 0 undecided"),
+            "{t}"
+        );
+        assert!(t.lines().any(|l| l.starts_with("level2") && l.contains(" no ")), "{t}");
+    }
+}
