@@ -229,11 +229,13 @@ def test_a_per_graph_winner_is_a_standalone_file_that_verify_accepts(tmp_path: P
     named in the header; equal to the reference in a fresh interpreter without kforge, and
     accepted by kforge verify under reference-ops."""
     m = {**measured("graphs:eager/default"),
-         "graphs": {"count": 2, "breaks": ["Skip calling `torch.compiler.disable()`d function (linear_hook_softmax.py:24)"]}}
+         "graphs": {"count": 2, "breaks": ["Skip calling `torch.compiler.disable()`d function (linear_hook_softmax.py:24)",
+                                           'a reason quoting """ and \\N{oops}']}}
     model_path, policy_path = result.write_result(str(GRAPH_BREAK), m, str(tmp_path / "out"))
     text = Path(model_path).read_text()
     assert "(agent dispatch, per graph)" in text and "graph 0 eager, graph 1 default" in text, text
-    assert "Graph break 1: Skip calling" in text and "PLAN = ['eager', 'default']" in text, text
+    assert "# Graph break 1: Skip calling" in text and "PLAN = ['eager', 'default']" in text, text
+    assert '# Graph break 2: a reason quoting """' in text, "a reason that would break a docstring is a comment"
     assert dispatch.ROUTED_BACKEND in text and "import kforge" not in text
     assert Path(policy_path).read_text() == 'torch_policy = "reference-ops"\nbaseline_mode = "default"\n'
     script = tmp_path / "check.py"

@@ -197,12 +197,14 @@ def graphs_source(problem_path: str, problem_source: str, variant: str, measured
     header = (f'"""kforge optimize result for {os.path.basename(problem_path)} (agent dispatch, per graph): the\n'
               f"reference's forward, of {len(plan)} graphs, each dispatched in its own mode: "
               f"{', '.join(f'graph {i} {m}' for i, m in enumerate(plan))}.\n"
-              + "".join(f"Graph break {i + 1}: {b}\n" for i, b in enumerate(breaks))
-              + f"Baseline {measured.get('baseline')!r}; measured speedup "
+              f"Baseline {measured.get('baseline')!r}; measured speedup "
               f"{'%.3fx' % speedup if isinstance(speedup, float) else 'none'}; "
               f"made with torch {versions.get('torch')}, Triton {versions.get('triton')}.\n"
-              f'Torch code by design: verify with the policy beside this file (torch_policy = "reference-ops")."""\n\n')
-    return header + "import torch\n" + renamed_reference(problem_source, problem_path) + "\n" + routed_subclass(plan)
+              f'Torch code by design: verify with the policy beside this file (torch_policy = "reference-ops")."""\n')
+    # Dynamo's reasons as comments, one line each: whatever they quote cannot break the file.
+    notes = "".join(f"# Graph break {i + 1}: {' '.join(str(b).split())}\n" for i, b in enumerate(breaks))
+    return (header + notes + "\nimport torch\n" + renamed_reference(problem_source, problem_path) + "\n"
+            + routed_subclass(plan))
 
 
 def rewritten(problem_path: str, measured: Dict[str, Any]) -> RewriteResult:
