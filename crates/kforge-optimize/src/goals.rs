@@ -55,7 +55,8 @@ pub fn check(outcomes: &[ProblemOutcome], summary: &[LevelSummary], baseline: Ba
             let n = s.problems.max(1) as f64;
             let (wall, gpu) = (s.seconds / n, s.gpu_seconds / n);
             let goal = geomean_goal(&s.level, baseline);
-            let kept = |o: &&&ProblemOutcome| matches!(o.decision, Some(Decision::Fallback { .. }));
+            let kept = |o: &ProblemOutcome| matches!(o.decision, Some(Decision::Fallback { .. }));
+            let vendor_bound = |o: &ProblemOutcome| o.triton_share.is_some_and(|x| x < VENDOR_BOUND_SHARE);
             let names = |f: &dyn Fn(&ProblemOutcome) -> bool| -> Vec<String> {
                 of.iter().filter(|o| f(o)).map(|o| o.problem.clone()).collect()
             };
@@ -68,8 +69,8 @@ pub fn check(outcomes: &[ProblemOutcome], summary: &[LevelSummary], baseline: Ba
                 gpu_s_per_problem: gpu,
                 cost_met: wall <= WALL_S_PER_PROBLEM && gpu <= GPU_S_PER_PROBLEM,
                 lowest: of.iter().map(|o| o.speedup()).fold(f64::INFINITY, f64::min),
-                vendor_bound: names(&|o| kept(&&o) && o.triton_share.is_some_and(|x| x < VENDOR_BOUND_SHARE)),
-                nothing_won: names(&|o| kept(&&o) && !o.triton_share.is_some_and(|x| x < VENDOR_BOUND_SHARE)),
+                vendor_bound: names(&|o| kept(o) && vendor_bound(o)),
+                nothing_won: names(&|o| kept(o) && !vendor_bound(o)),
                 undecided: names(&|o| o.decision.is_none()),
             }
         })
