@@ -458,7 +458,7 @@ fn goals_table(goals: &[GoalCheck]) -> String {
         "</table><p class=\"note\">Vendor-bound: the baseline's Triton kernels are below {:.0} % of its device time, so a \
          search over them is capped below {:.2}x (Amdahl). Cost goals: {:.0} s wall and {:.0} s GPU per problem.</p>",
         crate::goals::VENDOR_BOUND_SHARE * 100.0,
-        1.0 / (1.0 - crate::goals::VENDOR_BOUND_SHARE),
+        crate::amdahl_ceiling(crate::goals::VENDOR_BOUND_SHARE),
         crate::goals::WALL_S_PER_PROBLEM,
         crate::goals::GPU_S_PER_PROBLEM
     );

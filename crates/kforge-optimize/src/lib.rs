@@ -273,13 +273,18 @@ pub fn config_cannot_win(share: f64, beat: f64) -> Option<String> {
     if !(0.0..=1.0).contains(&share) {
         return None; // not a share: no claim
     }
-    let ceiling = if share >= 1.0 { f64::INFINITY } else { 1.0 / (1.0 - share) };
+    let ceiling = amdahl_ceiling(share);
     (ceiling <= beat).then(|| {
         format!(
             "its Amdahl ceiling is {ceiling:.3}x (the baseline's Triton kernels: {:.0} % of its device time),              not above the {beat:.3}x the dispatch family's verified result has",
             share * 100.0
         )
     })
+}
+
+/// The model's speedup if kernels taking `share` of its device time took none (infinite at 1).
+pub fn amdahl_ceiling(share: f64) -> f64 {
+    1.0 / (1.0 - share)
 }
 
 /// The prefix of a per-graph plan's variant (python/kforge/optimize/dispatch.py `GRAPHS`).
@@ -451,7 +456,7 @@ impl ConfigMeasurement {
     /// them took no time at all (the vendor calls and the rest unchanged). `None` without a
     /// profile; infinite when the Triton kernels were all of the device time.
     pub fn amdahl_ceiling(&self) -> Option<f64> {
-        self.triton_share.filter(|s| (0.0..=1.0).contains(s)).map(|s| 1.0 / (1.0 - s))
+        self.triton_share.filter(|s| (0.0..=1.0).contains(s)).map(amdahl_ceiling)
     }
 
     pub fn parse(text: &str) -> Result<ConfigMeasurement, OptimizeError> {

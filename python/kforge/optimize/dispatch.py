@@ -439,7 +439,7 @@ def baseline_profile(fn: Callable[..., Any], xs: Sequence[Any], dev: Any) -> Dic
         return {"why": "the CPU: Inductor's CPU backend generates no Triton kernels"}
     try:
         with torch.no_grad():
-            us = device_us(lambda *a: fn(*a), xs, 3, "optimize:dispatch-profile")
+            us = device_us(fn, xs, 3, "optimize:dispatch-profile")
     except Exception as e:  # a profile is advice; the measurement stands without it
         return {"why": f"the profile failed: {type(e).__name__}: {str(e)[:200]}"}
     total = sum(us.values())
