@@ -14,6 +14,7 @@ pub mod diff;
 pub mod goals;
 pub mod html;
 pub mod journal;
+pub mod ledger;
 pub mod llm;
 pub mod search;
 
@@ -1083,8 +1084,37 @@ pub fn campaign_table(outcomes: &[ProblemOutcome], summary: &[LevelSummary]) -> 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A decided report of `problem` against `baseline` (the dispatch agent's default winner).
+    pub(crate) fn report_for(problem: &str, baseline: &str) -> Report {
+        let baseline = if baseline == "default" { Baseline::Default } else { Baseline::MaxAutotune };
+        let mut m = measured("default", false);
+        m.baseline = baseline.mode().into();
+        let question = Question {
+            problem: problem.into(),
+            size: "default".into(),
+            device: "0".into(),
+            baseline,
+            agents: vec![Agent::Dispatch],
+            rounds: 5,
+            beam_width: 0,
+            steps: STEPS_VERSION,
+        };
+        Report {
+            question,
+            decision: decide(&m, Some(Verified::Accepted), true),
+            measurement: m,
+            verified: Some(Verified::Accepted),
+            result: "out/model_new.py".into(),
+            policy: "out/policy.toml".into(),
+            beam: None,
+            config: None,
+            llm: None,
+            tried: Vec::new(),
+        }
+    }
 
     fn measured(winner: &str, fallback: bool) -> DispatchMeasurement {
         DispatchMeasurement::parse(&format!(

@@ -176,6 +176,10 @@ fn bad_input_is_named_before_anything_runs() {
             vec!["tests/candidates/problems/row_softmax.py", "--device", "cpu", "--jobs", "0"],
             "--jobs must be between 1",
         ),
+        (
+            vec!["tests/candidates/problems/row_softmax.py", "--device", "cpu", "--ledger", "Cargo.toml"],
+            "the ledger Cargo.toml is not a kforge optimize ledger: ",
+        ),
     ] {
         let out = dir.path().join("o");
         let (code, text) = optimize(&args, &out);
@@ -294,20 +298,11 @@ fn a_campaign_summarizes_per_level_and_resumes() {
     assert_eq!(r["rounds"], 3);
 }
 
-/// A campaign killed (SIGKILL, its whole process group: the machine gone) while its second
-/// problem runs, synchronized on the progress line of its first decision and of the second's
-/// measure step, then resumed: the decided problem is not run again (no step of it in the second
-/// run), the finished measurement is reused, and the results are complete.
-#[test]
-fn a_killed_campaign_resumes_without_redoing_finished_work() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = problems(
-        dir.path(),
-        &[("level1", "row_softmax.py", "row_softmax.py"), ("level2", "vector_add.py", "vector_add.py")],
-    );
-    let out = dir.path().join("o");
-    let args = [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--rounds", "2"];
-    let mut child = command(&args, &out)
+/// A two-problem campaign run with `args` into `out` and killed (SIGKILL, its whole process
+/// group: the machine gone) while its second problem runs, synchronized on the progress line of
+/// its first decision and of the second's measure step.
+fn killed_after_the_first_decision(args: &[&str], out: &Path) {
+    let mut child = command(args, out)
         .stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .process_group(0)
@@ -327,6 +322,22 @@ fn a_killed_campaign_resumes_without_redoing_finished_work() {
     unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
     child.wait().unwrap();
     drop(lines); // open until the kill: the run never wrote into a closed pipe
+}
+
+/// A campaign killed (SIGKILL, its whole process group: the machine gone) while its second
+/// problem runs, synchronized on the progress line of its first decision and of the second's
+/// measure step, then resumed: the decided problem is not run again (no step of it in the second
+/// run), the finished measurement is reused, and the results are complete.
+#[test]
+fn a_killed_campaign_resumes_without_redoing_finished_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = problems(
+        dir.path(),
+        &[("level1", "row_softmax.py", "row_softmax.py"), ("level2", "vector_add.py", "vector_add.py")],
+    );
+    let out = dir.path().join("o");
+    let args = [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--rounds", "2"];
+    killed_after_the_first_decision(&args, &out);
     let before = journal(&out);
     assert_eq!(before.decisions.len(), 1, "the first problem was decided");
     assert!(before.runs[0].finished_ns.is_none(), "the run was killed");
@@ -363,6 +374,52 @@ fn a_killed_campaign_resumes_without_redoing_finished_work() {
         (Some(2), Some(0), Some(0))
     );
     assert_eq!(all["optimized"].as_u64().unwrap() + all["fallbacks"].as_u64().unwrap(), 2);
+}
+
+/// A campaign that moves machines: run with `--ledger` and killed after its first decision, its
+/// output folder then lost whole (journal, reports, result files), resumed into a fresh folder
+/// from the ledger alone: the decided problem runs no step and its report is restored (and
+/// journaled: the new folder resumes without the ledger too), the other is run and added.
+#[test]
+fn a_campaign_resumes_on_a_fresh_machine_from_its_ledger() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = problems(
+        dir.path(),
+        &[("level1", "row_softmax.py", "row_softmax.py"), ("level2", "vector_add.py", "vector_add.py")],
+    );
+    let (out, ledger) = (dir.path().join("o"), dir.path().join("kept/ledger.json"));
+    let args = [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--rounds", "2"];
+    let with_ledger = [&args[..], &["--ledger", ledger.to_str().unwrap()]].concat();
+    killed_after_the_first_decision(&with_ledger, &out);
+    let entries = |l: &Value| -> Vec<String> {
+        l["entries"].as_array().unwrap().iter().map(|e| e["report"]["problem"].as_str().unwrap().to_string()).collect()
+    };
+    let read = || -> Value { serde_json::from_str(&std::fs::read_to_string(&ledger).unwrap()).unwrap() };
+    let first = read();
+    assert_eq!(entries(&first), [p.join("level1/row_softmax.py").display().to_string()], "written at the decision");
+    assert_eq!(first["ledger"], 1);
+    let decided = first["entries"][0]["report"].clone();
+    std::fs::remove_dir_all(&out).unwrap();
+
+    let (code, text) = optimize(&[&with_ledger[..], &["--resume"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("[1/2]") && text.contains("resumed: its decision is in the ledger"), "{text}");
+    let j = journal(&out);
+    assert!(j.steps.iter().all(|s| s.problem.ends_with("vector_add.py")), "the decided problem ran no step: {text}");
+    assert_eq!(j.decisions.len(), 2, "the restored decision is journaled");
+    let restored: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("level1/row_softmax/report.json")).unwrap()).unwrap();
+    assert_eq!(restored, decided, "its report restored as it was decided");
+    let c = campaign(&out);
+    assert_eq!((c["problems"][0]["resumed"].clone(), c["problems"][1]["resumed"].clone()), (true.into(), false.into()));
+    assert!(c["problems"].as_array().unwrap().iter().all(|p| p["decision"].is_object()), "{c}");
+    let both = read();
+    assert_eq!(entries(&both).len(), 2, "the new decision added");
+    assert_eq!(both["entries"][0], first["entries"][0], "the old entry unchanged");
+
+    let (code, text) = optimize(&[&args[..], &["--resume"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(text.matches("resumed: its decision is in the journal").count(), 2, "{text}");
 }
 
 /// A GPU-seconds budget spent by the first step: nothing else starts, the problems are recorded
