@@ -106,7 +106,7 @@ impl Ledger {
     pub fn text(&self) -> Result<String, serde_json::Error> {
         let mut entries: Vec<&Entry> = self.entries.iter().collect();
         entries.sort_by(|a, b| a.report.question.problem.cmp(&b.report.question.problem));
-        let lines = entries.iter().map(|e| serde_json::to_string(e)).collect::<Result<Vec<_>, _>>()?;
+        let lines = entries.iter().map(serde_json::to_string).collect::<Result<Vec<_>, _>>()?;
         Ok(format!("{{\"ledger\": {},\n\"entries\": [\n{}\n]}}\n", self.ledger, lines.join(",\n")))
     }
 
