@@ -477,7 +477,7 @@ impl Run<'_> {
             self.progress(index, problem, "resumed: its decision is in the journal");
             return Ok(Outcome::Decided { report: Box::new(report), resumed: true });
         }
-        if let Some(report) = self.from_ledger(&q, out)? {
+        if let Some(report) = self.restored_from_ledger(&q, out)? {
             let from = self.ledger.as_ref().map(|l| l.path.display().to_string()).unwrap_or_default();
             self.progress(index, problem, &format!("resumed: its decision is in the ledger {from}"));
             return Ok(Outcome::Decided { report: Box::new(report), resumed: true });
@@ -495,7 +495,7 @@ impl Run<'_> {
     /// With `--resume --ledger`, the ledger's report for this question, restored as the problem's
     /// `out/report.json` and journaled as its decision (so that the folder resumes without the
     /// ledger too). Its result files stay where they were made: the ledger holds reports only.
-    fn from_ledger(&self, q: &Question, out: &Path) -> Result<Option<Report>> {
+    fn restored_from_ledger(&self, q: &Question, out: &Path) -> Result<Option<Report>> {
         let Some(report) = self.ledger.as_ref().filter(|_| self.a.resume).and_then(|l| l.answer(q)) else {
             return Ok(None);
         };
