@@ -17,10 +17,21 @@
 # step started before the budget is still running then (its step is redone by the next call): the
 # state is packed either way, so a long step never costs the call's journal. Builds nothing: carry target/release/kforge and
 # target/release/libkforge_shim.so (and STATE).
+#
+# Across sessions (a fresh tree: devstate/ is gone) the campaign goes on from its ledger:
+# LEDGER, a committed file (e.g. bench/results/optimize-campaign/default/ledger.json), is copied
+# to $OUT/ledger.json and passed as `kforge optimize --ledger`, which adds each decision as it is
+# made; copy $OUT/ledger.json over LEDGER and commit it after every call. REVERIFY=1 (the
+# default) then verifies again, in the same call and through the same daemon, every result this
+# call decided (their files exist only here): `suite.py verify-results` with the other folders
+# skipped (scripts/analysis/campaign_reverify.py), its rows merged with REVERIFIED (a committed
+# file of earlier calls' rows, e.g. bench/results/optimize-campaign/default/reverified.json) into
+# $OUT/reverified.json: copy it over REVERIFIED and commit it too. REVERIFY_S (default 120): the
+# seconds the re-verification may start tasks in.
 set -uo pipefail
 OUT=${OUT:-/tmp/kforge-out}
 mkdir -p "$OUT"
-K=$PWD/target/release/kforge
+K=${K:-$PWD/target/release/kforge}  # K: another build (e.g. target/debug/kforge to try the script on a CPU)
 test -x "$K" || { echo "carry target/release/kforge"; exit 2; }
 [ $# -ge 1 ] || { echo "usage: campaign.sh PROBLEMS [kforge optimize flags...]"; exit 2; }
 PROBLEMS=$1; shift
@@ -33,7 +44,7 @@ if [ -f "$STATE" ]; then
 fi
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=$W/state/inductor-cache
 nvidia-smi -L
-setsid "$K" --socket "$S" daemon --db "$W/store.db" --reserve-cores 2 --freeze node --max-concurrent "${PER_GPU:-8}" >"$W/daemon.log" 2>&1 &
+setsid "$K" --socket "$S" daemon --db "$W/store.db" --reserve-cores "${RESERVE_CORES:-2}" --freeze node --max-concurrent "${PER_GPU:-8}" >"$W/daemon.log" 2>&1 &
 for _ in $(seq 200); do "$K" --socket "$S" status >/dev/null 2>&1 && break; sleep 0.05; done
 if ! diff -rq --exclude=__pycache__ python/kforge "$S.d/python/kforge" >/dev/null; then
   echo "target/release/kforge embeds another python/kforge than this tree: rebuild and carry it"
@@ -41,12 +52,28 @@ if ! diff -rq --exclude=__pycache__ python/kforge "$S.d/python/kforge" >/dev/nul
 fi
 t0=$(date +%s)
 BUDGET_WALL_S=${BUDGET_WALL_S:-480}
+LEDGER_ARGS=()
+if [ -n "${LEDGER:-}" ]; then
+  [ -f "$LEDGER" ] && cp "$LEDGER" "$OUT/ledger.json" && echo "ledger: $LEDGER ($(grep -c '"decided_unix_s"' "$LEDGER") decided)"
+  LEDGER_ARGS=(--ledger "$OUT/ledger.json")
+fi
 timeout --signal=TERM --kill-after=10 "${HARD_S:-$((BUDGET_WALL_S + 60))}" \
   "$K" --socket "$S" optimize "$PROBLEMS" --daemon --resume --out "$W/state/out" --budget-wall-s "$BUDGET_WALL_S" \
-  --json "$OUT/campaign.json" --html "$OUT/campaign.html" "$@" 2>"$W/progress.log"
+  --json "$OUT/campaign.json" --html "$OUT/campaign.html" "${LEDGER_ARGS[@]}" "$@" 2>"$W/progress.log"
 rc=$?
 [ "$rc" = 124 ] && echo "kforge optimize killed at HARD_S (a step outlived the budget): the next call redoes it"
 echo "kforge optimize exited $rc after $(( $(date +%s) - t0 )) s"
+if [ "${REVERIFY:-1}" = 1 ] && [ -f "$OUT/campaign.json" ]; then
+  # The results this call decided, verified again while their files exist (issue 18's re-verification).
+  python3 scripts/analysis/campaign_reverify.py skip "$OUT/campaign.json" "$W/state/out" >"$W/reverify-skip.txt"
+  mkdir -p "$W/reverify" "$W/reverify-out"
+  SKIP="$W/reverify-skip.txt" DEADLINE_S="${REVERIFY_S:-120}" \
+    python3 scripts/device/suite.py "$K" "$S" "$W/reverify" "$W/reverify-out" "verify-results:$W/state/out" \
+    >"$W/reverify.log" 2>&1 || echo "re-verification: suite.py exited $? (tail of its log:)"
+  tail -n 8 "$W/reverify.log"
+  python3 scripts/analysis/campaign_reverify.py merge "${REVERIFIED:-/nonexistent}" "$W/reverify-out/summary.json" \
+    "$OUT/reverified.json"
+fi
 "$K" --socket "$S" shutdown >/dev/null 2>&1 || true
 # Where the call's time went (queued, running, waiting for regions, inside them) per kind of job.
 python3 scripts/device/campaign_jobs.py "$W/store.db" "$OUT/jobs.json" || echo "campaign_jobs.py failed (exit $?)"

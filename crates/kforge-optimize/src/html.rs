@@ -604,6 +604,7 @@ mod tests {
             config: None,
             llm: None,
             tried: Vec::new(),
+            spent: None,
         }
     }
 

@@ -834,6 +834,19 @@ pub struct Report {
     /// runner-ups after a rejection: `RUNNER_UPS`); empty when nothing won or before runner-ups.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tried: Vec<Tried>,
+    /// What deciding it cost, over every run it took (absent in reports from before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spent: Option<Spent>,
+}
+
+/// What deciding a problem cost: the wall seconds of the run that decided it plus those of the
+/// steps it took from earlier runs (`--resume`), and the device seconds likewise (region time
+/// where known). A problem resumed later counts with it, so a campaign chained over several
+/// calls reports its real cost per problem, not the last call's.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct Spent {
+    pub seconds: f64,
+    pub gpu_seconds: f64,
 }
 
 /// What the beam's second round did: measured knob combinations beside the first round's best
@@ -954,9 +967,11 @@ pub struct ProblemOutcome {
     /// `--resume` continues it.
     #[serde(default)]
     pub not_reached: Option<String>,
+    /// Its wall seconds: for a decided problem what deciding it cost over every run it took
+    /// (`Report::spent`; a resumed one's as it was decided), else this run's.
     pub seconds: f64,
-    /// The device seconds its steps spent in this run (region time where known, else the
-    /// steps' wall seconds; see the journal).
+    /// The device seconds its steps spent (region time where known, else the steps' wall
+    /// seconds; see the journal), counted as `seconds` is.
     #[serde(default)]
     pub gpu_seconds: f64,
     /// Taken from an earlier run's report (`--resume`), not run again.
@@ -1113,6 +1128,7 @@ pub(crate) mod tests {
             config: None,
             llm: None,
             tried: Vec::new(),
+            spent: None,
         }
     }
 
@@ -1350,6 +1366,7 @@ pub(crate) mod tests {
             config: None,
             llm: None,
             tried: Vec::new(),
+            spent: None,
         };
         assert_eq!(r.decisive().winner, "max-autotune+freezing+coordinate-descent");
         assert!(matches!(&r.decision, Decision::Improved { agent: Agent::Inductor, speedup, .. } if *speedup == 1.4));
@@ -1399,6 +1416,7 @@ pub(crate) mod tests {
             config: None,
             llm: None,
             tried: Vec::new(),
+            spent: None,
         };
         // The report reads back as written, its question flattened into it (--resume reads it).
         let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
@@ -1607,6 +1625,7 @@ pub(crate) mod tests {
             config: Some(config),
             llm: None,
             tried: Vec::new(),
+            spent: None,
         };
         let t = r.table();
         assert!(t.contains("Triton kernels 91% of the baseline's device time: Amdahl ceiling 11.11x"), "{t}");

@@ -19,7 +19,7 @@ use kforge_optimize::search::{measure_args, Step};
 use kforge_optimize::{
     across, campaign_table, check_agents, decide, decide_config, parse_agents, result_from, summarize, Agent, Baseline,
     BeamOutcome, ConfigMeasurement, ConfigReport, Decision, DispatchMeasurement, ProblemOutcome, Question, Report,
-    ResultFrom, Tried, Verified, CONFIG_NEEDS_A_GPU, CONFIG_VARIANT, STEPS_VERSION,
+    ResultFrom, Spent, Tried, Verified, CONFIG_NEEDS_A_GPU, CONFIG_VARIANT, STEPS_VERSION,
 };
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
@@ -432,10 +432,12 @@ impl Run<'_> {
         let gpu_s = Cell::new(0.0);
         let out = self.a.out.join(rel.with_extension(""));
         let mut triton_share = None;
+        let mut spent = None;
         let (decision, error, not_reached, resumed) =
             match self.problem(index, path, &out, &gpu_s).and_then(|o| self.problem_page(o, path, &out)) {
                 Ok(Outcome::Decided { report, resumed }) => {
                     triton_share = report.triton_share();
+                    spent = report.spent;
                     (Some(report.decision), None, None, resumed)
                 }
                 Ok(Outcome::NotReached) => (None, None, Some("budget".to_string()), false),
@@ -454,8 +456,8 @@ impl Run<'_> {
             decision,
             error,
             not_reached,
-            seconds: t0.elapsed().as_secs_f64(),
-            gpu_seconds: gpu_s.get(),
+            seconds: spent.map_or_else(|| t0.elapsed().as_secs_f64(), |s| s.seconds),
+            gpu_seconds: spent.map_or_else(|| gpu_s.get(), |s| s.gpu_seconds),
             resumed,
             triton_share,
         }
@@ -488,7 +490,8 @@ impl Run<'_> {
         }
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
         let source = std::fs::read(problem).with_context(|| format!("reading {}", problem.display()))?;
-        let p = ProblemRun { run: self, index, problem, out, source, question: q, gpu_s };
+        let (started, earlier) = (Instant::now(), Cell::new(Spent::default()));
+        let p = ProblemRun { run: self, index, problem, out, source, question: q, gpu_s, started, earlier };
         p.steps()
     }
 
@@ -699,6 +702,10 @@ struct ProblemRun<'a> {
     source: Vec<u8>,
     question: Question,
     gpu_s: &'a Cell<f64>,
+    /// When its steps began, and what the steps it took from earlier runs had cost there: with
+    /// this run's, what deciding it cost (`Report::spent`).
+    started: Instant,
+    earlier: Cell<Spent>,
 }
 
 impl ProblemRun<'_> {
@@ -965,6 +972,16 @@ impl ProblemRun<'_> {
         Ok(Some(verified_of(&name).with_context(|| format!("a verify outcome {name:?}"))?))
     }
 
+    /// What deciding the problem cost so far: this run's wall and device seconds of it, and
+    /// those of the steps taken from earlier runs.
+    fn spent(&self) -> Spent {
+        let earlier = self.earlier.get();
+        Spent {
+            seconds: self.started.elapsed().as_secs_f64() + earlier.seconds,
+            gpu_seconds: self.gpu_s.get() + earlier.gpu_seconds,
+        }
+    }
+
     /// Run a step unless a finished one with the same input hash stands for it (its outputs
     /// taken, copied when they are another problem's); `None` when a budget is spent. Returns
     /// its one-word answer.
@@ -984,6 +1001,12 @@ impl ProblemRun<'_> {
             if self.take(&from.output, &from.output_hash, outputs)? {
                 let id = journal.started(&self.question.problem, step, input_hash)?;
                 journal.reused(id, &from, &self.journaled_path(outputs[0]))?;
+                if from.run != journal.run() {
+                    let mut e = self.earlier.get();
+                    e.seconds += from.seconds.unwrap_or(0.0);
+                    e.gpu_seconds += from.gpu_seconds.unwrap_or(0.0);
+                    self.earlier.set(e);
+                }
                 self.progress(&format!("{}: reused (step {} of run {})", step.name(), from.id, from.run));
                 return Ok(Some(from.outcome));
             }
@@ -1107,6 +1130,7 @@ impl ProblemRun<'_> {
             config,
             llm: found.llm,
             tried: found.tried,
+            spent: Some(self.spent()),
         };
         let body = serde_json::to_string_pretty(&report).context("serializing the report")?;
         let report_path = self.out.join("report.json");

@@ -368,6 +368,17 @@ fn a_killed_campaign_resumes_without_redoing_finished_work() {
     assert_eq!(c["problems"].as_array().unwrap().len(), 2);
     assert_eq!(c["problems"][0]["resumed"], true);
     assert_eq!(c["problems"][1]["resumed"], false);
+    // Each counts what deciding it cost over both runs: the resumed one what it cost when it was
+    // decided (not 0), the other at least its measurement reused from the killed run.
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("level1/row_softmax/report.json")).unwrap()).unwrap();
+    assert!(report["spent"]["seconds"].as_f64().unwrap() > 0.0, "{report}");
+    assert_eq!(c["problems"][0]["seconds"], report["spent"]["seconds"]);
+    assert_eq!(c["problems"][0]["gpu_seconds"], report["spent"]["gpu_seconds"]);
+    let first_measure = before.steps.iter().find(|s| s.problem.ends_with("vector_add.py") && s.step == "measure");
+    let measured_s = first_measure.and_then(|s| s.seconds).unwrap();
+    assert!(c["problems"][1]["seconds"].as_f64().unwrap() > measured_s, "{c}");
+    assert!(c["problems"][1]["gpu_seconds"].as_f64().unwrap() >= first_measure.unwrap().gpu_seconds.unwrap(), "{c}");
     let all = &c["summary"][2];
     assert_eq!(
         (all["problems"].as_u64(), all["failed"].as_u64(), all["not_reached"].as_u64()),
@@ -413,6 +424,7 @@ fn a_campaign_resumes_on_a_fresh_machine_from_its_ledger() {
     let c = campaign(&out);
     assert_eq!((c["problems"][0]["resumed"].clone(), c["problems"][1]["resumed"].clone()), (true.into(), false.into()));
     assert!(c["problems"].as_array().unwrap().iter().all(|p| p["decision"].is_object()), "{c}");
+    assert_eq!(c["problems"][0]["seconds"], decided["spent"]["seconds"], "it counts what it cost when decided");
     let both = read();
     assert_eq!(entries(&both).len(), 2, "the new decision added");
     assert_eq!(both["entries"][0], first["entries"][0], "the old entry unchanged");
