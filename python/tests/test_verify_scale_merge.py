@@ -1,0 +1,53 @@
+"""scripts/analysis/verify_scale_merge.py, issue 17 (b) over several calls and sessions: a call's rows
+cut to the kept fields and merged (a later part replaces an earlier one, the other parts kept),
+the SKIP list of problems with a verdict, and the table's ratio against the naive harness."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "scripts" / "analysis" / "verify_scale_merge.py"
+
+
+def run(*args: str) -> str:
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True, check=True).stdout
+
+
+def verify(seconds: float, outcome: str, speedup: float) -> Dict[str, Any]:
+    perf = {"gate": "performance", "name": "speedup", "ok": True, "evidence": {"speedup": speedup, "per_round": [1] * 50}}
+    return {"exit": 0, "seconds": seconds, "gpu_memory_peak_mib": 4096,
+            "verdict": {"outcome": outcome, "rejected_by": None, "gates": [{"checks": [perf]}], "notes": ["x" * 5000],
+                        "phase_seconds": {"setup.import-torch": 3.0, "checks": 2.0, "timing": 3.0, "setup.snapshots": 0.1}}}
+
+
+def test_calls_merge_into_compact_rows_and_the_done_list(tmp_path: Path) -> None:
+    kept, call1, call2 = tmp_path / "kept.json", tmp_path / "c1.json", tmp_path / "c2.json"
+    first: List[Dict[str, Any]] = [
+        {"name": "eager-a", "naive-device": {"exit": 0, "seconds": 5.0}, "verify": verify(12.5, "accepted", 1.01)},
+        {"name": "eager-b", "naive-device": {"exit": 0, "seconds": 4.0}},  # cut before its verify
+    ]
+    call1.write_text(json.dumps(first))
+    assert "1/2 problems with a verdict" in run("merge", str(call1), "--kept", str(kept))
+    assert run("done", "--kept", str(kept)).split() == ["eager-a"], "b runs again"
+    text = kept.read_text()
+    assert "per_round" not in text and "xxxxx" not in text and "setup.snapshots" not in text, "compact"
+    call2.write_text(json.dumps([{"name": "eager-b", "verify": verify(16.0, "rejected", 0.98)}]))
+    run("merge", str(call2), "--kept", str(kept))
+    rows = json.loads(kept.read_text())["rows"]
+    assert rows[1]["naive-device"]["seconds"] == 4.0, "the earlier call's naive run kept"
+    assert rows[1]["verify"]["speedup"] == 0.98
+    assert run("done", "--kept", str(kept)).split() == ["eager-a", "eager-b"]
+    table = run("table", "--kept", str(kept))
+    assert "| eager-a | 5.0 | 12.5 | 2.50 | 4.0 | accepted (1.010×) | 3.0 | - | 2.0 | 3.0 |" in table
+    assert "2/2 with a verdict; verify ÷ naive: median 4.00, max 4.00, 1/2 at most 3" in table
+
+
+def test_merge_without_the_call_file_is_refused(tmp_path: Path) -> None:
+    p = subprocess.run([sys.executable, str(SCRIPT), "merge", "--kept", str(tmp_path / "k.json")],
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "merge needs the call's verify_scale.json" in p.stderr

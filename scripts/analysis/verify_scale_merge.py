@@ -1,0 +1,131 @@
+"""Issue 17 (b), per suite problem at the large preset, over as many device calls and sessions as it
+takes: each call's `scripts/device/verify_scale.sh` output ($OUT/verify_scale.json, every verdict
+whole) merged into one compact committed file, a row per problem, from which the next call's SKIP
+list comes (a fresh tree keeps nothing else: devstate/ is gone between sessions).
+
+    python3 scripts/analysis/verify_scale_merge.py merge CALL_JSON [--kept FILE]
+    python3 scripts/analysis/verify_scale_merge.py done [--kept FILE]   > skip.txt
+    python3 scripts/analysis/verify_scale_merge.py table [--kept FILE]
+
+FILE defaults to bench/results/verify-scale/per_problem.json. A row of a later call replaces an
+earlier one's; a row without a verify verdict (the call was cut before it, the harness failed)
+is kept but not listed as done, so the next call runs it again. The table is the README's:
+the naive harness's and verify's wall seconds, their ratio (issue 17's goal: at most 3), the GPU
+memory peak, the verdict and where verify's time went.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from suite_report import speedup_evidence  # noqa: E402  (one reader of the results)
+
+ROOT = Path(__file__).resolve().parents[2]
+KEPT = ROOT / "bench" / "results" / "verify-scale" / "per_problem.json"
+#: The phases a row keeps (verify's phase_seconds), in the table's order.
+PHASES = ("setup.import-torch", "setup.prime-torch-compile", "checks", "baseline-compile-beside-checks", "timing",
+          "total")
+
+
+def compact(row: Dict[str, Any]) -> Dict[str, Any]:
+    """One verify_scale.sh row cut to what the table needs."""
+    out: Dict[str, Any] = {"name": row["name"]}
+    for what in ("naive-host", "naive-device"):
+        if isinstance(row.get(what), dict):
+            r = row[what]
+            out[what] = {"exit": r.get("exit"), "seconds": r.get("seconds"), "error": (r.get("error") or "")[-300:] or None}
+    v = row.get("verify")
+    if isinstance(v, dict):
+        verdict = v.get("verdict") or {}
+        phases = verdict.get("phase_seconds") or {}
+        out["verify"] = {
+            "exit": v.get("exit"), "seconds": v.get("seconds"), "gpu_memory_peak_mib": v.get("gpu_memory_peak_mib"),
+            "outcome": verdict.get("outcome"), "rejected_by": verdict.get("rejected_by"),
+            "speedup": speedup_evidence(verdict).get("speedup"), "phase_seconds": {k: phases[k] for k in PHASES if k in phases},
+            "error": (v.get("verdict_error") or "")[-300:] or None,
+        }
+    return out
+
+
+def has_verdict(row: Dict[str, Any]) -> bool:
+    return bool(row.get("verify", {}).get("outcome"))
+
+
+def read(kept: Path) -> List[Dict[str, Any]]:
+    return json.loads(kept.read_text())["rows"] if kept.exists() else []
+
+
+def write(kept: Path, rows: List[Dict[str, Any]]) -> None:
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text("{\"rows\": [\n" + ",\n".join(json.dumps(r) for r in rows) + "\n]}\n")
+
+
+def merge(kept: List[Dict[str, Any]], call: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    rows = {r["name"]: r for r in kept}
+    for r in call:
+        c = compact(r)
+        old = rows.get(c["name"], {})
+        # A call that ran only part of a row (verify alone, say) keeps the earlier parts.
+        rows[c["name"]] = {**old, **c}
+    return [rows[k] for k in sorted(rows)]
+
+
+def cell(x: Optional[float], fmt: str = "%.1f") -> str:
+    return fmt % x if isinstance(x, (int, float)) else "-"
+
+
+def table(rows: List[Dict[str, Any]]) -> str:
+    head = ("| problem (its eager forward as the candidate) | naive, device inputs (s) | `kforge verify` (s) "
+            "| ÷ naive | GPU peak (GiB) | verdict | import torch | prime compile | checks | timing |")
+    lines = [head, "|---" * (head.count("|") - 1) + "|"]
+    for r in rows:
+        v, nd = r.get("verify", {}), r.get("naive-device", {})
+        secs, naive = v.get("seconds"), nd.get("seconds")
+        ratio = float(secs) / float(naive) if secs and naive else None
+        peak = v.get("gpu_memory_peak_mib")
+        verdict = " by ".join(x for x in (v.get("outcome") or "no verdict", v.get("rejected_by")) if x)
+        if isinstance(v.get("speedup"), (int, float)):
+            verdict += f" ({v['speedup']:.3f}×)"
+        ph = v.get("phase_seconds", {})
+        lines.append(f"| {r['name']} | {cell(naive)} | {cell(secs)} | {cell(ratio, '%.2f')} | "
+                     f"{cell(float(peak) / 1024 if peak else None)} | {verdict} | {cell(ph.get('setup.import-torch'))} | "
+                     f"{cell(ph.get('setup.prime-torch-compile'))} | {cell(ph.get('checks'))} | {cell(ph.get('timing'))} |")
+    done = [r for r in rows if has_verdict(r)]
+    ratios = [float(r["verify"]["seconds"]) / float(r["naive-device"]["seconds"]) for r in done
+              if r.get("naive-device", {}).get("seconds") and r["verify"].get("seconds")]
+    lines.append("")
+    lines.append(f"{len(done)}/{len(rows)} with a verdict; verify ÷ naive: "
+                 + (f"median {sorted(ratios)[len(ratios) // 2]:.2f}, max {max(ratios):.2f}, "
+                    f"{sum(x <= 3 for x in ratios)}/{len(ratios)} at most 3" if ratios else "none yet"))
+    return "\n".join(lines)
+
+
+def main(argv: List[str]) -> int:
+    ap = argparse.ArgumentParser(prog="verify_scale_merge.py", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("what", choices=("merge", "done", "table"))
+    ap.add_argument("call", nargs="?", help="merge: the call's verify_scale.json")
+    ap.add_argument("--kept", type=Path, default=KEPT)
+    a = ap.parse_args(argv)
+    rows = read(a.kept)
+    if a.what == "merge":
+        if not a.call:
+            ap.error("merge needs the call's verify_scale.json")
+        rows = merge(rows, json.loads(Path(a.call).read_text()))
+        write(a.kept, rows)
+        print(f"{a.kept}: {sum(map(has_verdict, rows))}/{len(rows)} problems with a verdict")
+    elif a.what == "done":
+        print("\n".join(r["name"] for r in rows if has_verdict(r)))
+    else:
+        print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
