@@ -1,5 +1,5 @@
 """scripts/analysis/campaign_reverify.py, issue 18's re-verification made call by call: which
-result folders a call leaves out (resumed, or restored from a ledger without a result file), and
+result folders a call leaves out (resumed, or restored from a decisions file without a result file), and
 the rows kept across calls (a later row replaces an earlier one, cut to the kept fields)."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_only_what_this_call_decided_is_verified_again(tmp_path: Path) -> None:
     out = tmp_path / "out"
     folder(out, "level1/a", True)   # decided in this call
     folder(out, "level1/b", True)   # resumed from the journal: verified by the call that decided it
-    folder(out, "level2/c", False)  # restored from a ledger: no result file here
+    folder(out, "level2/c", False)  # restored from a decisions file: no result file here
     folder(out, "level2/d", True)   # failed in this call (no decision), a report of an older run
     campaign = {"problems": [
         {"problem": "level1/a.py", "decision": {"kind": "improved"}, "resumed": False},

@@ -1,11 +1,11 @@
 """Issue 18's re-verification of a campaign's results, made call by call (scripts/device/campaign.sh
 with REVERIFY=1): the results a call decided are verified again with `kforge verify` in the same
-call, while their files exist (a ledger carries reports only, not result files), and the rows
+call, while their files exist (a decisions file carries reports only, not result files), and the rows
 are kept in a committed JSON that later calls and sessions add to.
 
     python3 scripts/analysis/campaign_reverify.py skip CAMPAIGN_JSON OUT_DIR > skip.txt
         the suite.py task keys (verify-results/NAME) of every report folder below OUT_DIR that
-        this call did not decide: its problem resumed (from the journal or a ledger) or without a
+        this call did not decide: its problem resumed (from the journal or a decisions file) or without a
         result file; suite.py's SKIP then leaves them out
     python3 scripts/analysis/campaign_reverify.py merge KEPT SUMMARY_JSON OUT_JSON
         KEPT's rows (a file from earlier calls; missing: none) with SUMMARY_JSON's verify-results

@@ -18,12 +18,12 @@
 # state is packed either way, so a long step never costs the call's journal. Builds nothing: carry target/release/kforge and
 # target/release/libkforge_shim.so (and STATE).
 #
-# Across sessions (a fresh tree: devstate/ is gone) the campaign goes on from its ledger:
-# LEDGER, a committed file (e.g. bench/results/optimize-campaign/default/ledger.json), is copied
-# to $OUT/ledger.json and passed as `kforge optimize --ledger`, which adds each decision as it is
-# made; copy $OUT/ledger.json over LEDGER and commit it after every call. REVERIFY=1 (the
+# Across sessions (a fresh tree: devstate/ is gone) the campaign goes on from its decisions file:
+# DECISIONS, a committed file (e.g. bench/results/optimize-campaign/default/decisions.json), is
+# copied to $OUT/decisions.json and passed as `kforge optimize --decisions`, which adds each
+# decision as it is made; copy $OUT/decisions.json over DECISIONS and commit it after every call. REVERIFY=1 (the
 # default) then verifies again, in the same call and through the same daemon, every result this
-# call decided (their files exist only here): `suite.py verify-results` with the other folders
+# call decided (their files exist only here; the decisions file holds reports only): `suite.py verify-results` with the other folders
 # skipped (scripts/analysis/campaign_reverify.py), its rows merged with REVERIFIED (a committed
 # file of earlier calls' rows, e.g. bench/results/optimize-campaign/default/reverified.json) into
 # $OUT/reverified.json: copy it over REVERIFIED and commit it too. REVERIFY_S (default 120): the
@@ -52,14 +52,14 @@ if ! diff -rq --exclude=__pycache__ python/kforge "$S.d/python/kforge" >/dev/nul
 fi
 t0=$(date +%s)
 BUDGET_WALL_S=${BUDGET_WALL_S:-480}
-LEDGER_ARGS=()
-if [ -n "${LEDGER:-}" ]; then
-  [ -f "$LEDGER" ] && cp "$LEDGER" "$OUT/ledger.json" && echo "ledger: $LEDGER ($(grep -c '"decided_unix_s"' "$LEDGER") decided)"
-  LEDGER_ARGS=(--ledger "$OUT/ledger.json")
+DECISIONS_ARGS=()
+if [ -n "${DECISIONS:-}" ]; then
+  [ -f "$DECISIONS" ] && cp "$DECISIONS" "$OUT/decisions.json" && echo "decisions: $DECISIONS ($(grep -c '"decided_unix_s"' "$DECISIONS") decided)"
+  DECISIONS_ARGS=(--decisions "$OUT/decisions.json")
 fi
 timeout --signal=TERM --kill-after=10 "${HARD_S:-$((BUDGET_WALL_S + 60))}" \
   "$K" --socket "$S" optimize "$PROBLEMS" --daemon --resume --out "$W/state/out" --budget-wall-s "$BUDGET_WALL_S" \
-  --json "$OUT/campaign.json" --html "$OUT/campaign.html" "${LEDGER_ARGS[@]}" "$@" 2>"$W/progress.log"
+  --json "$OUT/campaign.json" --html "$OUT/campaign.html" "${DECISIONS_ARGS[@]}" "$@" 2>"$W/progress.log"
 rc=$?
 [ "$rc" = 124 ] && echo "kforge optimize killed at HARD_S (a step outlived the budget): the next call redoes it"
 echo "kforge optimize exited $rc after $(( $(date +%s) - t0 )) s"

@@ -126,7 +126,7 @@ def tasks() -> List[Tuple[str, List[str], str]]:
                 r, folder = json.load(open(report)), os.path.dirname(report)
                 name = os.path.relpath(folder, rest[0]).replace("/", "__")
                 if not os.path.exists(f"{folder}/model_new.py"):
-                    print(f"verify-results/{name}: no model_new.py (a report restored from a ledger): not verified here")
+                    print(f"verify-results/{name}: no model_new.py (a report restored from a decisions file): not verified here")
                     continue
                 gpu = DEVICE or str(n % NGPU)
                 n += 1

@@ -10,11 +10,11 @@ use std::collections::BTreeMap;
 
 pub mod beam;
 pub mod budget;
+pub mod decisions;
 pub mod diff;
 pub mod goals;
 pub mod html;
 pub mod journal;
-pub mod ledger;
 pub mod llm;
 pub mod search;
 

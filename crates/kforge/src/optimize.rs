@@ -13,8 +13,8 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kforge_optimize::budget::{Budget, Spending};
+use kforge_optimize::decisions::Decisions;
 use kforge_optimize::journal::{content_hash, verified_name, verified_of, Journal, StepDone};
-use kforge_optimize::ledger::Ledger;
 use kforge_optimize::search::{measure_args, Step};
 use kforge_optimize::{
     across, campaign_table, check_agents, decide, decide_config, parse_agents, result_from, summarize, Agent, Baseline,
@@ -82,12 +82,12 @@ pub struct OptimizeArgs {
     resume: bool,
     /// A compact JSON file of the decided problems' reports, kept outside the output folder, so
     /// that a campaign outlives its machine: each decision is added as it is made, and with
-    /// --resume a problem the ledger holds a decision for under the same question is taken from
+    /// --resume a problem the file holds a decision for under the same question is taken from
     /// it (its report restored into the output folder) even where the folder and its journal are
     /// gone — a batch job with a time limit on node-local scratch, a GPU lent call by call.
     /// Created when missing; one file may hold several campaigns (entries match by question).
     #[arg(long, value_name = "FILE")]
-    ledger: Option<PathBuf>,
+    decisions: Option<PathBuf>,
     /// Start no new problem or step once the steps spent this many device seconds (region time
     /// with --daemon, else the device steps' wall seconds).
     #[arg(long, allow_negative_numbers = true)]
@@ -135,8 +135,8 @@ struct Plan {
 
 pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
     let plan = plan(&a)?;
-    let ledger = match &a.ledger {
-        Some(path) => Some(LedgerFile { ledger: Mutex::new(Ledger::read(path)?), path: path.clone() }),
+    let decisions = match &a.decisions {
+        Some(path) => Some(DecisionsFile { decisions: Mutex::new(Decisions::read(path)?), path: path.clone() }),
         None => None,
     };
     let problems = if a.problem.is_dir() {
@@ -160,7 +160,7 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
     };
     let run = Run {
         chat,
-        ledger,
+        decisions,
         socket,
         workspace: Workspace::open(&a.out),
         in_flight: InFlight::default(),
@@ -254,28 +254,28 @@ struct Run<'a> {
     total: usize,
     /// The llm agent's client (its replay cache in the journal's file).
     chat: Option<llm::LlmClient>,
-    /// `--ledger`: the decided problems' reports, read at the start, written at each decision.
-    ledger: Option<LedgerFile>,
+    /// `--decisions`: the decided problems' reports, read at the start, written at each decision.
+    decisions: Option<DecisionsFile>,
 }
 
-/// The ledger and its file, shared by the problems in flight.
-struct LedgerFile {
+/// The decisions file as read and its path, shared by the problems in flight.
+struct DecisionsFile {
     path: PathBuf,
-    ledger: Mutex<Ledger>,
+    decisions: Mutex<Decisions>,
 }
 
-impl LedgerFile {
-    /// The ledger's report for exactly this question.
+impl DecisionsFile {
+    /// The file's report for exactly this question.
     fn answer(&self, q: &Question) -> Option<Report> {
-        self.ledger.lock().unwrap_or_else(|e| e.into_inner()).answer(q).cloned()
+        self.decisions.lock().unwrap_or_else(|e| e.into_inner()).answer(q).cloned()
     }
 
     /// `report` added (or replacing its question's entry), the file written when that changed it.
     fn record(&self, report: &Report) -> Result<()> {
-        let mut ledger = self.ledger.lock().unwrap_or_else(|e| e.into_inner());
+        let mut decisions = self.decisions.lock().unwrap_or_else(|e| e.into_inner());
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        if ledger.record(report, now) {
-            ledger.write(&self.path)?;
+        if decisions.record(report, now) {
+            decisions.write(&self.path)?;
         }
         Ok(())
     }
@@ -464,11 +464,11 @@ impl Run<'_> {
     }
 
     /// One problem in `out`: taken from the journal with `--resume`, else its steps in turn.
-    /// With `--ledger`, a decided problem's report is added to the ledger file.
+    /// With `--decisions`, a decided problem's report is added to the decisions file.
     fn problem(&self, index: usize, problem: &Path, out: &Path, gpu_s: &Cell<f64>) -> Result<Outcome> {
         let outcome = self.problem_steps(index, problem, out, gpu_s)?;
-        if let (Some(l), Outcome::Decided { report, .. }) = (&self.ledger, &outcome) {
-            l.record(report)?;
+        if let (Some(d), Outcome::Decided { report, .. }) = (&self.decisions, &outcome) {
+            d.record(report)?;
         }
         Ok(outcome)
     }
@@ -479,9 +479,9 @@ impl Run<'_> {
             self.progress(index, problem, "resumed: its decision is in the journal");
             return Ok(Outcome::Decided { report: Box::new(report), resumed: true });
         }
-        if let Some(report) = self.restored_from_ledger(&q, out)? {
-            let from = self.ledger.as_ref().map(|l| l.path.display().to_string()).unwrap_or_default();
-            self.progress(index, problem, &format!("resumed: its decision is in the ledger {from}"));
+        if let Some(report) = self.restored_from_decisions(&q, out)? {
+            let from = self.decisions.as_ref().map(|d| d.path.display().to_string()).unwrap_or_default();
+            self.progress(index, problem, &format!("resumed: its decision is in the decisions file {from}"));
             return Ok(Outcome::Decided { report: Box::new(report), resumed: true });
         }
         if self.spending.spent().is_some() {
@@ -495,11 +495,12 @@ impl Run<'_> {
         p.steps()
     }
 
-    /// With `--resume --ledger`, the ledger's report for this question, restored as the problem's
-    /// `out/report.json` and journaled as its decision (so that the folder resumes without the
-    /// ledger too). Its result files stay where they were made: the ledger holds reports only.
-    fn restored_from_ledger(&self, q: &Question, out: &Path) -> Result<Option<Report>> {
-        let Some(report) = self.ledger.as_ref().filter(|_| self.a.resume).and_then(|l| l.answer(q)) else {
+    /// With `--resume --decisions`, the file's report for this question, restored as the
+    /// problem's `out/report.json` and journaled as its decision (so that the folder resumes
+    /// without the file too). Its result files stay where they were made: the file holds reports
+    /// only.
+    fn restored_from_decisions(&self, q: &Question, out: &Path) -> Result<Option<Report>> {
+        let Some(report) = self.decisions.as_ref().filter(|_| self.a.resume).and_then(|d| d.answer(q)) else {
             return Ok(None);
         };
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;

@@ -177,8 +177,8 @@ fn bad_input_is_named_before_anything_runs() {
             "--jobs must be between 1",
         ),
         (
-            vec!["tests/candidates/problems/row_softmax.py", "--device", "cpu", "--ledger", "Cargo.toml"],
-            "the ledger Cargo.toml is not a kforge optimize ledger: ",
+            vec!["tests/candidates/problems/row_softmax.py", "--device", "cpu", "--decisions", "Cargo.toml"],
+            "the decisions file Cargo.toml is not a kforge optimize decisions file: ",
         ),
     ] {
         let out = dir.path().join("o");
@@ -387,34 +387,34 @@ fn a_killed_campaign_resumes_without_redoing_finished_work() {
     assert_eq!(all["optimized"].as_u64().unwrap() + all["fallbacks"].as_u64().unwrap(), 2);
 }
 
-/// A campaign that moves machines: run with `--ledger` and killed after its first decision, its
+/// A campaign that moves machines: run with `--decisions` and killed after its first decision, its
 /// output folder then lost whole (journal, reports, result files), resumed into a fresh folder
-/// from the ledger alone: the decided problem runs no step and its report is restored (and
-/// journaled: the new folder resumes without the ledger too), the other is run and added.
+/// from the decisions file alone: the decided problem runs no step and its report is restored (and
+/// journaled: the new folder resumes without the file too), the other is run and added.
 #[test]
-fn a_campaign_resumes_on_a_fresh_machine_from_its_ledger() {
+fn a_campaign_resumes_on_a_fresh_machine_from_its_decisions_file() {
     let dir = tempfile::tempdir().unwrap();
     let p = problems(
         dir.path(),
         &[("level1", "row_softmax.py", "row_softmax.py"), ("level2", "vector_add.py", "vector_add.py")],
     );
-    let (out, ledger) = (dir.path().join("o"), dir.path().join("kept/ledger.json"));
+    let (out, decisions) = (dir.path().join("o"), dir.path().join("kept/decisions.json"));
     let args = [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--rounds", "2"];
-    let with_ledger = [&args[..], &["--ledger", ledger.to_str().unwrap()]].concat();
-    killed_after_the_first_decision(&with_ledger, &out);
+    let with_file = [&args[..], &["--decisions", decisions.to_str().unwrap()]].concat();
+    killed_after_the_first_decision(&with_file, &out);
     let entries = |l: &Value| -> Vec<String> {
         l["entries"].as_array().unwrap().iter().map(|e| e["report"]["problem"].as_str().unwrap().to_string()).collect()
     };
-    let read = || -> Value { serde_json::from_str(&std::fs::read_to_string(&ledger).unwrap()).unwrap() };
+    let read = || -> Value { serde_json::from_str(&std::fs::read_to_string(&decisions).unwrap()).unwrap() };
     let first = read();
     assert_eq!(entries(&first), [p.join("level1/row_softmax.py").display().to_string()], "written at the decision");
-    assert_eq!(first["ledger"], 1);
+    assert_eq!(first["decisions"], 1);
     let decided = first["entries"][0]["report"].clone();
     std::fs::remove_dir_all(&out).unwrap();
 
-    let (code, text) = optimize(&[&with_ledger[..], &["--resume"]].concat(), &out);
+    let (code, text) = optimize(&[&with_file[..], &["--resume"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("[1/2]") && text.contains("resumed: its decision is in the ledger"), "{text}");
+    assert!(text.contains("[1/2]") && text.contains("resumed: its decision is in the decisions file"), "{text}");
     let j = journal(&out);
     assert!(j.steps.iter().all(|s| s.problem.ends_with("vector_add.py")), "the decided problem ran no step: {text}");
     assert_eq!(j.decisions.len(), 2, "the restored decision is journaled");

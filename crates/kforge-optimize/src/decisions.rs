@@ -1,8 +1,8 @@
-//! The ledger: a campaign's decided problems in one compact JSON file, each problem's report
+//! The decisions file: a campaign's decided problems in one compact JSON file, each problem's report
 //! and nothing else (no journal, no result files, no caches), so that a campaign outlives the
-//! machine it ran on. `kforge optimize DIR --resume --ledger FILE` on a fresh machine (a new
+//! machine it ran on. `kforge optimize DIR --resume --decisions FILE` on a fresh machine (a new
 //! output folder, an empty journal: a batch job with a time limit on node-local scratch, a
-//! lent GPU that goes back after each call) takes every problem the ledger holds a decision for
+//! lent GPU that goes back after each call) takes every problem the file holds a decision for
 //! under the same question, and runs the rest; each new decision is added to the file as it is
 //! made, so a run killed halfway keeps what it decided.
 //!
@@ -16,18 +16,18 @@ use crate::Report;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-/// The file format's version; a ledger of another version is refused, not misread.
-pub const LEDGER_VERSION: u32 = 1;
+/// The file format's version; a decisions file of another version is refused, not misread.
+pub const DECISIONS_VERSION: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
-pub enum LedgerError {
-    #[error("the ledger {path} cannot be read: {why}")]
+pub enum DecisionsError {
+    #[error("the decisions file {path} cannot be read: {why}")]
     Read { path: String, why: String },
-    #[error("the ledger {path} is not a kforge optimize ledger: {why}")]
+    #[error("the decisions file {path} is not a kforge optimize decisions file: {why}")]
     Format { path: String, why: String },
-    #[error("the ledger {path} is of version {found}; this kforge reads version {LEDGER_VERSION}")]
+    #[error("the decisions file {path} is of version {found}; this kforge reads version {DECISIONS_VERSION}")]
     Version { path: String, found: u32 },
-    #[error("the ledger {path} cannot be written: {why}")]
+    #[error("the decisions file {path} cannot be written: {why}")]
     Write { path: String, why: String },
 }
 
@@ -40,41 +40,41 @@ pub struct Entry {
 
 /// Every decided problem, one entry per question.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Ledger {
-    pub ledger: u32,
+pub struct Decisions {
+    pub decisions: u32,
     pub entries: Vec<Entry>,
 }
 
-impl Default for Ledger {
+impl Default for Decisions {
     fn default() -> Self {
-        Ledger { ledger: LEDGER_VERSION, entries: Vec::new() }
+        Decisions { decisions: DECISIONS_VERSION, entries: Vec::new() }
     }
 }
 
-impl Ledger {
-    /// The ledger at `path`; an empty one when no file is there yet (a campaign's first run).
-    pub fn read(path: &Path) -> Result<Ledger, LedgerError> {
+impl Decisions {
+    /// The decisions file at `path`; an empty one when no file is there yet (a campaign's first run).
+    pub fn read(path: &Path) -> Result<Decisions, DecisionsError> {
         let shown = path.display().to_string();
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Ledger::default()),
-            Err(e) => return Err(LedgerError::Read { path: shown, why: e.to_string() }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Decisions::default()),
+            Err(e) => return Err(DecisionsError::Read { path: shown, why: e.to_string() }),
         };
         Self::parse(&text, &shown)
     }
 
-    /// A ledger's text; `shown` names it in errors.
-    pub fn parse(text: &str, shown: &str) -> Result<Ledger, LedgerError> {
+    /// A decisions file's text; `shown` names it in errors.
+    pub fn parse(text: &str, shown: &str) -> Result<Decisions, DecisionsError> {
         #[derive(Deserialize)]
         struct Head {
-            ledger: u32,
+            decisions: u32,
         }
-        let head: Head =
-            serde_json::from_str(text).map_err(|e| LedgerError::Format { path: shown.into(), why: e.to_string() })?;
-        if head.ledger != LEDGER_VERSION {
-            return Err(LedgerError::Version { path: shown.into(), found: head.ledger });
+        let head: Head = serde_json::from_str(text)
+            .map_err(|e| DecisionsError::Format { path: shown.into(), why: e.to_string() })?;
+        if head.decisions != DECISIONS_VERSION {
+            return Err(DecisionsError::Version { path: shown.into(), found: head.decisions });
         }
-        serde_json::from_str(text).map_err(|e| LedgerError::Format { path: shown.into(), why: e.to_string() })
+        serde_json::from_str(text).map_err(|e| DecisionsError::Format { path: shown.into(), why: e.to_string() })
     }
 
     /// The report decided for exactly this question, unless its LLM search was cut short.
@@ -86,7 +86,7 @@ impl Ledger {
             .filter(|r| !r.llm.as_ref().is_some_and(|l| l.cut_short()))
     }
 
-    /// `report` recorded: it replaces an entry of the same question; true when the ledger changed.
+    /// `report` recorded: it replaces an entry of the same question; true when it changed.
     pub fn record(&mut self, report: &Report, now_unix_s: u64) -> bool {
         match self.entries.iter_mut().find(|e| e.report.question == report.question) {
             Some(e) if e.report == *report => false,
@@ -101,20 +101,20 @@ impl Ledger {
         }
     }
 
-    /// The ledger's text: one entry a line, ordered by problem (compact, and a diff shows which
+    /// Its text: one entry a line, ordered by problem (compact, and a diff shows which
     /// problems a run decided).
     pub fn text(&self) -> Result<String, serde_json::Error> {
         let mut entries: Vec<&Entry> = self.entries.iter().collect();
         entries.sort_by(|a, b| a.report.question.problem.cmp(&b.report.question.problem));
         let lines = entries.iter().map(serde_json::to_string).collect::<Result<Vec<_>, _>>()?;
-        Ok(format!("{{\"ledger\": {},\n\"entries\": [\n{}\n]}}\n", self.ledger, lines.join(",\n")))
+        Ok(format!("{{\"decisions\": {},\n\"entries\": [\n{}\n]}}\n", self.decisions, lines.join(",\n")))
     }
 
     /// The file written whole (a temporary file beside it, then renamed over it: a run killed
-    /// while writing leaves the old ledger).
-    pub fn write(&self, path: &Path) -> Result<(), LedgerError> {
+    /// while writing leaves the old file).
+    pub fn write(&self, path: &Path) -> Result<(), DecisionsError> {
         let shown = path.display().to_string();
-        let text = self.text().map_err(|e| LedgerError::Write { path: shown.clone(), why: e.to_string() })?;
+        let text = self.text().map_err(|e| DecisionsError::Write { path: shown.clone(), why: e.to_string() })?;
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
         let write = || -> std::io::Result<()> {
@@ -126,7 +126,7 @@ impl Ledger {
         };
         write().map_err(|e| {
             let _ = std::fs::remove_file(&tmp);
-            LedgerError::Write { path: shown, why: e.to_string() }
+            DecisionsError::Write { path: shown, why: e.to_string() }
         })
     }
 }
@@ -137,27 +137,27 @@ mod tests {
     use crate::tests::report_for;
 
     #[test]
-    fn a_missing_file_is_an_empty_ledger_and_a_written_one_reads_back() {
+    fn a_missing_file_is_empty_and_a_written_one_reads_back() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("sub/ledger.json");
-        let mut l = Ledger::read(&path).unwrap();
+        let path = dir.path().join("sub/decisions.json");
+        let mut l = Decisions::read(&path).unwrap();
         assert!(l.entries.is_empty());
         assert!(l.record(&report_for("b.py", "max-autotune"), 7));
         assert!(l.record(&report_for("a.py", "max-autotune"), 8));
         l.write(&path).unwrap();
-        let back = Ledger::read(&path).unwrap();
+        let back = Decisions::read(&path).unwrap();
         let problems: Vec<&str> = back.entries.iter().map(|e| e.report.question.problem.as_str()).collect();
         assert_eq!(problems, ["a.py", "b.py"], "ordered by problem");
         assert_eq!(back.entries[0].decided_unix_s, 8);
         assert!(std::fs::read_dir(path.parent().unwrap()).unwrap().count() == 1, "no temporary file left");
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 5, "one entry a line: {text}");
-        assert_eq!(Ledger::parse(&Ledger::default().text().unwrap(), "empty").unwrap(), Ledger::default());
+        assert_eq!(Decisions::parse(&Decisions::default().text().unwrap(), "empty").unwrap(), Decisions::default());
     }
 
     #[test]
     fn an_answer_is_for_the_same_question_only() {
-        let mut l = Ledger::default();
+        let mut l = Decisions::default();
         let r = report_for("a.py", "max-autotune");
         l.record(&r, 1);
         assert_eq!(l.answer(&r.question), Some(&r));
@@ -169,7 +169,7 @@ mod tests {
 
     #[test]
     fn a_new_decision_replaces_the_old_one_and_the_same_one_changes_nothing() {
-        let mut l = Ledger::default();
+        let mut l = Decisions::default();
         let r = report_for("a.py", "max-autotune");
         assert!(l.record(&r, 1));
         assert!(!l.record(&r, 2), "the same report again");
@@ -185,14 +185,20 @@ mod tests {
 
     #[test]
     fn bad_files_are_named_with_what_is_wrong() {
-        let e = Ledger::parse("{\"ledger\": 2, \"entries\": []}", "l.json").unwrap_err();
-        assert_eq!(e.to_string(), "the ledger l.json is of version 2; this kforge reads version 1");
-        let e = Ledger::parse("[1, 2]", "l.json").unwrap_err();
-        assert!(e.to_string().starts_with("the ledger l.json is not a kforge optimize ledger: "), "{e}");
-        let e = Ledger::parse("{\"ledger\": 1, \"entries\": [{\"report\": 3}]}", "l.json").unwrap_err();
-        assert!(e.to_string().contains("not a kforge optimize ledger"), "{e}");
+        let e = Decisions::parse("{\"decisions\": 2, \"entries\": []}", "l.json").unwrap_err();
+        assert_eq!(e.to_string(), "the decisions file l.json is of version 2; this kforge reads version 1");
+        let e = Decisions::parse("[1, 2]", "l.json").unwrap_err();
+        assert!(
+            e.to_string().starts_with("the decisions file l.json is not a kforge optimize decisions file: "),
+            "{e}"
+        );
+        let e = Decisions::parse("{\"decisions\": 1, \"entries\": [{\"report\": 3}]}", "l.json").unwrap_err();
+        assert!(e.to_string().contains("not a kforge optimize decisions file"), "{e}");
         let dir = tempfile::tempdir().unwrap();
-        let e = Ledger::read(dir.path()).unwrap_err();
-        assert!(e.to_string().starts_with(&format!("the ledger {} cannot be read: ", dir.path().display())), "{e}");
+        let e = Decisions::read(dir.path()).unwrap_err();
+        assert!(
+            e.to_string().starts_with(&format!("the decisions file {} cannot be read: ", dir.path().display())),
+            "{e}"
+        );
     }
 }
