@@ -39,7 +39,7 @@ pub enum CoreError {
     #[error("empty cpu set")]
     Empty,
     /// [`split`] was asked to reserve all (or more than all) cpus.
-    #[error("cannot reserve {reserve} of {available} cpus: at least one must stay for jobs")]
+    #[error("cannot reserve {reserve} of {available} cpus: at least one must stay for jobs (a region cpu's SMT siblings stay idle)")]
     TooManyReserved { reserve: usize, available: usize },
     /// The process does not exist (or has no readable threads).
     #[error("no such process {0}")]
@@ -112,6 +112,66 @@ pub fn split(cpus: &[u32], reserve: usize) -> Result<(Vec<u32>, Vec<u32>), CoreE
     }
     let rest = all.split_off(reserve);
     Ok((all, rest))
+}
+
+/// How the usable cpus are split when each region core must be a whole physical core.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CoreSplit {
+    /// One cpu per physical core, for region holders' measuring threads.
+    pub reserved: Vec<u32>,
+    /// The reserved cpus' SMT siblings: given to nobody, so no job thread shares a physical core
+    /// (its execution units, its L1 and L2) with a measuring thread.
+    pub idle_siblings: Vec<u32>,
+    /// Everything else, for jobs.
+    pub jobs: Vec<u32>,
+}
+
+/// Split usable `cpus` like [`split`], but by physical core: the region cpus are the lowest-
+/// numbered cpus of the `reserve` physical cores whose lowest usable cpu is lowest, and their
+/// usable SMT siblings (`siblings_of(cpu)`, the cpu itself included or not) are kept idle. Without
+/// SMT (each cpu its own sibling list) this is [`split`]. Fails with
+/// [`CoreError::TooManyReserved`] when no cpu would be left for jobs.
+pub fn split_whole_cores(
+    cpus: &[u32],
+    reserve: usize,
+    siblings_of: impl Fn(u32) -> Vec<u32>,
+) -> Result<CoreSplit, CoreError> {
+    let all = sorted(cpus);
+    let mut split = CoreSplit::default();
+    let mut taken: Vec<u32> = Vec::new();
+    for &cpu in &all {
+        if split.reserved.len() == reserve {
+            break;
+        }
+        if taken.contains(&cpu) {
+            continue;
+        }
+        let core: Vec<u32> =
+            sorted(&[siblings_of(cpu), vec![cpu]].concat()).into_iter().filter(|c| all.contains(c)).collect();
+        split.reserved.push(cpu);
+        split.idle_siblings.extend(core.iter().copied().filter(|&c| c != cpu));
+        taken.extend(core);
+    }
+    split.idle_siblings = sorted(&split.idle_siblings);
+    split.jobs = all.iter().copied().filter(|c| !taken.contains(c)).collect();
+    if split.reserved.len() < reserve || split.jobs.is_empty() {
+        return Err(CoreError::TooManyReserved { reserve, available: all.len() });
+    }
+    Ok(split)
+}
+
+/// The SMT siblings of `cpu` (itself included) as the kernel lists them under `sys_root`
+/// (normally `/sys`): `devices/system/cpu/cpuN/topology/thread_siblings_list`, or `core_cpus_list`
+/// where only the newer name exists; just `cpu` when neither can be read (no topology exposed, as
+/// in some virtual machines and containers).
+pub fn smt_siblings(sys_root: &std::path::Path, cpu: u32) -> Vec<u32> {
+    let dir = sys_root.join(format!("devices/system/cpu/cpu{cpu}/topology"));
+    ["thread_siblings_list", "core_cpus_list"]
+        .iter()
+        .find_map(|name| fs::read_to_string(dir.join(name)).ok())
+        .and_then(|text| parse_cpu_list(&text).ok())
+        .filter(|list| !list.is_empty())
+        .unwrap_or_else(|| vec![cpu])
 }
 
 fn list_tasks(pid: i32) -> Option<Vec<i32>> {
@@ -223,6 +283,56 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, CoreError> {
         cpus.extend(lo..=hi);
     }
     Ok(sorted(&cpus))
+}
+
+#[cfg(test)]
+mod smt_tests {
+    use super::*;
+
+    /// 8 cpus on 4 physical cores, siblings i and i + 4 (the common Linux numbering).
+    fn paired(cpu: u32) -> Vec<u32> {
+        vec![cpu % 4, cpu % 4 + 4]
+    }
+
+    #[test]
+    fn region_cores_are_whole_physical_cores_and_their_siblings_stay_idle() {
+        let cpus: Vec<u32> = (0..8).collect();
+        let s = split_whole_cores(&cpus, 2, paired).unwrap();
+        assert_eq!(s, CoreSplit { reserved: vec![0, 1], idle_siblings: vec![4, 5], jobs: vec![2, 3, 6, 7] });
+        // Adjacent numbering (siblings 2k and 2k + 1): the second region cpu is another core's.
+        let adjacent = |c: u32| vec![c / 2 * 2, c / 2 * 2 + 1];
+        let s = split_whole_cores(&cpus, 2, adjacent).unwrap();
+        assert_eq!(s, CoreSplit { reserved: vec![0, 2], idle_siblings: vec![1, 3], jobs: vec![4, 5, 6, 7] });
+    }
+
+    #[test]
+    fn without_smt_it_is_the_plain_split_and_too_many_is_refused() {
+        let cpus = [3, 1, 2, 0];
+        let s = split_whole_cores(&cpus, 1, |c| vec![c]).unwrap();
+        assert_eq!((s.reserved, s.jobs), split(&cpus, 1).unwrap());
+        assert!(s.idle_siblings.is_empty());
+        // Siblings outside the usable set are not ours to keep idle.
+        let s = split_whole_cores(&[0, 1, 2], 1, paired).unwrap();
+        assert_eq!(s, CoreSplit { reserved: vec![0], idle_siblings: vec![], jobs: vec![1, 2] });
+        // 4 cpus on 2 cores: reserving 2 leaves nothing for jobs.
+        let e = split_whole_cores(&[0, 1, 4, 5], 2, paired).unwrap_err();
+        assert!(matches!(e, CoreError::TooManyReserved { reserve: 2, available: 4 }), "{e}");
+        assert_eq!(split_whole_cores(&cpus, 0, paired).unwrap().jobs, vec![0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn siblings_are_read_from_the_topology_or_the_cpu_alone() {
+        let root = tempfile::tempdir().unwrap();
+        let topo = root.path().join("devices/system/cpu/cpu3/topology");
+        std::fs::create_dir_all(&topo).unwrap();
+        std::fs::write(topo.join("thread_siblings_list"), "3,67\n").unwrap();
+        assert_eq!(smt_siblings(root.path(), 3), vec![3, 67]);
+        let newer = root.path().join("devices/system/cpu/cpu4/topology");
+        std::fs::create_dir_all(&newer).unwrap();
+        std::fs::write(newer.join("core_cpus_list"), "4-5\n").unwrap();
+        assert_eq!(smt_siblings(root.path(), 4), vec![4, 5]);
+        assert_eq!(smt_siblings(root.path(), 9), vec![9], "no topology: the cpu alone");
+    }
 }
 
 #[cfg(test)]

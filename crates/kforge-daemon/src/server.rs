@@ -76,7 +76,7 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
 
     let freezer_name = format!("kforge-{pid}");
     let freezer = Arc::new(Freezer::detect(&freezer_name, cfg.freeze_mechanism)?);
-    let (reserved, job_cores) = split_cores(cfg.reserve_cores)?;
+    let cores = split_cores(cfg.reserve_cores)?;
     let devs = devices::discover(&cfg.gpus)?;
 
     let store = open_store(&cfg.db)?;
@@ -119,8 +119,9 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
             base_env: std::env::vars().collect(),
             daemon_pid: pid,
             devices: devices.setups,
-            reserved_cores: reserved,
-            job_cores,
+            reserved_cores: cores.reserved,
+            idle_siblings: cores.idle_siblings,
+            job_cores: cores.jobs,
             first_ids,
             learned_peaks,
         },
@@ -167,10 +168,13 @@ fn claim_socket_and_recover(cfg: &Config) -> Result<PathBuf, DaemonError> {
     Ok(state_dir)
 }
 
-/// The online CPUs split into (reserved for measuring threads, for jobs).
-fn split_cores(reserve_cores: usize) -> Result<(Vec<u32>, Vec<u32>), DaemonError> {
+/// The online CPUs split by physical core: one cpu of each reserved core for measuring threads,
+/// its SMT siblings idle, the rest for jobs (`kforge_cores::split_whole_cores`, topology from /sys).
+fn split_cores(reserve_cores: usize) -> Result<kforge_cores::CoreSplit, DaemonError> {
     let cpus = kforge_cores::online_cpus().map_err(|e| DaemonError::Config(e.to_string()))?;
-    kforge_cores::split(&cpus, reserve_cores).map_err(|e| DaemonError::Config(format!("--reserve-cores: {e}")))
+    let sys = Path::new("/sys");
+    kforge_cores::split_whole_cores(&cpus, reserve_cores, |c| kforge_cores::smt_siblings(sys, c))
+        .map_err(|e| DaemonError::Config(format!("--reserve-cores: {e}")))
 }
 
 /// The store at `db` (`:memory:`: an in-memory one), its directory created if missing.

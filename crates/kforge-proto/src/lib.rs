@@ -343,6 +343,9 @@ pub struct StatusReport {
     #[serde(default)]
     pub gate_shim: Option<String>,
     pub reserved_cores: Vec<u32>,
+    /// The reserved cores' SMT siblings, kept idle (no job shares a region core's physical core).
+    #[serde(default)]
+    pub idle_siblings: Vec<u32>,
     pub job_cores: Vec<u32>,
     pub devices: Vec<DeviceStatus>,
     pub jobs: Vec<JobStatus>,

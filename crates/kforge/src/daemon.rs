@@ -25,7 +25,9 @@ pub struct DaemonArgs {
     /// Freeze mechanism; auto picks cgroup2, then cgroup1, then signals.
     #[arg(long, value_enum, default_value = "auto")]
     freeze_mechanism: MechanismArg,
-    /// Cores kept for region holders' measuring threads (jobs run on the others).
+    /// Physical cores kept for region holders' measuring threads: one cpu of each, its SMT
+    /// siblings (from /sys topology) kept idle, so no job thread shares a measuring thread's core;
+    /// jobs run on the other cpus.
     #[arg(long, default_value_t = 0)]
     reserve_cores: usize,
     /// Concurrent commands per device (default: cpu 2 per job core, GPU 4).

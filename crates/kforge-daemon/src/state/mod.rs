@@ -75,6 +75,8 @@ pub struct DaemonParts {
     pub daemon_pid: u32,
     pub devices: Vec<DeviceSetup>,
     pub reserved_cores: Vec<u32>,
+    /// The reserved cores' SMT siblings, given to nobody.
+    pub idle_siblings: Vec<u32>,
     pub job_cores: Vec<u32>,
     /// The largest job, region and measurement ids in the store.
     pub first_ids: (u64, u64, u64),
@@ -96,6 +98,7 @@ pub struct Daemon {
     /// Regions already released (for measurements reported after release, and exits owed).
     released: HashMap<u64, Released>,
     reserved_cores: Vec<u32>,
+    idle_siblings: Vec<u32>,
     job_cores: Vec<u32>,
     busy_cores: BTreeSet<u32>,
     workers: BTreeMap<u64, WarmWorker>,
@@ -162,6 +165,7 @@ impl Daemon {
             regions: BTreeMap::new(),
             released: HashMap::new(),
             reserved_cores: p.reserved_cores,
+            idle_siblings: p.idle_siblings,
             job_cores: p.job_cores,
             busy_cores: BTreeSet::new(),
             workers: BTreeMap::new(),
@@ -472,14 +476,20 @@ impl Daemon {
             isolation: if self.reserved_cores.is_empty() {
                 "off (no reserved cores)".into()
             } else {
+                let idle = if self.idle_siblings.is_empty() {
+                    String::new()
+                } else {
+                    format!(", their SMT siblings {} idle", kforge_cores::format_cpu_list(&self.idle_siblings))
+                };
                 format!(
-                    "sched_setaffinity: region holders on {}, jobs on {}",
+                    "sched_setaffinity: region holders on {}{idle}, jobs on {}",
                     kforge_cores::format_cpu_list(&self.reserved_cores),
                     kforge_cores::format_cpu_list(&self.job_cores)
                 )
             },
             gate_shim: self.cfg.shim.as_ref().map(|p| p.display().to_string()),
             reserved_cores: self.reserved_cores.clone(),
+            idle_siblings: self.idle_siblings.clone(),
             job_cores: self.job_cores.clone(),
             devices,
             jobs: self

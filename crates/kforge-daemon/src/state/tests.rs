@@ -46,6 +46,7 @@ impl Sim {
             daemon_pid: 1,
             devices: devices(),
             reserved_cores: vec![],
+            idle_siblings: vec![],
             job_cores: vec![1],
             first_ids: (0, 0, 0),
             learned_peaks: vec![],
