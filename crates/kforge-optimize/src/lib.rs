@@ -1394,30 +1394,8 @@ pub(crate) mod tests {
 
     #[test]
     fn the_table_lists_every_mode_and_the_decision() {
-        let m = measured("default", false);
-        let question = Question {
-            problem: "p.py".into(),
-            size: "default".into(),
-            device: "0".into(),
-            baseline: Baseline::MaxAutotune,
-            agents: vec![Agent::Dispatch],
-            rounds: 5,
-            beam_width: 0,
-            steps: STEPS_VERSION,
-        };
-        let r = Report {
-            question: question.clone(),
-            decision: decide(&m, Some(Verified::Accepted), true),
-            measurement: m,
-            verified: Some(Verified::Accepted),
-            result: "out/model_new.py".into(),
-            policy: "out/policy.toml".into(),
-            beam: None,
-            config: None,
-            llm: None,
-            tried: Vec::new(),
-            spent: None,
-        };
+        let r = report_for("p.py", "max-autotune");
+        let question = r.question.clone();
         // The report reads back as written, its question flattened into it (--resume reads it).
         let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(back, r);

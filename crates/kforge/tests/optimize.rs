@@ -432,6 +432,14 @@ fn a_campaign_resumes_on_a_fresh_machine_from_its_decisions_file() {
     let (code, text) = optimize(&[&args[..], &["--resume"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     assert_eq!(text.matches("resumed: its decision is in the journal").count(), 2, "{text}");
+
+    // The campaign's summary anywhere, from the file alone: a spent budget starts nothing new.
+    let elsewhere = dir.path().join("summary-only");
+    let (code, text) = optimize(&[&with_file[..], &["--resume", "--budget-wall-s", "0.001"]].concat(), &elsewhere);
+    assert_eq!(code, Some(0), "{text}");
+    let again = campaign(&elsewhere);
+    assert_eq!(again["summary"], c["summary"], "the same summary: {text}");
+    assert!(journal(&elsewhere).steps.is_empty(), "no step ran: {text}");
 }
 
 /// A GPU-seconds budget spent by the first step: nothing else starts, the problems are recorded
