@@ -483,3 +483,48 @@ def test_the_baselines_profile_gives_the_triton_share_or_why_not(monkeypatch: py
     assert "the profile failed: RuntimeError: CUPTI" in dispatch.baseline_profile(lambda *xs: None, [], cuda)["why"]
     monkeypatch.setattr(dispatch, "device_us", lambda *a: {})
     assert dispatch.baseline_profile(lambda *xs: None, [], cuda) == {"why": "the profile saw no device work"}
+
+
+def test_a_knob_that_changes_no_code_is_not_timed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A knob variant whose compile generated exactly its mode's code (the ``# AOT ID`` line
+    aside) is that candidate again: prepared and judged, then named ``same_code_as`` its mode
+    and not timed. On a vector add, freezing (no weights) and aggressive fusion (one kernel) change
+    nothing Inductor writes; a rewrite, a per-graph plan, a plain mode or an unprepared variant
+    is never called the same."""
+    codes = {"default": ("a",), "default+freezing": ("a",), "default+aggressive-fusion": ("b",), "eager": (),
+             "max-autotune-no-cudagraphs": ("a",), "default~rewrite": ("a",), "default+no-epilogue-fusion": ("a",)}
+    ready = {v: object() for v in codes if v != "default+no-epilogue-fusion"}
+    assert dispatch.same_code(list(codes), codes, ready) == {"default+freezing": "default"}
+    assert dispatch.same_code(["default+freezing"], {"default": (), "default+freezing": ()}, ready) == {}, "no code seen"
+    monkeypatch.setenv("KFORGE_SOCKET", str(tmp_path / "no-daemon.sock"))
+    out = tmp_path / "r.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert dispatch.main([VECTOR_ADD, "--out", str(out), "--device", "cpu", "--modes", "eager", "--baseline", "default",
+                              "--knobs", "freezing,aggressive-fusion", "--rounds", "2"]) == 0
+    r = json.loads(out.read_text())
+    for knob in ("default+freezing", "default+aggressive-fusion"):
+        assert r["prepared"][knob]["ok"] and r["prepared"][knob]["same_code_as"] == "default", r["prepared"]
+        assert knob not in r["modes"]
+    assert "eager" in r["modes"] and "same_code_as" not in r["prepared"]["eager"]
+
+
+def test_generated_code_leaves_out_the_compile_number_and_sees_a_changed_kernel() -> None:
+    """Two compiles of one forward generate the same code but for the ``# AOT ID`` line, and so
+    hash the same; another computation hashes otherwise; eager loads no code."""
+    import copy
+
+    model = torch.nn.Linear(16, 16).eval()
+    x = torch.randn(4, 16)
+    with dispatch.room_to_compile(8):
+        def call(options: Any, m: Any = model) -> Any:
+            f = torch.compile(copy.deepcopy(m), options=options, dynamic=False)
+            return lambda: f(x)
+
+        with torch.no_grad():
+            first = dispatch.generated_code(call({"aggressive_fusion": False}))
+            second = dispatch.generated_code(call({"aggressive_fusion": True}))
+            other = dispatch.generated_code(call({}, torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU()).eval()))
+            assert dispatch.generated_code(lambda: model(x)) == ()
+    assert len(first) == 1 and first == second, (first, second)
+    assert other and other != first

@@ -361,9 +361,10 @@ fn variants_table(r: &Report) -> String {
     );
     for (name, p) in &m.prepared {
         let t = m.modes.get(name);
-        let note = match (&p.why, &p.rules) {
-            (Some(why), _) => why.clone(),
-            (None, Some(rules)) => format!("rules: {}", rules.join(", ")),
+        let note = match (&p.why, &p.rules, &p.same_code_as) {
+            (Some(why), _, _) => why.clone(),
+            (None, Some(rules), _) => format!("rules: {}", rules.join(", ")),
+            (None, None, Some(_)) => p.note(),
             _ => String::new(),
         };
         let _ = write!(
@@ -561,6 +562,7 @@ mod tests {
             first_call_s: None,
             rules: None,
             exactness: None,
+            same_code_as: None,
         };
         let m = DispatchMeasurement {
             baseline: "max-autotune".into(),
@@ -723,6 +725,14 @@ mod tests {
         let html = problem_html(&r, None);
         assert!(html.contains("<tr><td>max-autotune+coordinate-descent</td><td>inductor</td>"), "{html}");
         assert!(html.contains("not measured: it compiles exactly as max-autotune</td>"), "{html}");
+        let same =
+            Prepared { ok: true, same_code_as: Some("max-autotune".into()), ..r.measurement.prepared["eager"].clone() };
+        r.measurement.prepared.insert("max-autotune+aggressive-fusion".into(), same);
+        let html = problem_html(&r, None);
+        assert!(
+            html.contains("<td>—</td><td>not timed: its compile generated the same code as max-autotune</td>"),
+            "{html}"
+        );
     }
 
     #[test]

@@ -166,6 +166,21 @@ pub struct Prepared {
     /// A rewrite variant's weakest exactness class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exactness: Option<String>,
+    /// A knob variant whose compile generated exactly its mode's code: that mode (not timed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub same_code_as: Option<String>,
+}
+
+impl Prepared {
+    /// Why a variant that was prepared has no timing: it failed or computed otherwise, or it is
+    /// its mode's code again; empty for one that was timed.
+    pub fn note(&self) -> String {
+        match (&self.same_code_as, self.ok) {
+            (Some(mode), _) => format!("not timed: its compile generated the same code as {mode}"),
+            (None, true) => String::new(),
+            (None, false) => format!("left out: {}", self.why.as_deref().unwrap_or("differs from eager")),
+        }
+    }
 }
 
 impl DispatchMeasurement {
@@ -801,8 +816,9 @@ pub struct Question {
 /// `--resume` redoes what older code measured or decided. 2: variants judged by the fp64 rule
 /// after a tolerance miss, every variant compiled (Dynamo's recompile limit raised), runner-ups
 /// verified after a rejected winner, a warm-up round before the counted ones. 3: per-graph plans
-/// (`graphs:M0/M1/...`) for a forward of several graphs.
-pub const STEPS_VERSION: u32 = 3;
+/// (`graphs:M0/M1/...`) for a forward of several graphs. 4: a knob variant whose compile
+/// generated its mode's code again is not timed (`Prepared::same_code_as`).
+pub const STEPS_VERSION: u32 = 4;
 
 fn first_steps_version() -> u32 {
     1
@@ -873,11 +889,7 @@ impl Report {
             t.push_str(&format!("{:<28} {:>9} {:>19}  {}\n", "MODE", "SPEEDUP", "95% INTERVAL", "NOTE"));
         }
         for (name, p) in &self.measurement.prepared {
-            let note = if p.ok {
-                String::new()
-            } else {
-                format!("left out: {}", p.why.as_deref().unwrap_or("differs from eager"))
-            };
+            let note = p.note();
             match self.measurement.modes.get(name) {
                 Some(m) => t.push_str(&format!(
                     "{name:<28} {:>8.3}x {:>9.3}-{:<9.3}  {}\n",
@@ -1377,6 +1389,14 @@ pub(crate) mod tests {
             "a duplicate is named: {t}"
         );
         assert!(t.contains("beam round 2 (knobs combined, against max-autotune again)"), "{t}");
+        let same =
+            Prepared { ok: true, same_code_as: Some("max-autotune".into()), ..r.measurement.prepared["eager"].clone() };
+        r.measurement.prepared.insert("max-autotune+aggressive-fusion".into(), same);
+        let t = r.table();
+        assert!(
+            t.contains("max-autotune+aggressive-fusion         -                   -  not timed: its compile generated the same code as max-autotune"),
+            "a knob that changed no code is named: {t}"
+        );
         assert!(t.contains("max-autotune+freezing+coordinate-descent    1.400x"), "{t}");
         let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(back, r);

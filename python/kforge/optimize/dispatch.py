@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
+import hashlib
 import json
 import math
 import os
@@ -285,12 +286,52 @@ def reference(problem: Any, dev: Any) -> Reference:
 def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any) -> Tuple[Dict[str, Callable[..., Any]], Dict[str, Dict[str, Any]]]:
     """Per mode its callable on its own copy of the reference, its compile time and how its
     output compares with eager's; modes that fail or compute otherwise are left out of the first
-    dict and say why in the second."""
+    dict and say why in the second. A knob variant whose compile generated exactly the code its
+    mode's did (:func:`same_code`) is left out of the first dict too, ``same_code_as`` its mode
+    in the second: it is that candidate again, and timing it would only add a chance to win by
+    noise."""
     ready: Dict[str, Callable[..., Any]] = {}
     report: Dict[str, Dict[str, Any]] = {}
+    codes: Dict[str, Tuple[str, ...]] = {}
     for mode in modes:
-        prepare_one(mode, ref.model, ref, dev, ready, report)
+        codes[mode] = generated_code(lambda: prepare_one(mode, ref.model, ref, dev, ready, report))
+    for variant, mode in same_code(modes, codes, ready).items():
+        del ready[variant]  # its compiled copy of the model freed before anything is timed
+        report[variant]["same_code_as"] = mode
     return ready, report
+
+
+def generated_code(compile_and_call: Callable[[], None]) -> Tuple[str, ...]:
+    """A SHA-256 of each Inductor wrapper module (the whole generated code: kernels are inlined
+    in it) that ``compile_and_call`` loaded, in load order, with the ``# AOT ID`` line that
+    numbers compiles left out; empty when it loaded none (eager, or a frame Dynamo already had)."""
+    from ..inspect.inductor import WrapperHook
+
+    with WrapperHook() as hook:
+        compile_and_call()
+    digests = []
+    for m in hook.modules:
+        try:
+            with open(m.__file__, encoding="utf-8") as f:
+                lines = [line for line in f.read().splitlines() if not line.startswith("# AOT ID:")]
+        except (OSError, AttributeError, TypeError):
+            return ()  # a module without its source: nothing to compare
+        digests.append(hashlib.sha256("\n".join(lines).encode()).hexdigest())
+    return tuple(digests)
+
+
+def same_code(variants: Sequence[str], codes: Dict[str, Tuple[str, ...]], ready: Dict[str, Any]) -> Dict[str, str]:
+    """Knob variants (``MODE+KNOB...``) whose compile generated the same code as ``MODE``'s,
+    each with its mode: both prepared, both with code. A knob changes Inductor's options alone
+    (never CUDA graphs, which wrap the generated code), and what its options mean at run time
+    is in the code (a kernel's heuristics carry its tuning settings), so the same code is the
+    same candidate."""
+    same: Dict[str, str] = {}
+    for v in variants:
+        mode, knobs = variant_knobs(v)
+        if knobs and v in ready and mode in ready and codes.get(v) and codes.get(v) == codes.get(mode):
+            same[v] = mode
+    return same
 
 
 def prepare_one(variant: str, model: Any, ref: Reference, dev: Any,
