@@ -1,6 +1,7 @@
 """scripts/analysis/campaign_reverify.py, issue 18's re-verification made call by call: which
-result folders a call leaves out (resumed, or restored from a decisions file without a result file), and
-the rows kept across calls (a later row replaces an earlier one, cut to the kept fields)."""
+result folders a call leaves out (no result file: restored from a decisions file; or verified
+again already, for the same decision), and the rows kept across calls (a later row replaces an
+earlier one, cut to the kept fields)."""
 
 from __future__ import annotations
 
@@ -23,27 +24,33 @@ def module() -> Any:
     return m
 
 
-def folder(out: Path, rel: str, result: bool) -> None:
+def folder(out: Path, rel: str, result: bool, decision: Any = None) -> None:
     (out / rel).mkdir(parents=True)
-    (out / rel / "report.json").write_text("{}")
+    (out / rel / "report.json").write_text(json.dumps({"decision": decision or {"kind": "fallback"}}))
     if result:
         (out / rel / "model_new.py").write_text("class ModelNew: pass\n")
 
 
-def test_only_what_this_call_decided_is_verified_again(tmp_path: Path) -> None:
+def test_a_result_is_verified_again_once_while_its_file_exists(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    folder(out, "level1/a", True)   # decided in this call
-    folder(out, "level1/b", True)   # resumed from the journal: verified by the call that decided it
-    folder(out, "level2/c", False)  # restored from a decisions file: no result file here
-    folder(out, "level2/d", True)   # failed in this call (no decision), a report of an older run
-    campaign = {"problems": [
-        {"problem": "level1/a.py", "decision": {"kind": "improved"}, "resumed": False},
-        {"problem": "level1/b.py", "decision": {"kind": "fallback"}, "resumed": True},
-        {"problem": "level2/c.py", "decision": {"kind": "improved"}, "resumed": True},
-        {"problem": "level2/d.py", "decision": None, "error": "boom", "resumed": False},
-    ]}
-    keys = module().skip_keys(campaign, str(out))
-    assert keys == ["verify-results/level1__b", "verify-results/level2__c", "verify-results/level2__d"]
+    improved = {"kind": "improved", "speedup": 1.5}
+    folder(out, "level1/a", True, improved)  # decided, not verified again yet
+    folder(out, "level1/b", True, improved)  # verified again by an earlier call, the same decision
+    folder(out, "level2/c", False)           # restored from a decisions file: no result file here
+    folder(out, "level2/d", True, improved)  # an earlier row, but for another decision: again
+    folder(out, "level2/e", True)            # an earlier row without a verdict: again
+    kept = [
+        {"candidate": "level1__b", "decision": "improved", "decided_speedup": 1.5, "outcome": "accepted"},
+        {"candidate": "level2__d", "decision": "fallback", "decided_speedup": None, "outcome": "rejected"},
+        {"candidate": "level2__e", "decision": "fallback", "decided_speedup": None, "outcome": "could-not-run"},
+    ]
+    keys = module().skip_keys(str(out), kept)
+    assert keys == ["verify-results/level1__b", "verify-results/level2__c"]
+    kept_file = tmp_path / "kept.json"
+    kept_file.write_text(json.dumps({"results": kept}))
+    run = subprocess.run([sys.executable, str(SCRIPT), "skip", str(out), str(kept_file)],
+                         capture_output=True, text=True, check=True)
+    assert run.stdout.split() == keys and run.stderr.strip() == "3 result(s) to verify again"
 
 
 def test_rows_merge_across_calls_and_print_the_agreement(tmp_path: Path) -> None:
@@ -75,4 +82,4 @@ def test_rows_merge_across_calls_and_print_the_agreement(tmp_path: Path) -> None
 
 def test_bad_arguments_print_the_usage() -> None:
     run = subprocess.run([sys.executable, str(SCRIPT), "mix"], capture_output=True, text=True)
-    assert run.returncode == 2 and "campaign_reverify.py skip CAMPAIGN_JSON OUT_DIR" in run.stderr
+    assert run.returncode == 2 and "campaign_reverify.py skip OUT_DIR [KEPT]" in run.stderr

@@ -1,16 +1,19 @@
 """Issue 18's re-verification of a campaign's results, made call by call (scripts/device/campaign.sh
-with REVERIFY=1): the results a call decided are verified again with `kforge verify` in the same
-call, while their files exist (a decisions file carries reports only, not result files), and the rows
-are kept in a committed JSON that later calls and sessions add to.
+with REVERIFY=1): each result is verified again with `kforge verify` while its files exist (a
+decisions file carries reports only, not result files), in the call that decided it or, when
+that call had no time left, in a later call of the same session (its state pack carries the
+files); the rows are kept in a committed JSON that later calls and sessions add to.
 
-    python3 scripts/analysis/campaign_reverify.py skip CAMPAIGN_JSON OUT_DIR > skip.txt
+    python3 scripts/analysis/campaign_reverify.py skip OUT_DIR [KEPT] > skip.txt
         the suite.py task keys (verify-results/NAME) of every report folder below OUT_DIR that
-        this call did not decide: its problem resumed (from the journal or a decisions file) or without a
-        result file; suite.py's SKIP then leaves them out
+        needs no re-verification here: without a result file (restored from a decisions file),
+        or with a row in KEPT (earlier calls' rows; missing: none) for the same decision and a
+        verdict (not could-not-run); suite.py's SKIP then leaves them out. The last line on
+        standard error counts those left to verify
     python3 scripts/analysis/campaign_reverify.py merge KEPT SUMMARY_JSON OUT_JSON
-        KEPT's rows (a file from earlier calls; missing: none) with SUMMARY_JSON's verify-results
-        rows (suite.py's summary of this call) merged by result, a later row replacing an earlier
-        one, written compact to OUT_JSON; prints "N/M re-verified as decided"
+        KEPT's rows with SUMMARY_JSON's verify-results rows (suite.py's summary of this call)
+        merged by result, a later row replacing an earlier one, written compact to OUT_JSON;
+        prints "N/M re-verified as decided"
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 #: The fields a kept row has (suite.py's verify-results row, its decision column included).
 FIELDS = ("candidate", "decision", "decided_speedup", "outcome", "rejected_by", "speedup", "seconds", "agrees")
@@ -30,18 +33,30 @@ def task_name(folder: str, out_dir: str) -> str:
     return os.path.relpath(folder, out_dir).replace(os.sep, "__")
 
 
-def skip_keys(campaign: Dict[str, Any], out_dir: str) -> List[str]:
-    """The verify-results task keys this call did not decide (see the module's doc)."""
-    fresh = {p["problem"][: -len(".py")] if p["problem"].endswith(".py") else p["problem"]
-             for p in campaign.get("problems", []) if p.get("decision") and not p.get("resumed")}
+def decided(report: Dict[str, Any]) -> Tuple[Any, Any]:
+    """A decision as a row records it: its kind and, for an improvement, its speedup."""
+    d = report.get("decision") or {}
+    return d.get("kind"), d.get("speedup")
+
+
+def skip_keys(out_dir: str, kept: List[Dict[str, Any]]) -> List[str]:
+    """The verify-results task keys that need no re-verification here (see the module's doc)."""
+    done = {r["candidate"]: (r.get("decision"), r.get("decided_speedup")) for r in kept
+            if r.get("outcome") not in (None, "could-not-run", "no-verdict")}
     keys = []
     for root, _dirs, files in os.walk(out_dir):
         if "report.json" not in files:
             continue
-        rel = os.path.relpath(root, out_dir)
-        if rel not in fresh or "model_new.py" not in files:
-            keys.append(f"verify-results/{task_name(root, out_dir)}")
+        name = task_name(root, out_dir)
+        with open(os.path.join(root, "report.json")) as f:
+            report = json.load(f)
+        if "model_new.py" not in files or done.get(name) == decided(report):
+            keys.append(f"verify-results/{name}")
     return sorted(keys)
+
+
+def read_kept(path: Path) -> List[Dict[str, Any]]:
+    return list(json.loads(path.read_text())["results"]) if path.exists() else []
 
 
 def merged(kept: List[Dict[str, Any]], new: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -53,15 +68,17 @@ def merged(kept: List[Dict[str, Any]], new: List[Dict[str, Any]]) -> List[Dict[s
 
 
 def main(argv: List[str]) -> int:
-    if len(argv) == 3 and argv[0] == "skip":
-        campaign = json.loads(Path(argv[1]).read_text())
-        print("\n".join(skip_keys(campaign, argv[2])))
+    if len(argv) in (2, 3) and argv[0] == "skip":
+        kept = read_kept(Path(argv[2])) if len(argv) == 3 else []
+        keys = skip_keys(argv[1], kept)
+        reports = sum(1 for _root, _dirs, files in os.walk(argv[1]) if "report.json" in files)
+        print("\n".join(keys))
+        print(f"{reports - len(keys)} result(s) to verify again", file=sys.stderr)
         return 0
     if len(argv) == 4 and argv[0] == "merge":
         kept_path, summary_path, out_path = (Path(a) for a in argv[1:])
-        kept = json.loads(kept_path.read_text())["results"] if kept_path.exists() else []
         summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-        rows = merged(kept, summary.get("verify-results", []))
+        rows = merged(read_kept(kept_path), summary.get("verify-results", []))
         out_path.write_text("{\"results\": [\n" + ",\n".join(json.dumps(r) for r in rows) + "\n]}\n")
         print(f"{sum(bool(r.get('agrees')) for r in rows)}/{len(rows)} re-verified as decided")
         return 0

@@ -22,13 +22,18 @@
 # DECISIONS, a committed file (e.g. bench/results/optimize-campaign/default/decisions.json), is
 # copied to $OUT/decisions.json and passed as `kforge optimize --decisions`, which adds each
 # decision as it is made; copy $OUT/decisions.json over DECISIONS and commit it after every call. REVERIFY=1 (the
-# default) then verifies again, in the same call and through the same daemon, every result this
-# call decided (their files exist only here; the decisions file holds reports only): `suite.py verify-results` with the other folders
-# skipped (scripts/analysis/campaign_reverify.py), its rows merged with REVERIFIED (a committed
-# file of earlier calls' rows, e.g. bench/results/optimize-campaign/default/reverified.json) into
-# $OUT/reverified.json: copy it over REVERIFIED and commit it too. REVERIFY_S (default 120): the
-# seconds the re-verification may start tasks in.
+# default) then verifies again, through the same daemon, every result whose files are here and
+# that REVERIFIED (a committed file of earlier calls' rows, e.g.
+# bench/results/optimize-campaign/default/reverified.json) has no verdict for under the same
+# decision: `suite.py verify-results` with the other folders skipped
+# (scripts/analysis/campaign_reverify.py), its rows merged with REVERIFIED into
+# $OUT/reverified.json: copy it over REVERIFIED and commit it too. A result's files exist only on
+# the machine that decided it (and in STATE's pack within a session): the decisions file holds
+# reports only. CALL_S (default 560): the call's own limit; tasks of the re-verification start
+# only while more than VERIFY_TAIL_S (default 90, a verify's time under load) is left of it,
+# and what is not reached waits for the next call of the session.
 set -uo pipefail
+START=$(date +%s)
 OUT=${OUT:-/tmp/kforge-out}
 mkdir -p "$OUT"
 K=${K:-$PWD/target/release/kforge}  # K: another build (e.g. target/debug/kforge to try the script on a CPU)
@@ -63,14 +68,19 @@ timeout --signal=TERM --kill-after=10 "${HARD_S:-$((BUDGET_WALL_S + 60))}" \
 rc=$?
 [ "$rc" = 124 ] && echo "kforge optimize killed at HARD_S (a step outlived the budget): the next call redoes it"
 echo "kforge optimize exited $rc after $(( $(date +%s) - t0 )) s"
-if [ "${REVERIFY:-1}" = 1 ] && [ -f "$OUT/campaign.json" ]; then
-  # The results this call decided, verified again while their files exist (issue 18's re-verification).
-  python3 scripts/analysis/campaign_reverify.py skip "$OUT/campaign.json" "$W/state/out" >"$W/reverify-skip.txt"
+REVERIFY_DEADLINE=$(( ${CALL_S:-560} - ($(date +%s) - START) - ${VERIFY_TAIL_S:-90} ))
+if [ "${REVERIFY:-1}" = 1 ] && [ "$REVERIFY_DEADLINE" -lt 15 ]; then
+  echo "re-verification: not started, ${REVERIFY_DEADLINE} s left of CALL_S after the tail: the next call of the session does it"
+elif [ "${REVERIFY:-1}" = 1 ]; then
+  # Results whose files are here and that have no verdict yet (issue 18's re-verification).
+  python3 scripts/analysis/campaign_reverify.py skip "$W/state/out" "${REVERIFIED:-/nonexistent}" >"$W/reverify-skip.txt"
   mkdir -p "$W/reverify" "$W/reverify-out"
-  SKIP="$W/reverify-skip.txt" DEADLINE_S="${REVERIFY_S:-120}" \
+  SKIP="$W/reverify-skip.txt" DEADLINE_S="$REVERIFY_DEADLINE" \
     python3 scripts/device/suite.py "$K" "$S" "$W/reverify" "$W/reverify-out" "verify-results:$W/state/out" \
     >"$W/reverify.log" 2>&1 || echo "re-verification: suite.py exited $? (tail of its log:)"
   tail -n 8 "$W/reverify.log"
+fi
+if [ "${REVERIFY:-1}" = 1 ]; then
   python3 scripts/analysis/campaign_reverify.py merge "${REVERIFIED:-/nonexistent}" "$W/reverify-out/summary.json" \
     "$OUT/reverified.json"
 fi
