@@ -486,9 +486,9 @@ def test_the_baselines_profile_gives_the_triton_share_or_why_not(monkeypatch: py
 
 
 def test_a_knob_that_changes_no_code_is_not_timed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A knob variant whose compile generated exactly its mode's code (the ``# AOT ID`` line
-    aside) is that candidate again: prepared and judged, then named ``same_code_as`` its mode
-    and not timed. On a vector add, freezing (no weights) and aggressive fusion (one kernel) change
+    """A knob variant whose compile generated exactly the code of an earlier variant of its mode
+    (the ``# AOT ID`` line aside) is that candidate again: prepared and judged, then named
+    ``same_code_as`` that one and not timed. On a vector add, freezing (no weights) and aggressive fusion (one kernel) change
     nothing Inductor writes; a rewrite, a per-graph plan, a plain mode or an unprepared variant
     is never called the same."""
     codes = {"default": ("a",), "default+freezing": ("a",), "default+aggressive-fusion": ("b",), "eager": (),
@@ -496,6 +496,12 @@ def test_a_knob_that_changes_no_code_is_not_timed(tmp_path: Path, monkeypatch: p
     ready = {v: object() for v in codes if v != "default+no-epilogue-fusion"}
     assert dispatch.same_code(list(codes), codes, ready) == {"default+freezing": "default"}
     assert dispatch.same_code(["default+freezing"], {"default": (), "default+freezing": ()}, ready) == {}, "no code seen"
+    # In the beam's round: a combination whose other knob changed nothing is the single knob again.
+    beam = {"default": ("a",), "default+freezing": ("b",), "default+aggressive-fusion": ("a",),
+            "default+freezing+aggressive-fusion": ("b",), "default+aggressive-fusion+no-epilogue-fusion": ("a",)}
+    assert dispatch.same_code(list(beam), beam, {v: object() for v in beam}) == {
+        "default+aggressive-fusion": "default", "default+freezing+aggressive-fusion": "default+freezing",
+        "default+aggressive-fusion+no-epilogue-fusion": "default"}
     monkeypatch.setenv("KFORGE_SOCKET", str(tmp_path / "no-daemon.sock"))
     out = tmp_path / "r.json"
     with warnings.catch_warnings():

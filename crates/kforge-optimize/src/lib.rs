@@ -166,7 +166,8 @@ pub struct Prepared {
     /// A rewrite variant's weakest exactness class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exactness: Option<String>,
-    /// A knob variant whose compile generated exactly its mode's code: that mode (not timed).
+    /// A knob variant whose compile generated exactly the code of an earlier variant of its mode
+    /// (the mode, or another knob variant): that variant (not timed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub same_code_as: Option<String>,
 }

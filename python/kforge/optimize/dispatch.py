@@ -286,10 +286,10 @@ def reference(problem: Any, dev: Any) -> Reference:
 def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any) -> Tuple[Dict[str, Callable[..., Any]], Dict[str, Dict[str, Any]]]:
     """Per mode its callable on its own copy of the reference, its compile time and how its
     output compares with eager's; modes that fail or compute otherwise are left out of the first
-    dict and say why in the second. A knob variant whose compile generated exactly the code its
-    mode's did (:func:`same_code`) is left out of the first dict too, ``same_code_as`` its mode
-    in the second: it is that candidate again, and timing it would only add a chance to win by
-    noise."""
+    dict and say why in the second. A knob variant whose compile generated exactly the code an
+    earlier variant of its mode did (:func:`same_code`) is left out of the first dict too,
+    ``same_code_as`` that one in the second: it is that candidate again, and timing it would only
+    add a chance to win by noise."""
     ready: Dict[str, Callable[..., Any]] = {}
     report: Dict[str, Dict[str, Any]] = {}
     codes: Dict[str, Tuple[str, ...]] = {}
@@ -321,16 +321,22 @@ def generated_code(compile_and_call: Callable[[], None]) -> Tuple[str, ...]:
 
 
 def same_code(variants: Sequence[str], codes: Dict[str, Tuple[str, ...]], ready: Dict[str, Any]) -> Dict[str, str]:
-    """Knob variants (``MODE+KNOB...``) whose compile generated the same code as ``MODE``'s,
-    each with its mode: both prepared, both with code. A knob changes Inductor's options alone
+    """Knob variants (``MODE+KNOB...``) whose compile generated the same code as an earlier
+    variant of the same mode did (the mode itself, or another knob variant of it: in the beam's
+    round a combination whose other knobs changed nothing is the single knob again), each with
+    the first such one; both prepared, both with code. A knob changes Inductor's options alone
     (never CUDA graphs, which wrap the generated code), and what its options mean at run time
     is in the code (a kernel's heuristics carry its tuning settings), so the same code is the
     same candidate."""
     same: Dict[str, str] = {}
-    for v in variants:
+    for i, v in enumerate(variants):
         mode, knobs = variant_knobs(v)
-        if knobs and v in ready and mode in ready and codes.get(v) and codes.get(v) == codes.get(mode):
-            same[v] = mode
+        if not knobs or v not in ready or not codes.get(v):
+            continue
+        for u in variants[:i]:
+            if u in ready and u not in same and variant_knobs(u)[0] == mode and "~" not in u and codes.get(u) == codes[v]:
+                same[v] = u
+                break
     return same
 
 
