@@ -497,11 +497,17 @@ def test_a_knob_that_changes_no_code_is_not_timed(tmp_path: Path, monkeypatch: p
     assert dispatch.same_code(list(codes), codes, ready) == {"default+freezing": "default"}
     assert dispatch.same_code(["default+freezing"], {"default": (), "default+freezing": ()}, ready) == {}, "no code seen"
     # In the beam's round: a combination whose other knob changed nothing is the single knob again.
-    beam = {"default": ("a",), "default+freezing": ("b",), "default+aggressive-fusion": ("a",),
-            "default+freezing+aggressive-fusion": ("b",), "default+aggressive-fusion+no-epilogue-fusion": ("a",)}
+    # The beam lists its combinations first: the variant with fewer knobs stays, whatever the order.
+    beam = {"default": ("a",), "default+freezing+aggressive-fusion": ("b",),
+            "default+aggressive-fusion+no-epilogue-fusion": ("a",), "default+no-epilogue-fusion+freezing": ("c",),
+            "default+freezing": ("b",), "default+aggressive-fusion": ("a",), "default+no-epilogue-fusion": ("d",)}
     assert dispatch.same_code(list(beam), beam, {v: object() for v in beam}) == {
         "default+aggressive-fusion": "default", "default+freezing+aggressive-fusion": "default+freezing",
         "default+aggressive-fusion+no-epilogue-fusion": "default"}
+    # Only knobs whose every effect is in the generated code are compared.
+    monkeypatch.setattr(dispatch, "SAME_CODE_KNOBS", frozenset({"aggressive-fusion"}))
+    assert dispatch.same_code(list(beam), beam, {v: object() for v in beam}) == {"default+aggressive-fusion": "default"}
+    monkeypatch.undo()
     monkeypatch.setenv("KFORGE_SOCKET", str(tmp_path / "no-daemon.sock"))
     out = tmp_path / "r.json"
     with warnings.catch_warnings():
@@ -513,6 +519,13 @@ def test_a_knob_that_changes_no_code_is_not_timed(tmp_path: Path, monkeypatch: p
         assert r["prepared"][knob]["ok"] and r["prepared"][knob]["same_code_as"] == "default", r["prepared"]
         assert knob not in r["modes"]
     assert "eager" in r["modes"] and "same_code_as" not in r["prepared"]["eager"]
+    # With nothing else to time, the fallback says why.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert dispatch.main([VECTOR_ADD, "--out", str(out), "--device", "cpu", "--modes", "", "--baseline", "default",
+                              "--knobs", "freezing", "--rounds", "2"]) == 0
+    r = json.loads(out.read_text())
+    assert r["fallback"] and r["why"].endswith("not timed, generating an earlier variant's code: default+freezing"), r
 
 
 def test_generated_code_leaves_out_the_compile_number_and_sees_a_changed_kernel() -> None:

@@ -166,8 +166,8 @@ pub struct Prepared {
     /// A rewrite variant's weakest exactness class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub exactness: Option<String>,
-    /// A knob variant whose compile generated exactly the code of an earlier variant of its mode
-    /// (the mode, or another knob variant): that variant (not timed).
+    /// A knob variant whose compile generated exactly the code of a variant of its mode with a
+    /// subset of its knobs (the mode, or a single knob): that variant (this one is not timed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub same_code_as: Option<String>,
 }
@@ -787,6 +787,11 @@ fn fallback_reason(m: &DispatchMeasurement) -> String {
     if !failed.is_empty() {
         why.push_str(&format!("; left out: {}", failed.join("; ")));
     }
+    let alike: Vec<&str> =
+        m.prepared.iter().filter(|(_, p)| p.same_code_as.is_some()).map(|(n, _)| n.as_str()).collect();
+    if !alike.is_empty() {
+        why.push_str(&format!("; not timed, generating an earlier variant's code: {}", alike.join(", ")));
+    }
     if let Some(r) = m.rewrite.as_ref().filter(|r| !r.fired) {
         why.push_str(&format!("; {}", r.line()));
     }
@@ -1154,6 +1159,21 @@ pub(crate) mod tests {
                              "reduce-overhead": {{"ok": false, "why": "RuntimeError: boom"}}}}}}"#
         ))
         .unwrap()
+    }
+
+    #[test]
+    fn a_fallback_names_the_knobs_that_generated_the_baselines_code() {
+        let mut m = measured("max-autotune", true);
+        m.modes.clear();
+        m.noise_floor = None;
+        let same = Prepared { same_code_as: Some("max-autotune".into()), ..m.prepared["default"].clone() };
+        m.prepared.insert("max-autotune+freezing".into(), same);
+        let Decision::Fallback { reason } = decide(&m, None, true) else { panic!("a fallback") };
+        assert!(reason.starts_with("no mode besides max-autotune runs and matches eager"), "{reason}");
+        assert!(
+            reason.ends_with("; not timed, generating an earlier variant's code: max-autotune+freezing"),
+            "{reason}"
+        );
     }
 
     #[test]

@@ -287,7 +287,7 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any) -> Tuple[Dict[
     """Per mode its callable on its own copy of the reference, its compile time and how its
     output compares with eager's; modes that fail or compute otherwise are left out of the first
     dict and say why in the second. A knob variant whose compile generated exactly the code an
-    earlier variant of its mode did (:func:`same_code`) is left out of the first dict too,
+    variant of its mode with a subset of its knobs did (:func:`same_code`) is left out of the first dict too,
     ``same_code_as`` that one in the second: it is that candidate again, and timing it would only
     add a chance to win by noise."""
     ready: Dict[str, Callable[..., Any]] = {}
@@ -295,9 +295,9 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any) -> Tuple[Dict[
     codes: Dict[str, Tuple[str, ...]] = {}
     for mode in modes:
         codes[mode] = generated_code(lambda: prepare_one(mode, ref.model, ref, dev, ready, report))
-    for variant, mode in same_code(modes, codes, ready).items():
-        del ready[variant]  # its compiled copy of the model freed before anything is timed
-        report[variant]["same_code_as"] = mode
+    for variant, other in same_code(modes, codes, ready).items():
+        del ready[variant]  # not timed (Dynamo's cache may still hold its compiled copy)
+        report[variant]["same_code_as"] = other
     return ready, report
 
 
@@ -320,21 +320,34 @@ def generated_code(compile_and_call: Callable[[], None]) -> Tuple[str, ...]:
     return tuple(digests)
 
 
+#: Knobs every effect of which is in the code Inductor generates (the graph it lowers, the
+#: kernels, each kernel's heuristics and their tuning settings), so that a variant generating an
+#: earlier variant's code is that candidate again. A knob acting outside the generated code
+#: (CUDA graphs, which wrap it; C++ compiler flags; AOTAutograd's runtime wrappers) must not be
+#: listed here: its variants are always timed.
+SAME_CODE_KNOBS = frozenset({"freezing", "aggressive-fusion", "coordinate-descent", "no-layout-optimization",
+                             "max-autotune-pointwise", "no-epilogue-fusion"})
+
+
 def same_code(variants: Sequence[str], codes: Dict[str, Tuple[str, ...]], ready: Dict[str, Any]) -> Dict[str, str]:
-    """Knob variants (``MODE+KNOB...``) whose compile generated the same code as an earlier
-    variant of the same mode did (the mode itself, or another knob variant of it: in the beam's
-    round a combination whose other knobs changed nothing is the single knob again), each with
-    the first such one; both prepared, both with code. A knob changes Inductor's options alone
-    (never CUDA graphs, which wrap the generated code), and what its options mean at run time
-    is in the code (a kernel's heuristics carry its tuning settings), so the same code is the
-    same candidate."""
+    """Knob variants (``MODE+KNOB...``, every knob in :data:`SAME_CODE_KNOBS`) whose compile
+    generated the same code as a variant of the same mode with a subset of its knobs did (the
+    mode itself, or in the beam's round a single knob when the combination's other knobs changed
+    nothing), each with the one of fewest knobs, whatever the order they are listed in; both
+    prepared, both with code. The same code is the same candidate: the variant with fewer knobs
+    stays."""
     same: Dict[str, str] = {}
-    for i, v in enumerate(variants):
+    by_knobs = sorted(variants, key=lambda v: len(variant_knobs(v)[1]))
+    for v in by_knobs:
         mode, knobs = variant_knobs(v)
-        if not knobs or v not in ready or not codes.get(v):
+        if not knobs or "~" in v or not set(knobs) <= SAME_CODE_KNOBS or v not in ready or not codes.get(v):
             continue
-        for u in variants[:i]:
-            if u in ready and u not in same and variant_knobs(u)[0] == mode and "~" not in u and codes.get(u) == codes[v]:
+        for u in by_knobs:
+            u_mode, u_knobs = variant_knobs(u)
+            if u == v or len(u_knobs) >= len(knobs):
+                break
+            if (u_mode == mode and "~" not in u and set(u_knobs) < set(knobs) and u in ready and u not in same
+                    and codes.get(u) == codes[v]):
                 same[v] = u
                 break
     return same
@@ -651,6 +664,9 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
     result: Dict[str, Any] = {"baseline": baseline, "prepared": report, "rewrite": proposed, "duplicates": same}
     if len(fns) < 2:
         why = "no mode besides the baseline runs and matches eager"
+        alike = sorted(v for v, p in report.items() if p.get("same_code_as"))
+        if alike:
+            why += f"; not timed, generating an earlier variant's code: {', '.join(alike)}"
         if proposed is not None and not proposed["fired"]:
             why += f"; rewrite: {proposed['why']}"
         result.update({"modes": {}, "noise_floor": None, "winner": baseline, "fallback": True, "why": why})
