@@ -790,7 +790,7 @@ fn fallback_reason(m: &DispatchMeasurement) -> String {
     let alike: Vec<&str> =
         m.prepared.iter().filter(|(_, p)| p.same_code_as.is_some()).map(|(n, _)| n.as_str()).collect();
     if !alike.is_empty() {
-        why.push_str(&format!("; not timed, generating an earlier variant's code: {}", alike.join(", ")));
+        why.push_str(&format!("; not timed, generating the code of a variant with fewer knobs: {}", alike.join(", ")));
     }
     if let Some(r) = m.rewrite.as_ref().filter(|r| !r.fired) {
         why.push_str(&format!("; {}", r.line()));
@@ -1171,7 +1171,7 @@ pub(crate) mod tests {
         let Decision::Fallback { reason } = decide(&m, None, true) else { panic!("a fallback") };
         assert!(reason.starts_with("no mode besides max-autotune runs and matches eager"), "{reason}");
         assert!(
-            reason.ends_with("; not timed, generating an earlier variant's code: max-autotune+freezing"),
+            reason.ends_with("; not timed, generating the code of a variant with fewer knobs: max-autotune+freezing"),
             "{reason}"
         );
     }

@@ -321,8 +321,8 @@ def generated_code(compile_and_call: Callable[[], None]) -> Tuple[str, ...]:
 
 
 #: Knobs every effect of which is in the code Inductor generates (the graph it lowers, the
-#: kernels, each kernel's heuristics and their tuning settings), so that a variant generating an
-#: earlier variant's code is that candidate again. A knob acting outside the generated code
+#: kernels, each kernel's heuristics and their tuning settings), so that a variant generating the
+#: code of one with fewer knobs is that candidate again. A knob acting outside the generated code
 #: (CUDA graphs, which wrap it; C++ compiler flags; AOTAutograd's runtime wrappers) must not be
 #: listed here: its variants are always timed.
 SAME_CODE_KNOBS = frozenset({"freezing", "aggressive-fusion", "coordinate-descent", "no-layout-optimization",
@@ -666,7 +666,7 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
         why = "no mode besides the baseline runs and matches eager"
         alike = sorted(v for v, p in report.items() if p.get("same_code_as"))
         if alike:
-            why += f"; not timed, generating an earlier variant's code: {', '.join(alike)}"
+            why += f"; not timed, generating the code of a variant with fewer knobs: {', '.join(alike)}"
         if proposed is not None and not proposed["fired"]:
             why += f"; rewrite: {proposed['why']}"
         result.update({"modes": {}, "noise_floor": None, "winner": baseline, "fallback": True, "why": why})
