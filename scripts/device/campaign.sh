@@ -64,10 +64,18 @@ if [ -n "${DECISIONS:-}" ]; then
 fi
 timeout --signal=TERM --kill-after=10 "${HARD_S:-$((BUDGET_WALL_S + 60))}" \
   "$K" --socket "$S" optimize "$PROBLEMS" --daemon --resume --out "$W/state/out" --budget-wall-s "$BUDGET_WALL_S" \
-  --json "$OUT/campaign.json" --html "$OUT/campaign.html" "${DECISIONS_ARGS[@]}" "$@" 2>"$W/progress.log"
+  --json "$OUT/campaign.json" --html "$OUT/campaign.html" ${DECISIONS_ARGS[@]+"${DECISIONS_ARGS[@]}"} "$@" 2>"$W/progress.log"
 rc=$?
 [ "$rc" = 124 ] && echo "kforge optimize killed at HARD_S (a step outlived the budget): the next call redoes it"
 echo "kforge optimize exited $rc after $(( $(date +%s) - t0 )) s"
+tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"
+# The new state, packed before the re-verification (which writes nothing there): the output
+# folder always; Inductor's cache only while the pack stays under the 16 MiB a returned file may have.
+tar -czf "$OUT/campaign.tgz" -C "$W/state" out inductor-cache 2>/dev/null
+if [ "$(stat -c %s "$OUT/campaign.tgz")" -gt $((15 * 1024 * 1024)) ]; then
+  echo "state: Inductor's cache left out (the pack would exceed 15 MiB)"
+  tar -czf "$OUT/campaign.tgz" -C "$W/state" out
+fi
 REVERIFY_DEADLINE=$(( ${CALL_S:-560} - ($(date +%s) - START) - ${VERIFY_TAIL_S:-90} ))
 if [ "${REVERIFY:-1}" = 1 ] && [ "$REVERIFY_DEADLINE" -lt 15 ]; then
   echo "re-verification: not started, ${REVERIFY_DEADLINE} s left of CALL_S after the tail: the next call of the session does it"
@@ -75,8 +83,9 @@ elif [ "${REVERIFY:-1}" = 1 ]; then
   # Results whose files are here and that have no verdict yet (issue 18's re-verification).
   python3 scripts/analysis/campaign_reverify.py skip "$W/state/out" "${REVERIFIED:-/nonexistent}" >"$W/reverify-skip.txt"
   mkdir -p "$W/reverify" "$W/reverify-out"
-  SKIP="$W/reverify-skip.txt" DEADLINE_S="$REVERIFY_DEADLINE" \
-    python3 scripts/device/suite.py "$K" "$S" "$W/reverify" "$W/reverify-out" "verify-results:$W/state/out" \
+  # No task starts after the deadline, and none outlives the call (killed at CALL_S less 20 s).
+  SKIP="$W/reverify-skip.txt" DEADLINE_S="$REVERIFY_DEADLINE" timeout --signal=TERM --kill-after=5 \
+    $(( REVERIFY_DEADLINE + ${VERIFY_TAIL_S:-90} - 20 )) python3 scripts/device/suite.py "$K" "$S" "$W/reverify" "$W/reverify-out" "verify-results:$W/state/out" \
     >"$W/reverify.log" 2>&1 || echo "re-verification: suite.py exited $? (tail of its log:)"
   tail -n 8 "$W/reverify.log"
 fi
@@ -87,14 +96,6 @@ fi
 "$K" --socket "$S" shutdown >/dev/null 2>&1 || true
 # Where the call's time went (queued, running, waiting for regions, inside them) per kind of job.
 python3 scripts/device/campaign_jobs.py "$W/store.db" "$OUT/jobs.json" || echo "campaign_jobs.py failed (exit $?)"
-tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"
-# The new state: the output folder always; Inductor's cache only while the pack stays under the
-# 16 MiB a returned file may have.
-tar -czf "$OUT/campaign.tgz" -C "$W/state" out inductor-cache 2>/dev/null
-if [ "$(stat -c %s "$OUT/campaign.tgz")" -gt $((15 * 1024 * 1024)) ]; then
-  echo "state: Inductor's cache left out (the pack would exceed 15 MiB)"
-  tar -czf "$OUT/campaign.tgz" -C "$W/state" out
-fi
 ls -la "$OUT"
 grep -c "decided:" "$W/progress.log" | sed 's/^/problems decided in this call: /'
 exit $rc

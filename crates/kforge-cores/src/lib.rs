@@ -39,7 +39,7 @@ pub enum CoreError {
     #[error("empty cpu set")]
     Empty,
     /// [`split`] was asked to reserve all (or more than all) cpus.
-    #[error("cannot reserve {reserve} of {available} cpus: at least one must stay for jobs (a region cpu's SMT siblings stay idle)")]
+    #[error("cannot reserve {reserve} of {available} cpus: at least one must stay for jobs")]
     TooManyReserved { reserve: usize, available: usize },
     /// The process does not exist (or has no readable threads).
     #[error("no such process {0}")]
@@ -124,40 +124,48 @@ pub struct CoreSplit {
     pub idle_siblings: Vec<u32>,
     /// Everything else, for jobs.
     pub jobs: Vec<u32>,
+    /// The reserved cpus' SMT siblings that jobs run on after all: keeping them idle would have
+    /// left no cpu for jobs (a machine of too few cores), so the split is [`split`]'s.
+    pub shared_siblings: Vec<u32>,
 }
 
 /// Split usable `cpus` like [`split`], but by physical core: the region cpus are the lowest-
 /// numbered cpus of the `reserve` physical cores whose lowest usable cpu is lowest, and their
 /// usable SMT siblings (`siblings_of(cpu)`, the cpu itself included or not) are kept idle. Without
-/// SMT (each cpu its own sibling list) this is [`split`]. Fails with
-/// [`CoreError::TooManyReserved`] when no cpu would be left for jobs.
+/// SMT (each cpu its own sibling list) this is [`split`]. Where whole cores would leave no cpu for
+/// jobs, it is [`split`] too, the siblings it could not keep idle in `shared_siblings`. Fails
+/// with [`CoreError::TooManyReserved`] when [`split`] does.
 pub fn split_whole_cores(
     cpus: &[u32],
     reserve: usize,
     siblings_of: impl Fn(u32) -> Vec<u32>,
 ) -> Result<CoreSplit, CoreError> {
     let all = sorted(cpus);
-    let mut split = CoreSplit::default();
+    let mut whole = CoreSplit::default();
     let mut taken: Vec<u32> = Vec::new();
     for &cpu in &all {
-        if split.reserved.len() == reserve {
+        if whole.reserved.len() == reserve {
             break;
         }
         if taken.contains(&cpu) {
             continue;
         }
-        let core: Vec<u32> =
-            sorted(&[siblings_of(cpu), vec![cpu]].concat()).into_iter().filter(|c| all.contains(c)).collect();
-        split.reserved.push(cpu);
-        split.idle_siblings.extend(core.iter().copied().filter(|&c| c != cpu));
+        let core: Vec<u32> = sorted(&[siblings_of(cpu), vec![cpu]].concat())
+            .into_iter()
+            .filter(|c| all.contains(c) && !taken.contains(c))
+            .collect();
+        whole.reserved.push(cpu);
+        whole.idle_siblings.extend(core.iter().copied().filter(|&c| c != cpu));
         taken.extend(core);
     }
-    split.idle_siblings = sorted(&split.idle_siblings);
-    split.jobs = all.iter().copied().filter(|c| !taken.contains(c)).collect();
-    if split.reserved.len() < reserve || split.jobs.is_empty() {
-        return Err(CoreError::TooManyReserved { reserve, available: all.len() });
+    whole.idle_siblings = sorted(&whole.idle_siblings);
+    whole.jobs = all.iter().copied().filter(|c| !taken.contains(c)).collect();
+    if whole.reserved.len() == reserve && !whole.jobs.is_empty() {
+        return Ok(whole);
     }
-    Ok(split)
+    let (reserved, jobs) = split(&all, reserve)?;
+    let shared = reserved.iter().flat_map(|&c| siblings_of(c)).filter(|c| jobs.contains(c)).collect::<Vec<_>>();
+    Ok(CoreSplit { reserved, idle_siblings: Vec::new(), jobs, shared_siblings: sorted(&shared) })
 }
 
 /// The SMT siblings of `cpu` (itself included) as the kernel lists them under `sys_root`
@@ -298,11 +306,17 @@ mod smt_tests {
     fn region_cores_are_whole_physical_cores_and_their_siblings_stay_idle() {
         let cpus: Vec<u32> = (0..8).collect();
         let s = split_whole_cores(&cpus, 2, paired).unwrap();
-        assert_eq!(s, CoreSplit { reserved: vec![0, 1], idle_siblings: vec![4, 5], jobs: vec![2, 3, 6, 7] });
+        let whole = |reserved: Vec<u32>, idle_siblings: Vec<u32>, jobs: Vec<u32>| CoreSplit {
+            reserved,
+            idle_siblings,
+            jobs,
+            shared_siblings: vec![],
+        };
+        assert_eq!(s, whole(vec![0, 1], vec![4, 5], vec![2, 3, 6, 7]));
         // Adjacent numbering (siblings 2k and 2k + 1): the second region cpu is another core's.
         let adjacent = |c: u32| vec![c / 2 * 2, c / 2 * 2 + 1];
         let s = split_whole_cores(&cpus, 2, adjacent).unwrap();
-        assert_eq!(s, CoreSplit { reserved: vec![0, 2], idle_siblings: vec![1, 3], jobs: vec![4, 5, 6, 7] });
+        assert_eq!(s, whole(vec![0, 2], vec![1, 3], vec![4, 5, 6, 7]));
     }
 
     #[test]
@@ -313,10 +327,23 @@ mod smt_tests {
         assert!(s.idle_siblings.is_empty());
         // Siblings outside the usable set are not ours to keep idle.
         let s = split_whole_cores(&[0, 1, 2], 1, paired).unwrap();
-        assert_eq!(s, CoreSplit { reserved: vec![0], idle_siblings: vec![], jobs: vec![1, 2] });
-        // 4 cpus on 2 cores: reserving 2 leaves nothing for jobs.
-        let e = split_whole_cores(&[0, 1, 4, 5], 2, paired).unwrap_err();
-        assert!(matches!(e, CoreError::TooManyReserved { reserve: 2, available: 4 }), "{e}");
+        assert_eq!(s, CoreSplit { reserved: vec![0], jobs: vec![1, 2], ..CoreSplit::default() });
+        // 4 cpus on 2 cores: whole cores would leave nothing for jobs, so the siblings are shared.
+        let s = split_whole_cores(&[0, 1, 4, 5], 2, paired).unwrap();
+        assert_eq!(
+            s,
+            CoreSplit { reserved: vec![0, 1], idle_siblings: vec![], jobs: vec![4, 5], shared_siblings: vec![4, 5] }
+        );
+        let e = split_whole_cores(&[0, 4], 2, paired).unwrap_err();
+        assert!(matches!(e, CoreError::TooManyReserved { reserve: 2, available: 2 }), "{e}");
+        // An inconsistent topology (cpu 1 lists cpu 0, already reserved, as its sibling): a
+        // reserved cpu is never also an idle sibling.
+        let odd = |c: u32| if c == 1 { vec![0, 1, 3] } else { vec![c] };
+        let s = split_whole_cores(&[0, 1, 2, 3, 4], 2, odd).unwrap();
+        assert_eq!(
+            s,
+            CoreSplit { reserved: vec![0, 1], idle_siblings: vec![3], jobs: vec![2, 4], ..CoreSplit::default() }
+        );
         assert_eq!(split_whole_cores(&cpus, 0, paired).unwrap().jobs, vec![0, 1, 2, 3]);
     }
 

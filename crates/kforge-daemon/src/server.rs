@@ -121,6 +121,7 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
             devices: devices.setups,
             reserved_cores: cores.reserved,
             idle_siblings: cores.idle_siblings,
+            shared_siblings: cores.shared_siblings,
             job_cores: cores.jobs,
             first_ids,
             learned_peaks,
@@ -169,7 +170,8 @@ fn claim_socket_and_recover(cfg: &Config) -> Result<PathBuf, DaemonError> {
 }
 
 /// The online CPUs split by physical core: one cpu of each reserved core for measuring threads,
-/// its SMT siblings idle, the rest for jobs (`kforge_cores::split_whole_cores`, topology from /sys).
+/// its SMT siblings idle (shared with jobs on a machine of too few cores), the rest for jobs
+/// (`kforge_cores::split_whole_cores`, topology from /sys).
 fn split_cores(reserve_cores: usize) -> Result<kforge_cores::CoreSplit, DaemonError> {
     let cpus = kforge_cores::online_cpus().map_err(|e| DaemonError::Config(e.to_string()))?;
     let sys = Path::new("/sys");

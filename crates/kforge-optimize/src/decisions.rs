@@ -31,11 +31,32 @@ pub enum DecisionsError {
     Write { path: String, why: String },
 }
 
-/// One decided problem: its report, and when it was decided (seconds since the Unix epoch).
+/// One decided problem: its report, when and where it was decided, and what it was decided on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Entry {
+    /// Seconds since the Unix epoch.
     pub decided_unix_s: u64,
+    /// The machine as the run saw it (the GPU's name, or `cpu`, and torch's version): a decision
+    /// timed on another GPU or torch is not this machine's.
+    pub machine: String,
+    /// The problem file's content hash: a problem edited at the same path is another problem.
+    pub source_hash: String,
+    /// The result file and its policy's content hash (`model_new.py`, `policy.toml`), where they
+    /// were written: a folder still holding them keeps them on a restore.
+    #[serde(default)]
+    pub result_hash: Option<String>,
     pub report: Report,
+}
+
+/// What a decisions file says for a question on this machine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer<'a> {
+    /// No entry for the question (or one whose LLM search was cut short: continued, not taken).
+    Nothing,
+    /// An entry for the question, decided on this machine for this source.
+    Taken(&'a Entry),
+    /// An entry for the question that does not hold here: why (another machine, an edited problem).
+    Stale(String),
 }
 
 /// Every decided problem, one entry per question.
@@ -77,32 +98,44 @@ impl Decisions {
         serde_json::from_str(text).map_err(|e| DecisionsError::Format { path: shown.into(), why: e.to_string() })
     }
 
-    /// The report decided for exactly this question, unless its LLM search was cut short.
-    pub fn answer(&self, q: &Question) -> Option<&Report> {
-        self.entries
-            .iter()
-            .map(|e| &e.report)
-            .find(|r| r.question == *q)
-            .filter(|r| !r.llm.as_ref().is_some_and(|l| l.cut_short()))
+    /// What the file holds for exactly this question, decided on `machine` for a problem whose
+    /// source hashes to `source_hash`.
+    pub fn answer(&self, q: &Question, machine: &str, source_hash: &str) -> Answer<'_> {
+        let Some(e) = self.entries.iter().find(|e| e.report.question == *q) else { return Answer::Nothing };
+        if e.report.llm.as_ref().is_some_and(|l| l.cut_short()) {
+            return Answer::Nothing;
+        }
+        if e.machine != machine {
+            return Answer::Stale(format!("decided on {}, this run is on {machine}", e.machine));
+        }
+        if e.source_hash != source_hash {
+            return Answer::Stale("decided for another version of the problem file".into());
+        }
+        Answer::Taken(e)
     }
 
-    /// `report` recorded: it replaces an entry of the same question; true when it changed.
-    pub fn record(&mut self, report: &Report, now_unix_s: u64) -> bool {
-        match self.entries.iter_mut().find(|e| e.report.question == report.question) {
-            Some(e) if e.report == *report => false,
+    /// `entry` recorded: it replaces an entry of the same question; true when that changed the
+    /// file (the same report, machine and source again change nothing, whenever decided).
+    pub fn record(&mut self, entry: Entry) -> bool {
+        let same = |a: &Entry, b: &Entry| {
+            (&a.report, &a.machine, &a.source_hash, &a.result_hash)
+                == (&b.report, &b.machine, &b.source_hash, &b.result_hash)
+        };
+        match self.entries.iter_mut().find(|e| e.report.question == entry.report.question) {
+            Some(e) if same(e, &entry) => false,
             Some(e) => {
-                *e = Entry { decided_unix_s: now_unix_s, report: report.clone() };
+                *e = entry;
                 true
             }
             None => {
-                self.entries.push(Entry { decided_unix_s: now_unix_s, report: report.clone() });
+                self.entries.push(entry);
                 true
             }
         }
     }
 
-    /// Its text: one entry a line, ordered by problem (compact, and a diff shows which
-    /// problems a run decided).
+    /// Its text: one entry a line, ordered by problem (compact, and a diff shows which problems a
+    /// run decided).
     pub fn text(&self) -> Result<String, serde_json::Error> {
         let mut entries: Vec<&Entry> = self.entries.iter().collect();
         entries.sort_by(|a, b| a.report.question.problem.cmp(&b.report.question.problem));
@@ -110,18 +143,16 @@ impl Decisions {
         Ok(format!("{{\"decisions\": {},\n\"entries\": [\n{}\n]}}\n", self.decisions, lines.join(",\n")))
     }
 
-    /// The file written whole (a temporary file beside it, then renamed over it: a run killed
-    /// while writing leaves the old file).
+    /// The file written whole: a temporary file beside it, synced, then renamed over it (a run
+    /// killed while writing leaves the old file).
     pub fn write(&self, path: &Path) -> Result<(), DecisionsError> {
         let shown = path.display().to_string();
         let text = self.text().map_err(|e| DecisionsError::Write { path: shown.clone(), why: e.to_string() })?;
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+        let tmp = beside(path, "tmp");
         let write = || -> std::io::Result<()> {
-            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(dir)?;
-            }
-            std::fs::write(&tmp, text)?;
+            let mut f = std::fs::File::create(&tmp)?;
+            std::io::Write::write_all(&mut f, text.as_bytes())?;
+            f.sync_all()?;
             std::fs::rename(&tmp, path)
         };
         write().map_err(|e| {
@@ -129,6 +160,35 @@ impl Decisions {
             DecisionsError::Write { path: shown, why: e.to_string() }
         })
     }
+
+    /// Under an exclusive lock of the file (a lock file beside it, so that several runs may share
+    /// one decisions file): the file read again, `change` applied, and written when it changed
+    /// anything; the file as it now is. The file's folder is created when missing.
+    pub fn update(path: &Path, change: impl FnOnce(&mut Decisions) -> bool) -> Result<Decisions, DecisionsError> {
+        let shown = path.display().to_string();
+        let io = |e: std::io::Error| DecisionsError::Write { path: shown.clone(), why: e.to_string() };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(beside(path, "lock"))
+            .map_err(io)?;
+        lock.lock().map_err(io)?;
+        let mut now = Decisions::read(path)?;
+        if change(&mut now) || !path.exists() {
+            now.write(path)?;
+        }
+        Ok(now)
+    }
+}
+
+/// `.NAME.WHAT` beside `path`.
+fn beside(path: &Path, what: &str) -> std::path::PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    path.with_file_name(format!(".{name}.{what}"))
 }
 
 #[cfg(test)]
@@ -136,51 +196,100 @@ mod tests {
     use super::*;
     use crate::tests::report_for;
 
+    fn entry(problem: &str, baseline: &str, at: u64) -> Entry {
+        Entry {
+            decided_unix_s: at,
+            machine: "NVIDIA H200, torch 2.11".into(),
+            source_hash: "s1".into(),
+            result_hash: Some("r1".into()),
+            report: report_for(problem, baseline),
+        }
+    }
+
     #[test]
     fn a_missing_file_is_empty_and_a_written_one_reads_back() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("sub/decisions.json");
-        let mut l = Decisions::read(&path).unwrap();
+        let l = Decisions::read(&path).unwrap();
         assert!(l.entries.is_empty());
-        assert!(l.record(&report_for("b.py", "max-autotune"), 7));
-        assert!(l.record(&report_for("a.py", "max-autotune"), 8));
-        l.write(&path).unwrap();
+        let l = Decisions::update(&path, |d| {
+            d.record(entry("b.py", "max-autotune", 7)) | d.record(entry("a.py", "max-autotune", 8))
+        })
+        .unwrap();
+        assert_eq!(l.entries.len(), 2);
         let back = Decisions::read(&path).unwrap();
         let problems: Vec<&str> = back.entries.iter().map(|e| e.report.question.problem.as_str()).collect();
-        assert_eq!(problems, ["a.py", "b.py"], "ordered by problem");
-        assert_eq!(back.entries[0].decided_unix_s, 8);
-        assert!(std::fs::read_dir(path.parent().unwrap()).unwrap().count() == 1, "no temporary file left");
+        assert_eq!(problems, ["a.py", "b.py"], "written ordered by problem");
+        assert_eq!(back.entries[0], entry("a.py", "max-autotune", 8));
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 5, "one entry a line: {text}");
-        assert_eq!(Decisions::parse(&Decisions::default().text().unwrap(), "empty").unwrap(), Decisions::default());
+        let names: Vec<String> = std::fs::read_dir(path.parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into())
+            .collect();
+        assert!(!names.iter().any(|n| n.ends_with(".tmp")), "no temporary file left: {names:?}");
+        // Created when missing, even with nothing in it.
+        let empty = dir.path().join("empty.json");
+        Decisions::update(&empty, |_| false).unwrap();
+        assert_eq!(Decisions::read(&empty).unwrap(), Decisions::default());
+        assert!(std::fs::read_to_string(&empty).unwrap().starts_with("{\"decisions\": 1,"));
     }
 
     #[test]
-    fn an_answer_is_for_the_same_question_only() {
+    fn an_answer_is_for_the_same_question_machine_and_source_only() {
         let mut l = Decisions::default();
-        let r = report_for("a.py", "max-autotune");
-        l.record(&r, 1);
-        assert_eq!(l.answer(&r.question), Some(&r));
-        assert_eq!(l.answer(&report_for("a.py", "default").question), None, "another baseline");
-        let mut older = r.question.clone();
+        let e = entry("a.py", "max-autotune", 1);
+        l.record(e.clone());
+        let (m, s) = ("NVIDIA H200, torch 2.11", "s1");
+        assert_eq!(l.answer(&e.report.question, m, s), Answer::Taken(&e));
+        assert_eq!(l.answer(&report_for("a.py", "default").question, m, s), Answer::Nothing, "another baseline");
+        let mut older = e.report.question.clone();
         older.steps -= 1;
-        assert_eq!(l.answer(&older), None, "older steps answer another question");
+        assert_eq!(l.answer(&older, m, s), Answer::Nothing, "older steps answer another question");
+        assert_eq!(
+            l.answer(&e.report.question, "NVIDIA H100 80GB HBM3, torch 2.11", s),
+            Answer::Stale(
+                "decided on NVIDIA H200, torch 2.11, this run is on NVIDIA H100 80GB HBM3, torch 2.11".into()
+            )
+        );
+        assert_eq!(
+            l.answer(&e.report.question, m, "s2"),
+            Answer::Stale("decided for another version of the problem file".into())
+        );
     }
 
     #[test]
     fn a_new_decision_replaces_the_old_one_and_the_same_one_changes_nothing() {
         let mut l = Decisions::default();
-        let r = report_for("a.py", "max-autotune");
-        assert!(l.record(&r, 1));
-        assert!(!l.record(&r, 2), "the same report again");
+        let e = entry("a.py", "max-autotune", 1);
+        assert!(l.record(e.clone()));
+        assert!(!l.record(Entry { decided_unix_s: 2, ..e.clone() }), "the same decision again");
         assert_eq!(l.entries[0].decided_unix_s, 1);
-        let mut changed = r.clone();
-        changed.policy = "other".into();
-        assert!(l.record(&changed, 3));
+        let mut changed = e.clone();
+        changed.report.policy = "other".into();
+        assert!(l.record(changed));
         assert_eq!(l.entries.len(), 1);
         assert_eq!(l.entries[0].report.policy, "other");
-        assert!(l.record(&report_for("a.py", "default"), 4), "another question is another entry");
+        assert!(l.record(entry("a.py", "default", 4)), "another question is another entry");
         assert_eq!(l.entries.len(), 2);
+    }
+
+    #[test]
+    fn runs_sharing_a_file_keep_each_others_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.json");
+        // Two runs read the file at their start (empty), then each records its own decision.
+        let threads: Vec<_> = ["a.py", "b.py", "c.py", "d.py"]
+            .into_iter()
+            .map(|p| {
+                let path = path.clone();
+                std::thread::spawn(move || Decisions::update(&path, |d| d.record(entry(p, "max-autotune", 1))).unwrap())
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(Decisions::read(&path).unwrap().entries.len(), 4, "no run's write lost another's entry");
     }
 
     #[test]

@@ -13,7 +13,7 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kforge_optimize::budget::{Budget, Spending};
-use kforge_optimize::decisions::Decisions;
+use kforge_optimize::decisions::{Answer, Decisions, Entry};
 use kforge_optimize::journal::{content_hash, verified_name, verified_of, Journal, StepDone};
 use kforge_optimize::search::{measure_args, Step};
 use kforge_optimize::{
@@ -136,7 +136,7 @@ struct Plan {
 pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
     let plan = plan(&a)?;
     let decisions = match &a.decisions {
-        Some(path) => Some(DecisionsFile { decisions: Mutex::new(Decisions::read(path)?), path: path.clone() }),
+        Some(path) => Some(DecisionsFile::open(path, &a.python, &a.device)?),
         None => None,
     };
     let problems = if a.problem.is_dir() {
@@ -258,27 +258,72 @@ struct Run<'a> {
     decisions: Option<DecisionsFile>,
 }
 
-/// The decisions file as read and its path, shared by the problems in flight.
+/// The decisions file as read at the start, its path and this machine, shared by the problems
+/// in flight.
 struct DecisionsFile {
     path: PathBuf,
-    decisions: Mutex<Decisions>,
+    read: Decisions,
+    /// The GPU's name (or `cpu`) and torch's version: entries of another machine are not taken.
+    machine: String,
 }
 
+/// Result files a decided problem's folder holds (`Entry::result_hash`).
+const RESULT_FILES: [&str; 2] = ["model_new.py", "policy.toml"];
+
 impl DecisionsFile {
-    /// The file's report for exactly this question.
-    fn answer(&self, q: &Question) -> Option<Report> {
-        self.decisions.lock().unwrap_or_else(|e| e.into_inner()).answer(q).cloned()
+    /// The file at `path` (created, empty, when missing: a path that cannot be written is named
+    /// before anything runs) and this machine as `python` sees `device`.
+    fn open(path: &Path, python: &str, device: &str) -> Result<DecisionsFile> {
+        let read = Decisions::update(path, |_| false)?;
+        Ok(DecisionsFile { path: path.to_path_buf(), read, machine: machine_of(python, device)? })
     }
 
-    /// `report` added (or replacing its question's entry), the file written when that changed it.
-    fn record(&self, report: &Report) -> Result<()> {
-        let mut decisions = self.decisions.lock().unwrap_or_else(|e| e.into_inner());
+    /// `report` added with this machine, its problem's source hash and its result files' hash
+    /// (`replace`: over its question's entry; else only where there is none).
+    fn record(
+        &self,
+        report: &Report,
+        source_hash: String,
+        out: &Path,
+        replace: bool,
+    ) -> std::result::Result<(), String> {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        if decisions.record(report, now) {
-            decisions.write(&self.path)?;
-        }
-        Ok(())
+        let entry = Entry {
+            decided_unix_s: now,
+            machine: self.machine.clone(),
+            source_hash,
+            result_hash: files_hash(out, &RESULT_FILES).ok(),
+            report: report.clone(),
+        };
+        let add = |d: &mut Decisions| {
+            let known = d.entries.iter().any(|e| e.report.question == entry.report.question);
+            (replace || !known) && d.record(entry)
+        };
+        Decisions::update(&self.path, add).map(|_| ()).map_err(|e| e.to_string())
     }
+}
+
+/// The machine as `python` sees `device`: the GPU's name (the first GPU for `auto`) or `cpu`, and
+/// torch's version.
+fn machine_of(python: &str, device: &str) -> Result<String> {
+    let probe = "import sys, torch\n\
+        d = sys.argv[1]\n\
+        gpu = d != 'cpu' and torch.cuda.is_available()\n\
+        name = torch.cuda.get_device_name(0 if d == 'auto' else int(d)) if gpu else 'cpu'\n\
+        print(f'{name}, torch {torch.__version__}')";
+    let o = Command::new(python)
+        .args(["-c", probe, device])
+        .output()
+        .with_context(|| format!("running {python} to tell which machine this is (--decisions)"))?;
+    let text = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    if !o.status.success() || text.is_empty() {
+        bail!(
+            "--decisions: {python} could not tell which machine this is ({}): {}",
+            o.status,
+            last_lines(&String::from_utf8_lossy(&o.stderr))
+        );
+    }
+    Ok(text)
 }
 
 /// One lock per step input in flight, so that problems running at once with identical inputs
@@ -463,23 +508,17 @@ impl Run<'_> {
         }
     }
 
-    /// One problem in `out`: taken from the journal with `--resume`, else its steps in turn.
-    /// With `--decisions`, a decided problem's report is added to the decisions file.
+    /// One problem in `out`: taken from the journal with `--resume` (or from the decisions file),
+    /// else its steps in turn. With `--decisions`, a decision made here goes into the file, and
+    /// one taken from the journal too where the file has none for its question.
     fn problem(&self, index: usize, problem: &Path, out: &Path, gpu_s: &Cell<f64>) -> Result<Outcome> {
-        let outcome = self.problem_steps(index, problem, out, gpu_s)?;
-        if let (Some(d), Outcome::Decided { report, .. }) = (&self.decisions, &outcome) {
-            d.record(report)?;
-        }
-        Ok(outcome)
-    }
-
-    fn problem_steps(&self, index: usize, problem: &Path, out: &Path, gpu_s: &Cell<f64>) -> Result<Outcome> {
         let q = question(self.a, self.plan, problem);
         if let Some(report) = self.resumed(&q, out)? {
             self.progress(index, problem, "resumed: its decision is in the journal");
+            self.record(index, problem, &report, out, false)?;
             return Ok(Outcome::Decided { report: Box::new(report), resumed: true });
         }
-        if let Some(report) = self.restored_from_decisions(&q, out)? {
+        if let Some(report) = self.restored_from_decisions(index, problem, &q, out)? {
             let from = self.decisions.as_ref().map(|d| d.path.display().to_string()).unwrap_or_default();
             self.progress(index, problem, &format!("resumed: its decision is in the decisions file {from}"));
             return Ok(Outcome::Decided { report: Box::new(report), resumed: true });
@@ -492,23 +531,67 @@ impl Run<'_> {
         let source = std::fs::read(problem).with_context(|| format!("reading {}", problem.display()))?;
         let (started, earlier) = (Instant::now(), Cell::new(Spent::default()));
         let p = ProblemRun { run: self, index, problem, out, source, question: q, gpu_s, started, earlier };
-        p.steps()
+        let outcome = p.steps()?;
+        if let Outcome::Decided { report, .. } = &outcome {
+            self.record(index, problem, report, out, true)?;
+        }
+        Ok(outcome)
     }
 
-    /// With `--resume --decisions`, the file's report for this question, restored as the
-    /// problem's `out/report.json` and journaled as its decision (so that the folder resumes
-    /// without the file too). Its result files stay where they were made: the file holds reports
-    /// only.
-    fn restored_from_decisions(&self, q: &Question, out: &Path) -> Result<Option<Report>> {
-        let Some(report) = self.decisions.as_ref().filter(|_| self.a.resume).and_then(|d| d.answer(q)) else {
-            return Ok(None);
+    /// With `--decisions`, `report` into the file (`replace`: over an entry of its question; else
+    /// only where there is none). A file that cannot be written is a warning: the decision is in
+    /// the folder's report and journal.
+    fn record(&self, index: usize, problem: &Path, report: &Report, out: &Path, replace: bool) -> Result<()> {
+        let Some(d) = &self.decisions else { return Ok(()) };
+        let source = std::fs::read(problem).with_context(|| format!("reading {}", problem.display()))?;
+        if let Err(why) = d.record(report, content_hash(&[&source]), out, replace) {
+            self.progress(index, problem, &format!("warning: its decision is not in the decisions file: {why}"));
+        }
+        Ok(())
+    }
+
+    /// With `--resume --decisions`, the file's report for this question, decided on this machine
+    /// for this source, restored as the problem's `out/report.json` and journaled as its decision
+    /// (so that the folder resumes without the file too). Its result files are kept where the
+    /// folder still holds the ones it names (`Entry::result_hash`); other result files there are
+    /// another decision's and are removed. An entry that does not hold here is said and decided
+    /// again.
+    fn restored_from_decisions(
+        &self,
+        index: usize,
+        problem: &Path,
+        q: &Question,
+        out: &Path,
+    ) -> Result<Option<Report>> {
+        let Some(d) = self.decisions.as_ref().filter(|_| self.a.resume) else { return Ok(None) };
+        let source = std::fs::read(problem).with_context(|| format!("reading {}", problem.display()))?;
+        let entry = match d.read.answer(q, &d.machine, &content_hash(&[&source])) {
+            Answer::Nothing => return Ok(None),
+            Answer::Stale(why) => {
+                self.progress(
+                    index,
+                    problem,
+                    &format!("the decisions file's entry does not hold here ({why}): run again"),
+                );
+                return Ok(None);
+            }
+            Answer::Taken(e) => e,
         };
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        let mut report = entry.report.clone();
+        let here = files_hash(out, &RESULT_FILES).ok();
+        if here.is_some() && here != entry.result_hash {
+            for name in RESULT_FILES {
+                let stale = out.join(name);
+                std::fs::remove_file(&stale)
+                    .with_context(|| format!("removing {} (another decision's)", stale.display()))?;
+            }
+        }
+        (report.result, report.policy) = (self.journaled(out, RESULT_FILES[0]), self.journaled(out, RESULT_FILES[1]));
         let path = out.join("report.json");
         let body = serde_json::to_string_pretty(&report).context("serializing the report")?;
         std::fs::write(&path, body).with_context(|| format!("writing {}", path.display()))?;
-        let journaled = std::path::absolute(&path).unwrap_or(path);
-        self.journal.decided(q, &report.decision, &journaled)?;
+        self.journal.decided(q, &report.decision, Path::new(&self.journaled(out, "report.json")))?;
         Ok(Some(report))
     }
 
@@ -528,6 +611,12 @@ impl Run<'_> {
         }
         let journaled = self.journal.decision_for(q)?.is_some();
         Ok((journaled || !self.journal.decided_any(&q.problem)?).then_some(report))
+    }
+
+    /// A file of a problem's folder as reports and the journal name it: absolute.
+    fn journaled(&self, out: &Path, name: &str) -> String {
+        let path = out.join(name);
+        std::path::absolute(&path).unwrap_or(path).display().to_string()
     }
 
     /// `kforge verify PROBLEM FILE --policy POLICY --json VERDICT` (this binary) with the run's
@@ -1002,7 +1091,8 @@ impl ProblemRun<'_> {
             if self.take(&from.output, &from.output_hash, outputs)? {
                 let id = journal.started(&self.question.problem, step, input_hash)?;
                 journal.reused(id, &from, &self.journaled_path(outputs[0]))?;
-                if from.run != journal.run() {
+                // Another problem's step (an identical input) is that problem's cost, counted there.
+                if from.run != journal.run() && from.problem == self.question.problem {
                     let mut e = self.earlier.get();
                     e.seconds += from.seconds.unwrap_or(0.0);
                     e.gpu_seconds += from.gpu_seconds.unwrap_or(0.0);

@@ -418,8 +418,13 @@ fn a_campaign_resumes_on_a_fresh_machine_from_its_decisions_file() {
     let j = journal(&out);
     assert!(j.steps.iter().all(|s| s.problem.ends_with("vector_add.py")), "the decided problem ran no step: {text}");
     assert_eq!(j.decisions.len(), 2, "the restored decision is journaled");
-    let restored: Value =
+    let mut restored: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("level1/row_softmax/report.json")).unwrap()).unwrap();
+    let here = std::path::absolute(out.join("level1/row_softmax/model_new.py")).unwrap();
+    assert_eq!(restored["result"], here.display().to_string(), "its result named in the new folder");
+    for key in ["result", "policy"] {
+        restored[key] = decided[key].clone();
+    }
     assert_eq!(restored, decided, "its report restored as it was decided");
     let c = campaign(&out);
     assert_eq!((c["problems"][0]["resumed"].clone(), c["problems"][1]["resumed"].clone()), (true.into(), false.into()));
@@ -440,6 +445,22 @@ fn a_campaign_resumes_on_a_fresh_machine_from_its_decisions_file() {
     let again = campaign(&elsewhere);
     assert_eq!(again["summary"], c["summary"], "the same summary: {text}");
     assert!(journal(&elsewhere).steps.is_empty(), "no step ran: {text}");
+
+    // Decided on another machine: not taken here (said, and run again: here the budget stops it).
+    let file = std::fs::read_to_string(&decisions).unwrap();
+    let machine = read()["entries"][0]["machine"].as_str().unwrap().to_string();
+    assert!(machine.starts_with("cpu, torch "), "{machine}");
+    std::fs::write(
+        &decisions,
+        file.replace(&format!("\"machine\":\"{machine}\""), "\"machine\":\"NVIDIA H200, torch 2.11\""),
+    )
+    .unwrap();
+    let moved = dir.path().join("moved");
+    let (code, text) = optimize(&[&with_file[..], &["--resume", "--budget-wall-s", "0.001"]].concat(), &moved);
+    assert_eq!(code, Some(0), "{text}");
+    let why = format!("does not hold here (decided on NVIDIA H200, torch 2.11, this run is on {machine}): run again");
+    assert_eq!(text.matches(&why).count(), 2, "{text}");
+    assert!(campaign(&moved)["problems"].as_array().unwrap().iter().all(|p| p["not_reached"] == "budget"));
 }
 
 /// A GPU-seconds budget spent by the first step: nothing else starts, the problems are recorded

@@ -77,6 +77,8 @@ pub struct DaemonParts {
     pub reserved_cores: Vec<u32>,
     /// The reserved cores' SMT siblings, given to nobody.
     pub idle_siblings: Vec<u32>,
+    /// The reserved cores' SMT siblings that jobs run on (too few cores to keep them idle).
+    pub shared_siblings: Vec<u32>,
     pub job_cores: Vec<u32>,
     /// The largest job, region and measurement ids in the store.
     pub first_ids: (u64, u64, u64),
@@ -99,6 +101,7 @@ pub struct Daemon {
     released: HashMap<u64, Released>,
     reserved_cores: Vec<u32>,
     idle_siblings: Vec<u32>,
+    shared_siblings: Vec<u32>,
     job_cores: Vec<u32>,
     busy_cores: BTreeSet<u32>,
     workers: BTreeMap<u64, WarmWorker>,
@@ -166,6 +169,7 @@ impl Daemon {
             released: HashMap::new(),
             reserved_cores: p.reserved_cores,
             idle_siblings: p.idle_siblings,
+            shared_siblings: p.shared_siblings,
             job_cores: p.job_cores,
             busy_cores: BTreeSet::new(),
             workers: BTreeMap::new(),
@@ -476,10 +480,15 @@ impl Daemon {
             isolation: if self.reserved_cores.is_empty() {
                 "off (no reserved cores)".into()
             } else {
-                let idle = if self.idle_siblings.is_empty() {
-                    String::new()
-                } else {
-                    format!(", their SMT siblings {} idle", kforge_cores::format_cpu_list(&self.idle_siblings))
+                let idle = match (self.idle_siblings.is_empty(), self.shared_siblings.is_empty()) {
+                    (false, _) => {
+                        format!(", their SMT siblings {} idle", kforge_cores::format_cpu_list(&self.idle_siblings))
+                    }
+                    (true, false) => format!(
+                        ", their SMT siblings {} shared with jobs (too few cores to keep them idle)",
+                        kforge_cores::format_cpu_list(&self.shared_siblings)
+                    ),
+                    (true, true) => String::new(),
                 };
                 format!(
                     "sched_setaffinity: region holders on {}{idle}, jobs on {}",

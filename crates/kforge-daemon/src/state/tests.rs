@@ -47,6 +47,7 @@ impl Sim {
             devices: devices(),
             reserved_cores: vec![],
             idle_siblings: vec![],
+            shared_siblings: vec![],
             job_cores: vec![1],
             first_ids: (0, 0, 0),
             learned_peaks: vec![],
