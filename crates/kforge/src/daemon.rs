@@ -26,7 +26,8 @@ pub struct DaemonArgs {
     #[arg(long, value_enum, default_value = "auto")]
     freeze_mechanism: MechanismArg,
     /// Physical cores kept for region holders' measuring threads: one cpu of each, its SMT
-    /// siblings (from /sys topology) kept idle, so no job thread shares a measuring thread's core;
+    /// siblings (from /sys topology) kept idle, so no job thread shares a measuring thread's core
+    /// (shared after all where that would leave no cpu for jobs; `kforge status` says which);
     /// jobs run on the other cpus.
     #[arg(long, default_value_t = 0)]
     reserve_cores: usize,
