@@ -46,6 +46,7 @@ from ..autoregions import inductor_regions
 from ..bench import do_bench_interleaved
 from ..harness import SIZES, Fp64Reference, clone_output, finite_json, judge, make_inputs, mean_half, noise_floor
 from ..harness import load_problem as harness_load_problem
+from ..inspect.inductor import WrapperHook
 from ..inspect.traces import device_totals, trace_events
 from ..region import region
 from .rewrite import EXACTNESS, RuleError, candidate, introduced, rewrite_model, rules_of
@@ -305,8 +306,6 @@ def generated_code(compile_and_call: Callable[[], None]) -> Tuple[str, ...]:
     """A SHA-256 of each Inductor wrapper module (the whole generated code: kernels are inlined
     in it) that ``compile_and_call`` loaded, in load order, with the ``# AOT ID`` line that
     numbers compiles left out; empty when it loaded none (eager, or a frame Dynamo already had)."""
-    from ..inspect.inductor import WrapperHook
-
     with WrapperHook() as hook:
         compile_and_call()
     digests = []
