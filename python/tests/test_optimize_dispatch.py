@@ -547,3 +547,35 @@ def test_generated_code_leaves_out_the_compile_number_and_sees_a_changed_kernel(
             assert dispatch.generated_code(lambda: model(x)) == ()
     assert len(first) == 1 and first == second, (first, second)
     assert other and other != first
+
+
+def test_a_knob_with_no_op_to_act_on_is_not_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Layout optimization acts only on convolutions and epilogue fusion only on templates
+    (GEMMs, convolutions): on graphs without them those knobs change nothing, so their variants
+    are not compiled (``no_effect``, with why). A graph with such an op, a knob outside
+    ``KNOB_NEEDS``, a combination with another knob and unknown graphs are compiled as before."""
+    adds = dispatch.Graphs([1], [], frozenset({"add"}))
+    assert dispatch.no_effect("max-autotune+no-layout-optimization", adds) == (
+        "no-layout-optimization: no convolution in the graphs, so no layout to optimize")
+    assert dispatch.no_effect("max-autotune+no-layout-optimization+no-epilogue-fusion", adds) is not None
+    convs = dispatch.Graphs([2], [], frozenset({"conv2d", "relu"}))
+    linear = dispatch.Graphs([2], [], frozenset({"linear"}))
+    assert dispatch.no_effect("max-autotune+no-layout-optimization", convs) is None
+    assert dispatch.no_effect("max-autotune+no-epilogue-fusion", linear) is None
+    assert dispatch.no_effect("max-autotune+no-epilogue-fusion", convs) is None, "a convolution is a template too"
+    assert dispatch.no_effect("max-autotune+no-layout-optimization", linear) is not None
+    assert dispatch.no_effect("max-autotune+freezing", adds) is None, "a knob outside KNOB_NEEDS"
+    assert dispatch.no_effect("max-autotune+no-layout-optimization+freezing", adds) is None
+    assert dispatch.no_effect("max-autotune+no-layout-optimization", None) is None, "graphs unknown"
+    assert dispatch.no_effect("max-autotune", adds) is None
+    monkeypatch.setenv("KFORGE_SOCKET", str(tmp_path / "no-daemon.sock"))
+    out = tmp_path / "r.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert dispatch.main([VECTOR_ADD, "--out", str(out), "--device", "cpu", "--modes", "eager", "--baseline", "default",
+                              "--knobs", "no-layout-optimization,no-epilogue-fusion", "--rounds", "2",
+                              "--graph-rounds", "1"]) == 0
+    r = json.loads(out.read_text())
+    for knob, word in (("default+no-layout-optimization", "no convolution"), ("default+no-epilogue-fusion", "no GEMM")):
+        assert r["prepared"][knob]["ok"] and word in r["prepared"][knob]["no_effect"], r["prepared"]
+        assert "first_call_s" not in r["prepared"][knob] and knob not in r["modes"], "not compiled, not timed"

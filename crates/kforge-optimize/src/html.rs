@@ -361,11 +361,10 @@ fn variants_table(r: &Report) -> String {
     );
     for (name, p) in &m.prepared {
         let t = m.modes.get(name);
-        let note = match (&p.why, &p.rules, &p.same_code_as) {
-            (Some(why), _, _) => why.clone(),
-            (None, Some(rules), _) => format!("rules: {}", rules.join(", ")),
-            (None, None, Some(_)) => p.note(),
-            _ => String::new(),
+        let note = match (&p.why, &p.rules) {
+            (Some(why), _) => why.clone(),
+            (None, Some(rules)) => format!("rules: {}", rules.join(", ")),
+            _ => p.note(),
         };
         let _ = write!(
             s,
@@ -563,6 +562,7 @@ mod tests {
             rules: None,
             exactness: None,
             same_code_as: None,
+            no_effect: None,
         };
         let m = DispatchMeasurement {
             baseline: "max-autotune".into(),

@@ -170,12 +170,19 @@ pub struct Prepared {
     /// subset of its knobs (the mode, or a single knob): that variant (this one is not timed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub same_code_as: Option<String>,
+    /// A knob variant not compiled: why its knobs cannot change this problem's graphs (no op
+    /// for them to act on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_effect: Option<String>,
 }
 
 impl Prepared {
     /// Why a variant that was prepared has no timing: it failed or computed otherwise, or it is
     /// its mode's code again; empty for one that was timed.
     pub fn note(&self) -> String {
+        if let Some(why) = &self.no_effect {
+            return format!("not compiled: {why}");
+        }
         match (&self.same_code_as, self.ok) {
             (Some(mode), _) => format!("not timed: its compile generated the same code as {mode}"),
             (None, true) => String::new(),
@@ -791,6 +798,10 @@ fn fallback_reason(m: &DispatchMeasurement) -> String {
         m.prepared.iter().filter(|(_, p)| p.same_code_as.is_some()).map(|(n, _)| n.as_str()).collect();
     if !alike.is_empty() {
         why.push_str(&format!("; not timed, generating the code of a variant with fewer knobs: {}", alike.join(", ")));
+    }
+    let idle: Vec<&str> = m.prepared.iter().filter(|(_, p)| p.no_effect.is_some()).map(|(n, _)| n.as_str()).collect();
+    if !idle.is_empty() {
+        why.push_str(&format!("; not compiled, no op for the knob to act on: {}", idle.join(", ")));
     }
     if let Some(r) = m.rewrite.as_ref().filter(|r| !r.fired) {
         why.push_str(&format!("; {}", r.line()));
@@ -1417,6 +1428,16 @@ pub(crate) mod tests {
         assert!(
             t.contains("max-autotune+aggressive-fusion         -                   -  not timed: its compile generated the same code as max-autotune"),
             "a knob that changed no code is named: {t}"
+        );
+        let idle = Prepared {
+            no_effect: Some("no-layout-optimization: no convolution".into()),
+            ..r.measurement.prepared["eager"].clone()
+        };
+        r.measurement.prepared.insert("max-autotune+no-layout-optimization".into(), idle);
+        assert!(
+            r.table().contains("not compiled: no-layout-optimization: no convolution"),
+            "a knob with nothing to act on is named: {}",
+            r.table()
         );
         assert!(t.contains("max-autotune+freezing+coordinate-descent    1.400x"), "{t}");
         let back: Report = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();

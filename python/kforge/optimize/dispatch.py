@@ -40,7 +40,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
 
 from ..autoregions import inductor_regions
 from ..bench import do_bench_interleaved
@@ -68,6 +68,17 @@ KNOBS: Dict[str, Dict[str, Any]] = {
     "no-layout-optimization": {"layout_optimization": False},  # keep NCHW (no channels-last transposes)
     "max-autotune-pointwise": {"max_autotune_pointwise": True},  # autotune pointwise kernels too
     "no-epilogue-fusion": {"epilogue_fusion": False},  # keep GEMM epilogues apart
+}
+
+
+#: Knobs that act only on some ops, each with the words one of the graph's op names must contain
+#: for it to change anything, and why otherwise: Inductor's layout optimization decides only for
+#: graphs with convolutions; epilogue fusion fuses only into template kernels (GEMMs,
+#: convolutions). The words are generous (a false match only costs a compile).
+KNOB_NEEDS: Dict[str, Tuple[Tuple[str, ...], str]] = {
+    "no-layout-optimization": (("conv",), "no convolution in the graphs, so no layout to optimize"),
+    "no-epilogue-fusion": (("mm", "matmul", "linear", "conv", "bilinear", "einsum", "tensordot", "attention", "dot", "mv"),
+                           "no GEMM or convolution in the graphs, so no template to fuse an epilogue into"),
 }
 
 
@@ -521,10 +532,12 @@ def measure(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
 @dataclass(frozen=True)
 class Graphs:
     """The graphs Dynamo splits the reference's forward into, in the order it compiles them:
-    each one's number of ops, and why each break happened."""
+    each one's number of ops, why each break happened, and the names of the ops they call
+    (lower case: functions, methods and module classes)."""
 
     ops: List[int]
     breaks: List[str]
+    op_names: FrozenSet[str] = frozenset()
 
 
 def find_graphs(model: Any, xs: Sequence[Any]) -> Graphs:
@@ -537,8 +550,36 @@ def find_graphs(model: Any, xs: Sequence[Any]) -> Graphs:
 
     with torch.no_grad():
         found = torch._dynamo.explain(model)(*xs)
-    ops = [sum(1 for n in g.graph.nodes if n.op in ("call_function", "call_method", "call_module")) for g in found.graphs]
-    return Graphs(ops, [break_line(r) for r in found.break_reasons])
+    calls = ("call_function", "call_method", "call_module")
+    ops = [sum(1 for n in g.graph.nodes if n.op in calls) for g in found.graphs]
+    names = frozenset(op_name(g, n) for g in found.graphs for n in g.graph.nodes if n.op in calls)
+    return Graphs(ops, [break_line(r) for r in found.break_reasons], names)
+
+
+def op_name(gm: Any, node: Any) -> str:
+    """A node's op in lower case: a function's name, a method's, or a module's class."""
+    if node.op == "call_module":
+        try:
+            return type(gm.get_submodule(node.target)).__name__.lower()
+        except AttributeError:
+            return str(node.target).lower()
+    return str(getattr(node.target, "__name__", node.target)).lower()
+
+
+def no_effect(variant: str, graphs: Optional[Graphs]) -> Optional[str]:
+    """Why a knob variant cannot change what Inductor generates for these graphs, when each of
+    its knobs acts only on ops (:data:`KNOB_NEEDS`) that no graph calls; ``None`` when it may (or
+    the graphs are not known)."""
+    _mode, knobs = variant_knobs(variant)
+    if graphs is None or not graphs.op_names or not knobs or "~" in variant:
+        return None
+    whys = []
+    for k in knobs:
+        need = KNOB_NEEDS.get(k)
+        if need is None or any(word in name for word in need[0] for name in graphs.op_names):
+            return None
+        whys.append(f"{k}: {need[1]}")
+    return "; ".join(whys)
 
 
 def break_line(reason: Any) -> str:
@@ -656,7 +697,9 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
     modes = [m for m in modes if m not in same]
     ref = reference(problem, dev)
     graphs = find_graphs(ref.model, ref.xs) if graph_rounds > 0 else None  # before any compile: explain resets Dynamo
-    fns, report = prepare_modes(ref, modes, dev)
+    idle = {v: why for v in modes for why in [no_effect(v, graphs)] if why}
+    fns, report = prepare_modes(ref, [m for m in modes if m not in idle], dev)
+    report.update({v: {"ok": True, "no_effect": why} for v, why in idle.items()})
     if baseline not in fns:
         raise DispatchError(f"the baseline {baseline!r} does not run: {report[baseline].get('why', 'its output differs from eager')}")
     proposed = prepare_rewrite(problem, ref, baseline, rewrite, dev, fns, report) if rewrite is not None else None
@@ -666,6 +709,8 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
         alike = sorted(v for v, p in report.items() if p.get("same_code_as"))
         if alike:
             why += f"; not timed, generating the code of a variant with fewer knobs: {', '.join(alike)}"
+        if idle:
+            why += f"; not compiled, no op for the knob to act on: {', '.join(sorted(idle))}"
         if proposed is not None and not proposed["fired"]:
             why += f"; rewrite: {proposed['why']}"
         result.update({"modes": {}, "noise_floor": None, "winner": baseline, "fallback": True, "why": why})
