@@ -834,7 +834,8 @@ pub struct Question {
 /// after a tolerance miss, every variant compiled (Dynamo's recompile limit raised), runner-ups
 /// verified after a rejected winner, a warm-up round before the counted ones. 3: per-graph plans
 /// (`graphs:M0/M1/...`) for a forward of several graphs. 4: a knob variant whose compile
-/// generated its mode's code again is not timed (`Prepared::same_code_as`).
+/// generated the code of one with fewer knobs is not timed (`Prepared::same_code_as`), one whose
+/// knobs have no op to act on is not compiled (`Prepared::no_effect`).
 pub const STEPS_VERSION: u32 = 4;
 
 fn first_steps_version() -> u32 {
