@@ -568,6 +568,21 @@ def test_a_knob_with_no_op_to_act_on_is_not_compiled(tmp_path: Path, monkeypatch
     assert dispatch.no_effect("max-autotune+no-layout-optimization+freezing", adds) is None
     assert dispatch.no_effect("max-autotune+no-layout-optimization", None) is None, "graphs unknown"
     assert dispatch.no_effect("max-autotune", adds) is None
+    opaque = dispatch.Graphs([1], [], frozenset({"add", dispatch.OPAQUE}))
+    assert dispatch.no_effect("max-autotune+no-layout-optimization", opaque) is None, "a module of modules: anything"
+    for name in ("lstmcell", "inner", "linalg_matrix_power", "cov", "scaled_dot_product_attention", "baddbmm"):
+        assert dispatch.no_effect("max-autotune+no-epilogue-fusion", dispatch.Graphs([1], [], frozenset({name}))) is None
+    # Ops in nested graphs (a checkpointed region) are seen.
+    inner = torch.nn.Linear(4, 4)
+
+    class Checkpointed(torch.nn.Module):
+        def forward(self, x: Any) -> Any:
+            return torch.utils.checkpoint.checkpoint(lambda y: inner(y).relu(), x, use_reentrant=False) + 1
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        seen = dispatch.find_graphs(Checkpointed(), [torch.randn(2, 4, requires_grad=True)]).op_names
+    assert "linear" in seen, seen
     monkeypatch.setenv("KFORGE_SOCKET", str(tmp_path / "no-daemon.sock"))
     out = tmp_path / "r.json"
     with warnings.catch_warnings():

@@ -133,8 +133,9 @@ pub struct CoreSplit {
 /// numbered cpus of the `reserve` physical cores whose lowest usable cpu is lowest, and their
 /// usable SMT siblings (`siblings_of(cpu)`, the cpu itself included or not) are kept idle. Without
 /// SMT (each cpu its own sibling list) this is [`split`]. Where whole cores would leave no cpu for
-/// jobs, it is [`split`] too, the siblings it could not keep idle in `shared_siblings`. Fails
-/// with [`CoreError::TooManyReserved`] when [`split`] does.
+/// jobs, the region cpus stay on distinct cores and their siblings go to jobs; where there are
+/// fewer cores than region cpus, it is [`split`]; either way the siblings that could not be kept
+/// idle are in `shared_siblings`. Fails with [`CoreError::TooManyReserved`] when [`split`] does.
 pub fn split_whole_cores(
     cpus: &[u32],
     reserve: usize,
@@ -162,6 +163,17 @@ pub fn split_whole_cores(
     whole.jobs = all.iter().copied().filter(|c| !taken.contains(c)).collect();
     if whole.reserved.len() == reserve && !whole.jobs.is_empty() {
         return Ok(whole);
+    }
+    if whole.reserved.len() == reserve && !whole.idle_siblings.is_empty() {
+        // Enough cores for the region cpus, too few to keep their siblings idle: the region cpus
+        // stay on distinct cores, their siblings go to jobs.
+        let jobs = sorted(&whole.idle_siblings);
+        return Ok(CoreSplit {
+            reserved: whole.reserved,
+            idle_siblings: Vec::new(),
+            jobs: jobs.clone(),
+            shared_siblings: jobs,
+        });
     }
     let (reserved, jobs) = split(&all, reserve)?;
     let shared = reserved.iter().flat_map(|&c| siblings_of(c)).filter(|c| jobs.contains(c)).collect::<Vec<_>>();
@@ -334,6 +346,17 @@ mod smt_tests {
             s,
             CoreSplit { reserved: vec![0, 1], idle_siblings: vec![], jobs: vec![4, 5], shared_siblings: vec![4, 5] }
         );
+        let adjacent = |c: u32| vec![c / 2 * 2, c / 2 * 2 + 1];
+        let s = split_whole_cores(&[0, 1, 2, 3], 2, adjacent).unwrap();
+        let shared = |reserved: Vec<u32>, jobs: Vec<u32>| CoreSplit {
+            reserved,
+            idle_siblings: vec![],
+            shared_siblings: jobs.clone(),
+            jobs,
+        };
+        assert_eq!(s, shared(vec![0, 2], vec![1, 3]), "the region cpus on distinct cores");
+        // More region cpus than cores: the plain split, the siblings it shares named.
+        assert_eq!(split_whole_cores(&[0, 1, 2, 3], 3, adjacent).unwrap(), shared(vec![0, 1, 2], vec![3]));
         let e = split_whole_cores(&[0, 4], 2, paired).unwrap_err();
         assert!(matches!(e, CoreError::TooManyReserved { reserve: 2, available: 2 }), "{e}");
         // An inconsistent topology (cpu 1 lists cpu 0, already reserved, as its sibling): a

@@ -99,14 +99,18 @@ impl Decisions {
     }
 
     /// What the file holds for exactly this question, decided on `machine` for a problem whose
-    /// source hashes to `source_hash`.
+    /// source hashes to `source_hash`. Entries are kept per machine: one of another machine only
+    /// says why nothing is taken.
     pub fn answer(&self, q: &Question, machine: &str, source_hash: &str) -> Answer<'_> {
-        let Some(e) = self.entries.iter().find(|e| e.report.question == *q) else { return Answer::Nothing };
+        let of_question = |e: &&Entry| e.report.question == *q;
+        let Some(e) = self.entries.iter().filter(of_question).find(|e| e.machine == machine) else {
+            return match self.entries.iter().find(of_question) {
+                Some(other) => Answer::Stale(format!("decided on {}, this run is on {machine}", other.machine)),
+                None => Answer::Nothing,
+            };
+        };
         if e.report.llm.as_ref().is_some_and(|l| l.cut_short()) {
             return Answer::Nothing;
-        }
-        if e.machine != machine {
-            return Answer::Stale(format!("decided on {}, this run is on {machine}", e.machine));
         }
         if e.source_hash != source_hash {
             return Answer::Stale("decided for another version of the problem file".into());
@@ -114,14 +118,16 @@ impl Decisions {
         Answer::Taken(e)
     }
 
-    /// `entry` recorded: it replaces an entry of the same question; true when that changed the
-    /// file (the same report, machine and source again change nothing, whenever decided).
+    /// `entry` recorded: it replaces the entry of the same question and machine (another machine's
+    /// stays); true when that changed the file (the same report, machine and source again change
+    /// nothing, whenever decided).
     pub fn record(&mut self, entry: Entry) -> bool {
         let same = |a: &Entry, b: &Entry| {
             (&a.report, &a.machine, &a.source_hash, &a.result_hash)
                 == (&b.report, &b.machine, &b.source_hash, &b.result_hash)
         };
-        match self.entries.iter_mut().find(|e| e.report.question == entry.report.question) {
+        match self.entries.iter_mut().find(|e| e.report.question == entry.report.question && e.machine == entry.machine)
+        {
             Some(e) if same(e, &entry) => false,
             Some(e) => {
                 *e = entry;
@@ -138,7 +144,7 @@ impl Decisions {
     /// run decided).
     pub fn text(&self) -> Result<String, serde_json::Error> {
         let mut entries: Vec<&Entry> = self.entries.iter().collect();
-        entries.sort_by(|a, b| a.report.question.problem.cmp(&b.report.question.problem));
+        entries.sort_by(|a, b| (&a.report.question.problem, &a.machine).cmp(&(&b.report.question.problem, &b.machine)));
         let lines = entries.iter().map(serde_json::to_string).collect::<Result<Vec<_>, _>>()?;
         Ok(format!("{{\"decisions\": {},\n\"entries\": [\n{}\n]}}\n", self.decisions, lines.join(",\n")))
     }
@@ -148,7 +154,9 @@ impl Decisions {
     pub fn write(&self, path: &Path) -> Result<(), DecisionsError> {
         let shown = path.display().to_string();
         let text = self.text().map_err(|e| DecisionsError::Write { path: shown.clone(), why: e.to_string() })?;
-        let tmp = beside(path, "tmp");
+        static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = beside(path, &format!("{}.{n}.tmp", std::process::id()));
         let write = || -> std::io::Result<()> {
             let mut f = std::fs::File::create(&tmp)?;
             std::io::Write::write_all(&mut f, text.as_bytes())?;
@@ -162,9 +170,13 @@ impl Decisions {
     }
 
     /// Under an exclusive lock of the file (a lock file beside it, so that several runs may share
-    /// one decisions file): the file read again, `change` applied, and written when it changed
-    /// anything; the file as it now is. The file's folder is created when missing.
+    /// one decisions file; and a lock of this process, since file locks do not order the threads
+    /// of one process everywhere, NFS among them): the file read again, `change` applied, and
+    /// written when it changed anything; the file as it now is. The file's folder is created when
+    /// missing.
     pub fn update(path: &Path, change: impl FnOnce(&mut Decisions) -> bool) -> Result<Decisions, DecisionsError> {
+        static IN_PROCESS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one = IN_PROCESS.lock().unwrap_or_else(|e| e.into_inner());
         let shown = path.display().to_string();
         let io = |e: std::io::Error| DecisionsError::Write { path: shown.clone(), why: e.to_string() };
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -246,12 +258,19 @@ mod tests {
         let mut older = e.report.question.clone();
         older.steps -= 1;
         assert_eq!(l.answer(&older, m, s), Answer::Nothing, "older steps answer another question");
+        let h100 = "NVIDIA H100 80GB HBM3, torch 2.11";
         assert_eq!(
-            l.answer(&e.report.question, "NVIDIA H100 80GB HBM3, torch 2.11", s),
+            l.answer(&e.report.question, h100, s),
             Answer::Stale(
                 "decided on NVIDIA H200, torch 2.11, this run is on NVIDIA H100 80GB HBM3, torch 2.11".into()
             )
         );
+        // Decided again on the H100: both machines' entries are kept, each answers its own.
+        let on_h100 = Entry { machine: h100.into(), decided_unix_s: 9, ..e.clone() };
+        assert!(l.record(on_h100.clone()));
+        assert_eq!(l.entries.len(), 2);
+        assert_eq!(l.answer(&e.report.question, h100, s), Answer::Taken(&on_h100));
+        assert_eq!(l.answer(&e.report.question, m, s), Answer::Taken(&e));
         assert_eq!(
             l.answer(&e.report.question, m, "s2"),
             Answer::Stale("decided for another version of the problem file".into())

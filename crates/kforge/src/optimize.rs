@@ -278,15 +278,9 @@ impl DecisionsFile {
         Ok(DecisionsFile { path: path.to_path_buf(), read, machine: machine_of(python, device)? })
     }
 
-    /// `report` added with this machine, its problem's source hash and its result files' hash
-    /// (`replace`: over its question's entry; else only where there is none).
-    fn record(
-        &self,
-        report: &Report,
-        source_hash: String,
-        out: &Path,
-        replace: bool,
-    ) -> std::result::Result<(), String> {
+    /// `report` added with this machine, its problem's source hash (as the run read it) and its
+    /// result files' hash, over the entry of its question and machine.
+    fn record(&self, report: &Report, source_hash: String, out: &Path) -> std::result::Result<(), String> {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
         let entry = Entry {
             decided_unix_s: now,
@@ -295,11 +289,7 @@ impl DecisionsFile {
             result_hash: files_hash(out, &RESULT_FILES).ok(),
             report: report.clone(),
         };
-        let add = |d: &mut Decisions| {
-            let known = d.entries.iter().any(|e| e.report.question == entry.report.question);
-            (replace || !known) && d.record(entry)
-        };
-        Decisions::update(&self.path, add).map(|_| ()).map_err(|e| e.to_string())
+        Decisions::update(&self.path, |d| d.record(entry)).map(|_| ()).map_err(|e| e.to_string())
     }
 }
 
@@ -509,13 +499,12 @@ impl Run<'_> {
     }
 
     /// One problem in `out`: taken from the journal with `--resume` (or from the decisions file),
-    /// else its steps in turn. With `--decisions`, a decision made here goes into the file, and
-    /// one taken from the journal too where the file has none for its question.
+    /// else its steps in turn. With `--decisions`, a decision made here goes into the file (one
+    /// taken from the journal does not: the journal does not say which machine made it).
     fn problem(&self, index: usize, problem: &Path, out: &Path, gpu_s: &Cell<f64>) -> Result<Outcome> {
         let q = question(self.a, self.plan, problem);
         if let Some(report) = self.resumed(&q, out)? {
             self.progress(index, problem, "resumed: its decision is in the journal");
-            self.record(index, problem, &report, out, false)?;
             return Ok(Outcome::Decided { report: Box::new(report), resumed: true });
         }
         if let Some(report) = self.restored_from_decisions(index, problem, &q, out)? {
@@ -529,25 +518,17 @@ impl Run<'_> {
         }
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
         let source = std::fs::read(problem).with_context(|| format!("reading {}", problem.display()))?;
+        let source_hash = content_hash(&[&source]);
         let (started, earlier) = (Instant::now(), Cell::new(Spent::default()));
         let p = ProblemRun { run: self, index, problem, out, source, question: q, gpu_s, started, earlier };
         let outcome = p.steps()?;
-        if let Outcome::Decided { report, .. } = &outcome {
-            self.record(index, problem, report, out, true)?;
+        if let (Some(d), Outcome::Decided { report, .. }) = (&self.decisions, &outcome) {
+            // A file that cannot be written is a warning: the decision is in the report and journal.
+            if let Err(why) = d.record(report, source_hash, out) {
+                self.progress(index, problem, &format!("warning: its decision is not in the decisions file: {why}"));
+            }
         }
         Ok(outcome)
-    }
-
-    /// With `--decisions`, `report` into the file (`replace`: over an entry of its question; else
-    /// only where there is none). A file that cannot be written is a warning: the decision is in
-    /// the folder's report and journal.
-    fn record(&self, index: usize, problem: &Path, report: &Report, out: &Path, replace: bool) -> Result<()> {
-        let Some(d) = &self.decisions else { return Ok(()) };
-        let source = std::fs::read(problem).with_context(|| format!("reading {}", problem.display()))?;
-        if let Err(why) = d.record(report, content_hash(&[&source]), out, replace) {
-            self.progress(index, problem, &format!("warning: its decision is not in the decisions file: {why}"));
-        }
-        Ok(())
     }
 
     /// With `--resume --decisions`, the file's report for this question, decided on this machine
@@ -580,10 +561,11 @@ impl Run<'_> {
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
         let mut report = entry.report.clone();
         let here = files_hash(out, &RESULT_FILES).ok();
-        if here.is_some() && here != entry.result_hash {
-            for name in RESULT_FILES {
-                let stale = out.join(name);
-                std::fs::remove_file(&stale)
+        if here.is_none() || here != entry.result_hash {
+            // Not the result it names (or half of one): another decision's files; the report that
+            // named them is replaced below, as any run asked another question replaces it.
+            for stale in RESULT_FILES.map(|n| out.join(n)).iter().filter(|p| p.exists()) {
+                std::fs::remove_file(stale)
                     .with_context(|| format!("removing {} (another decision's)", stale.display()))?;
             }
         }

@@ -77,7 +77,8 @@ KNOBS: Dict[str, Dict[str, Any]] = {
 #: convolutions). The words are generous (a false match only costs a compile).
 KNOB_NEEDS: Dict[str, Tuple[Tuple[str, ...], str]] = {
     "no-layout-optimization": (("conv",), "no convolution in the graphs, so no layout to optimize"),
-    "no-epilogue-fusion": (("mm", "matmul", "linear", "conv", "bilinear", "einsum", "tensordot", "attention", "dot", "mv"),
+    "no-epilogue-fusion": (("mm", "matmul", "linear", "conv", "bilinear", "einsum", "tensordot", "attention", "dot", "mv",
+                            "inner", "matrix_power", "cov", "corrcoef", "cell", "rnn", "lstm", "gru", "transformer"),
                            "no GEMM or convolution in the graphs, so no template to fuse an epilogue into"),
 }
 
@@ -552,17 +553,25 @@ def find_graphs(model: Any, xs: Sequence[Any]) -> Graphs:
         found = torch._dynamo.explain(model)(*xs)
     calls = ("call_function", "call_method", "call_module")
     ops = [sum(1 for n in g.graph.nodes if n.op in calls) for g in found.graphs]
-    names = frozenset(op_name(g, n) for g in found.graphs for n in g.graph.nodes if n.op in calls)
+    # Every graph module's nodes, nested ones too (checkpointed regions, torch.cond branches).
+    nested = [m for g in found.graphs for m in g.modules() if hasattr(m, "graph")]
+    names = frozenset(op_name(m, n) for m in nested for n in m.graph.nodes if n.op in calls)
     return Graphs(ops, [break_line(r) for r in found.break_reasons], names)
 
 
+#: The op name of a module call Dynamo did not inline (a module of modules): it could hold any op.
+OPAQUE = "?"
+
+
 def op_name(gm: Any, node: Any) -> str:
-    """A node's op in lower case: a function's name, a method's, or a module's class."""
+    """A node's op in lower case: a function's name, a method's, or a leaf module's class
+    (:data:`OPAQUE` for a module holding others)."""
     if node.op == "call_module":
         try:
-            return type(gm.get_submodule(node.target)).__name__.lower()
+            sub = gm.get_submodule(node.target)
         except AttributeError:
-            return str(node.target).lower()
+            return OPAQUE
+        return OPAQUE if any(True for _ in sub.children()) and not hasattr(sub, "graph") else type(sub).__name__.lower()
     return str(getattr(node.target, "__name__", node.target)).lower()
 
 
@@ -571,7 +580,7 @@ def no_effect(variant: str, graphs: Optional[Graphs]) -> Optional[str]:
     its knobs acts only on ops (:data:`KNOB_NEEDS`) that no graph calls; ``None`` when it may (or
     the graphs are not known)."""
     _mode, knobs = variant_knobs(variant)
-    if graphs is None or not graphs.op_names or not knobs or "~" in variant:
+    if graphs is None or not graphs.op_names or OPAQUE in graphs.op_names or not knobs or "~" in variant:
         return None
     whys = []
     for k in knobs:
