@@ -54,30 +54,35 @@ def test_a_result_is_verified_again_once_while_its_file_exists(tmp_path: Path) -
 
 
 def test_rows_merge_across_calls_and_print_the_agreement(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    folder(out, "level1/a", True, {"kind": "improved", "speedup": 1.5})
+    folder(out, "level2/c", True, {"kind": "improved", "speedup": 2.0})
     kept = tmp_path / "kept.json"
     kept.write_text(json.dumps({"results": [
         {"candidate": "level1__a", "decision": "improved", "outcome": "rejected", "agrees": False},
         {"candidate": "level1__b", "decision": "fallback", "outcome": "rejected", "agrees": True},
     ]}))
-    summary = tmp_path / "summary.json"
-    summary.write_text(json.dumps({"verify-results": [
-        {"candidate": "level1__a", "decision": "improved", "decided_speedup": 1.5, "outcome": "accepted",
-         "rejected_by": None, "speedup": 1.49, "seconds": 20.0, "agrees": True, "phase_seconds": {"x": 1}},
-        {"candidate": "level2__c", "decision": "improved", "decided_speedup": 2.0, "outcome": "could-not-run",
-         "rejected_by": None, "speedup": None, "seconds": 3.0, "agrees": False},
-    ]}))
-    out = tmp_path / "reverified.json"
-    run = subprocess.run([sys.executable, str(SCRIPT), "merge", str(kept), str(summary), str(out)],
+    verdicts = tmp_path / "verify-results"
+    verdicts.mkdir()
+    perf = {"gate": "performance", "name": "speedup", "ok": True, "evidence": {"speedup": 1.49}}
+    (verdicts / "level1__a.json").write_text(json.dumps({"outcome": "accepted", "rejected_by": None,
+                                                         "gates": [{"checks": [perf]}], "phase_seconds": {"total": 20.0}}))
+    (verdicts / "level2__c.json").write_text(json.dumps({"outcome": "could-not-run", "gates": []}))
+    (verdicts / "level2__d.json").write_text('{"outcome": "acc')  # cut off: left for a later call
+    out_json = tmp_path / "reverified.json"
+    run = subprocess.run([sys.executable, str(SCRIPT), "merge", str(kept), str(verdicts), str(out), str(out_json)],
                          capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "2/3 re-verified as decided"
-    rows = json.loads(out.read_text())["results"]
+    rows = json.loads(out_json.read_text())["results"]
     assert [r["candidate"] for r in rows] == ["level1__a", "level1__b", "level2__c"]
-    assert rows[0]["outcome"] == "accepted" and "phase_seconds" not in rows[0], "replaced, cut to the kept fields"
-    assert len(out.read_text().splitlines()) == 5, "one row a line"
-    # A first call: no kept file yet, no summary (nothing decided): an empty list.
-    run = subprocess.run([sys.executable, str(SCRIPT), "merge", str(tmp_path / "none.json"),
-                          str(tmp_path / "none-summary.json"), str(out)], capture_output=True, text=True, check=True)
-    assert json.loads(out.read_text()) == {"results": []} and run.stdout.strip() == "0/0 re-verified as decided"
+    assert rows[0] == {"candidate": "level1__a", "decision": "improved", "decided_speedup": 1.5, "outcome": "accepted",
+                       "rejected_by": None, "speedup": 1.49, "seconds": 20.0, "agrees": True}
+    assert rows[2]["agrees"] is False and rows[2]["decided_speedup"] == 2.0
+    assert len(out_json.read_text().splitlines()) == 5, "one row a line"
+    # A first call without verdicts (nothing to verify, or no time): the kept rows, none here.
+    run = subprocess.run([sys.executable, str(SCRIPT), "merge", str(tmp_path / "none.json"), str(tmp_path / "no-dir"),
+                          str(out), str(out_json)], capture_output=True, text=True, check=True)
+    assert json.loads(out_json.read_text()) == {"results": []} and run.stdout.strip() == "0/0 re-verified as decided"
 
 
 def test_bad_arguments_print_the_usage() -> None:

@@ -10,10 +10,12 @@ files); the rows are kept in a committed JSON that later calls and sessions add 
         or with a row in KEPT (earlier calls' rows; missing: none) for the same decision and a
         verdict (not could-not-run); suite.py's SKIP then leaves them out. The last line on
         standard error counts those left to verify
-    python3 scripts/analysis/campaign_reverify.py merge KEPT SUMMARY_JSON OUT_JSON
-        KEPT's rows with SUMMARY_JSON's verify-results rows (suite.py's summary of this call)
-        merged by result, a later row replacing an earlier one, written compact to OUT_JSON;
-        prints "N/M re-verified as decided"
+    python3 scripts/analysis/campaign_reverify.py merge KEPT VERDICTS OUT_DIR OUT_JSON
+        KEPT's rows with a row per verdict of this call (VERDICTS: suite.py's verify-results
+        folder, a NAME.json each, read whether or not suite.py lived to write its summary;
+        the decision from OUT_DIR's NAME/report.json) merged by result, a later row replacing
+        an earlier one, written compact to OUT_JSON; prints "N/M re-verified as decided".
+        DEVICE=cpu: an improvement agrees when it passed without gate 4 (no GPU to time it)
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ import os
 import sys
 from pathlib import Path
 from typing import Any, Dict, List, Tuple
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from suite_report import speedup_evidence  # noqa: E402  (one reader of the results)
 
 #: The fields a kept row has (suite.py's verify-results row, its decision column included).
 FIELDS = ("candidate", "decision", "decided_speedup", "outcome", "rejected_by", "speedup", "seconds", "agrees")
@@ -55,6 +60,27 @@ def skip_keys(out_dir: str, kept: List[Dict[str, Any]]) -> List[str]:
     return sorted(keys)
 
 
+def verdict_rows(verdicts: Path, out_dir: Path) -> List[Dict[str, Any]]:
+    """A row per verdict file: the result's decision and its verdict, and whether they agree (an
+    improvement accepted again; a kept baseline with any verdict but could-not-run)."""
+    improved_ok = ("accepted", "passed-without-performance") if os.environ.get("DEVICE") == "cpu" else ("accepted",)
+    rows = []
+    for f in sorted(verdicts.glob("*.json")) if verdicts.is_dir() else []:
+        name = f.name[: -len(".json")]
+        try:
+            v = json.loads(f.read_text())
+        except ValueError:
+            continue  # cut off while written: verified again by a later call
+        report = out_dir / name.replace("__", os.sep) / "report.json"
+        kind, speedup = decided(json.loads(report.read_text())) if report.exists() else (None, None)
+        outcome = v.get("outcome")
+        rows.append({"candidate": name, "decision": kind, "decided_speedup": speedup, "outcome": outcome,
+                     "rejected_by": v.get("rejected_by"), "speedup": speedup_evidence(v).get("speedup"),
+                     "seconds": (v.get("phase_seconds") or {}).get("total"),
+                     "agrees": outcome in improved_ok if kind == "improved" else outcome not in (None, "could-not-run")})
+    return rows
+
+
 def read_kept(path: Path) -> List[Dict[str, Any]]:
     return list(json.loads(path.read_text())["results"]) if path.exists() else []
 
@@ -75,10 +101,9 @@ def main(argv: List[str]) -> int:
         print("\n".join(keys))
         print(f"{reports - len(keys)} result(s) to verify again", file=sys.stderr)
         return 0
-    if len(argv) == 4 and argv[0] == "merge":
-        kept_path, summary_path, out_path = (Path(a) for a in argv[1:])
-        summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
-        rows = merged(read_kept(kept_path), summary.get("verify-results", []))
+    if len(argv) == 5 and argv[0] == "merge":
+        kept_path, verdicts, out_dir, out_path = (Path(a) for a in argv[1:])
+        rows = merged(read_kept(kept_path), verdict_rows(verdicts, out_dir))
         out_path.write_text("{\"results\": [\n" + ",\n".join(json.dumps(r) for r in rows) + "\n]}\n")
         print(f"{sum(bool(r.get('agrees')) for r in rows)}/{len(rows)} re-verified as decided")
         return 0

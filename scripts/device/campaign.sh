@@ -11,7 +11,7 @@
 # the journal) and, when small enough, Inductor's cache (TORCHINDUCTOR_CACHE_DIR: saves compile
 # time on a fresh machine). Its contents are unpacked before the run; after it, $OUT/campaign.tgz
 # is the new state (copy it over STATE for the next call), $OUT/campaign.json and
-# $OUT/campaign.html the summary, $OUT/jobs.json where the time went (scripts/device/campaign_jobs.py). BUDGET_WALL_S (default 480) is passed as --budget-wall-s:
+# $OUT/campaign.html the summary, $OUT/jobs.json where the time went (scripts/device/campaign_jobs.py). BUDGET_WALL_S (default 360) is passed as --budget-wall-s:
 # no problem or step starts later, so the call ends inside its limit; problems not reached are
 # continued by the next call (--resume). HARD_S (default BUDGET_WALL_S + 60) kills the run if a
 # step started before the budget is still running then (its step is redone by the next call): the
@@ -44,9 +44,18 @@ STATE=${STATE:-devstate/campaign.tgz}
 W=$(mktemp -d /tmp/kforge-campaign.XXXXXX)
 S=$W/k.sock
 mkdir -p "$W/state/out" "$W/state/inductor-cache"
+MACHINE=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+MACHINE=${MACHINE:-cpu}
 if [ -f "$STATE" ]; then
   tar -xzf "$STATE" -C "$W/state" && echo "state: resumed from $STATE ($(du -sh "$STATE" | cut -f1))"
+  # The journal does not say which GPU timed what: a pack of another GPU's calls (an nvidia-h200
+  # call may run on an H100) is not resumed from; the decisions file keeps each machine's apart.
+  if [ -f "$W/state/machine.txt" ] && [ "$(cat "$W/state/machine.txt")" != "$MACHINE" ]; then
+    echo "state: made on $(cat "$W/state/machine.txt"), this is $MACHINE: not resumed from (the decisions file still is)"
+    rm -rf "$W/state/out" && mkdir -p "$W/state/out"  # Inductor's cache is keyed by what it compiled for
+  fi
 fi
+echo "$MACHINE" >"$W/state/machine.txt"
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=$W/state/inductor-cache
 nvidia-smi -L
 setsid "$K" --socket "$S" daemon --db "$W/store.db" --reserve-cores "${RESERVE_CORES:-2}" --freeze node --max-concurrent "${PER_GPU:-8}" >"$W/daemon.log" 2>&1 &
@@ -56,7 +65,7 @@ if ! diff -rq --exclude=__pycache__ python/kforge "$S.d/python/kforge" >/dev/nul
   "$K" --socket "$S" shutdown >/dev/null 2>&1; exit 2
 fi
 t0=$(date +%s)
-BUDGET_WALL_S=${BUDGET_WALL_S:-480}
+BUDGET_WALL_S=${BUDGET_WALL_S:-360}  # leaves the re-verification about a minute and a half of CALL_S
 DECISIONS_ARGS=()
 if [ -n "${DECISIONS:-}" ]; then
   [ -f "$DECISIONS" ] && cp "$DECISIONS" "$OUT/decisions.json" && echo "decisions: $DECISIONS ($(grep -c '"decided_unix_s"' "$DECISIONS") decided)"
@@ -71,10 +80,10 @@ echo "kforge optimize exited $rc after $(( $(date +%s) - t0 )) s"
 tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"
 # The new state, packed before the re-verification (which writes nothing there): the output
 # folder always; Inductor's cache only while the pack stays under the 16 MiB a returned file may have.
-tar -czf "$OUT/campaign.tgz" -C "$W/state" out inductor-cache 2>/dev/null
+tar -czf "$OUT/campaign.tgz" -C "$W/state" machine.txt out inductor-cache 2>/dev/null
 if [ "$(stat -c %s "$OUT/campaign.tgz")" -gt $((15 * 1024 * 1024)) ]; then
   echo "state: Inductor's cache left out (the pack would exceed 15 MiB)"
-  tar -czf "$OUT/campaign.tgz" -C "$W/state" out
+  tar -czf "$OUT/campaign.tgz" -C "$W/state" machine.txt out
 fi
 REVERIFY_DEADLINE=$(( ${CALL_S:-560} - ($(date +%s) - START) - ${VERIFY_TAIL_S:-90} ))
 if [ "${REVERIFY:-1}" = 1 ] && [ "$REVERIFY_DEADLINE" -lt 15 ]; then
@@ -90,8 +99,8 @@ elif [ "${REVERIFY:-1}" = 1 ]; then
   tail -n 8 "$W/reverify.log"
 fi
 if [ "${REVERIFY:-1}" = 1 ]; then
-  python3 scripts/analysis/campaign_reverify.py merge "${REVERIFIED:-/nonexistent}" "$W/reverify-out/summary.json" \
-    "$OUT/reverified.json"
+  DEVICE="${DEVICE:-}" python3 scripts/analysis/campaign_reverify.py merge "${REVERIFIED:-/nonexistent}" \
+    "$W/reverify/verify-results" "$W/state/out" "$OUT/reverified.json"
 fi
 "$K" --socket "$S" shutdown >/dev/null 2>&1 || true
 # Where the call's time went (queued, running, waiting for regions, inside them) per kind of job.
