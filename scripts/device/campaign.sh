@@ -48,7 +48,7 @@ MACHINE=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -
 MACHINE=${MACHINE:-cpu}
 if [ -f "$STATE" ]; then
   tar -xzf "$STATE" -C "$W/state" && echo "state: resumed from $STATE ($(du -sh "$STATE" | cut -f1))"
-  # The journal does not say which GPU timed what: a pack of another GPU's calls (an nvidia-h200
+  # A pack of another GPU's calls (an nvidia-h200
   # call may run on an H100) is not resumed from; the decisions file keeps each machine's apart.
   if [ -f "$W/state/machine.txt" ] && [ "$(cat "$W/state/machine.txt")" != "$MACHINE" ]; then
     echo "state: made on $(cat "$W/state/machine.txt"), this is $MACHINE: not resumed from (the decisions file still is)"

@@ -607,6 +607,7 @@ mod tests {
             llm: None,
             tried: Vec::new(),
             spent: None,
+            machine: None,
         }
     }
 

@@ -871,6 +871,10 @@ pub struct Report {
     /// What deciding it cost, over every run it took (absent in reports from before it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub spent: Option<Spent>,
+    /// The machine it was decided on (the GPU's name, or `cpu`, and torch's version), where the
+    /// run could tell: `--resume` does not take it on another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine: Option<String>,
 }
 
 /// What deciding a problem cost: the wall seconds of the run that decided it plus those of the
@@ -1159,6 +1163,7 @@ pub(crate) mod tests {
             llm: None,
             tried: Vec::new(),
             spent: None,
+            machine: None,
         }
     }
 
@@ -1412,6 +1417,7 @@ pub(crate) mod tests {
             llm: None,
             tried: Vec::new(),
             spent: None,
+            machine: None,
         };
         assert_eq!(r.decisive().winner, "max-autotune+freezing+coordinate-descent");
         assert!(matches!(&r.decision, Decision::Improved { agent: Agent::Inductor, speedup, .. } if *speedup == 1.4));
@@ -1667,6 +1673,7 @@ pub(crate) mod tests {
             llm: None,
             tried: Vec::new(),
             spent: None,
+            machine: None,
         };
         let t = r.table();
         assert!(t.contains("Triton kernels 91% of the baseline's device time: Amdahl ceiling 11.11x"), "{t}");

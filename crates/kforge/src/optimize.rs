@@ -131,12 +131,28 @@ struct Plan {
     beam_width: u32,
     /// The llm agent's endpoint, loop and budget (with `--agents …,llm`).
     llm: Option<llm::LlmPlan>,
+    /// The machine as `--python` sees `--device` (`machine_of`), where it could tell: it goes
+    /// into each report, each step's input hash and the decisions file, so that nothing timed on
+    /// one GPU is taken on another.
+    machine: Option<String>,
+}
+
+impl Plan {
+    /// The device as step input hashes name it: `--device` and, where known, the machine.
+    fn device_key(&self, device: &str) -> String {
+        match &self.machine {
+            Some(m) => format!("{device}@{m}"),
+            None => device.to_string(),
+        }
+    }
 }
 
 pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
-    let plan = plan(&a)?;
+    let mut plan = plan(&a)?;
+    let machine = machine_of(&a.python, &a.device);
+    plan.machine = machine.as_ref().ok().cloned();
     let decisions = match &a.decisions {
-        Some(path) => Some(DecisionsFile::open(path, &a.python, &a.device)?),
+        Some(path) => Some(DecisionsFile::open(path, machine?)?),
         None => None,
     };
     let problems = if a.problem.is_dir() {
@@ -218,7 +234,16 @@ fn plan(a: &OptimizeArgs) -> Result<Plan> {
         }
         None
     };
-    Ok(Plan { agents, baseline: a.baseline.into(), gpu, budget, jobs: a.jobs as usize, beam_width: a.beam_width, llm })
+    Ok(Plan {
+        agents,
+        baseline: a.baseline.into(),
+        gpu,
+        budget,
+        jobs: a.jobs as usize,
+        beam_width: a.beam_width,
+        llm,
+        machine: None,
+    })
 }
 
 fn question(a: &OptimizeArgs, plan: &Plan, problem: &Path) -> Question {
@@ -272,10 +297,10 @@ const RESULT_FILES: [&str; 2] = ["model_new.py", "policy.toml"];
 
 impl DecisionsFile {
     /// The file at `path` (created, empty, when missing: a path that cannot be written is named
-    /// before anything runs) and this machine as `python` sees `device`.
-    fn open(path: &Path, python: &str, device: &str) -> Result<DecisionsFile> {
+    /// before anything runs) on `machine`.
+    fn open(path: &Path, machine: String) -> Result<DecisionsFile> {
         let read = Decisions::update(path, |_| false)?;
-        Ok(DecisionsFile { path: path.to_path_buf(), read, machine: machine_of(python, device)? })
+        Ok(DecisionsFile { path: path.to_path_buf(), read, machine })
     }
 
     /// `report` added with this machine, its problem's source hash (as the run read it) and its
@@ -304,11 +329,11 @@ fn machine_of(python: &str, device: &str) -> Result<String> {
     let o = Command::new(python)
         .args(["-c", probe, device])
         .output()
-        .with_context(|| format!("running {python} to tell which machine this is (--decisions)"))?;
+        .with_context(|| format!("running {python} to tell which machine this is"))?;
     let text = String::from_utf8_lossy(&o.stdout).trim().to_string();
     if !o.status.success() || text.is_empty() {
         bail!(
-            "--decisions: {python} could not tell which machine this is ({}): {}",
+            "--decisions needs the machine: {python} could not tell which it is ({}): {}",
             o.status,
             last_lines(&String::from_utf8_lossy(&o.stderr))
         );
@@ -500,12 +525,21 @@ impl Run<'_> {
 
     /// One problem in `out`: taken from the journal with `--resume` (or from the decisions file),
     /// else its steps in turn. With `--decisions`, a decision made here goes into the file (one
-    /// taken from the journal does not: the journal does not say which machine made it).
+    /// taken from the journal went in when it was made, if the file was in use then).
     fn problem(&self, index: usize, problem: &Path, out: &Path, gpu_s: &Cell<f64>) -> Result<Outcome> {
         let q = question(self.a, self.plan, problem);
         if let Some(report) = self.resumed(&q, out)? {
-            self.progress(index, problem, "resumed: its decision is in the journal");
-            return Ok(Outcome::Decided { report: Box::new(report), resumed: true });
+            match (&report.machine, &self.plan.machine) {
+                (Some(then), Some(now)) if then != now => self.progress(
+                    index,
+                    problem,
+                    &format!("its report was decided on {then}, this run is on {now}: run again"),
+                ),
+                _ => {
+                    self.progress(index, problem, "resumed: its decision is in the journal");
+                    return Ok(Outcome::Decided { report: Box::new(report), resumed: true });
+                }
+            }
         }
         if let Some(report) = self.restored_from_decisions(index, problem, &q, out)? {
             let from = self.decisions.as_ref().map(|d| d.path.display().to_string()).unwrap_or_default();
@@ -801,12 +835,13 @@ impl ProblemRun<'_> {
     fn config_hash(&self, beat: f64) -> String {
         let (a, plan) = (self.run.a, self.run.plan);
         let (rounds, steps, beat) = (a.rounds.to_string(), STEPS_VERSION.to_string(), beat_arg(beat));
+        let device = plan.device_key(&a.device);
         content_hash(&[
             steps.as_bytes(),
             CONFIG_VARIANT.as_bytes(),
             &self.source,
             a.size.as_bytes(),
-            a.device.as_bytes(),
+            device.as_bytes(),
             plan.baseline.mode().as_bytes(),
             rounds.as_bytes(),
             beat.as_bytes(),
@@ -817,8 +852,8 @@ impl ProblemRun<'_> {
     /// baseline, rounds and every agent's variants.
     fn measure_hash(&self, flags: &[(&str, String)]) -> String {
         let (a, plan) = (self.run.a, self.run.plan);
-        let (rounds, steps) = (a.rounds.to_string(), STEPS_VERSION.to_string());
-        let mut parts: Vec<&[u8]> = vec![steps.as_bytes(), &self.source, a.size.as_bytes(), a.device.as_bytes()];
+        let (rounds, steps, device) = (a.rounds.to_string(), STEPS_VERSION.to_string(), plan.device_key(&a.device));
+        let mut parts: Vec<&[u8]> = vec![steps.as_bytes(), &self.source, a.size.as_bytes(), device.as_bytes()];
         parts.extend([plan.baseline.mode().as_bytes(), rounds.as_bytes()]);
         for (flag, v) in flags {
             parts.extend([flag.as_bytes(), v.as_bytes()]);
@@ -1034,7 +1069,8 @@ impl ProblemRun<'_> {
         let a = self.run.a;
         let folder = self.out.join(dir);
         let inputs = files_hash(&folder, &["model_new.py", "policy.toml"])?;
-        let hash = content_hash(&[&self.source, inputs.as_bytes(), a.size.as_bytes(), a.device.as_bytes()]);
+        let device = self.run.plan.device_key(&a.device);
+        let hash = content_hash(&[&self.source, inputs.as_bytes(), a.size.as_bytes(), device.as_bytes()]);
         let verdict = Path::new(dir).join("verdict.json");
         let verdict = verdict.to_str().context("a verdict path")?;
         let Some(answer) = self.step(step, &hash, &[verdict], || self.verify(&folder))? else {
@@ -1204,6 +1240,7 @@ impl ProblemRun<'_> {
             llm: found.llm,
             tried: found.tried,
             spent: Some(self.spent()),
+            machine: self.run.plan.machine.clone(),
         };
         let body = serde_json::to_string_pretty(&report).context("serializing the report")?;
         let report_path = self.out.join("report.json");

@@ -461,6 +461,18 @@ fn a_campaign_resumes_on_a_fresh_machine_from_its_decisions_file() {
     let why = format!("does not hold here (decided on NVIDIA H200, torch 2.11, this run is on {machine}): run again");
     assert_eq!(text.matches(&why).count(), 2, "{text}");
     assert!(campaign(&moved)["problems"].as_array().unwrap().iter().all(|p| p["not_reached"] == "budget"));
+
+    // A folder's report names its machine too: resumed from the journal only on that machine.
+    let report_path = out.join("level2/vector_add/report.json");
+    let mut report: Value = serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
+    assert_eq!(report["machine"], machine.as_str(), "{report}");
+    report["machine"] = "NVIDIA H200, torch 2.11".into();
+    std::fs::write(&report_path, report.to_string()).unwrap();
+    let (code, text) = optimize(&[&args[..], &["--resume", "--budget-wall-s", "0.001"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    let why = format!("its report was decided on NVIDIA H200, torch 2.11, this run is on {machine}: run again");
+    assert_eq!(text.matches(&why).count(), 1, "{text}");
+    assert_eq!(text.matches("resumed: its decision is in the journal").count(), 1, "the other one: {text}");
 }
 
 /// A GPU-seconds budget spent by the first step: nothing else starts, the problems are recorded

@@ -296,14 +296,9 @@ impl ProblemRun<'_> {
     /// baseline and the verify policy.
     fn judge_hash(&self, policy: &str) -> String {
         let (a, plan) = (self.run.a, self.run.plan);
-        let gpu = if plan.gpu { "gpu" } else { "cpu" };
-        let parts: [&[u8]; 5] = [
-            a.size.as_bytes(),
-            a.device.as_bytes(),
-            gpu.as_bytes(),
-            plan.baseline.mode().as_bytes(),
-            policy.as_bytes(),
-        ];
+        let (gpu, device) = (if plan.gpu { "gpu" } else { "cpu" }, plan.device_key(&a.device));
+        let parts: [&[u8]; 5] =
+            [a.size.as_bytes(), device.as_bytes(), gpu.as_bytes(), plan.baseline.mode().as_bytes(), policy.as_bytes()];
         content_hash(&parts)
     }
 
