@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite_report import speedup_evidence  # noqa: E402  (one reader of the results)
+from suite_report import speedup_evidence, write_rows  # noqa: E402  (one reader of the results)
 
 #: The fields a kept row has (suite.py's verify-results row, its decision column included).
 FIELDS = ("candidate", "decision", "decided_speedup", "outcome", "rejected_by", "speedup", "seconds", "agrees")
@@ -104,7 +104,7 @@ def main(argv: List[str]) -> int:
     if len(argv) == 5 and argv[0] == "merge":
         kept_path, verdicts, out_dir, out_path = (Path(a) for a in argv[1:])
         rows = merged(read_kept(kept_path), verdict_rows(verdicts, out_dir))
-        out_path.write_text("{\"results\": [\n" + ",\n".join(json.dumps(r) for r in rows) + "\n]}\n")
+        write_rows(out_path, "results", rows)
         print(f"{sum(bool(r.get('agrees')) for r in rows)}/{len(rows)} re-verified as decided")
         return 0
     print(__doc__, file=sys.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 EXPECT = "tests/candidates/expect.json"
@@ -46,6 +47,13 @@ def speedup_evidence(v: Dict[str, Any]) -> Dict[str, Any]:
     checks = [c for g in v.get("gates", []) for c in g["checks"]]
     perf = next((c for c in checks if c["gate"] == "performance" and c["name"] == "speedup"), None)
     return dict(perf["evidence"]) if perf else {}
+
+
+def write_rows(path: Path, key: str, rows: List[Dict[str, Any]]) -> None:
+    """Rows kept across device calls, committed: ``{KEY: [...]}`` with one row a line (compact,
+    and a diff shows which rows a call changed)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{{\"{key}\": [\n" + ",\n".join(json.dumps(r) for r in rows) + "\n]}\n")
 
 
 def verify_row(d: str, i: int, e: Dict[str, Any]) -> Dict[str, Any]:

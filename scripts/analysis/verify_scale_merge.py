@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from suite_report import speedup_evidence  # noqa: E402  (one reader of the results)
+from suite_report import speedup_evidence, write_rows  # noqa: E402  (one reader of the results)
 
 ROOT = Path(__file__).resolve().parents[2]
 KEPT = ROOT / "bench" / "results" / "verify-scale" / "per_problem.json"
@@ -59,11 +59,6 @@ def has_verdict(row: Dict[str, Any]) -> bool:
 
 def read(kept: Path) -> List[Dict[str, Any]]:
     return json.loads(kept.read_text())["rows"] if kept.exists() else []
-
-
-def write(kept: Path, rows: List[Dict[str, Any]]) -> None:
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    kept.write_text("{\"rows\": [\n" + ",\n".join(json.dumps(r) for r in rows) + "\n]}\n")
 
 
 def merge(kept: List[Dict[str, Any]], call: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
@@ -118,7 +113,7 @@ def main(argv: List[str]) -> int:
         if not a.call:
             ap.error("merge needs the call's verify_scale.json")
         rows = merge(rows, json.loads(Path(a.call).read_text()))
-        write(a.kept, rows)
+        write_rows(a.kept, "rows", rows)
         print(f"{a.kept}: {sum(map(has_verdict, rows))}/{len(rows)} problems with a verdict")
     elif a.what == "done":
         print("\n".join(r["name"] for r in rows if has_verdict(r)))

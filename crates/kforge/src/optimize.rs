@@ -131,28 +131,26 @@ struct Plan {
     beam_width: u32,
     /// The llm agent's endpoint, loop and budget (with `--agents …,llm`).
     llm: Option<llm::LlmPlan>,
-    /// The machine as `--python` sees `--device` (`machine_of`), where it could tell: it goes
+    /// The machine as `--python` sees `--device` (`machine_of`), or why it could not tell: it goes
     /// into each report, each step's input hash and the decisions file, so that nothing timed on
     /// one GPU is taken on another.
-    machine: Option<String>,
+    machine: std::result::Result<String, String>,
 }
 
 impl Plan {
     /// The device as step input hashes name it: `--device` and, where known, the machine.
     fn device_key(&self, device: &str) -> String {
         match &self.machine {
-            Some(m) => format!("{device}@{m}"),
-            None => device.to_string(),
+            Ok(m) => format!("{device}@{m}"),
+            Err(_) => device.to_string(),
         }
     }
 }
 
 pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
-    let mut plan = plan(&a)?;
-    let machine = machine_of(&a.python, &a.device);
-    plan.machine = machine.as_ref().ok().cloned();
+    let plan = plan(&a)?;
     let decisions = match &a.decisions {
-        Some(path) => Some(DecisionsFile::open(path, machine?)?),
+        Some(path) => Some(DecisionsFile::open(path, plan.machine.clone().map_err(anyhow::Error::msg)?)?),
         None => None,
     };
     let problems = if a.problem.is_dir() {
@@ -219,9 +217,10 @@ fn plan(a: &OptimizeArgs) -> Result<Plan> {
     if a.beam_width >= 2 && !agents.contains(&Agent::Inductor) {
         bail!("--beam-width combines the inductor agent's knobs: add inductor to --agents");
     }
+    let machine = machine_of(&a.python, &a.device).map_err(|e| format!("{e:#}"));
     let gpu = match a.device.as_str() {
         "cpu" => false,
-        "auto" => torch_sees_a_gpu(&a.python),
+        "auto" => machine.as_ref().is_ok_and(|m| !m.starts_with("cpu, ")),
         d if d.parse::<u32>().is_ok() => true,
         d => bail!("--device must be auto, cpu or a GPU index, got {d:?}"),
     };
@@ -242,7 +241,7 @@ fn plan(a: &OptimizeArgs) -> Result<Plan> {
         jobs: a.jobs as usize,
         beam_width: a.beam_width,
         llm,
-        machine: None,
+        machine,
     })
 }
 
@@ -530,7 +529,7 @@ impl Run<'_> {
         let q = question(self.a, self.plan, problem);
         if let Some(report) = self.resumed(&q, out)? {
             match (&report.machine, &self.plan.machine) {
-                (Some(then), Some(now)) if then != now => self.progress(
+                (Some(then), Ok(now)) if then != now => self.progress(
                     index,
                     problem,
                     &format!("its report was decided on {then}, this run is on {now}: run again"),
@@ -603,11 +602,11 @@ impl Run<'_> {
                     .with_context(|| format!("removing {} (another decision's)", stale.display()))?;
             }
         }
-        (report.result, report.policy) = (self.journaled(out, RESULT_FILES[0]), self.journaled(out, RESULT_FILES[1]));
+        (report.result, report.policy) = (journaled(out, RESULT_FILES[0]), journaled(out, RESULT_FILES[1]));
         let path = out.join("report.json");
         let body = serde_json::to_string_pretty(&report).context("serializing the report")?;
         std::fs::write(&path, body).with_context(|| format!("writing {}", path.display()))?;
-        self.journal.decided(q, &report.decision, Path::new(&self.journaled(out, "report.json")))?;
+        self.journal.decided(q, &report.decision, Path::new(&journaled(out, "report.json")))?;
         Ok(Some(report))
     }
 
@@ -627,12 +626,6 @@ impl Run<'_> {
         }
         let journaled = self.journal.decision_for(q)?.is_some();
         Ok((journaled || !self.journal.decided_any(&q.problem)?).then_some(report))
-    }
-
-    /// A file of a problem's folder as reports and the journal name it: absolute.
-    fn journaled(&self, out: &Path, name: &str) -> String {
-        let path = out.join(name);
-        std::path::absolute(&path).unwrap_or(path).display().to_string()
     }
 
     /// `kforge verify PROBLEM FILE --policy POLICY --json VERDICT` (this binary) with the run's
@@ -1193,8 +1186,7 @@ impl ProblemRun<'_> {
     /// A file of `out` as the journal names it: absolute, so that a run resumed from another
     /// working directory finds it.
     fn journaled_path(&self, name: &str) -> String {
-        let path = self.out.join(name);
-        std::path::absolute(&path).unwrap_or(path).display().to_string()
+        journaled(self.out, name)
     }
 
     /// The decision across the families (the dispatch family's measurement and verdict, the
@@ -1240,7 +1232,7 @@ impl ProblemRun<'_> {
             llm: found.llm,
             tried: found.tried,
             spent: Some(self.spent()),
-            machine: self.run.plan.machine.clone(),
+            machine: self.run.plan.machine.clone().ok(),
         };
         let body = serde_json::to_string_pretty(&report).context("serializing the report")?;
         let report_path = self.out.join("report.json");
@@ -1572,12 +1564,11 @@ fn last_lines(text: &str) -> String {
 }
 
 /// `--device auto`: whether torch sees a GPU here.
-fn torch_sees_a_gpu(python: &str) -> bool {
-    Command::new(python)
-        .args(["-c", "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
+/// A file of a problem's folder `out` as reports and the journal name it: absolute, so that a
+/// run resumed from another working directory finds it.
+fn journaled(out: &Path, name: &str) -> String {
+    let path = out.join(name);
+    std::path::absolute(&path).unwrap_or(path).display().to_string()
 }
 
 #[cfg(test)]
