@@ -13,9 +13,11 @@
 # is the new state (copy it over STATE for the next call), $OUT/campaign.json and
 # $OUT/campaign.html the summary, $OUT/jobs.json where the time went (scripts/device/campaign_jobs.py). BUDGET_WALL_S (default 360) is passed as --budget-wall-s:
 # no problem or step starts later, so the call ends inside its limit; problems not reached are
-# continued by the next call (--resume). HARD_S (default BUDGET_WALL_S + 60) kills the run if a
-# step started before the budget is still running then (its step is redone by the next call): the
-# state is packed either way, so a long step never costs the call's journal. Builds nothing: carry target/release/kforge and
+# continued by the next call (--resume); nor does a step that the budget's remainder cannot hold
+# (each kind expected to take the median of the journal's finished ones). HARD_S (default
+# BUDGET_WALL_S + 60) kills the run if a step started before the budget is still running then (its
+# step is redone by the next call; a summary pass then writes campaign.json and campaign.html from
+# the journal): the state is packed either way, so a long step never costs the call's journal. Builds nothing: carry target/release/kforge and
 # target/release/libkforge_shim.so (and STATE).
 #
 # Across sessions (a fresh tree: devstate/ is gone) the campaign goes on from its decisions file:
@@ -75,8 +77,15 @@ timeout --signal=TERM --kill-after=10 "${HARD_S:-$((BUDGET_WALL_S + 60))}" \
   "$K" --socket "$S" optimize "$PROBLEMS" --daemon --resume --out "$W/state/out" --budget-wall-s "$BUDGET_WALL_S" \
   --json "$OUT/campaign.json" --html "$OUT/campaign.html" ${DECISIONS_ARGS[@]+"${DECISIONS_ARGS[@]}"} "$@" 2>"$W/progress.log"
 rc=$?
-[ "$rc" = 124 ] && echo "kforge optimize killed at HARD_S (a step outlived the budget): the next call redoes it"
 echo "kforge optimize exited $rc after $(( $(date +%s) - t0 )) s"
+if [ "$rc" = 124 ]; then
+  echo "kforge optimize killed at HARD_S (a step outlived the budget): the next call redoes it"
+  # The summary the killed run could not write: every decision so far, from the journal, no step
+  # started (a spent budget), so that each call's campaign.json and campaign.html hold.
+  "$K" --socket "$S" optimize "$PROBLEMS" --daemon --resume --out "$W/state/out" --budget-wall-s 0.001 \
+    --json "$OUT/campaign.json" --html "$OUT/campaign.html" ${DECISIONS_ARGS[@]+"${DECISIONS_ARGS[@]}"} "$@" \
+    2>>"$W/progress.log" >/dev/null || echo "the summary pass exited $?"
+fi
 tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"
 # The new state, packed before the re-verification (which writes nothing there): the output
 # folder always; Inductor's cache only while the pack stays under the 16 MiB a returned file may have.

@@ -1,9 +1,13 @@
 //! A campaign's budgets: GPU-seconds (what its steps spent on the device) and wall seconds
 //! (since it started). When one is spent no new problem or step starts; what was not reached is
-//! recorded as such (`not-reached: budget`), not as a failure.
+//! recorded as such (`not-reached: budget`), not as a failure. Nor does a step start that the
+//! wall budget's remainder cannot hold: each kind of step is expected to take the median of the
+//! finished ones of its kind (this run's, and with `--resume` the journal's earlier runs'), so a
+//! run given a wall budget ends near it instead of being killed with steps half done.
 
 use crate::OptimizeError;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -33,6 +37,8 @@ pub struct Spending {
     budget: Budget,
     start: Instant,
     gpu_s: Mutex<f64>,
+    /// Wall seconds of finished steps, per step name.
+    durations: Mutex<BTreeMap<String, Vec<f64>>>,
 }
 
 /// The budget's state for the summary: spent, given, and which one ran out.
@@ -48,7 +54,46 @@ pub struct BudgetStatus {
 
 impl Spending {
     pub fn new(budget: Budget) -> Spending {
-        Spending { budget, start: Instant::now(), gpu_s: Mutex::new(0.0) }
+        Spending::since(budget, Instant::now())
+    }
+
+    /// Spending of a run that started at `start` (its wall budget counts from there).
+    pub fn since(budget: Budget, start: Instant) -> Spending {
+        Spending { budget, start, gpu_s: Mutex::new(0.0), durations: Mutex::default() }
+    }
+
+    /// Count a finished step's wall seconds towards what a step named `step` is expected to take.
+    pub fn observe(&self, step: &str, seconds: f64) {
+        if seconds.is_finite() && seconds >= 0.0 {
+            let mut d = self.durations.lock().unwrap_or_else(|e| e.into_inner());
+            d.entry(step.to_string()).or_default().push(seconds);
+        }
+    }
+
+    /// What a step named `step` is expected to take: the median wall seconds of the finished
+    /// ones, and how many there were; `None` before one finished.
+    pub fn expected_s(&self, step: &str) -> Option<(f64, usize)> {
+        let d = self.durations.lock().unwrap_or_else(|e| e.into_inner());
+        let mut xs = d.get(step)?.clone();
+        xs.sort_by(f64::total_cmp);
+        let n = xs.len();
+        (n > 0).then(|| (if n % 2 == 1 { xs[n / 2] } else { (xs[n / 2 - 1] + xs[n / 2]) / 2.0 }, n))
+    }
+
+    /// Why a step named `step` must not start (`None`: it may): a budget is spent, or the wall
+    /// budget's remainder is below what such a step is expected to take.
+    pub fn refuses(&self, step: &str) -> Option<String> {
+        if let Some(which) = self.spent() {
+            return Some(format!("the {which} budget is spent"));
+        }
+        let left = self.budget.wall_s? - self.wall_s();
+        let (expected, n) = self.expected_s(step)?;
+        (expected > left).then(|| {
+            format!(
+                "a {step} step takes about {expected:.0} s here (the median of {n}), {:.0} s of the wall budget are left",
+                left.max(0.0)
+            )
+        })
     }
 
     /// Count a step's GPU-seconds.
@@ -147,6 +192,31 @@ mod tests {
         assert!(st.line().contains("gpu 10.5 of 10.0 s") && st.line().contains("the gpu budget is spent"));
         assert_eq!(Spending::new(Budget::default()).spent(), None, "no budget: never spent");
         assert!(Spending::new(Budget::default()).progress().ends_with("no budget"));
+    }
+
+    #[test]
+    fn a_step_the_wall_budget_cannot_hold_does_not_start() {
+        let s = Spending::new(Budget::new(None, Some(100.0)).unwrap());
+        assert_eq!(s.refuses("measure"), None, "nothing finished yet: no estimate, it starts");
+        for secs in [80.0, 150.0, 120.0] {
+            s.observe("measure", secs);
+        }
+        s.observe("result", 0.5);
+        s.observe("result", f64::NAN); // not a duration
+        assert_eq!(s.expected_s("measure"), Some((120.0, 3)), "the median");
+        assert_eq!(s.expected_s("result"), Some((0.5, 1)));
+        s.observe("result", 1.5);
+        assert_eq!(s.expected_s("result"), Some((1.0, 2)), "the median of an even count");
+        let why = s.refuses("measure").expect("120 s expected, under 100 s left");
+        assert!(why.contains("a measure step takes about 120 s here (the median of 3)"), "{why}");
+        assert!(why.contains("s of the wall budget are left"), "{why}");
+        assert_eq!(s.refuses("result"), None, "a short step still fits");
+        assert_eq!(s.refuses("verify"), None, "a kind never finished: no estimate");
+        let gpu_only = Spending::new(Budget::new(Some(10.0), None).unwrap());
+        gpu_only.observe("measure", 1e6);
+        assert_eq!(gpu_only.refuses("measure"), None, "no wall budget: durations do not matter");
+        gpu_only.charge(10.0);
+        assert_eq!(gpu_only.refuses("result").as_deref(), Some("the gpu budget is spent"));
     }
 
     #[test]

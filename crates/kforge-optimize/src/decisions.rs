@@ -29,6 +29,14 @@ pub enum DecisionsError {
     Version { path: String, found: u32 },
     #[error("the decisions file {path} cannot be written: {why}")]
     Write { path: String, why: String },
+    #[error("the decisions file {path} holds no decision for these problems under this question (problem paths as given, size, device, baseline, agents, rounds, beam width)")]
+    NoDecision { path: String },
+    #[error(
+        "the decisions file {path} has no decision of these problems made on {wanted}; it has some made on: {machines}"
+    )]
+    NotThatMachine { path: String, wanted: String, machines: String },
+    #[error("the decisions file {path} has decisions of these problems made on several machines ({machines}): name one with --machine")]
+    SeveralMachines { path: String, machines: String },
 }
 
 /// One decided problem: its report, when and where it was decided, and what it was decided on.
@@ -116,6 +124,34 @@ impl Decisions {
             return Answer::Stale("decided for another version of the problem file".into());
         }
         Answer::Taken(e)
+    }
+
+    /// The machine a summary of `questions` reads: `wanted` when given (it must have decided one
+    /// of them), else the only machine that decided any; `shown` names the file in errors.
+    pub fn machine_for(
+        &self,
+        questions: &[Question],
+        wanted: Option<&str>,
+        shown: &str,
+    ) -> Result<String, DecisionsError> {
+        let mut machines: Vec<&str> = self
+            .entries
+            .iter()
+            .filter(|e| questions.contains(&e.report.question))
+            .map(|e| e.machine.as_str())
+            .collect();
+        machines.sort_unstable();
+        machines.dedup();
+        let list = || machines.join("; ");
+        match (wanted, machines.as_slice()) {
+            (_, []) => Err(DecisionsError::NoDecision { path: shown.into() }),
+            (Some(w), _) if machines.contains(&w) => Ok(w.to_string()),
+            (Some(w), _) => {
+                Err(DecisionsError::NotThatMachine { path: shown.into(), wanted: w.into(), machines: list() })
+            }
+            (None, [one]) => Ok(one.to_string()),
+            (None, _) => Err(DecisionsError::SeveralMachines { path: shown.into(), machines: list() }),
+        }
     }
 
     /// `entry` recorded: it replaces the entry of the same question and machine (another machine's
@@ -245,6 +281,31 @@ mod tests {
         Decisions::update(&empty, |_| false).unwrap();
         assert_eq!(Decisions::read(&empty).unwrap(), Decisions::default());
         assert!(std::fs::read_to_string(&empty).unwrap().starts_with("{\"decisions\": 1,"));
+    }
+
+    #[test]
+    fn a_summary_reads_the_one_machine_or_the_named_one() {
+        let mut l = Decisions::default();
+        let (a, b) = (entry("a.py", "max-autotune", 1), entry("b.py", "max-autotune", 2));
+        let qs = [a.report.question.clone(), b.report.question.clone()];
+        let e = l.machine_for(&qs, None, "d.json").unwrap_err();
+        assert!(matches!(e, DecisionsError::NoDecision { .. }) && e.to_string().contains("no decision"), "{e}");
+        l.record(a.clone());
+        l.record(entry("c.py", "max-autotune", 3)); // another campaign's problem
+        assert_eq!(l.machine_for(&qs, None, "d.json").unwrap(), "NVIDIA H200, torch 2.11");
+        let h100 = Entry { machine: "NVIDIA H100, torch 2.11".into(), ..b };
+        l.record(h100);
+        let e = l.machine_for(&qs, None, "d.json").unwrap_err();
+        let both = "NVIDIA H100, torch 2.11; NVIDIA H200, torch 2.11";
+        assert_eq!(
+            e.to_string(),
+            format!("the decisions file d.json has decisions of these problems made on several machines ({both}): name one with --machine")
+        );
+        assert_eq!(l.machine_for(&qs, Some("NVIDIA H100, torch 2.11"), "d.json").unwrap(), "NVIDIA H100, torch 2.11");
+        let e = l.machine_for(&qs, Some("cpu, torch 2.15"), "d.json").unwrap_err();
+        assert!(e.to_string().contains(&format!("made on cpu, torch 2.15; it has some made on: {both}")), "{e}");
+        let other = [report_for("a.py", "default").question];
+        assert!(matches!(l.machine_for(&other, None, "d.json"), Err(DecisionsError::NoDecision { .. })));
     }
 
     #[test]

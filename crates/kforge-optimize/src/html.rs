@@ -468,7 +468,7 @@ fn goals_table(goals: &[GoalCheck]) -> String {
 /// Every problem in order, its result and a link to its own page where it has one.
 fn problems_table(outcomes: &[ProblemOutcome], pages: &BTreeMap<String, String>) -> String {
     let mut s = String::from(
-        "<h2>Each problem</h2><table><tr><th>problem</th><th>result</th><th>speedup</th><th>seconds</th><th>page</th></tr>",
+        "<h2>Each problem</h2><table><tr><th>problem</th><th>result</th><th>speedup</th><th>confirmed</th><th>seconds</th><th>page</th></tr>",
     );
     for o in outcomes {
         let bar = outcome_bar(o);
@@ -478,10 +478,11 @@ fn problems_table(outcomes: &[ProblemOutcome], pages: &BTreeMap<String, String>)
             .unwrap_or_else(|| "—".into());
         let _ = write!(
             s,
-            "<tr><td>{}</td><td>{}</td><td>{:.3}x</td><td>{:.1}</td><td>{link}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{:.3}x</td><td>{}</td><td>{:.1}</td><td>{link}</td></tr>",
             escape(&o.problem),
             escape(&bar.note),
             o.speedup(),
+            o.confirmed.map(|c| format!("{c:.3}x")).unwrap_or_else(|| "—".into()),
             o.seconds
         );
     }
@@ -504,12 +505,12 @@ fn outcome_bar(o: &ProblemOutcome) -> Bar {
 fn summary_table(summary: &[LevelSummary]) -> String {
     let mut s = String::from(
         "<table><tr><th>level</th><th>problems</th><th>optimized</th><th>fallbacks</th><th>failed</th>\
-         <th>not reached</th><th>geomean</th><th>fast_1</th><th>seconds</th><th>GPU-seconds</th></tr>",
+         <th>not reached</th><th>geomean</th><th>confirmed</th><th>fast_1</th><th>seconds</th><th>GPU-seconds</th></tr>",
     );
     for l in summary {
         let _ = write!(
             s,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3}x</td><td>{:.2}</td><td>{:.1}</td><td>{:.1}</td></tr>",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.3}x</td><td>{:.3}x</td><td>{:.2}</td><td>{:.1}</td><td>{:.1}</td></tr>",
             escape(&l.level),
             l.problems,
             l.optimized,
@@ -517,12 +518,13 @@ fn summary_table(summary: &[LevelSummary]) -> String {
             l.failed,
             l.not_reached,
             l.geomean,
+            l.geomean_confirmed,
             l.fast_1,
             l.seconds,
             l.gpu_seconds
         );
     }
-    s.push_str("</table><p class=\"note\">geomean over the baseline: fallbacks, failures and problems not reached count as 1.0.</p>");
+    s.push_str("</table><p class=\"note\">geomean over the baseline: fallbacks, failures and problems not reached count as 1.0; confirmed: each winner at the speedup gate 4 measured for its shipped result file in its own process (where it did), the goals' figure.</p>");
     s
 }
 
@@ -608,6 +610,7 @@ mod tests {
             tried: Vec::new(),
             spent: None,
             machine: None,
+            confirmed: None,
         }
     }
 
@@ -767,6 +770,7 @@ mod tests {
             gpu_seconds: 4.0,
             resumed: false,
             triton_share: None,
+            confirmed: None,
         };
         let won = |a: Agent, s: f64| Some(Decision::Improved { agent: a, mode: "m".into(), speedup: s, ci95: [s, s] });
         let outcomes = vec![

@@ -875,6 +875,12 @@ pub struct Report {
     /// run could tell: `--resume` does not take it on another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine: Option<String>,
+    /// The winner's speedup as gate 4 measured its shipped result file: in `kforge verify`'s
+    /// own process, against a fresh compile of the baseline (`Verdict::speedup`). The decision's
+    /// speedup was measured beside every other variant in the agent's process; a host-paced
+    /// variant (no CUDA graphs) can differ there, so the summary counts this one where it exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmed: Option<f64>,
 }
 
 /// What deciding a problem cost: the wall seconds of the run that decided it plus those of the
@@ -1015,6 +1021,9 @@ pub struct ProblemOutcome {
     /// (the config agent's, else the dispatch agent's): what `goals` calls vendor-bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triton_share: Option<f64>,
+    /// Gate 4's speedup of the shipped result file (`Report::confirmed`), where it measured one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmed: Option<f64>,
 }
 
 impl Report {
@@ -1035,6 +1044,15 @@ impl ProblemOutcome {
             _ => 1.0,
         }
     }
+
+    /// The speedup the summary counts: gate 4's confirmed one for a winner where it measured
+    /// one, else `speedup`.
+    pub fn confirmed_speedup(&self) -> f64 {
+        match (&self.decision, self.confirmed) {
+            (Some(Decision::Improved { .. }), Some(c)) => c,
+            _ => self.speedup(),
+        }
+    }
 }
 
 /// A campaign's summary for one level (or all): geometric-mean speedup over the baseline
@@ -1049,7 +1067,11 @@ pub struct LevelSummary {
     /// Not reached (a budget was spent); counted as the baseline like a fallback.
     #[serde(default)]
     pub not_reached: usize,
+    /// Over the decisions' measured speedups.
     pub geomean: f64,
+    /// Over the confirmed speedups (`ProblemOutcome::confirmed_speedup`): what the goals judge.
+    #[serde(default)]
+    pub geomean_confirmed: f64,
     /// Share of problems faster than the baseline by a verified winner (KernelBench's fast_1).
     pub fast_1: f64,
     pub seconds: f64,
@@ -1076,7 +1098,13 @@ fn level_summary<'a>(level: &str, of: impl Iterator<Item = &'a ProblemOutcome>) 
     let optimized = of.iter().filter(|o| matches!(o.decision, Some(Decision::Improved { .. }))).count();
     let not_reached = of.iter().filter(|o| o.decision.is_none() && o.not_reached.is_some()).count();
     let failed = of.iter().filter(|o| o.decision.is_none()).count() - not_reached;
-    let logs: f64 = of.iter().map(|o| o.speedup().ln()).sum();
+    let geomean = |f: fn(&ProblemOutcome) -> f64| {
+        if n == 0 {
+            1.0
+        } else {
+            (of.iter().map(|o| f(o).ln()).sum::<f64>() / n as f64).exp()
+        }
+    };
     LevelSummary {
         level: level.into(),
         problems: n,
@@ -1084,7 +1112,8 @@ fn level_summary<'a>(level: &str, of: impl Iterator<Item = &'a ProblemOutcome>) 
         fallbacks: n - optimized - failed - not_reached,
         failed,
         not_reached,
-        geomean: if n == 0 { 1.0 } else { (logs / n as f64).exp() },
+        geomean: geomean(ProblemOutcome::speedup),
+        geomean_confirmed: geomean(ProblemOutcome::confirmed_speedup),
         fast_1: if n == 0 { 0.0 } else { optimized as f64 / n as f64 },
         seconds: of.iter().map(|o| o.seconds).sum(),
         gpu_seconds: of.iter().map(|o| o.gpu_seconds).sum(),
@@ -1093,7 +1122,10 @@ fn level_summary<'a>(level: &str, of: impl Iterator<Item = &'a ProblemOutcome>) 
 
 /// The campaign's table: one row per problem, then one per level.
 pub fn campaign_table(outcomes: &[ProblemOutcome], summary: &[LevelSummary]) -> String {
-    let mut t = format!("{:<52} {:>9} {:>8} {:>8}  {}\n", "PROBLEM", "SPEEDUP", "SECONDS", "GPU-S", "RESULT");
+    let mut t = format!(
+        "{:<52} {:>9} {:>9} {:>8} {:>8}  {}\n",
+        "PROBLEM", "SPEEDUP", "CONFIRMED", "SECONDS", "GPU-S", "RESULT"
+    );
     for o in outcomes {
         let what = match (&o.decision, &o.error, &o.not_reached) {
             (Some(Decision::Improved { mode, agent, .. }), _, _) => format!("{mode} ({})", agent.name()),
@@ -1102,21 +1134,33 @@ pub fn campaign_table(outcomes: &[ProblemOutcome], summary: &[LevelSummary]) -> 
             (None, e, None) => format!("failed: {}", e.as_deref().unwrap_or("?")),
         };
         let resumed = if o.resumed { " (resumed)" } else { "" };
+        let confirmed = o.confirmed.map(|c| format!("{c:.3}x")).unwrap_or("-".into());
         t.push_str(&format!(
-            "{:<52} {:>8.3}x {:>8.1} {:>8.1}  {what}{resumed}\n",
+            "{:<52} {:>8.3}x {:>9} {:>8.1} {:>8.1}  {what}{resumed}\n",
             o.problem,
             o.speedup(),
+            confirmed,
             o.seconds,
             o.gpu_seconds
         ));
     }
     t.push_str(&format!(
-        "\n{:<10} {:>8} {:>9} {:>9} {:>6} {:>11} {:>8} {:>6} {:>9} {:>8}\n",
-        "LEVEL", "PROBLEMS", "OPTIMIZED", "FALLBACKS", "FAILED", "NOT-REACHED", "GEOMEAN", "FAST_1", "SECONDS", "GPU-S"
+        "\n{:<10} {:>8} {:>9} {:>9} {:>6} {:>11} {:>8} {:>9} {:>6} {:>9} {:>8}\n",
+        "LEVEL",
+        "PROBLEMS",
+        "OPTIMIZED",
+        "FALLBACKS",
+        "FAILED",
+        "NOT-REACHED",
+        "GEOMEAN",
+        "CONFIRMED",
+        "FAST_1",
+        "SECONDS",
+        "GPU-S"
     ));
     for s in summary {
         t.push_str(&format!(
-            "{:<10} {:>8} {:>9} {:>9} {:>6} {:>11} {:>7.3}x {:>6.2} {:>9.1} {:>8.1}\n",
+            "{:<10} {:>8} {:>9} {:>9} {:>6} {:>11} {:>7.3}x {:>8.3}x {:>6.2} {:>9.1} {:>8.1}\n",
             s.level,
             s.problems,
             s.optimized,
@@ -1124,6 +1168,7 @@ pub fn campaign_table(outcomes: &[ProblemOutcome], summary: &[LevelSummary]) -> 
             s.failed,
             s.not_reached,
             s.geomean,
+            s.geomean_confirmed,
             s.fast_1,
             s.seconds,
             s.gpu_seconds
@@ -1164,6 +1209,7 @@ pub(crate) mod tests {
             tried: Vec::new(),
             spent: None,
             machine: None,
+            confirmed: None,
         }
     }
 
@@ -1418,6 +1464,7 @@ pub(crate) mod tests {
             tried: Vec::new(),
             spent: None,
             machine: None,
+            confirmed: None,
         };
         assert_eq!(r.decisive().winner, "max-autotune+freezing+coordinate-descent");
         assert!(matches!(&r.decision, Decision::Improved { agent: Agent::Inductor, speedup, .. } if *speedup == 1.4));
@@ -1674,6 +1721,7 @@ pub(crate) mod tests {
             tried: Vec::new(),
             spent: None,
             machine: None,
+            confirmed: None,
         };
         let t = r.table();
         assert!(t.contains("Triton kernels 91% of the baseline's device time: Amdahl ceiling 11.11x"), "{t}");
@@ -1721,6 +1769,7 @@ pub(crate) mod tests {
             gpu_seconds: 1.5,
             resumed: false,
             triton_share: None,
+            confirmed: None,
         }
     }
 
@@ -1764,5 +1813,21 @@ pub(crate) mod tests {
         }
         // One level: no separate `all` row.
         assert_eq!(summarize(&outcomes[..2]).len(), 1);
+        assert_eq!(s[0].geomean_confirmed, s[0].geomean, "nothing confirmed: the measured speedups count");
+
+        // Gate 4's confirmed speedup of a winner's result file counts where it measured one; a
+        // fallback's stays 1.0 whatever its verdict measured.
+        let mut confirmed = outcomes.clone();
+        confirmed[0].confirmed = Some(2.25);
+        confirmed[1].confirmed = Some(0.5);
+        let c = summarize(&confirmed);
+        assert!((c[0].geomean - 2.0).abs() < 1e-9, "the measured geomean unchanged");
+        assert!((c[0].geomean_confirmed - 1.5).abs() < 1e-9, "sqrt(2.25 x 1)");
+        let t = campaign_table(&confirmed, &c);
+        assert!(
+            t.contains("CONFIRMED") && t.lines().any(|l| l.starts_with("level1/a.py") && l.contains("2.250x")),
+            "{t}"
+        );
+        assert!(t.lines().any(|l| l.starts_with("level1 ") && l.contains("1.500x")), "{t}");
     }
 }

@@ -122,6 +122,15 @@ fn default_size() -> String {
 }
 
 impl Verdict {
+    /// Gate 4's measured speedup of the candidate over the reference (`performance:speedup`'s
+    /// evidence: the interleaved rounds in the candidate's own process against a fresh baseline);
+    /// `None` where gate 4 did not measure one.
+    pub fn speedup(&self) -> Option<f64> {
+        let checks = self.gates.iter().flat_map(|g| &g.checks);
+        let c = checks.into_iter().find(|c| c.gate == "performance" && c.name == "speedup")?;
+        c.evidence.get("speedup")?.as_f64().filter(|x| x.is_finite() && *x > 0.0)
+    }
+
     /// The verdict with the policy's torch rule and allowed vendor calls recorded.
     pub fn with_policy(mut self, policy: &Policy) -> Verdict {
         self.torch_policy = policy.torch_policy;
@@ -629,6 +638,9 @@ mod tests {
         let mut perf = all_ok.clone();
         perf.checks[5].ok = Some(true);
         assert_eq!(compose("p", "c", &[], Some(&perf), None, json!({})).outcome, Outcome::Accepted);
+        assert_eq!(compose("p", "c", &[], Some(&perf), None, json!({})).speedup(), None, "no speedup in its evidence");
+        perf.checks[5].evidence = json!({"speedup": 1.25, "ci95": [1.2, 1.3]});
+        assert_eq!(compose("p", "c", &[], Some(&perf), None, json!({})).speedup(), Some(1.25), "gate 4's speedup");
 
         // The first failing check in gate order names the rejection, whatever the list order.
         let failing = RunnerResult {

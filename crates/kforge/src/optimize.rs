@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 mod llm;
+mod summary;
 
 #[derive(Args)]
 pub struct OptimizeArgs {
@@ -88,6 +89,16 @@ pub struct OptimizeArgs {
     /// Created when missing; one file may hold several campaigns (entries match by question).
     #[arg(long, value_name = "FILE")]
     decisions: Option<PathBuf>,
+    /// Run nothing: the campaign's summary (the table, --json, --html) from the --decisions file
+    /// alone, for the problems of the directory the file holds a decision for under the same
+    /// question (give the campaign's own flags and directory path) — no daemon, torch or GPU
+    /// needed, e.g. on a laptop while the campaign goes on elsewhere.
+    #[arg(long, requires = "decisions")]
+    summarize: bool,
+    /// With --summarize: the machine whose decisions to read (as the file names it, e.g. "NVIDIA
+    /// H100 80GB HBM3, torch 2.11.0+cu130"), when the file holds several.
+    #[arg(long, value_name = "NAME", requires = "summarize")]
+    machine: Option<String>,
     /// Start no new problem or step once the steps spent this many device seconds (region time
     /// with --daemon, else the device steps' wall seconds).
     #[arg(long, allow_negative_numbers = true)]
@@ -148,6 +159,10 @@ impl Plan {
 }
 
 pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
+    if a.summarize {
+        return summary::summarize(&a);
+    }
+    let started = Instant::now(); // the wall budget counts from here: probing the machine is the run's time too
     let plan = plan(&a)?;
     let decisions = match &a.decisions {
         Some(path) => Some(DecisionsFile::open(path, plan.machine.clone().map_err(anyhow::Error::msg)?)?),
@@ -178,7 +193,7 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
         socket,
         workspace: Workspace::open(&a.out),
         in_flight: InFlight::default(),
-        spending: Spending::new(plan.budget),
+        spending: spending(plan.budget, started, &journal)?,
         total: problems.len(),
         a: &a,
         plan: &plan,
@@ -191,7 +206,22 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
     }
 }
 
+/// The run's spending, each kind of step expected to take what the journal's finished ones
+/// took (earlier runs' with `--resume`), so that a wall budget starts no step it cannot hold.
+fn spending(budget: Budget, started: Instant, journal: &Journal) -> Result<Spending> {
+    let spending = Spending::since(budget, started);
+    for (step, seconds) in journal.step_seconds().context("reading the journal's step durations")? {
+        spending.observe(&step, seconds);
+    }
+    Ok(spending)
+}
+
 fn plan(a: &OptimizeArgs) -> Result<Plan> {
+    plan_on(a, || machine_of(&a.python, &a.device).map_err(|e| format!("{e:#}")))
+}
+
+/// The plan, the machine given by `machine` (asked only once the flags are valid).
+fn plan_on(a: &OptimizeArgs, machine: impl FnOnce() -> std::result::Result<String, String>) -> Result<Plan> {
     let agents = parse_agents(&a.agents)?;
     if a.rounds < 2 {
         bail!("--rounds must be at least 2 (an interval needs two rounds), got {}", a.rounds);
@@ -217,7 +247,7 @@ fn plan(a: &OptimizeArgs) -> Result<Plan> {
     if a.beam_width >= 2 && !agents.contains(&Agent::Inductor) {
         bail!("--beam-width combines the inductor agent's knobs: add inductor to --agents");
     }
-    let machine = machine_of(&a.python, &a.device).map_err(|e| format!("{e:#}"));
+    let machine = machine();
     let gpu = match a.device.as_str() {
         "cpu" => false,
         "auto" => machine.as_ref().is_ok_and(|m| !m.starts_with("cpu, ")),
@@ -317,6 +347,42 @@ impl DecisionsFile {
     }
 }
 
+/// A campaign's summary made public: `campaign.json` in the output folder (`in_out`), `--json`,
+/// `--html` (each decided problem's own page linked as `pages` says) and the table last, then
+/// `tail`'s lines. `extra`'s fields (the run's budget and id) join the JSON.
+fn publish(
+    a: &OptimizeArgs,
+    baseline: Baseline,
+    outcomes: &[ProblemOutcome],
+    extra: serde_json::Value,
+    pages: &BTreeMap<String, String>,
+    tail: &str,
+    in_out: bool,
+) -> Result<()> {
+    let summary = summarize(outcomes);
+    let goals = kforge_optimize::goals::check(outcomes, &summary, baseline);
+    let mut body = serde_json::json!({"problems": outcomes, "summary": summary, "goals": goals});
+    if let (Some(b), serde_json::Value::Object(e)) = (body.as_object_mut(), extra) {
+        b.extend(e);
+    }
+    let body = serde_json::to_string_pretty(&body)?;
+    if in_out {
+        let path = a.out.join("campaign.json");
+        std::fs::write(&path, &body).with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(dest) = &a.json {
+        crate::output::write_out(dest, &body)?;
+    }
+    if let Some(path) = &a.html {
+        let title = format!("kforge optimize: {} against torch.compile {}", a.problem.display(), baseline.mode());
+        let page = kforge_optimize::html::campaign_html(&title, outcomes, &summary, &goals, pages);
+        std::fs::write(path, page).with_context(|| format!("writing the HTML report {}", path.display()))?;
+    }
+    let table = format!("{}{}\n{tail}", campaign_table(outcomes, &summary), kforge_optimize::goals::lines(&goals));
+    crate::output::print_table(a.json.as_deref(), &table);
+    Ok(())
+}
+
 /// The machine as `python` sees `device`: the GPU's name (the first GPU for `auto`) or `cpu`, and
 /// torch's version.
 fn machine_of(python: &str, device: &str) -> Result<String> {
@@ -405,14 +471,6 @@ impl Run<'_> {
             .collect()
     }
 
-    /// `--html FILE`: the page `render` makes, written there.
-    fn write_html(&self, render: impl FnOnce() -> String) -> Result<()> {
-        if let Some(path) = &self.a.html {
-            std::fs::write(path, render()).with_context(|| format!("writing the HTML report {}", path.display()))?;
-        }
-        Ok(())
-    }
-
     /// A problem's page at `path`: its report, and what its result file changes against the
     /// problem's source (both read here; a result file that cannot be read leaves the diff out).
     fn write_problem_page(report: &Report, problem: &Path, path: &Path) -> Result<()> {
@@ -454,34 +512,14 @@ impl Run<'_> {
             done.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().flatten().collect();
         let not_reached = outcomes.iter().filter(|o| o.not_reached.is_some()).count();
         self.journal.finish((not_reached > 0).then_some("budget"))?;
-        let summary = summarize(&outcomes);
-        let goals = kforge_optimize::goals::check(&outcomes, &summary, self.plan.baseline);
         let budget = self.spending.status();
-        let body = serde_json::to_string_pretty(&serde_json::json!({"problems": outcomes, "summary": summary,
-            "goals": goals, "budget": budget, "run": self.journal.run()}))?;
-        std::fs::write(self.a.out.join("campaign.json"), &body)
-            .with_context(|| format!("writing {}", self.a.out.join("campaign.json").display()))?;
-        if let Some(dest) = &self.a.json {
-            crate::output::write_out(dest, &body)?;
-        }
-        let title = format!(
-            "kforge optimize: {} against torch.compile {}",
-            self.a.problem.display(),
-            self.plan.baseline.mode()
-        );
-        let pages = self.problem_pages(&outcomes, problems);
-        self.write_html(|| kforge_optimize::html::campaign_html(&title, &outcomes, &summary, &goals, &pages))?;
-        let table = format!(
-            "{}{}\n{}",
-            campaign_table(&outcomes, &summary),
-            kforge_optimize::goals::lines(&goals),
-            budget.line()
-        );
-        crate::output::print_table(self.a.json.as_deref(), &table);
+        let mut tail = budget.line();
         if not_reached > 0 {
-            let line = format!("{not_reached} problem(s) not reached (budget): --resume continues them\n");
-            crate::output::print_table(self.a.json.as_deref(), &line);
+            tail += &format!("{not_reached} problem(s) not reached (budget): --resume continues them\n");
         }
+        let pages = self.problem_pages(&outcomes, problems);
+        let extra = serde_json::json!({"budget": budget, "run": self.journal.run()});
+        publish(self.a, self.plan.baseline, &outcomes, extra, &pages, &tail, true)?;
         Ok(if outcomes.iter().any(|o| o.decision.is_none() && o.not_reached.is_none()) { 2 } else { 0 })
     }
 
@@ -490,13 +528,13 @@ impl Run<'_> {
         let t0 = Instant::now();
         let gpu_s = Cell::new(0.0);
         let out = self.a.out.join(rel.with_extension(""));
-        let mut triton_share = None;
-        let mut spent = None;
+        let (mut triton_share, mut spent, mut confirmed) = (None, None, None);
         let (decision, error, not_reached, resumed) =
             match self.problem(index, path, &out, &gpu_s).and_then(|o| self.problem_page(o, path, &out)) {
                 Ok(Outcome::Decided { report, resumed }) => {
                     triton_share = report.triton_share();
                     spent = report.spent;
+                    confirmed = report.confirmed;
                     (Some(report.decision), None, None, resumed)
                 }
                 Ok(Outcome::NotReached) => (None, None, Some("budget".to_string()), false),
@@ -507,11 +545,7 @@ impl Run<'_> {
             };
         ProblemOutcome {
             problem: rel.display().to_string(),
-            level: rel
-                .parent()
-                .and_then(|p| p.iter().next())
-                .map(|c| c.to_string_lossy().into_owned())
-                .unwrap_or(".".into()),
+            level: level_of(rel),
             decision,
             error,
             not_reached,
@@ -519,6 +553,7 @@ impl Run<'_> {
             gpu_seconds: spent.map_or_else(|| gpu_s.get(), |s| s.gpu_seconds),
             resumed,
             triton_share,
+            confirmed,
         }
     }
 
@@ -1113,8 +1148,8 @@ impl ProblemRun<'_> {
                 return Ok(Some(from.outcome));
             }
         }
-        if self.run.spending.spent().is_some() {
-            self.progress(&format!("not reached: budget (before its {} step)", step.name()));
+        if let Some(why) = self.run.spending.refuses(step.name()) {
+            self.progress(&format!("not reached: budget (before its {} step: {why})", step.name()));
             return Ok(None);
         }
         let id = journal.started(&self.question.problem, step, input_hash)?;
@@ -1134,6 +1169,7 @@ impl ProblemRun<'_> {
         match done {
             Ok((d, charged)) => {
                 journal.done(id, &d)?;
+                self.run.spending.observe(step.name(), d.seconds);
                 let gpu = d.gpu_seconds.map(|g| g.0).unwrap_or(0.0);
                 if !charged {
                     self.run.spending.charge(gpu);
@@ -1233,7 +1269,9 @@ impl ProblemRun<'_> {
             tried: found.tried,
             spent: Some(self.spent()),
             machine: self.run.plan.machine.clone().ok(),
+            confirmed: None,
         };
+        let report = Report { confirmed: self.confirmed(&report.decision), ..report };
         let body = serde_json::to_string_pretty(&report).context("serializing the report")?;
         let report_path = self.out.join("report.json");
         std::fs::write(&report_path, &body).with_context(|| format!("writing {}", report_path.display()))?;
@@ -1261,6 +1299,13 @@ impl ProblemRun<'_> {
         };
         self.progress(&what);
         Ok(Outcome::Decided { report: Box::new(report), resumed: false })
+    }
+
+    /// Gate 4's speedup of the winner's shipped result file, read from its family's verdict
+    /// (`Verdict::speedup`); `None` for the baseline kept, an llm winner (its verdicts are the
+    /// llm step's) or a verdict without one (no GPU, gate 4 not run).
+    fn confirmed(&self, decision: &Decision) -> Option<f64> {
+        confirmed_in(self.out, decision)
     }
 
     /// `model_new.py` and `policy.toml` made the decision's (`kforge_optimize::result_from`).
@@ -1554,6 +1599,24 @@ fn problem_files(dir: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
     Ok(out)
 }
 
+/// Gate 4's speedup in the verdict of `decision`'s family below the problem's folder `out`
+/// (`ProblemRun::confirmed`).
+fn confirmed_in(out: &Path, decision: &Decision) -> Option<f64> {
+    let verdict = match decision {
+        Decision::Improved { agent: Agent::Config, .. } => out.join("config/verdict.json"),
+        Decision::Improved { agent: Agent::Llm, .. } | Decision::Fallback { .. } => return None,
+        Decision::Improved { .. } => out.join("verdict.json"),
+    };
+    let text = std::fs::read_to_string(verdict).ok()?;
+    serde_json::from_str::<kforge_verify::verdict::Verdict>(&text).ok()?.speedup()
+}
+
+/// The group a campaign's problem is summarised in: its first folder below the campaign
+/// (`level1`), else `.`.
+fn level_of(rel: &Path) -> String {
+    rel.parent().and_then(|p| p.iter().next()).map(|c| c.to_string_lossy().into_owned()).unwrap_or(".".into())
+}
+
 fn now_ns() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
@@ -1574,6 +1637,40 @@ fn journaled(out: &Path, name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_confirmed_speedup_is_gate_4s_in_the_winning_familys_verdict() {
+        use kforge_verify::verdict::{compose, CheckResult, RunnerResult};
+        let dir = tempfile::tempdir().unwrap();
+        let check = |gate: &str, name: &str, evidence| CheckResult {
+            gate: gate.into(),
+            name: name.into(),
+            ok: Some(true),
+            evidence,
+        };
+        let ran = |speedup: f64| RunnerResult {
+            checks: ["dry-run", "correctness", "model", "exploits", "dispatch"]
+                .into_iter()
+                .map(|g| check(g, "x", serde_json::json!({})))
+                .chain([check("performance", "speedup", serde_json::json!({"speedup": speedup}))])
+                .collect(),
+            ..Default::default()
+        };
+        let write = |dir: &Path, speedup: f64| {
+            std::fs::create_dir_all(dir).unwrap();
+            let v = compose("p", "c", &[], Some(&ran(speedup)), None, serde_json::json!({}));
+            std::fs::write(dir.join("verdict.json"), serde_json::to_string(&v).unwrap()).unwrap();
+        };
+        let won = |agent| Decision::Improved { agent, mode: "m".into(), speedup: 2.0, ci95: [1.9, 2.1] };
+        assert_eq!(confirmed_in(dir.path(), &won(Agent::Dispatch)), None, "no verdict: nothing confirmed");
+        write(dir.path(), 1.5);
+        write(&dir.path().join("config"), 1.2);
+        assert_eq!(confirmed_in(dir.path(), &won(Agent::Dispatch)), Some(1.5));
+        assert_eq!(confirmed_in(dir.path(), &won(Agent::Inductor)), Some(1.5), "the dispatch family's verdict");
+        assert_eq!(confirmed_in(dir.path(), &won(Agent::Config)), Some(1.2), "the config family's own");
+        assert_eq!(confirmed_in(dir.path(), &won(Agent::Llm)), None);
+        assert_eq!(confirmed_in(dir.path(), &Decision::Fallback { reason: "r".into() }), None);
+    }
 
     fn log(dir: &Path) -> String {
         let o = Command::new("git").arg("-C").arg(dir).args(["log", "--format=%s"]).output().unwrap();

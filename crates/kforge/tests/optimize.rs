@@ -180,6 +180,16 @@ fn bad_input_is_named_before_anything_runs() {
             vec!["tests/candidates/problems/row_softmax.py", "--device", "cpu", "--decisions", "Cargo.toml"],
             "the decisions file Cargo.toml is not a kforge optimize decisions file: ",
         ),
+        (
+            vec!["tests/candidates/problems/row_softmax.py", "--decisions", "d.json", "--summarize"],
+            "--summarize reads a campaign: tests/candidates/problems/row_softmax.py is not a directory of problems",
+        ),
+        (
+            vec!["tests/candidates/problems", "--decisions", "no/such/decisions.json", "--summarize"],
+            "--summarize: the decisions file no/such/decisions.json does not exist",
+        ),
+        (vec!["tests/candidates/problems", "--summarize"], "--decisions <FILE>"),
+        (vec!["tests/candidates/problems", "--machine", "cpu"], "--summarize"),
     ] {
         let out = dir.path().join("o");
         let (code, text) = optimize(&args, &out);
@@ -445,10 +455,23 @@ fn a_campaign_resumes_on_a_fresh_machine_from_its_decisions_file() {
     let again = campaign(&elsewhere);
     assert_eq!(again["summary"], c["summary"], "the same summary: {text}");
     assert!(journal(&elsewhere).steps.is_empty(), "no step ran: {text}");
+    // Or with --summarize: no step, no python, no output folder; the same summary, its machine named.
+    let (json, none) = (dir.path().join("summary.json"), dir.path().join("none"));
+    let summarize = [&with_file[..], &["--summarize", "--json", json.to_str().unwrap()]].concat();
+    let (code, text) = optimize(&summarize, &none);
+    assert_eq!(code, Some(0), "{text}");
+    let s: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(s["summary"], c["summary"], "the same summary: {text}");
+    let machine = read()["entries"][0]["machine"].as_str().unwrap().to_string();
+    assert_eq!(s["machine"], machine.as_str());
+    assert!(text.contains(&format!("decided on {machine}, read from ")) && !none.exists(), "{text}");
+    let other = [&with_file[..], &["--summarize", "--agents", "dispatch,inductor"]].concat();
+    let (code, text) = optimize(&other, &none);
+    assert_eq!(code, Some(2), "another question: {text}");
+    assert!(text.contains("holds no decision for these problems under this question"), "{text}");
 
     // Decided on another machine: not taken here (said, and run again: here the budget stops it).
     let file = std::fs::read_to_string(&decisions).unwrap();
-    let machine = read()["entries"][0]["machine"].as_str().unwrap().to_string();
     assert!(machine.starts_with("cpu, torch "), "{machine}");
     std::fs::write(
         &decisions,
@@ -461,6 +484,15 @@ fn a_campaign_resumes_on_a_fresh_machine_from_its_decisions_file() {
     let why = format!("does not hold here (decided on NVIDIA H200, torch 2.11, this run is on {machine}): run again");
     assert_eq!(text.matches(&why).count(), 2, "{text}");
     assert!(campaign(&moved)["problems"].as_array().unwrap().iter().all(|p| p["not_reached"] == "budget"));
+    // Summarized anywhere: the file's machine, or the one named when it has it.
+    let (code, text) = optimize(&[&summarize[..], &["--machine", "NVIDIA H200, torch 2.11"]].concat(), &none);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("decided on NVIDIA H200, torch 2.11"), "{text}");
+    let (code, text) = optimize(&[&summarize[..], &["--machine", &machine]].concat(), &none);
+    assert_eq!(code, Some(2), "{text}");
+    assert!(
+        text.contains(&format!("no decision of these problems made on {machine}; it has some made on: NVIDIA H200"))
+    );
 
     // A folder's report names its machine too: resumed from the journal only on that machine.
     let report_path = out.join("level2/vector_add/report.json");
@@ -513,6 +545,26 @@ fn a_spent_budget_stops_new_work_and_resume_completes_it() {
         .map(|s| s.status.as_str())
         .collect();
     assert_eq!(first[0], "reused", "{first:?}");
+
+    // A wall budget starts no step it cannot hold: a new problem's measure step, expected to take
+    // the median of the journal's (with --resume, earlier runs' count), is not started when less
+    // than that is left; the decided problems are still taken from the journal.
+    std::fs::copy(repo().join("tests/candidates/problems/mse.py"), p.join("level1/c.py")).unwrap();
+    let mut measured: Vec<f64> =
+        j.steps.iter().filter(|s| s.step == "measure" && s.status == "done").filter_map(|s| s.seconds).collect();
+    measured.sort_by(f64::total_cmp);
+    let half = format!("{:.3}", measured[measured.len() / 2] / 2.0);
+    let (code, text) = optimize(&[&args[..], &["--resume", "--budget-wall-s", &half]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    let c = campaign(&out);
+    let states: Vec<(bool, &Value)> =
+        c["problems"].as_array().unwrap().iter().map(|p| (p["decision"].is_object(), &p["not_reached"])).collect();
+    assert_eq!(states, [(true, &Value::Null), (true, &Value::Null), (false, &Value::from("budget"))], "{c}");
+    assert!(text.contains("not reached: budget (before its measure step: a measure step takes about"), "{text}");
+    assert!(text.contains("s of the wall budget are left)"), "{text}");
+    let j = journal(&out);
+    let last = j.runs.last().unwrap().id;
+    assert!(!j.steps.iter().any(|s| s.run == last && s.status != "reused"), "nothing started: {:?}", j.steps);
 
     // One problem: stopped by the budget after its measurement, exit status 3, no report.
     let single = dir.path().join("single");
