@@ -24,6 +24,17 @@ pub struct JobRequest<'a> {
 /// return the exit, everything the job wrote on stderr, and the job's id (to look up its regions
 /// in the daemon's store).
 pub fn run_job(socket: &Path, req: JobRequest, stdout: &mut dyn Write) -> Result<(JobExit, String, u64)> {
+    run_job_to(socket, req, stdout, &mut std::io::stderr())
+}
+
+/// `run_job` with the job's stderr passed to `stderr` (a copy kept and returned) instead of this
+/// process's.
+pub fn run_job_to(
+    socket: &Path,
+    req: JobRequest,
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) -> Result<(JobExit, String, u64)> {
     let JobRequest { argv, device, label, timeout_s, gpu_memory_bytes } = req;
     let spec = SubmitSpec {
         argv,
@@ -43,9 +54,9 @@ pub fn run_job(socket: &Path, req: JobRequest, stdout: &mut dyn Write) -> Result
         .submit(spec)
         .context("submitting the job")?;
     let id = job.job;
-    let mut stderr = KeptStderr(Vec::new());
-    let exit = job.stream_output(stdout, &mut stderr).context("waiting for the job")?;
-    Ok((exit, String::from_utf8_lossy(&stderr.0).into_owned(), id))
+    let mut kept = Kept { to: stderr, kept: Vec::new() };
+    let exit = job.stream_output(stdout, &mut kept).context("waiting for the job")?;
+    Ok((exit, String::from_utf8_lossy(&kept.kept).into_owned(), id))
 }
 
 /// What the daemon's store holds of the jobs labelled `label` (their regions: GPU time).
@@ -58,17 +69,20 @@ pub fn labelled(socket: &Path, label: &str) -> Result<kforge_store::Report> {
     }
 }
 
-/// This process's stderr, keeping a copy of what passed through.
-struct KeptStderr(Vec<u8>);
+/// A writer passing everything to `to`, keeping a copy of what passed through.
+struct Kept<'a> {
+    to: &'a mut dyn Write,
+    kept: Vec<u8>,
+}
 
-impl Write for KeptStderr {
+impl Write for Kept<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        std::io::stderr().write_all(buf)?;
-        self.0.extend_from_slice(buf);
+        self.to.write_all(buf)?;
+        self.kept.extend_from_slice(buf);
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
-        std::io::stderr().flush()
+        self.to.flush()
     }
 }
 

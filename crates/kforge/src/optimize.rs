@@ -1439,9 +1439,12 @@ impl ProblemRun<'_> {
             self.run.verify_command(self.problem, &dir.join("model_new.py"), &dir.join("policy.toml"), &verdict)?;
         std::fs::remove_file(&verdict).ok(); // an earlier run's verdict is not this one's
         let since_ns = now_ns();
+        let (log, shown) = self.step_log("verify")?;
+        cmd.stdout(log.try_clone().with_context(|| format!("opening {shown}"))?).stderr(log);
         let status = cmd.status().context("running kforge verify")?;
-        let text = std::fs::read_to_string(&verdict)
-            .with_context(|| format!("kforge verify wrote no verdict ({status}); reading {}", verdict.display()))?;
+        let text = std::fs::read_to_string(&verdict).with_context(|| {
+            format!("kforge verify wrote no verdict ({status}, its output: {shown}); reading {}", verdict.display())
+        })?;
         let v: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", verdict.display()))?;
         let outcome: Verified = serde_json::from_value(v["outcome"].clone())
@@ -1471,28 +1474,55 @@ impl ProblemRun<'_> {
             let label = format!("optimize:{step}:{}", self.problem.display());
             let timeout_s = Some(a.step_limit_s);
             let req = crate::job::JobRequest { argv, device, label: &label, timeout_s, gpu_memory_bytes };
-            let (exit, err, id) = crate::job::run_job(self.run.socket, req, &mut std::io::stdout())?;
+            let (mut log, shown) = self.step_log(step)?;
+            let mut err_log = log.try_clone().with_context(|| format!("opening {shown}"))?;
+            let (exit, err, id) = crate::job::run_job_to(self.run.socket, req, &mut log, &mut err_log)?;
             if exit.code != Some(0) {
                 let why = exit.reason.as_deref().map(|r| format!(" ({r}; --step-limit-s {})", a.step_limit_s));
-                bail!("the {step} step ended with {:?}{}: {}", exit.code, why.unwrap_or_default(), last_lines(&err));
+                let (code, why) = (exit.code, why.unwrap_or_default());
+                bail!("the {step} step ended with {code:?}{why}: {} (all of it: {shown})", last_lines(&err));
             }
             return Ok(Some((label, id)));
         }
         let mut cmd = Command::new(&a.python);
         cmd.args(&args);
         let _package = crate::output::embedded_python(&mut cmd)?;
+        let (log, shown) = self.step_log(step)?;
+        cmd.stdout(log.try_clone().with_context(|| format!("opening {shown}"))?);
         let (status, err) = run_within(cmd, Duration::from_secs(a.step_limit_s))
             .with_context(|| format!("running {} for the {step} step", a.python))?;
-        std::io::Write::write_all(&mut std::io::stderr(), err.as_bytes()).ok();
+        std::io::Write::write_all(&mut &log, err.as_bytes()).with_context(|| format!("writing {shown}"))?;
         match status {
             None => bail!(
-                "the {step} step passed its limit of {} s (--step-limit-s) and was killed: {}",
+                "the {step} step passed its limit of {} s (--step-limit-s) and was killed: {} (all of it: {shown})",
                 a.step_limit_s,
                 last_lines(&err)
             ),
-            Some(st) if !st.success() => bail!("the {step} step ended with {st}: {}", last_lines(&err)),
+            Some(st) if !st.success() => {
+                bail!("the {step} step ended with {st}: {} (all of it: {shown})", last_lines(&err))
+            }
             Some(_) => Ok(None),
         }
+    }
+
+    /// The log a step's process writes into (its stdout and stderr: Inductor's autotuning
+    /// tables, `kforge verify`'s table), `logs/STEP.log` in the problem's folder, appended to
+    /// under a line naming the run; and how to name it. The terminal keeps the progress lines.
+    fn step_log(&self, step: &str) -> Result<(std::fs::File, String)> {
+        use std::io::Write;
+        let dir = self.out.join("logs");
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join(format!("{step}.log"));
+        let shown = path.display().to_string();
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("opening {shown}"))?;
+        let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        writeln!(f, "== {step}, run {} of the journal, at {at} (Unix seconds)", self.run.journal.run())
+            .with_context(|| format!("writing {shown}"))?;
+        Ok((f, shown))
     }
 }
 

@@ -82,6 +82,12 @@ fn a_problem_is_optimized_end_to_end_on_the_cpu() {
     for step in ["measure done in", "result done in"] {
         assert!(text.contains(step) && text.contains("elapsed"), "{step} in {text}");
     }
+    // What the steps' processes wrote is in their logs, not among the progress lines.
+    let log = |step: &str| std::fs::read_to_string(out.join("logs").join(format!("{step}.log"))).unwrap_or_default();
+    for step in ["dispatch", "result", "verify"] {
+        assert!(log(step).starts_with(&format!("== {step}, run 1 of the journal, at ")), "{step}: {}", log(step));
+    }
+    assert!(log("verify").contains("GATE") && !text.contains("GATE"), "the verify table: {text}");
     let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
     assert_eq!(r["baseline"], "default");
     // The HTML page: a bar per timed variant, the noise band, the variants' table.
@@ -210,6 +216,7 @@ fn a_step_past_its_limit_is_killed_and_named() {
     let (code, text) = optimize(&[&args[..], &["--step-limit-s", "1"]].concat(), &out);
     assert!(code.is_some_and(|c| c != 0), "{text}");
     assert!(text.contains("the dispatch step passed its limit of 1 s (--step-limit-s) and was killed"), "{text}");
+    assert!(text.contains(&format!("(all of it: {})", out.join("logs/dispatch.log").display())), "{text}");
     assert!(t0.elapsed() < std::time::Duration::from_secs(60), "killed at the limit, not run to its end");
     let j = journal(&out);
     let measure = j.steps.iter().find(|s| s.step == "measure").unwrap();
