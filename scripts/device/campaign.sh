@@ -14,7 +14,7 @@
 # $OUT/campaign.html the summary, $OUT/jobs.json where the time went (scripts/device/campaign_jobs.py). BUDGET_WALL_S (default 360) is passed as --budget-wall-s:
 # no problem or step starts later, so the call ends inside its limit; problems not reached are
 # continued by the next call (--resume); nor does a step that the budget's remainder cannot hold
-# (each kind expected to take the median of the journal's finished ones). HARD_S (default
+# (each kind expected to take the upper quartile of the journal's finished ones). HARD_S (default
 # BUDGET_WALL_S + 60) kills the run if a step started before the budget is still running then (its
 # step is redone by the next call; a summary pass then writes campaign.json and campaign.html from
 # the journal): the state is packed either way, so a long step never costs the call's journal. Builds nothing: carry target/release/kforge and
@@ -89,10 +89,11 @@ fi
 tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"
 # The new state, packed before the re-verification (which writes nothing there): the output
 # folder always; Inductor's cache only while the pack stays under the 16 MiB a returned file may have.
-tar -czf "$OUT/campaign.tgz" -C "$W/state" machine.txt out inductor-cache 2>/dev/null
+# The steps' logs (out/*/logs) are left out: they grow with every call; progress-tail.txt keeps the end.
+tar -czf "$OUT/campaign.tgz" --exclude='*/logs' -C "$W/state" machine.txt out inductor-cache 2>/dev/null
 if [ "$(stat -c %s "$OUT/campaign.tgz")" -gt $((15 * 1024 * 1024)) ]; then
   echo "state: Inductor's cache left out (the pack would exceed 15 MiB)"
-  tar -czf "$OUT/campaign.tgz" -C "$W/state" machine.txt out
+  tar -czf "$OUT/campaign.tgz" --exclude='*/logs' -C "$W/state" machine.txt out
 fi
 REVERIFY_DEADLINE=$(( ${CALL_S:-560} - ($(date +%s) - START) - ${VERIFY_TAIL_S:-90} ))
 if [ "${REVERIFY:-1}" = 1 ] && [ "$REVERIFY_DEADLINE" -lt 15 ]; then

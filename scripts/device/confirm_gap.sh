@@ -74,7 +74,7 @@ for p in problems:
     row["campaign_mode"], row["campaign_decided"] = c.get("mode"), c.get("speedup")
     rows.append(row)
 json.dump({"rows": rows}, open(os.path.join(out, "confirm_gap.json"), "w"), indent=1)
-lines = [f"{'problem':<34} {'campaign':>22} {'alone: measured':>34} {'alone: gate 4':>14}"]
+lines = [f"{'problem':<34} {'campaign':>22} {'alone: measured':>34} {'alone: winner':>28} {'gate 4':>8}"]
 for r in rows:
     mode = r.get("campaign_mode") or "-"
     dec = r.get("campaign_decided")
@@ -83,7 +83,8 @@ for r in rows:
     nc = modes.get("max-autotune-no-cudagraphs")
     alone = f"no-cudagraphs {nc:.3f}x eager {modes.get('eager', 0):.3f}x" if nc else "-"
     g = r.get("alone_gate4")
-    lines.append(f"{r['problem'].split('/')[-1][:34]:<34} {camp:>22} {alone:>34} {(f'{g:.3f}x' if g else '-'):>14}")
+    winner = r.get("alone_winner") or "-"
+    lines.append(f"{r['problem'].split('/')[-1][:34]:<34} {camp:>22} {alone:>34} {winner[:28]:>28} {(f'{g:.3f}x' if g else '-'):>8}")
 text = "\n".join(lines)
 open(os.path.join(out, "confirm_gap.txt"), "w").write(text + "\n")
 print(text)

@@ -1,9 +1,10 @@
 //! A campaign's budgets: GPU-seconds (what its steps spent on the device) and wall seconds
 //! (since it started). When one is spent no new problem or step starts; what was not reached is
 //! recorded as such (`not-reached: budget`), not as a failure. Nor does a step start that the
-//! wall budget's remainder cannot hold: each kind of step is expected to take the median of the
-//! finished ones of its kind (this run's, and with `--resume` the journal's earlier runs'), so a
-//! run given a wall budget ends near it instead of being killed with steps half done.
+//! wall budget's remainder cannot hold: each kind of step is expected to take the upper quartile
+//! of the finished ones of its kind (this run's, and with `--resume` the journal's earlier runs'),
+//! so a run given a wall budget ends nearer it instead of being killed with steps half done. The
+//! steps so held back are counted and said in the budget's line.
 
 use crate::OptimizeError;
 use serde::{Deserialize, Serialize};
@@ -39,6 +40,9 @@ pub struct Spending {
     gpu_s: Mutex<f64>,
     /// Wall seconds of finished steps, per step name.
     durations: Mutex<BTreeMap<String, Vec<f64>>>,
+    /// Steps not started because the wall budget's remainder could not hold them: how many, and
+    /// the first one's reason.
+    held: Mutex<(usize, Option<String>)>,
 }
 
 /// The budget's state for the summary: spent, given, and which one ran out.
@@ -50,6 +54,12 @@ pub struct BudgetStatus {
     pub budget_wall_s: Option<f64>,
     /// `gpu` or `wall` when that budget was spent.
     pub spent: Option<String>,
+    /// Steps not started because the wall budget's remainder could not hold them.
+    #[serde(default)]
+    pub held_back: usize,
+    /// The first of them's reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_why: Option<String>,
 }
 
 impl Spending {
@@ -59,7 +69,7 @@ impl Spending {
 
     /// Spending of a run that started at `start` (its wall budget counts from there).
     pub fn since(budget: Budget, start: Instant) -> Spending {
-        Spending { budget, start, gpu_s: Mutex::new(0.0), durations: Mutex::default() }
+        Spending { budget, start, gpu_s: Mutex::new(0.0), durations: Mutex::default(), held: Mutex::default() }
     }
 
     /// Count a finished step's wall seconds towards what a step named `step` is expected to take.
@@ -70,14 +80,16 @@ impl Spending {
         }
     }
 
-    /// What a step named `step` is expected to take: the median wall seconds of the finished
-    /// ones, and how many there were; `None` before one finished.
+    /// What a step named `step` is expected to take: the upper quartile (nearest rank) of the
+    /// finished ones' wall seconds, and how many there were; `None` before one finished. Not the
+    /// median: a step that runs past the budget is killed with its work lost, one held back only
+    /// waits for the next run.
     pub fn expected_s(&self, step: &str) -> Option<(f64, usize)> {
         let d = self.durations.lock().unwrap_or_else(|e| e.into_inner());
         let mut xs = d.get(step)?.clone();
         xs.sort_by(f64::total_cmp);
         let n = xs.len();
-        (n > 0).then(|| (if n % 2 == 1 { xs[n / 2] } else { (xs[n / 2 - 1] + xs[n / 2]) / 2.0 }, n))
+        (n > 0).then(|| (xs[(3 * n).div_ceil(4) - 1], n))
     }
 
     /// Why a step named `step` must not start (`None`: it may): a budget is spent, or the wall
@@ -88,12 +100,17 @@ impl Spending {
         }
         let left = self.budget.wall_s? - self.wall_s();
         let (expected, n) = self.expected_s(step)?;
-        (expected > left).then(|| {
-            format!(
-                "a {step} step takes about {expected:.0} s here (the median of {n}), {:.0} s of the wall budget are left",
-                left.max(0.0)
-            )
-        })
+        if expected <= left {
+            return None;
+        }
+        let why = format!(
+            "a {step} step takes about {expected:.0} s here (the upper quartile of {n}), {:.0} s of the wall budget are left",
+            left.max(0.0)
+        );
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.0 += 1;
+        held.1.get_or_insert_with(|| why.clone());
+        Some(why)
     }
 
     /// Count a step's GPU-seconds.
@@ -132,12 +149,15 @@ impl Spending {
     }
 
     pub fn status(&self) -> BudgetStatus {
+        let (held_back, held_why) = self.held.lock().unwrap_or_else(|e| e.into_inner()).clone();
         BudgetStatus {
             gpu_s: self.gpu_s(),
             budget_gpu_s: self.budget.gpu_s,
             wall_s: self.wall_s(),
             budget_wall_s: self.budget.wall_s,
             spent: self.spent().map(String::from),
+            held_back,
+            held_why,
         }
     }
 }
@@ -150,8 +170,14 @@ impl BudgetStatus {
             Some(which) => format!("; the {which} budget is spent"),
             None => String::new(),
         };
+        let held = match (&self.held_why, self.held_back) {
+            (Some(why), n) if n > 0 => {
+                format!("; {n} step(s) held back ({why}): a larger --budget-wall-s lets them start")
+            }
+            _ => String::new(),
+        };
         format!(
-            "budget: gpu {:.1}{} s, wall {:.1}{} s{spent}\n",
+            "budget: gpu {:.1}{} s, wall {:.1}{} s{spent}{held}\n",
             self.gpu_s,
             of(self.budget_gpu_s),
             self.wall_s,
@@ -203,14 +229,25 @@ mod tests {
         }
         s.observe("result", 0.5);
         s.observe("result", f64::NAN); // not a duration
-        assert_eq!(s.expected_s("measure"), Some((120.0, 3)), "the median");
+        assert_eq!(s.expected_s("measure"), Some((150.0, 3)), "the upper quartile, nearest rank");
         assert_eq!(s.expected_s("result"), Some((0.5, 1)));
-        s.observe("result", 1.5);
-        assert_eq!(s.expected_s("result"), Some((1.0, 2)), "the median of an even count");
-        let why = s.refuses("measure").expect("120 s expected, under 100 s left");
-        assert!(why.contains("a measure step takes about 120 s here (the median of 3)"), "{why}");
+        for secs in [1.5, 1.0, 2.0] {
+            s.observe("result", secs);
+        }
+        assert_eq!(s.expected_s("result"), Some((1.5, 4)), "the third of four");
+        assert_eq!(s.status().held_back, 0);
+        let why = s.refuses("measure").expect("150 s expected, under 100 s left");
+        assert!(why.contains("a measure step takes about 150 s here (the upper quartile of 3)"), "{why}");
         assert!(why.contains("s of the wall budget are left"), "{why}");
         assert_eq!(s.refuses("result"), None, "a short step still fits");
+        s.refuses("measure");
+        let st = s.status();
+        assert_eq!((st.held_back, st.held_why.as_deref()), (2, Some(why.as_str())), "counted, the first reason kept");
+        assert!(
+            st.line().contains(&format!("; 2 step(s) held back ({why}): a larger --budget-wall-s")),
+            "{}",
+            st.line()
+        );
         assert_eq!(s.refuses("verify"), None, "a kind never finished: no estimate");
         let gpu_only = Spending::new(Budget::new(Some(10.0), None).unwrap());
         gpu_only.observe("measure", 1e6);

@@ -29,8 +29,8 @@ pub enum DecisionsError {
     Version { path: String, found: u32 },
     #[error("the decisions file {path} cannot be written: {why}")]
     Write { path: String, why: String },
-    #[error("the decisions file {path} holds no decision for these problems under this question (problem paths as given, size, device, baseline, agents, rounds, beam width)")]
-    NoDecision { path: String },
+    #[error("the decisions file {path} holds no decision for these problems under this question (problem paths as given, size, device, baseline, agents, rounds, beam width){}", held.as_ref().map(|h| format!("; it holds some for {h}")).unwrap_or_default())]
+    NoDecision { path: String, held: Option<String> },
     #[error(
         "the decisions file {path} has no decision of these problems made on {wanted}; it has some made on: {machines}"
     )]
@@ -144,7 +144,20 @@ impl Decisions {
         machines.dedup();
         let list = || machines.join("; ");
         match (wanted, machines.as_slice()) {
-            (_, []) => Err(DecisionsError::NoDecision { path: shown.into() }),
+            (_, []) => {
+                let held = self.entries.first().map(|e| {
+                    let q = &e.report.question;
+                    let agents: Vec<&str> = q.agents.iter().map(|a| a.name()).collect();
+                    format!(
+                        "{} (--baseline {} --agents {} --size {})",
+                        q.problem,
+                        q.baseline.mode(),
+                        agents.join(","),
+                        q.size
+                    )
+                });
+                Err(DecisionsError::NoDecision { path: shown.into(), held })
+            }
             (Some(w), _) if machines.contains(&w) => Ok(w.to_string()),
             (Some(w), _) => {
                 Err(DecisionsError::NotThatMachine { path: shown.into(), wanted: w.into(), machines: list() })
@@ -289,7 +302,10 @@ mod tests {
         let (a, b) = (entry("a.py", "max-autotune", 1), entry("b.py", "max-autotune", 2));
         let qs = [a.report.question.clone(), b.report.question.clone()];
         let e = l.machine_for(&qs, None, "d.json").unwrap_err();
-        assert!(matches!(e, DecisionsError::NoDecision { .. }) && e.to_string().contains("no decision"), "{e}");
+        assert!(
+            matches!(e, DecisionsError::NoDecision { held: None, .. }) && e.to_string().contains("no decision"),
+            "{e}"
+        );
         l.record(a.clone());
         l.record(entry("c.py", "max-autotune", 3)); // another campaign's problem
         assert_eq!(l.machine_for(&qs, None, "d.json").unwrap(), "NVIDIA H200, torch 2.11");
@@ -305,7 +321,8 @@ mod tests {
         let e = l.machine_for(&qs, Some("cpu, torch 2.15"), "d.json").unwrap_err();
         assert!(e.to_string().contains(&format!("made on cpu, torch 2.15; it has some made on: {both}")), "{e}");
         let other = [report_for("a.py", "default").question];
-        assert!(matches!(l.machine_for(&other, None, "d.json"), Err(DecisionsError::NoDecision { .. })));
+        let e = l.machine_for(&other, None, "d.json").unwrap_err();
+        assert!(e.to_string().contains("; it holds some for a.py (--baseline max-autotune --agents "), "{e}");
     }
 
     #[test]

@@ -32,11 +32,13 @@ pub struct GoalCheck {
     /// `None`: no goal for this folder (the other checks still hold).
     pub geomean_goal: Option<f64>,
     /// The level's geomean over the confirmed speedups (`LevelSummary::geomean_confirmed`).
-    pub geomean: f64,
+    #[serde(alias = "geomean")]
+    pub geomean_confirmed: f64,
     pub geomean_met: Option<bool>,
     pub wall_s_per_problem: f64,
     pub gpu_s_per_problem: f64,
-    pub cost_met: bool,
+    /// `None` when no problem of the level was decided or failed (no cost known yet).
+    pub cost_met: Option<bool>,
     /// The smallest speedup a problem counts with (issue 18: none below 0.99×).
     pub lowest: f64,
     /// Problems that kept the baseline with a Triton share below [`VENDOR_BOUND_SHARE`].
@@ -58,8 +60,8 @@ pub fn check(outcomes: &[ProblemOutcome], summary: &[LevelSummary], baseline: Ba
             // part, or nothing, of what deciding it takes; counting it would flatter a partial campaign).
             let settled: Vec<&&ProblemOutcome> = of.iter().filter(|o| o.not_reached.is_none()).collect();
             let n = settled.len().max(1) as f64;
-            let wall = settled.iter().map(|o| o.seconds).sum::<f64>() / n;
-            let gpu = settled.iter().map(|o| o.gpu_seconds).sum::<f64>() / n;
+            let wall = settled.iter().fold(0.0, |t, o| t + o.seconds) / n; // (sum() of none is -0.0)
+            let gpu = settled.iter().fold(0.0, |t, o| t + o.gpu_seconds) / n;
             let goal = geomean_goal(&s.level, baseline);
             let kept = |o: &ProblemOutcome| matches!(o.decision, Some(Decision::Fallback { .. }));
             let vendor_bound = |o: &ProblemOutcome| o.triton_share.is_some_and(|x| x < VENDOR_BOUND_SHARE);
@@ -69,12 +71,12 @@ pub fn check(outcomes: &[ProblemOutcome], summary: &[LevelSummary], baseline: Ba
             GoalCheck {
                 level: s.level.clone(),
                 geomean_goal: goal,
-                geomean: s.geomean_confirmed,
+                geomean_confirmed: s.geomean_confirmed,
                 geomean_met: goal.map(|g| s.geomean_confirmed >= g),
                 wall_s_per_problem: wall,
                 gpu_s_per_problem: gpu,
-                cost_met: wall <= WALL_S_PER_PROBLEM && gpu <= GPU_S_PER_PROBLEM,
-                lowest: of.iter().map(|o| o.speedup()).fold(f64::INFINITY, f64::min),
+                cost_met: (!settled.is_empty()).then_some(wall <= WALL_S_PER_PROBLEM && gpu <= GPU_S_PER_PROBLEM),
+                lowest: of.iter().map(|o| o.confirmed_speedup()).fold(f64::INFINITY, f64::min),
                 vendor_bound: names(&|o| kept(o) && vendor_bound(o)),
                 nothing_won: names(&|o| kept(o) && !vendor_bound(o)),
                 undecided: names(&|o| o.decision.is_none()),
@@ -86,8 +88,8 @@ pub fn check(outcomes: &[ProblemOutcome], summary: &[LevelSummary], baseline: Ba
 /// The goals' lines for the campaign's table.
 pub fn lines(checks: &[GoalCheck]) -> String {
     let mut t = format!(
-        "\n{:<10} {:>8} {:>8} {:>6} {:>10} {:>8} {:>6} {:>8}  {}\n",
-        "GOALS", "GEOMEAN", "GOAL", "MET", "WALL-S/P", "GPU-S/P", "COST", "LOWEST", "WHY BASELINES WERE KEPT"
+        "\n{:<10} {:>9} {:>8} {:>6} {:>10} {:>8} {:>6} {:>8}  {}\n",
+        "GOALS", "CONFIRMED", "GOAL", "MET", "WALL-S/P", "GPU-S/P", "COST", "LOWEST", "WHY BASELINES WERE KEPT"
     );
     for c in checks {
         let goal = c.geomean_goal.map(|g| format!("{g:.2}x")).unwrap_or_else(|| "-".into());
@@ -104,14 +106,18 @@ pub fn lines(checks: &[GoalCheck]) -> String {
             c.undecided.len()
         );
         t.push_str(&format!(
-            "{:<10} {:>7.3}x {:>8} {:>6} {:>10.1} {:>8.1} {:>6} {:>7.3}x  {why}\n",
+            "{:<10} {:>8.3}x {:>8} {:>6} {:>10.1} {:>8.1} {:>6} {:>7.3}x  {why}\n",
             c.level,
-            c.geomean,
+            c.geomean_confirmed,
             goal,
             met,
             c.wall_s_per_problem,
             c.gpu_s_per_problem,
-            if c.cost_met { "yes" } else { "no" },
+            match c.cost_met {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "-",
+            },
             c.lowest
         ));
     }
@@ -166,12 +172,21 @@ mod tests {
             (l1.vendor_bound.clone(), l1.nothing_won.clone()),
             (vec!["level1/b.py".to_string()], vec!["level1/c.py".to_string()])
         );
-        assert!((l1.wall_s_per_problem, l1.gpu_s_per_problem, l1.cost_met) == (200.0, 10.0, true));
+        assert!((l1.wall_s_per_problem, l1.gpu_s_per_problem, l1.cost_met) == (200.0, 10.0, Some(true)));
         assert_eq!(l1.lowest, 1.0);
         let l2 = &checks[2];
         let undecided = vec!["level2/e.py".to_string(), "level2/g.py".to_string()];
         assert_eq!((l2.geomean_met, l2.undecided.clone()), (Some(false), undecided), "{l2:?}");
         assert_eq!(l2.wall_s_per_problem, 200.0, "per problem decided or failed: g, not reached, is not one");
+        let none = [ProblemOutcome { not_reached: Some("budget".into()), ..outcome("level3/h.py", None, None) }];
+        let c = check(&none, &summarize(&none), Baseline::MaxAutotune);
+        assert_eq!(c[0].cost_met, None, "nothing decided: no cost known");
+        assert!(lines(&c).contains("       0.0      0.0      -"), "{}", lines(&c));
+        // The lowest speedup is the confirmed one.
+        let mut low = outcomes.clone();
+        low[0].confirmed = Some(0.95);
+        let l1 = check(&low, &summarize(&low), Baseline::MaxAutotune).remove(1);
+        assert_eq!(l1.lowest, 0.95, "{l1:?}");
         assert_eq!((checks[0].geomean_goal, checks[0].geomean_met), (None, None));
         assert_eq!(geomean_goal("level3", Baseline::Default), Some(1.25));
         let t = lines(&checks);

@@ -426,7 +426,7 @@ fn goals_table(goals: &[GoalCheck]) -> String {
         return String::new();
     }
     let mut s = String::from(
-        "<h2>Against the goals</h2><table><tr><th>level</th><th>geomean</th><th>goal</th><th>met</th>\
+        "<h2>Against the goals</h2><table><tr><th>level</th><th>confirmed geomean</th><th>goal</th><th>met</th>\
          <th>wall s / problem</th><th>GPU s / problem</th><th>cost met</th><th>lowest</th>\
          <th>vendor-bound kept</th><th>kept otherwise</th><th>undecided</th></tr>",
     );
@@ -441,12 +441,12 @@ fn goals_table(goals: &[GoalCheck]) -> String {
             "<tr><td>{}</td><td>{:.3}x</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{:.3}x</td>\
              <td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(&g.level),
-            g.geomean,
+            g.geomean_confirmed,
             g.geomean_goal.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "—".into()),
             met(g.geomean_met),
             g.wall_s_per_problem,
             g.gpu_s_per_problem,
-            met(Some(g.cost_met)),
+            met(g.cost_met),
             g.lowest,
             escape(&g.vendor_bound.join(", ")),
             escape(&g.nothing_won.join(", ")),

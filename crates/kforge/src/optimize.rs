@@ -255,7 +255,8 @@ fn plan_on(a: &OptimizeArgs, machine: impl FnOnce() -> std::result::Result<Strin
         d => bail!("--device must be auto, cpu or a GPU index, got {d:?}"),
     };
     check_agents(&agents, gpu)?;
-    let llm = if agents.contains(&Agent::Llm) {
+    let llm = if agents.contains(&Agent::Llm) && !a.summarize {
+        // (--summarize runs no step: no endpoint to resolve)
         Some(llm::LlmPlan::new(&a.llm)?)
     } else {
         if let Some(flag) = a.llm.given() {
@@ -515,7 +516,8 @@ impl Run<'_> {
         let budget = self.spending.status();
         let mut tail = budget.line();
         if not_reached > 0 {
-            tail += &format!("{not_reached} problem(s) not reached (budget): --resume continues them\n");
+            let holding = if budget.held_back > 0 { ", given a wall budget that holds their steps" } else { "" };
+            tail += &format!("{not_reached} problem(s) not reached (budget): --resume continues them{holding}\n");
         }
         let pages = self.problem_pages(&outcomes, problems);
         let extra = serde_json::json!({"budget": budget, "run": self.journal.run()});
@@ -1305,7 +1307,11 @@ impl ProblemRun<'_> {
     /// (`Verdict::speedup`); `None` for the baseline kept, an llm winner (its verdicts are the
     /// llm step's) or a verdict without one (no GPU, gate 4 not run).
     fn confirmed(&self, decision: &Decision) -> Option<f64> {
-        confirmed_in(self.out, decision)
+        let found = confirmed_in(self.out, decision);
+        if let Err(why) = &found {
+            self.progress(&format!("warning: no confirmed speedup: {why}"));
+        }
+        found.ok().flatten()
     }
 
     /// `model_new.py` and `policy.toml` made the decision's (`kforge_optimize::result_from`).
@@ -1506,8 +1512,10 @@ impl ProblemRun<'_> {
     }
 
     /// The log a step's process writes into (its stdout and stderr: Inductor's autotuning
-    /// tables, `kforge verify`'s table), `logs/STEP.log` in the problem's folder, appended to
-    /// under a line naming the run; and how to name it. The terminal keeps the progress lines.
+    /// tables, `kforge verify`'s table), `logs/PROCESS.log` in the problem's folder (`dispatch`
+    /// for the measure and beam steps, `verify` for every verification), appended to under a line
+    /// naming the run; and how to name it. The terminal keeps the progress lines. Without the
+    /// daemon, a step's stderr follows its stdout there (not interleaved).
     fn step_log(&self, step: &str) -> Result<(std::fs::File, String)> {
         use std::io::Write;
         let dir = self.out.join("logs");
@@ -1630,15 +1638,21 @@ fn problem_files(dir: &Path) -> Result<Vec<(PathBuf, PathBuf)>> {
 }
 
 /// Gate 4's speedup in the verdict of `decision`'s family below the problem's folder `out`
-/// (`ProblemRun::confirmed`).
-fn confirmed_in(out: &Path, decision: &Decision) -> Option<f64> {
+/// (`ProblemRun::confirmed`); `Ok(None)` where there is none to read, an error for a verdict
+/// that cannot be read.
+fn confirmed_in(out: &Path, decision: &Decision) -> Result<Option<f64>> {
     let verdict = match decision {
         Decision::Improved { agent: Agent::Config, .. } => out.join("config/verdict.json"),
-        Decision::Improved { agent: Agent::Llm, .. } | Decision::Fallback { .. } => return None,
+        Decision::Improved { agent: Agent::Llm, .. } | Decision::Fallback { .. } => return Ok(None),
         Decision::Improved { .. } => out.join("verdict.json"),
     };
-    let text = std::fs::read_to_string(verdict).ok()?;
-    serde_json::from_str::<kforge_verify::verdict::Verdict>(&text).ok()?.speedup()
+    if !verdict.exists() {
+        return Ok(None);
+    }
+    let text = std::fs::read_to_string(&verdict).with_context(|| format!("reading {}", verdict.display()))?;
+    let v: kforge_verify::verdict::Verdict =
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", verdict.display()))?;
+    Ok(v.speedup())
 }
 
 /// The group a campaign's problem is summarised in: its first folder below the campaign
@@ -1692,14 +1706,21 @@ mod tests {
             std::fs::write(dir.join("verdict.json"), serde_json::to_string(&v).unwrap()).unwrap();
         };
         let won = |agent| Decision::Improved { agent, mode: "m".into(), speedup: 2.0, ci95: [1.9, 2.1] };
-        assert_eq!(confirmed_in(dir.path(), &won(Agent::Dispatch)), None, "no verdict: nothing confirmed");
+        assert_eq!(confirmed_in(dir.path(), &won(Agent::Dispatch)).unwrap(), None, "no verdict: nothing confirmed");
         write(dir.path(), 1.5);
         write(&dir.path().join("config"), 1.2);
-        assert_eq!(confirmed_in(dir.path(), &won(Agent::Dispatch)), Some(1.5));
-        assert_eq!(confirmed_in(dir.path(), &won(Agent::Inductor)), Some(1.5), "the dispatch family's verdict");
-        assert_eq!(confirmed_in(dir.path(), &won(Agent::Config)), Some(1.2), "the config family's own");
-        assert_eq!(confirmed_in(dir.path(), &won(Agent::Llm)), None);
-        assert_eq!(confirmed_in(dir.path(), &Decision::Fallback { reason: "r".into() }), None);
+        assert_eq!(confirmed_in(dir.path(), &won(Agent::Dispatch)).unwrap(), Some(1.5));
+        assert_eq!(
+            confirmed_in(dir.path(), &won(Agent::Inductor)).unwrap(),
+            Some(1.5),
+            "the dispatch family's verdict"
+        );
+        assert_eq!(confirmed_in(dir.path(), &won(Agent::Config)).unwrap(), Some(1.2), "the config family's own");
+        assert_eq!(confirmed_in(dir.path(), &won(Agent::Llm)).unwrap(), None);
+        assert_eq!(confirmed_in(dir.path(), &Decision::Fallback { reason: "r".into() }).unwrap(), None);
+        std::fs::write(dir.path().join("verdict.json"), "{").unwrap();
+        let e = confirmed_in(dir.path(), &won(Agent::Dispatch)).unwrap_err();
+        assert!(format!("{e:#}").starts_with("parsing "), "a broken verdict is said: {e:#}");
     }
 
     fn log(dir: &Path) -> String {

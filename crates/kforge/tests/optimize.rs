@@ -554,14 +554,18 @@ fn a_spent_budget_stops_new_work_and_resume_completes_it() {
     assert_eq!(first[0], "reused", "{first:?}");
 
     // A wall budget starts no step it cannot hold: a new problem's measure step, expected to take
-    // the median of the journal's (with --resume, earlier runs' count), is not started when less
-    // than that is left; the decided problems are still taken from the journal.
+    // the upper quartile of the journal's (with --resume, earlier runs' count), is not started
+    // when less than that is left (here 0.9 of the shortest, the start-up's seconds less); the
+    // decided problems are still taken from the journal, and the budget line says what was held.
     std::fs::copy(repo().join("tests/candidates/problems/mse.py"), p.join("level1/c.py")).unwrap();
-    let mut measured: Vec<f64> =
-        j.steps.iter().filter(|s| s.step == "measure" && s.status == "done").filter_map(|s| s.seconds).collect();
-    measured.sort_by(f64::total_cmp);
-    let half = format!("{:.3}", measured[measured.len() / 2] / 2.0);
-    let (code, text) = optimize(&[&args[..], &["--resume", "--budget-wall-s", &half]].concat(), &out);
+    let shortest = j
+        .steps
+        .iter()
+        .filter(|s| s.step == "measure" && s.status == "done")
+        .filter_map(|s| s.seconds)
+        .fold(f64::INFINITY, f64::min);
+    let budget = format!("{:.3}", 0.9 * shortest);
+    let (code, text) = optimize(&[&args[..], &["--resume", "--budget-wall-s", &budget]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     let c = campaign(&out);
     let states: Vec<(bool, &Value)> =
@@ -569,6 +573,9 @@ fn a_spent_budget_stops_new_work_and_resume_completes_it() {
     assert_eq!(states, [(true, &Value::Null), (true, &Value::Null), (false, &Value::from("budget"))], "{c}");
     assert!(text.contains("not reached: budget (before its measure step: a measure step takes about"), "{text}");
     assert!(text.contains("s of the wall budget are left)"), "{text}");
+    assert!(text.contains("1 step(s) held back (a measure step takes about"), "{text}");
+    assert!(text.contains("--resume continues them, given a wall budget that holds their steps"), "{text}");
+    assert_eq!(c["budget"]["held_back"], 1, "{c}");
     let j = journal(&out);
     let last = j.runs.last().unwrap().id;
     assert!(!j.steps.iter().any(|s| s.run == last && s.status != "reused"), "nothing started: {:?}", j.steps);

@@ -54,7 +54,9 @@ fn outcome(rel: &Path, answer: Answer<'_>) -> ProblemOutcome {
     let (report, not_reached) = match answer {
         Answer::Taken(e) => (Some(&e.report), None),
         Answer::Nothing => (None, Some("not decided yet".to_string())),
-        Answer::Stale(why) => (None, Some(format!("not decided yet ({why})"))),
+        Answer::Stale(why) => {
+            (None, Some(format!("not decided yet ({})", why.replace("this run is on", "the summary reads"))))
+        }
     };
     let spent = report.and_then(|r| r.spent);
     ProblemOutcome {
