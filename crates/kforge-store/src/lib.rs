@@ -131,7 +131,7 @@ impl Report {
             .iter()
             .filter(|r| r.job == Some(job))
             .filter_map(|r| r.released_ns.map(|end| (end - r.granted_ns).max(0) as f64 / 1e9))
-            .sum()
+            .fold(0.0, |t, s| t + s) // (sum() of none is -0.0, shown "-0.0 s")
     }
 }
 
@@ -589,6 +589,7 @@ mod tests {
         };
         assert!((r.region_seconds(1) - 3.0).abs() < 1e-9);
         assert_eq!(r.region_seconds(3), 0.0);
+        assert!(r.region_seconds(3).is_sign_positive(), "none is 0.0, not -0.0 (shown \"-0.0 s\")");
     }
 
     #[test]

@@ -693,7 +693,7 @@ impl Run<'_> {
         }
         let label = format!("verify:{}:{}", problem.display(), self.a.size);
         let r = crate::job::labelled(self.socket, &label).ok()?;
-        Some(r.jobs.iter().filter(|j| j.queued_ns >= since_ns).map(|j| r.region_seconds(j.id)).sum())
+        Some(r.jobs.iter().filter(|j| j.queued_ns >= since_ns).fold(0.0, |t, j| t + r.region_seconds(j.id)))
     }
 
     /// A progress line: the problem, what happened, the time and budget left.
