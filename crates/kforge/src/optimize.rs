@@ -530,33 +530,17 @@ impl Run<'_> {
         let t0 = Instant::now();
         let gpu_s = Cell::new(0.0);
         let out = self.a.out.join(rel.with_extension(""));
-        let (mut triton_share, mut spent, mut confirmed) = (None, None, None);
-        let (decision, error, not_reached, resumed) =
+        let (report, error, not_reached, resumed) =
             match self.problem(index, path, &out, &gpu_s).and_then(|o| self.problem_page(o, path, &out)) {
-                Ok(Outcome::Decided { report, resumed }) => {
-                    triton_share = report.triton_share();
-                    spent = report.spent;
-                    confirmed = report.confirmed;
-                    (Some(report.decision), None, None, resumed)
-                }
+                Ok(Outcome::Decided { report, resumed }) => (Some(report), None, None, resumed),
                 Ok(Outcome::NotReached) => (None, None, Some("budget".to_string()), false),
                 Err(e) => {
                     self.progress(index, path, &format!("failed: {e:#}"));
                     (None, Some(format!("{e:#}")), None, false)
                 }
             };
-        ProblemOutcome {
-            problem: rel.display().to_string(),
-            level: level_of(rel),
-            decision,
-            error,
-            not_reached,
-            seconds: spent.map_or_else(|| t0.elapsed().as_secs_f64(), |s| s.seconds),
-            gpu_seconds: spent.map_or_else(|| gpu_s.get(), |s| s.gpu_seconds),
-            resumed,
-            triton_share,
-            confirmed,
-        }
+        let this_run = Spent { seconds: t0.elapsed().as_secs_f64(), gpu_seconds: gpu_s.get() };
+        ProblemOutcome { error, not_reached, resumed, ..outcome_of(rel, report.as_deref(), this_run) }
     }
 
     /// One problem in `out`: taken from the journal with `--resume` (or from the decisions file),
@@ -1258,6 +1242,7 @@ impl ProblemRun<'_> {
         let decision = across(&families);
         self.place_result(&decisive, &file, &dispatch, &decision, found.llm.as_ref())?;
         let (result, policy) = (self.out.join("model_new.py"), self.out.join("policy.toml"));
+        let confirmed = self.confirmed(&decision);
         let report = Report {
             question: self.question.clone(),
             measurement,
@@ -1271,9 +1256,8 @@ impl ProblemRun<'_> {
             tried: found.tried,
             spent: Some(self.spent()),
             machine: self.run.plan.machine.clone().ok(),
-            confirmed: None,
+            confirmed,
         };
-        let report = Report { confirmed: self.confirmed(&report.decision), ..report };
         let body = serde_json::to_string_pretty(&report).context("serializing the report")?;
         let report_path = self.out.join("report.json");
         std::fs::write(&report_path, &body).with_context(|| format!("writing {}", report_path.display()))?;
@@ -1653,6 +1637,25 @@ fn confirmed_in(out: &Path, decision: &Decision) -> Result<Option<f64>> {
     let v: kforge_verify::verdict::Verdict =
         serde_json::from_str(&text).with_context(|| format!("parsing {}", verdict.display()))?;
     Ok(v.speedup())
+}
+
+/// A campaign's line for the problem at `rel`: its report's decision, cost (`Report::spent`),
+/// Triton share and confirmed speedup, or none of them with `unspent` as its cost (what this run
+/// spent on a problem it did not decide); neither failed, not reached nor resumed.
+fn outcome_of(rel: &Path, report: Option<&Report>, unspent: Spent) -> ProblemOutcome {
+    let spent = report.and_then(|r| r.spent).unwrap_or(unspent);
+    ProblemOutcome {
+        problem: rel.display().to_string(),
+        level: level_of(rel),
+        decision: report.map(|r| r.decision.clone()),
+        error: None,
+        not_reached: None,
+        seconds: spent.seconds,
+        gpu_seconds: spent.gpu_seconds,
+        resumed: false,
+        triton_share: report.and_then(Report::triton_share),
+        confirmed: report.and_then(|r| r.confirmed),
+    }
 }
 
 /// The group a campaign's problem is summarised in: its first folder below the campaign

@@ -4,10 +4,10 @@
 //! no step, no daemon, no torch. A campaign chained over lent GPU calls (or batch jobs) is read
 //! where it is not running, and a call that was killed before its summary loses none.
 
-use super::{content_hash, level_of, plan_on, problem_files, publish, question, OptimizeArgs};
+use super::{content_hash, outcome_of, plan_on, problem_files, publish, question, OptimizeArgs};
 use anyhow::{bail, Context, Result};
 use kforge_optimize::decisions::{Answer, Decisions};
-use kforge_optimize::ProblemOutcome;
+use kforge_optimize::{ProblemOutcome, Spent};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -58,17 +58,6 @@ fn outcome(rel: &Path, answer: Answer<'_>) -> ProblemOutcome {
             (None, Some(format!("not decided yet ({})", why.replace("this run is on", "the summary reads"))))
         }
     };
-    let spent = report.and_then(|r| r.spent);
-    ProblemOutcome {
-        problem: rel.display().to_string(),
-        level: level_of(rel),
-        decision: report.map(|r| r.decision.clone()),
-        error: None,
-        not_reached,
-        seconds: spent.map_or(0.0, |s| s.seconds),
-        gpu_seconds: spent.map_or(0.0, |s| s.gpu_seconds),
-        resumed: false, // all of them are: the mark would say nothing
-        triton_share: report.and_then(|r| r.triton_share()),
-        confirmed: report.and_then(|r| r.confirmed),
-    }
+    // (resumed: all of them are, so the mark would say nothing)
+    ProblemOutcome { not_reached, ..outcome_of(rel, report, Spent::default()) }
 }
