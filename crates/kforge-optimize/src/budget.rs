@@ -38,11 +38,23 @@ pub struct Spending {
     budget: Budget,
     start: Instant,
     gpu_s: Mutex<f64>,
-    /// Wall seconds of finished steps, per step name.
-    durations: Mutex<BTreeMap<String, Vec<f64>>>,
+    /// Wall seconds of finished steps, per step name and group (the problem's folder: a
+    /// level's steps take what that level's take, not the campaign's).
+    durations: Mutex<BTreeMap<(String, String), Vec<f64>>>,
     /// Steps not started because the wall budget's remainder could not hold them: how many, and
     /// the first one's reason.
     held: Mutex<(usize, Option<String>)>,
+}
+
+/// What a kind of step is expected to take (`Spending::expected_s`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    /// The upper quartile of the finished steps' wall seconds.
+    pub seconds: f64,
+    /// How many finished steps it is of.
+    pub of: usize,
+    /// Whether they are the problem's group's own (else every group's: none of its own yet).
+    pub in_group: bool,
 }
 
 /// The budget's state for the summary: spent, given, and which one ran out.
@@ -72,39 +84,48 @@ impl Spending {
         Spending { budget, start, gpu_s: Mutex::new(0.0), durations: Mutex::default(), held: Mutex::default() }
     }
 
-    /// Count a finished step's wall seconds towards what a step named `step` is expected to take.
-    pub fn observe(&self, step: &str, seconds: f64) {
+    /// Count a finished step's wall seconds towards what a step named `step` of a problem in
+    /// `group` is expected to take.
+    pub fn observe(&self, step: &str, group: &str, seconds: f64) {
         if seconds.is_finite() && seconds >= 0.0 {
             let mut d = self.durations.lock().unwrap_or_else(|e| e.into_inner());
-            d.entry(step.to_string()).or_default().push(seconds);
+            d.entry((step.to_string(), group.to_string())).or_default().push(seconds);
         }
     }
 
-    /// What a step named `step` is expected to take: the upper quartile (nearest rank) of the
-    /// finished ones' wall seconds, and how many there were; `None` before one finished. Not the
+    /// What a step named `step` of a problem in `group` is expected to take: the upper quartile
+    /// (nearest rank) of the finished ones' wall seconds in `group`, else in every group (the
+    /// `Estimate` says which, and how many there were); `None` before one finished. Not the
     /// median: a step that runs past the budget is killed with its work lost, one held back only
     /// waits for the next run.
-    pub fn expected_s(&self, step: &str) -> Option<(f64, usize)> {
+    pub fn expected_s(&self, step: &str, group: &str) -> Option<Estimate> {
         let d = self.durations.lock().unwrap_or_else(|e| e.into_inner());
-        let mut xs = d.get(step)?.clone();
+        let own = d.get(&(step.to_string(), group.to_string())).filter(|xs| !xs.is_empty());
+        let mut xs: Vec<f64> = match own {
+            Some(xs) => xs.clone(),
+            None => d.iter().filter(|((s, _), _)| s == step).flat_map(|(_, xs)| xs.iter().copied()).collect(),
+        };
         xs.sort_by(f64::total_cmp);
         let n = xs.len();
-        (n > 0).then(|| (xs[(3 * n).div_ceil(4) - 1], n))
+        (n > 0).then(|| Estimate { seconds: xs[(3 * n).div_ceil(4) - 1], of: n, in_group: own.is_some() })
     }
 
-    /// Why a step named `step` must not start (`None`: it may): a budget is spent, or the wall
-    /// budget's remainder is below what such a step is expected to take.
-    pub fn refuses(&self, step: &str) -> Option<String> {
+    /// Why a step named `step` of a problem in `group` must not start (`None`: it may): a budget
+    /// is spent, or the wall budget's remainder is below what such a step is expected to take.
+    pub fn refuses(&self, step: &str, group: &str) -> Option<String> {
         if let Some(which) = self.spent() {
             return Some(format!("the {which} budget is spent"));
         }
         let left = self.budget.wall_s? - self.wall_s();
-        let (expected, n) = self.expected_s(step)?;
-        if expected <= left {
+        let e = self.expected_s(step, group)?;
+        if e.seconds <= left {
             return None;
         }
+        let among = if e.in_group { format!("{group}'s") } else { "every folder's".to_string() };
         let why = format!(
-            "a {step} step takes about {expected:.0} s here (the upper quartile of {n}), {:.0} s of the wall budget are left",
+            "a {step} step takes about {:.0} s here (the upper quartile of {among} {}), {:.0} s of the wall budget are left",
+            e.seconds,
+            e.of,
             left.max(0.0)
         );
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
@@ -223,24 +244,25 @@ mod tests {
     #[test]
     fn a_step_the_wall_budget_cannot_hold_does_not_start() {
         let s = Spending::new(Budget::new(None, Some(100.0)).unwrap());
-        assert_eq!(s.refuses("measure"), None, "nothing finished yet: no estimate, it starts");
+        assert_eq!(s.refuses("measure", "level1"), None, "nothing finished yet: no estimate, it starts");
         for secs in [80.0, 150.0, 120.0] {
-            s.observe("measure", secs);
+            s.observe("measure", "level1", secs);
         }
-        s.observe("result", 0.5);
-        s.observe("result", f64::NAN); // not a duration
-        assert_eq!(s.expected_s("measure"), Some((150.0, 3)), "the upper quartile, nearest rank");
-        assert_eq!(s.expected_s("result"), Some((0.5, 1)));
+        s.observe("result", "level1", 0.5);
+        s.observe("result", "level1", f64::NAN); // not a duration
+        let est = |step, group| s.expected_s(step, group).map(|e| (e.seconds, e.of, e.in_group));
+        assert_eq!(est("measure", "level1"), Some((150.0, 3, true)), "the upper quartile, nearest rank");
+        assert_eq!(est("result", "level1"), Some((0.5, 1, true)));
         for secs in [1.5, 1.0, 2.0] {
-            s.observe("result", secs);
+            s.observe("result", "level1", secs);
         }
-        assert_eq!(s.expected_s("result"), Some((1.5, 4)), "the third of four");
+        assert_eq!(est("result", "level1"), Some((1.5, 4, true)), "the third of four");
         assert_eq!(s.status().held_back, 0);
-        let why = s.refuses("measure").expect("150 s expected, under 100 s left");
-        assert!(why.contains("a measure step takes about 150 s here (the upper quartile of 3)"), "{why}");
+        let why = s.refuses("measure", "level1").expect("150 s expected, under 100 s left");
+        assert!(why.contains("a measure step takes about 150 s here (the upper quartile of level1's 3)"), "{why}");
         assert!(why.contains("s of the wall budget are left"), "{why}");
-        assert_eq!(s.refuses("result"), None, "a short step still fits");
-        s.refuses("measure");
+        assert_eq!(s.refuses("result", "level1"), None, "a short step still fits");
+        s.refuses("measure", "level1");
         let st = s.status();
         assert_eq!((st.held_back, st.held_why.as_deref()), (2, Some(why.as_str())), "counted, the first reason kept");
         assert!(
@@ -248,12 +270,33 @@ mod tests {
             "{}",
             st.line()
         );
-        assert_eq!(s.refuses("verify"), None, "a kind never finished: no estimate");
+        assert_eq!(s.refuses("verify", "level1"), None, "a kind never finished: no estimate");
         let gpu_only = Spending::new(Budget::new(Some(10.0), None).unwrap());
-        gpu_only.observe("measure", 1e6);
-        assert_eq!(gpu_only.refuses("measure"), None, "no wall budget: durations do not matter");
+        gpu_only.observe("measure", "level1", 1e6);
+        assert_eq!(gpu_only.refuses("measure", "level1"), None, "no wall budget: durations do not matter");
         gpu_only.charge(10.0);
-        assert_eq!(gpu_only.refuses("result").as_deref(), Some("the gpu budget is spent"));
+        assert_eq!(gpu_only.refuses("result", "level1").as_deref(), Some("the gpu budget is spent"));
+    }
+
+    #[test]
+    fn a_folder_is_estimated_by_its_own_steps_once_it_has_some() {
+        let s = Spending::new(Budget::new(None, Some(100.0)).unwrap());
+        for secs in [20.0, 30.0, 40.0, 50.0] {
+            s.observe("measure", "level1", secs);
+        }
+        let est = |group| s.expected_s("measure", group).map(|e| (e.seconds, e.of, e.in_group));
+        assert_eq!(est("level3"), Some((40.0, 4, false)), "none of its own: every folder's");
+        assert_eq!(s.refuses("measure", "level3"), None, "40 s fit");
+        s.observe("measure", "level3", 180.0);
+        assert_eq!(est("level3"), Some((180.0, 1, true)), "its own, once it has one");
+        assert_eq!(est("level1"), Some((40.0, 4, true)), "another folder's steps do not move level1's");
+        let why = s.refuses("measure", "level3").expect("180 s expected");
+        assert!(why.contains("the upper quartile of level3's 1"), "{why}");
+        s.observe("measure", "level2", 500.0);
+        let pooled = s.expected_s("measure", "elsewhere").unwrap();
+        assert_eq!((pooled.seconds, pooled.of, pooled.in_group), (180.0, 6, false), "every folder's six");
+        let why = s.refuses("measure", "elsewhere").expect("180 s expected");
+        assert!(why.contains("the upper quartile of every folder's 6"), "{why}");
     }
 
     #[test]

@@ -239,15 +239,15 @@ impl Journal {
         self.store().run_finished(self.run, now_ns(), stopped)
     }
 
-    /// Each step this journal finished by running it (not reused): its name and wall seconds;
-    /// every run's with `--resume`, else this run's.
-    pub fn step_seconds(&self) -> Result<Vec<(String, f64)>, StoreError> {
+    /// Each step this journal finished by running it (not reused): its problem, name and wall
+    /// seconds; every run's with `--resume`, else this run's.
+    pub fn step_seconds(&self) -> Result<Vec<(String, String, f64)>, StoreError> {
         let rows = self.store().journal(if self.resume { None } else { Some(self.run) })?;
         Ok(rows
             .steps
             .into_iter()
             .filter(|s| s.status == "done" && s.reused_from.is_none())
-            .filter_map(|s| Some((s.step, s.seconds?)))
+            .filter_map(|s| Some((s.problem, s.step, s.seconds?)))
             .collect())
     }
 

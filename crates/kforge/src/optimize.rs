@@ -210,10 +210,16 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
 /// took (earlier runs' with `--resume`), so that a wall budget starts no step it cannot hold.
 fn spending(budget: Budget, started: Instant, journal: &Journal) -> Result<Spending> {
     let spending = Spending::since(budget, started);
-    for (step, seconds) in journal.step_seconds().context("reading the journal's step durations")? {
-        spending.observe(&step, seconds);
+    for (problem, step, seconds) in journal.step_seconds().context("reading the journal's step durations")? {
+        spending.observe(&step, &step_group(&problem), seconds);
     }
     Ok(spending)
+}
+
+/// The group whose steps estimate a problem's (`Spending::expected_s`): its folder, a
+/// campaign's level (a level-3 model's steps take what level 3's take, not level 1's).
+fn step_group(problem: &str) -> String {
+    Path::new(problem).parent().map(|p| p.display().to_string()).unwrap_or_default()
 }
 
 fn plan(a: &OptimizeArgs) -> Result<Plan> {
@@ -1134,7 +1140,7 @@ impl ProblemRun<'_> {
                 return Ok(Some(from.outcome));
             }
         }
-        if let Some(why) = self.run.spending.refuses(step.name()) {
+        if let Some(why) = self.run.spending.refuses(step.name(), &step_group(&self.question.problem)) {
             self.progress(&format!("not reached: budget (before its {} step: {why})", step.name()));
             return Ok(None);
         }
@@ -1155,7 +1161,7 @@ impl ProblemRun<'_> {
         match done {
             Ok((d, charged)) => {
                 journal.done(id, &d)?;
-                self.run.spending.observe(step.name(), d.seconds);
+                self.run.spending.observe(step.name(), &step_group(&self.question.problem), d.seconds);
                 let gpu = d.gpu_seconds.map(|g| g.0).unwrap_or(0.0);
                 if !charged {
                     self.run.spending.charge(gpu);
