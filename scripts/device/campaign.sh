@@ -9,7 +9,8 @@
 # State between calls: STATE (default devstate/campaign.tgz, a path in the tree that
 # .git/info/exclude ignores and the call carries) holds the output folder (reports, result files,
 # the journal) and, when small enough, Inductor's cache (TORCHINDUCTOR_CACHE_DIR: saves compile
-# time on a fresh machine). Its contents are unpacked before the run; after it, $OUT/campaign.tgz
+# time on a fresh machine; the cache itself lives in devstate/inductor-cache, an ignored path that a
+# warm machine keeps between chained calls, whole). Its contents are unpacked before the run; after it, $OUT/campaign.tgz
 # is the new state (copy it over STATE for the next call), $OUT/campaign.json and
 # $OUT/campaign.html the summary, $OUT/jobs.json where the time went (scripts/device/campaign_jobs.py). BUDGET_WALL_S (default 360) is passed as --budget-wall-s:
 # no problem or step starts later, so the call ends inside its limit; problems not reached are
@@ -58,7 +59,18 @@ if [ -f "$STATE" ]; then
   fi
 fi
 echo "$MACHINE" >"$W/state/machine.txt"
-export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=$W/state/inductor-cache
+# Inductor's cache lives in the tree (an ignored path), so that a call chained onto a warm machine
+# finds the earlier calls' compiles whole, not only what fitted the pack; a fresh machine starts
+# from the pack's.
+CACHE=${INDUCTOR_CACHE:-$PWD/devstate/inductor-cache}
+mkdir -p "$CACHE"
+if [ -z "$(ls -A "$CACHE")" ] && [ -n "$(ls -A "$W/state/inductor-cache")" ]; then
+  cp -a "$W/state/inductor-cache/." "$CACHE/" && echo "Inductor's cache: from the pack ($(du -sh "$CACHE" | cut -f1))"
+else
+  echo "Inductor's cache: $CACHE ($(du -sh "$CACHE" | cut -f1), kept on this machine)"
+fi
+rm -rf "$W/state/inductor-cache" && ln -s "$CACHE" "$W/state/inductor-cache"
+export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=$CACHE
 nvidia-smi -L
 setsid "$K" --socket "$S" daemon --db "$W/store.db" --reserve-cores "${RESERVE_CORES:-2}" --freeze node --max-concurrent "${PER_GPU:-8}" >"$W/daemon.log" 2>&1 &
 for _ in $(seq 200); do "$K" --socket "$S" status >/dev/null 2>&1 && break; sleep 0.05; done
@@ -90,7 +102,7 @@ tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"
 # The new state, packed before the re-verification (which writes nothing there): the output
 # folder always; Inductor's cache only while the pack stays under the 16 MiB a returned file may have.
 # The steps' logs (out/*/logs) are left out: they grow with every call; progress-tail.txt keeps the end.
-tar -czf "$OUT/campaign.tgz" --exclude='*/logs' -C "$W/state" machine.txt out inductor-cache 2>/dev/null
+tar -czhf "$OUT/campaign.tgz" --exclude='*/logs' -C "$W/state" machine.txt out inductor-cache 2>/dev/null
 if [ "$(stat -c %s "$OUT/campaign.tgz")" -gt $((15 * 1024 * 1024)) ]; then
   echo "state: Inductor's cache left out (the pack would exceed 15 MiB)"
   tar -czf "$OUT/campaign.tgz" --exclude='*/logs' -C "$W/state" machine.txt out
