@@ -90,15 +90,33 @@ timeout --signal=TERM --kill-after=10 "${HARD_S:-$((BUDGET_WALL_S + 60))}" \
   --json "$OUT/campaign.json" --html "$OUT/campaign.html" ${DECISIONS_ARGS[@]+"${DECISIONS_ARGS[@]}"} "$@" 2>"$W/progress.log"
 rc=$?
 echo "kforge optimize exited $rc after $(( $(date +%s) - t0 )) s"
+# The run's own last lines (a summary pass after a kill writes to its own log), then the end of
+# each log of a step the run left unfinished (the logs themselves stay out of the pack): what a
+# step that outlives a call was doing.
+tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"
 if [ "$rc" = 124 ]; then
+  python3 - "$W/state/out" >>"$OUT/progress-tail.txt" <<'PY' || echo "(the unfinished steps' logs could not be read: exit $?)"
+import glob, os, sqlite3, sys
+out = sys.argv[1]
+db = sqlite3.connect(os.path.join(out, "journal.db"))
+last = db.execute("SELECT max(id) FROM optimize_runs").fetchone()[0]
+rows = db.execute("SELECT problem, step FROM optimize_steps WHERE run=? AND status='running'", (last,)).fetchall()
+print(f"\n== {len(rows)} step(s) left running when the run was killed; the end of its problem's logs:")
+for problem, step in rows:
+    level, stem = os.path.basename(os.path.dirname(problem)), os.path.splitext(os.path.basename(problem))[0]
+    for log in sorted(glob.glob(os.path.join(out, level, stem, "logs", "*.log"))):
+        lines = [l.rstrip() for l in open(log, errors="replace") if l.strip()]
+        print(f"-- {level}/{stem} {step}: {os.path.basename(log)} ({len(lines)} lines)")
+        for l in lines[-4:]:
+            print("   " + l[:200])
+PY
   echo "kforge optimize killed at HARD_S (a step outlived the budget): the next call redoes it"
   # The summary the killed run could not write: every decision so far, from the journal, no step
   # started (a spent budget), so that each call's campaign.json and campaign.html hold.
   "$K" --socket "$S" optimize "$PROBLEMS" --daemon --resume --out "$W/state/out" --budget-wall-s 0.001 \
     --json "$OUT/campaign.json" --html "$OUT/campaign.html" ${DECISIONS_ARGS[@]+"${DECISIONS_ARGS[@]}"} "$@" \
-    2>>"$W/progress.log" >/dev/null || echo "the summary pass exited $?"
+    2>"$W/summary.log" >/dev/null || { echo "the summary pass exited $? (its log's end:)"; tail -n 5 "$W/summary.log"; }
 fi
-tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"
 # The new state, packed before the re-verification (which writes nothing there): the output
 # folder always; Inductor's cache only while the pack stays under the 16 MiB a returned file may have.
 # The steps' logs (out/*/logs) are left out: they grow with every call; progress-tail.txt keeps the end.
@@ -125,6 +143,7 @@ if [ "${REVERIFY:-1}" = 1 ]; then
     "$W/reverify/verify-results" "$W/state/out" "$OUT/reverified.json"
 fi
 "$K" --socket "$S" shutdown >/dev/null 2>&1 || true
+rm -f "$OUT/.decisions.json.lock"  # kforge optimize's lock beside the decisions file: one of the 8 files a call returns
 # Where the call's time went (queued, running, waiting for regions, inside them) per kind of job.
 python3 scripts/device/campaign_jobs.py "$W/store.db" "$OUT/jobs.json" || echo "campaign_jobs.py failed (exit $?)"
 ls -la "$OUT"

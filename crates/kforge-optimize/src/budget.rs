@@ -3,8 +3,9 @@
 //! recorded as such (`not-reached: budget`), not as a failure. Nor does a step start that the
 //! wall budget's remainder cannot hold: each kind of step is expected to take the upper quartile
 //! of the finished ones of its kind (this run's, and with `--resume` the journal's earlier runs'),
-//! so a run given a wall budget ends nearer it instead of being killed with steps half done. The
-//! steps so held back are counted and said in the budget's line.
+//! so a run given a wall budget ends nearer it instead of being killed with steps half done; a
+//! step an earlier run was killed in the middle of sets a floor: one of its kind takes at least
+//! as long as that one had run. The steps so held back are counted and said in the budget's line.
 
 use crate::OptimizeError;
 use serde::{Deserialize, Serialize};
@@ -41,6 +42,9 @@ pub struct Spending {
     /// Wall seconds of finished steps, per step name and group (the problem's folder: a
     /// level's steps take what that level's take, not the campaign's).
     durations: Mutex<BTreeMap<(String, String), Vec<f64>>>,
+    /// The longest a step of each name and group had run when an earlier run was killed (the
+    /// step unfinished): such a step takes at least that.
+    floors: Mutex<BTreeMap<(String, String), f64>>,
     /// Steps not started because the wall budget's remainder could not hold them: how many, and
     /// the first one's reason.
     held: Mutex<(usize, Option<String>)>,
@@ -55,6 +59,9 @@ pub struct Estimate {
     pub of: usize,
     /// Whether they are the problem's group's own (else every group's: none of its own yet).
     pub in_group: bool,
+    /// Whether `seconds` is the group's floor (an unfinished step of a killed run had run that
+    /// long), above the finished ones' quartile.
+    pub floor: bool,
 }
 
 /// The budget's state for the summary: spent, given, and which one ran out.
@@ -81,7 +88,14 @@ impl Spending {
 
     /// Spending of a run that started at `start` (its wall budget counts from there).
     pub fn since(budget: Budget, start: Instant) -> Spending {
-        Spending { budget, start, gpu_s: Mutex::new(0.0), durations: Mutex::default(), held: Mutex::default() }
+        Spending {
+            budget,
+            start,
+            gpu_s: Mutex::new(0.0),
+            durations: Mutex::default(),
+            floors: Mutex::default(),
+            held: Mutex::default(),
+        }
     }
 
     /// Count a finished step's wall seconds towards what a step named `step` of a problem in
@@ -93,21 +107,41 @@ impl Spending {
         }
     }
 
+    /// Count an unfinished step of an earlier, killed run: it had run `seconds` when its run was
+    /// killed, so a step named `step` of a problem in `group` takes at least that.
+    pub fn observe_unfinished(&self, step: &str, group: &str, seconds: f64) {
+        if seconds.is_finite() && seconds > 0.0 {
+            let mut f = self.floors.lock().unwrap_or_else(|e| e.into_inner());
+            let e = f.entry((step.to_string(), group.to_string())).or_insert(seconds);
+            *e = e.max(seconds);
+        }
+    }
+
     /// What a step named `step` of a problem in `group` is expected to take: the upper quartile
     /// (nearest rank) of the finished ones' wall seconds in `group`, else in every group (the
-    /// `Estimate` says which, and how many there were); `None` before one finished. Not the
-    /// median: a step that runs past the budget is killed with its work lost, one held back only
-    /// waits for the next run.
+    /// `Estimate` says which, and how many there were), and never less than the group's floor (an
+    /// unfinished one of a killed run); `None` before one finished or was killed. Not the median:
+    /// a step that runs past the budget is killed with its work lost, one held back only waits
+    /// for the next run.
     pub fn expected_s(&self, step: &str, group: &str) -> Option<Estimate> {
+        let key = (step.to_string(), group.to_string());
+        let floor = self.floors.lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied();
         let d = self.durations.lock().unwrap_or_else(|e| e.into_inner());
-        let own = d.get(&(step.to_string(), group.to_string())).filter(|xs| !xs.is_empty());
+        let own = d.get(&key).filter(|xs| !xs.is_empty());
         let mut xs: Vec<f64> = match own {
             Some(xs) => xs.clone(),
             None => d.iter().filter(|((s, _), _)| s == step).flat_map(|(_, xs)| xs.iter().copied()).collect(),
         };
         xs.sort_by(f64::total_cmp);
         let n = xs.len();
-        (n > 0).then(|| Estimate { seconds: xs[(3 * n).div_ceil(4) - 1], of: n, in_group: own.is_some() })
+        let quartile = (n > 0).then(|| xs[(3 * n).div_ceil(4) - 1]);
+        let at_floor = |f| Some(Estimate { seconds: f, of: n, in_group: true, floor: true });
+        match (quartile, floor) {
+            (Some(q), Some(f)) if f > q => at_floor(f),
+            (Some(q), _) => Some(Estimate { seconds: q, of: n, in_group: own.is_some(), floor: false }),
+            (None, Some(f)) => at_floor(f),
+            (None, None) => None,
+        }
     }
 
     /// Why a step named `step` of a problem in `group` must not start (`None`: it may): a budget
@@ -121,13 +155,17 @@ impl Spending {
         if e.seconds <= left {
             return None;
         }
-        let among = if e.in_group { format!("{group}'s") } else { "every folder's".to_string() };
-        let why = format!(
-            "a {step} step takes about {:.0} s here (the upper quartile of {among} {}), {:.0} s of the wall budget are left",
-            e.seconds,
-            e.of,
-            left.max(0.0)
-        );
+        let took = if e.floor {
+            format!("at least {:.0} s here (one of {group}'s had run that long when its run was killed)", e.seconds)
+        } else {
+            let among = if e.in_group { format!("{group}'s") } else { "every folder's".to_string() };
+            format!("about {:.0} s here (the upper quartile of {among} {})", e.seconds, e.of)
+        };
+        let never = match self.budget.wall_s {
+            Some(b) if e.seconds > b => format!("; none fits a --budget-wall-s of {b:.0}"),
+            _ => String::new(),
+        };
+        let why = format!("a {step} step takes {took}, {:.0} s of the wall budget are left{never}", left.max(0.0));
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         held.0 += 1;
         held.1.get_or_insert_with(|| why.clone());
@@ -250,16 +288,17 @@ mod tests {
         }
         s.observe("result", "level1", 0.5);
         s.observe("result", "level1", f64::NAN); // not a duration
-        let est = |step, group| s.expected_s(step, group).map(|e| (e.seconds, e.of, e.in_group));
-        assert_eq!(est("measure", "level1"), Some((150.0, 3, true)), "the upper quartile, nearest rank");
-        assert_eq!(est("result", "level1"), Some((0.5, 1, true)));
+        let est = |step, group| s.expected_s(step, group).map(|e| (e.seconds, e.of, e.in_group, e.floor));
+        assert_eq!(est("measure", "level1"), Some((150.0, 3, true, false)), "the upper quartile, nearest rank");
+        assert_eq!(est("result", "level1"), Some((0.5, 1, true, false)));
         for secs in [1.5, 1.0, 2.0] {
             s.observe("result", "level1", secs);
         }
-        assert_eq!(est("result", "level1"), Some((1.5, 4, true)), "the third of four");
+        assert_eq!(est("result", "level1"), Some((1.5, 4, true, false)), "the third of four");
         assert_eq!(s.status().held_back, 0);
         let why = s.refuses("measure", "level1").expect("150 s expected, under 100 s left");
         assert!(why.contains("a measure step takes about 150 s here (the upper quartile of level1's 3)"), "{why}");
+        assert!(why.ends_with("; none fits a --budget-wall-s of 100"), "150 s never fit 100: {why}");
         assert!(why.contains("s of the wall budget are left"), "{why}");
         assert_eq!(s.refuses("result", "level1"), None, "a short step still fits");
         s.refuses("measure", "level1");
@@ -297,6 +336,45 @@ mod tests {
         assert_eq!((pooled.seconds, pooled.of, pooled.in_group), (180.0, 6, false), "every folder's six");
         let why = s.refuses("measure", "elsewhere").expect("180 s expected");
         assert!(why.contains("the upper quartile of every folder's 6"), "{why}");
+    }
+
+    #[test]
+    fn a_step_killed_unfinished_sets_its_folders_floor() {
+        let s = Spending::new(Budget::new(None, Some(300.0)).unwrap());
+        for secs in [20.0, 30.0, 40.0, 50.0] {
+            s.observe("measure", "level1", secs);
+        }
+        s.observe_unfinished("measure", "level3", 250.0);
+        s.observe_unfinished("measure", "level3", 340.0);
+        s.observe_unfinished("measure", "level3", f64::NAN); // not a duration
+        let e = s.expected_s("measure", "level3").unwrap();
+        assert_eq!(
+            (e.seconds, e.floor, e.in_group),
+            (340.0, true, true),
+            "the longest unfinished one, not level 1's 40 s"
+        );
+        let why = s.refuses("measure", "level3").expect("at least 340 s, 300 s budget");
+        assert!(
+            why.contains(
+                "a measure step takes at least 340 s here (one of level3's had run that long when its run was killed)"
+            ),
+            "{why}"
+        );
+        assert!(why.ends_with("; none fits a --budget-wall-s of 300"), "{why}");
+        assert_eq!(s.refuses("measure", "level1"), None, "level 1 keeps its own 40 s");
+        s.observe("measure", "level3", 100.0);
+        assert_eq!(
+            s.expected_s("measure", "level3").map(|e| (e.seconds, e.floor)),
+            Some((340.0, true)),
+            "a floor above the quartile stays"
+        );
+        s.observe("measure", "level3", 400.0);
+        assert_eq!(
+            s.expected_s("measure", "level3").map(|e| (e.seconds, e.floor)),
+            Some((400.0, false)),
+            "a quartile above it wins"
+        );
+        assert_eq!(s.expected_s("verify", "level3"), None, "another kind has no floor");
     }
 
     #[test]

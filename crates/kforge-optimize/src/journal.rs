@@ -251,6 +251,43 @@ impl Journal {
             .collect())
     }
 
+    /// Each step an earlier run left running (that run was killed) and that no later run
+    /// finished: its problem, name and a lower bound of what it takes, from its start to its
+    /// run's last sign of life (the latest start, end or decision that run journaled). With
+    /// `--resume` only; none without it.
+    pub fn unfinished_seconds(&self) -> Result<Vec<(String, String, f64)>, StoreError> {
+        if !self.resume {
+            return Ok(Vec::new());
+        }
+        let rows = self.store().journal(None)?;
+        let mut alive: BTreeMap<u64, i64> = BTreeMap::new();
+        let mut mark = |run: u64, ns: i64| {
+            let e = alive.entry(run).or_insert(ns);
+            *e = (*e).max(ns);
+        };
+        for s in &rows.steps {
+            mark(s.run, s.finished_ns.unwrap_or(s.started_ns).max(s.started_ns));
+        }
+        for d in &rows.decisions {
+            mark(d.run, d.decided_ns);
+        }
+        for r in rows.runs.iter().filter_map(|r| Some((r.id, r.finished_ns?))) {
+            mark(r.0, r.1);
+        }
+        let finished = |s: &kforge_store::StepRow| {
+            rows.steps
+                .iter()
+                .any(|t| t.id > s.id && t.problem == s.problem && t.step == s.step && t.status != "running")
+        };
+        Ok(rows
+            .steps
+            .iter()
+            .filter(|s| s.status == "running" && s.run != self.run && !finished(s))
+            .map(|s| (s.problem.clone(), s.step.clone(), (alive[&s.run] - s.started_ns) as f64 / 1e9))
+            .filter(|u| u.2 > 0.0)
+            .collect())
+    }
+
     /// Everything this run journaled.
     pub fn rows(&self) -> Result<kforge_store::Journal, StoreError> {
         self.store().journal(Some(self.run))
@@ -348,6 +385,32 @@ mod tests {
         assert_eq!(rows.steps[0].outcome.as_deref(), Some("accepted"));
         resumed.finish(Some("budget")).unwrap();
         assert_eq!(resumed.rows().unwrap().runs[0].stopped.as_deref(), Some("budget"));
+    }
+
+    #[test]
+    fn a_step_a_killed_run_left_running_is_a_lower_bound_until_one_finishes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.db");
+        let killed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let a = killed.started("l3/a.py", Step::Measure, "ha").unwrap();
+        let b = killed.started("l1/b.py", Step::Measure, "hb").unwrap();
+        killed.done(b, &done("o/dispatch.json")).unwrap(); // its last sign of life
+        assert_eq!(killed.unfinished_seconds().unwrap(), [], "its own running step is in flight, not unfinished");
+        drop(killed); // killed: `a` stays running
+        let rows = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap().rows().unwrap();
+        assert!(rows.steps.is_empty(), "a new run journals nothing by opening");
+        let all = kforge_store::Store::open(&path).unwrap().journal(None).unwrap();
+        let (start, alive) = (all.steps[0].started_ns, all.steps[1].finished_ns.unwrap());
+        let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let u = resumed.unfinished_seconds().unwrap();
+        assert_eq!(u, [("l3/a.py".to_string(), "measure".to_string(), (alive - start) as f64 / 1e9)]);
+        let fresh = Journal::open(&path, &question(3), Budget::default(), 1, false).unwrap();
+        assert_eq!(fresh.unfinished_seconds().unwrap(), [], "without --resume earlier runs are not read");
+        let again = resumed.started("l3/a.py", Step::Measure, "ha").unwrap();
+        assert_eq!(resumed.unfinished_seconds().unwrap(), u, "until one finishes");
+        resumed.done(again, &done("o/dispatch.json")).unwrap();
+        assert_eq!(resumed.unfinished_seconds().unwrap(), [], "finished since: its time is the finished one's");
+        assert!(a < again);
     }
 
     #[test]

@@ -213,6 +213,9 @@ fn spending(budget: Budget, started: Instant, journal: &Journal) -> Result<Spend
     for (problem, step, seconds) in journal.step_seconds().context("reading the journal's step durations")? {
         spending.observe(&step, &step_group(&problem), seconds);
     }
+    for (problem, step, seconds) in journal.unfinished_seconds().context("reading the journal's unfinished steps")? {
+        spending.observe_unfinished(&step, &step_group(&problem), seconds);
+    }
     Ok(spending)
 }
 
