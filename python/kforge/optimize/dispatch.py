@@ -306,12 +306,21 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any) -> Tuple[Dict[
     ready: Dict[str, Callable[..., Any]] = {}
     report: Dict[str, Dict[str, Any]] = {}
     codes: Dict[str, Tuple[str, ...]] = {}
-    for mode in modes:
+    for i, mode in enumerate(modes, 1):
+        t0 = time.perf_counter()
         codes[mode] = generated_code(lambda: prepare_one(mode, ref.model, ref, dev, ready, report))
+        state = "ready" if mode in ready else f"left out: {report[mode].get('why', 'its output differs from eager')}"
+        say(f"prepared {mode} ({i} of {len(modes)}) in {time.perf_counter() - t0:.1f} s: {state}")
     for variant, other in same_code(modes, codes, ready).items():
         del ready[variant]  # not timed (Dynamo's cache may still hold its compiled copy)
         report[variant]["same_code_as"] = other
     return ready, report
+
+
+def say(line: str) -> None:
+    """A progress line on stderr, which ``kforge optimize`` keeps in the step's log: what a long
+    measure step was doing when it was stopped."""
+    print(f"dispatch: {line}", file=sys.stderr, flush=True)
 
 
 def generated_code(compile_and_call: Callable[[], None]) -> Tuple[str, ...]:
@@ -456,6 +465,7 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
             samples = do_bench_interleaved(timed, name=f"optimize:dispatch-round-{r}" if r >= 0 else "optimize:dispatch-warmup",
                                            prepare_each=timed,
                                            min_calls=ROUND_MIN_CALLS, device=str(dev))
+        say(f"timed round {r + 1} of {rounds} ({len(calls)} calls in turn)" if r >= 0 else "timed a warm-up round")
         if r < 0:
             continue  # a warm-up round
         med = [sorted(s)[len(s) // 2] for s in samples]
