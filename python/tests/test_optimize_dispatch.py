@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+import time
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
@@ -118,6 +119,25 @@ def test_a_mode_that_computes_otherwise_is_left_out_with_its_reason(monkeypatch:
     assert r["prepared"]["default"]["ok"] is False and "beyond rtol" in r["prepared"]["default"]["why"]
     assert r["prepared"]["max-autotune-no-cudagraphs"] == {"ok": False, "why": "RuntimeError: compiler exploded"}
     assert (r["winner"], r["fallback"]) == ("eager", True) and "no mode besides the baseline" in r["why"]
+
+
+def test_past_its_deadline_a_step_prepares_only_the_baseline_and_says_what_it_left(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    problem = dispatch.load_problem(VECTOR_ADD, "default")
+    modes = ["eager", "default", "max-autotune-no-cudagraphs"]
+    r = dispatch.measure(problem, modes, torch.device("cpu"), 2, ["exact"], until=time.time() - 1.0)
+    assert r["prepared"]["eager"]["ok"] is True, "the baseline is always prepared"
+    for mode in modes[1:]:
+        assert r["prepared"][mode] == {"ok": False, "not_prepared": dispatch.NOT_PREPARED}
+    assert r["not_prepared"] == ["default", "max-autotune-no-cudagraphs", "the rewrite"]
+    assert r["rewrite"] is None and r["prepare_until"] < time.time()
+    assert (r["winner"], r["fallback"]) == ("eager", True)
+    assert "not prepared, the step's deadline came first: default, max-autotune-no-cudagraphs, the rewrite" in r["why"]
+    err = capsys.readouterr().err
+    assert "dispatch: prepared eager (1 of 3)" in err and "dispatch: not prepared default (2 of 3)" in err
+    # A deadline ahead: every variant prepared, nothing said about it.
+    r = dispatch.measure(problem, modes[:2], torch.device("cpu"), 2, until=time.time() + 600.0)
+    assert r["prepared"]["default"]["ok"] is True and "not_prepared" not in r
 
 
 def test_bad_input_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

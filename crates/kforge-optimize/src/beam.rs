@@ -83,6 +83,7 @@ mod tests {
             graphs: None,
             baseline_profile: None,
             duplicates: Default::default(),
+            not_prepared: Vec::new(),
         }
     }
 

@@ -50,6 +50,26 @@ pub struct Spending {
     held: Mutex<(usize, Option<String>)>,
 }
 
+/// A bounded step starts only while at least this share of the wall budget is left (a run's
+/// start), so that it gets most of a run.
+pub const BOUNDED_START: f64 = 0.75;
+/// A bounded step's own part (preparing variants): this share of the remainder; the rest is for
+/// its timing rounds and the problem's result and verify steps.
+pub const BOUNDED_SHARE: f64 = 0.65;
+
+/// Whether a step starts (`Spending::admit`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Admission {
+    Start,
+    /// It starts with `seconds` for its own bounded part; `why` says so.
+    Bounded {
+        seconds: f64,
+        why: String,
+    },
+    /// It does not start: why.
+    Refused(String),
+}
+
 /// What a kind of step is expected to take (`Spending::expected_s`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Estimate {
@@ -147,13 +167,34 @@ impl Spending {
     /// Why a step named `step` of a problem in `group` must not start (`None`: it may): a budget
     /// is spent, or the wall budget's remainder is below what such a step is expected to take.
     pub fn refuses(&self, step: &str, group: &str) -> Option<String> {
-        if let Some(which) = self.spent() {
-            return Some(format!("the {which} budget is spent"));
+        match self.admit(step, group, false) {
+            Admission::Refused(why) => Some(why),
+            Admission::Start | Admission::Bounded { .. } => None,
         }
-        let left = self.budget.wall_s? - self.wall_s();
-        let e = self.expected_s(step, group)?;
+    }
+
+    /// Whether a step named `step` of a problem in `group` starts, and how: as `refuses` says,
+    /// except that a step that `bounds_itself` (a measure step: `--prepare-until`), of a kind a
+    /// killed run showed to take longer than the whole wall budget, starts bounded while at
+    /// least `BOUNDED_START` of the budget is left (a run's start): held back, it would never
+    /// start in a run of this budget, and unbounded it would be killed again.
+    pub fn admit(&self, step: &str, group: &str, bounds_itself: bool) -> Admission {
+        if let Some(which) = self.spent() {
+            return Admission::Refused(format!("the {which} budget is spent"));
+        }
+        let Some(budget) = self.budget.wall_s else { return Admission::Start };
+        let left = budget - self.wall_s();
+        let Some(e) = self.expected_s(step, group) else { return Admission::Start };
         if e.seconds <= left {
-            return None;
+            return Admission::Start;
+        }
+        if bounds_itself && e.floor && e.seconds > budget && left >= BOUNDED_START * budget {
+            let seconds = BOUNDED_SHARE * left;
+            let why = format!(
+                "no {step} step fits a --budget-wall-s of {budget:.0} in full (one of {group}'s had run {:.0} s when its run was killed): it prepares variants for {seconds:.0} s, then times those",
+                e.seconds
+            );
+            return Admission::Bounded { seconds, why };
         }
         let took = if e.floor {
             format!("at least {:.0} s here (one of {group}'s had run that long when its run was killed)", e.seconds)
@@ -161,15 +202,13 @@ impl Spending {
             let among = if e.in_group { format!("{group}'s") } else { "every folder's".to_string() };
             format!("about {:.0} s here (the upper quartile of {among} {})", e.seconds, e.of)
         };
-        let never = match self.budget.wall_s {
-            Some(b) if e.seconds > b => format!("; none fits a --budget-wall-s of {b:.0}"),
-            _ => String::new(),
-        };
+        let never =
+            if e.seconds > budget { format!("; none fits a --budget-wall-s of {budget:.0}") } else { String::new() };
         let why = format!("a {step} step takes {took}, {:.0} s of the wall budget are left{never}", left.max(0.0));
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         held.0 += 1;
         held.1.get_or_insert_with(|| why.clone());
-        Some(why)
+        Admission::Refused(why)
     }
 
     /// Count a step's GPU-seconds.
@@ -375,6 +414,41 @@ mod tests {
             "a quartile above it wins"
         );
         assert_eq!(s.expected_s("verify", "level3"), None, "another kind has no floor");
+    }
+
+    #[test]
+    fn a_self_bounding_step_no_budget_holds_starts_bounded_at_a_runs_start() {
+        let s = Spending::new(Budget::new(None, Some(300.0)).unwrap());
+        s.observe_unfinished("measure", "level3", 360.0);
+        match s.admit("measure", "level3", true) {
+            Admission::Bounded { seconds, why } => {
+                assert!(seconds > 0.6 * 300.0 && seconds <= BOUNDED_SHARE * 300.0, "{seconds}");
+                assert!(why.starts_with("no measure step fits a --budget-wall-s of 300 in full (one of level3's had run 360 s when its run was killed): it prepares variants for"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(s.status().held_back, 0, "a bounded start is not held back");
+        assert!(
+            matches!(s.admit("measure", "level3", false), Admission::Refused(_)),
+            "a step that cannot bound itself is held"
+        );
+        s.observe_unfinished("beam", "level3", 200.0);
+        assert_eq!(s.admit("beam", "level3", true), Admission::Start, "200 s fit what is left: unbounded");
+        s.observe("verify", "level1", 1000.0);
+        assert!(
+            matches!(s.admit("verify", "level1", true), Admission::Refused(_)),
+            "a finished step's length is not a floor: held"
+        );
+        let late = Spending::since(
+            Budget::new(None, Some(300.0)).unwrap(),
+            Instant::now() - std::time::Duration::from_secs(100),
+        );
+        late.observe_unfinished("measure", "level3", 360.0);
+        assert!(
+            matches!(late.admit("measure", "level3", true), Admission::Refused(_)),
+            "two thirds left: not a run's start"
+        );
+        assert_eq!(Spending::new(Budget::default()).admit("measure", "level3", true), Admission::Start, "no budget");
     }
 
     #[test]

@@ -565,6 +565,7 @@ mod tests {
             exactness: None,
             same_code_as: None,
             no_effect: None,
+            not_prepared: None,
         };
         let m = DispatchMeasurement {
             baseline: "max-autotune".into(),
@@ -582,6 +583,7 @@ mod tests {
             graphs: None,
             baseline_profile: None,
             duplicates: BTreeMap::new(),
+            not_prepared: Vec::new(),
         };
         Report {
             question: Question {

@@ -174,6 +174,10 @@ pub struct Prepared {
     /// for them to act on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_effect: Option<String>,
+    /// A variant not prepared: the measure step's deadline came first (a step no wall budget
+    /// of its size holds is bounded, `--prepare-until`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_prepared: Option<String>,
 }
 
 impl Prepared {
@@ -182,6 +186,9 @@ impl Prepared {
     pub fn note(&self) -> String {
         if let Some(why) = &self.no_effect {
             return format!("not compiled: {why}");
+        }
+        if let Some(why) = &self.not_prepared {
+            return format!("not prepared: {why}");
         }
         match (&self.same_code_as, self.ok) {
             (Some(mode), _) => format!("not timed: its compile generated the same code as {mode}"),
@@ -206,6 +213,7 @@ impl DispatchMeasurement {
             graphs: None,
             baseline_profile: None,
             duplicates: BTreeMap::new(),
+            not_prepared: Vec::new(),
         }
     }
 }
@@ -236,6 +244,10 @@ pub struct DispatchMeasurement {
     /// options), each with that one.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub duplicates: BTreeMap<String, String>,
+    /// What a bounded measure step left out, its deadline first: variants, "the rewrite", "the
+    /// per-graph search" (empty: it prepared everything).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_prepared: Vec<String>,
 }
 
 /// The dispatch agent's per-graph search: the graphs Dynamo split the forward into, why each
@@ -1491,6 +1503,17 @@ pub(crate) mod tests {
         assert!(
             r.table().contains("not compiled: no-layout-optimization: no convolution"),
             "a knob with nothing to act on is named: {}",
+            r.table()
+        );
+        let cut = Prepared {
+            ok: false,
+            not_prepared: Some("the step's deadline came first".into()),
+            ..r.measurement.prepared["eager"].clone()
+        };
+        r.measurement.prepared.insert("max-autotune+coordinate-descent".into(), cut);
+        assert!(
+            r.table().contains("not prepared: the step's deadline came first"),
+            "a variant a bounded step left out is named: {}",
             r.table()
         );
         assert!(t.contains("max-autotune+freezing+coordinate-descent    1.400x"), "{t}");

@@ -12,7 +12,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use kforge_optimize::budget::{Budget, Spending};
+use kforge_optimize::budget::{Admission, Budget, Spending};
 use kforge_optimize::decisions::{Answer, Decisions, Entry};
 use kforge_optimize::journal::{content_hash, verified_name, verified_of, Journal, StepDone};
 use kforge_optimize::search::{measure_args, Step};
@@ -583,7 +583,8 @@ impl Run<'_> {
         let source = std::fs::read(problem).with_context(|| format!("reading {}", problem.display()))?;
         let source_hash = content_hash(&[&source]);
         let (started, earlier) = (Instant::now(), Cell::new(Spent::default()));
-        let p = ProblemRun { run: self, index, problem, out, source, question: q, gpu_s, started, earlier };
+        let until = Cell::new(None);
+        let p = ProblemRun { run: self, index, problem, out, source, question: q, gpu_s, started, earlier, until };
         let outcome = p.steps()?;
         if let (Some(d), Outcome::Decided { report, .. }) = (&self.decisions, &outcome) {
             // A file that cannot be written is a warning: the decision is in the report and journal.
@@ -835,6 +836,9 @@ struct ProblemRun<'a> {
     /// this run's, what deciding it cost (`Report::spent`).
     started: Instant,
     earlier: Cell<Spent>,
+    /// The Unix time by which the measure step about to run must stop preparing variants, when
+    /// the budget started it bounded (`Admission::Bounded`); set by `step` before its work.
+    until: Cell<Option<f64>>,
 }
 
 impl ProblemRun<'_> {
@@ -906,7 +910,14 @@ impl ProblemRun<'_> {
                 let Some(_) = self.step(step, measure_hash, &["dispatch.json"], measure)? else {
                     return Ok(false);
                 };
-                found.measurement = Some(self.read_measurement("dispatch.json")?);
+                let m = self.read_measurement("dispatch.json")?;
+                if !m.not_prepared.is_empty() {
+                    self.progress(&format!(
+                        "measure: left out by its deadline: {} (not prepared, not timed)",
+                        m.not_prepared.join(", ")
+                    ));
+                }
+                found.measurement = Some(m);
             }
             Step::Beam => return self.beam(measure_hash, found),
             Step::Result => {
@@ -1143,9 +1154,18 @@ impl ProblemRun<'_> {
                 return Ok(Some(from.outcome));
             }
         }
-        if let Some(why) = self.run.spending.refuses(step.name(), &step_group(&self.question.problem)) {
-            self.progress(&format!("not reached: budget (before its {} step: {why})", step.name()));
-            return Ok(None);
+        let bounds_itself = matches!(step, Step::Measure | Step::Beam);
+        self.until.set(None);
+        match self.run.spending.admit(step.name(), &step_group(&self.question.problem), bounds_itself) {
+            Admission::Start => {}
+            Admission::Bounded { seconds, why } => {
+                self.progress(&format!("{}: bounded: {why}", step.name()));
+                self.until.set(Some(unix_now_s() + seconds));
+            }
+            Admission::Refused(why) => {
+                self.progress(&format!("not reached: budget (before its {} step: {why})", step.name()));
+                return Ok(None);
+            }
         }
         let id = journal.started(&self.question.problem, step, input_hash)?;
         self.progress(&format!("{}…", step.name()));
@@ -1383,6 +1403,9 @@ impl ProblemRun<'_> {
         args.extend(["--rounds".into(), a.rounds.to_string()]);
         for (flag, variants) in flags {
             args.extend([flag.to_string(), variants.clone()]);
+        }
+        if let Some(until) = self.until.get() {
+            args.extend(["--prepare-until".into(), format!("{until:.3}")]);
         }
         self.python_work(args, "dispatch")
     }
@@ -1671,6 +1694,10 @@ fn outcome_of(rel: &Path, report: Option<&Report>, unspent: Spent) -> ProblemOut
 /// (`level1`), else `.`.
 fn level_of(rel: &Path) -> String {
     rel.parent().and_then(|p| p.iter().next()).map(|c| c.to_string_lossy().into_owned()).unwrap_or(".".into())
+}
+
+fn unix_now_s() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
 fn now_ns() -> i64 {

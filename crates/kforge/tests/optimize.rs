@@ -572,7 +572,9 @@ fn a_spent_budget_stops_new_work_and_resume_completes_it() {
         c["problems"].as_array().unwrap().iter().map(|p| (p["decision"].is_object(), &p["not_reached"])).collect();
     assert_eq!(states, [(true, &Value::Null), (true, &Value::Null), (false, &Value::from("budget"))], "{c}");
     assert!(text.contains("not reached: budget (before its measure step: a measure step takes about"), "{text}");
-    assert!(text.contains("s of the wall budget are left)"), "{text}");
+    // 0.9 of the shortest is below the quartile: no such step fits this budget, and the line says
+    // so; a finished step's length is no floor, so the step is held, not started bounded.
+    assert!(text.contains("s of the wall budget are left; none fits a --budget-wall-s of"), "{text}");
     assert!(text.contains("1 step(s) held back (a measure step takes about"), "{text}");
     assert!(text.contains("--resume continues them, given a wall budget that holds their steps"), "{text}");
     assert_eq!(c["budget"]["held_back"], 1, "{c}");
@@ -591,6 +593,61 @@ fn a_spent_budget_stops_new_work_and_resume_completes_it() {
 /// Two identical problems (the same source) in one run, in flight at once (`--jobs 2`): measured
 /// and verified once, the other waits and takes the first's outputs. Two different problems with
 /// `--jobs 2` run side by side, and the journal and summary stay whole.
+/// A measure step that a killed run had left running for longer than the whole wall budget (a
+/// level-3 model on a 10-minute device call): the next run does not hold its folder's measure
+/// steps back forever, it starts them bounded, says so, passes the deadline to the measure step,
+/// and decides the problem inside its budget with what it prepared.
+#[test]
+fn a_measure_step_killed_past_the_budget_starts_bounded_next_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = problems(dir.path(), &[("level3", "vector_add.py", "a.py")]);
+    let out = dir.path().join("o");
+    std::fs::create_dir_all(&out).unwrap();
+    let problem = p.join("level3/a.py").display().to_string();
+    let store = kforge_store::Store::open(&out.join("journal.db")).unwrap();
+    let question = kforge_store::QuestionRow {
+        problem: p.display().to_string(),
+        size: "default".into(),
+        device: "cpu".into(),
+        baseline: "default".into(),
+        agents: "dispatch".into(),
+        rounds: 2,
+    };
+    let run = kforge_store::RunRow {
+        id: 0,
+        question,
+        budget_gpu_s: None,
+        budget_wall_s: Some(600.0),
+        jobs: 1,
+        started_ns: 0,
+        finished_ns: None,
+        stopped: None,
+    };
+    let killed = store.insert_run(&run).unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
+    store.step_started(killed, &problem, "measure", "an older input", now - 1_000_000_000_000).unwrap();
+    store.step_started(killed, &problem, "result", "its last sign of life", now).unwrap();
+    drop(store);
+
+    let args =
+        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let (code, text) = optimize(&[&args[..], &["--resume", "--budget-wall-s", "200"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("measure: bounded: no measure step fits a --budget-wall-s of 200 in full (one of ")
+            && text.contains("'s had run 1000 s when its run was killed): it prepares variants for"),
+        "{text}"
+    );
+    let m: Value = serde_json::from_str(&std::fs::read_to_string(out.join("level3/a/dispatch.json")).unwrap()).unwrap();
+    let until = m["prepare_until"].as_f64().expect("the deadline reached the measure step");
+    let at = now as f64 / 1e9;
+    // 65 % of what was left of 200 s, at least three quarters of it when the step started.
+    assert!(until > at + 0.75 * 0.65 * 200.0 && until < at + 0.65 * 200.0 + 30.0, "{until} vs {at}");
+    let c = campaign(&out);
+    assert!(c["problems"][0]["decision"].is_object(), "decided inside its budget: {c}");
+    assert_eq!(c["budget"]["held_back"], 0, "{c}");
+}
+
 #[test]
 fn identical_candidates_are_measured_once_and_jobs_run_side_by_side() {
     let dir = tempfile::tempdir().unwrap();

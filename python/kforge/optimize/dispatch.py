@@ -296,10 +296,12 @@ def reference(problem: Any, dev: Any) -> Reference:
     return Reference(ref, xs, expected, Fp64Reference(ref))
 
 
-def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any) -> Tuple[Dict[str, Callable[..., Any]], Dict[str, Dict[str, Any]]]:
+def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any,
+                  until: Optional[float] = None) -> Tuple[Dict[str, Callable[..., Any]], Dict[str, Dict[str, Any]]]:
     """Per mode its callable on its own copy of the reference, its compile time and how its
     output compares with eager's; modes that fail or compute otherwise are left out of the first
-    dict and say why in the second. A knob variant whose compile generated exactly the code an
+    dict and say why in the second. Past ``until`` (Unix seconds: the step's deadline) no variant
+    but the first (the baseline) is prepared: each one left is ``not_prepared`` in the second. A knob variant whose compile generated exactly the code an
     variant of its mode with a subset of its knobs did (:func:`same_code`) is left out of the first dict too,
     ``same_code_as`` that one in the second: it is that candidate again, and timing it would only
     add a chance to win by noise."""
@@ -307,6 +309,10 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any) -> Tuple[Dict[
     report: Dict[str, Dict[str, Any]] = {}
     codes: Dict[str, Tuple[str, ...]] = {}
     for i, mode in enumerate(modes, 1):
+        if until is not None and i > 1 and time.time() > until:
+            report[mode] = {"ok": False, "not_prepared": NOT_PREPARED}
+            say(f"not prepared {mode} ({i} of {len(modes)}): {NOT_PREPARED}")
+            continue
         t0 = time.perf_counter()
         codes[mode] = generated_code(lambda: prepare_one(mode, ref.model, ref, dev, ready, report))
         state = "ready" if mode in ready else f"left out: {report[mode].get('why', 'its output differs from eager')}"
@@ -315,6 +321,10 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any) -> Tuple[Dict[
         del ready[variant]  # not timed (Dynamo's cache may still hold its compiled copy)
         report[variant]["same_code_as"] = other
     return ready, report
+
+
+#: Why a variant was not prepared: the measure step's deadline (``--prepare-until``).
+NOT_PREPARED = "the step's deadline came first (kforge optimize bounds a step that no wall budget of this size holds)"
 
 
 def say(line: str) -> None:
@@ -531,13 +541,16 @@ def baseline_profile(fn: Callable[..., Any], xs: Sequence[Any], dev: Any) -> Dic
 
 
 def measure(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
-            rewrite: Optional[Sequence[str]] = None, graph_rounds: int = 0, profile_baseline: bool = False) -> Dict[str, Any]:
+            rewrite: Optional[Sequence[str]] = None, graph_rounds: int = 0, profile_baseline: bool = False,
+            until: Optional[float] = None) -> Dict[str, Any]:
     """The whole agent step: modes prepared and checked (and with ``rewrite``, the exactness
     classes the rewrite agent may use, its variants), timed against ``modes[0]`` (the
-    baseline), the choice; with ``graph_rounds``, then per graph (:func:`graph_search`)."""
+    baseline), the choice; with ``graph_rounds``, then per graph (:func:`graph_search`). With
+    ``until`` (Unix seconds), variants not prepared by then are left out (``not_prepared``), and
+    so are the rewrite and the per-graph search."""
     # every variant, the rewrite agent's two, explain's trace and the per-graph plans
     with room_to_compile(len(modes) + 3 + graph_rounds * MAX_GRAPH_PLANS):
-        return measure_in(problem, modes, dev, rounds, rewrite, graph_rounds, profile_baseline)
+        return measure_in(problem, modes, dev, rounds, rewrite, graph_rounds, profile_baseline, until)
 
 
 @dataclass(frozen=True)
@@ -709,20 +722,30 @@ def room_to_compile(variants: int) -> Iterator[None]:
 
 
 def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
-               rewrite: Optional[Sequence[str]], graph_rounds: int = 0, profile_baseline: bool = False) -> Dict[str, Any]:
+               rewrite: Optional[Sequence[str]], graph_rounds: int = 0, profile_baseline: bool = False,
+               until: Optional[float] = None) -> Dict[str, Any]:
     """:func:`measure` with room to compile every variant."""
+
+    def late() -> bool:
+        return until is not None and time.time() > until
+
     baseline = modes[0]
     same = duplicates(modes)
     modes = [m for m in modes if m not in same]
     ref = reference(problem, dev)
     graphs = find_graphs(ref.model, ref.xs) if graph_rounds > 0 else None  # before any compile: explain resets Dynamo
     idle = {v: why for v in modes for why in [no_effect(v, graphs)] if why}
-    fns, report = prepare_modes(ref, [m for m in modes if m not in idle], dev)
+    fns, report = prepare_modes(ref, [m for m in modes if m not in idle], dev, until)
     report.update({v: {"ok": True, "no_effect": why} for v, why in idle.items()})
     if baseline not in fns:
         raise DispatchError(f"the baseline {baseline!r} does not run: {report[baseline].get('why', 'its output differs from eager')}")
-    proposed = prepare_rewrite(problem, ref, baseline, rewrite, dev, fns, report) if rewrite is not None else None
+    proposed = prepare_rewrite(problem, ref, baseline, rewrite, dev, fns, report) if rewrite is not None and not late() else None
+    cut = sorted(v for v, p in report.items() if p.get("not_prepared"))
     result: Dict[str, Any] = {"baseline": baseline, "prepared": report, "rewrite": proposed, "duplicates": same}
+    if until is not None:
+        result["prepare_until"] = until
+    if rewrite is not None and proposed is None:
+        cut.append("the rewrite")
     if len(fns) < 2:
         why = "no mode besides the baseline runs and matches eager"
         alike = sorted(v for v, p in report.items() if p.get("same_code_as"))
@@ -732,13 +755,19 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
             why += f"; not compiled, no op for the knob to act on: {', '.join(sorted(idle))}"
         if proposed is not None and not proposed["fired"]:
             why += f"; rewrite: {proposed['why']}"
+        if cut:
+            why += f"; not prepared, the step's deadline came first: {', '.join(cut)}"
         result.update({"modes": {}, "noise_floor": None, "winner": baseline, "fallback": True, "why": why})
     else:
         result.update(choose(baseline, time_rounds(problem, fns, baseline, dev, rounds)))
-        if graphs is not None:
+        if graphs is not None and not late():
             result["graphs"] = graph_search(problem, ref, graphs, fns, result, dev, rounds, graph_rounds)
+        elif graphs is not None:
+            cut.append("the per-graph search")
     if profile_baseline:  # after every timed round: the profiler is not loaded while they run
         result["baseline_profile"] = baseline_profile(fns[baseline], ref.xs, dev)
+    if cut:
+        result["not_prepared"] = cut
     return result
 
 
@@ -763,6 +792,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "(kforge optimize passes 1 with the config agent on a GPU: its Amdahl ceiling before its step)")
     ap.add_argument("--baseline", default="max-autotune")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--prepare-until", type=float, default=None, metavar="UNIX_S",
+                    help="prepare no variant but the baseline after this time (Unix seconds); those left are recorded "
+                         "as not prepared and not timed (kforge optimize passes it to a measure step no wall budget of "
+                         "its size holds, so that the step ends inside it)")
     a = ap.parse_args(argv)
     try:
         if a.rounds < 2:
@@ -786,7 +819,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         problem = load_problem(a.problem, a.size)
         inductor_regions()  # under a daemon, max-autotune's own benchmarks run in regions
         result = measure(problem, modes, torch.device(a.device), a.rounds, classes if rewrite else None, a.graph_rounds,
-                         bool(a.profile_baseline))
+                         bool(a.profile_baseline), a.prepare_until)
     except DispatchError as e:
         print(f"kforge optimize: {e}", file=sys.stderr)
         return 2
