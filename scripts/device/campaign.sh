@@ -98,15 +98,15 @@ if [ "$rc" = 124 ]; then
   python3 - "$W/state/out" >>"$OUT/progress-tail.txt" <<'PY' || echo "(the unfinished steps' logs could not be read: exit $?)"
 import glob, os, sqlite3, sys
 out = sys.argv[1]
-db = sqlite3.connect(os.path.join(out, "journal.db"))
+db = sqlite3.connect(f"file:{os.path.join(out, 'journal.db')}?mode=ro", uri=True)
 last = db.execute("SELECT max(id) FROM optimize_runs").fetchone()[0]
 rows = db.execute("SELECT problem, step FROM optimize_steps WHERE run=? AND status='running'", (last,)).fetchall()
-print(f"\n== {len(rows)} step(s) left running when the run was killed; the end of its problem's logs:")
+print(f"\n== {len(rows)} step(s) left running when the run was killed; the end of each log of its problem:")
 for problem, step in rows:
     level, stem = os.path.basename(os.path.dirname(problem)), os.path.splitext(os.path.basename(problem))[0]
     for log in sorted(glob.glob(os.path.join(out, level, stem, "logs", "*.log"))):
         lines = [l.rstrip() for l in open(log, errors="replace") if l.strip()]
-        print(f"-- {level}/{stem} {step}: {os.path.basename(log)} ({len(lines)} lines)")
+        print(f"-- {level}/{stem} (running: {step}) {os.path.basename(log)}, {len(lines)} lines:")
         for l in lines[-4:]:
             print("   " + l[:200])
 PY
@@ -120,10 +120,14 @@ fi
 # The new state, packed before the re-verification (which writes nothing there): the output
 # folder always; Inductor's cache only while the pack stays under the 16 MiB a returned file may have.
 # The steps' logs (out/*/logs) are left out: they grow with every call; progress-tail.txt keeps the end.
-tar -czhf "$OUT/campaign.tgz" --exclude='*/logs' -C "$W/state" machine.txt out inductor-cache 2>/dev/null
-if [ "$(stat -c %s "$OUT/campaign.tgz")" -gt $((15 * 1024 * 1024)) ]; then
-  echo "state: Inductor's cache left out (the pack would exceed 15 MiB)"
-  tar -czf "$OUT/campaign.tgz" --exclude='*/logs' -C "$W/state" machine.txt out
+# A cache over 60 MiB is not tried (it would not pack under 15 MiB, and gzip of GBs costs the call).
+if [ "$(du -sbL "$CACHE" | cut -f1)" -le $((60 * 1024 * 1024)) ] &&
+   tar -czhf "$OUT/campaign.tgz" --exclude='*/logs' -C "$W/state" machine.txt out inductor-cache &&
+   [ "$(stat -c %s "$OUT/campaign.tgz")" -le $((15 * 1024 * 1024)) ]; then
+  :
+else
+  echo "state: Inductor's cache left out ($(du -sh "$CACHE" | cut -f1); the pack holds at most 15 MiB; it stays in $CACHE on this machine)"
+  tar -czf "$OUT/campaign.tgz" --exclude='*/logs' -C "$W/state" machine.txt out || echo "state: packing failed (exit $?)"
 fi
 REVERIFY_DEADLINE=$(( ${CALL_S:-560} - ($(date +%s) - START) - ${VERIFY_TAIL_S:-90} ))
 if [ "${REVERIFY:-1}" = 1 ] && [ "$REVERIFY_DEADLINE" -lt 15 ]; then

@@ -141,6 +141,7 @@ mod tests {
             resumed: false,
             triton_share: share,
             confirmed: None,
+            not_prepared: 0,
         }
     }
 

@@ -773,6 +773,7 @@ mod tests {
             resumed: false,
             triton_share: None,
             confirmed: None,
+            not_prepared: 0,
         };
         let won = |a: Agent, s: f64| Some(Decision::Improved { agent: a, mode: "m".into(), speedup: s, ci95: [s, s] });
         let outcomes = vec![

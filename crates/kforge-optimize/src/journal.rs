@@ -239,27 +239,36 @@ impl Journal {
         self.store().run_finished(self.run, now_ns(), stopped)
     }
 
-    /// Each step this journal finished by running it (not reused): its problem, name and wall
-    /// seconds; every run's with `--resume`, else this run's.
+    /// Each step this journal finished by running it in full (not reused, not bounded): its
+    /// problem, name and wall seconds; every run's with `--resume`, else this run's.
     pub fn step_seconds(&self) -> Result<Vec<(String, String, f64)>, StoreError> {
         let rows = self.store().journal(if self.resume { None } else { Some(self.run) })?;
         Ok(rows
             .steps
             .into_iter()
-            .filter(|s| s.status == "done" && s.reused_from.is_none())
+            .filter(|s| s.status == "done" && s.reused_from.is_none() && s.outcome.as_deref() != Some(BOUNDED))
             .filter_map(|s| Some((s.problem, s.step, s.seconds?)))
             .collect())
     }
 
-    /// Each step an earlier run left running (that run was killed) and that no later run
-    /// finished: its problem, name and a lower bound of what it takes, from its start to its
-    /// run's last sign of life (the latest start, end or decision that run journaled). With
-    /// `--resume` only; none without it.
+    /// Record that this run is alive now (its heartbeat, `unfinished_seconds`' measure of a
+    /// killed run).
+    pub fn alive(&self) -> Result<(), StoreError> {
+        self.store().run_alive(self.run, now_ns())
+    }
+
+    /// Each step an earlier run left running (that run was killed) whose problem has not since
+    /// finished a step of its kind in full or been decided: its problem, name and a lower bound
+    /// of what it takes, from its start to its run's last sign of life (the latest heartbeat,
+    /// start, end or decision that run journaled). With `--resume` only; none without it.
     pub fn unfinished_seconds(&self) -> Result<Vec<(String, String, f64)>, StoreError> {
         if !self.resume {
             return Ok(Vec::new());
         }
-        let rows = self.store().journal(None)?;
+        let (rows, beats) = {
+            let store = self.store();
+            (store.journal(None)?, store.heartbeats()?)
+        };
         let mut alive: BTreeMap<u64, i64> = BTreeMap::new();
         let mut mark = |run: u64, ns: i64| {
             let e = alive.entry(run).or_insert(ns);
@@ -271,18 +280,18 @@ impl Journal {
         for d in &rows.decisions {
             mark(d.run, d.decided_ns);
         }
-        for r in rows.runs.iter().filter_map(|r| Some((r.id, r.finished_ns?))) {
-            mark(r.0, r.1);
+        for (run, ns) in rows.runs.iter().filter_map(|r| Some((r.id, r.finished_ns?))).chain(beats) {
+            mark(run, ns);
         }
-        let finished = |s: &kforge_store::StepRow| {
-            rows.steps
-                .iter()
-                .any(|t| t.id > s.id && t.problem == s.problem && t.step == s.step && t.status != "running")
+        let since = |s: &kforge_store::StepRow| {
+            let full = |t: &kforge_store::StepRow| t.status != "running" && t.outcome.as_deref() != Some(BOUNDED);
+            rows.steps.iter().any(|t| t.id > s.id && t.problem == s.problem && t.step == s.step && full(t))
+                || rows.decisions.iter().any(|d| d.question.problem == s.problem && d.decided_ns > s.started_ns)
         };
         Ok(rows
             .steps
             .iter()
-            .filter(|s| s.status == "running" && s.run != self.run && !finished(s))
+            .filter(|s| s.status == "running" && s.run != self.run && !since(s))
             .map(|s| (s.problem.clone(), s.step.clone(), (alive[&s.run] - s.started_ns) as f64 / 1e9))
             .filter(|u| u.2 > 0.0)
             .collect())
@@ -293,6 +302,10 @@ impl Journal {
         self.store().journal(Some(self.run))
     }
 }
+
+/// The outcome of a step that ran bounded (`budget::Admission::Bounded`): its seconds are not
+/// what its kind takes in full, and it clears no floor.
+pub const BOUNDED: &str = "bounded";
 
 /// The verdict outcome's name as `kforge verify` writes it (`passed-without-performance`).
 pub fn verified_name(v: Verified) -> String {
@@ -408,9 +421,41 @@ mod tests {
         assert_eq!(fresh.unfinished_seconds().unwrap(), [], "without --resume earlier runs are not read");
         let again = resumed.started("l3/a.py", Step::Measure, "ha").unwrap();
         assert_eq!(resumed.unfinished_seconds().unwrap(), u, "until one finishes");
-        resumed.done(again, &done("o/dispatch.json")).unwrap();
+        let bounded = StepDone { outcome: Some(BOUNDED.into()), ..done("o/dispatch.json") };
+        resumed.done(again, &bounded).unwrap();
+        assert_eq!(resumed.unfinished_seconds().unwrap(), u, "a bounded step is not one in full: the floor stays");
+        assert!(
+            !resumed.step_seconds().unwrap().iter().any(|(p, step, _)| p == "l3/a.py" && step == "measure"),
+            "nor is its time what a step of its kind takes"
+        );
+        let full = resumed.started("l3/a.py", Step::Measure, "ha").unwrap();
+        resumed.done(full, &done("o/dispatch.json")).unwrap();
         assert_eq!(resumed.unfinished_seconds().unwrap(), [], "finished since: its time is the finished one's");
         assert!(a < again);
+    }
+
+    #[test]
+    fn a_killed_runs_heartbeat_is_its_last_sign_of_life_and_a_decision_clears_its_floor() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.db");
+        let killed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        killed.started("l3/a.py", Step::Measure, "ha").unwrap(); // its last journaled event
+        assert_eq!(killed.unfinished_seconds().unwrap(), []);
+        killed.alive().unwrap();
+        let run = killed.run();
+        drop(killed);
+        let store = kforge_store::Store::open(&path).unwrap();
+        let start = store.journal(None).unwrap().steps[0].started_ns;
+        store.run_alive(run, start + 90_000_000_000).unwrap();
+        store.run_alive(run, start + 5_000_000_000).unwrap(); // an older beat does not move it back
+        assert_eq!(store.heartbeats().unwrap(), [(run, start + 90_000_000_000)]);
+        drop(store);
+        let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        assert_eq!(resumed.unfinished_seconds().unwrap(), [("l3/a.py".to_string(), "measure".to_string(), 90.0)]);
+        let d = Decision::Fallback { reason: "nothing won".into() };
+        let q = Question { problem: "l3/a.py".into(), ..question(3) };
+        resumed.decided(&q, &d, Path::new("o/report.json")).unwrap();
+        assert_eq!(resumed.unfinished_seconds().unwrap(), [], "decided since (a decisions file's report): no floor");
     }
 
     #[test]

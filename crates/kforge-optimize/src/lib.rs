@@ -792,7 +792,7 @@ fn fallback_reason(m: &DispatchMeasurement) -> String {
     let failed: Vec<String> = m
         .prepared
         .iter()
-        .filter(|(_, p)| !p.ok)
+        .filter(|(_, p)| !p.ok && p.not_prepared.is_none())
         .map(|(n, p)| format!("{n}: {}", p.why.as_deref().unwrap_or("output differs from eager")))
         .collect();
     let best = m.modes.iter().max_by(|a, b| a.1.speedup.total_cmp(&b.1.speedup));
@@ -817,6 +817,9 @@ fn fallback_reason(m: &DispatchMeasurement) -> String {
     }
     if let Some(r) = m.rewrite.as_ref().filter(|r| !r.fired) {
         why.push_str(&format!("; {}", r.line()));
+    }
+    if !m.not_prepared.is_empty() {
+        why.push_str(&format!("; not prepared, the step's deadline came first: {}", m.not_prepared.join(", ")));
     }
     why
 }
@@ -1036,6 +1039,14 @@ pub struct ProblemOutcome {
     /// Gate 4's speedup of the shipped result file (`Report::confirmed`), where it measured one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirmed: Option<f64>,
+    /// How much its bounded measure step left out (variants, the rewrite, the per-graph search:
+    /// `DispatchMeasurement::not_prepared`): decided over a partial search when above 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub not_prepared: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Report {
@@ -1146,9 +1157,13 @@ pub fn campaign_table(outcomes: &[ProblemOutcome], summary: &[LevelSummary]) -> 
             (None, e, None) => format!("failed: {}", e.as_deref().unwrap_or("?")),
         };
         let resumed = if o.resumed { " (resumed)" } else { "" };
+        let bounded = match o.not_prepared {
+            0 => String::new(),
+            n => format!(" (a bounded search: {n} not prepared)"),
+        };
         let confirmed = o.confirmed.map(|c| format!("{c:.3}x")).unwrap_or("-".into());
         t.push_str(&format!(
-            "{:<52} {:>8.3}x {:>9} {:>8.1} {:>8.1}  {what}{resumed}\n",
+            "{:<52} {:>8.3}x {:>9} {:>8.1} {:>8.1}  {what}{bounded}{resumed}\n",
             o.problem,
             o.speedup(),
             confirmed,
@@ -1247,6 +1262,27 @@ pub(crate) mod tests {
         assert!(reason.starts_with("no mode besides max-autotune runs and matches eager"), "{reason}");
         assert!(
             reason.ends_with("; not timed, generating the code of a variant with fewer knobs: max-autotune+freezing"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn a_fallback_of_a_bounded_step_names_what_its_deadline_left_out_not_as_failures() {
+        let mut m = measured("max-autotune", true);
+        m.modes.clear();
+        m.noise_floor = None;
+        m.prepared.remove("reduce-overhead");
+        let cut = Prepared {
+            ok: false,
+            not_prepared: Some("the step's deadline came first".into()),
+            ..m.prepared["default"].clone()
+        };
+        m.prepared.insert("max-autotune+freezing".into(), cut);
+        m.not_prepared = vec!["max-autotune+freezing".into(), "the rewrite".into()];
+        let Decision::Fallback { reason } = decide(&m, None, true) else { panic!("a fallback") };
+        assert!(!reason.contains("left out"), "not prepared is not a failure: {reason}");
+        assert!(
+            reason.ends_with("; not prepared, the step's deadline came first: max-autotune+freezing, the rewrite"),
             "{reason}"
         );
     }
@@ -1793,6 +1829,7 @@ pub(crate) mod tests {
             resumed: false,
             triton_share: None,
             confirmed: None,
+            not_prepared: 0,
         }
     }
 
@@ -1821,7 +1858,14 @@ pub(crate) mod tests {
         assert!((s[1].geomean - 1.5f64.cbrt()).abs() < 1e-9);
         assert!((s[2].geomean - (4.0f64 * 1.5).powf(0.2)).abs() < 1e-9 && (s[2].fast_1 - 0.4).abs() < 1e-9);
         assert_eq!((s[2].seconds, s[2].gpu_seconds), (10.0, 7.5));
+        let mut bounded = outcomes.clone();
+        bounded[0].not_prepared = 3;
+        assert!(
+            campaign_table(&bounded, &s).contains("default (dispatch) (a bounded search: 3 not prepared)"),
+            "a decision over a partial search says so"
+        );
         let t = campaign_table(&outcomes, &s);
+        assert!(!t.contains("bounded"), "{t}");
         for want in [
             "level1/a.py",
             "default (dispatch)",

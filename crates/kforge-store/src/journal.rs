@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS optimize_llm_candidates (
   strategy TEXT NOT NULL, content_hash TEXT NOT NULL, source TEXT NOT NULL, parent TEXT, duplicate_of TEXT,
   verdict TEXT NOT NULL, gate TEXT, reason TEXT, exploit INTEGER NOT NULL, speedup REAL, feedback TEXT NOT NULL,
   judged_ns INTEGER NOT NULL, judge_hash TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS optimize_heartbeats (run INTEGER PRIMARY KEY, alive_ns INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS optimize_llm_candidates_hash ON optimize_llm_candidates(problem, content_hash);
 CREATE INDEX IF NOT EXISTS optimize_steps_hash ON optimize_steps(step, input_hash);
 CREATE INDEX IF NOT EXISTS optimize_decisions_problem ON optimize_decisions(problem);
@@ -371,6 +372,28 @@ impl Store {
                 e.reused_from.map(|v| v as i64)
             ],
         )
+    }
+
+    /// Record that run `run` was alive at `alive_ns` (its heartbeat: a run killed between two
+    /// journaled events still tells when it was last alive).
+    pub fn run_alive(&self, run: u64, alive_ns: i64) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "INSERT INTO optimize_heartbeats(run, alive_ns) VALUES(?1, ?2)
+                   ON CONFLICT(run) DO UPDATE SET alive_ns=max(alive_ns, excluded.alive_ns)",
+                params![run as i64, alive_ns],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Each run's last heartbeat (`run_alive`).
+    pub fn heartbeats(&self) -> Result<Vec<(u64, i64)>, StoreError> {
+        let mut st =
+            self.conn.prepare("SELECT run, alive_ns FROM optimize_heartbeats ORDER BY run").map_err(|e| self.err(e))?;
+        let rows =
+            st.query_map([], |r| Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)?))).map_err(|e| self.err(e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
     }
 
     /// The latest step named `step` with this input hash that finished with an output (`done`),

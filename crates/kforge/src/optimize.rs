@@ -199,10 +199,26 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
         plan: &plan,
         journal,
     };
-    if a.problem.is_dir() {
-        run.campaign(&problems)
-    } else {
-        run.single(&problems[0].1)
+    // The run's heartbeat, so that a run killed mid-step still tells how long its steps had run
+    // (`Journal::unfinished_seconds`); it stops with the run.
+    let (stop, ticks) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let journal = &run.journal;
+        scope.spawn(move || heartbeat(journal, &ticks));
+        let ran = if a.problem.is_dir() { run.campaign(&problems) } else { run.single(&problems[0].1) };
+        drop(stop);
+        ran
+    })
+}
+
+/// How often a run journals that it is alive.
+const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The run's heartbeat: `Journal::alive` every `HEARTBEAT` until `ticks`' sender is dropped. A
+/// failed write is not the run's failure: its floors are then only less precise.
+fn heartbeat(journal: &Journal, ticks: &std::sync::mpsc::Receiver<()>) {
+    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = ticks.recv_timeout(HEARTBEAT) {
+        let _ = journal.alive();
     }
 }
 
@@ -222,7 +238,12 @@ fn spending(budget: Budget, started: Instant, journal: &Journal) -> Result<Spend
 /// The group whose steps estimate a problem's (`Spending::expected_s`): its folder, a
 /// campaign's level (a level-3 model's steps take what level 3's take, not level 1's).
 fn step_group(problem: &str) -> String {
-    Path::new(problem).parent().map(|p| p.display().to_string()).unwrap_or_default()
+    let folder = Path::new(problem).parent().map(|p| p.display().to_string()).unwrap_or_default();
+    if folder.is_empty() {
+        ".".into()
+    } else {
+        folder
+    }
 }
 
 fn plan(a: &OptimizeArgs) -> Result<Plan> {
@@ -1184,7 +1205,10 @@ impl ProblemRun<'_> {
         match done {
             Ok((d, charged)) => {
                 journal.done(id, &d)?;
-                self.run.spending.observe(step.name(), &step_group(&self.question.problem), d.seconds);
+                if self.until.get().is_none() {
+                    // A bounded step's seconds are not what its kind takes in full.
+                    self.run.spending.observe(step.name(), &step_group(&self.question.problem), d.seconds);
+                }
                 let gpu = d.gpu_seconds.map(|g| g.0).unwrap_or(0.0);
                 if !charged {
                     self.run.spending.charge(gpu);
@@ -1404,10 +1428,9 @@ impl ProblemRun<'_> {
         for (flag, variants) in flags {
             args.extend([flag.to_string(), variants.clone()]);
         }
-        if let Some(until) = self.until.get() {
-            args.extend(["--prepare-until".into(), format!("{until:.3}")]);
-        }
-        self.python_work(args, "dispatch")
+        let Some(until) = self.until.get() else { return self.python_work(args, "dispatch") };
+        args.extend(["--prepare-until".into(), format!("{until:.3}")]);
+        Ok(Work { outcome: Some(kforge_optimize::journal::BOUNDED.into()), ..self.python_work(args, "dispatch")? })
     }
 
     /// The config agent's search and result file (`config/`), run here or as a daemon job.
@@ -1687,6 +1710,7 @@ fn outcome_of(rel: &Path, report: Option<&Report>, unspent: Spent) -> ProblemOut
         resumed: false,
         triton_share: report.and_then(Report::triton_share),
         confirmed: report.and_then(|r| r.confirmed),
+        not_prepared: report.map(|r| r.measurement.not_prepared.len()).unwrap_or(0),
     }
 }
 

@@ -590,9 +590,6 @@ fn a_spent_budget_stops_new_work_and_resume_completes_it() {
     assert!(text.contains("not reached: budget: gpu") && !single.join("report.json").exists(), "{text}");
 }
 
-/// Two identical problems (the same source) in one run, in flight at once (`--jobs 2`): measured
-/// and verified once, the other waits and takes the first's outputs. Two different problems with
-/// `--jobs 2` run side by side, and the journal and summary stay whole.
 /// A measure step that a killed run had left running for longer than the whole wall budget (a
 /// level-3 model on a 10-minute device call): the next run does not hold its folder's measure
 /// steps back forever, it starts them bounded, says so, passes the deadline to the measure step,
@@ -646,8 +643,15 @@ fn a_measure_step_killed_past_the_budget_starts_bounded_next_time() {
     let c = campaign(&out);
     assert!(c["problems"][0]["decision"].is_object(), "decided inside its budget: {c}");
     assert_eq!(c["budget"]["held_back"], 0, "{c}");
+    // Journaled as bounded: its seconds are not what a full one takes, and the floor stays.
+    let j = journal(&out);
+    let measured = j.steps.iter().find(|s| s.step == "measure" && s.status == "done").unwrap();
+    assert_eq!(measured.outcome.as_deref(), Some("bounded"), "{measured:?}");
 }
 
+/// Two identical problems (the same source) in one run, in flight at once (`--jobs 2`): measured
+/// and verified once, the other waits and takes the first's outputs. Two different problems with
+/// `--jobs 2` run side by side, and the journal and summary stay whole.
 #[test]
 fn identical_candidates_are_measured_once_and_jobs_run_side_by_side() {
     let dir = tempfile::tempdir().unwrap();
@@ -749,11 +753,25 @@ fn through_the_daemon_the_steps_declare_their_gpu_memory() {
     let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert_eq!(o.status.code(), Some(0), "{text}");
     let rep = d.report();
+    // Each ended job of the step declared it (a job still running, e.g. a warm worker the daemon
+    // keeps, has no row until it ends).
     let declared = |prefix: &str| {
-        let job = rep.jobs.iter().find(|j| j.label.as_deref().is_some_and(|l| l.starts_with(prefix)));
-        let job = job.unwrap_or_else(|| panic!("no {prefix} job: {:?}", rep.jobs));
-        let m = rep.job_memory.iter().find(|m| m.job == job.id).unwrap();
-        (m.expected_bytes, m.source.clone())
+        let ended: Vec<_> = rep
+            .jobs
+            .iter()
+            .filter(|j| j.label.as_deref().is_some_and(|l| l.starts_with(prefix)) && j.ended_ns.is_some())
+            .collect();
+        assert!(!ended.is_empty(), "no ended {prefix} job: {:?}", rep.jobs);
+        let rows: Vec<_> = ended
+            .iter()
+            .map(|job| {
+                let m = rep.job_memory.iter().find(|m| m.job == job.id);
+                let m = m.unwrap_or_else(|| panic!("no memory row of {job:?}: {:?}", rep.job_memory));
+                (m.expected_bytes, m.source.clone())
+            })
+            .collect();
+        assert!(rows.windows(2).all(|w| w[0] == w[1]), "{rows:?}");
+        rows[0].clone()
     };
     assert_eq!(declared("optimize:dispatch:"), (Some(2 * G), Some("declared".into())));
     assert_eq!(declared("verify:"), (Some(2 * G), Some("declared".into())));

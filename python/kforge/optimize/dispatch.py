@@ -308,15 +308,18 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any,
     ready: Dict[str, Callable[..., Any]] = {}
     report: Dict[str, Dict[str, Any]] = {}
     codes: Dict[str, Tuple[str, ...]] = {}
+    longest = 0.0  # a variant is not started unless the longest so far would end before ``until``
     for i, mode in enumerate(modes, 1):
-        if until is not None and i > 1 and time.time() > until:
+        if until is not None and i > 1 and time.time() + longest > until:
             report[mode] = {"ok": False, "not_prepared": NOT_PREPARED}
             say(f"not prepared {mode} ({i} of {len(modes)}): {NOT_PREPARED}")
             continue
         t0 = time.perf_counter()
         codes[mode] = generated_code(lambda: prepare_one(mode, ref.model, ref, dev, ready, report))
+        took = time.perf_counter() - t0
+        longest = max(longest, took)
         state = "ready" if mode in ready else f"left out: {report[mode].get('why', 'its output differs from eager')}"
-        say(f"prepared {mode} ({i} of {len(modes)}) in {time.perf_counter() - t0:.1f} s: {state}")
+        say(f"prepared {mode} ({i} of {len(modes)}) in {took:.1f} s: {state}")
     for variant, other in same_code(modes, codes, ready).items():
         del ready[variant]  # not timed (Dynamo's cache may still hold its compiled copy)
         report[variant]["same_code_as"] = other
@@ -726,8 +729,9 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
                until: Optional[float] = None) -> Dict[str, Any]:
     """:func:`measure` with room to compile every variant."""
 
-    def late() -> bool:
-        return until is not None and time.time() > until
+    def late(ahead: float = 0.0) -> bool:
+        """Whether work expected to take ``ahead`` seconds would end past ``until``."""
+        return until is not None and time.time() + ahead > until
 
     baseline = modes[0]
     same = duplicates(modes)
@@ -739,7 +743,9 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
     report.update({v: {"ok": True, "no_effect": why} for v, why in idle.items()})
     if baseline not in fns:
         raise DispatchError(f"the baseline {baseline!r} does not run: {report[baseline].get('why', 'its output differs from eager')}")
-    proposed = prepare_rewrite(problem, ref, baseline, rewrite, dev, fns, report) if rewrite is not None and not late() else None
+    # The rewrite compiles twice (eager~rewrite and BASELINE~rewrite): twice the baseline's compile.
+    rewrite_s = 2.0 * float(report[baseline].get("first_call_s") or 0.0)
+    proposed = prepare_rewrite(problem, ref, baseline, rewrite, dev, fns, report) if rewrite is not None and not late(rewrite_s) else None
     cut = sorted(v for v, p in report.items() if p.get("not_prepared"))
     result: Dict[str, Any] = {"baseline": baseline, "prepared": report, "rewrite": proposed, "duplicates": same}
     if until is not None:
