@@ -349,6 +349,10 @@ mod tests {
         assert_ne!(content_hash(&[b"ab", b"c"]), content_hash(&[b"a", b"bc"]));
         assert_ne!(content_hash(&[b"x"]), content_hash(&[b"y"]));
         assert_eq!(content_hash(&[]).len(), 16);
+        // Pinned: scripts/analysis/backfill_confirmed.py recomputes result hashes the same way
+        // (python/tests/test_backfill_confirmed.py pins the same values).
+        assert_eq!(content_hash(&[]), "cbf29ce484222325");
+        assert_eq!(content_hash(&[b"model_new.py", b"a", b"policy.toml", b"b"]), "928b427e3a580832");
     }
 
     #[test]
