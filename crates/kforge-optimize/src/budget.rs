@@ -84,6 +84,19 @@ pub struct Estimate {
     pub floor: bool,
 }
 
+impl Estimate {
+    /// What a step takes, and from what: "at least 360 s here (one of level3's had run …)" or
+    /// "about 117 s here (the upper quartile of …)".
+    fn took(&self, group: &str) -> String {
+        if self.floor {
+            format!("at least {:.0} s here (one of {group}'s had run that long when its run was killed)", self.seconds)
+        } else {
+            let among = if self.in_group { format!("{group}'s") } else { "every folder's".to_string() };
+            format!("about {:.0} s here (the upper quartile of {among} {})", self.seconds, self.of)
+        }
+    }
+}
+
 /// The budget's state for the summary: spent, given, and which one ran out.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct BudgetStatus {
@@ -196,12 +209,7 @@ impl Spending {
             );
             return Admission::Bounded { seconds, why };
         }
-        let took = if e.floor {
-            format!("at least {:.0} s here (one of {group}'s had run that long when its run was killed)", e.seconds)
-        } else {
-            let among = if e.in_group { format!("{group}'s") } else { "every folder's".to_string() };
-            format!("about {:.0} s here (the upper quartile of {among} {})", e.seconds, e.of)
-        };
+        let took = e.took(group);
         let never =
             if e.seconds > budget { format!("; none fits a --budget-wall-s of {budget:.0}") } else { String::new() };
         let why = format!("a {step} step takes {took}, {:.0} s of the wall budget are left{never}", left.max(0.0));
@@ -209,6 +217,16 @@ impl Spending {
         held.0 += 1;
         held.1.get_or_insert_with(|| why.clone());
         Admission::Refused(why)
+    }
+
+    /// Why no step named `step` of a problem in `group` can run in a run of this wall budget
+    /// (`None`: one can, or nothing says otherwise): its estimate exceeds the whole budget. An
+    /// optional step (the config agent's) is then skipped rather than held back forever.
+    pub fn never_fits(&self, step: &str, group: &str) -> Option<String> {
+        let budget = self.budget.wall_s?;
+        let e = self.expected_s(step, group)?;
+        (e.seconds > budget)
+            .then(|| format!("no {step} step fits a --budget-wall-s of {budget:.0}: one takes {}", e.took(group)))
     }
 
     /// Count a step's GPU-seconds.
@@ -449,6 +467,21 @@ mod tests {
             "two thirds left: not a run's start"
         );
         assert_eq!(Spending::new(Budget::default()).admit("measure", "level3", true), Admission::Start, "no budget");
+    }
+
+    #[test]
+    fn an_optional_step_no_run_of_the_budget_holds_is_said_so() {
+        let s = Spending::new(Budget::new(None, Some(300.0)).unwrap());
+        assert_eq!(s.never_fits("config", "level3"), None, "nothing known: it may fit");
+        s.observe("config", "level3", 250.0);
+        assert_eq!(s.never_fits("config", "level3"), None, "250 s fit 300");
+        s.observe_unfinished("config", "level3", 420.0);
+        assert_eq!(
+            s.never_fits("config", "level3").as_deref(),
+            Some("no config step fits a --budget-wall-s of 300: one takes at least 420 s here (one of level3's had run that long when its run was killed)")
+        );
+        assert_eq!(Spending::new(Budget::default()).never_fits("config", "level3"), None, "no wall budget");
+        assert_eq!(s.status().held_back, 0, "saying so holds nothing back");
     }
 
     #[test]

@@ -956,7 +956,10 @@ impl ProblemRun<'_> {
                 }
                 let beat = found.dispatch_speedup(self.run.plan.gpu);
                 let share = found.measurement.as_ref().and_then(|m| m.baseline_profile.as_ref()?.triton_share);
-                if let Some(why) = share.and_then(|s| kforge_optimize::config_cannot_win(s, beat)) {
+                let group = step_group(&self.question.problem);
+                let cannot_win = share.and_then(|s| kforge_optimize::config_cannot_win(s, beat));
+                // An optional agent no run of this budget holds is skipped, not held back forever.
+                if let Some(why) = cannot_win.or_else(|| self.run.spending.never_fits(step.name(), &group)) {
                     self.progress(&format!("config: skipped: {why}"));
                     found.config_skipped = Some(format!("config: {why}"));
                     return Ok(true);
