@@ -82,13 +82,17 @@ fn a_problem_is_optimized_end_to_end_on_the_cpu() {
     for step in ["measure done in", "result done in"] {
         assert!(text.contains(step) && text.contains("elapsed"), "{step} in {text}");
     }
-    // What the steps' processes wrote is in their logs, not among the progress lines.
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    // What the steps' processes wrote is in their logs, not among the progress lines. A verify
+    // step runs only when a variant won (on a loaded CPU, nothing may beat the baseline).
     let log = |step: &str| std::fs::read_to_string(out.join("logs").join(format!("{step}.log"))).unwrap_or_default();
-    for step in ["dispatch", "result", "verify"] {
+    let verified = r["decision"]["kind"] != "fallback";
+    for step in ["dispatch", "result", "verify"].into_iter().filter(|s| *s != "verify" || verified) {
         assert!(log(step).starts_with(&format!("== {step}, run 1 of the journal, at ")), "{step}: {}", log(step));
     }
-    assert!(log("verify").contains("GATE") && !text.contains("GATE"), "the verify table: {text}");
-    let r: Value = serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert!(!verified || log("verify").contains("GATE"), "the verify table: {}", log("verify"));
+    assert!(verified || log("verify").is_empty(), "nothing won, nothing verified: {}", log("verify"));
+    assert!(!text.contains("GATE"), "the verify table among the progress lines: {text}");
     assert_eq!(r["baseline"], "default");
     // The HTML page: a bar per timed variant, the noise band, the variants' table.
     let page = std::fs::read_to_string(dir.path().join("report.html")).unwrap();
