@@ -103,7 +103,12 @@ pub struct OptimizeArgs {
     /// with --daemon, else the device steps' wall seconds).
     #[arg(long, allow_negative_numbers = true)]
     budget_gpu_s: Option<f64>,
-    /// Start no new problem or step once this many seconds have passed since the run started.
+    /// Start no new problem or step once this many seconds have passed since the run started, nor
+    /// a step that the remainder cannot hold: each kind is expected to take the upper quartile
+    /// of its finished steps in the problem's folder (the journal's earlier runs' with
+    /// --resume), never less than what one a killed run left unfinished had run. A measure step
+    /// that no run of this budget holds starts bounded at a run's start (it prepares what it
+    /// can, then times that); the config agent's step is then skipped.
     #[arg(long, allow_negative_numbers = true)]
     budget_wall_s: Option<f64>,
     /// Problems of a campaign in flight at once (with --daemon they share the GPU through its
