@@ -4,21 +4,15 @@ entry's, computed as kforge does), the file rewritten in kforge's layout."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 from typing import Any, Dict
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts" / "analysis" / "backfill_confirmed.py"
+from scriptload import analysis_script
 
 
 def module() -> Any:
-    spec = importlib.util.spec_from_file_location("backfill_confirmed", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
+    return analysis_script("backfill_confirmed")
 
 
 def test_the_hash_is_kforges() -> None:

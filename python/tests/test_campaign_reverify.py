@@ -5,23 +5,20 @@ earlier one, cut to the kept fields)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from scriptload import analysis_script
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "analysis" / "campaign_reverify.py"
 
 
 def module() -> Any:
-    spec = importlib.util.spec_from_file_location("campaign_reverify", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
+    return analysis_script("campaign_reverify")
 
 
 def folder(out: Path, rel: str, result: bool, decision: Any = None) -> None:
