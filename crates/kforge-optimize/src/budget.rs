@@ -177,17 +177,19 @@ impl Spending {
         }
     }
 
-    /// Why a step named `step` of a problem in `group` must not start (`None`: it may): a budget
-    /// is spent, or the wall budget's remainder is below what such a step is expected to take.
-    pub fn refuses(&self, step: &str, group: &str) -> Option<String> {
+    /// Why a step named `step` of a problem in `group` that cannot bound itself must not start
+    /// (`None`: it may): `admit`'s refusal, for the tests.
+    #[cfg(test)]
+    fn refuses(&self, step: &str, group: &str) -> Option<String> {
         match self.admit(step, group, false) {
             Admission::Refused(why) => Some(why),
             Admission::Start | Admission::Bounded { .. } => None,
         }
     }
 
-    /// Whether a step named `step` of a problem in `group` starts, and how: as `refuses` says,
-    /// except that a step that `bounds_itself` (a measure step: `--prepare-until`), of a kind a
+    /// Whether a step named `step` of a problem in `group` starts, and how: refused when a
+    /// budget is spent or the wall budget's remainder is below what such a step is expected to
+    /// take, except that a step that `bounds_itself` (a measure step: `--prepare-until`), of a kind a
     /// killed run showed to take longer than the whole wall budget, starts bounded while at
     /// least `BOUNDED_START` of the budget is left (a run's start): held back, it would never
     /// start in a run of this budget, and unbounded it would be killed again.

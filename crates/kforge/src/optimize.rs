@@ -1213,7 +1213,7 @@ impl ProblemRun<'_> {
         match done {
             Ok((d, charged)) => {
                 journal.done(id, &d)?;
-                if self.until.get().is_none() {
+                if d.outcome.as_deref() != Some(kforge_optimize::journal::BOUNDED) {
                     // A bounded step's seconds are not what its kind takes in full.
                     self.run.spending.observe(step.name(), &step_group(&self.question.problem), d.seconds);
                 }
@@ -1574,7 +1574,7 @@ impl ProblemRun<'_> {
             .append(true)
             .open(&path)
             .with_context(|| format!("opening {shown}"))?;
-        let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let at = unix_now_s() as u64;
         writeln!(f, "== {step}, run {} of the journal, at {at} (Unix seconds)", self.run.journal.run())
             .with_context(|| format!("writing {shown}"))?;
         Ok((f, shown))
@@ -1729,7 +1729,7 @@ fn level_of(rel: &Path) -> String {
 }
 
 fn unix_now_s() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+    now_ns() as f64 / 1e9
 }
 
 fn now_ns() -> i64 {
