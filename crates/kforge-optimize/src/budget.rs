@@ -3,9 +3,11 @@
 //! recorded as such (`not-reached: budget`), not as a failure. Nor does a step start that the
 //! wall budget's remainder cannot hold: each kind of step is expected to take the upper quartile
 //! of the finished ones of its kind (this run's, and with `--resume` the journal's earlier runs'),
-//! so a run given a wall budget ends nearer it instead of being killed with steps half done; a
-//! step an earlier run was killed in the middle of sets a floor: one of its kind takes at least
-//! as long as that one had run. The steps so held back are counted and said in the budget's line.
+//! so a run given a wall budget ends nearer it instead of being killed with steps half done. A
+//! step an earlier run was killed in the middle of counts among them at the seconds it had run
+//! (a lower bound), and it sets its own problem's floor: that problem's step takes at least as
+//! long, whatever its folder's other steps took (one long problem does not hold back its
+//! siblings). The steps so held back are counted and said in the budget's line.
 
 use crate::OptimizeError;
 use serde::{Deserialize, Serialize};
@@ -39,12 +41,10 @@ pub struct Spending {
     budget: Budget,
     start: Instant,
     gpu_s: Mutex<f64>,
-    /// Wall seconds of finished steps, per step name and group (the problem's folder: a
-    /// level's steps take what that level's take, not the campaign's).
-    durations: Mutex<BTreeMap<(String, String), Vec<f64>>>,
-    /// The longest a step of each name and group had run when an earlier run was killed (the
-    /// step unfinished): such a step takes at least that.
-    floors: Mutex<BTreeMap<(String, String), f64>>,
+    /// Wall seconds of steps, per step name and group (the problem's folder: a level's steps
+    /// take what that level's take, not the campaign's): finished ones, and unfinished ones of
+    /// killed runs at what they had run.
+    durations: Mutex<BTreeMap<(String, String), Vec<Sample>>>,
     /// Steps not started because the wall budget's remainder could not hold them: how many, and
     /// the first one's reason.
     held: Mutex<(usize, Option<String>)>,
@@ -56,6 +56,24 @@ pub const BOUNDED_START: f64 = 0.75;
 /// A bounded step's own part (preparing variants): this share of the remainder; the rest is for
 /// its timing rounds and the problem's result and verify steps.
 pub const BOUNDED_SHARE: f64 = 0.65;
+
+/// One step's wall seconds among its kind's (`Spending::durations`).
+#[derive(Debug, Clone)]
+struct Sample {
+    seconds: f64,
+    /// `Some(problem)`: the step was left unfinished by a killed run of that problem, having run
+    /// `seconds` (it takes at least that); `None`: it finished.
+    killed: Option<String>,
+}
+
+/// Which step of which problem `Spending` is asked about: the kind of step (`measure`), the
+/// problem's group (its folder) and the problem itself.
+#[derive(Debug, Clone, Copy)]
+pub struct StepOf<'a> {
+    pub step: &'a str,
+    pub group: &'a str,
+    pub problem: &'a str,
+}
 
 /// Whether a step starts (`Spending::admit`).
 #[derive(Debug, Clone, PartialEq)]
@@ -70,30 +88,55 @@ pub enum Admission {
     Refused(String),
 }
 
-/// What a kind of step is expected to take (`Spending::expected_s`).
+/// What a step is expected to take (`Spending::expected_s`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Estimate {
-    /// The upper quartile of the finished steps' wall seconds.
+    /// The upper quartile of its kind's steps' wall seconds, or the problem's own floor.
     pub seconds: f64,
-    /// How many finished steps it is of.
+    /// How many steps the quartile is of.
     pub of: usize,
+    /// How many of those were left unfinished by a killed run (counted at what they had run).
+    pub killed: usize,
     /// Whether they are the problem's group's own (else every group's: none of its own yet).
     pub in_group: bool,
-    /// Whether `seconds` is the group's floor (an unfinished step of a killed run had run that
-    /// long), above the finished ones' quartile.
-    pub floor: bool,
+    /// What `seconds` is.
+    pub basis: Basis,
+}
+
+/// What an `Estimate`'s seconds are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Basis {
+    /// The upper quartile, a finished step's seconds.
+    Quartile,
+    /// The upper quartile, an unfinished step's seconds: its kind takes at least about that.
+    QuartileKilled,
+    /// The problem's own step was left unfinished by a killed run after this long, no less than the
+    /// quartile: it takes at least that.
+    OwnFloor,
 }
 
 impl Estimate {
-    /// What a step takes, and from what: "at least 360 s here (one of level3's had run …)" or
+    /// Whether `seconds` is a lower bound (a killed step's), not a finished step's length.
+    pub fn at_least(&self) -> bool {
+        self.basis != Basis::Quartile
+    }
+
+    /// What a step takes, and from what: "at least 525 s here (this problem's had run …)" or
     /// "about 117 s here (the upper quartile of …)".
     fn took(&self, group: &str) -> String {
-        if self.floor {
-            format!("at least {:.0} s here (one of {group}'s had run that long when its run was killed)", self.seconds)
-        } else {
-            let among = if self.in_group { format!("{group}'s") } else { "every folder's".to_string() };
-            format!("about {:.0} s here (the upper quartile of {among} {})", self.seconds, self.of)
+        if self.basis == Basis::OwnFloor {
+            return format!(
+                "at least {:.0} s here (this problem's had run that long when its run was killed)",
+                self.seconds
+            );
         }
+        let among = if self.in_group { format!("{group}'s") } else { "every folder's".to_string() };
+        let killed = match self.killed {
+            0 => String::new(),
+            k => format!(", {k} of them unfinished when a run was killed, counted at what they had run"),
+        };
+        let lead = if self.basis == Basis::QuartileKilled { "at least about" } else { "about" };
+        format!("{lead} {:.0} s here (the upper quartile of {among} {}{killed})", self.seconds, self.of)
     }
 }
 
@@ -121,93 +164,93 @@ impl Spending {
 
     /// Spending of a run that started at `start` (its wall budget counts from there).
     pub fn since(budget: Budget, start: Instant) -> Spending {
-        Spending {
-            budget,
-            start,
-            gpu_s: Mutex::new(0.0),
-            durations: Mutex::default(),
-            floors: Mutex::default(),
-            held: Mutex::default(),
-        }
+        Spending { budget, start, gpu_s: Mutex::new(0.0), durations: Mutex::default(), held: Mutex::default() }
     }
 
-    /// Count a finished step's wall seconds towards what a step named `step` of a problem in
-    /// `group` is expected to take.
-    pub fn observe(&self, step: &str, group: &str, seconds: f64) {
+    /// Count a finished step's wall seconds towards what a step of its kind and group is
+    /// expected to take. Its problem's unfinished one of a killed run, if counted, goes: the
+    /// finished length replaces the lower bound.
+    pub fn observe(&self, of: StepOf<'_>, seconds: f64) {
         if seconds.is_finite() && seconds >= 0.0 {
             let mut d = self.durations.lock().unwrap_or_else(|e| e.into_inner());
-            d.entry((step.to_string(), group.to_string())).or_default().push(seconds);
+            let xs = d.entry((of.step.to_string(), of.group.to_string())).or_default();
+            xs.retain(|x| x.killed.as_deref() != Some(of.problem));
+            xs.push(Sample { seconds, killed: None });
         }
     }
 
     /// Count an unfinished step of an earlier, killed run: it had run `seconds` when its run was
-    /// killed, so a step named `step` of a problem in `group` takes at least that.
-    pub fn observe_unfinished(&self, step: &str, group: &str, seconds: f64) {
+    /// killed. It counts among its kind and group's steps at that, and its problem's step takes
+    /// at least that (the longest, if counted twice).
+    pub fn observe_unfinished(&self, of: StepOf<'_>, seconds: f64) {
         if seconds.is_finite() && seconds > 0.0 {
-            let mut f = self.floors.lock().unwrap_or_else(|e| e.into_inner());
-            let e = f.entry((step.to_string(), group.to_string())).or_insert(seconds);
-            *e = e.max(seconds);
+            let mut d = self.durations.lock().unwrap_or_else(|e| e.into_inner());
+            let xs = d.entry((of.step.to_string(), of.group.to_string())).or_default();
+            match xs.iter_mut().find(|x| x.killed.as_deref() == Some(of.problem)) {
+                Some(x) => x.seconds = x.seconds.max(seconds),
+                None => xs.push(Sample { seconds, killed: Some(of.problem.to_string()) }),
+            }
         }
     }
 
-    /// What a step named `step` of a problem in `group` is expected to take: the upper quartile
-    /// (nearest rank) of the finished ones' wall seconds in `group`, else in every group (the
-    /// `Estimate` says which, and how many there were), and never less than the group's floor (an
-    /// unfinished one of a killed run); `None` before one finished or was killed. Not the median:
-    /// a step that runs past the budget is killed with its work lost, one held back only waits
-    /// for the next run.
-    pub fn expected_s(&self, step: &str, group: &str) -> Option<Estimate> {
-        let key = (step.to_string(), group.to_string());
-        let floor = self.floors.lock().unwrap_or_else(|e| e.into_inner()).get(&key).copied();
+    /// What the step `of` is expected to take: the upper quartile (nearest rank) of its kind's
+    /// steps in its group, else in every group (the `Estimate` says which, how many there were
+    /// and how many of them a killed run left unfinished), and never less than what its own
+    /// problem's step had run when a run was killed; `None` before one finished or was killed.
+    /// Not the median: a step that runs past the budget is killed with its work lost, one held
+    /// back only waits for the next run.
+    pub fn expected_s(&self, of: StepOf<'_>) -> Option<Estimate> {
         let d = self.durations.lock().unwrap_or_else(|e| e.into_inner());
-        let own = d.get(&key).filter(|xs| !xs.is_empty());
-        let mut xs: Vec<f64> = match own {
-            Some(xs) => xs.clone(),
-            None => d.iter().filter(|((s, _), _)| s == step).flat_map(|(_, xs)| xs.iter().copied()).collect(),
+        let own = d.get(&(of.step.to_string(), of.group.to_string())).filter(|xs| !xs.is_empty());
+        let mut xs: Vec<&Sample> = match own {
+            Some(xs) => xs.iter().collect(),
+            None => d.iter().filter(|((s, _), _)| s == of.step).flat_map(|(_, xs)| xs).collect(),
         };
-        xs.sort_by(f64::total_cmp);
+        xs.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
+        let floor = xs.iter().filter(|x| x.killed.as_deref() == Some(of.problem)).map(|x| x.seconds).next();
         let n = xs.len();
-        let quartile = (n > 0).then(|| xs[(3 * n).div_ceil(4) - 1]);
-        let at_floor = |f| Some(Estimate { seconds: f, of: n, in_group: true, floor: true });
-        match (quartile, floor) {
-            (Some(q), Some(f)) if f > q => at_floor(f),
-            (Some(q), _) => Some(Estimate { seconds: q, of: n, in_group: own.is_some(), floor: false }),
-            (None, Some(f)) => at_floor(f),
-            (None, None) => None,
-        }
+        let q = xs.get((3 * n).div_ceil(4).checked_sub(1)?)?;
+        let killed = xs.iter().filter(|x| x.killed.is_some()).count();
+        let basis = if q.killed.is_some() { Basis::QuartileKilled } else { Basis::Quartile };
+        let quartile = Estimate { seconds: q.seconds, of: n, killed, in_group: own.is_some(), basis };
+        Some(match floor {
+            Some(f) if f >= q.seconds => Estimate { seconds: f, basis: Basis::OwnFloor, ..quartile },
+            _ => quartile,
+        })
     }
 
-    /// Why a step named `step` of a problem in `group` that cannot bound itself must not start
-    /// (`None`: it may): `admit`'s refusal, for the tests.
+    /// Why the step `of`, which cannot bound itself, must not start (`None`: it may): `admit`'s
+    /// refusal, for the tests.
     #[cfg(test)]
-    fn refuses(&self, step: &str, group: &str) -> Option<String> {
-        match self.admit(step, group, false) {
+    fn refuses(&self, of: StepOf<'_>) -> Option<String> {
+        match self.admit(of, false) {
             Admission::Refused(why) => Some(why),
             Admission::Start | Admission::Bounded { .. } => None,
         }
     }
 
-    /// Whether a step named `step` of a problem in `group` starts, and how: refused when a
-    /// budget is spent or the wall budget's remainder is below what such a step is expected to
-    /// take, except that a step that `bounds_itself` (a measure step: `--prepare-until`), of a kind a
-    /// killed run showed to take longer than the whole wall budget, starts bounded while at
-    /// least `BOUNDED_START` of the budget is left (a run's start): held back, it would never
-    /// start in a run of this budget, and unbounded it would be killed again.
-    pub fn admit(&self, step: &str, group: &str, bounds_itself: bool) -> Admission {
+    /// Whether the step `of` starts, and how: refused when a budget is spent or the wall
+    /// budget's remainder is below what the step is expected to take, except that a step that
+    /// `bounds_itself` (a measure step: `--prepare-until`), which killed runs showed to take
+    /// longer than the whole wall budget (its own problem's, or its kind's quartile), starts
+    /// bounded while at least `BOUNDED_START` of the budget is left (a run's start): held back,
+    /// it would never start in a run of this budget, and unbounded it would be killed again.
+    pub fn admit(&self, of: StepOf<'_>, bounds_itself: bool) -> Admission {
         if let Some(which) = self.spent() {
             return Admission::Refused(format!("the {which} budget is spent"));
         }
         let Some(budget) = self.budget.wall_s else { return Admission::Start };
         let left = budget - self.wall_s();
-        let Some(e) = self.expected_s(step, group) else { return Admission::Start };
+        let Some(e) = self.expected_s(of) else { return Admission::Start };
         if e.seconds <= left {
             return Admission::Start;
         }
-        if bounds_itself && e.floor && e.seconds > budget && left >= BOUNDED_START * budget {
+        let (step, group) = (of.step, of.group);
+        if bounds_itself && e.at_least() && e.seconds > budget && left >= BOUNDED_START * budget {
             let seconds = BOUNDED_SHARE * left;
             let why = format!(
-                "no {step} step fits a --budget-wall-s of {budget:.0} in full (one of {group}'s had run {:.0} s when its run was killed): it prepares variants for {seconds:.0} s, then times those",
-                e.seconds
+                "no {step} step fits a --budget-wall-s of {budget:.0} in full: one takes {}; it prepares variants for {seconds:.0} s, then times those",
+                e.took(group)
             );
             return Admission::Bounded { seconds, why };
         }
@@ -221,14 +264,15 @@ impl Spending {
         Admission::Refused(why)
     }
 
-    /// Why no step named `step` of a problem in `group` can run in a run of this wall budget
-    /// (`None`: one can, or nothing says otherwise): its estimate exceeds the whole budget. An
-    /// optional step (the config agent's) is then skipped rather than held back forever.
-    pub fn never_fits(&self, step: &str, group: &str) -> Option<String> {
+    /// Why the step `of` cannot run in a run of this wall budget (`None`: it can, or nothing
+    /// says otherwise): its estimate exceeds the whole budget. An optional step (the config
+    /// agent's) is then skipped rather than held back forever.
+    pub fn never_fits(&self, of: StepOf<'_>) -> Option<String> {
         let budget = self.budget.wall_s?;
-        let e = self.expected_s(step, group)?;
-        (e.seconds > budget)
-            .then(|| format!("no {step} step fits a --budget-wall-s of {budget:.0}: one takes {}", e.took(group)))
+        let e = self.expected_s(of)?;
+        (e.seconds > budget).then(|| {
+            format!("no {} step fits a --budget-wall-s of {budget:.0}: one takes {}", of.step, e.took(of.group))
+        })
     }
 
     /// Count a step's GPU-seconds.
@@ -338,29 +382,39 @@ mod tests {
         assert!(Spending::new(Budget::default()).progress().ends_with("no budget"));
     }
 
+    /// A step of kind `step` of the problem `problem` in folder `group`.
+    fn of<'a>(step: &'a str, group: &'a str, problem: &'a str) -> StepOf<'a> {
+        StepOf { step, group, problem }
+    }
+
+    /// Finished steps of kind `step` in `group`, one problem each (`group/pN.py`).
+    fn finished(s: &Spending, step: &str, group: &str, seconds: &[f64]) {
+        for (i, secs) in seconds.iter().enumerate() {
+            s.observe(of(step, group, &format!("{group}/p{i}.py")), *secs);
+        }
+    }
+
     #[test]
     fn a_step_the_wall_budget_cannot_hold_does_not_start() {
         let s = Spending::new(Budget::new(None, Some(100.0)).unwrap());
-        assert_eq!(s.refuses("measure", "level1"), None, "nothing finished yet: no estimate, it starts");
-        for secs in [80.0, 150.0, 120.0] {
-            s.observe("measure", "level1", secs);
-        }
-        s.observe("result", "level1", 0.5);
-        s.observe("result", "level1", f64::NAN); // not a duration
-        let est = |step, group| s.expected_s(step, group).map(|e| (e.seconds, e.of, e.in_group, e.floor));
-        assert_eq!(est("measure", "level1"), Some((150.0, 3, true, false)), "the upper quartile, nearest rank");
-        assert_eq!(est("result", "level1"), Some((0.5, 1, true, false)));
-        for secs in [1.5, 1.0, 2.0] {
-            s.observe("result", "level1", secs);
-        }
-        assert_eq!(est("result", "level1"), Some((1.5, 4, true, false)), "the third of four");
+        let m1 = of("measure", "level1", "level1/x.py");
+        let r1 = of("result", "level1", "level1/x.py");
+        assert_eq!(s.refuses(m1), None, "nothing finished yet: no estimate, it starts");
+        finished(&s, "measure", "level1", &[80.0, 150.0, 120.0]);
+        s.observe(r1, 0.5);
+        s.observe(r1, f64::NAN); // not a duration
+        let est = |o| s.expected_s(o).map(|e| (e.seconds, e.of, e.in_group, e.basis));
+        assert_eq!(est(m1), Some((150.0, 3, true, Basis::Quartile)), "the upper quartile, nearest rank");
+        assert_eq!(est(r1), Some((0.5, 1, true, Basis::Quartile)));
+        finished(&s, "result", "level1", &[1.5, 1.0, 2.0]);
+        assert_eq!(est(r1), Some((1.5, 4, true, Basis::Quartile)), "the third of four");
         assert_eq!(s.status().held_back, 0);
-        let why = s.refuses("measure", "level1").expect("150 s expected, under 100 s left");
+        let why = s.refuses(m1).expect("150 s expected, under 100 s left");
         assert!(why.contains("a measure step takes about 150 s here (the upper quartile of level1's 3)"), "{why}");
         assert!(why.ends_with("; none fits a --budget-wall-s of 100"), "150 s never fit 100: {why}");
         assert!(why.contains("s of the wall budget are left"), "{why}");
-        assert_eq!(s.refuses("result", "level1"), None, "a short step still fits");
-        s.refuses("measure", "level1");
+        assert_eq!(s.refuses(r1), None, "a short step still fits");
+        s.refuses(m1);
         let st = s.status();
         assert_eq!((st.held_back, st.held_why.as_deref()), (2, Some(why.as_str())), "counted, the first reason kept");
         assert!(
@@ -368,121 +422,146 @@ mod tests {
             "{}",
             st.line()
         );
-        assert_eq!(s.refuses("verify", "level1"), None, "a kind never finished: no estimate");
+        assert_eq!(s.refuses(of("verify", "level1", "level1/x.py")), None, "a kind never finished: no estimate");
         let gpu_only = Spending::new(Budget::new(Some(10.0), None).unwrap());
-        gpu_only.observe("measure", "level1", 1e6);
-        assert_eq!(gpu_only.refuses("measure", "level1"), None, "no wall budget: durations do not matter");
+        gpu_only.observe(m1, 1e6);
+        assert_eq!(gpu_only.refuses(m1), None, "no wall budget: durations do not matter");
         gpu_only.charge(10.0);
-        assert_eq!(gpu_only.refuses("result", "level1").as_deref(), Some("the gpu budget is spent"));
+        assert_eq!(gpu_only.refuses(r1).as_deref(), Some("the gpu budget is spent"));
     }
 
     #[test]
     fn a_folder_is_estimated_by_its_own_steps_once_it_has_some() {
         let s = Spending::new(Budget::new(None, Some(100.0)).unwrap());
-        for secs in [20.0, 30.0, 40.0, 50.0] {
-            s.observe("measure", "level1", secs);
-        }
-        let est = |group| s.expected_s("measure", group).map(|e| (e.seconds, e.of, e.in_group));
+        finished(&s, "measure", "level1", &[20.0, 30.0, 40.0, 50.0]);
+        let m = |group| of("measure", group, "a.py");
+        let est = |group| s.expected_s(m(group)).map(|e| (e.seconds, e.of, e.in_group));
         assert_eq!(est("level3"), Some((40.0, 4, false)), "none of its own: every folder's");
-        assert_eq!(s.refuses("measure", "level3"), None, "40 s fit");
-        s.observe("measure", "level3", 180.0);
+        assert_eq!(s.refuses(m("level3")), None, "40 s fit");
+        finished(&s, "measure", "level3", &[180.0]);
         assert_eq!(est("level3"), Some((180.0, 1, true)), "its own, once it has one");
         assert_eq!(est("level1"), Some((40.0, 4, true)), "another folder's steps do not move level1's");
-        let why = s.refuses("measure", "level3").expect("180 s expected");
-        assert!(why.contains("the upper quartile of level3's 1"), "{why}");
-        s.observe("measure", "level2", 500.0);
-        let pooled = s.expected_s("measure", "elsewhere").unwrap();
+        let why = s.refuses(m("level3")).expect("180 s expected");
+        assert!(why.contains("the upper quartile of level3's 1)"), "{why}");
+        finished(&s, "measure", "level2", &[500.0]);
+        let pooled = s.expected_s(m("elsewhere")).unwrap();
         assert_eq!((pooled.seconds, pooled.of, pooled.in_group), (180.0, 6, false), "every folder's six");
-        let why = s.refuses("measure", "elsewhere").expect("180 s expected");
-        assert!(why.contains("the upper quartile of every folder's 6"), "{why}");
+        let why = s.refuses(m("elsewhere")).expect("180 s expected");
+        assert!(why.contains("the upper quartile of every folder's 6)"), "{why}");
     }
 
     #[test]
-    fn a_step_killed_unfinished_sets_its_folders_floor() {
-        let s = Spending::new(Budget::new(None, Some(300.0)).unwrap());
-        for secs in [20.0, 30.0, 40.0, 50.0] {
-            s.observe("measure", "level1", secs);
-        }
-        s.observe_unfinished("measure", "level3", 250.0);
-        s.observe_unfinished("measure", "level3", 340.0);
-        s.observe_unfinished("measure", "level3", f64::NAN); // not a duration
-        let e = s.expected_s("measure", "level3").unwrap();
-        assert_eq!(
-            (e.seconds, e.floor, e.in_group),
-            (340.0, true, true),
-            "the longest unfinished one, not level 1's 40 s"
-        );
-        let why = s.refuses("measure", "level3").expect("at least 340 s, 300 s budget");
+    fn a_step_killed_unfinished_is_its_problems_floor_and_one_of_its_folders_steps() {
+        // Level 3 as session 13 left it: seven measure steps finished in 175-360 s, the GRU's
+        // and the LSTM's killed after 525 s.
+        let s = Spending::new(Budget::new(None, Some(480.0)).unwrap());
+        finished(&s, "measure", "level3", &[266.0, 244.0, 318.0, 360.0, 175.0, 246.0, 309.0]);
+        let (gru, lstm, moe) = ("level3/008_gru.py", "level3/009_lstm.py", "level3/010_moe.py");
+        s.observe_unfinished(of("measure", "level3", gru), 500.0);
+        s.observe_unfinished(of("measure", "level3", gru), 525.0); // the longer of two counts
+        s.observe_unfinished(of("measure", "level3", lstm), 525.0);
+        s.observe_unfinished(of("measure", "level3", moe), f64::NAN); // not a duration
+        let e = s.expected_s(of("measure", "level3", gru)).unwrap();
+        assert_eq!((e.seconds, e.basis, e.of, e.killed), (525.0, Basis::OwnFloor, 9, 2), "its own floor");
+        let why = s.refuses(of("measure", "level3", gru)).expect("at least 525 s, 480 s budget");
         assert!(
             why.contains(
-                "a measure step takes at least 340 s here (one of level3's had run that long when its run was killed)"
+                "a measure step takes at least 525 s here (this problem's had run that long when its run was killed)"
             ),
             "{why}"
         );
-        assert!(why.ends_with("; none fits a --budget-wall-s of 300"), "{why}");
-        assert_eq!(s.refuses("measure", "level1"), None, "level 1 keeps its own 40 s");
-        s.observe("measure", "level3", 100.0);
+        assert!(why.ends_with("; none fits a --budget-wall-s of 480"), "{why}");
+        let sibling = s.expected_s(of("measure", "level3", moe)).unwrap();
         assert_eq!(
-            s.expected_s("measure", "level3").map(|e| (e.seconds, e.floor)),
-            Some((340.0, true)),
-            "a floor above the quartile stays"
+            (sibling.seconds, sibling.basis),
+            (360.0, Basis::Quartile),
+            "a sibling: the upper quartile of nine, the two killed counted at 525 s"
         );
-        s.observe("measure", "level3", 400.0);
-        assert_eq!(
-            s.expected_s("measure", "level3").map(|e| (e.seconds, e.floor)),
-            Some((400.0, false)),
-            "a quartile above it wins"
+        assert_eq!(s.refuses(of("measure", "level3", moe)), None, "360 s fit 480: the GRU does not hold it back");
+        assert_eq!(s.expected_s(of("verify", "level3", gru)), None, "another kind has no floor");
+        s.observe(of("measure", "level3", gru), 700.0);
+        let e = s.expected_s(of("measure", "level3", gru)).unwrap();
+        assert_eq!((e.of, e.killed, e.basis), (9, 1, Basis::Quartile), "finished: its length replaces its floor");
+    }
+
+    #[test]
+    fn a_folder_of_killed_steps_only_is_estimated_at_least_at_their_quartile() {
+        // Session 12: seven level-3 measure steps killed after 193-360 s, none finished.
+        let s = Spending::new(Budget::new(None, Some(300.0)).unwrap());
+        finished(&s, "measure", "level1", &[20.0, 30.0, 40.0, 50.0]);
+        for (i, secs) in [193.0, 250.0, 280.0, 300.0, 320.0, 340.0, 360.0].iter().enumerate() {
+            s.observe_unfinished(of("measure", "level3", &format!("level3/k{i}.py")), *secs);
+        }
+        let e = s.expected_s(of("measure", "level3", "level3/new.py")).unwrap();
+        assert_eq!((e.seconds, e.basis, e.in_group), (340.0, Basis::QuartileKilled, true), "not level 1's 40 s");
+        let why = s.refuses(of("measure", "level3", "level3/new.py")).expect("at least about 340 s");
+        assert!(
+            why.contains("takes at least about 340 s here (the upper quartile of level3's 7, 7 of them unfinished when a run was killed, counted at what they had run)"),
+            "{why}"
         );
-        assert_eq!(s.expected_s("verify", "level3"), None, "another kind has no floor");
+        assert_eq!(s.refuses(of("measure", "level1", "level1/a.py")), None, "level 1 keeps its own 40 s");
     }
 
     #[test]
     fn a_self_bounding_step_no_budget_holds_starts_bounded_at_a_runs_start() {
         let s = Spending::new(Budget::new(None, Some(300.0)).unwrap());
-        s.observe_unfinished("measure", "level3", 360.0);
-        match s.admit("measure", "level3", true) {
+        let m = of("measure", "level3", "level3/a.py");
+        s.observe_unfinished(m, 360.0);
+        match s.admit(m, true) {
             Admission::Bounded { seconds, why } => {
                 assert!(seconds > 0.6 * 300.0 && seconds <= BOUNDED_SHARE * 300.0, "{seconds}");
-                assert!(why.starts_with("no measure step fits a --budget-wall-s of 300 in full (one of level3's had run 360 s when its run was killed): it prepares variants for"), "{why}");
+                assert!(why.starts_with("no measure step fits a --budget-wall-s of 300 in full: one takes at least 360 s here (this problem's had run that long when its run was killed); it prepares variants for"), "{why}");
             }
             other => panic!("{other:?}"),
         }
         assert_eq!(s.status().held_back, 0, "a bounded start is not held back");
+        assert!(matches!(s.admit(m, false), Admission::Refused(_)), "a step that cannot bound itself is held");
+        let sibling = of("measure", "level3", "level3/b.py");
         assert!(
-            matches!(s.admit("measure", "level3", false), Admission::Refused(_)),
-            "a step that cannot bound itself is held"
+            matches!(s.admit(sibling, true), Admission::Bounded { .. }),
+            "its folder's only step was killed after 360 s: a sibling is bounded too"
         );
-        s.observe_unfinished("beam", "level3", 200.0);
-        assert_eq!(s.admit("beam", "level3", true), Admission::Start, "200 s fit what is left: unbounded");
-        s.observe("verify", "level1", 1000.0);
-        assert!(
-            matches!(s.admit("verify", "level1", true), Admission::Refused(_)),
-            "a finished step's length is not a floor: held"
+        finished(&s, "measure", "level3", &[100.0, 120.0, 140.0]);
+        assert_eq!(
+            s.admit(sibling, true),
+            Admission::Start,
+            "three finished in 140 s or less: a sibling starts in full"
         );
+        assert!(matches!(s.admit(m, true), Admission::Bounded { .. }), "the killed one's own floor stays");
+        let b = of("beam", "level3", "level3/a.py");
+        s.observe_unfinished(b, 200.0);
+        assert_eq!(s.admit(b, true), Admission::Start, "200 s fit what is left: unbounded");
+        let v = of("verify", "level1", "level1/a.py");
+        s.observe(v, 1000.0);
+        assert!(matches!(s.admit(v, true), Admission::Refused(_)), "a finished step's length is not a floor: held");
         let late = Spending::since(
             Budget::new(None, Some(300.0)).unwrap(),
             Instant::now() - std::time::Duration::from_secs(100),
         );
-        late.observe_unfinished("measure", "level3", 360.0);
-        assert!(
-            matches!(late.admit("measure", "level3", true), Admission::Refused(_)),
-            "two thirds left: not a run's start"
-        );
-        assert_eq!(Spending::new(Budget::default()).admit("measure", "level3", true), Admission::Start, "no budget");
+        late.observe_unfinished(m, 360.0);
+        assert!(matches!(late.admit(m, true), Admission::Refused(_)), "two thirds left: not a run's start");
+        assert_eq!(Spending::new(Budget::default()).admit(m, true), Admission::Start, "no budget");
     }
 
     #[test]
     fn an_optional_step_no_run_of_the_budget_holds_is_said_so() {
         let s = Spending::new(Budget::new(None, Some(300.0)).unwrap());
-        assert_eq!(s.never_fits("config", "level3"), None, "nothing known: it may fit");
-        s.observe("config", "level3", 250.0);
-        assert_eq!(s.never_fits("config", "level3"), None, "250 s fit 300");
-        s.observe_unfinished("config", "level3", 420.0);
+        let c = of("config", "level3", "level3/a.py");
+        assert_eq!(s.never_fits(c), None, "nothing known: it may fit");
+        finished(&s, "config", "level3", &[250.0]);
+        assert_eq!(s.never_fits(c), None, "250 s fit 300");
+        s.observe_unfinished(c, 420.0);
         assert_eq!(
-            s.never_fits("config", "level3").as_deref(),
-            Some("no config step fits a --budget-wall-s of 300: one takes at least 420 s here (one of level3's had run that long when its run was killed)")
+            s.never_fits(c).as_deref(),
+            Some("no config step fits a --budget-wall-s of 300: one takes at least 420 s here (this problem's had run that long when its run was killed)")
         );
-        assert_eq!(Spending::new(Budget::default()).never_fits("config", "level3"), None, "no wall budget");
+        let sibling = of("config", "level3", "level3/b.py");
+        let why = s.never_fits(sibling).expect("of two, the upper quartile is the killed one's 420 s");
+        assert!(why.ends_with("one takes at least about 420 s here (the upper quartile of level3's 2, 1 of them unfinished when a run was killed, counted at what they had run)"), "{why}");
+        finished(&s, "config", "level3", &[200.0, 210.0]);
+        assert_eq!(s.never_fits(sibling), None, "of four, the upper quartile is 250 s");
+        assert!(s.never_fits(c).is_some(), "its own floor stays");
+        assert_eq!(Spending::new(Budget::default()).never_fits(c), None, "no wall budget");
         assert_eq!(s.status().held_back, 0, "saying so holds nothing back");
     }
 

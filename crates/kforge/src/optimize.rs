@@ -12,7 +12,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use kforge_optimize::budget::{Admission, Budget, Spending};
+use kforge_optimize::budget::{Admission, Budget, Spending, StepOf};
 use kforge_optimize::decisions::{Answer, Decisions, Entry};
 use kforge_optimize::journal::{content_hash, verified_name, verified_of, Journal, StepDone};
 use kforge_optimize::search::{measure_args, Step};
@@ -105,8 +105,9 @@ pub struct OptimizeArgs {
     budget_gpu_s: Option<f64>,
     /// Start no new problem or step once this many seconds have passed since the run started, nor
     /// a step that the remainder cannot hold: each kind is expected to take the upper quartile
-    /// of its finished steps in the problem's folder (the journal's earlier runs' with
-    /// --resume), never less than what one a killed run left unfinished had run. A measure step
+    /// of its steps in the problem's folder (the journal's earlier runs' with --resume; one a
+    /// killed run left unfinished counted at what it had run), never less than what the
+    /// problem's own such step had run. A measure step
     /// that no run of this budget holds starts bounded at a run's start (it prepares what it
     /// can, then times that); the config agent's step is then skipped.
     #[arg(long, allow_negative_numbers = true)]
@@ -232,10 +233,10 @@ fn heartbeat(journal: &Journal, ticks: &std::sync::mpsc::Receiver<()>) {
 fn spending(budget: Budget, started: Instant, journal: &Journal) -> Result<Spending> {
     let spending = Spending::since(budget, started);
     for (problem, step, seconds) in journal.step_seconds().context("reading the journal's step durations")? {
-        spending.observe(&step, &step_group(&problem), seconds);
+        spending.observe(StepOf { step: &step, group: &step_group(&problem), problem: &problem }, seconds);
     }
     for (problem, step, seconds) in journal.unfinished_seconds().context("reading the journal's unfinished steps")? {
-        spending.observe_unfinished(&step, &step_group(&problem), seconds);
+        spending.observe_unfinished(StepOf { step: &step, group: &step_group(&problem), problem: &problem }, seconds);
     }
     Ok(spending)
 }
@@ -609,8 +610,9 @@ impl Run<'_> {
         let source = std::fs::read(problem).with_context(|| format!("reading {}", problem.display()))?;
         let source_hash = content_hash(&[&source]);
         let (started, earlier) = (Instant::now(), Cell::new(Spent::default()));
-        let until = Cell::new(None);
-        let p = ProblemRun { run: self, index, problem, out, source, question: q, gpu_s, started, earlier, until };
+        let (until, group) = (Cell::new(None), step_group(&q.problem));
+        let p =
+            ProblemRun { run: self, index, problem, out, source, question: q, group, gpu_s, started, earlier, until };
         let outcome = p.steps()?;
         if let (Some(d), Outcome::Decided { report, .. }) = (&self.decisions, &outcome) {
             // A file that cannot be written is a warning: the decision is in the report and journal.
@@ -857,6 +859,8 @@ struct ProblemRun<'a> {
     out: &'a Path,
     source: Vec<u8>,
     question: Question,
+    /// Its steps' group for the spending's estimates (`step_group`).
+    group: String,
     gpu_s: &'a Cell<f64>,
     /// When its steps began, and what the steps it took from earlier runs had cost there: with
     /// this run's, what deciding it cost (`Report::spent`).
@@ -868,6 +872,11 @@ struct ProblemRun<'a> {
 }
 
 impl ProblemRun<'_> {
+    /// `step` of this problem, as the spending's estimates know it.
+    fn step_of(&self, step: Step) -> StepOf<'_> {
+        StepOf { step: step.name(), group: &self.group, problem: &self.question.problem }
+    }
+
     /// The steps of `kforge_optimize::search` in order, then the decision; `NotReached` when a
     /// budget was spent before a step.
     fn steps(&self) -> Result<Outcome> {
@@ -961,10 +970,9 @@ impl ProblemRun<'_> {
                 }
                 let beat = found.dispatch_speedup(self.run.plan.gpu);
                 let share = found.measurement.as_ref().and_then(|m| m.baseline_profile.as_ref()?.triton_share);
-                let group = step_group(&self.question.problem);
                 let cannot_win = share.and_then(|s| kforge_optimize::config_cannot_win(s, beat));
                 // An optional agent no run of this budget holds is skipped, not held back forever.
-                if let Some(why) = cannot_win.or_else(|| self.run.spending.never_fits(step.name(), &group)) {
+                if let Some(why) = cannot_win.or_else(|| self.run.spending.never_fits(self.step_of(step))) {
                     self.progress(&format!("config: skipped: {why}"));
                     found.config_skipped = Some(format!("config: {why}"));
                     return Ok(true);
@@ -1185,7 +1193,7 @@ impl ProblemRun<'_> {
         }
         let bounds_itself = matches!(step, Step::Measure | Step::Beam);
         self.until.set(None);
-        match self.run.spending.admit(step.name(), &step_group(&self.question.problem), bounds_itself) {
+        match self.run.spending.admit(self.step_of(step), bounds_itself) {
             Admission::Start => {}
             Admission::Bounded { seconds, why } => {
                 self.progress(&format!("{}: bounded: {why}", step.name()));
@@ -1215,7 +1223,7 @@ impl ProblemRun<'_> {
                 journal.done(id, &d)?;
                 if d.outcome.as_deref() != Some(kforge_optimize::journal::BOUNDED) {
                     // A bounded step's seconds are not what its kind takes in full.
-                    self.run.spending.observe(step.name(), &step_group(&self.question.problem), d.seconds);
+                    self.run.spending.observe(self.step_of(step), d.seconds);
                 }
                 let gpu = d.gpu_seconds.map(|g| g.0).unwrap_or(0.0);
                 if !charged {

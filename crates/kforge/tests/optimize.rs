@@ -595,9 +595,10 @@ fn a_spent_budget_stops_new_work_and_resume_completes_it() {
 }
 
 /// A measure step that a killed run had left running for longer than the whole wall budget (a
-/// level-3 model on a 10-minute device call): the next run does not hold its folder's measure
-/// steps back forever, it starts them bounded, says so, passes the deadline to the measure step,
-/// and decides the problem inside its budget with what it prepared.
+/// level-3 model on a 10-minute device call): the next run does not hold that problem's measure
+/// step back forever, it starts it bounded, says so (naming the problem's own killed step, the
+/// journal's problem and the run's being the same), passes the deadline to the measure step, and
+/// decides the problem inside its budget with what it prepared.
 #[test]
 fn a_measure_step_killed_past_the_budget_starts_bounded_next_time() {
     let dir = tempfile::tempdir().unwrap();
@@ -635,8 +636,7 @@ fn a_measure_step_killed_past_the_budget_starts_bounded_next_time() {
     let (code, text) = optimize(&[&args[..], &["--resume", "--budget-wall-s", "200"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     assert!(
-        text.contains("measure: bounded: no measure step fits a --budget-wall-s of 200 in full (one of ")
-            && text.contains("'s had run 1000 s when its run was killed): it prepares variants for"),
+        text.contains("measure: bounded: no measure step fits a --budget-wall-s of 200 in full: one takes at least 1000 s here (this problem's had run that long when its run was killed); it prepares variants for"),
         "{text}"
     );
     let m: Value = serde_json::from_str(&std::fs::read_to_string(out.join("level3/a/dispatch.json")).unwrap()).unwrap();
