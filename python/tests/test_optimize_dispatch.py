@@ -614,3 +614,71 @@ def test_a_knob_with_no_op_to_act_on_is_not_compiled(tmp_path: Path, monkeypatch
     for knob, word in (("default+no-layout-optimization", "no convolution"), ("default+no-epilogue-fusion", "no GEMM")):
         assert r["prepared"][knob]["ok"] and word in r["prepared"][knob]["no_effect"], r["prepared"]
         assert "first_call_s" not in r["prepared"][knob] and knob not in r["modes"], "not compiled, not timed"
+
+
+def test_compile_workers_warm_the_variants_the_step_then_prepares_from_the_cache(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--compile-workers 2``: two worker processes compile the knob variants into Inductor's FX
+    graph cache (a fresh directory here) while the step compiles its baseline; each variant the
+    step then prepares says what its worker did and that its compile was a cache hit. Eager is
+    compiled by no one; the record says how many workers were asked for and started."""
+    monkeypatch.setenv("KFORGE_SOCKET", str(tmp_path / "no-daemon.sock"))
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    out = tmp_path / "r.json"
+    knobs = ("default+aggressive-fusion", "default+coordinate-descent")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert dispatch.main([VECTOR_ADD, "--out", str(out), "--device", "cpu", "--modes", "eager", "--baseline",
+                              "default", "--knobs", "aggressive-fusion,coordinate-descent", "--rounds", "2",
+                              "--compile-workers", "2"]) == 0
+    r = json.loads(out.read_text())
+    assert r["compile_workers"] == {"asked": 2, "started": 2}, r.get("compile_workers")
+    for knob in knobs:
+        warmed = r["prepared"][knob]["warmed"]
+        assert warmed["variant"] == knob and warmed["ok"] and warmed["seconds"] > 0, warmed
+        assert warmed["cache_hit"], f"{knob}: the step's compile should load what its worker wrote: {warmed}"
+    assert "warmed" not in r["prepared"]["default"] and "warmed" not in r["prepared"]["eager"], r["prepared"]
+
+
+def test_compile_workers_are_dealt_the_variants_in_the_steps_order() -> None:
+    """Workers get the variants round-robin (the first ones each compiles are the first the step
+    needs), never eager, a per-graph plan or a rewrite; memory bounds how many start."""
+    from kforge.optimize import warm
+
+    variants = ["eager", "default", "max-autotune-no-cudagraphs", "max-autotune+freezing", "graphs:eager/default",
+                "max-autotune~rewrite", "max-autotune+aggressive-fusion"]
+    ok = [v for v in variants if warm.warmable(v)]
+    assert ok == ["default", "max-autotune-no-cudagraphs", "max-autotune+freezing", "max-autotune+aggressive-fusion"]
+    assert warm.shares(ok, 2) == [["default", "max-autotune+freezing"],
+                                  ["max-autotune-no-cudagraphs", "max-autotune+aggressive-fusion"]]
+    assert warm.shares(ok[:1], 3) == [["default"]], "no empty share"
+    assert warm.shares(ok, 0) == []
+    gib = 2**30
+    assert warm.workers_for_memory(3, 1 * gib, 80 * gib) == 3
+    assert warm.workers_for_memory(3, 6 * gib, 80 * gib) == 1, "40 GiB of the free 80 hold one at 4 x 6 GiB"
+    assert warm.workers_for_memory(3, 20 * gib, 80 * gib) == 0
+    assert warm.workers_for_memory(2, 0, 0) == 2, "no footprint measured (the CPU): not bounded"
+
+
+def test_a_negative_number_of_compile_workers_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = dispatch.main([VECTOR_ADD, "--out", str(tmp_path / "r.json"), "--device", "cpu", "--compile-workers", "-1"])
+    assert rc == 2
+    assert "--compile-workers must be 0 (none) or more, got -1" in capsys.readouterr().err
+
+
+def test_a_worker_that_exits_without_its_line_leaves_the_variant_to_the_step_and_stop_reaps_all(
+        tmp_path: Path) -> None:
+    """A worker that cannot run (here: no such problem file) exits without a line: ``wait`` then
+    returns None (the step compiles the variant itself) instead of blocking. ``stop`` ends and
+    reaps workers still starting."""
+    from kforge.optimize import warm
+
+    broken = warm.CompileWorkers(warm.WarmSpec(str(tmp_path / "missing.py"), "default", "cpu", 1), ["default"])
+    assert broken.count == 1
+    assert broken.wait("default") is None
+    assert broken.wait("eager") is None, "no worker has eager"
+    broken.stop()
+    starting = warm.CompileWorkers(warm.WarmSpec(VECTOR_ADD, "default", "cpu", 2), ["default", "default+freezing"])
+    with starting:
+        assert starting.count == 2
+    assert all(w.proc.returncode is not None for w in starting._workers), "reaped"

@@ -114,9 +114,34 @@ pub fn measure_args(agents: &[Agent], gpu: bool) -> Vec<(&'static str, String)> 
     args
 }
 
+/// `--compile-workers` at most: processes per measure step.
+pub const MAX_COMPILE_WORKERS: usize = 8;
+
+/// The compile workers a measure step gets by default (`--compile-workers` not given): on a GPU,
+/// the cores left per problem in flight beside the step's own process (`cores / jobs - 1`), at
+/// most 3 (a level-3 step prepares about 9 compiled variants: three workers and the step keep
+/// each compiling two or three); on the CPU none (the CPU's compiles would compete with its own
+/// timings, and the CI machine has two cores).
+pub fn compile_workers_for(cores: usize, jobs: usize, gpu: bool) -> usize {
+    if !gpu {
+        return 0;
+    }
+    (cores / jobs.max(1)).saturating_sub(1).min(3)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compile_workers_by_default_share_the_cores_among_the_problems_in_flight() {
+        assert_eq!(compile_workers_for(16, 4, true), 3, "16 cores, 4 in flight: 4 each, the step and 3");
+        assert_eq!(compile_workers_for(16, 8, true), 1);
+        assert_eq!(compile_workers_for(16, 16, true), 0, "a core each: none");
+        assert_eq!(compile_workers_for(64, 1, true), 3, "at most 3");
+        assert_eq!(compile_workers_for(16, 0, true), 3, "jobs of 0 counted as 1");
+        assert_eq!(compile_workers_for(128, 1, false), 0, "the CPU: none");
+    }
 
     #[test]
     fn each_agent_contributes_its_variants_to_the_measurement() {

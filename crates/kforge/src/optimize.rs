@@ -116,6 +116,12 @@ pub struct OptimizeArgs {
     /// regions; without it their timings run side by side).
     #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     jobs: i64,
+    /// Processes that compile a measure step's variants ahead of it, each problem's own, into
+    /// Inductor's caches (the step then loads each compile instead of making it; what is timed is
+    /// unchanged). Default: on a GPU, what the cores hold beside --jobs (cores / jobs - 1, at
+    /// most 3, fewer where the GPU's free memory would not hold them); on the CPU none. 0: none.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    compile_workers: Option<i64>,
     /// The beam's width: after the first measurement, the N inductor knobs that helped most are
     /// combined (every subset of two or more) and timed again beside the first round's best, in
     /// one measurement against the same baseline (2 to 4; 0: no second round). Needs the
@@ -145,6 +151,8 @@ struct Plan {
     gpu: bool,
     budget: Budget,
     jobs: usize,
+    /// Compile workers per measure step (`--compile-workers`).
+    compile_workers: usize,
     beam_width: u32,
     /// The llm agent's endpoint, loop and budget (with `--agents …,llm`).
     llm: Option<llm::LlmPlan>,
@@ -268,6 +276,10 @@ fn plan_on(a: &OptimizeArgs, machine: impl FnOnce() -> std::result::Result<Strin
     if !(1..=256).contains(&a.jobs) {
         bail!("--jobs must be between 1 and 256 (problems in flight at once), got {}", a.jobs);
     }
+    let max = kforge_optimize::search::MAX_COMPILE_WORKERS;
+    if let Some(n) = a.compile_workers.filter(|n| !(0..=max as i64).contains(n)) {
+        bail!("--compile-workers must be between 0 and {max} (processes per measure step), got {n}");
+    }
     let budget = Budget::new(a.budget_gpu_s, a.budget_wall_s)?;
     if a.beam_width == 1 || a.beam_width as usize > kforge_optimize::beam::MAX_WIDTH {
         bail!(
@@ -306,10 +318,19 @@ fn plan_on(a: &OptimizeArgs, machine: impl FnOnce() -> std::result::Result<Strin
         gpu,
         budget,
         jobs: a.jobs as usize,
+        compile_workers: match a.compile_workers {
+            Some(n) => n as usize,
+            None => kforge_optimize::search::compile_workers_for(cores(), a.jobs as usize, gpu),
+        },
         beam_width: a.beam_width,
         llm,
         machine,
     })
+}
+
+/// This machine's cores, as the compile workers' default counts them.
+fn cores() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
 fn question(a: &OptimizeArgs, plan: &Plan, problem: &Path) -> Question {
@@ -1443,6 +1464,11 @@ impl ProblemRun<'_> {
         args.extend(["--rounds".into(), a.rounds.to_string()]);
         for (flag, variants) in flags {
             args.extend([flag.to_string(), variants.clone()]);
+        }
+        // Not among the flags the step's input hash is made of: workers change how fast the
+        // variants compile, not what is measured.
+        if plan.compile_workers > 0 {
+            args.extend(["--compile-workers".into(), plan.compile_workers.to_string()]);
         }
         let Some(until) = self.until.get() else { return self.python_work(args, "dispatch") };
         args.extend(["--prepare-until".into(), format!("{until:.3}")]);

@@ -187,6 +187,14 @@ fn bad_input_is_named_before_anything_runs() {
             "--jobs must be between 1",
         ),
         (
+            vec!["tests/candidates/problems/row_softmax.py", "--device", "cpu", "--compile-workers", "-1"],
+            "--compile-workers must be between 0 and 8 (processes per measure step), got -1",
+        ),
+        (
+            vec!["tests/candidates/problems/row_softmax.py", "--device", "cpu", "--compile-workers", "9"],
+            "--compile-workers must be between 0 and 8",
+        ),
+        (
             vec!["tests/candidates/problems/row_softmax.py", "--device", "cpu", "--decisions", "Cargo.toml"],
             "the decisions file Cargo.toml is not a kforge optimize decisions file: ",
         ),
@@ -1138,4 +1146,45 @@ fn on_a_gpu_the_config_agent_runs_in_its_own_step_and_is_verified() {
     let r: Value = serde_json::from_str(&std::fs::read_to_string(none.join("report.json")).unwrap()).unwrap();
     assert!(r["config"]["skipped"].as_str().unwrap().contains("not above the 1.000x"), "{r}");
     assert!(journal(&none).steps.iter().all(|s| s.step != "config") && !none.join("config/config.json").exists());
+}
+
+/// `--compile-workers 1`: the measure step starts a compile worker, which warms the variants the
+/// step then prepares (`compile_workers` and each variant's `warmed` in `dispatch.json`). The
+/// workers are not part of the step's input: a run without them hashes the step the same, so a
+/// resumed campaign given another `--jobs` (another default) reuses its finished steps.
+#[test]
+fn compile_workers_reach_the_measure_step_and_are_not_part_of_its_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "tests/candidates/problems/vector_add.py",
+        "--device",
+        "cpu",
+        "--baseline",
+        "default",
+        "--agents",
+        "dispatch,inductor",
+        "--rounds",
+        "2",
+    ];
+    let measured = |workers: &str, out: &Path| -> (Value, String) {
+        let (code, text) = optimize(&[&args[..], &["--compile-workers", workers]].concat(), out);
+        assert_eq!(code, Some(0), "{text}");
+        let m: Value = serde_json::from_str(&std::fs::read_to_string(out.join("dispatch.json")).unwrap()).unwrap();
+        let j = journal(out);
+        let step = j.steps.iter().find(|s| s.step == "measure").expect("a measure step");
+        (m, step.input_hash.clone())
+    };
+    let (with, hash_with) = measured("1", &dir.path().join("with"));
+    assert_eq!(with["compile_workers"], serde_json::json!({"asked": 1, "started": 1}), "{with}");
+    let warmed: Vec<&String> = with["prepared"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, p)| p["warmed"]["ok"] == true && p["warmed"]["cache_hit"] == true)
+        .map(|(v, _)| v)
+        .collect();
+    assert!(!warmed.is_empty(), "a variant warmed and loaded from the cache: {with}");
+    let (without, hash_without) = measured("0", &dir.path().join("without"));
+    assert!(without.get("compile_workers").is_none(), "{without}");
+    assert_eq!(hash_with, hash_without, "the workers are not the step's input");
 }

@@ -50,6 +50,7 @@ from ..inspect.inductor import WrapperHook
 from ..inspect.traces import device_totals, trace_events
 from ..region import region
 from .rewrite import EXACTNESS, RuleError, candidate, introduced, rewrite_model, rules_of
+from .warm import CompileWorkers, WarmSpec, warmable, worker_line, workers_for_memory
 
 #: Every mode the agent knows: eager and torch.compile's modes.
 MODES = ("eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -296,15 +297,19 @@ def reference(problem: Any, dev: Any) -> Reference:
     return Reference(ref, xs, expected, Fp64Reference(ref))
 
 
-def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any,
-                  until: Optional[float] = None) -> Tuple[Dict[str, Callable[..., Any]], Dict[str, Dict[str, Any]]]:
+def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optional[float] = None,
+                  workers: Optional[CompileWorkers] = None
+                  ) -> Tuple[Dict[str, Callable[..., Any]], Dict[str, Dict[str, Any]]]:
     """Per mode its callable on its own copy of the reference, its compile time and how its
     output compares with eager's; modes that fail or compute otherwise are left out of the first
     dict and say why in the second. Past ``until`` (Unix seconds: the step's deadline) no variant
     but the first (the baseline) is prepared: each one left is ``not_prepared`` in the second. A knob variant whose compile generated exactly the code an
     variant of its mode with a subset of its knobs did (:func:`same_code`) is left out of the first dict too,
     ``same_code_as`` that one in the second: it is that candidate again, and timing it would only
-    add a chance to win by noise."""
+    add a chance to win by noise. With ``workers``, a variant one of them has is prepared after
+    that worker said it compiled it (its compile then a cache hit: ``warmed`` in the second
+    dict); one that ran out of GPU memory beside them is prepared again after they are
+    stopped (``retried_alone``)."""
     ready: Dict[str, Callable[..., Any]] = {}
     report: Dict[str, Dict[str, Any]] = {}
     codes: Dict[str, Tuple[str, ...]] = {}
@@ -315,7 +320,7 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any,
             say(f"not prepared {mode} ({i} of {len(modes)}): {NOT_PREPARED}")
             continue
         t0 = time.perf_counter()
-        codes[mode] = generated_code(lambda: prepare_one(mode, ref.model, ref, dev, ready, report))
+        codes[mode] = prepare_warmed(mode, ref, dev, ready, report, workers)
         took = time.perf_counter() - t0
         longest = max(longest, took)
         state = "ready" if mode in ready else f"left out: {report[mode].get('why', 'its output differs from eager')}"
@@ -324,6 +329,52 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any,
         del ready[variant]  # not timed (Dynamo's cache may still hold its compiled copy)
         report[variant]["same_code_as"] = other
     return ready, report
+
+
+def prepare_warmed(mode: str, ref: Reference, dev: Any, ready: Dict[str, Callable[..., Any]],
+                   report: Dict[str, Dict[str, Any]], workers: Optional[CompileWorkers]) -> Tuple[str, ...]:
+    """:func:`prepare_one` under :func:`generated_code`, after the compile worker that has
+    ``mode`` (if one does) said it compiled it; what the worker said and whether the compile hit
+    Inductor's FX graph cache go into ``report[mode]["warmed"]``. A variant that ran out of GPU
+    memory while workers ran is prepared again once they are stopped."""
+    said = workers.wait(mode) if workers is not None else None
+    hits = fx_cache_hits()
+    codes = generated_code(lambda: prepare_one(mode, ref.model, ref, dev, ready, report))
+    if said is not None:
+        report[mode]["warmed"] = {**said, "cache_hit": fx_cache_hits() > hits}
+    if workers is not None and workers.count and str(report[mode].get("why", "")).startswith("OutOfMemoryError"):
+        import torch
+
+        say(f"{mode} ran out of GPU memory beside the compile workers: they are stopped, it is prepared again")
+        workers.stop()
+        torch.cuda.empty_cache()
+        codes = generated_code(lambda: prepare_one(mode, ref.model, ref, dev, ready, report))
+        report[mode]["retried_alone"] = True
+    return codes
+
+
+def fx_cache_hits() -> int:
+    """Inductor's FX graph cache hits in this process so far (0 where torch does not count them)."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return 0
+    return int(counters["inductor"].get("fxgraph_cache_hit", 0))
+
+
+def warm_only(problem: Any, variants: Sequence[str], dev: Any) -> None:
+    """A compile worker (``--warm-only``, :mod:`.warm`): each of ``variants`` prepared as the
+    measure step prepares it (so that its compile fills the caches the step will read), one
+    line on stdout as each is done."""
+    ref = reference(problem, dev)
+    with room_to_compile(len(variants) + 1):
+        for v in variants:
+            t0 = time.perf_counter()
+            ready: Dict[str, Callable[..., Any]] = {}
+            report: Dict[str, Dict[str, Any]] = {}
+            prepare_one(v, ref.model, ref, dev, ready, report)
+            why = report[v].get("why")
+            print(worker_line(v, why is None, time.perf_counter() - t0, why), flush=True)
 
 
 #: Why a variant was not prepared: the measure step's deadline (``--prepare-until``).
@@ -545,15 +596,16 @@ def baseline_profile(fn: Callable[..., Any], xs: Sequence[Any], dev: Any) -> Dic
 
 def measure(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
             rewrite: Optional[Sequence[str]] = None, graph_rounds: int = 0, profile_baseline: bool = False,
-            until: Optional[float] = None) -> Dict[str, Any]:
+            until: Optional[float] = None, warm: Optional[WarmSpec] = None) -> Dict[str, Any]:
     """The whole agent step: modes prepared and checked (and with ``rewrite``, the exactness
     classes the rewrite agent may use, its variants), timed against ``modes[0]`` (the
     baseline), the choice; with ``graph_rounds``, then per graph (:func:`graph_search`). With
     ``until`` (Unix seconds), variants not prepared by then are left out (``not_prepared``), and
-    so are the rewrite and the per-graph search."""
+    so are the rewrite and the per-graph search. With ``warm`` (``workers`` > 0), compile workers
+    warm Inductor's caches ahead of the preparation (:mod:`.warm`)."""
     # every variant, the rewrite agent's two, explain's trace and the per-graph plans
     with room_to_compile(len(modes) + 3 + graph_rounds * MAX_GRAPH_PLANS):
-        return measure_in(problem, modes, dev, rounds, rewrite, graph_rounds, profile_baseline, until)
+        return measure_in(problem, modes, dev, rounds, rewrite, graph_rounds, profile_baseline, until, warm)
 
 
 @dataclass(frozen=True)
@@ -705,6 +757,29 @@ def graph_round(problem: Any, ref: Reference, fns: Dict[str, Callable[..., Any]]
             "round": {**record, "moved_to": name}}
 
 
+def compile_workers(warm: Optional[WarmSpec], variants: Sequence[str], dev: Any) -> Tuple[WarmSpec, Optional[Dict[str, Any]]]:
+    """The compile workers a measure step starts for ``variants`` (those after the baseline): as
+    many as ``warm`` asks, no more than there are variants to warm and, on a GPU, than its free
+    memory holds beside the step's (:func:`workers_for_memory`); and what to record of it
+    (``None`` when none were asked for)."""
+    if warm is None or warm.workers <= 0:
+        return WarmSpec("", "", "", 0), None
+    n = min(warm.workers, sum(1 for v in variants if warmable(v)))
+    said: Dict[str, Any] = {"asked": warm.workers}
+    if dev.type == "cuda" and n > 0:
+        import torch
+
+        footprint, free = torch.cuda.max_memory_allocated(dev), torch.cuda.mem_get_info(dev)[0]
+        held = workers_for_memory(n, footprint, free)
+        if held < n:
+            said["fewer"] = f"the GPU's free memory ({free / 2**30:.1f} GiB) holds {held} beside the step's {footprint / 2**30:.2f} GiB"
+        n = held
+    said["started"] = n
+    if n:
+        say(f"{n} compile worker(s) warm Inductor's caches ahead of the preparation")
+    return WarmSpec(warm.problem, warm.size, warm.device, n), said
+
+
 @contextlib.contextmanager
 def room_to_compile(variants: int) -> Iterator[None]:
     """Dynamo's recompile limit raised to ``variants`` while they are made and timed. Every
@@ -726,7 +801,7 @@ def room_to_compile(variants: int) -> Iterator[None]:
 
 def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
                rewrite: Optional[Sequence[str]], graph_rounds: int = 0, profile_baseline: bool = False,
-               until: Optional[float] = None) -> Dict[str, Any]:
+               until: Optional[float] = None, warm: Optional[WarmSpec] = None) -> Dict[str, Any]:
     """:func:`measure` with room to compile every variant."""
 
     def late(ahead: float = 0.0) -> bool:
@@ -739,7 +814,10 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
     ref = reference(problem, dev)
     graphs = find_graphs(ref.model, ref.xs) if graph_rounds > 0 else None  # before any compile: explain resets Dynamo
     idle = {v: why for v in modes for why in [no_effect(v, graphs)] if why}
-    fns, report = prepare_modes(ref, [m for m in modes if m not in idle], dev, until)
+    to_prepare = [m for m in modes if m not in idle]
+    spec, workers_said = compile_workers(warm, to_prepare[1:], dev)
+    with CompileWorkers(spec, to_prepare[1:]) as workers:
+        fns, report = prepare_modes(ref, to_prepare, dev, until, workers if workers.count else None)
     report.update({v: {"ok": True, "no_effect": why} for v, why in idle.items()})
     if baseline not in fns:
         raise DispatchError(f"the baseline {baseline!r} does not run: {report[baseline].get('why', 'its output differs from eager')}")
@@ -748,6 +826,8 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
     proposed = prepare_rewrite(problem, ref, baseline, rewrite, dev, fns, report) if rewrite is not None and not late(rewrite_s) else None
     cut = sorted(v for v, p in report.items() if p.get("not_prepared"))
     result: Dict[str, Any] = {"baseline": baseline, "prepared": report, "rewrite": proposed, "duplicates": same}
+    if workers_said is not None:
+        result["compile_workers"] = workers_said
     if until is not None:
         result["prepare_until"] = until
     if rewrite is not None and proposed is None:
@@ -798,6 +878,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "(kforge optimize passes 1 with the config agent on a GPU: its Amdahl ceiling before its step)")
     ap.add_argument("--baseline", default="max-autotune")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--compile-workers", type=int, default=0, metavar="N",
+                    help="start N processes that compile the variants ahead of the preparation into Inductor's caches "
+                         "(kforge optimize passes what the cores hold beside the problems in flight); 0: none")
+    ap.add_argument("--warm-only", default=None, metavar="VARIANTS",
+                    help="be a compile worker: prepare these variants (comma-separated), print a JSON line as each is "
+                         "done, time nothing, write no result")
     ap.add_argument("--prepare-until", type=float, default=None, metavar="UNIX_S",
                     help="prepare no variant but the baseline after this time (Unix seconds); those left are recorded "
                          "as not prepared and not timed (kforge optimize passes it to a measure step no wall budget of "
@@ -808,8 +894,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise DispatchError(f"--rounds must be at least 2 (an interval needs two rounds), got {a.rounds}")
         if a.graph_rounds < 0:
             raise DispatchError(f"--graph-rounds must be 0 (off) or more, got {a.graph_rounds}")
+        if a.compile_workers < 0:
+            raise DispatchError(f"--compile-workers must be 0 (none) or more, got {a.compile_workers}")
         rewrite = a.rewrite != ""
-        modes = parse_modes(a.modes, a.baseline, "cpu" if a.device == "cpu" else "cuda", a.knobs, rewrite)
+        # A compile worker is given its variants (the step checked them).
+        modes = parse_modes(a.modes, a.baseline, "cpu" if a.device == "cpu" else "cuda", a.knobs, rewrite) \
+            if a.warm_only is None else []
         classes = [c.strip() for c in a.rewrite.split(",") if c.strip()]
         try:
             if rewrite:
@@ -824,8 +914,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise DispatchError(f"--device {a.device} but no CUDA GPU is visible (pass --device cpu)")
         problem = load_problem(a.problem, a.size)
         inductor_regions()  # under a daemon, max-autotune's own benchmarks run in regions
+        if a.warm_only is not None:
+            warm_only(problem, [v for v in a.warm_only.split(",") if v], torch.device(a.device))
+            return 0
+        warm = WarmSpec(a.problem, a.size, a.device, a.compile_workers)
         result = measure(problem, modes, torch.device(a.device), a.rounds, classes if rewrite else None, a.graph_rounds,
-                         bool(a.profile_baseline), a.prepare_until)
+                         bool(a.profile_baseline), a.prepare_until, warm)
     except DispatchError as e:
         print(f"kforge optimize: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,156 @@
+"""Compile workers for the dispatch agent's measure step: Inductor's caches warmed in parallel.
+
+A measure step prepares its variants one after another in one process (each compiled on its own
+copy of the model, then called once and judged), because every variant must then be timed in that
+process against the same baseline. At real sizes most of the step is compiling: a level-3 model's
+max-autotune compile is CPU-bound Python for 30-90 s, and a step compiles up to a dozen. With
+``--compile-workers N`` the step starts N worker processes (``python3 -m kforge.optimize.dispatch
+PROBLEM --warm-only V1,V2,...``) that compile the variants ahead of it, each a share of them in the
+order the step will need them, into the Inductor caches the step reads (its FX graph and autotune
+caches, ``TORCHINDUCTOR_CACHE_DIR``, which the workers inherit with the rest of the environment:
+under a daemon their autotune benchmarks run in regions like the step's own). When the step
+reaches a variant a worker has, it waits for that worker's line about it, then prepares it as
+before, its compile a cache hit. What is timed and judged is unchanged: the step's own compiled
+copies, in the step's own process. A worker's failure costs only its warm-up: the step compiles
+the variant itself.
+
+Each worker prints one JSON line per variant on stdout, as it finishes it: ``{"variant": V,
+"ok": true, "seconds": S}`` or ``{"variant": V, "ok": false, "seconds": S, "why": ...}``.
+
+This module imports no torch and nothing of :mod:`.dispatch` (which imports it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Dict, List, Optional, Sequence
+
+#: Seconds a worker has to exit after SIGTERM before it is killed.
+STOP_PATIENCE_S = 5.0
+
+
+@dataclass(frozen=True)
+class WarmSpec:
+    """What a worker needs to make the step's model: the problem file, its size, the device."""
+
+    problem: str
+    size: str
+    device: str
+    workers: int
+
+
+def warmable(variant: str) -> bool:
+    """Whether a worker can warm ``variant``: a compile mode with or without knobs; not eager (no
+    compile), not a per-graph plan (its backend routes graphs in the step's process), not a
+    rewrite (its forward is made in the step's process)."""
+    return variant != "eager" and not variant.startswith("graphs:") and "~" not in variant
+
+
+def shares(variants: Sequence[str], workers: int) -> List[List[str]]:
+    """``variants`` dealt round-robin to ``workers`` workers, each share in the step's order (so
+    the first variants the step needs are the first each worker compiles); no empty share."""
+    n = max(0, min(workers, len(variants)))
+    return [list(variants[i::n]) for i in range(n)]
+
+
+@dataclass
+class _Worker:
+    proc: "subprocess.Popen[str]"
+    share: List[str]
+    seen: Dict[str, Dict[str, Any]]
+
+
+class CompileWorkers:
+    """The workers of one measure step. ``wait(v)`` blocks until the worker that has ``v`` said
+    it finished it (or exited), and returns its line (``None``: no worker has ``v``, or the
+    worker exited without a line for it). ``stop()`` ends the workers (SIGTERM, then SIGKILL
+    after ``STOP_PATIENCE_S``) and reaps them; a context manager stops them on exit."""
+
+    def __init__(self, spec: WarmSpec, variants: Sequence[str], python: Optional[str] = None) -> None:
+        self._workers: List[_Worker] = []
+        self._of: Dict[str, _Worker] = {}
+        for share in shares([v for v in variants if warmable(v)], spec.workers):
+            args = [python or sys.executable, "-m", "kforge.optimize.dispatch", spec.problem, "--out", os.devnull,
+                    "--device", spec.device, "--size", spec.size, "--warm-only", ",".join(share)]
+            # In the step's own process group and cgroup (no new session): the daemon freezes
+            # them with the step during a sibling's region, counts their GPU memory as the job's
+            # and does not see them as processes outside its jobs; killing the job kills them.
+            proc = subprocess.Popen(args, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+                                    env=worker_env())
+            w = _Worker(proc, share, {})
+            self._workers.append(w)
+            for v in share:
+                self._of[v] = w
+
+    @property
+    def count(self) -> int:
+        return len(self._workers)
+
+    def wait(self, variant: str) -> Optional[Dict[str, Any]]:
+        w = self._of.get(variant)
+        if w is None:
+            return None
+        out: Optional[IO[str]] = w.proc.stdout
+        while variant not in w.seen and out is not None:
+            line = out.readline()
+            if not line:
+                break  # exited (or stopped): no line for it
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # not a worker line (a library's print)
+            if isinstance(row, dict) and isinstance(row.get("variant"), str):
+                w.seen[row["variant"]] = row
+        return w.seen.get(variant)
+
+    def stop(self) -> None:
+        for w in self._workers:
+            if w.proc.poll() is None:
+                w.proc.terminate()  # Inductor's compile pool follows its parent out
+        for w in self._workers:
+            try:
+                w.proc.wait(timeout=STOP_PATIENCE_S)
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                w.proc.wait()
+            if w.proc.stdout is not None:
+                w.proc.stdout.close()
+
+    def __enter__(self) -> "CompileWorkers":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def worker_env() -> Dict[str, str]:
+    """This process's environment (the daemon job's socket, Inductor's cache directory), with
+    the directory this kforge package is imported from first on ``PYTHONPATH``, so that the
+    worker imports the same kforge."""
+    env = dict(os.environ)
+    root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join([root, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])])
+    return env
+
+
+def worker_line(variant: str, ok: bool, seconds: float, why: Optional[str] = None) -> str:
+    """A worker's line about ``variant`` (see the module's docstring)."""
+    row: Dict[str, Any] = {"variant": variant, "ok": ok, "seconds": round(seconds, 3)}
+    if why is not None:
+        row["why"] = why
+    return json.dumps(row)
+
+
+def workers_for_memory(workers: int, footprint: int, free: int) -> int:
+    """How many of ``workers`` the device's free memory holds: each worker builds the model and
+    its inputs again and compiles (autotuning allocates outputs and workspaces), taken as four
+    times the step's own ``footprint`` (bytes, after building the reference), within half of
+    ``free`` (siblings' jobs allocate too)."""
+    if footprint <= 0:
+        return workers
+    return max(0, min(workers, (free // 2) // (4 * footprint)))
