@@ -10,6 +10,7 @@ import copy
 import importlib.util
 import inspect
 import json
+import math
 import os
 import random
 import subprocess
@@ -420,6 +421,91 @@ def test_triangular_product_in_bf16() -> None:
     check_close(model, r, (a, b))
 
 
+def qkv(b: int = 2, h: int = 3, s: int = 16, d: int = 8, dtype: Any = torch.float32) -> Tuple[Any, Any, Any]:
+    return randn(b, h, s, d, dtype=dtype), randn(b, h, s, d, dtype=dtype), randn(b, h, s, d, dtype=dtype)
+
+
+ATTENTION = {
+    # the reduced-precision problems' form: scores in bf16, statistics in fp32, cast back
+    "bf16, fp32 statistics": (lambda q, k, v: torch.matmul(torch.softmax((torch.matmul(q, k.transpose(-2, -1))
+                                                                          / math.sqrt(8)).float(), dim=-1)
+                                                            .to(q.dtype), v), torch.bfloat16),
+    "fp32, scale as a product": (lambda q, k, v: F.softmax(q @ k.transpose(-1, -2) * 0.35, dim=-1) @ v, torch.float32),
+    "fp32, no scale, softmax method": (lambda q, k, v: (q @ torch.transpose(k, 2, 3)).softmax(-1) @ v, torch.float32),
+}
+
+
+@pytest.mark.parametrize("form", list(ATTENTION))
+def test_written_out_attention_is_one_sdpa_call(form: str) -> None:
+    fn, dtype = ATTENTION[form]
+    inputs = qkv(dtype=dtype)
+    model, r = rewrite(fn, *inputs)
+    assert rules_applied(r) == ["attention-sdpa"] and r.exactness == rw.REASSOCIATES
+    assert "scaled_dot_product_attention" in calls(r.module), r.code
+    assert not matmuls(r.module) and "softmax" not in calls(r.module), r.code
+    check_close(model, r, inputs)
+    idempotent(r, inputs)
+
+
+def test_masked_attention_passes_the_keys_that_take_part() -> None:
+    """A key-padding mask filled with -inf (level-2 007's form, ``~keep``): SDPA's bool mask is
+    the keys that take part, so the negation is undone rather than applied twice; a mask set
+    where keys are left out (``masked_fill(drop, -inf)``) is negated; before or after the scale."""
+    q, k, v = qkv(dtype=torch.bfloat16)
+    keep = torch.rand(2, 16) > 0.3
+    keep[:, 0] = True  # every row keeps a key (a row of -inf only is NaN in the original)
+
+    def padded(q: Any, k: Any, v: Any, keep: Any) -> Any:
+        s = torch.matmul(q, k.transpose(-2, -1)) * 0.35
+        s = s.masked_fill(~keep[:, None, None, :], float("-inf"))
+        return torch.matmul(torch.softmax(s.float(), dim=-1).to(q.dtype), v)
+
+    model, r = rewrite(padded, q, k, v, keep)
+    assert rules_applied(r) == ["attention-sdpa"]
+    assert not ({"invert", "logical_not", "masked_fill"} & calls(r.module)), r.code
+    check_close(model, r, (q, k, v, keep))
+    drop = ~torch.tril(torch.ones(16, 16, dtype=torch.bool))  # causal, built outside the forward
+
+    def causal(q: Any, k: Any, v: Any, drop: Any) -> Any:
+        s = (q @ k.transpose(-2, -1)).masked_fill(drop, float("-inf")) / 3.0
+        return torch.softmax(s, dim=-1) @ v
+
+    q, k, v = qkv()
+    model, r = rewrite(causal, q, k, v, drop)
+    assert rules_applied(r) == ["attention-sdpa"] and "logical_not" in calls(r.module), r.code
+    check_close(model, r, (q, k, v, drop))
+
+
+NOT_ATTENTION = {
+    "softmax over the queries": lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), dim=-2) @ v,
+    "k permuted, not transposed": lambda q, k, v: torch.softmax(q @ k.permute(0, 1, 3, 2), -1) @ v,
+    "a finite fill": lambda q, k, v: torch.softmax((q @ k.transpose(-2, -1)).masked_fill(k[..., :1] > 0, -1e9), -1) @ v,
+    "a negative scale": lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) * -0.5, -1) @ v,
+    "the scores used again": lambda q, k, v: (lambda s: (torch.softmax(s, -1) @ v) + s[..., :8])(q @ k.transpose(-2, -1)),
+    "the probabilities used again": lambda q, k, v: (lambda p: (p @ v) + p[..., :8])(torch.softmax(q @ k.transpose(-2, -1), -1)),
+    "a softmax dtype": lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1, dtype=torch.float64).float() @ v,
+    "a shift before the softmax": lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) + 1.0, -1) @ v,
+}
+
+
+@pytest.mark.parametrize("case", list(NOT_ATTENTION))
+def test_attention_does_not_fire_where_the_value_would_change(case: str) -> None:
+    model, r = rewrite(NOT_ATTENTION[case], *qkv())
+    assert rules_applied(r) == [], r.code
+
+
+def test_attention_does_not_fire_on_broadcast_batches_or_a_half_cast() -> None:
+    q, k, v = qkv()
+    _, r = rewrite(lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1), -1) @ v, q, k[:1], v[:1])
+    assert rules_applied(r) == [], "k and v broadcast over the batch"
+    qb, kb, vb = qkv(dtype=torch.bfloat16)
+    _, r = rewrite(lambda q, k, v: torch.softmax((q @ k.transpose(-2, -1)).float(), -1).to(q.dtype).float().to(q.dtype) @ v,
+                   qb, kb, vb)
+    assert rules_applied(r) == [], "a cast chain the rule does not read"
+    _, r = rewrite(lambda q, k, v: torch.softmax((q @ k.transpose(-2, -1)), -1).float().to(q.dtype) @ v, qb, kb, vb)
+    assert rules_applied(r) == [], "a cast back without the statistics in fp32"
+
+
 # --- the driver --------------------------------------------------------------------------------
 
 
@@ -705,9 +791,13 @@ UNTRACEABLE = {"level3/004_decoder_layer_causal_fp32.py", "level3/008_gru_unroll
                "level3/009_lstm_unrolled_bf16.py"}
 
 
-#: Suite problems a rule fires on (none: no suite problem has a diagonal, triangular or summed
-#: linear structure in its graph). A problem added with one is run on the CPU and compared.
-FIRES: dict = {}
+#: Suite problems a rule fires on: the four whose attention is written out (softmax(Q Kᵀ / √d) V,
+#: key-padding masked in level-2 007), none with a diagonal, triangular or summed linear
+#: structure. Each is run on the CPU and compared.
+FIRES: dict = {k: ["attention-sdpa"] for k in ("level2/007_masked_softmax_attention_bf16.py",
+                                              "level3/002_multihead_attention_bf16.py",
+                                              "level3/003_transformer_encoder_prenorm_bf16.py",
+                                              "level3/011_vit_patch_embed_encoder_fp32.py")}
 
 
 @pytest.mark.parametrize("size", ["default", "large"])
@@ -738,7 +828,9 @@ def random_case(rng: Any) -> Tuple[Callable[..., Any], List[Any]]:
     pick = lambda xs: xs[rng.randrange(len(xs))]  # noqa: E731
     n, k, m, b = (rng.randint(1, 4) for _ in range(4))
     t = lambda *s: torch.randn(*s, dtype=torch.float64)  # noqa: E731
-    kind = pick(["diag", "diag-product", "linear", "triangle"])
+    kind = pick(["diag", "diag-product", "linear", "triangle", "attention"])
+    if kind == "attention":
+        return random_attention(rng, t)
     if kind == "diag":
         batch = pick([(), (b,), (b, 1), (1, b)])
         v = t(*pick([(n,), (b, n), (1, n)]))
@@ -782,6 +874,41 @@ def random_case(rng: Any) -> Tuple[Callable[..., Any], List[Any]]:
         return c if outer is None else getattr(torch, outer)(c, k0)
 
     return g, [t(*shape_p), t(*shape_q)]
+
+
+def random_attention(rng: Any, t: Callable[..., Any]) -> Tuple[Callable[..., Any], List[Any]]:
+    """A random softmax(q kᵀ …) v: batch dims of one or two, k and v maybe broadcast over the
+    batch, the softmax over either of the last dims, k transposed over its last dims or not, a
+    scale (product or quotient, maybe negative), a mask filled with -inf or a finite value,
+    before or after the scale (every row keeps a key: a row of -inf only is NaN either way)."""
+    pick = lambda xs: xs[rng.randrange(len(xs))]  # noqa: E731
+    batch = pick([(2,), (2, 3)])
+    s_, e = rng.randint(2, 5), rng.randint(1, 4)
+    q, k, v = t(*batch, rng.randint(1, 5), e), t(*pick([batch, (1,) * len(batch)]), s_, e), t(*batch, s_, rng.randint(1, 4))
+    drops = [torch.rand(s_) > 0.5 for _ in range(2)]
+    for d in drops:
+        d[0] = False  # key 0 always takes part
+    dims, dim = pick([(-2, -1), (-1, -2), (0, -1)]), pick([-1, -1, -2])
+    scale, where, fill = pick([None, ("mul", 0.4), ("div", 3.0), ("mul", -0.5)]), pick(["before", "after"]), \
+        pick([float("-inf"), float("-inf"), -1e9])
+    drop = pick([None, *drops]) if dim == -1 else None  # over the queries a masked key's column is all -inf
+    if scale is not None and scale[1] < 0:
+        where = "after"  # -inf times a negative scale is +inf: the original's rows would be NaN
+
+    def scaled(x: Any) -> Any:
+        if scale is None:
+            return x
+        return x * scale[1] if scale[0] == "mul" else x / scale[1]
+
+    def masked(x: Any) -> Any:
+        return x if drop is None else x.masked_fill(drop, fill)
+
+    def f(q: Any, k: Any, v: Any) -> Any:
+        x = torch.matmul(q, k.transpose(*dims))
+        x = scaled(masked(x)) if where == "before" else masked(scaled(x))
+        return torch.softmax(x, dim=dim) @ v
+
+    return f, [q, k, v]
 
 
 def test_random_programs_keep_their_values() -> None:

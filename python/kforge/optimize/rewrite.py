@@ -526,6 +526,199 @@ def match_triangular_product(n: Node, gm: Module) -> Optional[Match]:
     return Match(n, (n.name,), build)
 
 
+def softmax_input(n: Any) -> Optional[Node]:
+    """x when ``n`` is a softmax of x over its last dim, without a dtype argument."""
+    import torch
+    import torch.nn.functional as F
+
+    if not is_call(n, (torch.softmax, F.softmax), ("softmax",)) or not only_kwargs(n, ("dim", "_stacklevel", "dtype")):
+        return None
+    if n.kwargs.get("dtype") is not None or len(n.args) > 2:
+        return None
+    x, dim = n.args[0], int_arg(arg(n, 1, "dim", None))
+    s = shape(x)
+    return x if s and dim is not None and dim % len(s) == len(s) - 1 else None
+
+
+def cast_input(n: Any, to: str) -> Optional[Node]:
+    """x when ``n`` casts x to the dtype named ``to`` (``x.float()``, ``x.to(dtype)``, ``x.type_as(y)``:
+    read from the recorded dtypes, whatever the spelling of the dtype argument) and nothing else."""
+    if not is_call(n, (), ("float", "to", "bfloat16", "half", "type_as")) or n.kwargs or not n.args:
+        return None
+    if n.target in ("float", "bfloat16", "half") and len(n.args) != 1:
+        return None
+    if n.target in ("to", "type_as") and len(n.args) != 2:
+        return None
+    x = n.args[0]
+    if dtype_name(n) != to or shape(n) != shape(x) or dtype_name(x) not in FLOATING:
+        return None
+    return x  # type: ignore[no-any-return]
+
+
+def cast_argument(n: Node) -> List[Node]:
+    """The node a cast reads its dtype from (``x.to(y.dtype)``'s ``getattr``), if any: matched
+    with the cast, so that it goes when nothing else uses it."""
+    import torch.fx
+
+    return [a for a in n.args[1:] if isinstance(a, torch.fx.Node)]
+
+
+def scaled(n: Any) -> Optional[Tuple[Node, float]]:
+    """(x, c) when ``n`` is x * c, c * x or x / c (as c = 1/divisor) for a finite non-zero number c."""
+    import math
+
+    import torch
+
+    if not isinstance(n, torch.fx.Node) or n.kwargs or len(n.args) != 2:
+        return None
+    a: Any = n.args[0]
+    b: Any = n.args[1]
+
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v != 0
+
+    if is_call(n, (operator.mul, torch.mul), ("mul",)):
+        if number(b) and isinstance(a, torch.fx.Node):
+            return a, float(b)
+        if number(a) and isinstance(b, torch.fx.Node):
+            return b, float(a)
+    if is_call(n, (operator.truediv, torch.div), ("div",)) and number(b) and isinstance(a, torch.fx.Node):
+        return a, 1.0 / float(b)
+    return None
+
+
+def masked_with_minus_inf(n: Any) -> Optional[Tuple[Node, Node]]:
+    """(x, mask) when ``n`` is ``x.masked_fill(mask, -inf)`` with a bool mask that broadcasts to x."""
+    import torch
+
+    if not is_call(n, (torch.masked_fill,), ("masked_fill",)) or n.kwargs or len(n.args) != 3:
+        return None
+    x, mask, value = n.args
+    if not isinstance(value, float) or value != float("-inf") or dtype_name(mask) != "torch.bool":
+        return None
+    sx, sm = shape(x), shape(mask)
+    if sx is None or sm is None or len(sm) > len(sx):
+        return None
+    if any(m not in (1, d) for m, d in zip(reversed(sm), reversed(sx))):
+        return None  # the mask would not broadcast to the scores (or would widen them)
+    return x, mask
+
+
+def key_transposed(n: Any) -> Optional[Node]:
+    """k when ``n`` swaps k's last two dims (``k.transpose(-2, -1)``, ``torch.transpose(k, …)``)."""
+    import torch
+
+    if not is_call(n, (torch.transpose,), ("transpose",)) or n.kwargs or len(n.args) != 3:
+        return None
+    k, d0, d1 = n.args
+    s = shape(k)
+    d0, d1 = int_arg(d0), int_arg(d1)
+    if s is None or len(s) < 2 or d0 is None or d1 is None:
+        return None
+    return k if {d0 % len(s), d1 % len(s)} == {len(s) - 2, len(s) - 1} else None
+
+
+@dataclass(frozen=True)
+class Attention:
+    """softmax(q kᵀ · scale, masked) v as the attention rule reads it."""
+
+    q: Node
+    k: Node
+    v: Node
+    scale: float
+    mask: Optional[Node]
+    nodes: Tuple[str, ...]
+
+
+def attention_scores(x: Node, dtype: str) -> Optional[Tuple[Node, Node, float, Optional[Node], List[Node]]]:
+    """(q, k, scale, mask, nodes) when ``x`` is q kᵀ times a positive scale, -inf where a mask is
+    set (before or after the scale), in ``dtype`` (the product's own dtype)."""
+    chain: List[Node] = []
+    scale, mask = 1.0, None
+    for _ in range(2):  # a scale and a mask, in either order
+        masked = masked_with_minus_inf(x) if mask is None else None
+        if masked is not None:
+            chain.append(x)
+            x, mask = masked
+            continue
+        s = scaled(x) if scale == 1.0 else None
+        if s is not None:
+            chain.append(x)
+            x, scale = s
+    ops = matmul_operands(x)
+    if ops is None or scale <= 0 or dtype_name(x) != dtype:
+        return None
+    q, kt = ops
+    k = key_transposed(kt)
+    if k is None or not single_use(kt):
+        return None
+    return q, k, scale, mask, chain + [x, kt]
+
+
+def attention(n: Node) -> Optional[Attention]:
+    """``n`` as softmax(q kᵀ · scale [-inf where mask]) @ v over the last dims, in one dtype: the
+    softmax in that dtype, or in fp32 between casts from and back to it (statistics in fp32, as
+    the reduced-precision problems take them); every intermediate used only there; q, k, v of
+    one floating dtype and the same batch dims."""
+    ops = matmul_operands(n)
+    if ops is None:
+        return None
+    probs, v = ops
+    dtype = dtype_name(v)
+    chain: List[Node] = []
+    down = cast_input(probs, dtype) if dtype in REDUCED else None
+    sm = down if down is not None else probs
+    if down is not None:
+        chain += [probs, *cast_argument(probs)]
+    x = softmax_input(sm)
+    if x is None:
+        return None
+    chain.append(sm)
+    up = cast_input(x, "torch.float32") if down is not None else None
+    if down is not None:
+        if up is None or dtype_name(up) != dtype:
+            return None  # statistics in fp32 only between a cast up and a cast back
+        chain += [x, *cast_argument(x)]
+        x = up
+    found = attention_scores(x, dtype or "")
+    if found is None:
+        return None
+    q, k, scale, mask, scores = found
+    chain += scores
+    if any(not single_use(c) for c in chain if c.op != "call_function" or c.target is not getattr):
+        return None
+    sq, sk, sv = shape(q), shape(k), shape(v)
+    if sq is None or sk is None or sv is None or not floating(q, k, v) or dtype not in FLOATING:
+        return None
+    if not (len(sq) == len(sk) == len(sv) >= 3 and sq[:-2] == sk[:-2] == sv[:-2] and sq[-1] == sk[-1]
+            and sk[-2] == sv[-2]):
+        return None
+    return Attention(q, k, v, scale, mask, (n.name, *(c.name for c in chain)))
+
+
+def match_attention(n: Node, gm: Module) -> Optional[Match]:
+    """softmax(Q Kᵀ · scale [-inf where mask]) V → ``F.scaled_dot_product_attention(Q, K, V,
+    attn_mask=~mask, scale=scale)``: one fused kernel, the scores never in memory."""
+    import torch
+    import torch.nn.functional as F
+
+    a = attention(n)
+    if a is None:
+        return None
+    undone = a.mask is not None and is_call(a.mask, (operator.invert, torch.logical_not, torch.bitwise_not),
+                                             ("logical_not", "bitwise_not", "__invert__")) \
+        and len(a.mask.args) == 1 and dtype_name(a.mask.args[0]) == "torch.bool"
+
+    def build(g: Graph) -> Node:
+        kwargs: Dict[str, Any] = {"scale": a.scale}
+        if a.mask is not None:  # SDPA's bool mask says which keys take part: the fill's mask negated
+            kwargs["attn_mask"] = a.mask.args[0] if undone else call(g, torch.logical_not, a.mask)
+        return g.call_function(F.scaled_dot_product_attention, (a.q, a.k, a.v), kwargs)
+
+    # a negation undone goes when nothing else uses it
+    return Match(n, a.nodes + ((a.mask.name,) if undone and a.mask is not None else ()), build)
+
+
 RULES: Tuple[Rule, ...] = (
     Rule("diag-matmul", "diag(a) @ B as a[:, None] * B, A @ diag(b) as A * b (torch.diag, torch.diag_embed)",
          EXACT, match_diag_matmul),
@@ -538,6 +731,8 @@ RULES: Tuple[Rule, ...] = (
          EXACT, match_redundant_triangle),
     Rule("triangular-product", "a product of two triangular matrices in 2 x 2 blocks, known-zero blocks skipped",
          REASSOCIATES, match_triangular_product),
+    Rule("attention-sdpa", "softmax(Q K^T * scale, -inf where masked) V as F.scaled_dot_product_attention: one fused "
+         "kernel, the scores never in memory (introduces the attention vendor family)", REASSOCIATES, match_attention),
 )
 
 
