@@ -474,6 +474,12 @@ def test_masked_attention_passes_the_keys_that_take_part() -> None:
     model, r = rewrite(causal, q, k, v, drop)
     assert rules_applied(r) == ["attention-sdpa"] and "logical_not" in calls(r.module), r.code
     check_close(model, r, (q, k, v, drop))
+    # A mask over the keys alone (1-D): SDPA reads a mask's last two dims, so it gets a query dim.
+    keys = torch.arange(16) % 3 == 1
+    model, r = rewrite(lambda q, k, v, m: torch.softmax((q @ k.transpose(-2, -1)).masked_fill(m, float("-inf")), -1) @ v,
+                       q, k, v, keys)
+    assert rules_applied(r) == ["attention-sdpa"] and "unsqueeze" in calls(r.module), r.code
+    check_close(model, r, (q, k, v, keys))
 
 
 NOT_ATTENTION = {

@@ -597,7 +597,7 @@ def masked_with_minus_inf(n: Any) -> Optional[Tuple[Node, Node]]:
     if not isinstance(value, float) or value != float("-inf") or dtype_name(mask) != "torch.bool":
         return None
     sx, sm = shape(x), shape(mask)
-    if sx is None or sm is None or len(sm) > len(sx):
+    if sx is None or sm is None or not 1 <= len(sm) <= len(sx):
         return None
     if any(m not in (1, d) for m, d in zip(reversed(sm), reversed(sx))):
         return None  # the mask would not broadcast to the scores (or would widen them)
@@ -712,7 +712,9 @@ def match_attention(n: Node, gm: Module) -> Optional[Match]:
     def build(g: Graph) -> Node:
         kwargs: Dict[str, Any] = {"scale": a.scale}
         if a.mask is not None:  # SDPA's bool mask says which keys take part: the fill's mask negated
-            kwargs["attn_mask"] = a.mask.args[0] if undone else call(g, torch.logical_not, a.mask)
+            keep = a.mask.args[0] if undone else call(g, torch.logical_not, a.mask)
+            # SDPA reads the mask's last two dims: a mask over the keys alone gets a query dim
+            kwargs["attn_mask"] = method(g, "unsqueeze", keep, 0) if len(shape(a.mask) or ()) == 1 else keep
         return g.call_function(F.scaled_dot_product_attention, (a.q, a.k, a.v), kwargs)
 
     # a negation undone goes when nothing else uses it
