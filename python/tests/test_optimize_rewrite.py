@@ -546,8 +546,50 @@ def test_untraceable_models_are_reported() -> None:
 
     r = rw.rewrite_model(Fn(branchy), (randn(4),))
     assert r.module is None and r.skipped is not None and "symbolic_trace" in r.skipped
+    assert "traced again with the inputs' shapes fixed" in r.skipped, "the data, not the shapes, decides the branch"
     with pytest.raises(ValueError, match="no rewritten module"):
         rw.module_source(r)
+
+
+CAUSAL = textwrap.dedent('''
+    import torch
+    import torch.nn as nn
+
+
+    class Model(nn.Module):
+        """Self-attention whose causal mask is made in forward from the input's size (level-3
+        004's form): symbolic_trace cannot pass a traced size to torch.ones."""
+
+        def __init__(self, diagonal=1):
+            super().__init__()
+            self.diagonal = diagonal
+
+        def forward(self, q, k, v):
+            s, t = q.shape[-2], k.shape[-2]
+            mask = torch.triu(torch.ones(s, t, device=q.device), diagonal=self.diagonal).bool()
+            return torch.softmax((q @ k.transpose(-2, -1) / 8.0).masked_fill(mask, float("-inf")), dim=-1) @ v
+    ''')
+_causal: dict = {}
+exec(compile(CAUSAL, "<causal>", "exec"), _causal)
+CausalSelfAttention = _causal["Model"]
+
+
+def test_a_forward_reading_its_sizes_is_traced_with_them_fixed_and_its_causal_mask_is_sdpas() -> None:
+    """Traced again with the inputs' shapes fixed (sizes become numbers; the result says so); the
+    strict upper triangle of ones as the mask is SDPA's ``is_causal`` (no mask made or read), also
+    for more queries than keys (both align top left); another diagonal stays a mask."""
+    for s, t in ((16, 16), (12, 16)):
+        q, k, v = randn(2, 3, s, 8), randn(2, 3, t, 8), randn(2, 3, t, 4)
+        model = CausalSelfAttention()
+        r = rw.rewrite_model(model, (q, k, v))
+        assert r.skipped is None and r.shapes_fixed and rules_applied(r) == ["attention-sdpa"], r.skipped
+        assert "is_causal = True" in r.code and not ({"ones", "triu", "logical_not"} & calls(r.module)), r.code
+        check_close(model, r, (q, k, v))
+        assert rw.SHAPES_FIXED in rw.module_source(r, CAUSAL)
+    q, k, v = qkv()
+    model = CausalSelfAttention(diagonal=0)
+    r = rw.rewrite_model(model, (q, k, v))
+    assert rules_applied(r) == ["attention-sdpa"] and "is_causal" not in r.code and "logical_not" in calls(r.module)
 
 
 def test_the_model_itself_is_not_changed() -> None:
@@ -767,7 +809,9 @@ def test_command_line_writes_the_candidate(tmp_path: Path) -> None:
     none = json.loads(cli(str(FIXTURES / "sigmoid_rowsum.py")).stdout)
     assert none["candidate"] is None and none["skipped"] is None
     gru = json.loads(cli(str(REPO / "problems/level3/008_gru_unrolled_fp32.py"), "--size", "large").stdout)
-    assert gru["candidate"] is None and "symbolic_trace" in gru["skipped"]
+    assert gru["candidate"] is None and gru["skipped"] is None, "traced with its shapes fixed; no rule fires"
+    d = json.loads(cli(str(REPO / "problems/level3/004_decoder_layer_causal_fp32.py")).stdout)["candidate"]
+    assert d["shapes_fixed"] and [c["rule"] for c in d["changes"]] == ["attention-sdpa", "attention-sdpa"], d
 
 
 def test_command_line_names_bad_input(tmp_path: Path) -> None:
@@ -792,18 +836,20 @@ def build_on_meta(path: Path, size: str = "default") -> Tuple[Any, List[Any]]:
 
 
 #: Suite problems symbolic_trace cannot trace (loops over a tensor's size, torch.ones(s, t) with
-#: proxies): the rewrite agent skips them, saying so.
-UNTRACEABLE = {"level3/004_decoder_layer_causal_fp32.py", "level3/008_gru_unrolled_fp32.py",
-               "level3/009_lstm_unrolled_bf16.py"}
+#: proxies): traced again with their shapes fixed (the meta tracer).
+SHAPES_FIXED = {"level3/004_decoder_layer_causal_fp32.py", "level3/008_gru_unrolled_fp32.py",
+                "level3/009_lstm_unrolled_bf16.py"}
 
 
 #: Suite problems a rule fires on: the four whose attention is written out (softmax(Q Kᵀ / √d) V,
 #: key-padding masked in level-2 007), none with a diagonal, triangular or summed linear
 #: structure. Each is run on the CPU and compared.
-FIRES: dict = {k: ["attention-sdpa"] for k in ("level2/007_masked_softmax_attention_bf16.py",
-                                              "level3/002_multihead_attention_bf16.py",
-                                              "level3/003_transformer_encoder_prenorm_bf16.py",
-                                              "level3/011_vit_patch_embed_encoder_fp32.py")}
+FIRES: dict = {**{k: ["attention-sdpa"] for k in ("level2/007_masked_softmax_attention_bf16.py",
+                                                 "level3/002_multihead_attention_bf16.py",
+                                                 "level3/003_transformer_encoder_prenorm_bf16.py",
+                                                 "level3/011_vit_patch_embed_encoder_fp32.py")},
+               # causal self-attention (its mask SDPA's is_causal) and cross-attention
+               "level3/004_decoder_layer_causal_fp32.py": ["attention-sdpa", "attention-sdpa"]}
 
 
 @pytest.mark.parametrize("size", ["default", "large"])
@@ -814,7 +860,7 @@ def test_suite_problems_find_nothing_or_stay_equal(path: Path, size: str) -> Non
     model, inputs = build_on_meta(path, size)
     r = rw.rewrite_model(model, inputs)
     key = f"{path.parent.name}/{path.name}"
-    assert (r.module is None) == (key in UNTRACEABLE), r.skipped
+    assert r.module is not None and r.shapes_fixed == (key in SHAPES_FIXED), r.skipped
     assert rules_applied(r) == FIRES.get(key, [])
     if r.applications:
         mod = load(path)

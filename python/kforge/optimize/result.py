@@ -39,7 +39,7 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ..harness import load_problem
 from .dispatch import GRAPHS, KNOBS, MODES, REWRITE, ROUTED_BACKEND, DispatchError, graph_plan, variant_knobs, variant_options
-from .rewrite import RewriteResult, applied_rules, code_key, module_source, rewrite_problem, rules_of
+from .rewrite import SHAPES_FIXED, RewriteResult, applied_rules, code_key, module_source, rewrite_problem, rules_of
 
 #: Baselines a verify policy can name (gate 4 compiles its baseline; eager is no baseline there).
 COMPILE_BASELINES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -239,7 +239,7 @@ def rewrite_source(problem_path: str, problem_source: str, variant: str, measure
               f"{'%.3fx' % speedup if isinstance(speedup, float) else 'none'}; "
               f"made with torch {versions.get('torch')}, Triton {versions.get('triton')}.\n"
               "Torch code by design: verify with the policy beside this file (reference-ops plus exactly the\n"
-              "ops the rewrite introduced).")
+              "ops the rewrite introduced)." + (f"\n{SHAPES_FIXED}" if result.shapes_fixed else ""))
     if mode == "eager":
         return module_source(result, problem_source, "ModelNew", header)
     return module_source(result, problem_source, "Rewritten", header) + compiled_subclass("Rewritten", f"mode={mode!r}")

@@ -24,14 +24,19 @@ torch Python (``GraphModule.code``), which is what a standalone ``ModelNew`` fil
 ``torch.export`` lifts parameters into inputs, decomposes into ATen ops and prints
 ``torch.ops.aten.*`` calls, a worse base for a readable, policy-checkable candidate. Shapes and
 dtypes come from ``ShapeProp`` under a ``FakeTensorMode`` (nothing is computed, so GB-sized
-problems cost nothing). A model that does not trace (data-dependent control flow), whose shapes
-do not propagate, or whose graph mutates a tensor in place is left alone, with the reason in
+problems cost nothing). A forward that reads its inputs' sizes where symbolic tracing cannot
+follow them (``torch.ones(s, t)`` of a traced ``s``: level-3 004's causal mask, the unrolled
+RNNs) is traced again by torch's meta tracer with the inputs' shapes fixed
+(:func:`meta_trace`; :attr:`RewriteResult.shapes_fixed`): its sizes become numbers, so the
+rewrite is valid for those shapes only, the shapes verify judges it at, and its file says so. A
+model that does not trace either way (data-dependent control flow), whose shapes do not
+propagate, or whose graph mutates a tensor in place is left alone, with the reason in
 :attr:`RewriteResult.skipped` (in-place ops would make "the same value" depend on aliasing, which
 the matchers do not track).
 
 The rewritten graph is valid for inputs of the ranks, dtypes and shape relations it was matched
 at (a square product stays square); sizes may change (block sizes are computed from the inputs'
-sizes at run time, never baked in).
+sizes at run time, never baked in), except in a graph traced with its shapes fixed.
 """
 
 from __future__ import annotations
@@ -120,6 +125,9 @@ class RewriteResult:
     applications: List[Application] = field(default_factory=list)
     code: str = ""
     skipped: Optional[str] = None
+    #: Traced with the inputs' shapes fixed (:func:`trace`'s second way): the rewritten forward
+    #: holds their sizes as numbers and is valid for those shapes only.
+    shapes_fixed: bool = False
 
     @property
     def changed(self) -> bool:
@@ -604,6 +612,29 @@ def masked_with_minus_inf(n: Any) -> Optional[Tuple[Node, Node]]:
     return x, mask
 
 
+def causal_mask(m: Any, scores: Tuple[int, ...]) -> Optional[List[Node]]:
+    """The nodes that make ``m`` when it is the causal mask of scores of shape (…, L, S): the
+    strict upper triangle of ones of shape (L, S) as bool (``torch.triu(torch.ones(L, S), diagonal=1)
+    .bool()``, the ``triu`` a method or the cast a ``.to(torch.bool)`` too), which SDPA's
+    ``is_causal`` is (its mask is the lower triangle, aligned top left), else None."""
+    import torch
+    import torch.fx
+
+    if not isinstance(m, torch.fx.Node) or not is_call(m, (), ("bool", "to")) or dtype_name(m) != "torch.bool":
+        return None
+    tri: Any = m.args[0]
+    if not is_call(tri, (torch.triu,), ("triu",)) or not only_kwargs(tri, ("diagonal",)) or len(tri.args) > 2:
+        return None
+    if int_arg(arg(tri, 1, "diagonal", 0)) != 1 or not single_use(tri):
+        return None
+    ones: Any = tri.args[0]
+    if not is_call(ones, (torch.ones,)) or not only_kwargs(ones, ("device", "dtype")) or not single_use(ones):
+        return None
+    if shape(ones) != tuple(scores[-2:]):
+        return None
+    return [m, tri, ones, *[a for a in ones.kwargs.values() if isinstance(a, torch.fx.Node)]]
+
+
 def key_transposed(n: Any) -> Optional[Node]:
     """k when ``n`` swaps k's last two dims (``k.transpose(-2, -1)``, ``torch.transpose(k, …)``)."""
     import torch
@@ -705,6 +736,11 @@ def match_attention(n: Node, gm: Module) -> Optional[Match]:
     a = attention(n)
     if a is None:
         return None
+    causal = causal_mask(a.mask, shape(n.args[0]) or ()) if a.mask is not None else None
+    if causal is not None:  # the mask made in forward is SDPA's own causal one: no mask in memory
+        return Match(n, a.nodes + tuple(c.name for c in causal),
+                     lambda g: g.call_function(F.scaled_dot_product_attention, (a.q, a.k, a.v),
+                                               {"scale": a.scale, "is_causal": True}))
     undone = a.mask is not None and is_call(a.mask, (operator.invert, torch.logical_not, torch.bitwise_not),
                                              ("logical_not", "bitwise_not", "__invert__")) \
         and len(a.mask.args) == 1 and dtype_name(a.mask.args[0]) == "torch.bool"
@@ -830,13 +866,11 @@ def rewrite_model(model: Any, example_inputs: Sequence[Any], rules: Sequence[Rul
     fake or meta tensors: only their metadata is used). ``model``'s forward is not changed
     (``symbolic_trace`` itself may set ``_tensor_constant*`` attributes on it for tensors made in
     forward): the result's module is a new ``GraphModule`` sharing its parameters."""
-    import torch.fx
-
     try:
-        gm = torch.fx.symbolic_trace(model)
-    except Exception as e:  # data-dependent control flow, untraceable calls
-        return RewriteResult(model, None, skipped=f"torch.fx.symbolic_trace failed: {type(e).__name__}: {e}")
-    result = RewriteResult(model, gm, code=gm.code)
+        gm, fixed = trace(model, example_inputs)
+    except TraceError as e:  # data-dependent control flow, untraceable calls
+        return RewriteResult(model, None, skipped=str(e))
+    result = RewriteResult(model, gm, code=gm.code, shapes_fixed=fixed)
     inplace = [n.name for n in gm.graph.nodes if mutates(n, gm)]
     if inplace:
         result.skipped = f"in-place ops in the graph: {', '.join(inplace)}"
@@ -856,6 +890,58 @@ def rewrite_model(model: Any, example_inputs: Sequence[Any], rules: Sequence[Rul
         result.skipped = f"stopped after {max_applications} applications"
     result.code = gm.code
     return result
+
+
+class TraceError(RuntimeError):
+    """Neither way of :func:`trace` made a graph of the model: both reasons."""
+
+
+def trace(model: Any, inputs: Sequence[Any]) -> Tuple[Module, bool]:
+    """``model``'s forward as an FX graph, and whether its shapes are fixed: by
+    ``torch.fx.symbolic_trace`` (no inputs needed; sizes stay computed from the inputs at run
+    time), else, for a forward that reads its inputs' sizes where symbolic tracing cannot follow
+    them (``torch.ones(s, t)`` of a traced ``s``), by :func:`meta_trace` with ``inputs``' shapes
+    (the sizes become numbers: the graph is valid for those shapes only, which are the shapes
+    verify judges a candidate at). Raises :class:`TraceError` with both reasons."""
+    import torch.fx
+
+    try:
+        return torch.fx.symbolic_trace(model), False
+    except Exception as first:
+        try:
+            return meta_trace(model, inputs), True
+        except Exception as second:
+            raise TraceError(f"torch.fx.symbolic_trace failed: {type(first).__name__}: {first}; traced again with "
+                             f"the inputs' shapes fixed: {type(second).__name__}: {second}") from second
+
+
+def meta_trace(model: Any, inputs: Sequence[Any]) -> Module:
+    """``model`` traced by torch's meta tracer, which carries a meta tensor beside each proxy so
+    that ``x.shape`` and ``x.size()`` are numbers: on a twin of the model whose parameters and
+    buffers are meta tensors (nothing is copied or computed), the graph then made a
+    ``GraphModule`` of ``model`` itself (the same submodule and parameter names)."""
+    import inspect
+    import itertools
+    import warnings
+
+    import torch
+    import torch.fx
+    from torch.fx.experimental.meta_tracer import MetaTracer
+
+    memo: Dict[int, Any] = {}
+    for t in itertools.chain(model.parameters(), model.buffers()):
+        meta = torch.empty_like(t, device="meta")
+        memo[id(t)] = torch.nn.Parameter(meta, t.requires_grad) if isinstance(t, torch.nn.Parameter) else meta
+    twin = copy.deepcopy(model, memo)
+    names = list(inspect.signature(model.forward).parameters)
+    if len(names) != len(inputs):
+        raise ValueError(f"forward takes {len(names)} arguments, {len(inputs)} inputs given")
+    meta_args = {n: x.to("meta") for n, x in zip(names, inputs) if isinstance(x, torch.Tensor)}
+    concrete = {n: x for n, x in zip(names, inputs) if not isinstance(x, torch.Tensor)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # each op it could not give a meta value (it traces on)
+        graph = MetaTracer().trace(twin, meta_args=meta_args, concrete_args=concrete or None)
+    return torch.fx.GraphModule(model, graph)
 
 
 # --- the standalone file -----------------------------------------------------------------------
@@ -932,7 +1018,8 @@ def module_source(result: RewriteResult, source: Optional[str] = None, class_nam
         raise ValueError(f"the rewritten forward uses globals with no standalone spelling: {', '.join(unknown)}")
     if docstring is None:
         docstring = (f"{class_name}: the problem's Model with its forward rewritten by kforge optimize's rewrite rules: "
-                     f"{applied_rules(result)}.\nMade with torch {torch.__version__}; exactness class {result.exactness}.")
+                     f"{applied_rules(result)}.\nMade with torch {torch.__version__}; exactness class {result.exactness}."
+                     + (f"\n{SHAPES_FIXED}" if result.shapes_fixed else ""))
     body: List[ast.stmt] = [ast.Expr(ast.Constant(docstring))]
     has_torch = False
     found_model = False
@@ -958,6 +1045,11 @@ def module_source(result: RewriteResult, source: Optional[str] = None, class_nam
     body[last_import + 1:last_import + 1] = [ast.parse(line).body[0] for line in extra]
     module = ast.Module(body=body, type_ignores=[])
     return ast.unparse(ast.fix_missing_locations(module)) + "\n"
+
+
+#: What a standalone file of a rewrite traced with fixed shapes says about them.
+SHAPES_FIXED = ("Traced with the problem's input shapes fixed (its forward reads sizes symbolic tracing cannot follow): "
+                "valid for those shapes only.")
 
 
 def attr_of(obj: Any, dotted: str) -> Any:
@@ -1005,6 +1097,7 @@ def candidate(result: RewriteResult, source: Optional[str] = None) -> Dict[str, 
         "changes": [{"rule": a.rule, "description": described.get(a.rule, ""), "exactness": a.exactness,
                      "nodes": list(a.nodes), "replacement": a.replacement} for a in result.applications],
         "exactness": result.exactness,
+        "shapes_fixed": result.shapes_fixed,
         "torch": torch.__version__,
         "key": code_key(result.code),
     }
@@ -1091,7 +1184,7 @@ def introduced(result: RewriteResult, inputs: Sequence[Any]) -> Dict[str, Any]:
 
     if result.module is None:
         raise ValueError(f"no rewritten module: {result.skipped}")
-    original = torch.fx.symbolic_trace(result.model)
+    original, _ = trace(result.model, inputs)
     ops = set(dispatched_ops(result.module, inputs)) - set(dispatched_ops(result.model, inputs))
     calls = set(torch_calls(result.module)) - set(torch_calls(original))
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
