@@ -170,6 +170,13 @@ impl Decisions {
     /// `entry` recorded: it replaces the entry of the same question and machine (another machine's
     /// stays); true when that changed the file (the same report, machine and source again change
     /// nothing, whenever decided).
+    /// Remove `machine`'s entries whose problem `redo` says to decide again; how many went.
+    pub fn forget(&mut self, machine: &str, redo: impl Fn(&str) -> bool) -> usize {
+        let before = self.entries.len();
+        self.entries.retain(|e| e.machine != machine || !redo(&e.report.question.problem));
+        before - self.entries.len()
+    }
+
     pub fn record(&mut self, entry: Entry) -> bool {
         let same = |a: &Entry, b: &Entry| {
             (&a.report, &a.machine, &a.source_hash, &a.result_hash)

@@ -94,6 +94,19 @@ impl Journal {
         self.store().decision_for(&question_row(q))
     }
 
+    /// This run decides `problem` again (`--redecide`): from here on, `redecided_since` says so,
+    /// in this run and later ones.
+    pub fn redecide(&self, problem: &str) -> Result<(), StoreError> {
+        self.store().mark_redecided(self.run, problem)
+    }
+
+    /// The run from which `problem`'s steps and decision count: the latest that started deciding
+    /// it again (`--redecide`); `None` when none did. Earlier runs' steps and decisions of it are
+    /// not taken.
+    pub fn redecided_since(&self, problem: &str) -> Result<Option<u64>, StoreError> {
+        self.store().redecided(problem)
+    }
+
     /// Whether any decision of `problem` is journaled, for whatever question (an output folder
     /// from before the journal has none).
     pub fn decided_any(&self, problem: &str) -> Result<bool, StoreError> {

@@ -16,6 +16,7 @@ pub mod goals;
 pub mod html;
 pub mod journal;
 pub mod llm;
+pub mod redecide;
 pub mod search;
 
 /// An agent: what proposes candidates. Closed: a name outside it is refused.
@@ -100,6 +101,8 @@ pub enum OptimizeError {
     NothingToMeasure(String),
     #[error("{flag} must be a positive number of seconds, got {value}")]
     Budget { flag: &'static str, value: f64 },
+    #[error("--redecide: {0}")]
+    Redecide(String),
 }
 
 /// `--agents LIST`: comma-separated names, each known, in order, without repeats.

@@ -34,6 +34,7 @@ CREATE TABLE IF NOT EXISTS optimize_llm_candidates (
   verdict TEXT NOT NULL, gate TEXT, reason TEXT, exploit INTEGER NOT NULL, speedup REAL, feedback TEXT NOT NULL,
   judged_ns INTEGER NOT NULL, judge_hash TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS optimize_heartbeats (run INTEGER PRIMARY KEY, alive_ns INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS optimize_redecided (problem TEXT NOT NULL, run INTEGER NOT NULL, PRIMARY KEY(problem, run));
 CREATE INDEX IF NOT EXISTS optimize_llm_candidates_hash ON optimize_llm_candidates(problem, content_hash);
 CREATE INDEX IF NOT EXISTS optimize_steps_hash ON optimize_steps(step, input_hash);
 CREATE INDEX IF NOT EXISTS optimize_decisions_problem ON optimize_decisions(problem);
@@ -475,6 +476,27 @@ impl Store {
     }
 
     /// Whether any decision of `problem` is journaled (for whatever question).
+    /// Record that run `run` decides `problem` again (`kforge optimize --redecide`).
+    pub fn mark_redecided(&self, run: u64, problem: &str) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "INSERT OR IGNORE INTO optimize_redecided(problem, run) VALUES(?1, ?2)",
+                params![problem, run as i64],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// The latest run that started deciding `problem` again, if one did.
+    pub fn redecided(&self, problem: &str) -> Result<Option<u64>, StoreError> {
+        self.conn
+            .query_row("SELECT max(run) FROM optimize_redecided WHERE problem=?1", [problem], |r| {
+                r.get::<_, Option<i64>>(0)
+            })
+            .map(|r| r.map(|v| v as u64))
+            .map_err(|e| self.err(e))
+    }
+
     pub fn decided_any(&self, problem: &str) -> Result<bool, StoreError> {
         self.conn
             .query_row("SELECT EXISTS(SELECT 1 FROM optimize_decisions WHERE problem=?1)", [problem], |r| r.get(0))

@@ -15,6 +15,7 @@ use clap::Args;
 use kforge_optimize::budget::{Admission, Budget, Spending, StepOf};
 use kforge_optimize::decisions::{Answer, Decisions, Entry};
 use kforge_optimize::journal::{content_hash, verified_name, verified_of, Journal, StepDone};
+use kforge_optimize::redecide::Redecide;
 use kforge_optimize::search::{measure_args, Step};
 use kforge_optimize::{
     across, campaign_table, check_agents, decide, decide_config, parse_agents, result_from, summarize, Agent, Baseline,
@@ -89,6 +90,13 @@ pub struct OptimizeArgs {
     /// Created when missing; one file may hold several campaigns (entries match by question).
     #[arg(long, value_name = "FILE")]
     decisions: Option<PathBuf>,
+    /// With --resume: decide these problems again (comma-separated patterns over their paths, or
+    /// any tail of a path after a `/`; `*` any run, `?` one character: `level3/002*`). Their
+    /// entries leave the --decisions file when the run starts, and neither their decision nor
+    /// their steps of earlier runs in the journal are taken. Give it once: a later --resume
+    /// without it continues what this run started.
+    #[arg(long, value_name = "GLOB", value_delimiter = ',', requires = "resume")]
+    redecide: Vec<String>,
     /// Run nothing: the campaign's summary (the table, --json, --html) from the --decisions file
     /// alone, for the problems of the directory the file holds a decision for under the same
     /// question (give the campaign's own flags and directory path) — no daemon, torch or GPU
@@ -178,10 +186,7 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
     }
     let started = Instant::now(); // the wall budget counts from here: probing the machine is the run's time too
     let plan = plan(&a)?;
-    let decisions = match &a.decisions {
-        Some(path) => Some(DecisionsFile::open(path, plan.machine.clone().map_err(anyhow::Error::msg)?)?),
-        None => None,
-    };
+    let redecide = Redecide::new(&a.redecide)?;
     let problems = if a.problem.is_dir() {
         problem_files(&a.problem)?
     } else {
@@ -191,6 +196,14 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
             why,
         })?;
         vec![(PathBuf::from(a.problem.file_name().unwrap_or_default()), a.problem.clone())]
+    };
+    let paths: Vec<String> = problems.iter().map(|(_, p)| p.display().to_string()).collect();
+    if let Some(p) = redecide.unmatched(&paths) {
+        bail!("--redecide {p}: matches none of the problems of {}", a.problem.display());
+    }
+    let decisions = match &a.decisions {
+        Some(path) => Some(DecisionsFile::open(path, plan.machine.clone().map_err(anyhow::Error::msg)?, &redecide)?),
+        None => None,
     };
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
     let journal_path = a.out.join("journal.db");
@@ -204,6 +217,7 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
     let run = Run {
         chat,
         decisions,
+        redecide,
         socket,
         workspace: Workspace::open(&a.out),
         in_flight: InFlight::default(),
@@ -368,6 +382,8 @@ struct Run<'a> {
     chat: Option<llm::LlmClient>,
     /// `--decisions`: the decided problems' reports, read at the start, written at each decision.
     decisions: Option<DecisionsFile>,
+    /// `--redecide`: problems decided again.
+    redecide: Redecide,
 }
 
 /// The decisions file as read at the start, its path and this machine, shared by the problems
@@ -384,9 +400,17 @@ const RESULT_FILES: [&str; 2] = ["model_new.py", "policy.toml"];
 
 impl DecisionsFile {
     /// The file at `path` (created, empty, when missing: a path that cannot be written is named
-    /// before anything runs) on `machine`.
-    fn open(path: &Path, machine: String) -> Result<DecisionsFile> {
-        let read = Decisions::update(path, |_| false)?;
+    /// before anything runs) on `machine`, without this machine's entries of the problems
+    /// `redecide` names (written so at once: a later run does not take them either).
+    fn open(path: &Path, machine: String, redecide: &Redecide) -> Result<DecisionsFile> {
+        let mut gone = 0;
+        let read = Decisions::update(path, |d| {
+            gone = d.forget(&machine, |p| redecide.matches(p));
+            gone > 0
+        })?;
+        if gone > 0 {
+            eprintln!("kforge optimize: --redecide: {gone} decision(s) removed from {}", path.display());
+        }
         Ok(DecisionsFile { path: path.to_path_buf(), read, machine })
     }
 
@@ -605,7 +629,8 @@ impl Run<'_> {
     /// taken from the journal went in when it was made, if the file was in use then).
     fn problem(&self, index: usize, problem: &Path, out: &Path, gpu_s: &Cell<f64>) -> Result<Outcome> {
         let q = question(self.a, self.plan, problem);
-        if let Some(report) = self.resumed(&q, out)? {
+        let since = self.redecided_since(index, problem, &q)?;
+        if let Some(report) = self.resumed(&q, out, since)? {
             match (&report.machine, &self.plan.machine) {
                 (Some(then), Ok(now)) if then != now => self.progress(
                     index,
@@ -618,7 +643,9 @@ impl Run<'_> {
                 }
             }
         }
-        if let Some(report) = self.restored_from_decisions(index, problem, &q, out)? {
+        // Decided again since a run of this journal: its own decision, above, is the only one taken.
+        let restored = if since.is_none() { self.restored_from_decisions(index, problem, &q, out)? } else { None };
+        if let Some(report) = restored {
             let from = self.decisions.as_ref().map(|d| d.path.display().to_string()).unwrap_or_default();
             self.progress(index, problem, &format!("resumed: its decision is in the decisions file {from}"));
             return Ok(Outcome::Decided { report: Box::new(report), resumed: true });
@@ -632,8 +659,20 @@ impl Run<'_> {
         let source_hash = content_hash(&[&source]);
         let (started, earlier) = (Instant::now(), Cell::new(Spent::default()));
         let (until, group) = (Cell::new(None), step_group(&q.problem));
-        let p =
-            ProblemRun { run: self, index, problem, out, source, question: q, group, gpu_s, started, earlier, until };
+        let p = ProblemRun {
+            run: self,
+            index,
+            problem,
+            out,
+            source,
+            question: q,
+            group,
+            since,
+            gpu_s,
+            started,
+            earlier,
+            until,
+        };
         let outcome = p.steps()?;
         if let (Some(d), Outcome::Decided { report, .. }) = (&self.decisions, &outcome) {
             // A file that cannot be written is a warning: the decision is in the report and journal.
@@ -693,9 +732,15 @@ impl Run<'_> {
     /// With `--resume`, the problem's report (`out/report.json`) when it answers the same
     /// question and the journal holds a decision for it (or the report is from before the
     /// journal: a journal without any decision of this problem).
-    fn resumed(&self, q: &Question, out: &Path) -> Result<Option<Report>> {
+    fn resumed(&self, q: &Question, out: &Path, since: Option<u64>) -> Result<Option<Report>> {
         if !self.a.resume {
             return Ok(None);
+        }
+        if let Some(s) = since {
+            // Decided again from run `s` on: only a decision of that run or a later one counts.
+            if self.journal.decision_for(q)?.is_none_or(|d| d.run < s) {
+                return Ok(None);
+            }
         }
         let Ok(text) = std::fs::read_to_string(out.join("report.json")) else { return Ok(None) };
         let Some(report) = serde_json::from_str::<Report>(&text).ok().filter(|r| r.question == *q) else {
@@ -706,6 +751,20 @@ impl Run<'_> {
         }
         let journaled = self.journal.decision_for(q)?.is_some();
         Ok((journaled || !self.journal.decided_any(&q.problem)?).then_some(report))
+    }
+
+    /// The run from which `problem` is decided again, if one is: this one when `--redecide` names
+    /// it (journaled, so that a later `--resume` continues the redecision), else the journal's.
+    fn redecided_since(&self, index: usize, problem: &Path, q: &Question) -> Result<Option<u64>> {
+        if self.redecide.matches(&problem.display().to_string()) {
+            self.journal.redecide(&q.problem)?;
+            self.progress(index, problem, "decided again (--redecide): earlier runs' decision and steps are not taken");
+            return Ok(Some(self.journal.run()));
+        }
+        if !self.a.resume {
+            return Ok(None);
+        }
+        Ok(self.journal.redecided_since(&q.problem)?)
     }
 
     /// `kforge verify PROBLEM FILE --policy POLICY --json VERDICT` (this binary) with the run's
@@ -882,6 +941,8 @@ struct ProblemRun<'a> {
     question: Question,
     /// Its steps' group for the spending's estimates (`step_group`).
     group: String,
+    /// Decided again (`--redecide`) from this run on: no step of a run before it is taken.
+    since: Option<u64>,
     gpu_s: &'a Cell<f64>,
     /// When its steps began, and what the steps it took from earlier runs had cost there: with
     /// this run's, what deciding it cost (`Report::spent`).
@@ -1197,7 +1258,8 @@ impl ProblemRun<'_> {
         let same = self.run.in_flight.lock_for(step, input_hash);
         let _one = same.lock().unwrap_or_else(|e| e.into_inner());
         let complete = |f: &kforge_store::StepRow| !f.outcome.as_deref().is_some_and(|o| o.starts_with(INCOMPLETE));
-        if let Some(from) = journal.finished(step, input_hash)?.filter(complete) {
+        let taken = |f: &kforge_store::StepRow| self.since.is_none_or(|s| f.run >= s);
+        if let Some(from) = journal.finished(step, input_hash)?.filter(complete).filter(taken) {
             if self.take(&from.output, &from.output_hash, outputs)? {
                 let id = journal.started(&self.question.problem, step, input_hash)?;
                 journal.reused(id, &from, &self.journaled_path(outputs[0]))?;

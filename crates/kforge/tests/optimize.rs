@@ -1188,3 +1188,72 @@ fn compile_workers_reach_the_measure_step_and_are_not_part_of_its_input() {
     assert!(without.get("compile_workers").is_none(), "{without}");
     assert_eq!(hash_with, hash_without, "the workers are not the step's input");
 }
+
+/// `--redecide`: a decided problem decided again (its decisions-file entry removed at the start,
+/// its earlier runs' steps and decision not taken), the others resumed; a redecision a budget cut
+/// short is continued by a later `--resume` without the flag, from its own steps only; a pattern
+/// that matches nothing, or the flag without `--resume`, is named.
+#[test]
+fn a_decided_problem_is_decided_again_with_redecide_and_a_later_resume_continues_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = problems(dir.path(), &[("level1", "vector_add.py", "a.py"), ("level1", "row_softmax.py", "b.py")]);
+    let (out, decisions) = (dir.path().join("o"), dir.path().join("decisions.json"));
+    let args =
+        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let with_file = [&args[..], &["--decisions", decisions.to_str().unwrap()]].concat();
+    let (code, text) = optimize(&with_file, &out);
+    assert_eq!(code, Some(0), "{text}");
+    let decided_at = |problem: &str| -> Option<u64> {
+        let d: Value = serde_json::from_str(&std::fs::read_to_string(&decisions).unwrap()).unwrap();
+        d["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["report"]["problem"].as_str().unwrap().ends_with(problem))
+            .map(|e| e["decided_unix_s"].as_u64().unwrap())
+    };
+    assert!(decided_at("a.py").is_some() && decided_at("b.py").is_some());
+
+    // Cut short by a GPU-seconds budget after its measure step: the entry is gone from the file
+    // at the start, the measure step ran again (not reused from run 1), b was resumed.
+    let redo = [&with_file[..], &["--resume", "--redecide", "level1/a*", "--budget-gpu-s", "0.001"]].concat();
+    let (code, text) = optimize(&redo, &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("--redecide: 1 decision(s) removed from"), "{text}");
+    assert!(text.contains("a.py: decided again (--redecide)"), "{text}");
+    assert_eq!(decided_at("a.py"), None, "removed, not yet decided again: {text}");
+    let j = journal(&out);
+    let run2 = j.runs.last().unwrap().id;
+    let measured: Vec<(u64, &str)> = j
+        .steps
+        .iter()
+        .filter(|s| s.problem.ends_with("a.py") && s.step == "measure")
+        .map(|s| (s.run, s.status.as_str()))
+        .collect();
+    assert_eq!(measured.last(), Some(&(run2, "done")), "measured again, not reused: {measured:?}");
+
+    // A later --resume without the flag continues the redecision: its own measure step is taken,
+    // run 1's decision is not.
+    let (code, text) = optimize(&[&with_file[..], &["--resume"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(!text.contains("a.py: resumed"), "run 1's decision is not taken: {text}");
+    let j = journal(&out);
+    let run3 = j.runs.last().unwrap().id;
+    let reused = j.steps.iter().find(|s| s.run == run3 && s.problem.ends_with("a.py") && s.step == "measure").unwrap();
+    let from = j.steps.iter().find(|s| Some(s.id) == reused.reused_from).unwrap();
+    assert_eq!((reused.status.as_str(), from.run), ("reused", run2), "its own redecision's step: {reused:?}");
+    assert!(j.decisions.iter().any(|d| d.run == run3 && d.question.problem.ends_with("a.py")), "decided in run 3");
+    assert!(decided_at("a.py").is_some(), "the new decision is in the file");
+    let (code, text) = optimize(&[&with_file[..], &["--resume"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("a.py: resumed: its decision is in the journal"), "now decided: {text}");
+
+    for (extra, why) in [
+        (vec!["--resume", "--redecide", "level9/*"], "--redecide level9/*: matches none of the problems of"),
+        (vec!["--redecide", "level1/a*"], "--resume"),
+    ] {
+        let (code, text) = optimize(&[&with_file[..], &extra[..]].concat(), &out);
+        assert_eq!(code, Some(2), "{extra:?}: {text}");
+        assert!(text.contains(why), "{extra:?}: {text}");
+    }
+}
