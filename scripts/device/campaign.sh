@@ -112,9 +112,22 @@ for problem, step in rows:
 PY
   echo "kforge optimize killed at HARD_S (a step outlived the budget): the next call redoes it"
   # The summary the killed run could not write: every decision so far, from the journal, no step
-  # started (a spent budget), so that each call's campaign.json and campaign.html hold.
+  # started (a spent budget), so that each call's campaign.json and campaign.html hold. Without
+  # --redecide: the problems it names are being decided again since the killed run, and the
+  # summary takes their new decisions (a flag given again would not take the killed run's).
+  SUMMARY_ARGS=()
+  skip=0
+  for arg in "$@"; do
+    if [ "$skip" = 1 ]; then skip=0; continue; fi
+    case "$arg" in
+      --redecide) skip=1 ;;
+      --redecide=*) ;;
+      *) SUMMARY_ARGS+=("$arg") ;;
+    esac
+  done
   "$K" --socket "$S" optimize "$PROBLEMS" --daemon --resume --out "$W/state/out" --budget-wall-s 0.001 \
-    --json "$OUT/campaign.json" --html "$OUT/campaign.html" ${DECISIONS_ARGS[@]+"${DECISIONS_ARGS[@]}"} "$@" \
+    --json "$OUT/campaign.json" --html "$OUT/campaign.html" ${DECISIONS_ARGS[@]+"${DECISIONS_ARGS[@]}"} \
+    ${SUMMARY_ARGS[@]+"${SUMMARY_ARGS[@]}"} \
     2>"$W/summary.log" >/dev/null || { echo "the summary pass exited $? (its log's end:)"; tail -n 5 "$W/summary.log"; }
 fi
 # The new state, packed before the re-verification (which writes nothing there): the output

@@ -91,10 +91,10 @@ pub struct OptimizeArgs {
     #[arg(long, value_name = "FILE")]
     decisions: Option<PathBuf>,
     /// With --resume: decide these problems again (comma-separated patterns over their paths, or
-    /// any tail of a path after a `/`; `*` any run, `?` one character: `level3/002*`). Their
-    /// entries leave the --decisions file when the run starts, and neither their decision nor
-    /// their steps of earlier runs in the journal are taken. Give it once: a later --resume
-    /// without it continues what this run started.
+    /// any tail of a path after a `/`; `*` any run, `?` one character: `level3/002*`). At its
+    /// first step, a problem's entry leaves the --decisions file, and neither its decision nor
+    /// its steps of earlier runs in the journal are taken from then on. A later --resume, with
+    /// or without the flag, continues the redecision until it decides.
     #[arg(long, value_name = "GLOB", value_delimiter = ',', requires = "resume")]
     redecide: Vec<String>,
     /// Run nothing: the campaign's summary (the table, --json, --html) from the --decisions file
@@ -202,7 +202,7 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
         bail!("--redecide {p}: matches none of the problems of {}", a.problem.display());
     }
     let decisions = match &a.decisions {
-        Some(path) => Some(DecisionsFile::open(path, plan.machine.clone().map_err(anyhow::Error::msg)?, &redecide)?),
+        Some(path) => Some(DecisionsFile::open(path, plan.machine.clone().map_err(anyhow::Error::msg)?)?),
         None => None,
     };
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
@@ -400,18 +400,22 @@ const RESULT_FILES: [&str; 2] = ["model_new.py", "policy.toml"];
 
 impl DecisionsFile {
     /// The file at `path` (created, empty, when missing: a path that cannot be written is named
-    /// before anything runs) on `machine`, without this machine's entries of the problems
-    /// `redecide` names (written so at once: a later run does not take them either).
-    fn open(path: &Path, machine: String, redecide: &Redecide) -> Result<DecisionsFile> {
-        let mut gone = 0;
-        let read = Decisions::update(path, |d| {
-            gone = d.forget(&machine, |p| redecide.matches(p));
-            gone > 0
-        })?;
-        if gone > 0 {
-            eprintln!("kforge optimize: --redecide: {gone} decision(s) removed from {}", path.display());
-        }
+    /// before anything runs) on `machine`.
+    fn open(path: &Path, machine: String) -> Result<DecisionsFile> {
+        let read = Decisions::update(path, |_| false)?;
         Ok(DecisionsFile { path: path.to_path_buf(), read, machine })
+    }
+
+    /// This machine's entry of `problem` removed (it is being decided again: no later run may
+    /// take it); whether there was one.
+    fn forget(&self, problem: &str) -> std::result::Result<bool, String> {
+        let mut gone = 0;
+        Decisions::update(&self.path, |d| {
+            gone = d.forget(&self.machine, |p| p == problem);
+            gone > 0
+        })
+        .map(|_| gone > 0)
+        .map_err(|e| e.to_string())
     }
 
     /// `report` added with this machine, its problem's source hash (as the run read it) and its
@@ -629,7 +633,7 @@ impl Run<'_> {
     /// taken from the journal went in when it was made, if the file was in use then).
     fn problem(&self, index: usize, problem: &Path, out: &Path, gpu_s: &Cell<f64>) -> Result<Outcome> {
         let q = question(self.a, self.plan, problem);
-        let since = self.redecided_since(index, problem, &q)?;
+        let (since, starts_redecision) = self.redecided_since(index, problem, &q)?;
         if let Some(report) = self.resumed(&q, out, since)? {
             match (&report.machine, &self.plan.machine) {
                 (Some(then), Ok(now)) if then != now => self.progress(
@@ -668,6 +672,7 @@ impl Run<'_> {
             question: q,
             group,
             since,
+            unmarked: Cell::new(starts_redecision),
             gpu_s,
             started,
             earlier,
@@ -753,18 +758,24 @@ impl Run<'_> {
         Ok((journaled || !self.journal.decided_any(&q.problem)?).then_some(report))
     }
 
-    /// The run from which `problem` is decided again, if one is: this one when `--redecide` names
-    /// it (journaled, so that a later `--resume` continues the redecision), else the journal's.
-    fn redecided_since(&self, index: usize, problem: &Path, q: &Question) -> Result<Option<u64>> {
-        if self.redecide.matches(&problem.display().to_string()) {
-            self.journal.redecide(&q.problem)?;
-            self.progress(index, problem, "decided again (--redecide): earlier runs' decision and steps are not taken");
-            return Ok(Some(self.journal.run()));
+    /// The run from which `problem` is decided again, if one is, and whether this run starts that
+    /// redecision (to be journaled when its first step starts, so that a run that starts nothing
+    /// leaves the journal as it was). `--redecide` naming it starts one, unless an earlier run's
+    /// redecision of it is still undecided: that one goes on (the flag given twice is harmless).
+    /// Without the flag, the journal's latest redecision.
+    fn redecided_since(&self, index: usize, problem: &Path, q: &Question) -> Result<(Option<u64>, bool)> {
+        let marked = if self.a.resume { self.journal.redecided_since(&q.problem)? } else { None };
+        if !self.redecide.matches(&problem.display().to_string()) {
+            return Ok((marked, false));
         }
-        if !self.a.resume {
-            return Ok(None);
+        if let Some(m) = marked {
+            if self.journal.decision_for(q)?.is_none_or(|d| d.run < m) {
+                self.progress(index, problem, &format!("decided again (--redecide): run {m}'s redecision goes on"));
+                return Ok((Some(m), false));
+            }
         }
-        Ok(self.journal.redecided_since(&q.problem)?)
+        self.progress(index, problem, "decided again (--redecide): earlier runs' decision and steps are not taken");
+        Ok((Some(self.journal.run()), true))
     }
 
     /// `kforge verify PROBLEM FILE --policy POLICY --json VERDICT` (this binary) with the run's
@@ -943,6 +954,8 @@ struct ProblemRun<'a> {
     group: String,
     /// Decided again (`--redecide`) from this run on: no step of a run before it is taken.
     since: Option<u64>,
+    /// This run starts that redecision and has not journaled it yet (at its first step).
+    unmarked: Cell<bool>,
     gpu_s: &'a Cell<f64>,
     /// When its steps began, and what the steps it took from earlier runs had cost there: with
     /// this run's, what deciding it cost (`Report::spent`).
@@ -954,6 +967,23 @@ struct ProblemRun<'a> {
 }
 
 impl ProblemRun<'_> {
+    /// Journal that this run decides the problem again, before its first step (`--redecide`), and
+    /// take its entry out of the decisions file.
+    fn mark_redecision(&self) -> Result<()> {
+        if !self.unmarked.replace(false) {
+            return Ok(());
+        }
+        self.run.journal.redecide(&self.question.problem).context("journaling the redecision")?;
+        if let Some(d) = &self.run.decisions {
+            match d.forget(&self.question.problem) {
+                Ok(true) => self.progress(&format!("its entry left the decisions file {}", d.path.display())),
+                Ok(false) => {}
+                Err(why) => self.progress(&format!("warning: its entry is still in the decisions file: {why}")),
+            }
+        }
+        Ok(())
+    }
+
     /// `step` of this problem, as the spending's estimates know it.
     fn step_of(&self, step: Step) -> StepOf<'_> {
         StepOf { step: step.name(), group: &self.group, problem: &self.question.problem }
@@ -1261,6 +1291,7 @@ impl ProblemRun<'_> {
         let taken = |f: &kforge_store::StepRow| self.since.is_none_or(|s| f.run >= s);
         if let Some(from) = journal.finished(step, input_hash)?.filter(complete).filter(taken) {
             if self.take(&from.output, &from.output_hash, outputs)? {
+                self.mark_redecision()?;
                 let id = journal.started(&self.question.problem, step, input_hash)?;
                 journal.reused(id, &from, &self.journaled_path(outputs[0]))?;
                 // Another problem's step (an identical input) is that problem's cost, counted there.
@@ -1287,6 +1318,7 @@ impl ProblemRun<'_> {
                 return Ok(None);
             }
         }
+        self.mark_redecision()?;
         let id = journal.started(&self.question.problem, step, input_hash)?;
         self.progress(&format!("{}…", step.name()));
         let t0 = Instant::now();

@@ -1219,7 +1219,7 @@ fn a_decided_problem_is_decided_again_with_redecide_and_a_later_resume_continues
     let redo = [&with_file[..], &["--resume", "--redecide", "level1/a*", "--budget-gpu-s", "0.001"]].concat();
     let (code, text) = optimize(&redo, &out);
     assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("--redecide: 1 decision(s) removed from"), "{text}");
+    assert!(text.contains("a.py: its entry left the decisions file"), "{text}");
     assert!(text.contains("a.py: decided again (--redecide)"), "{text}");
     assert_eq!(decided_at("a.py"), None, "removed, not yet decided again: {text}");
     let j = journal(&out);
@@ -1232,10 +1232,12 @@ fn a_decided_problem_is_decided_again_with_redecide_and_a_later_resume_continues
         .collect();
     assert_eq!(measured.last(), Some(&(run2, "done")), "measured again, not reused: {measured:?}");
 
-    // A later --resume without the flag continues the redecision: its own measure step is taken,
-    // run 1's decision is not.
-    let (code, text) = optimize(&[&with_file[..], &["--resume"]].concat(), &out);
+    // A later --resume continues the redecision, with the flag again (harmless while it is
+    // undecided) or without it: its own measure step is taken, run 1's decision is not.
+    let again = [&with_file[..], &["--resume", "--redecide", "level1/a*"]].concat();
+    let (code, text) = optimize(&again, &out);
     assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains(&format!("a.py: decided again (--redecide): run {run2}'s redecision goes on")), "{text}");
     assert!(!text.contains("a.py: resumed"), "run 1's decision is not taken: {text}");
     let j = journal(&out);
     let run3 = j.runs.last().unwrap().id;
@@ -1247,6 +1249,14 @@ fn a_decided_problem_is_decided_again_with_redecide_and_a_later_resume_continues
     let (code, text) = optimize(&[&with_file[..], &["--resume"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("a.py: resumed: its decision is in the journal"), "now decided: {text}");
+    // Once decided, the flag starts another redecision; a run that starts no step of it (a
+    // spent budget) journals none, and its problem keeps its decision, in the file too.
+    let (code, text) = optimize(&[&again[..], &["--budget-wall-s", "0.001"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(decided_at("a.py").is_some(), "still in the file: {text}");
+    let (code, text) = optimize(&[&with_file[..], &["--resume"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("a.py: resumed: its decision is in the journal"), "no redecision journaled: {text}");
 
     for (extra, why) in [
         (vec!["--resume", "--redecide", "level9/*"], "--redecide level9/*: matches none of the problems of"),
