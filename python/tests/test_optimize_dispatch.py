@@ -682,3 +682,31 @@ def test_a_worker_that_exits_without_its_line_leaves_the_variant_to_the_step_and
     with starting:
         assert starting.count == 2
     assert all(w.proc.returncode is not None for w in starting._workers), "reaped"
+
+
+def test_a_silent_worker_is_given_up_at_the_deadline_and_a_stopped_one_is_asked_nothing(tmp_path: Path) -> None:
+    """A worker that said one variant and then stays silent (a stuck compile): waiting for its
+    next variant ends at the step's deadline with None (the step compiles it itself) and the
+    worker is stopped; after ``stop`` every ``wait`` is None at once (the OOM retry's path), never
+    a read of a closed pipe."""
+    from kforge.optimize import warm
+
+    fake = tmp_path / "fake-python"
+    fake.write_text("#!/bin/sh\necho 'a library line'\n"
+                    "echo '{\"variant\": \"default\", \"ok\": true, \"seconds\": 0.5}'\nexec sleep 300\n")
+    fake.chmod(0o755)
+    spec = warm.WarmSpec(VECTOR_ADD, "default", "cpu", 1)
+    workers = warm.CompileWorkers(spec, ["default", "default+freezing"], python=str(fake))
+    assert workers.wait("default") == {"variant": "default", "ok": True, "seconds": 0.5}
+    t0 = time.time()
+    assert workers.wait("default+freezing", deadline=time.time() + 0.5) is None
+    proc = workers._workers[0].proc
+    assert proc.returncode is not None, "the silent worker was stopped"
+    assert time.time() - t0 < 0.5 + warm.STOP_PATIENCE_S + 5
+    workers.stop()
+    assert workers.wait("default+freezing") is None and workers.wait("default") == {
+        "variant": "default", "ok": True, "seconds": 0.5}, "what it said stays; nothing more is read"
+    two = warm.CompileWorkers(warm.WarmSpec(VECTOR_ADD, "default", "cpu", 2), ["default", "default+freezing"],
+                              python=str(fake))
+    two.stop()
+    assert two.wait("default+freezing") is None, "stopped: not a read of a closed pipe"

@@ -1020,3 +1020,33 @@ def test_module_source_names_its_class_and_docstring(tmp_path: Path) -> None:
     tree = ast.parse(text)
     assert ast.get_docstring(tree) == "the header"
     assert [c.name for c in tree.body if isinstance(c, ast.ClassDef)] == ["Rewritten"]
+
+
+def test_a_type_as_cast_back_is_read_and_its_operand_kept() -> None:
+    """``.type_as(q)`` as the cast back: read from the recorded dtypes; q (an operand, used by
+    the product too) is not taken for a cast argument."""
+    q, k, v = qkv(dtype=torch.bfloat16)
+    model, r = rewrite(lambda q, k, v: torch.softmax((q @ k.transpose(-2, -1)).float() * 0.3, -1).type_as(q) @ v,
+                       q, k, v)
+    assert rules_applied(r) == ["attention-sdpa"], r.code
+    check_close(model, r, (q, k, v))
+
+
+def test_a_tensor_made_of_plain_numbers_in_a_fixed_shape_trace_is_kept() -> None:
+    """A forward that reads a size and makes a tensor from plain numbers (``torch.ones(s, s)``
+    without a device): the meta tracer stores it as a constant of the traced twin; the rewritten
+    module holds it and computes the same; its file cannot be written (a constant the model's
+    ``__init__`` does not make), said, not a crash."""
+    class Masked(nn.Module):
+        def forward(self, q: Any, k: Any, v: Any) -> Any:
+            s = q.shape[-2]
+            drop = torch.triu(torch.ones(s, s), diagonal=1).bool()
+            return torch.softmax((q @ k.transpose(-2, -1)).masked_fill(drop, float("-inf")), -1) @ v
+
+    q, k, v = qkv()
+    model = Masked()
+    r = rw.rewrite_model(model, (q, k, v))
+    assert r.skipped is None and r.shapes_fixed and rules_applied(r) == ["attention-sdpa"], r.skipped
+    check_close(model, r, (q, k, v))
+    with pytest.raises(ValueError, match="_tensor_constant"):
+        rw.module_source(r, "import torch\nclass Model(torch.nn.Module):\n    pass\n")

@@ -170,10 +170,10 @@ impl Decisions {
     /// `entry` recorded: it replaces the entry of the same question and machine (another machine's
     /// stays); true when that changed the file (the same report, machine and source again change
     /// nothing, whenever decided).
-    /// Remove `machine`'s entries whose problem `redo` says to decide again; how many went.
-    pub fn forget(&mut self, machine: &str, redo: impl Fn(&str) -> bool) -> usize {
+    /// Remove `machine`'s entry of `question` (decided again); how many went (0 or 1).
+    pub fn forget(&mut self, machine: &str, question: &Question) -> usize {
         let before = self.entries.len();
-        self.entries.retain(|e| e.machine != machine || !redo(&e.report.question.problem));
+        self.entries.retain(|e| e.machine != machine || e.report.question != *question);
         before - self.entries.len()
     }
 
@@ -301,6 +301,24 @@ mod tests {
         Decisions::update(&empty, |_| false).unwrap();
         assert_eq!(Decisions::read(&empty).unwrap(), Decisions::default());
         assert!(std::fs::read_to_string(&empty).unwrap().starts_with("{\"decisions\": 1,"));
+    }
+
+    #[test]
+    fn forget_removes_one_machines_entry_of_one_question() {
+        let mut d = Decisions::default();
+        let mut other = entry("a.py", "max-autotune", 3);
+        other.machine = "NVIDIA H100 80GB HBM3, torch 2.11".into();
+        for e in
+            [entry("a.py", "max-autotune", 1), entry("a.py", "default", 2), other, entry("b.py", "max-autotune", 4)]
+        {
+            d.record(e);
+        }
+        let q = entry("a.py", "max-autotune", 0).report.question;
+        assert_eq!(d.forget("NVIDIA H200, torch 2.11", &q), 1);
+        let left: Vec<(u64, &str)> = d.entries.iter().map(|e| (e.decided_unix_s, e.machine.as_str())).collect();
+        assert_eq!(left.len(), 3, "the other baseline's, the other machine's and b's stay: {left:?}");
+        assert!(!left.contains(&(1, "NVIDIA H200, torch 2.11")));
+        assert_eq!(d.forget("NVIDIA H200, torch 2.11", &q), 0, "gone already");
     }
 
     #[test]

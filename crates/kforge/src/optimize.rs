@@ -406,12 +406,12 @@ impl DecisionsFile {
         Ok(DecisionsFile { path: path.to_path_buf(), read, machine })
     }
 
-    /// This machine's entry of `problem` removed (it is being decided again: no later run may
-    /// take it); whether there was one.
-    fn forget(&self, problem: &str) -> std::result::Result<bool, String> {
+    /// This machine's entry of `question` removed (it is being decided again: no later run may
+    /// take it; the file's other campaigns keep theirs); whether there was one.
+    fn forget(&self, question: &Question) -> std::result::Result<bool, String> {
         let mut gone = 0;
         Decisions::update(&self.path, |d| {
-            gone = d.forget(&self.machine, |p| p == problem);
+            gone = d.forget(&self.machine, question);
             gone > 0
         })
         .map(|_| gone > 0)
@@ -975,7 +975,7 @@ impl ProblemRun<'_> {
         }
         self.run.journal.redecide(&self.question.problem).context("journaling the redecision")?;
         if let Some(d) = &self.run.decisions {
-            match d.forget(&self.question.problem) {
+            match d.forget(&self.question) {
                 Ok(true) => self.progress(&format!("its entry left the decisions file {}", d.path.display())),
                 Ok(false) => {}
                 Err(why) => self.progress(&format!("warning: its entry is still in the decisions file: {why}")),

@@ -320,7 +320,7 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optiona
             say(f"not prepared {mode} ({i} of {len(modes)}): {NOT_PREPARED}")
             continue
         t0 = time.perf_counter()
-        codes[mode] = prepare_warmed(mode, ref, dev, ready, report, workers)
+        codes[mode] = prepare_warmed(mode, ref, dev, ready, report, workers, until)
         took = time.perf_counter() - t0
         longest = max(longest, took)
         state = "ready" if mode in ready else f"left out: {report[mode].get('why', 'its output differs from eager')}"
@@ -332,17 +332,18 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optiona
 
 
 def prepare_warmed(mode: str, ref: Reference, dev: Any, ready: Dict[str, Callable[..., Any]],
-                   report: Dict[str, Dict[str, Any]], workers: Optional[CompileWorkers]) -> Tuple[str, ...]:
+                   report: Dict[str, Dict[str, Any]], workers: Optional[CompileWorkers],
+                   until: Optional[float] = None) -> Tuple[str, ...]:
     """:func:`prepare_one` under :func:`generated_code`, after the compile worker that has
-    ``mode`` (if one does) said it compiled it; what the worker said and whether the compile hit
-    Inductor's FX graph cache go into ``report[mode]["warmed"]``. A variant that ran out of GPU
-    memory while workers ran is prepared again once they are stopped."""
-    said = workers.wait(mode) if workers is not None else None
+    ``mode`` (if one does) said it compiled it (waiting no later than ``until``, the step's
+    deadline); what the worker said and whether the compile hit Inductor's FX graph cache go into
+    ``report[mode]["warmed"]``. A variant that ran out of GPU memory while workers ran (the error
+    itself or wrapped in a compile error) is prepared again once they are stopped."""
+    said = workers.wait(mode, until) if workers is not None else None
     hits = fx_cache_hits()
     codes = generated_code(lambda: prepare_one(mode, ref.model, ref, dev, ready, report))
-    if said is not None:
-        report[mode]["warmed"] = {**said, "cache_hit": fx_cache_hits() > hits}
-    if workers is not None and workers.count and str(report[mode].get("why", "")).startswith("OutOfMemoryError"):
+    warmed = {**said, "cache_hit": fx_cache_hits() > hits} if said is not None else None
+    if workers is not None and workers.count and out_of_memory(str(report[mode].get("why", ""))):
         import torch
 
         say(f"{mode} ran out of GPU memory beside the compile workers: they are stopped, it is prepared again")
@@ -350,7 +351,15 @@ def prepare_warmed(mode: str, ref: Reference, dev: Any, ready: Dict[str, Callabl
         torch.cuda.empty_cache()
         codes = generated_code(lambda: prepare_one(mode, ref.model, ref, dev, ready, report))
         report[mode]["retried_alone"] = True
+    if warmed is not None:
+        report[mode]["warmed"] = warmed
     return codes
+
+
+def out_of_memory(why: str) -> bool:
+    """Whether a variant's failure is the device's memory: torch's ``OutOfMemoryError``, also
+    when a compile error wraps it (``BackendCompilerFailed: ... CUDA out of memory``)."""
+    return why.startswith("OutOfMemoryError") or "out of memory" in why.lower()
 
 
 def fx_cache_hits() -> int:

@@ -564,11 +564,12 @@ def cast_input(n: Any, to: str) -> Optional[Node]:
 
 
 def cast_argument(n: Node) -> List[Node]:
-    """The node a cast reads its dtype from (``x.to(y.dtype)``'s ``getattr``), if any: matched
-    with the cast, so that it goes when nothing else uses it."""
+    """The ``getattr`` a cast reads its dtype from (``x.to(y.dtype)``), if any: matched with the
+    cast, so that it goes when nothing else uses it. A tensor argument (``x.type_as(y)``) is not:
+    it is an operand used elsewhere."""
     import torch.fx
 
-    return [a for a in n.args[1:] if isinstance(a, torch.fx.Node)]
+    return [a for a in n.args[1:] if isinstance(a, torch.fx.Node) and a.op == "call_function" and a.target is getattr]
 
 
 def scaled(n: Any) -> Optional[Tuple[Node, float]]:
@@ -661,23 +662,30 @@ class Attention:
     nodes: Tuple[str, ...]
 
 
-def attention_scores(x: Node, dtype: str) -> Optional[Tuple[Node, Node, float, Optional[Node], List[Node]]]:
+def attention_scores(x: Node, dtype: str, cast_up: bool
+                     ) -> Optional[Tuple[Node, Node, float, Optional[Node], List[Node]]]:
     """(q, k, scale, mask, nodes) when ``x`` is q kᵀ times a positive scale, -inf where a mask is
-    set (before or after the scale), in ``dtype`` (the product's own dtype)."""
+    set, in any order, the product in ``dtype``; with ``cast_up``, cast to fp32 once somewhere
+    among them (the scale or the mask may come after the cast: then in fp32)."""
     chain: List[Node] = []
-    scale, mask = 1.0, None
-    for _ in range(2):  # a scale and a mask, in either order
+    scale, mask, up = 1.0, None, not cast_up
+    for _ in range(3):  # a scale, a mask and the cast up, each at most once, in any order
         masked = masked_with_minus_inf(x) if mask is None else None
+        s = scaled(x) if scale == 1.0 and masked is None else None
+        u = cast_input(x, "torch.float32") if not up and masked is None and s is None else None
         if masked is not None:
             chain.append(x)
             x, mask = masked
-            continue
-        s = scaled(x) if scale == 1.0 else None
-        if s is not None:
+        elif s is not None:
             chain.append(x)
             x, scale = s
+        elif u is not None and dtype_name(u) == dtype:
+            chain += [x, *cast_argument(x)]
+            x, up = u, True
+        else:
+            break
     ops = matmul_operands(x)
-    if ops is None or scale <= 0 or dtype_name(x) != dtype:
+    if ops is None or scale <= 0 or not up or dtype_name(x) != dtype:
         return None
     q, kt = ops
     k = key_transposed(kt)
@@ -705,13 +713,8 @@ def attention(n: Node) -> Optional[Attention]:
     if x is None:
         return None
     chain.append(sm)
-    up = cast_input(x, "torch.float32") if down is not None else None
-    if down is not None:
-        if up is None or dtype_name(up) != dtype:
-            return None  # statistics in fp32 only between a cast up and a cast back
-        chain += [x, *cast_argument(x)]
-        x = up
-    found = attention_scores(x, dtype or "")
+    # statistics in fp32 only between a cast up and a cast back
+    found = attention_scores(x, dtype or "", down is not None)
     if found is None:
         return None
     q, k, scale, mask, scores = found
@@ -941,7 +944,17 @@ def meta_trace(model: Any, inputs: Sequence[Any]) -> Module:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # each op it could not give a meta value (it traces on)
         graph = MetaTracer().trace(twin, meta_args=meta_args, concrete_args=concrete or None)
-    return torch.fx.GraphModule(model, graph)
+    # The graph's attributes are the model's, except the tensors tracing made from plain numbers
+    # (``_tensor_constant*``, real data on the twin), which only the twin holds.
+    root: Dict[str, Any] = {}
+    for n in graph.nodes:
+        if n.op in ("get_attr", "call_module"):
+            target = str(n.target)
+            try:
+                root[target] = model.get_submodule(target) if n.op == "call_module" else attr_of(model, target)
+            except AttributeError:
+                root[target] = attr_of(twin, target)
+    return torch.fx.GraphModule(root, graph, class_name=type(model).__name__)
 
 
 # --- the standalone file -----------------------------------------------------------------------

@@ -23,9 +23,14 @@ This module imports no torch and nothing of :mod:`.dispatch` (which imports it).
 from __future__ import annotations
 
 import json
+import math
 import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Dict, List, Optional, Sequence
@@ -63,13 +68,20 @@ class _Worker:
     proc: "subprocess.Popen[str]"
     share: List[str]
     seen: Dict[str, Dict[str, Any]]
+    #: Its stdout's lines as rows, read by a thread; None when it ended (EOF).
+    rows: "queue.Queue[Optional[Dict[str, Any]]]"
+    ended: bool = False
 
 
 class CompileWorkers:
-    """The workers of one measure step. ``wait(v)`` blocks until the worker that has ``v`` said
-    it finished it (or exited), and returns its line (``None``: no worker has ``v``, or the
-    worker exited without a line for it). ``stop()`` ends the workers (SIGTERM, then SIGKILL
-    after ``STOP_PATIENCE_S``) and reaps them; a context manager stops them on exit."""
+    """The workers of one measure step. ``wait(v, deadline)`` blocks until the worker that has
+    ``v`` said it finished it, exited, or stayed silent past ``deadline`` (Unix seconds; and never
+    longer than ``SILENT_S``), and returns its line (``None``: no worker has ``v``, the worker
+    exited without a line for it, or it timed out: then it is stopped, and the step compiles its
+    variants itself). ``stop()`` ends the workers (SIGTERM, then SIGKILL after
+    ``STOP_PATIENCE_S``) and reaps them; after it ``wait`` returns ``None``. A context manager
+    stops them on exit. A worker dies with the step's process (``PR_SET_PDEATHSIG``) even where
+    no daemon kills the job."""
 
     def __init__(self, spec: WarmSpec, variants: Sequence[str], python: Optional[str] = None) -> None:
         self._workers: List[_Worker] = []
@@ -81,8 +93,9 @@ class CompileWorkers:
             # them with the step during a sibling's region, counts their GPU memory as the job's
             # and does not see them as processes outside its jobs; killing the job kills them.
             proc = subprocess.Popen(args, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                                    env=worker_env())
-            w = _Worker(proc, share, {})
+                                    env=worker_env(), preexec_fn=die_with_parent)
+            w = _Worker(proc, share, {}, queue.Queue())
+            threading.Thread(target=read_rows, args=(proc, w.rows), daemon=True).start()
             self._workers.append(w)
             for v in share:
                 self._of[v] = w
@@ -91,41 +104,93 @@ class CompileWorkers:
     def count(self) -> int:
         return len(self._workers)
 
-    def wait(self, variant: str) -> Optional[Dict[str, Any]]:
+    def wait(self, variant: str, deadline: Optional[float] = None) -> Optional[Dict[str, Any]]:
         w = self._of.get(variant)
         if w is None:
             return None
-        out: Optional[IO[str]] = w.proc.stdout
-        while variant not in w.seen and out is not None:
-            line = out.readline()
-            if not line:
-                break  # exited (or stopped): no line for it
+        until = min(deadline if deadline is not None else math.inf, time.time() + SILENT_S)
+        while variant not in w.seen and not w.ended:
             try:
-                row = json.loads(line)
-            except ValueError:
-                continue  # not a worker line (a library's print)
-            if isinstance(row, dict) and isinstance(row.get("variant"), str):
-                w.seen[row["variant"]] = row
+                row = w.rows.get(timeout=max(0.0, until - time.time()))
+            except queue.Empty:  # silent past the deadline: its variants are the step's own now
+                say(f"compile worker {w.proc.pid} said nothing about {variant} in time: stopped")
+                self._drop(w)
+                return None
+            if row is None:
+                w.ended = True
+            else:
+                w.seen[str(row["variant"])] = row
         return w.seen.get(variant)
+
+    def _drop(self, w: _Worker) -> None:
+        """``w`` ended and forgotten: ``wait`` returns ``None`` for its variants."""
+        end(w.proc)
+        w.ended = True
 
     def stop(self) -> None:
         for w in self._workers:
             if w.proc.poll() is None:
                 w.proc.terminate()  # Inductor's compile pool follows its parent out
         for w in self._workers:
-            try:
-                w.proc.wait(timeout=STOP_PATIENCE_S)
-            except subprocess.TimeoutExpired:
-                w.proc.kill()
-                w.proc.wait()
-            if w.proc.stdout is not None:
-                w.proc.stdout.close()
+            end(w.proc)
+            w.ended = True
 
     def __enter__(self) -> "CompileWorkers":
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+#: Seconds a step waits at most for a worker's line about one variant (a level-3 max-autotune
+#: compile takes 30-90 s on the H100; a worker silent this long is stuck).
+SILENT_S = 900.0
+
+
+def end(proc: "subprocess.Popen[str]") -> None:
+    """``proc`` terminated (SIGTERM, SIGKILL after ``STOP_PATIENCE_S``) and reaped."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=STOP_PATIENCE_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def read_rows(proc: "subprocess.Popen[str]", rows: "queue.Queue[Optional[Dict[str, Any]]]") -> None:
+    """Each worker line of ``proc``'s stdout into ``rows`` as a dict, then None at its end (other
+    lines, a library's prints, are skipped)."""
+    out: Optional[IO[str]] = proc.stdout
+    try:
+        for line in out if out is not None else ():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict) and isinstance(row.get("variant"), str):
+                rows.put(row)
+    except (OSError, ValueError):
+        pass  # closed under it
+    finally:
+        rows.put(None)
+        if out is not None:
+            out.close()
+
+
+def die_with_parent() -> None:
+    """In the worker before exec: SIGKILL when the step's process dies (Linux ``prctl``), so that
+    a step killed outside a daemon leaves no worker compiling."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def say(line: str) -> None:
+    print(f"dispatch: {line}", file=sys.stderr, flush=True)
 
 
 def worker_env() -> Dict[str, str]:

@@ -331,7 +331,13 @@ impl ProblemRun<'_> {
             profile,
             device: self.llm_device(),
         };
-        let here = Here { run: self.run, index: self.index, problem: self.problem, label: &self.question.problem };
+        let here = Here {
+            run: self.run,
+            index: self.index,
+            problem: self.problem,
+            label: &self.question.problem,
+            since: self.since,
+        };
         let judge_hash = self.judge_hash(policy_text);
         let judge = VerifyJudge {
             here,
@@ -682,6 +688,8 @@ struct Here<'a> {
     problem: &'a Path,
     /// The problem as the journal names it.
     label: &'a str,
+    /// The run from which it is decided again (`--redecide`), if it is.
+    since: Option<u64>,
 }
 
 impl Here<'_> {
@@ -708,15 +716,19 @@ impl Judge for VerifyJudge<'_> {
         if let Err(e) = std::fs::write(&file, &c.source) {
             return could_not_run(format!("saving the candidate {}: {e}", file.display()));
         }
+        // Decided again (`--redecide`): a verdict of a run before the redecision is not taken.
+        let taken = |row: &kforge_store::LlmCandidateRow| {
+            self.replayed.is_some() || self.here.since.is_none_or(|s| row.run >= s)
+        };
         match self.here.run.journal.judged_llm(self.here.label, &c.hash, self.judge_hash, self.replayed) {
-            Ok(Some(row)) => {
+            Ok(Some(row)) if taken(&row) => {
                 self.here.progress(&format!(
                     "llm: {}: its verdict from the journal (run {}): {}",
                     c.id, row.run, row.verdict
                 ));
                 return judgement_of(&row);
             }
-            Ok(None) => {}
+            Ok(_) => {}
             Err(e) => return could_not_run(format!("reading the journal: {e}")),
         }
         let _one = self.one_at_a_time.as_ref().map(|m| m.lock().unwrap_or_else(|e| e.into_inner()));
