@@ -47,10 +47,13 @@ import builtins
 import copy
 import hashlib
 import inspect
+import itertools
 import json
+import math
 import operator
 import re
 import sys
+import warnings
 from dataclasses import dataclass, field
 from itertools import takewhile
 from pathlib import Path
@@ -574,8 +577,6 @@ def cast_argument(n: Node) -> List[Node]:
 
 def scaled(n: Any) -> Optional[Tuple[Node, float]]:
     """(x, c) when ``n`` is x * c, c * x or x / c (as c = 1/divisor) for a finite non-zero number c."""
-    import math
-
     import torch
 
     if not isinstance(n, torch.fx.Node) or n.kwargs or len(n.args) != 2:
@@ -923,10 +924,6 @@ def meta_trace(model: Any, inputs: Sequence[Any]) -> Module:
     that ``x.shape`` and ``x.size()`` are numbers: on a twin of the model whose parameters and
     buffers are meta tensors (nothing is copied or computed), the graph then made a
     ``GraphModule`` of ``model`` itself (the same submodule and parameter names)."""
-    import inspect
-    import itertools
-    import warnings
-
     import torch
     import torch.fx
     from torch.fx.experimental.meta_tracer import MetaTracer

@@ -22,6 +22,7 @@ This module imports no torch and nothing of :mod:`.dispatch` (which imports it).
 
 from __future__ import annotations
 
+import ctypes
 import json
 import math
 import os
@@ -182,8 +183,6 @@ def die_with_parent() -> None:
     """In the worker before exec: SIGKILL when the step's process dies (Linux ``prctl``), so that
     a step killed outside a daemon leaves no worker compiling."""
     try:
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
