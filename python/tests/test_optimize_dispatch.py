@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 import warnings
@@ -616,21 +617,22 @@ def test_a_knob_with_no_op_to_act_on_is_not_compiled(tmp_path: Path, monkeypatch
         assert "first_call_s" not in r["prepared"][knob] and knob not in r["modes"], "not compiled, not timed"
 
 
-def test_compile_workers_warm_the_variants_the_step_then_prepares_from_the_cache(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compile_workers_warm_the_variants_the_step_then_prepares_from_the_cache(tmp_path: Path) -> None:
     """``--compile-workers 2``: two worker processes compile the knob variants into Inductor's FX
     graph cache (a fresh directory here) while the step compiles its baseline; each variant the
     step then prepares says what its worker did and that its compile was a cache hit. Eager is
     compiled by no one; the record says how many workers were asked for and started."""
-    monkeypatch.setenv("KFORGE_SOCKET", str(tmp_path / "no-daemon.sock"))
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    # A fresh process, as kforge optimize starts the step: this one's compiles and Inductor
+    # settings of earlier tests would give its variants other cache keys than a fresh worker's.
+    env = {**os.environ, "KFORGE_SOCKET": str(tmp_path / "no-daemon.sock"),
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "PYTHONPATH": str(REPO / "python")}
     out = tmp_path / "r.json"
     knobs = ("default+aggressive-fusion", "default+coordinate-descent")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        assert dispatch.main([VECTOR_ADD, "--out", str(out), "--device", "cpu", "--modes", "eager", "--baseline",
-                              "default", "--knobs", "aggressive-fusion,coordinate-descent", "--rounds", "2",
-                              "--compile-workers", "2"]) == 0
+    done = subprocess.run([sys.executable, "-m", "kforge.optimize.dispatch", VECTOR_ADD, "--out", str(out), "--device",
+                           "cpu", "--modes", "eager", "--baseline", "default", "--knobs",
+                           "aggressive-fusion,coordinate-descent", "--rounds", "2", "--compile-workers", "2"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
     r = json.loads(out.read_text())
     assert r["compile_workers"] == {"asked": 2, "started": 2}, r.get("compile_workers")
     for knob in knobs:

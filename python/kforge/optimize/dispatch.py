@@ -363,12 +363,14 @@ def out_of_memory(why: str) -> bool:
 
 
 def fx_cache_hits() -> int:
-    """Inductor's FX graph cache hits in this process so far (0 where torch does not count them)."""
+    """The compiles this process loaded from the caches so far: Inductor's FX graph cache hits
+    and AOTAutograd's cache hits (which load the compiled graph without asking the FX graph
+    cache); 0 where torch does not count them."""
     try:
         from torch._dynamo.utils import counters
     except ImportError:
         return 0
-    return int(counters["inductor"].get("fxgraph_cache_hit", 0))
+    return int(counters["inductor"].get("fxgraph_cache_hit", 0)) + int(counters["aot_autograd"].get("autograd_cache_hit", 0))
 
 
 def warm_only(problem: Any, variants: Sequence[str], dev: Any) -> None:
