@@ -1267,3 +1267,26 @@ fn a_decided_problem_is_decided_again_with_redecide_and_a_later_resume_continues
         assert!(text.contains(why), "{extra:?}: {text}");
     }
 }
+
+/// With `--resume`, a campaign starts the problems whose measure step no run finished first (the
+/// long work while a wall budget can hold it), then the others; each keeps its number.
+#[test]
+fn a_resumed_campaign_starts_the_unmeasured_problems_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = problems(dir.path(), &[("level1", "vector_add.py", "a.py"), ("level1", "row_softmax.py", "b.py")]);
+    let out = dir.path().join("o");
+    let args =
+        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    // a is measured, then the GPU-seconds budget is spent: b is not reached.
+    let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--budget-gpu-s", "0.001"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("[1/2]") && text.contains("[2/2]") && text.contains("not reached"), "{text}");
+    let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--resume"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    let (first_b, first_a) = (text.find("[2/2]").unwrap(), text.find("[1/2]").unwrap());
+    assert!(first_b < first_a, "b (unmeasured) started before a (measured): {text}");
+    let c = campaign(&out);
+    let names: Vec<&str> = c["problems"].as_array().unwrap().iter().map(|p| p["problem"].as_str().unwrap()).collect();
+    assert!(names[0].ends_with("a.py") && names[1].ends_with("b.py"), "the summary keeps the order: {names:?}");
+    assert!(c["problems"].as_array().unwrap().iter().all(|p| p["decision"].is_object()), "{c}");
+}
