@@ -613,10 +613,12 @@ impl Run<'_> {
 
     /// The order a campaign's problems start in (indices into `problems`; each keeps its number
     /// in the progress lines and its place in the summary): with `--resume`, the problems whose
-    /// measure step no run has finished first, longest work first, so that a wall budget's
-    /// long steps start while it can hold them and the short steps left of others fill the end
-    /// (in session 13's call 7, five measure steps were held back at 198 s of 490 while three of
-    /// four slots then idled); otherwise in order.
+    /// measure step is still to run first (none finished, or `--redecide` names them), the
+    /// longest expected first (`Spending::expected_s`: a killed one's own floor, else its
+    /// folder's quartile), so that a wall budget's long steps start while it can hold them (a
+    /// bounded one only starts at a run's start) and the short steps left of others fill the
+    /// end; in session 13's call 7, five measure steps were held back at 198 s of 490 while
+    /// three of four slots then idled. Otherwise, and among equals, in order.
     fn start_order(&self, problems: &[(PathBuf, PathBuf)]) -> Result<Vec<usize>> {
         let mut order: Vec<usize> = (0..problems.len()).collect();
         if !self.a.resume {
@@ -630,7 +632,17 @@ impl Run<'_> {
             .filter(|(_, step, _)| step == Step::Measure.name())
             .map(|(problem, _, _)| problem)
             .collect();
-        order.sort_by_key(|&i| measured.contains(&question(self.a, self.plan, &problems[i].1).problem));
+        let key = |i: usize| -> (bool, f64) {
+            let problem = question(self.a, self.plan, &problems[i].1).problem;
+            if measured.contains(&problem) && !self.redecide.matches(&problem) {
+                return (true, 0.0);
+            }
+            let group = step_group(&problem);
+            let of = StepOf { step: Step::Measure.name(), group: &group, problem: &problem };
+            (false, -self.spending.expected_s(of).map_or(0.0, |e| e.seconds))
+        };
+        let keys: Vec<(bool, f64)> = order.iter().map(|&i| key(i)).collect();
+        order.sort_by(|&a, &b| keys[a].0.cmp(&keys[b].0).then(keys[a].1.total_cmp(&keys[b].1)));
         Ok(order)
     }
 

@@ -1268,25 +1268,42 @@ fn a_decided_problem_is_decided_again_with_redecide_and_a_later_resume_continues
     }
 }
 
-/// With `--resume`, a campaign starts the problems whose measure step no run finished first (the
-/// long work while a wall budget can hold it), then the others; each keeps its number.
+/// With `--resume`, a campaign starts the problems whose measure step no run finished first, the
+/// longest expected first (a killed run's floor of its own), then the others; each keeps its
+/// number and its place in the summary.
 #[test]
-fn a_resumed_campaign_starts_the_unmeasured_problems_first() {
+fn a_resumed_campaign_starts_the_unmeasured_problems_first_the_longest_first() {
     let dir = tempfile::tempdir().unwrap();
-    let p = problems(dir.path(), &[("level1", "vector_add.py", "a.py"), ("level1", "row_softmax.py", "b.py")]);
+    let p = problems(
+        dir.path(),
+        &[
+            ("level1", "vector_add.py", "a.py"),
+            ("level1", "row_softmax.py", "b.py"),
+            ("level3", "vector_add.py", "c.py"),
+        ],
+    );
     let out = dir.path().join("o");
     let args =
         [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
-    // a is measured, then the GPU-seconds budget is spent: b is not reached.
+    // a is measured, then the GPU-seconds budget is spent: b and c are not reached.
     let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--budget-gpu-s", "0.001"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("[1/2]") && text.contains("[2/2]") && text.contains("not reached"), "{text}");
+    assert!(text.contains("[1/3]") && text.contains("not reached"), "{text}");
+    // A killed run had left c's measure step running for 1000 s: its own floor.
+    let store = kforge_store::Store::open(&out.join("journal.db")).unwrap();
+    let first = store.journal(None).unwrap().runs[0].clone();
+    let killed = store.insert_run(&kforge_store::RunRow { id: 0, finished_ns: None, stopped: None, ..first }).unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
+    let c = p.join("level3/c.py").display().to_string();
+    store.step_started(killed, &c, "measure", "an older input", now - 1_000_000_000_000).unwrap();
+    store.step_started(killed, &c, "result", "its last sign of life", now).unwrap();
+    drop(store);
     let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--resume"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
-    let (first_b, first_a) = (text.find("[2/2]").unwrap(), text.find("[1/2]").unwrap());
-    assert!(first_b < first_a, "b (unmeasured) started before a (measured): {text}");
+    let at = |n: &str| text.find(n).unwrap_or_else(|| panic!("{n}: {text}"));
+    assert!(at("[3/3]") < at("[2/3]") && at("[2/3]") < at("[1/3]"), "c (floor 1000 s), b, then a (measured): {text}");
     let c = campaign(&out);
     let names: Vec<&str> = c["problems"].as_array().unwrap().iter().map(|p| p["problem"].as_str().unwrap()).collect();
-    assert!(names[0].ends_with("a.py") && names[1].ends_with("b.py"), "the summary keeps the order: {names:?}");
+    assert!(names[0].ends_with("a.py") && names[2].ends_with("c.py"), "the summary keeps the order: {names:?}");
     assert!(c["problems"].as_array().unwrap().iter().all(|p| p["decision"].is_object()), "{c}");
 }
