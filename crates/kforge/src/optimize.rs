@@ -587,11 +587,12 @@ impl Run<'_> {
         let done: Mutex<Vec<Option<ProblemOutcome>>> = Mutex::new(vec![None; problems.len()]);
         std::thread::scope(|s| {
             for _ in 0..self.plan.jobs.min(problems.len()) {
-                s.spawn(|| loop {
-                    let Some(&i) = order.get(next.fetch_add(1, Ordering::SeqCst)) else { break };
-                    let Some((rel, path)) = problems.get(i) else { break };
-                    let o = self.outcome(i + 1, rel, path);
-                    done.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(o);
+                s.spawn(|| {
+                    while let Some(&i) = order.get(next.fetch_add(1, Ordering::SeqCst)) {
+                        let Some((rel, path)) = problems.get(i) else { break };
+                        let o = self.outcome(i + 1, rel, path);
+                        done.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(o);
+                    }
                 });
             }
         });
