@@ -24,14 +24,14 @@ def test_the_table_counts_preparing_seconds_cache_hits_and_says_why_a_run_failed
                                          "dispatch: prepared default (2 of 3) in 20.0 s: ready\n")
     (tmp_path / "mha.w0.json").write_text(json.dumps({
         "winner": "default", "fallback": False, "modes": {"default": {"speedup": 1.06}},
-        "prepared": {"max-autotune": {"ok": True}, "default": {"ok": True}}}))
+        "prepared": {"max-autotune": {"ok": True, "code": "aaa"}, "default": {"ok": True, "code": "bbb"}}}))
     (tmp_path / "mha.w3.log").write_text("dispatch: prepared max-autotune (1 of 3) in 61.0 s: ready\n"
                                          "dispatch: prepared default (2 of 3) in 2.5 s: ready\n")
     (tmp_path / "mha.w3.json").write_text(json.dumps({
         "winner": "default", "fallback": False, "modes": {"default": {"speedup": 1.05}},
         "compile_workers": {"asked": 3, "started": 2},
-        "prepared": {"max-autotune": {"ok": True},
-                     "default": {"ok": True, "warmed": {"ok": True, "seconds": 19.0, "cache_hit": True}},
+        "prepared": {"max-autotune": {"ok": True, "code": "aaa"},
+                     "default": {"ok": True, "code": "ccc", "warmed": {"ok": True, "seconds": 19.0, "cache_hit": True}},
                      "max-autotune+freezing": {"ok": True, "warmed": {"ok": True, "seconds": 40.0,
                                                                       "cache_hit": False}}}}))
     (tmp_path / "cnn.w3.log").write_text("Traceback (most recent call last):\n  File x\nRuntimeError: boom\n")
@@ -40,7 +40,9 @@ def test_the_table_counts_preparing_seconds_cache_hits_and_says_why_a_run_failed
     rows = json.loads(out.read_text())["runs"]
     assert [(r["wall_s"], r["prepare_s"]) for r in rows] == [(150.5, 80.5), (90.0, 63.5), (10.0, 0.0)]
     assert (rows[1]["started"], rows[1]["warmed"], rows[1]["cache_hits"]) == (2, 2, 1)
+    assert (rows[1]["same_code"], rows[1]["compared"]) == (1, 2), "max-autotune the same, default not"
+    assert "compared" not in rows[0] and "compared" not in rows[2], "the run alone, and one that could not run"
     assert (rows[0]["winner"], rows[0]["speedup"], rows[0]["warmed"]) == ("default", 1.06, 0)
     assert rows[2]["why"].endswith("RuntimeError: boom") and "winner" not in rows[2]
     text = summary.table(rows)
-    assert "could not run (rc 1)" in text and "default 1.050x" in text
+    assert "could not run (rc 1)" in text and "default 1.050x" in text and " 1/2 " in text

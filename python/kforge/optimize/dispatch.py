@@ -321,6 +321,8 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optiona
             continue
         t0 = time.perf_counter()
         codes[mode] = prepare_warmed(mode, ref, dev, ready, report, workers, until)
+        if codes[mode]:  # what Inductor generated, autotune choices included (compare runs by it)
+            report[mode]["code"] = hashlib.sha256("".join(codes[mode]).encode()).hexdigest()[:16]
         took = time.perf_counter() - t0
         longest = max(longest, took)
         state = "ready" if mode in ready else f"left out: {report[mode].get('why', 'its output differs from eager')}"
