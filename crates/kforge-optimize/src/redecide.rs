@@ -26,17 +26,19 @@ impl Redecide {
 
     /// Whether `problem` (a path) is one to decide again.
     pub fn matches(&self, problem: &str) -> bool {
-        self.patterns.iter().any(|p| tails(problem).any(|t| glob(p.as_bytes(), t.as_bytes())))
+        self.patterns.iter().any(|p| hits(p, problem))
     }
 
     /// The first pattern none of `problems` matches (a typo would otherwise redecide nothing
     /// silently).
     pub fn unmatched<'a>(&'a self, problems: &[String]) -> Option<&'a str> {
-        self.patterns
-            .iter()
-            .find(|p| !problems.iter().any(|q| tails(q).any(|t| glob(p.as_bytes(), t.as_bytes()))))
-            .map(String::as_str)
+        self.patterns.iter().find(|p| !problems.iter().any(|q| hits(p, q))).map(String::as_str)
     }
+}
+
+/// Whether `pattern` matches `path` or one of its tails.
+fn hits(pattern: &str, path: &str) -> bool {
+    tails(path).any(|t| glob(pattern.as_bytes(), t.as_bytes()))
 }
 
 /// `path` and each of its tails after a `/`.

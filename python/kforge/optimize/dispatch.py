@@ -50,7 +50,7 @@ from ..inspect.inductor import WrapperHook
 from ..inspect.traces import device_totals, trace_events
 from ..region import region
 from .rewrite import EXACTNESS, RuleError, candidate, introduced, rewrite_model, rules_of
-from .warm import CompileWorkers, WarmSpec, warmable, worker_line, workers_for_memory
+from .warm import CompileWorkers, WarmSpec, say, warmable, worker_line, workers_for_memory
 
 #: Every mode the agent knows: eager and torch.compile's modes.
 MODES = ("eager", "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -392,12 +392,6 @@ def warm_only(problem: Any, variants: Sequence[str], dev: Any) -> None:
 
 #: Why a variant was not prepared: the measure step's deadline (``--prepare-until``).
 NOT_PREPARED = "the step's deadline came first (kforge optimize bounds a step that no wall budget of this size holds)"
-
-
-def say(line: str) -> None:
-    """A progress line on stderr, which ``kforge optimize`` keeps in the step's log: what a long
-    measure step was doing when it was stopped."""
-    print(f"dispatch: {line}", file=sys.stderr, flush=True)
 
 
 def generated_code(compile_and_call: Callable[[], None]) -> Tuple[str, ...]:

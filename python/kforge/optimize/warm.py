@@ -189,6 +189,9 @@ def die_with_parent() -> None:
 
 
 def say(line: str) -> None:
+    """A progress line of the measure step on stderr, which ``kforge optimize`` keeps in the
+    step's log: what a long measure step was doing when it was stopped (the one writer of such
+    lines, for :mod:`.dispatch` too)."""
     print(f"dispatch: {line}", file=sys.stderr, flush=True)
 
 
