@@ -52,13 +52,31 @@ def apply_size(mod: Any, size: str, path: str) -> None:
         setattr(mod, key, value)
 
 
+def strict_fp32() -> None:
+    """fp32 is IEEE fp32 in every process that runs a problem: TF32 off for cuDNN (torch's own
+    default is on) and for cuBLAS. Called before the problem file is imported, so a problem that
+    sets TF32 itself keeps it, and before anything compiles: Inductor bakes
+    ``cudnn.allow_tf32`` into its convolution templates, and the channels-last convolutions it
+    picks run TF32 cuDNN kernels where eager's NCHW ones did not (level3/011's ViT on an H100:
+    1.5e-3 from fp64 compiled against 8e-6 eager, 5.8e-6 compiled with this; every compile mode).
+    Without torch it does nothing: the entry point says torch is missing."""
+    try:
+        import torch
+    except ImportError:
+        return
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+
+
 def load_problem(path: str, size: str, tag: str) -> Any:
     """Problem file ``path`` imported as module ``kforge_<tag>_problem`` and set to size preset
-    ``size`` (:func:`apply_size`). ``ValueError`` naming the file for every way it is not a
-    problem: missing, not Python, raising on import, without ``Model``/``get_inputs``/
-    ``get_init_inputs``, or without the preset."""
+    ``size`` (:func:`apply_size`), in a process set to strict fp32 first (:func:`strict_fp32`).
+    ``ValueError`` naming the file for every way it is not a problem: missing, not Python,
+    raising on import, without ``Model``/``get_inputs``/``get_init_inputs``, or without the
+    preset."""
     if not os.path.isfile(path):
         raise ValueError(f"{path}: no such file")
+    strict_fp32()
     spec = importlib.util.spec_from_file_location(f"kforge_{tag}_problem", path)
     if spec is None or spec.loader is None:
         raise ValueError(f"{path}: not a Python file")

@@ -169,6 +169,7 @@ def test_eager_against_inductor_on_the_cpu_end_to_end(tmp_path: Path, monkeypatc
     assert rc == 0
     r = json.loads(out.read_text())
     assert r["agent"] == "dispatch" and r["baseline"] == "eager" and r["versions"]["torch"] == torch.__version__
+    assert r["tf32"] == {"cudnn": False, "cublas": False}  # strict fp32 whatever torch defaults to
     assert r["prepared"]["eager"]["ok"] and r["prepared"]["default"]["ok"], r["prepared"]
     m = r["modes"]["default"]
     assert len(m["per_round"]) == 3 and all(x["mode_ms"] > 0 for x in m["per_round"])

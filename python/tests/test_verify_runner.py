@@ -494,3 +494,42 @@ def test_the_judge_takes_the_fp64_rule_only_for_a_tolerance_miss() -> None:
     ints = harness.judge(torch.ones(4, dtype=torch.int64), torch.zeros(4, dtype=torch.int64), {}, fp64,
                          lambda: asked.append(1) or [x])
     assert not ints["ok"] and asked == []  # the fp64 rule never asked for inputs
+
+
+RECORDS_FLAGS = """
+import torch
+SEEN = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+{extra}
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return x
+def get_inputs():
+    return [torch.randn(2)]
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("loader", ["harness", "capture"])
+def test_a_problem_is_imported_in_strict_fp32_and_may_set_tf32_itself(tmp_path: "pytest.TempPathFactory", loader: str) -> None:
+    from kforge.inspect import capture
+
+    def load(name: str, extra: str) -> types.ModuleType:
+        path = os.path.join(str(tmp_path), name)
+        with open(path, "w") as f:
+            f.write(RECORDS_FLAGS.format(extra=extra))
+        if loader == "harness":
+            return harness.load_problem(path, "default", "strict-test")  # type: ignore[no-any-return]
+        kind, mod = capture.load_sized(path, "default")
+        assert kind == "problem"
+        return mod  # type: ignore[no-any-return]
+
+    saved = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    try:  # torch's own defaults (cuDNN TF32 on), and a process that turned cuBLAS TF32 on
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = True, True
+        assert load("plain.py", "").SEEN == (False, False)
+        assert torch.backends.cudnn.allow_tf32 is False and torch.backends.cuda.matmul.allow_tf32 is False
+        own = load("own.py", "torch.backends.cudnn.allow_tf32 = True")
+        assert own.SEEN == (False, False) and torch.backends.cudnn.allow_tf32 is True  # its own choice stands
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved

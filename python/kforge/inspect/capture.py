@@ -31,7 +31,7 @@ import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..bench import median_ms
-from ..harness import SIZES, apply_size, clone_all, clone_output, finite_json, identical, max_abs_diff, to_device
+from ..harness import SIZES, apply_size, clone_all, clone_output, finite_json, identical, max_abs_diff, strict_fp32, to_device
 from ..region import region
 from .inductor import CaptureError, WrapperHook, triton_globals
 from .restitch import compile_problem, restitch_round_trip
@@ -74,7 +74,9 @@ def load_source(path: str) -> Tuple[str, Any]:
 
 def load_sized(path: str, size: str) -> Tuple[str, Any]:
     """:func:`load_source`, a problem set to size preset ``size`` (a bad preset is a
-    :class:`CaptureError` naming the file); a Triton kernel file as it is."""
+    :class:`CaptureError` naming the file); a Triton kernel file as it is. The process is set to
+    strict fp32 first (``harness.strict_fp32``)."""
+    strict_fp32()
     kind, mod = load_source(path)
     if kind == "problem":
         try:

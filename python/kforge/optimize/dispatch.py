@@ -931,7 +931,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"kforge optimize: {e}", file=sys.stderr)
         return 2
     result.update(problem=a.problem, size=a.size, device=a.device, agent="dispatch",
-                  versions={"torch": torch.__version__, "triton": triton_version()})
+                  versions={"torch": torch.__version__, "triton": triton_version()},
+                  tf32={"cudnn": bool(torch.backends.cudnn.allow_tf32), "cublas": bool(torch.backends.cuda.matmul.allow_tf32)})
     with open(a.out, "w") as f:
         json.dump(finite_json(result), f, indent=1, allow_nan=False)
     return 0

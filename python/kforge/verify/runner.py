@@ -32,7 +32,7 @@ import time
 import traceback
 from typing import Any, Dict, Optional, Sequence
 
-from ..harness import SIZES, Check, apply_size, finite_json, native_threads, record_thread_origins
+from ..harness import SIZES, Check, apply_size, finite_json, native_threads, record_thread_origins, strict_fp32
 from .cascade import run_checks
 from .checks import NO_DRIVER_FIX, RunnerError, library_identities, timer_identities
 from .kernel import KernelCandidate
@@ -160,6 +160,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             import torch
         except ImportError as e:
             raise RunnerError(f"torch is not importable here ({e})", "pip install torch") from e
+        strict_fp32()  # before the problem and the candidate are imported
         laps.mark("setup.import-torch")
         ck.begin("setup", "device")
         if a.device == "auto" and not torch.cuda.is_available():
