@@ -14,6 +14,14 @@ use std::path::PathBuf;
 /// Warm worker ids live in their own range of cgroup names (`job-<WORKER_CGROUP_BASE + id>`).
 pub const WORKER_CGROUP_BASE: u64 = 1 << 40;
 
+/// Which jobs a `region_time` request sums over (`Request::RegionTime`'s fields).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegionTimeQuery {
+    pub label: String,
+    pub job: Option<u64>,
+    pub since_ns: Option<i64>,
+}
+
 /// One thing to do. Every variant is carried out without blocking the state machine on a slow
 /// step, except the spawns (a fork/exec) and the hand-off (one `sendmsg`).
 #[derive(Debug, Clone, PartialEq)]
@@ -26,6 +34,8 @@ pub enum Effect {
     Store(StoreWrite),
     /// Answer a `report` request: the store thread replies on the connection.
     Report { conn: ConnId, label: Option<String> },
+    /// Answer a `region_time` request: the store thread replies on the connection.
+    RegionTime { conn: ConnId, query: RegionTimeQuery },
     /// Ask a device's thread to enter or leave a region; answered by `RegionEntered` / `RegionLeft`.
     Step { device: usize, step: RegionStep },
     /// Start a job's process in its own cgroup; answered by `JobSpawned` or `JobSpawnFailed`.

@@ -86,6 +86,11 @@ impl Executor {
                     self.store.send(StoreOp::Report { label, reply: tx.clone() });
                 }
             }
+            Effect::RegionTime { conn, query } => {
+                if let Some((tx, _)) = self.conns.get(&conn) {
+                    self.store.send(StoreOp::RegionTime { query, reply: tx.clone() });
+                }
+            }
             Effect::Step { device, step } => {
                 let _ = self.device_threads[device].send(step);
             }

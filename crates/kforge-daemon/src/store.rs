@@ -4,7 +4,7 @@
 //! waits for SQLite, so a slow disk cannot stretch a region hand-over. Operations are applied in
 //! the order sent.
 
-use crate::effect::StoreWrite;
+use crate::effect::{RegionTimeQuery, StoreWrite};
 use crate::event::Outgoing;
 use kforge_proto::Reply;
 use kforge_store::Store;
@@ -16,6 +16,8 @@ pub enum StoreOp {
     Write(StoreWrite),
     /// Answer a report request directly on the asking connection.
     Report { label: Option<String>, reply: Sender<Outgoing> },
+    /// Answer a region-time request directly on the asking connection.
+    RegionTime { query: RegionTimeQuery, reply: Sender<Outgoing> },
 }
 
 pub struct StoreHandle {
@@ -60,6 +62,14 @@ fn apply(s: &Store, op: StoreOp) -> Result<(), kforge_store::StoreError> {
         StoreOp::Report { label, reply } => {
             let msg = match s.report(label.as_deref()) {
                 Ok(r) => Reply::Report { report: serde_json::to_value(&r).unwrap_or_default() },
+                Err(e) => Reply::Error { code: kforge_proto::ErrorCode::Internal, message: e.to_string() },
+            };
+            let _ = reply.send(Outgoing::Msg(msg));
+            Ok(())
+        }
+        StoreOp::RegionTime { query, reply } => {
+            let msg = match s.region_time(&query.label, query.job, query.since_ns) {
+                Ok(t) => Reply::RegionTime { jobs: t.jobs, regions: t.regions, seconds: t.seconds },
                 Err(e) => Reply::Error { code: kforge_proto::ErrorCode::Internal, message: e.to_string() },
             };
             let _ = reply.send(Outgoing::Msg(msg));

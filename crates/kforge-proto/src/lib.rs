@@ -143,6 +143,16 @@ pub enum Request {
         #[serde(default)]
         label: Option<String>,
     },
+    /// The region time of the jobs labelled `label` (only job `job`; only those queued at or
+    /// after `since_ns`): a [`Reply::RegionTime`], small whatever the jobs recorded (a report of
+    /// a long measuring job passes [`MAX_FRAME`]).
+    RegionTime {
+        label: String,
+        #[serde(default)]
+        job: Option<u64>,
+        #[serde(default)]
+        since_ns: Option<i64>,
+    },
     /// Stop the daemon: running jobs are killed, queued jobs fail.
     Shutdown,
 }
@@ -412,6 +422,12 @@ pub enum Reply {
     },
     Report {
         report: serde_json::Value,
+    },
+    /// The jobs that matched, their released regions, and the seconds inside those regions.
+    RegionTime {
+        jobs: u64,
+        regions: u64,
+        seconds: f64,
     },
     Ok,
 }

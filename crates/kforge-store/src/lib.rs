@@ -135,6 +135,16 @@ impl Report {
     }
 }
 
+/// The region time of a set of jobs ([`Store::region_time`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RegionTime {
+    pub jobs: u64,
+    pub regions: u64,
+    /// Seconds inside released regions (the jobs' exclusive GPU time), as
+    /// [`Report::region_seconds`] counts them.
+    pub seconds: f64,
+}
+
 /// A peak seen of an earlier job, for the daemon's learned expected peaks.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LearnedPeak {
@@ -464,6 +474,25 @@ impl Store {
             .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
             .map_err(|e| self.err(e))?;
         Ok(Report { jobs, regions, measurements, job_memory })
+    }
+
+    /// The region time of the jobs labelled `label` (only job `job`; only those queued at or after
+    /// `since_ns`): one aggregate row, however many regions the jobs recorded.
+    pub fn region_time(&self, label: &str, job: Option<u64>, since_ns: Option<i64>) -> Result<RegionTime, StoreError> {
+        let sql = "SELECT COUNT(DISTINCT j.id), COUNT(r.id), \
+                   COALESCE(SUM(MAX(r.released_ns - r.granted_ns, 0)), 0) \
+                   FROM jobs j LEFT JOIN regions r ON r.job = j.id AND r.released_ns IS NOT NULL \
+                   WHERE j.label = ?1 AND (?2 IS NULL OR j.id = ?2) AND (?3 IS NULL OR j.queued_ns >= ?3)";
+        let job = job.map(|j| j as i64);
+        self.conn
+            .query_row(sql, params![label, job, since_ns], |r| {
+                Ok(RegionTime {
+                    jobs: r.get::<_, i64>(0)? as u64,
+                    regions: r.get::<_, i64>(1)? as u64,
+                    seconds: r.get::<_, i64>(2)? as f64 / 1e9,
+                })
+            })
+            .map_err(|e| self.err(e))
     }
 
     fn jobs(&self, label: Option<&str>) -> Result<Vec<JobRow>, StoreError> {

@@ -59,13 +59,16 @@ pub fn run_job_to(
     Ok((exit, String::from_utf8_lossy(&kept.kept).into_owned(), id))
 }
 
-/// What the daemon's store holds of the jobs labelled `label` (their regions: GPU time).
-pub fn labelled(socket: &Path, label: &str) -> Result<kforge_store::Report> {
+/// Seconds inside released regions of the jobs labelled `label` (only job `job`; only those
+/// queued at or after `since_ns`), summed by the daemon's store: one small reply, where the
+/// label's [`labelled`] report of a long measuring job can pass the protocol's frame limit.
+pub fn region_seconds(socket: &Path, label: &str, job: Option<u64>, since_ns: Option<i64>) -> Result<f64> {
     let mut c =
         kforge_client::Client::connect(socket).with_context(|| format!("no kforge daemon on {}", socket.display()))?;
-    match c.request(&kforge_proto::Request::Report { label: Some(label.to_string()) })? {
-        kforge_proto::Reply::Report { report } => serde_json::from_value(report).context("reading the daemon's report"),
-        other => anyhow::bail!("unexpected reply {other:?}"),
+    let req = kforge_proto::Request::RegionTime { label: label.to_string(), job, since_ns };
+    match c.request(&req).with_context(|| format!("asking the daemon for the region time of {label}"))? {
+        kforge_proto::Reply::RegionTime { seconds, .. } => Ok(seconds),
+        other => anyhow::bail!("asking the daemon for the region time of {label}: unexpected reply {other:?}"),
     }
 }
 

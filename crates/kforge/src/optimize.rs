@@ -842,8 +842,17 @@ impl Run<'_> {
             return None;
         }
         let label = format!("verify:{}:{}", problem.display(), self.a.size);
-        let r = crate::job::labelled(self.socket, &label).ok()?;
-        Some(r.jobs.iter().filter(|j| j.queued_ns >= since_ns).fold(0.0, |t, j| t + r.region_seconds(j.id)))
+        self.known_region_s(crate::job::region_seconds(self.socket, &label, None, Some(since_ns)), &label)
+    }
+
+    /// A region time the daemon gave, or none (the step's GPU time is then its wall time, and
+    /// its progress line says "wall") with a warning that says why.
+    fn known_region_s(&self, asked: Result<f64>, what: &str) -> Option<f64> {
+        asked
+            .map_err(|e| {
+                eprintln!("kforge optimize: warning: no region time for {what} ({e:#}): its wall time is counted")
+            })
+            .ok()
     }
 
     /// A progress line: the problem, what happened, the time and budget left.
@@ -1623,8 +1632,9 @@ impl ProblemRun<'_> {
     /// A Python step's work: with the daemon, its job's region time.
     fn python_work(&self, args: Vec<String>, step: &str) -> Result<Work> {
         let job = self.python_step(args, step)?;
-        let region_s = job
-            .and_then(|(label, id)| crate::job::labelled(self.run.socket, &label).ok().map(|r| r.region_seconds(id)));
+        let region_s = job.and_then(|(label, id)| {
+            self.run.known_region_s(crate::job::region_seconds(self.run.socket, &label, Some(id), None), &label)
+        });
         Ok(Work { region_s, ..Work::default() })
     }
 

@@ -697,3 +697,52 @@ fn run_refuses_a_bad_gpu_memory() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("--gpu-memory must be a positive number of GiB"));
     }
 }
+
+/// A job's region time is one small reply however much the job recorded: its label's report
+/// passes the frame limit (a long measuring job's regions and samples), the region time does not.
+#[test]
+fn region_time_answers_where_the_labels_report_passes_the_frame_limit() {
+    let d = TestDaemon::start(&[]);
+    const SCRIPT: &str = r#"
+import kforge, time
+for i in range(3):
+    with kforge.region("r%d" % i) as r:
+        time.sleep(0.05)
+    kforge.report_measurement("m%d" % i, [1.0 + j * 1e-7 for j in range(40_000)], r)
+"#;
+    let run = |tag: &str, label: &str| {
+        let mut j = d.spawn_job(tag, &["--device", "cpu", "--label", label, "--", "python3", "-c", SCRIPT]);
+        let err = || std::fs::read_to_string(d.path(&format!("{tag}.err"))).unwrap_or_default();
+        assert!(j.wait().unwrap().success(), "{}", err());
+    };
+    run("a", "big");
+    run("b", "big");
+    run("c", "other");
+    let mut c = d.client();
+    match c.request(&Request::Report { label: Some("big".into()) }) {
+        Ok(kforge_proto::Reply::Report { .. }) => panic!("the label's report fit one frame: the test shows nothing"),
+        Ok(other) => panic!("unexpected reply {other:?}"),
+        Err(e) => assert!(e.to_string().contains("exceeds"), "{e}"),
+    }
+    let time = |job: Option<u64>, since_ns: Option<i64>| match d
+        .client()
+        .request(&Request::RegionTime { label: "big".into(), job, since_ns })
+        .unwrap()
+    {
+        kforge_proto::Reply::RegionTime { jobs, regions, seconds } => (jobs, regions, seconds),
+        other => panic!("unexpected reply {other:?}"),
+    };
+    let (jobs, regions, seconds) = time(None, None);
+    assert_eq!((jobs, regions), (2, 6));
+    assert!((0.3..30.0).contains(&seconds), "{seconds}");
+    // One job's, and the jobs queued since the second was: the same job.
+    let other = d.client().request(&Request::Report { label: Some("other".into()) });
+    assert!(other.is_err(), "the other label's report is as large");
+    let (one_jobs, one_regions, one_s) = time(Some(2), None);
+    assert_eq!((one_jobs, one_regions), (1, 3));
+    assert!(one_s > 0.15 - 1e-9 && one_s < seconds, "{one_s} of {seconds}");
+    let late = time(None, Some(i64::MAX));
+    assert_eq!(late, (0, 0, 0.0));
+    let none = d.client().request(&Request::RegionTime { label: "nobody".into(), job: None, since_ns: None }).unwrap();
+    assert_eq!(none, kforge_proto::Reply::RegionTime { jobs: 0, regions: 0, seconds: 0.0 });
+}

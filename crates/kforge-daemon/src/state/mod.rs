@@ -24,7 +24,7 @@ pub use crate::event::{ConnId, Event, Now, Outgoing};
 
 use crate::config::{Config, FreezeScope};
 use crate::devices::{DeviceInfo, DeviceKind};
-use crate::effect::StoreWrite;
+use crate::effect::{RegionTimeQuery, StoreWrite};
 use admission::{Job, JobState};
 use kforge_proto::{DeviceStatus, ErrorCode, JobStatus, PoolStatus, Reply, Request, StatusReport, PROTOCOL_VERSION};
 use kforge_store::MeasurementRow;
@@ -363,6 +363,9 @@ impl Daemon {
                 self.on_measurement(conn, region, job, name, samples_ms)
             }
             Request::Report { label } => self.emit(Effect::Report { conn, label }),
+            Request::RegionTime { label, job, since_ns } => {
+                self.emit(Effect::RegionTime { conn, query: RegionTimeQuery { label, job, since_ns } })
+            }
             Request::Shutdown => {
                 self.send(conn, Reply::Ok);
                 self.begin_shutdown();
