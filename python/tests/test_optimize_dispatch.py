@@ -12,7 +12,7 @@ import time
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, List, Tuple
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -139,6 +139,54 @@ def test_past_its_deadline_a_step_prepares_only_the_baseline_and_says_what_it_le
     # A deadline ahead: every variant prepared, nothing said about it.
     r = dispatch.measure(problem, modes[:2], torch.device("cpu"), 2, until=time.time() + 600.0)
     assert r["prepared"]["default"]["ok"] is True and "not_prepared" not in r
+
+
+class Clock:
+    """A step's clock that moves only when a variant is built: each build takes ``cost[mode]``."""
+
+    def __init__(self, cost: Dict[str, float]) -> None:
+        self.now, self.cost = 1000.0, cost
+
+    def build(self, real: Any) -> Any:
+        def build(model: Any, mode: str) -> Any:
+            self.now += self.cost[mode]
+            return real(model, "eager")
+        return build
+
+
+class Warmed:
+    """Compile workers that already compiled ``done`` (and nothing else)."""
+    count = 1
+
+    def __init__(self, done: List[str]) -> None:
+        self.done = done
+
+    def compiled(self, variant: str) -> bool:
+        return variant in self.done
+
+    def wait(self, variant: str, deadline: Any = None) -> Any:
+        return {"variant": variant, "ok": True, "seconds": 1.0} if variant in self.done else None
+
+
+def test_a_bounded_step_still_prepares_eager_and_the_warmed_variants_after_a_long_baseline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GRU's case: the baseline's compile took most of the step; the cold variants are
+    left, eager (no compile) and what a worker compiled (a cache hit) are not."""
+    clock = Clock({"default": 100.0, "max-autotune-no-cudagraphs": 100.0, "default+freezing": 1.0, "eager": 0.0})
+    monkeypatch.setattr(dispatch, "build", clock.build(dispatch.build))
+    monkeypatch.setattr(dispatch, "time", SimpleNamespace(time=lambda: clock.now, perf_counter=lambda: clock.now))
+    ref = dispatch.reference(dispatch.load_problem(VECTOR_ADD, "default"), torch.device("cpu"))
+    modes = ["default", "max-autotune-no-cudagraphs", "eager", "default+freezing"]
+    ready, report = dispatch.prepare_modes(ref, modes, torch.device("cpu"), until=clock.now + 150.0,
+                                           workers=Warmed(["default+freezing"]))  # type: ignore[arg-type]
+    assert sorted(ready) == ["default", "default+freezing", "eager"]
+    assert report["max-autotune-no-cudagraphs"] == {"ok": False, "not_prepared": dispatch.NOT_PREPARED}
+    assert report["default+freezing"]["warmed"]["ok"] is True
+    # Without the worker's word the freezing variant is expected to take the baseline's 100 s.
+    clock.now = 1000.0
+    ready, report = dispatch.prepare_modes(ref, modes, torch.device("cpu"), until=clock.now + 150.0,
+                                           workers=Warmed([]))  # type: ignore[arg-type]
+    assert sorted(ready) == ["default", "eager"] and report["default+freezing"]["not_prepared"] == dispatch.NOT_PREPARED
 
 
 def test_bad_input_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -701,7 +749,10 @@ def test_a_silent_worker_is_given_up_at_the_deadline_and_a_stopped_one_is_asked_
     spec = warm.WarmSpec(VECTOR_ADD, "default", "cpu", 1)
     workers = warm.CompileWorkers(spec, ["default", "default+freezing"], python=str(fake))
     assert workers.wait("default") == {"variant": "default", "ok": True, "seconds": 0.5}
+    assert workers.compiled("default") and not workers.compiled("eager"), "eager is no worker's"
     t0 = time.time()
+    assert not workers.compiled("default+freezing"), "asked without waiting: the silent worker has not said it"
+    assert time.time() - t0 < 0.5
     assert workers.wait("default+freezing", deadline=time.time() + 0.5) is None
     proc = workers._workers[0].proc
     assert proc.returncode is not None, "the silent worker was stopped"

@@ -302,8 +302,9 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optiona
                   ) -> Tuple[Dict[str, Callable[..., Any]], Dict[str, Dict[str, Any]]]:
     """Per mode its callable on its own copy of the reference, its compile time and how its
     output compares with eager's; modes that fail or compute otherwise are left out of the first
-    dict and say why in the second. Past ``until`` (Unix seconds: the step's deadline) no variant
-    but the first (the baseline) is prepared: each one left is ``not_prepared`` in the second. A knob variant whose compile generated exactly the code an
+    dict and say why in the second. With ``until`` (Unix seconds: the step's deadline) a variant
+    but the first (the baseline, always prepared) starts only if it is expected to end before
+    ``until`` (:func:`expected_s`); each one left is ``not_prepared`` in the second. A knob variant whose compile generated exactly the code an
     variant of its mode with a subset of its knobs did (:func:`same_code`) is left out of the first dict too,
     ``same_code_as`` that one in the second: it is that candidate again, and timing it would only
     add a chance to win by noise. With ``workers``, a variant one of them has is prepared after
@@ -313,9 +314,9 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optiona
     ready: Dict[str, Callable[..., Any]] = {}
     report: Dict[str, Dict[str, Any]] = {}
     codes: Dict[str, Tuple[str, ...]] = {}
-    longest = 0.0  # a variant is not started unless the longest so far would end before ``until``
+    longest = {False: 0.0, True: 0.0}  # the longest preparation so far, by whether it was warmed
     for i, mode in enumerate(modes, 1):
-        if until is not None and i > 1 and time.time() + longest > until:
+        if until is not None and i > 1 and time.time() + expected_s(mode, longest, workers) > until:
             report[mode] = {"ok": False, "not_prepared": NOT_PREPARED}
             say(f"not prepared {mode} ({i} of {len(modes)}): {NOT_PREPARED}")
             continue
@@ -324,13 +325,25 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optiona
         if codes[mode]:  # what Inductor generated, autotune choices included (compare runs by it)
             report[mode]["code"] = hashlib.sha256("".join(codes[mode]).encode()).hexdigest()[:16]
         took = time.perf_counter() - t0
-        longest = max(longest, took)
+        warmed = "warmed" in report[mode]
+        longest[warmed] = max(longest[warmed], took)
         state = "ready" if mode in ready else f"left out: {report[mode].get('why', 'its output differs from eager')}"
         say(f"prepared {mode} ({i} of {len(modes)}) in {took:.1f} s: {state}")
     for variant, other in same_code(modes, codes, ready).items():
         del ready[variant]  # not timed (Dynamo's cache may still hold its compiled copy)
         report[variant]["same_code_as"] = other
     return ready, report
+
+
+def expected_s(mode: str, longest: Dict[bool, float], workers: Optional[CompileWorkers]) -> float:
+    """What preparing ``mode`` is expected to take, for a bounded step's deadline: nothing for
+    eager (no compile: one forward), the longest warmed preparation so far for a variant a compile
+    worker already compiled (a cache hit), else the longest cold one (``longest[False]``: the
+    baseline's compile first). A GRU's baseline compiled for 252 s on an H100; taking that for
+    every variant left eager and the warmed ones unprepared."""
+    if mode.split("~")[0] == "eager":
+        return 0.0
+    return longest[True] if workers is not None and workers.compiled(mode) else longest[False]
 
 
 def prepare_warmed(mode: str, ref: Reference, dev: Any, ready: Dict[str, Callable[..., Any]],

@@ -117,11 +117,21 @@ class CompileWorkers:
                 say(f"compile worker {w.proc.pid} said nothing about {variant} in time: stopped")
                 self._drop(w)
                 return None
-            if row is None:
-                w.ended = True
-            else:
-                w.seen[str(row["variant"])] = row
+            take(w, row)
         return w.seen.get(variant)
+
+    def compiled(self, variant: str) -> bool:
+        """Whether the worker that has ``variant`` said it compiled it, asked without waiting:
+        its preparation is then a cache hit."""
+        w = self._of.get(variant)
+        if w is None:
+            return False
+        while variant not in w.seen and not w.ended:
+            try:
+                take(w, w.rows.get_nowait())
+            except queue.Empty:
+                break
+        return bool(w.seen.get(variant, {}).get("ok"))
 
     def _drop(self, w: _Worker) -> None:
         """``w`` ended and forgotten: ``wait`` returns ``None`` for its variants."""
@@ -146,6 +156,14 @@ class CompileWorkers:
 #: Seconds a step waits at most for a worker's line about one variant (a level-3 max-autotune
 #: compile takes 30-90 s on the H100; a worker silent this long is stuck).
 SILENT_S = 900.0
+
+
+def take(w: _Worker, row: Optional[Dict[str, Any]]) -> None:
+    """A row a worker's reader passed on: what it said of a variant, or ``None`` when it ended."""
+    if row is None:
+        w.ended = True
+    else:
+        w.seen[str(row["variant"])] = row
 
 
 def end(proc: "subprocess.Popen[str]") -> None:
