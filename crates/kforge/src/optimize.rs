@@ -680,6 +680,7 @@ impl Run<'_> {
                 ),
                 _ => {
                     self.progress(index, problem, "resumed: its decision is in the journal");
+                    let report = self.confirmed_from_decisions(problem, &q, report)?;
                     return Ok(Outcome::Decided { report: Box::new(report), resumed: true });
                 }
             }
@@ -723,6 +724,21 @@ impl Run<'_> {
             }
         }
         Ok(outcome)
+    }
+
+    /// A journal's report without gate 4's speedup (`Report::confirmed`: decided before reports
+    /// recorded it) takes it from the decisions file's entry of the same decision, where one was
+    /// filled in afterwards (`scripts/analysis/backfill_confirmed.py`): the run's summary then
+    /// counts what `--summarize` counts.
+    fn confirmed_from_decisions(&self, problem: &Path, q: &Question, mut report: Report) -> Result<Report> {
+        let Some(d) = self.decisions.as_ref().filter(|_| report.confirmed.is_none()) else { return Ok(report) };
+        let source = std::fs::read(problem).with_context(|| format!("reading {}", problem.display()))?;
+        if let Answer::Taken(e) = d.read.answer(q, &d.machine, &content_hash(&[&source])) {
+            if e.report.decision == report.decision {
+                report.confirmed = e.report.confirmed;
+            }
+        }
+        Ok(report)
     }
 
     /// With `--resume --decisions`, the file's report for this question, decided on this machine

@@ -467,6 +467,24 @@ fn a_campaign_resumes_on_a_fresh_machine_from_its_decisions_file() {
     assert_eq!(code, Some(0), "{text}");
     assert_eq!(text.matches("resumed: its decision is in the journal").count(), 2, "{text}");
 
+    // Gate 4's speedup filled into the file afterwards (backfill_confirmed.py): a run resumed from
+    // the journal counts it too, for the same decision only.
+    let kept = std::fs::read_to_string(&decisions).unwrap();
+    let mut filled = read();
+    assert!(filled["entries"][0]["report"]["confirmed"].is_null(), "the CPU run confirms nothing: {filled}");
+    filled["entries"][0]["report"]["confirmed"] = 1.5.into();
+    std::fs::write(&decisions, filled.to_string()).unwrap();
+    let (code, text) = optimize(&[&with_file[..], &["--resume"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(text.matches("resumed: its decision is in the journal").count(), 2, "{text}");
+    assert_eq!(campaign(&out)["problems"][0]["confirmed"], 1.5, "{text}");
+    filled["entries"][0]["report"]["decision"] = serde_json::json!({"kind": "fallback", "reason": "another"});
+    std::fs::write(&decisions, filled.to_string()).unwrap();
+    let (code, text) = optimize(&[&with_file[..], &["--resume"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(campaign(&out)["problems"][0]["confirmed"].is_null(), "another decision's figure is not taken: {text}");
+    std::fs::write(&decisions, kept).unwrap();
+
     // The campaign's summary anywhere, from the file alone: a spent budget starts nothing new.
     let elsewhere = dir.path().join("summary-only");
     let (code, text) = optimize(&[&with_file[..], &["--resume", "--budget-wall-s", "0.001"]].concat(), &elsewhere);
