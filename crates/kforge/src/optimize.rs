@@ -1939,6 +1939,24 @@ fn journaled(out: &Path, name: &str) -> String {
     std::path::absolute(&path).unwrap_or(path).display().to_string()
 }
 
+/// Why the beam stopped after its second round, which times the first round's winner again beside
+/// the combinations and decides: where that winner did not hold up, the line says so (level-3
+/// 010 on the H100: `max-autotune-no-cudagraphs` 1.048x in round 1, 0.978x in round 2).
+fn beam_stopped(first: &DispatchMeasurement, second: &DispatchMeasurement) -> String {
+    let again = second.modes.get(&first.winner).filter(|_| first.winner != second.winner);
+    match again {
+        Some(t) => format!(
+            "beam: round 2 found no combination beyond the first round's best, and timed round 1's winner {} \
+             again at {:.3}x{}: the decision is {}",
+            first.winner,
+            t.speedup,
+            if t.beyond_noise { "" } else { ", within noise" },
+            second.winner
+        ),
+        None => format!("beam: round 2 found no combination beyond the first round's best ({})", second.winner),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2056,23 +2074,5 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         assert!(Workspace::open_with("/no/such/git", dir.path()).is_none());
         assert!(!dir.path().join(".git").exists());
-    }
-}
-
-/// Why the beam stopped after its second round, which times the first round's winner again beside
-/// the combinations and decides: where that winner did not hold up, the line says so (level-3
-/// 010 on the H100: `max-autotune-no-cudagraphs` 1.048x in round 1, 0.978x in round 2).
-fn beam_stopped(first: &DispatchMeasurement, second: &DispatchMeasurement) -> String {
-    let again = second.modes.get(&first.winner).filter(|_| first.winner != second.winner);
-    match again {
-        Some(t) => format!(
-            "beam: round 2 found no combination beyond the first round's best, and timed round 1's winner {} \
-             again at {:.3}x{}: the decision is {}",
-            first.winner,
-            t.speedup,
-            if t.beyond_noise { "" } else { ", within noise" },
-            second.winner
-        ),
-        None => format!("beam: round 2 found no combination beyond the first round's best ({})", second.winner),
     }
 }
