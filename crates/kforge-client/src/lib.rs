@@ -71,6 +71,24 @@ impl Client {
         self.recv()
     }
 
+    /// The daemon's store as JSON (`label`: only those jobs), one part per reply: each part's
+    /// `report` (jobs, regions, measurements, job_memory), in order, until the last.
+    pub fn report_parts(&mut self, label: Option<String>) -> Result<Vec<serde_json::Value>, ClientError> {
+        self.send(&Request::Report { label })?;
+        let mut parts = Vec::new();
+        loop {
+            match self.recv()? {
+                Reply::Report { report, more } => {
+                    parts.push(report);
+                    if !more {
+                        return Ok(parts);
+                    }
+                }
+                other => return Err(ClientError::Unexpected(format!("{other:?}"))),
+            }
+        }
+    }
+
     /// The underlying stream (e.g. to set timeouts).
     pub fn stream(&self) -> &UnixStream {
         &self.stream

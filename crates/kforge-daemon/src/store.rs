@@ -60,11 +60,20 @@ fn apply(s: &Store, op: StoreOp) -> Result<(), kforge_store::StoreError> {
     match op {
         StoreOp::Write(w) => write(s, w),
         StoreOp::Report { label, reply } => {
-            let msg = match s.report(label.as_deref()) {
-                Ok(r) => Reply::Report { report: serde_json::to_value(&r).unwrap_or_default() },
-                Err(e) => Reply::Error { code: kforge_proto::ErrorCode::Internal, message: e.to_string() },
-            };
-            let _ = reply.send(Outgoing::Msg(msg));
+            match s.report(label.as_deref()) {
+                Ok(r) => {
+                    let parts = r.split(kforge_proto::REPORT_PART_BYTES);
+                    let last = parts.len() - 1;
+                    for (i, part) in parts.into_iter().enumerate() {
+                        let report = serde_json::to_value(&part).unwrap_or_default();
+                        let _ = reply.send(Outgoing::Msg(Reply::Report { report, more: i < last }));
+                    }
+                }
+                Err(e) => {
+                    let msg = Reply::Error { code: kforge_proto::ErrorCode::Internal, message: e.to_string() };
+                    let _ = reply.send(Outgoing::Msg(msg));
+                }
+            }
             Ok(())
         }
         StoreOp::RegionTime { query, reply } => {

@@ -59,10 +59,8 @@ impl PrivateDaemon {
     }
 
     pub fn report(&self, label: &str) -> Result<kforge_store::Report> {
-        match self.client()?.request(&Request::Report { label: Some(label.into()) })? {
-            Reply::Report { report } => Ok(serde_json::from_value(report).context("decoding the daemon's report")?),
-            other => bail!("unexpected reply to report: {other:?}"),
-        }
+        let parts = self.client()?.report_parts(Some(label.into()))?;
+        kforge_store::Report::from_parts(parts).context("decoding the daemon's report")
     }
 
     pub fn status(&self) -> Result<kforge_proto::StatusReport> {

@@ -16,6 +16,9 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Largest accepted frame body, in bytes.
 pub const MAX_FRAME: usize = 1 << 20;
 
+/// The most bytes of rows a [`Reply::Report`] part carries: well inside [`MAX_FRAME`].
+pub const REPORT_PART_BYTES: usize = 512 << 10;
+
 /// Errors of framing and decoding.
 #[derive(Debug, thiserror::Error)]
 pub enum ProtoError {
@@ -420,8 +423,12 @@ pub enum Reply {
         measurement: u64,
         valid: bool,
     },
+    /// One part of a report: `more` says another part follows on the connection (a report of a
+    /// long campaign passes one frame's [`MAX_FRAME`]); the parts' rows, in order, are the report.
     Report {
         report: serde_json::Value,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        more: bool,
     },
     /// The jobs that matched, their released regions, and the seconds inside those regions.
     RegionTime {

@@ -125,6 +125,45 @@ pub struct Report {
 }
 
 impl Report {
+    /// The report cut into parts of at most about `budget` bytes of JSON each (rows whole, in
+    /// order; a row larger than `budget` is a part alone), so that each fits a protocol frame:
+    /// a long campaign's store passes one frame's limit. [`Report::merge`] puts them together.
+    /// An empty report is one empty part.
+    pub fn split(self, budget: usize) -> Vec<Report> {
+        let mut parts = Parts { budget, done: Vec::new(), open: Report::default(), size: 0 };
+        for r in self.jobs {
+            parts.add(r, |p| &mut p.jobs);
+        }
+        for r in self.regions {
+            parts.add(r, |p| &mut p.regions);
+        }
+        for r in self.measurements {
+            parts.add(r, |p| &mut p.measurements);
+        }
+        for r in self.job_memory {
+            parts.add(r, |p| &mut p.job_memory);
+        }
+        parts.done.push(parts.open);
+        parts.done
+    }
+
+    /// The report whose parts (as the daemon sends them, JSON) are `parts`.
+    pub fn from_parts(parts: Vec<serde_json::Value>) -> Result<Report, serde_json::Error> {
+        let mut whole = Report::default();
+        for p in parts {
+            whole.merge(serde_json::from_value(p)?);
+        }
+        Ok(whole)
+    }
+
+    /// `other`'s rows after this report's (the inverse of [`Report::split`]).
+    pub fn merge(&mut self, other: Report) {
+        self.jobs.extend(other.jobs);
+        self.regions.extend(other.regions);
+        self.measurements.extend(other.measurements);
+        self.job_memory.extend(other.job_memory);
+    }
+
     /// Seconds job `job` spent inside released regions (its exclusive GPU time).
     pub fn region_seconds(&self, job: u64) -> f64 {
         self.regions
@@ -132,6 +171,26 @@ impl Report {
             .filter(|r| r.job == Some(job))
             .filter_map(|r| r.released_ns.map(|end| (end - r.granted_ns).max(0) as f64 / 1e9))
             .fold(0.0, |t, s| t + s) // (sum() of none is -0.0, shown "-0.0 s")
+    }
+}
+
+/// [`Report::split`]'s state: the parts done and the one being filled.
+struct Parts {
+    budget: usize,
+    done: Vec<Report>,
+    open: Report,
+    size: usize,
+}
+
+impl Parts {
+    fn add<T: Serialize>(&mut self, row: T, rows: fn(&mut Report) -> &mut Vec<T>) {
+        let n = serde_json::to_vec(&row).map(|v| v.len() + 1).unwrap_or(0);
+        if self.size > 0 && self.size + n > self.budget {
+            self.done.push(std::mem::take(&mut self.open));
+            self.size = 0;
+        }
+        self.size += n;
+        rows(&mut self.open).push(row);
     }
 }
 
@@ -619,6 +678,36 @@ mod tests {
         assert!((r.region_seconds(1) - 3.0).abs() < 1e-9);
         assert_eq!(r.region_seconds(3), 0.0);
         assert!(r.region_seconds(3).is_sign_positive(), "none is 0.0, not -0.0 (shown \"-0.0 s\")");
+    }
+
+    #[test]
+    fn a_report_split_into_parts_within_the_budget_merges_back_whole() {
+        let measured = |id: u64, n: usize| MeasurementRow {
+            id,
+            job: Some(1),
+            region: None,
+            name: "k".into(),
+            recorded_ns: 5,
+            samples_ms: vec![1.25; n],
+            valid: true,
+        };
+        let r = Report {
+            jobs: vec![job(1, Some("a")), job(2, None)],
+            regions: (1..=40).map(|i| region(i, 1 + i % 2)).collect(),
+            measurements: vec![measured(1, 10), measured(2, 3000), measured(3, 10)],
+            job_memory: vec![],
+        };
+        let parts = r.clone().split(4096);
+        assert!(parts.len() > 3, "{} parts", parts.len());
+        for p in &parts {
+            let n = serde_json::to_vec(p).unwrap().len();
+            let rows = p.jobs.len() + p.regions.len() + p.measurements.len();
+            assert!(n <= 4096 + 200 || rows == 1, "a part of {n} bytes with {rows} rows");
+        }
+        assert!(parts.iter().any(|p| p.measurements.len() == 1 && p.measurements[0].samples_ms.len() == 3000));
+        let json: Vec<serde_json::Value> = parts.iter().map(|p| serde_json::to_value(p).unwrap()).collect();
+        assert_eq!(Report::from_parts(json).unwrap(), r, "the rows in order, none lost");
+        assert_eq!(Report::default().split(4096), vec![Report::default()], "empty: one empty part");
     }
 
     #[test]

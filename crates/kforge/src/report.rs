@@ -6,7 +6,6 @@ use anyhow::{bail, Context, Result};
 use kforge_client::Client;
 use kforge_eval::report::{compute_with, ReportOptions, DEFAULT_MIN_GAP};
 use kforge_eval::runner::RunManifest;
-use kforge_proto::{Reply, Request};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -42,12 +41,9 @@ fn store_dump(socket: &Path, a: ReportArgs) -> Result<i32> {
         bail!("--html needs run manifests (`kforge report truth.run.json region.run.json … --html out.html`)");
     }
     let mut c = Client::connect(socket)?;
-    match c.request(&Request::Report { label: a.label })? {
-        Reply::Report { report } => {
-            write_out(a.json.as_deref().unwrap_or("-"), &serde_json::to_string_pretty(&report)?)?
-        }
-        other => bail!("unexpected reply {other:?}"),
-    }
+    let parts = c.report_parts(a.label).context("asking the daemon for its store")?;
+    let report = kforge_store::Report::from_parts(parts).context("reading the daemon's report")?;
+    write_out(a.json.as_deref().unwrap_or("-"), &serde_json::to_string_pretty(&report)?)?;
     Ok(0)
 }
 

@@ -75,10 +75,7 @@ impl TestDaemon {
     }
 
     pub fn report(&self) -> kforge_store::Report {
-        match self.client().request(&Request::Report { label: None }).unwrap() {
-            Reply::Report { report } => serde_json::from_value(report).unwrap(),
-            other => panic!("unexpected {other:?}"),
-        }
+        kforge_store::Report::from_parts(self.client().report_parts(None).unwrap()).unwrap()
     }
 
     /// `kforge run` as a child process, in the daemon's directory.
