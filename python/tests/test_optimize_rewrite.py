@@ -841,15 +841,17 @@ SHAPES_FIXED = {"level3/004_decoder_layer_causal_fp32.py", "level3/008_gru_unrol
                 "level3/009_lstm_unrolled_bf16.py"}
 
 
-#: Suite problems a rule fires on: the four whose attention is written out (softmax(Q Kᵀ / √d) V,
-#: key-padding masked in level-2 007), none with a diagonal, triangular or summed linear
-#: structure. Each is run on the CPU and compared.
+#: Suite problems a rule fires on: the five whose attention is written out (softmax(Q Kᵀ / √d) V,
+#: key-padding masked in level-2 007), the dense mixture of experts, none with a diagonal,
+#: triangular or summed linear structure. Each is run on the CPU and compared.
 FIRES: dict = {**{k: ["attention-sdpa"] for k in ("level2/007_masked_softmax_attention_bf16.py",
                                                  "level3/002_multihead_attention_bf16.py",
                                                  "level3/003_transformer_encoder_prenorm_bf16.py",
                                                  "level3/011_vit_patch_embed_encoder_fp32.py")},
                # causal self-attention (its mask SDPA's is_causal) and cross-attention
-               "level3/004_decoder_layer_causal_fp32.py": ["attention-sdpa", "attention-sdpa"]}
+               "level3/004_decoder_layer_causal_fp32.py": ["attention-sdpa", "attention-sdpa"],
+               # every expert on every token, masked by the top-2 weights
+               "level3/010_moe_top2_bf16.py": ["routed-experts"]}
 
 
 @pytest.mark.parametrize("size", ["default", "large"])
@@ -868,6 +870,71 @@ def test_suite_problems_find_nothing_or_stay_equal(path: Path, size: str) -> Non
         model = mod.Model(*mod.get_init_inputs())
         inputs = mod.get_inputs()
         check_close(model, rw.rewrite_model(model, inputs), inputs)
+
+
+MOE = REPO / "problems" / "level3" / "010_moe_top2_bf16.py"
+
+
+def small_moe(**changes: Any) -> Tuple[Any, List[Any]]:
+    """Level-3 010's Model at a small size (64 -> 128 -> 64, 8 experts, top 2, 256 tokens, bf16)."""
+    mod = load(MOE)
+    torch.manual_seed(0)
+    model = mod.Model(64, 128, 8, 2).eval()
+    return model, [torch.randn(256, 64, dtype=torch.bfloat16)]
+
+
+def test_a_dense_mixture_of_experts_is_routed_through_grouped_gemms() -> None:
+    model, inputs = small_moe()
+    r = rw.rewrite_model(model, inputs)
+    assert rules_applied(r) == ["routed-experts"] and r.exactness == rw.REASSOCIATES, r.skipped
+    assert "_grouped_mm" in calls(r.module) and "einsum" not in calls(r.module), r.code
+    assert "scatter" not in calls(r.module) and "zeros_like" not in calls(r.module), "the dense weights are gone"
+    with torch.no_grad():
+        assert torch.equal(r.module(*inputs), model(*inputs)), "two exact bf16 products summed in fp32: the same"
+        other = torch.randn(100, 64, dtype=torch.bfloat16)  # another number of tokens: no size is fixed
+        assert torch.equal(r.module(other), model(other))
+    # the FLOPs: the grouped GEMMs do k/E of the dense products' work
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.no_grad(), FlopCounterMode(display=False) as dense:
+        model(*inputs)
+    experts = 2 * 2 * 256 * 64 * 128  # two layers, 256 tokens, 64 x 128 each
+    assert dense.get_total_flops() >= experts * 8, "the reference runs every expert on every token"
+    flops = rw.introduced(r, inputs)["analytic_flops"]
+    assert experts * 2 <= flops < experts * 2 + 2 * 256 * 64 * 8 + 1, "its top 2 of 8, and the router"
+
+
+class MoeVariant(torch.nn.Module):
+    """Level-3 010's forward with one change (``case``) that the routed form would not compute."""
+
+    def __init__(self, moe: Any, case: str) -> None:
+        super().__init__()
+        self.moe, self.case = moe, case
+
+    def forward(self, x: Any) -> Any:
+        import torch.nn.functional as F
+
+        m = self.moe
+        logits = m.router(x).float()
+        top_vals, top_idx = torch.topk(logits, 2, dim=-1)
+        combine = torch.zeros_like(logits).scatter(-1, top_idx, torch.softmax(top_vals, dim=-1))
+        if self.case == "dense-weights":  # every expert weighted: nothing to skip
+            combine = torch.softmax(logits, dim=-1)
+        pre = torch.matmul(x.unsqueeze(0), m.w1) + m.b1
+        h = pre if self.case == "no-activation" else F.gelu(pre)
+        y = torch.matmul(h, m.w2) + m.b2
+        out = torch.einsum("te,etd->td", combine.to(x.dtype), y)
+        return out + y.sum(0) if self.case == "y-used-twice" else out
+
+
+@pytest.mark.parametrize("case", ["fp32", "as-written", "dense-weights", "y-used-twice", "no-activation"])
+def test_routing_fires_only_where_it_holds(case: str) -> None:
+    moe, inputs = small_moe()
+    model: Any = MoeVariant(moe, case)
+    if case == "fp32":
+        model, inputs = MoeVariant(moe.float(), "as-written"), [inputs[0].float()]  # the grouped GEMM is bf16's
+    r = rw.rewrite_model(model, inputs)
+    assert r.skipped is None and rules_applied(r) == (["routed-experts"] if case == "as-written" else []), r.code
 
 
 # --- random programs ---------------------------------------------------------------------------
@@ -981,7 +1048,8 @@ def test_random_programs_keep_their_values() -> None:
         got = r.module(*inputs)
         assert got.shape == expected.shape, (r.code, got.shape, expected.shape)
         torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9, msg=lambda m: f"{m}\n{r.code}")
-    assert valid > 150 and fired == {r.name for r in rw.RULES}, (valid, fired)
+    # The programs are fp64, compared at 1e-9; routed-experts is bf16's (its grouped GEMM), tested above.
+    assert valid > 150 and fired == {r.name for r in rw.RULES} - {"routed-experts"}, (valid, fired)
 
 
 def test_rules_of_selects_by_class() -> None:

@@ -761,6 +761,156 @@ def match_attention(n: Node, gm: Module) -> Optional[Match]:
     return Match(n, a.nodes + ((a.mask.name,) if undone and a.mask is not None else ()), build)
 
 
+def einsum_te_etd(n: Any) -> Optional[Tuple[Node, Node]]:
+    """(weights, y) of ``torch.einsum("te,etd->td", weights, y)`` (any three distinct letters)."""
+    import torch
+
+    if not is_call(n, (torch.einsum,)) or n.kwargs or len(n.args) != 3 or not isinstance(n.args[0], str):
+        return None
+    lhs, _, out = n.args[0].replace(" ", "").partition("->")
+    a, _, b = lhs.partition(",")
+    if len(a) != 2 or len(set(a)) != 2 or len(b) != 3 or b != a[1] + a[0] + b[2] or out != a[0] + b[2] or b[2] in a:
+        return None
+    return n.args[1], n.args[2]
+
+
+def routing_weights(c: Any) -> Optional[Tuple[Node, Node]]:
+    """(top_idx, top_w) when ``c`` is ``zeros_like(scores).scatter(-1, top_idx, top_w)``, maybe
+    cast (``.to(dtype)``): a (tokens, experts) matrix nonzero only at each token's top k."""
+    import torch
+
+    if is_call(c, (), ("to", "type")) and len(c.args) == 2 and not c.kwargs:
+        c = c.args[0]
+    if not is_call(c, (torch.scatter,), ("scatter",)) or c.kwargs or len(c.args) != 4:
+        return None
+    base, dim, idx, src = c.args
+    s, si = shape(c), shape(idx)
+    if not is_call(base, (torch.zeros_like,)) or s is None or si is None or len(s) != 2 or int_arg(dim) not in (-1, 1):
+        return None
+    if shape(src) != si or si[0] != s[0] or not 0 < si[1] < s[1] or dtype_name(idx) != "torch.int64":
+        return None
+    return idx, src
+
+
+def expert_weight(w: Any, gm: Module, experts: int, rows: Optional[int] = None) -> Optional[Tuple[int, ...]]:
+    """The shape of parameter ``w`` (a ``get_attr``), one matrix per expert (``rows`` rows each,
+    when given), else None."""
+    s = shape(w)
+    if getattr(w, "op", None) != "get_attr" or s is None or len(s) != 3 or s[0] != experts:
+        return None
+    return s if rows is None or s[1] == rows else None
+
+
+def expert_bias(b: Any, experts: int, width: int) -> bool:
+    return getattr(b, "op", None) == "get_attr" and shape(b) == (experts, 1, width)
+
+
+#: Activations an expert MLP may apply between its two products (keyword: gelu's ``approximate``).
+EXPERT_ACTIVATIONS = ("gelu", "relu", "silu")
+
+
+def dense_experts(y: Any, gm: Module, experts: int) -> Optional[Dict[str, Any]]:
+    """The parts of ``y = act(x[None] @ W1 + b1) @ W2 + b2`` (every expert's MLP on every token,
+    W1 (E, D, H), W2 (E, H, D), biases (E, 1, ·) or none), each intermediate used once."""
+    import torch
+    import torch.nn.functional as F
+
+    seen: List[str] = []
+
+    def product_plus_bias(n: Any) -> Optional[Tuple[Node, Node, Optional[Node]]]:
+        bias = None
+        if is_call(n, (operator.add, torch.add), ("add",)) and len(n.args) == 2 and not n.kwargs and single_use(n):
+            seen.append(n.name)
+            n, bias = n.args
+        ops = matmul_operands(n)
+        if ops is None or not single_use(n):
+            return None
+        seen.append(n.name)
+        return ops[0], ops[1], bias
+
+    outer = product_plus_bias(y)
+    if outer is None:
+        return None
+    h, w2, b2 = outer
+    acts = tuple(getattr(F, a) for a in EXPERT_ACTIVATIONS) + (torch.relu,)
+    if not is_call(h, acts) or len(h.args) != 1 or not only_kwargs(h, ("approximate",)) or not single_use(h):
+        return None
+    inner = product_plus_bias(h.args[0])
+    if inner is None:
+        return None
+    x0, w1, b1 = inner
+    if not is_call(x0, (), ("unsqueeze",)) or len(x0.args) != 2 or x0.args[1] != 0 or not single_use(x0):
+        return None
+    x = x0.args[0]
+    sx, s1 = shape(x), expert_weight(w1, gm, experts)
+    if sx is None or len(sx) != 2 or s1 is None or s1[1] != sx[1]:
+        return None
+    s2 = expert_weight(w2, gm, experts, rows=s1[2])
+    if s2 is None or s2[2] != sx[1] or not floating(x, w1, w2) or dtype_name(x) != "torch.bfloat16":
+        return None
+    if (b1 is not None and not expert_bias(b1, experts, s1[2])) or (b2 is not None and not expert_bias(b2, experts, sx[1])):
+        return None
+    return {"x": x, "w1": w1, "b1": b1, "w2": w2, "b2": b2, "act": h.target, "act_kwargs": dict(h.kwargs),
+            "nodes": tuple(seen) + (h.name, x0.name)}
+
+
+def match_routed_experts(n: Node, gm: Module) -> Optional[Match]:
+    """A top-k mixture of experts computed densely and masked — ``einsum("te,etd->td",
+    zeros.scatter(-1, top_idx, top_w), act(x[None] @ W1 + b1) @ W2 + b2)`` — as routed: the
+    (token, expert) pairs sorted by expert, each expert's rows through one grouped GEMM per layer
+    (``torch._grouped_mm``), the weighted rows summed back per token in fp32. k/E of the FLOPs
+    (bf16 only: the grouped GEMM's dtype)."""
+    import torch
+
+    pair = einsum_te_etd(n)
+    routed = routing_weights(pair[0]) if pair is not None else None
+    sy = shape(pair[1]) if pair is not None else None
+    if pair is None or routed is None or sy is None or len(sy) != 3:
+        return None
+    idx, weights = routed
+    tokens, k = shape(idx) or (0, 0)
+    parts = dense_experts(pair[1], gm, sy[0])
+    if parts is None or shape(parts["x"]) != (tokens, sy[2]) or sy[1] != tokens:
+        return None
+    cast_or_scatter: Any = pair[0]
+    routing: List[Any] = [cast_or_scatter]
+    if not is_call(cast_or_scatter, (torch.scatter,), ("scatter",)):
+        routing.append(cast_or_scatter.args[0])  # the cast's scatter
+    routing.append(routing[-1].args[0])  # the scatter's zeros
+    nodes = parts["nodes"] + tuple(str(c.name) for c in routing)
+    return Match(n, nodes, lambda g: build_routed(g, parts, idx, weights, sy[0], k, n))
+
+
+def build_routed(g: Graph, parts: Dict[str, Any], idx: Node, weights: Node, experts: int, k: int, anchor: Node) -> Node:
+    """The routed computation of :func:`match_routed_experts` (fixed shapes: tokens x k rows)."""
+    import torch
+
+    x = parts["x"]
+    flat = method(g, "reshape", idx, -1)
+    order = g.call_function(torch.argsort, (flat,), {"stable": True})
+    token = g.call_function(torch.div, (order, k), {"rounding_mode": "floor"})
+    expert = method(g, "index_select", flat, 0, order)
+    ids = g.call_function(torch.arange, (experts,), {"device": call(g, getattr, flat, "device")})
+    counts = method(g, "sum", call(g, torch.eq, method(g, "unsqueeze", flat, 1), ids), 0)
+    offs = method(g, "to", call(g, torch.cumsum, counts, 0), torch.int32)
+
+    def layer(rows: Node, w: Node, b: Optional[Node]) -> Node:
+        out = g.call_function(torch._grouped_mm, (rows, w), {"offs": offs})
+        if b is None:
+            return out
+        return call(g, operator.add, out, method(g, "index_select", method(g, "squeeze", b, 1), 0, expert))
+
+    h = g.call_function(parts["act"], (layer(method(g, "index_select", x, 0, token), parts["w1"], parts["b1"]),),
+                        parts["act_kwargs"])
+    y = layer(h, parts["w2"], parts["b2"])
+    # The dense einsum multiplies by the weights cast to x's dtype and sums in fp32: so here.
+    w = method(g, "to", method(g, "index_select", method(g, "reshape", weights, -1), 0, order), tensor_meta(x).dtype)
+    contrib = call(g, operator.mul, method(g, "float", y), method(g, "unsqueeze", method(g, "float", w), 1))
+    zeros = g.call_method("new_zeros", (x, method(g, "size", x)), {"dtype": torch.float32})  # x's tokens, not a number
+    total = method(g, "index_add", zeros, 0, token, contrib)
+    return method(g, "to", total, tensor_meta(anchor).dtype)
+
+
 RULES: Tuple[Rule, ...] = (
     Rule("diag-matmul", "diag(a) @ B as a[:, None] * B, A @ diag(b) as A * b (torch.diag, torch.diag_embed)",
          EXACT, match_diag_matmul),
@@ -773,6 +923,9 @@ RULES: Tuple[Rule, ...] = (
          EXACT, match_redundant_triangle),
     Rule("triangular-product", "a product of two triangular matrices in 2 x 2 blocks, known-zero blocks skipped",
          REASSOCIATES, match_triangular_product),
+    Rule("routed-experts", "a top-k mixture of experts computed densely and masked, routed instead: each expert's "
+         "tokens through a grouped GEMM (k/E of the FLOPs; bf16; a non-finite unselected expert output no longer "
+         "reaches its token as NaN)", REASSOCIATES, match_routed_experts),
     Rule("attention-sdpa", "softmax(Q K^T * scale, -inf where masked) V as F.scaled_dot_product_attention: one fused "
          "kernel, the scores never in memory (introduces the attention vendor family)", REASSOCIATES, match_attention),
 )
@@ -1200,7 +1353,29 @@ def introduced(result: RewriteResult, inputs: Sequence[Any]) -> Dict[str, Any]:
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         result.module(*inputs)
     return {"introduced_ops": sorted(ops), "introduced_torch_calls": sorted(calls),
-            "analytic_flops": int(counter.get_total_flops())}
+            "analytic_flops": int(counter.get_total_flops()) + grouped_mm_flops(result.module, inputs)}
+
+
+def grouped_mm_flops(fn: Callable[..., Any], inputs: Sequence[Any]) -> int:
+    """The FLOPs of the grouped GEMMs one call ``fn(*inputs)`` makes, which torch's FLOP counter
+    does not count: ``2 * rows * k * n`` for each (rows, k) x (groups, k, n) product."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    total = [0]
+
+    class Count(TorchDispatchMode):  # type: ignore[no-untyped-call]
+        def __torch_dispatch__(self, func: Any, types: Any, args: Sequence[Any] = (),
+                               kwargs: Optional[Dict[str, Any]] = None) -> Any:
+            if str(func._schema.name).split("::")[-1] == "_grouped_mm" and len(args) >= 2:
+                a, b = args[0], args[1]
+                if a.dim() == 2 and b.dim() == 3:
+                    total[0] += 2 * a.shape[0] * a.shape[1] * b.shape[2]
+            return func(*args, **(kwargs or {}))
+
+    with torch.no_grad(), Count():  # type: ignore[no-untyped-call]
+        fn(*inputs)
+    return total[0]
 
 
 # --- the command line --------------------------------------------------------------------------
