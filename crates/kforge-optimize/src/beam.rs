@@ -63,6 +63,24 @@ pub fn improved(second: &DispatchMeasurement) -> bool {
     !second.fallback && second.winner.matches('+').count() >= 2
 }
 
+/// Why the beam stopped after its second round, which times the first round's winner again beside
+/// the combinations and decides: where that winner did not hold up, the line says so (level-3
+/// 010 on the H100: `max-autotune-no-cudagraphs` 1.048x in round 1, 0.978x in round 2).
+pub fn stopped(first: &DispatchMeasurement, second: &DispatchMeasurement) -> String {
+    let again = second.modes.get(&first.winner).filter(|_| first.winner != second.winner);
+    match again {
+        Some(t) => format!(
+            "beam: round 2 found no combination beyond the first round's best, and timed round 1's winner {} \
+             again at {:.3}x{}: the decision is {}",
+            first.winner,
+            t.speedup,
+            if t.beyond_noise { "" } else { ", within noise" },
+            second.winner
+        ),
+        None => format!("beam: round 2 found no combination beyond the first round's best ({})", second.winner),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,6 +103,22 @@ mod tests {
             duplicates: Default::default(),
             not_prepared: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_second_round_that_timed_round_1s_winner_again_says_how_it_held_up() {
+        let first = measured("max-autotune-no-cudagraphs", &[("max-autotune-no-cudagraphs", 1.048)]);
+        let second = measured("max-autotune", &[("max-autotune-no-cudagraphs", 0.978), ("max-autotune+a+b", 1.003)]);
+        let why = stopped(&first, &second);
+        assert!(
+            why.contains("timed round 1's winner max-autotune-no-cudagraphs again at 0.978x, within noise: the decision is max-autotune"),
+            "{why}"
+        );
+        let held = measured("max-autotune-no-cudagraphs", &[("max-autotune-no-cudagraphs", 1.05)]);
+        assert_eq!(
+            stopped(&first, &held),
+            "beam: round 2 found no combination beyond the first round's best (max-autotune-no-cudagraphs)"
+        );
     }
 
     #[test]

@@ -1215,7 +1215,8 @@ impl ProblemRun<'_> {
         };
         let second = self.read_measurement("beam.json")?;
         found.beam_hash = Some(hash);
-        let stopped = (!kforge_optimize::beam::improved(&second)).then(|| beam_stopped(first, &second));
+        let stopped =
+            (!kforge_optimize::beam::improved(&second)).then(|| kforge_optimize::beam::stopped(first, &second));
         found.beam = Some(BeamOutcome { measurement: Some(second), stopped });
         Ok(true)
     }
@@ -1939,61 +1940,9 @@ fn journaled(out: &Path, name: &str) -> String {
     std::path::absolute(&path).unwrap_or(path).display().to_string()
 }
 
-/// Why the beam stopped after its second round, which times the first round's winner again beside
-/// the combinations and decides: where that winner did not hold up, the line says so (level-3
-/// 010 on the H100: `max-autotune-no-cudagraphs` 1.048x in round 1, 0.978x in round 2).
-fn beam_stopped(first: &DispatchMeasurement, second: &DispatchMeasurement) -> String {
-    let again = second.modes.get(&first.winner).filter(|_| first.winner != second.winner);
-    match again {
-        Some(t) => format!(
-            "beam: round 2 found no combination beyond the first round's best, and timed round 1's winner {} \
-             again at {:.3}x{}: the decision is {}",
-            first.winner,
-            t.speedup,
-            if t.beyond_noise { "" } else { ", within noise" },
-            second.winner
-        ),
-        None => format!("beam: round 2 found no combination beyond the first round's best ({})", second.winner),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_beam_that_timed_round_1s_winner_again_says_how_it_held_up() {
-        let measured = |winner: &str, modes: &[(&str, f64, bool)]| DispatchMeasurement {
-            baseline: "max-autotune".into(),
-            winner: winner.into(),
-            fallback: winner == "max-autotune",
-            noise_floor: Some(1.002),
-            modes: modes
-                .iter()
-                .map(|(v, s, b)| {
-                    (v.to_string(), kforge_optimize::ModeTiming { speedup: *s, ci95: [*s, *s], beyond_noise: *b })
-                })
-                .collect(),
-            prepared: Default::default(),
-            rewrite: None,
-            graphs: None,
-            baseline_profile: None,
-            duplicates: Default::default(),
-            not_prepared: Default::default(),
-        };
-        let first = measured("max-autotune-no-cudagraphs", &[("max-autotune-no-cudagraphs", 1.048, true)]);
-        let second = measured(
-            "max-autotune",
-            &[("max-autotune-no-cudagraphs", 0.978, false), ("max-autotune+a+b", 1.003, false)],
-        );
-        let why = beam_stopped(&first, &second);
-        assert!(why.contains("timed round 1's winner max-autotune-no-cudagraphs again at 0.978x, within noise: the decision is max-autotune"), "{why}");
-        let kept = measured("max-autotune-no-cudagraphs", &[("max-autotune-no-cudagraphs", 1.05, true)]);
-        assert_eq!(
-            beam_stopped(&first, &kept),
-            "beam: round 2 found no combination beyond the first round's best (max-autotune-no-cudagraphs)"
-        );
-    }
 
     #[test]
     fn the_confirmed_speedup_is_gate_4s_in_the_winning_familys_verdict() {
