@@ -94,6 +94,11 @@ echo "kforge optimize exited $rc after $(( $(date +%s) - t0 )) s"
 # each log of a step the run left unfinished (the logs themselves stay out of the pack): what a
 # step that outlives a call was doing.
 tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"
+# And the run's events from its whole log (a redecision started, a step bounded, a warning, a
+# failure, a decision), which the last 40 lines no longer hold.
+{ echo; echo "== events of the whole run (at most 120 lines)"
+  grep -E "decided again|left the decisions file|still in the decisions file|bounded:|warning|failed|decided:" \
+    "$W/progress.log" | head -n 120; } >>"$OUT/progress-tail.txt" || true
 if [ "$rc" = 124 ]; then
   python3 - "$W/state/out" >>"$OUT/progress-tail.txt" <<'PY' || echo "(the unfinished steps' logs could not be read: exit $?)"
 import glob, os, sqlite3, sys
