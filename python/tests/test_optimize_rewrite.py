@@ -920,6 +920,8 @@ class MoeVariant(torch.nn.Module):
         combine = torch.zeros_like(logits).scatter(-1, top_idx, torch.softmax(top_vals, dim=-1))
         if self.case == "dense-weights":  # every expert weighted: nothing to skip
             combine = torch.softmax(logits, dim=-1)
+        if self.case == "not-topk":  # indices that may repeat an expert: the scatter writes it once
+            combine = torch.zeros_like(logits).scatter(-1, top_idx % 2, torch.softmax(top_vals, dim=-1))
         pre = torch.matmul(x.unsqueeze(0), m.w1) + m.b1
         h = pre if self.case == "no-activation" else F.gelu(pre)
         y = torch.matmul(h, m.w2) + m.b2
@@ -927,7 +929,7 @@ class MoeVariant(torch.nn.Module):
         return out + y.sum(0) if self.case == "y-used-twice" else out
 
 
-@pytest.mark.parametrize("case", ["fp32", "as-written", "dense-weights", "y-used-twice", "no-activation"])
+@pytest.mark.parametrize("case", ["fp32", "as-written", "dense-weights", "not-topk", "y-used-twice", "no-activation"])
 def test_routing_fires_only_where_it_holds(case: str) -> None:
     moe, inputs = small_moe()
     model: Any = MoeVariant(moe, case)

@@ -789,6 +789,13 @@ def routing_weights(c: Any) -> Optional[Tuple[Node, Node]]:
         return None
     if shape(src) != si or si[0] != s[0] or not 0 < si[1] < s[1] or dtype_name(idx) != "torch.int64":
         return None
+    # The indices topk's (distinct per token): a repeated expert would be written once by the
+    # scatter and summed twice by the routed form.
+    top = idx.args[0] if is_call(idx, (operator.getitem,)) and len(idx.args) == 2 and idx.args[1] == 1 else None
+    if not is_call(top, (torch.topk,), ("topk",)) or not only_kwargs(top, ("dim", "k")):
+        return None
+    if int_arg(arg(top, 2, "dim", -1)) not in (-1, 1):
+        return None
     return idx, src
 
 
