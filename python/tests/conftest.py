@@ -39,7 +39,7 @@ class FakeDaemon:
     (ids from 11). ``fail_enter`` makes region_enter answer with that error code.
     """
 
-    def __init__(self, protocol: int = 1) -> None:
+    def __init__(self, protocol: int = 2) -> None:
         self.protocol = protocol
         self.dir = tempfile.mkdtemp(prefix="kfd", dir="/tmp")
         self.path = os.path.join(self.dir, "d.sock")
@@ -134,7 +134,7 @@ def daemon_factory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Fa
     """Start fake daemons and point KFORGE_SOCKET at the latest one."""
     started: List[FakeDaemon] = []
 
-    def start(protocol: int = 1) -> FakeDaemon:
+    def start(protocol: int = 2) -> FakeDaemon:
         d = FakeDaemon(protocol)
         started.append(d)
         monkeypatch.setenv("KFORGE_SOCKET", d.path)
@@ -147,5 +147,5 @@ def daemon_factory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Fa
 
 @pytest.fixture
 def daemon(daemon_factory: Callable[..., FakeDaemon]) -> FakeDaemon:
-    """A protocol-1 fake daemon with KFORGE_SOCKET pointing at it."""
+    """A fake daemon of the current protocol (2) with KFORGE_SOCKET pointing at it."""
     return daemon_factory()

@@ -187,6 +187,12 @@ def test_a_bounded_step_still_prepares_eager_and_the_warmed_variants_after_a_lon
     ready, report = dispatch.prepare_modes(ref, modes, torch.device("cpu"), until=clock.now + 150.0,
                                            workers=Warmed([]))  # type: ignore[arg-type]
     assert sorted(ready) == ["default", "eager"] and report["default+freezing"]["not_prepared"] == dispatch.NOT_PREPARED
+    # Before a cache hit was timed one is expected to take a share of the longest cold compile.
+    clock.now = 1000.0
+    left = 100.0 + dispatch.WARM_SHARE * 100.0 - 1.0
+    ready, report = dispatch.prepare_modes(ref, modes, torch.device("cpu"), until=clock.now + left,
+                                           workers=Warmed(["default+freezing"]))  # type: ignore[arg-type]
+    assert sorted(ready) == ["default", "eager"] and report["default+freezing"]["not_prepared"] == dispatch.NOT_PREPARED
 
 
 def test_bad_input_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -910,6 +910,9 @@ class MoeVariant(torch.nn.Module):
     def __init__(self, moe: Any, case: str) -> None:
         super().__init__()
         self.moe, self.case = moe, case
+        if case == "one-expert":  # parameters of one expert (the router still scores 8)
+            self.w1, self.b1 = torch.nn.Parameter(moe.w1[:1].clone()), torch.nn.Parameter(moe.b1[:1].clone())
+            self.w2, self.b2 = torch.nn.Parameter(moe.w2[:1].clone()), torch.nn.Parameter(moe.b2[:1].clone())
 
     def forward(self, x: Any) -> Any:
         import torch.nn.functional as F
@@ -922,6 +925,12 @@ class MoeVariant(torch.nn.Module):
             combine = torch.softmax(logits, dim=-1)
         if self.case == "not-topk":  # indices that may repeat an expert: the scatter writes it once
             combine = torch.zeros_like(logits).scatter(-1, top_idx % 2, torch.softmax(top_vals, dim=-1))
+        if self.case == "fp32-bias":  # y and the einsum in fp32: the weights not rounded to bf16
+            return torch.einsum("te,etd->td", combine, torch.matmul(F.gelu(torch.matmul(x.unsqueeze(0), m.w1) + m.b1),
+                                                                    m.w2) + m.b2.float())
+        if self.case == "one-expert":  # the routing's 8 experts, y's 1: einsum broadcasts it
+            h1 = F.gelu(torch.matmul(x.unsqueeze(0), self.w1) + self.b1)
+            return torch.einsum("te,etd->td", combine.to(x.dtype), torch.matmul(h1, self.w2) + self.b2)
         pre = torch.matmul(x.unsqueeze(0), m.w1) + m.b1
         h = pre if self.case == "no-activation" else F.gelu(pre)
         y = torch.matmul(h, m.w2) + m.b2
@@ -929,10 +938,14 @@ class MoeVariant(torch.nn.Module):
         return out + y.sum(0) if self.case == "y-used-twice" else out
 
 
-@pytest.mark.parametrize("case", ["fp32", "as-written", "dense-weights", "not-topk", "y-used-twice", "no-activation"])
+@pytest.mark.parametrize("case", ["fp32", "as-written", "dense-weights", "not-topk", "fp32-bias", "one-expert",
+                                  "unaligned", "y-used-twice", "no-activation"])
 def test_routing_fires_only_where_it_holds(case: str) -> None:
     moe, inputs = small_moe()
     model: Any = MoeVariant(moe, case)
+    if case == "unaligned":  # 100 -> 200: rows the grouped GEMM cannot take (16-byte alignment)
+        mod = load(MOE)
+        model, inputs = MoeVariant(mod.Model(100, 200, 8, 2).eval(), "as-written"), [torch.randn(64, 100, dtype=torch.bfloat16)]
     if case == "fp32":
         model, inputs = MoeVariant(moe.float(), "as-written"), [inputs[0].float()]  # the grouped GEMM is bf16's
     r = rw.rewrite_model(model, inputs)

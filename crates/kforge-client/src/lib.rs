@@ -72,7 +72,9 @@ impl Client {
     }
 
     /// The daemon's store as JSON (`label`: only those jobs), one part per reply: each part's
-    /// `report` (jobs, regions, measurements, job_memory), in order, until the last.
+    /// `report` (jobs, regions, measurements, job_memory), in order, until the last. Ask on a
+    /// connection with nothing else in flight (the parts are the next replies on it); after an
+    /// error the connection is closed by the daemon and not to be reused.
     pub fn report_parts(&mut self, label: Option<String>) -> Result<Vec<serde_json::Value>, ClientError> {
         self.send(&Request::Report { label })?;
         let mut parts = Vec::new();

@@ -126,8 +126,10 @@ pub struct Report {
 
 impl Report {
     /// The report cut into parts of at most about `budget` bytes of JSON each (rows whole, in
-    /// order; a row larger than `budget` is a part alone), so that each fits a protocol frame:
-    /// a long campaign's store passes one frame's limit. [`Report::merge`] puts them together.
+    /// order; a row larger than `budget` is a part alone), so that a long campaign's store,
+    /// which passes one protocol frame, goes as several. A part holding one row larger than a
+    /// frame still does not fit (a measurement of the most samples one request can carry comes
+    /// close): the daemon then sends an error in its place. [`Report::merge`] puts them together.
     /// An empty report is one empty part.
     pub fn split(self, budget: usize) -> Vec<Report> {
         let mut parts = Parts { budget, done: Vec::new(), open: Report::default(), size: 0 };

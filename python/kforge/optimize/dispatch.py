@@ -314,7 +314,7 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optiona
     ready: Dict[str, Callable[..., Any]] = {}
     report: Dict[str, Dict[str, Any]] = {}
     codes: Dict[str, Tuple[str, ...]] = {}
-    longest = {False: 0.0, True: 0.0}  # the longest preparation so far, by whether it was warmed
+    longest: Dict[bool, Optional[float]] = {False: 0.0, True: None}  # the longest so far, by whether a cache hit
     for i, mode in enumerate(modes, 1):
         if until is not None and i > 1 and time.time() + expected_s(mode, longest, workers) > until:
             report[mode] = {"ok": False, "not_prepared": NOT_PREPARED}
@@ -325,8 +325,9 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optiona
         if codes[mode]:  # what Inductor generated, autotune choices included (compare runs by it)
             report[mode]["code"] = hashlib.sha256("".join(codes[mode]).encode()).hexdigest()[:16]
         took = time.perf_counter() - t0
-        warmed = "warmed" in report[mode]
-        longest[warmed] = max(longest[warmed], took)
+        said = report[mode].get("warmed") or {}
+        hit = bool(said.get("ok") and said.get("cache_hit"))
+        longest[hit] = max(longest[hit] or 0.0, took)
         state = "ready" if mode in ready else f"left out: {report[mode].get('why', 'its output differs from eager')}"
         say(f"prepared {mode} ({i} of {len(modes)}) in {took:.1f} s: {state}")
     for variant, other in same_code(modes, codes, ready).items():
@@ -335,15 +336,25 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optiona
     return ready, report
 
 
-def expected_s(mode: str, longest: Dict[bool, float], workers: Optional[CompileWorkers]) -> float:
+#: What a cache hit is expected to take of a cold compile before one was timed: Dynamo traces
+#: the forward again and the compiled graph is loaded, which for a big graph is not nothing.
+WARM_SHARE = 0.25
+
+
+def expected_s(mode: str, longest: Dict[bool, Optional[float]], workers: Optional[CompileWorkers]) -> float:
     """What preparing ``mode`` is expected to take, for a bounded step's deadline: nothing for
-    eager (no compile: one forward), the longest warmed preparation so far for a variant a compile
-    worker already compiled (a cache hit), else the longest cold one (``longest[False]``: the
+    eager (no compile: one forward); for a variant a compile worker already compiled (a cache
+    hit) the longest cache hit so far (``longest[True]``), or :data:`WARM_SHARE` of the longest
+    cold preparation before one was timed; else the longest cold one (``longest[False]``: the
     baseline's compile first). A GRU's baseline compiled for 252 s on an H100; taking that for
     every variant left eager and the warmed ones unprepared."""
+    cold = longest[False] or 0.0
     if mode.split("~")[0] == "eager":
         return 0.0
-    return longest[True] if workers is not None and workers.compiled(mode) else longest[False]
+    if workers is not None and workers.compiled(mode):
+        warm = longest[True]
+        return WARM_SHARE * cold if warm is None else warm
+    return cold
 
 
 def prepare_warmed(mode: str, ref: Reference, dev: Any, ready: Dict[str, Callable[..., Any]],
@@ -944,11 +955,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"kforge optimize: {e}", file=sys.stderr)
         return 2
     result.update(problem=a.problem, size=a.size, device=a.device, agent="dispatch",
-                  versions={"torch": torch.__version__, "triton": triton_version()},
-                  tf32={"cudnn": bool(torch.backends.cudnn.allow_tf32), "cublas": bool(torch.backends.cuda.matmul.allow_tf32)})
+                  versions={"torch": torch.__version__, "triton": triton_version()}, tf32=tf32_flags(torch))
     with open(a.out, "w") as f:
         json.dump(finite_json(result), f, indent=1, allow_nan=False)
     return 0
+
+
+def tf32_flags(torch: Any) -> Dict[str, Any]:
+    """Whether cuDNN and cuBLAS may use TF32 in this process (the measurement ran so); where
+    torch refuses the legacy flags (a problem set the newer ``fp32_precision`` API: reading them
+    then raises), what it said instead."""
+    try:
+        return {"cudnn": bool(torch.backends.cudnn.allow_tf32), "cublas": bool(torch.backends.cuda.matmul.allow_tf32)}
+    except RuntimeError as e:
+        return {"unreadable": str(e).splitlines()[0][:200] if str(e) else "RuntimeError"}
 
 
 def triton_version() -> Optional[str]:

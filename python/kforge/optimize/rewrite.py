@@ -774,9 +774,9 @@ def einsum_te_etd(n: Any) -> Optional[Tuple[Node, Node]]:
     return n.args[1], n.args[2]
 
 
-def routing_weights(c: Any) -> Optional[Tuple[Node, Node]]:
-    """(top_idx, top_w) when ``c`` is ``zeros_like(scores).scatter(-1, top_idx, top_w)``, maybe
-    cast (``.to(dtype)``): a (tokens, experts) matrix nonzero only at each token's top k."""
+def routing_weights(c: Any) -> Optional[Tuple[Node, Node, int]]:
+    """(top_idx, top_w, experts) when ``c`` is ``zeros_like(scores).scatter(-1, top_idx, top_w)``,
+    maybe cast (``.to(dtype)``): a (tokens, experts) matrix nonzero only at each token's top k."""
     import torch
 
     if is_call(c, (), ("to", "type")) and len(c.args) == 2 and not c.kwargs:
@@ -796,7 +796,7 @@ def routing_weights(c: Any) -> Optional[Tuple[Node, Node]]:
         return None
     if int_arg(arg(top, 2, "dim", -1)) not in (-1, 1):
         return None
-    return idx, src
+    return idx, src, s[1]
 
 
 def expert_weight(w: Any, gm: Module, experts: int, rows: Optional[int] = None) -> Optional[Tuple[int, ...]]:
@@ -853,8 +853,11 @@ def dense_experts(y: Any, gm: Module, experts: int) -> Optional[Dict[str, Any]]:
     if sx is None or len(sx) != 2 or s1 is None or s1[1] != sx[1]:
         return None
     s2 = expert_weight(w2, gm, experts, rows=s1[2])
-    if s2 is None or s2[2] != sx[1] or not floating(x, w1, w2) or dtype_name(x) != "torch.bfloat16":
-        return None
+    biases = [b for b in (b1, b2) if b is not None]
+    if s2 is None or s2[2] != sx[1] or not floating(x, w1, w2, y, *biases) or dtype_name(x) != "torch.bfloat16":
+        return None  # every operand bf16 (an fp32 bias would make y and the einsum fp32)
+    if sx[1] % 8 or s1[2] % 8:
+        return None  # the grouped GEMM's rows are 16-byte aligned: D and H multiples of 8 bf16
     if (b1 is not None and not expert_bias(b1, experts, s1[2])) or (b2 is not None and not expert_bias(b2, experts, sx[1])):
         return None
     return {"x": x, "w1": w1, "b1": b1, "w2": w2, "b2": b2, "act": h.target, "act_kwargs": dict(h.kwargs),
@@ -874,8 +877,10 @@ def match_routed_experts(n: Node, gm: Module) -> Optional[Match]:
     sy = shape(pair[1]) if pair is not None else None
     if pair is None or routed is None or sy is None or len(sy) != 3:
         return None
-    idx, weights = routed
+    idx, weights, width = routed
     tokens, k = shape(idx) or (0, 0)
+    if width != sy[0] or dtype_name(pair[0]) != dtype_name(pair[1]):
+        return None  # the routing's experts are y's (einsum would broadcast one expert to all)
     parts = dense_experts(pair[1], gm, sy[0])
     if parts is None or shape(parts["x"]) != (tokens, sy[2]) or sy[1] != tokens:
         return None
