@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 torch = pytest.importorskip("torch")
 
 from kforge.optimize import dispatch  # noqa: E402
+from kforge.optimize import rewrite as rw  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 VECTOR_ADD = str(REPO / "tests" / "candidates" / "problems" / "vector_add.py")
@@ -304,11 +305,26 @@ def test_a_rewrite_that_cannot_be_measured_says_why_and_the_rest_goes_on(monkeyp
     assert (r["winner"], r["fallback"]) == ("eager", True) and list(r["prepared"]) == ["eager"]
 
     def rule_bug(*args: Any) -> Any:
-        raise dispatch.RuleError("rule diag-matmul: the replacement of matmul is ((96,), 'torch.float32')")
+        raise dispatch.RuleError("diag-matmul", "the replacement of matmul is ((96,), 'torch.float32')")
 
     monkeypatch.setattr(dispatch, "rewrite_model", rule_bug)
     r = dispatch.measure(problem, ["eager"], torch.device("cpu"), 2, ["exact"])
     assert "a rule failed (a bug in the rule): rule diag-matmul" in r["rewrite"]["why"]
+    assert r["rewrite"]["failed_rules"][0] == "rule diag-matmul: the replacement of matmul is ((96,), 'torch.float32')"
+
+    # One rule failing leaves the others' rewrites: made again without it.
+    real = rw.rewrite_model
+
+    def one_rule_bug(model: Any, xs: Any, rules: Any) -> Any:
+        if any(rule.name == "linear-sum" for rule in rules):
+            raise dispatch.RuleError("linear-sum", "the rewritten graph does not run: a stride")
+        return real(model, xs, rules)
+
+    monkeypatch.setattr(dispatch, "rewrite_model", one_rule_bug)
+    monkeypatch.setattr(dispatch, "introduced", rw.introduced)
+    r = dispatch.measure(problem, ["eager"], torch.device("cpu"), 2, ["exact", "reassociates"])
+    assert r["rewrite"]["fired"] and [c["rule"] for c in r["rewrite"]["rules"]] == ["diag-matmul"], r["rewrite"]
+    assert r["rewrite"]["failed_rules"] == ["rule linear-sum: the rewritten graph does not run: a stride"]
 
 
 CANCELLING = '''import torch

@@ -501,6 +501,23 @@ def matches(out: Any, ref: Reference) -> Dict[str, Any]:
     return judge(out, ref.expected, {}, ref.fp64, lambda: ref.xs)
 
 
+def rewrite_without_failing_rules(ref: Reference, rules: List[Any], info: Dict[str, Any]) -> Optional[Any]:
+    """``rewrite_model`` with ``rules``; a rule that fails (a bug in it, or a graph it cannot
+    rewrite here) is named in ``info["failed_rules"]`` and the rewrite made again without it, so
+    one rule's failure does not take the others' rewrites with it. None (``info["why"]`` set)
+    when no rule is left or the failure names none of them."""
+    while True:
+        try:
+            return rewrite_model(ref.model, ref.xs, rules)
+        except RuleError as e:
+            info.setdefault("failed_rules", []).append(str(e))
+            left = [r for r in rules if r.name != e.rule]
+            if not left or len(left) == len(rules):
+                info["why"] = f"a rule failed (a bug in the rule): {e}"
+                return None
+            rules = left
+
+
 def prepare_rewrite(problem: Any, ref: Reference, baseline: str, classes: Sequence[str], dev: Any,
                     ready: Dict[str, Callable[..., Any]], report: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     """The rewrite agent: the rules of ``classes`` applied to the reference's FX graph (the
@@ -512,10 +529,8 @@ def prepare_rewrite(problem: Any, ref: Reference, baseline: str, classes: Sequen
     nothing (no rule fired; or the rewrite cannot be shipped or measured: the other agents' variants
     are measured all the same)."""
     info: Dict[str, Any] = {"classes": list(classes), "fired": False}
-    try:
-        result = rewrite_model(ref.model, ref.xs, rules_of(classes))
-    except RuleError as e:
-        info["why"] = f"a rule failed (a bug in the rule): {e}"
+    result = rewrite_without_failing_rules(ref, list(rules_of(classes)), info)
+    if result is None:
         return info
     info["skipped"] = result.skipped
     if not result.changed:

@@ -143,7 +143,12 @@ class RewriteResult:
 
 
 class RuleError(RuntimeError):
-    """A rule's replacement does not have the shape or dtype of what it replaced: a bug in the rule."""
+    """A rule's replacement does not have the shape or dtype of what it replaced, or does not
+    run: a bug in the rule (``rule``, its name)."""
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(f"rule {rule}: {message}")
+        self.rule = rule
 
 
 def weakest(classes: Sequence[str]) -> str:
@@ -1009,11 +1014,11 @@ def apply_match(gm: Module, rule: Rule, m: Match, inputs: Sequence[Any]) -> Appl
     try:
         propagate(gm, inputs)
     except Exception as e:
-        raise RuleError(f"rule {rule.name}: the rewritten graph does not run: {type(e).__name__}: {e}") from e
+        raise RuleError(rule.name, f"the rewritten graph does not run: {type(e).__name__}: {e}") from e
     node = next(x for x in g.nodes if x.name == name)
     after = (shape(node), dtype_name(node))
     if after != before:
-        raise RuleError(f"rule {rule.name}: the replacement of {m.anchor.name} is {after}, it was {before}")
+        raise RuleError(rule.name, f"the replacement of {m.anchor.name} is {after}, it was {before}")
     return Application(rule.name, rule.exactness, m.nodes, name)
 
 
