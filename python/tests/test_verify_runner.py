@@ -533,3 +533,30 @@ def test_a_problem_is_imported_in_strict_fp32_and_may_set_tf32_itself(tmp_path: 
         assert own.SEEN == (False, False) and torch.backends.cudnn.allow_tf32 is True  # its own choice stands
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def test_the_runner_imports_the_problem_and_the_candidate_in_strict_fp32(tmp_path: "pytest.TempPathFactory") -> None:
+    """A fresh process (torch's own cuDNN TF32 default on): the problem and the candidate each
+    see TF32 off when imported, and the runner writes its verdict."""
+    import subprocess
+    import sys
+
+    seen = os.path.join(str(tmp_path), "seen.txt")
+    record = ("import torch\nwith open({seen!r}, 'a') as f:\n"
+              "    f.write('%s %s %s\\n' % ({who!r}, torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))\n")
+    problem, candidate = os.path.join(str(tmp_path), "p.py"), os.path.join(str(tmp_path), "c.py")
+    with open(problem, "w") as f:
+        f.write(record.format(seen=seen, who="problem") + RECORDS_FLAGS.format(extra=""))
+    with open(candidate, "w") as f:
+        f.write(record.format(seen=seen, who="candidate")
+                + RECORDS_FLAGS.format(extra="").replace("class Model(", "class ModelNew("))
+    python_dir = os.path.dirname(os.path.dirname(os.path.abspath(harness.__file__)))
+    env = {**os.environ, "PYTHONPATH": python_dir}
+    env.pop("KFORGE_SOCKET", None)
+    out = os.path.join(str(tmp_path), "r.json")
+    run = subprocess.run([sys.executable, "-m", "kforge.verify.runner", problem, candidate, "--out", out,
+                          "--device", "cpu", "--no-performance"], env=env, capture_output=True, text=True, timeout=600)
+    assert os.path.exists(out), run.stderr[-2000:]
+    with open(seen) as f:
+        lines = sorted(set(f.read().split("\n")) - {""})
+    assert lines == ["candidate False False", "problem False False"], lines
