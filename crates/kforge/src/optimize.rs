@@ -399,6 +399,12 @@ struct DecisionsFile {
 const RESULT_FILES: [&str; 2] = ["model_new.py", "policy.toml"];
 
 impl DecisionsFile {
+    /// What the file, as read at the start, holds for `q` on this machine and `problem`'s source.
+    fn answer(&self, problem: &Path, q: &Question) -> Result<Answer<'_>> {
+        let source = std::fs::read(problem).with_context(|| format!("reading {}", problem.display()))?;
+        Ok(self.read.answer(q, &self.machine, &content_hash(&[&source])))
+    }
+
     /// The file at `path` (created, empty, when missing: a path that cannot be written is named
     /// before anything runs) on `machine`.
     fn open(path: &Path, machine: String) -> Result<DecisionsFile> {
@@ -732,8 +738,7 @@ impl Run<'_> {
     /// counts what `--summarize` counts.
     fn confirmed_from_decisions(&self, problem: &Path, q: &Question, mut report: Report) -> Result<Report> {
         let Some(d) = self.decisions.as_ref().filter(|_| report.confirmed.is_none()) else { return Ok(report) };
-        let source = std::fs::read(problem).with_context(|| format!("reading {}", problem.display()))?;
-        if let Answer::Taken(e) = d.read.answer(q, &d.machine, &content_hash(&[&source])) {
+        if let Answer::Taken(e) = d.answer(problem, q)? {
             if e.report.decision == report.decision {
                 report.confirmed = e.report.confirmed;
             }
@@ -755,8 +760,7 @@ impl Run<'_> {
         out: &Path,
     ) -> Result<Option<Report>> {
         let Some(d) = self.decisions.as_ref().filter(|_| self.a.resume) else { return Ok(None) };
-        let source = std::fs::read(problem).with_context(|| format!("reading {}", problem.display()))?;
-        let entry = match d.read.answer(q, &d.machine, &content_hash(&[&source])) {
+        let entry = match d.answer(problem, q)? {
             Answer::Nothing => return Ok(None),
             Answer::Stale(why) => {
                 self.progress(

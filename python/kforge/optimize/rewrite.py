@@ -1316,22 +1316,27 @@ def code_key(code: str) -> str:
     return hashlib.sha256(code.encode()).hexdigest()
 
 
-def dispatched_ops(fn: Callable[..., Any], inputs: Sequence[Any]) -> List[str]:
-    """The aten ops one call ``fn(*inputs)`` dispatches (without grad), sorted, named as kforge
-    verify's dispatch record names them (``mul``: no namespace, no overload)."""
+def each_op(fn: Callable[..., Any], inputs: Sequence[Any], visit: Callable[[str, Sequence[Any]], None]) -> None:
+    """One call ``fn(*inputs)`` (without grad), ``visit(name, args)`` for every aten op it
+    dispatches, named as kforge verify's dispatch record names them (``mul``: no namespace, no
+    overload)."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
-
-    ops: set[str] = set()
 
     class Record(TorchDispatchMode):  # type: ignore[no-untyped-call]
         def __torch_dispatch__(self, func: Any, types: Any, args: Sequence[Any] = (),
                                kwargs: Optional[Dict[str, Any]] = None) -> Any:
-            ops.add(str(func._schema.name).split("::")[-1])
+            visit(str(func._schema.name).split("::")[-1], args)
             return func(*args, **(kwargs or {}))
 
     with torch.no_grad(), Record():  # type: ignore[no-untyped-call]
         fn(*inputs)
+
+
+def dispatched_ops(fn: Callable[..., Any], inputs: Sequence[Any]) -> List[str]:
+    """The aten ops one call ``fn(*inputs)`` dispatches, sorted (:func:`each_op`)."""
+    ops: set[str] = set()
+    each_op(fn, inputs, lambda name, _args: ops.add(name))
     return sorted(ops)
 
 
@@ -1356,7 +1361,7 @@ def introduced(result: RewriteResult, inputs: Sequence[Any]) -> Dict[str, Any]:
     verify policy of a rewritten forward): ``introduced_ops``, the aten ops the rewritten forward
     dispatches and the original's does not; ``introduced_torch_calls``, the torch functions its
     graph calls and the traced original's does not; ``analytic_flops``, torch's FLOP count of
-    the rewritten forward (a shortcut does fewer than the reference: gate 4's plausibility check
+    the rewritten forward with its grouped GEMMs' (:func:`grouped_mm_flops`) added (a shortcut does fewer than the reference: gate 4's plausibility check
     must use this count, not the reference's)."""
     import torch
     import torch.fx
@@ -1365,34 +1370,29 @@ def introduced(result: RewriteResult, inputs: Sequence[Any]) -> Dict[str, Any]:
     if result.module is None:
         raise ValueError(f"no rewritten module: {result.skipped}")
     original, _ = trace(result.model, inputs)
-    ops = set(dispatched_ops(result.module, inputs)) - set(dispatched_ops(result.model, inputs))
+    ops: set[str] = set()
+    grouped = [0]
+
+    def visit(name: str, args: Sequence[Any]) -> None:
+        ops.add(name)
+        grouped[0] += grouped_mm_flops(name, args)
+
+    each_op(result.module, inputs, visit)  # the ops and the grouped GEMMs' FLOPs in one call
+    ops -= set(dispatched_ops(result.model, inputs))
     calls = set(torch_calls(result.module)) - set(torch_calls(original))
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
         result.module(*inputs)
     return {"introduced_ops": sorted(ops), "introduced_torch_calls": sorted(calls),
-            "analytic_flops": int(counter.get_total_flops()) + grouped_mm_flops(result.module, inputs)}
+            "analytic_flops": int(counter.get_total_flops()) + grouped[0]}
 
 
-def grouped_mm_flops(fn: Callable[..., Any], inputs: Sequence[Any]) -> int:
-    """The FLOPs of the grouped GEMMs one call ``fn(*inputs)`` makes, which torch's FLOP counter
-    does not count: ``2 * rows * k * n`` for each (rows, k) x (groups, k, n) product."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    total = [0]
-
-    class Count(TorchDispatchMode):  # type: ignore[no-untyped-call]
-        def __torch_dispatch__(self, func: Any, types: Any, args: Sequence[Any] = (),
-                               kwargs: Optional[Dict[str, Any]] = None) -> Any:
-            if str(func._schema.name).split("::")[-1] == "_grouped_mm" and len(args) >= 2:
-                a, b = args[0], args[1]
-                if a.dim() == 2 and b.dim() == 3:
-                    total[0] += 2 * a.shape[0] * a.shape[1] * b.shape[2]
-            return func(*args, **(kwargs or {}))
-
-    with torch.no_grad(), Count():  # type: ignore[no-untyped-call]
-        fn(*inputs)
-    return total[0]
+def grouped_mm_flops(op: str, args: Sequence[Any]) -> int:
+    """The FLOPs of aten op ``op`` on ``args`` if it is a grouped GEMM, which torch's FLOP counter
+    does not count: ``2 * rows * k * n`` for a (rows, k) x (groups, k, n) product; else 0."""
+    if op != "_grouped_mm" or len(args) < 2 or args[0].dim() != 2 or args[1].dim() != 3:
+        return 0
+    a, b = args[0], args[1]
+    return int(2 * a.shape[0] * a.shape[1] * b.shape[2])
 
 
 # --- the command line --------------------------------------------------------------------------
