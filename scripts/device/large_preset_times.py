@@ -6,7 +6,8 @@ behind problems/README.md's large-preset estimates.
 Per problem and preset: inputs made on the GPU (get_inputs with CUDA as the default device), the
 reference built there, one forward, then triton.testing.do_bench of the forward (median ms), the
 input + parameter bytes and the peak memory one forward allocated (torch's allocator). A problem
-that fails records the error's last line. Prints a table last."""
+that fails records the error's last line. Strict fp32 (TF32 off for cuDNN and cuBLAS), as in
+every process kforge starts for a problem. Prints a table last."""
 import glob
 import importlib.util
 import json
@@ -49,6 +50,8 @@ def one(path, size):
 
 def main():
     out = sys.argv[1]
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     paths = sorted(p for g in (sys.argv[2:] or ["problems/level*/*.py"]) for p in glob.glob(g))
     rows = []
     for path in paths:

@@ -7,7 +7,9 @@ triton.testing.do_bench of both. The yardstick `kforge verify`'s wall time is co
 
 --inputs host: get_inputs() on the CPU, then .cuda() (what KernelBench's eval does);
 --inputs device: get_inputs() with CUDA as the default device (the fastest a naive harness gets).
-Prints one JSON line: correct, max_abs_diff, ref_ms, new_ms, seconds per phase."""
+Prints one JSON line: correct, max_abs_diff, ref_ms, new_ms, seconds per phase. fp32 is strict
+fp32 (TF32 off for cuDNN and cuBLAS), as in every process `kforge verify` starts, so both time
+the same arithmetic."""
 import argparse
 import importlib.util
 import json
@@ -31,6 +33,8 @@ def main():
     ap.add_argument("--size", default="large")
     ap.add_argument("--inputs", default="host", choices=("host", "device"))
     a = ap.parse_args()
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
     t = {"start": time.perf_counter()}
     p = load(a.problem, "problem")
     if a.size == "large":
