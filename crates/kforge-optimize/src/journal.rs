@@ -273,14 +273,31 @@ impl Journal {
     /// Each step an earlier run left running (that run was killed) whose problem has not since
     /// finished a step of its kind in full or been decided: its problem, name and a lower bound
     /// of what it takes, from its start to its run's last sign of life (the latest heartbeat,
-    /// start, end or decision that run journaled). With `--resume` only; none without it.
-    pub fn unfinished_seconds(&self) -> Result<Vec<(String, String, f64)>, StoreError> {
+    /// start, end or decision that run journaled). A decision that `--redecide` set aside (a
+    /// later run's mark, or `redeciding` in this run) clears no floor: the problem's steps run
+    /// again, and the killed step showed what one of them takes. With `--resume` only; none
+    /// without it.
+    pub fn unfinished_seconds(
+        &self,
+        redeciding: impl Fn(&str) -> bool,
+    ) -> Result<Vec<(String, String, f64)>, StoreError> {
         if !self.resume {
             return Ok(Vec::new());
         }
-        let (rows, beats) = {
+        let (rows, beats, marks) = {
             let store = self.store();
-            (store.journal(None)?, store.heartbeats()?)
+            let rows = store.journal(None)?;
+            let mut marks: BTreeMap<String, Option<u64>> = BTreeMap::new();
+            for d in &rows.decisions {
+                if !marks.contains_key(&d.question.problem) {
+                    marks.insert(d.question.problem.clone(), store.redecided(&d.question.problem)?);
+                }
+            }
+            (rows, store.heartbeats()?, marks)
+        };
+        let set_aside = |d: &kforge_store::DecisionRow| {
+            redeciding(&d.question.problem)
+                || marks.get(&d.question.problem).copied().flatten().is_some_and(|m| m > d.run)
         };
         let mut alive: BTreeMap<u64, i64> = BTreeMap::new();
         let mut mark = |run: u64, ns: i64| {
@@ -299,7 +316,10 @@ impl Journal {
         let since = |s: &kforge_store::StepRow| {
             let full = |t: &kforge_store::StepRow| t.status != "running" && t.outcome.as_deref() != Some(BOUNDED);
             rows.steps.iter().any(|t| t.id > s.id && t.problem == s.problem && t.step == s.step && full(t))
-                || rows.decisions.iter().any(|d| d.question.problem == s.problem && d.decided_ns > s.started_ns)
+                || rows
+                    .decisions
+                    .iter()
+                    .any(|d| d.question.problem == s.problem && d.decided_ns > s.started_ns && !set_aside(d))
         };
         Ok(rows
             .steps
@@ -425,29 +445,41 @@ mod tests {
         let a = killed.started("l3/a.py", Step::Measure, "ha").unwrap();
         let b = killed.started("l1/b.py", Step::Measure, "hb").unwrap();
         killed.done(b, &done("o/dispatch.json")).unwrap(); // its last sign of life
-        assert_eq!(killed.unfinished_seconds().unwrap(), [], "its own running step is in flight, not unfinished");
+        assert_eq!(
+            killed.unfinished_seconds(|_| false).unwrap(),
+            [],
+            "its own running step is in flight, not unfinished"
+        );
         drop(killed); // killed: `a` stays running
         let rows = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap().rows().unwrap();
         assert!(rows.steps.is_empty(), "a new run journals nothing by opening");
         let all = kforge_store::Store::open(&path).unwrap().journal(None).unwrap();
         let (start, alive) = (all.steps[0].started_ns, all.steps[1].finished_ns.unwrap());
         let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
-        let u = resumed.unfinished_seconds().unwrap();
+        let u = resumed.unfinished_seconds(|_| false).unwrap();
         assert_eq!(u, [("l3/a.py".to_string(), "measure".to_string(), (alive - start) as f64 / 1e9)]);
         let fresh = Journal::open(&path, &question(3), Budget::default(), 1, false).unwrap();
-        assert_eq!(fresh.unfinished_seconds().unwrap(), [], "without --resume earlier runs are not read");
+        assert_eq!(fresh.unfinished_seconds(|_| false).unwrap(), [], "without --resume earlier runs are not read");
         let again = resumed.started("l3/a.py", Step::Measure, "ha").unwrap();
-        assert_eq!(resumed.unfinished_seconds().unwrap(), u, "until one finishes");
+        assert_eq!(resumed.unfinished_seconds(|_| false).unwrap(), u, "until one finishes");
         let bounded = StepDone { outcome: Some(BOUNDED.into()), ..done("o/dispatch.json") };
         resumed.done(again, &bounded).unwrap();
-        assert_eq!(resumed.unfinished_seconds().unwrap(), u, "a bounded step is not one in full: the floor stays");
+        assert_eq!(
+            resumed.unfinished_seconds(|_| false).unwrap(),
+            u,
+            "a bounded step is not one in full: the floor stays"
+        );
         assert!(
             !resumed.step_seconds().unwrap().iter().any(|(p, step, _)| p == "l3/a.py" && step == "measure"),
             "nor is its time what a step of its kind takes"
         );
         let full = resumed.started("l3/a.py", Step::Measure, "ha").unwrap();
         resumed.done(full, &done("o/dispatch.json")).unwrap();
-        assert_eq!(resumed.unfinished_seconds().unwrap(), [], "finished since: its time is the finished one's");
+        assert_eq!(
+            resumed.unfinished_seconds(|_| false).unwrap(),
+            [],
+            "finished since: its time is the finished one's"
+        );
         assert!(a < again);
     }
 
@@ -457,7 +489,7 @@ mod tests {
         let path = dir.path().join("journal.db");
         let killed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
         killed.started("l3/a.py", Step::Measure, "ha").unwrap(); // its last journaled event
-        assert_eq!(killed.unfinished_seconds().unwrap(), []);
+        assert_eq!(killed.unfinished_seconds(|_| false).unwrap(), []);
         killed.alive().unwrap();
         let run = killed.run();
         drop(killed);
@@ -468,11 +500,34 @@ mod tests {
         assert_eq!(store.heartbeats().unwrap(), [(run, start + 90_000_000_000)]);
         drop(store);
         let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
-        assert_eq!(resumed.unfinished_seconds().unwrap(), [("l3/a.py".to_string(), "measure".to_string(), 90.0)]);
+        assert_eq!(
+            resumed.unfinished_seconds(|_| false).unwrap(),
+            [("l3/a.py".to_string(), "measure".to_string(), 90.0)]
+        );
         let d = Decision::Fallback { reason: "nothing won".into() };
         let q = Question { problem: "l3/a.py".into(), ..question(3) };
         resumed.decided(&q, &d, Path::new("o/report.json")).unwrap();
-        assert_eq!(resumed.unfinished_seconds().unwrap(), [], "decided since (a decisions file's report): no floor");
+        assert_eq!(
+            resumed.unfinished_seconds(|_| false).unwrap(),
+            [],
+            "decided since (a decisions file's report): no floor"
+        );
+        let floor = [("l3/a.py".to_string(), "measure".to_string(), 90.0)];
+        assert_eq!(
+            resumed.unfinished_seconds(|p| p == "l3/a.py").unwrap(),
+            floor,
+            "decided again in this run: the floor is back"
+        );
+        drop(resumed);
+        let again = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        again.redecide("l3/a.py").unwrap();
+        assert_eq!(
+            again.unfinished_seconds(|_| false).unwrap(),
+            floor,
+            "a later run's --redecide set the decision aside"
+        );
+        again.decided(&q, &d, Path::new("o/report.json")).unwrap();
+        assert_eq!(again.unfinished_seconds(|_| false).unwrap(), [], "the redecision's own decision clears it");
     }
 
     #[test]

@@ -214,6 +214,7 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
         Some(l) => Some(l.client(&journal_path, journal.run(), journal.run_before()?, a.resume)?),
         None => None,
     };
+    let spending = spending(plan.budget, started, &journal, &redecide)?;
     let run = Run {
         chat,
         decisions,
@@ -221,7 +222,7 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
         socket,
         workspace: Workspace::open(&a.out),
         in_flight: InFlight::default(),
-        spending: spending(plan.budget, started, &journal)?,
+        spending,
         total: problems.len(),
         a: &a,
         plan: &plan,
@@ -252,12 +253,14 @@ fn heartbeat(journal: &Journal, ticks: &std::sync::mpsc::Receiver<()>) {
 
 /// The run's spending, each kind of step expected to take what the journal's finished ones
 /// took (earlier runs' with `--resume`), so that a wall budget starts no step it cannot hold.
-fn spending(budget: Budget, started: Instant, journal: &Journal) -> Result<Spending> {
+fn spending(budget: Budget, started: Instant, journal: &Journal, redecide: &Redecide) -> Result<Spending> {
     let spending = Spending::since(budget, started);
     for (problem, step, seconds) in journal.step_seconds().context("reading the journal's step durations")? {
         spending.observe(StepOf { step: &step, group: &step_group(&problem), problem: &problem }, seconds);
     }
-    for (problem, step, seconds) in journal.unfinished_seconds().context("reading the journal's unfinished steps")? {
+    for (problem, step, seconds) in
+        journal.unfinished_seconds(|p| redecide.matches(p)).context("reading the journal's unfinished steps")?
+    {
         spending.observe_unfinished(StepOf { step: &step, group: &step_group(&problem), problem: &problem }, seconds);
     }
     Ok(spending)
