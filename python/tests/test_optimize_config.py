@@ -332,6 +332,25 @@ def test_the_search_is_pruned_when_its_amdahl_ceiling_cannot_beat_another_family
     assert C.pruned_why(0.0, 1.0) is not None  # no Triton kernel time at all: nothing to gain
 
 
+
+def test_a_bounded_step_tunes_a_kernel_only_while_it_and_what_follows_fit_its_deadline() -> None:
+    """A 100 s baseline compile with CUDA graphs leaves 240 s to reserve (the re-stitch's second
+    compile and the result's check, a fifth more), without them 120 s. Before any kernel was
+    tuned one is expected to take FIRST_TUNE_S; after, the longest so far. No deadline: always."""
+    graphs = next(iter(C.CUDA_GRAPH_MODES))
+    assert C.reserve_s(100.0, graphs) == pytest.approx(240.0)
+    assert C.reserve_s(100.0, "max-autotune-no-cudagraphs") == pytest.approx(120.0)
+    now, reserve = 1000.0, 240.0
+    assert C.next_fits(now, None, reserve, [])
+    assert C.next_fits(now, now + reserve + C.FIRST_TUNE_S, reserve, [])
+    assert not C.next_fits(now, now + reserve + C.FIRST_TUNE_S - 1, reserve, [])
+    assert C.next_fits(now, now + reserve + 5.0, reserve, [2.0, 5.0]), "the longest so far, not the first guess"
+    assert not C.next_fits(now, now + reserve + 4.0, reserve, [2.0, 5.0])
+    assert C.cut_why([]) == ""
+    why = C.cut_why(["triton_red_fused_0", "triton_poi_fused_1"])
+    assert "deadline" in why and why.endswith("triton_red_fused_0, triton_poi_fused_1"), why
+
+
 ROW_SCALE = """
 @triton.jit
 def row_scale(x_ptr, out_ptr, xnumel, r0_numel, XBLOCK: tl.constexpr, R0_BLOCK: tl.constexpr):

@@ -231,7 +231,7 @@ impl Spending {
 
     /// Whether the step `of` starts, and how: refused when a budget is spent or the wall
     /// budget's remainder is below what the step is expected to take, except that a step that
-    /// `bounds_itself` (a measure step: `--prepare-until`), which killed runs showed to take
+    /// `bounds_itself` (a measure step: `--prepare-until`; a config step: `--tune-until`), which killed runs showed to take
     /// longer than the whole wall budget (its own problem's, or its kind's quartile), starts
     /// bounded while at least `BOUNDED_START` of the budget is left (a run's start): held back,
     /// it would never start in a run of this budget, and unbounded it would be killed again.
@@ -248,8 +248,14 @@ impl Spending {
         let (step, group) = (of.step, of.group);
         if bounds_itself && e.at_least() && e.seconds > budget && left >= BOUNDED_START * budget {
             let seconds = BOUNDED_SHARE * left;
+            let then = match step {
+                "config" => {
+                    format!("it tunes kernels while their tuning and the result's compiles end within {seconds:.0} s")
+                }
+                _ => format!("it prepares variants for {seconds:.0} s, then times those"),
+            };
             let why = format!(
-                "no {step} step fits a --budget-wall-s of {budget:.0} in full: one takes {}; it prepares variants for {seconds:.0} s, then times those",
+                "no {step} step fits a --budget-wall-s of {budget:.0} in full: one takes {}; {then}",
                 e.took(group)
             );
             return Admission::Bounded { seconds, why };
@@ -528,6 +534,15 @@ mod tests {
             "three finished in 140 s or less: a sibling starts in full"
         );
         assert!(matches!(s.admit(m, true), Admission::Bounded { .. }), "the killed one's own floor stays");
+        let c = of("config", "level3", "level3/a.py");
+        s.observe_unfinished(c, 526.0);
+        match s.admit(c, true) {
+            Admission::Bounded { why, .. } => assert!(
+                why.contains("it tunes kernels while their tuning and the result's compiles end within"),
+                "{why}"
+            ),
+            other => panic!("a config step bounds itself too: {other:?}"),
+        }
         let b = of("beam", "level3", "level3/a.py");
         s.observe_unfinished(b, 200.0);
         assert_eq!(s.admit(b, true), Admission::Start, "200 s fit what is left: unbounded");

@@ -1374,7 +1374,7 @@ impl ProblemRun<'_> {
                 return Ok(Some(from.outcome));
             }
         }
-        let bounds_itself = matches!(step, Step::Measure | Step::Beam);
+        let bounds_itself = matches!(step, Step::Measure | Step::Beam | Step::Config);
         self.until.set(None);
         match self.run.spending.admit(self.step_of(step), bounds_itself) {
             Admission::Start => {}
@@ -1649,7 +1649,9 @@ impl ProblemRun<'_> {
         args.extend(["--device".into(), "cuda".into(), "--size".into(), a.size.clone()]);
         args.extend(["--baseline".into(), plan.baseline.mode().into(), "--rounds".into(), a.rounds.to_string()]);
         args.extend(["--result-dir".into(), dir.display().to_string(), "--beat".into(), beat_arg(beat)]);
-        self.python_work(args, "config")
+        let Some(until) = self.until.get() else { return self.python_work(args, "config") };
+        args.extend(["--tune-until".into(), format!("{until:.3}")]);
+        Ok(Work { outcome: Some(kforge_optimize::journal::BOUNDED.into()), ..self.python_work(args, "config")? })
     }
 
     /// A Python step's work: with the daemon, its job's region time.

@@ -37,6 +37,7 @@ import re
 import statistics
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -66,6 +67,10 @@ TEMPLATE_WARPS = (2, 4, 8)
 #: Timed calls of each configuration per round at least (kernel level) and per model round.
 KERNEL_ROUND_CALLS = 10
 MODEL_ROUND_CALLS = 10
+#: What one kernel's tuning is expected to take before any has been timed in the step (s).
+FIRST_TUNE_S = 30.0
+#: Why a selected kernel was not tuned: the config step's deadline (``--tune-until``).
+NOT_TUNED = "the step's deadline came first (kforge optimize bounds a config step that no wall budget of this size holds)"
 
 
 class ConfigError(Exception):
@@ -639,6 +644,27 @@ def compile_options(mode: str) -> Dict[str, Any]:
     return {**torch._inductor.list_mode_options(mode), **{k: v for k, v in RESULT_OPTIONS.items() if hasattr(icfg, k)}}
 
 
+def reserve_s(compile_s: float, mode: str) -> float:
+    """What a config step needs after its kernels are tuned, from its baseline's compile of
+    ``compile_s`` seconds: the result file's compile (its check), with CUDA graphs also the
+    re-stitch's second compile, each as long as the baseline's, and a fifth more for the timing."""
+    return compile_s * (2 if mode in CUDA_GRAPH_MODES else 1) * 1.2
+
+
+def next_fits(now: float, until: Optional[float], reserve: float, tuned_s: Sequence[float]) -> bool:
+    """Whether one more kernel's tuning fits before ``until`` (Unix seconds; ``None``: no
+    deadline) with ``reserve`` seconds left after it. A tuning is expected to take as long as
+    the longest one so far (``tuned_s``), ``FIRST_TUNE_S`` before any."""
+    if until is None:
+        return True
+    return now + max(tuned_s, default=FIRST_TUNE_S) + reserve <= until
+
+
+def cut_why(not_tuned: Sequence[str]) -> str:
+    """What a result's ``why`` adds for the kernels the deadline left out ("" for none)."""
+    return f"; not tuned, {NOT_TUNED}: {', '.join(not_tuned)}" if not_tuned else ""
+
+
 def amdahl_ceiling(share: float) -> float:
     """The speedup of the model if its Triton kernels (``share`` of its device time) took none."""
     return math.inf if share >= 1.0 else 1.0 / (1.0 - share)
@@ -656,25 +682,30 @@ def pruned_why(share: float, beat: float) -> Optional[str]:
 
 
 def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, top_k: int,
-            problem_path: Optional[str] = None, result_dir: Optional[str] = None, beat: float = 1.0) -> Dict[str, Any]:
+            problem_path: Optional[str] = None, result_dir: Optional[str] = None, beat: float = 1.0,
+            until: Optional[float] = None) -> Dict[str, Any]:
     """The whole agent step on a GPU (see the module's docstring). With ``problem_path`` and
     ``result_dir`` the result file is written there and, for a winner, checked: imported, compiled,
     its kernels' configurations read back against the table and its output against the baseline's
     (``model_new``); a winner whose file does not reproduce its pins falls back. With ``beat``
     above 1, the kernels are searched only when their Amdahl ceiling exceeds it
-    (:func:`pruned_why`)."""
+    (:func:`pruned_why`). With ``until`` (Unix seconds: the step's deadline) a kernel is tuned
+    only while its tuning and what follows it fit before then (:func:`next_fits`); the others
+    are listed in ``not_tuned``."""
     import torch
     import torch._inductor.config as icfg
 
     if not hasattr(icfg, "autotune_lookup_table"):
         raise ConfigError(f"torch {torch.__version__} has no torch._inductor.config.autotune_lookup_table to pin configurations with")
     icfg.fx_graph_cache = False  # wrapper modules generated (and loaded) in this process
+    began = time.perf_counter()
     _model, compiled, inputs = compile_problem(problem, mode, dev)
     recorded: Dict[str, Dict[str, Any]] = {}
     restore: List[Tuple[Any, Any]] = []
     with torch.no_grad():
         with WrapperHook(recording(recorded, restore)) as hook:
             expected = clone_output(compiled(*inputs))
+        compile_s = time.perf_counter() - began  # the compile runs at the first call
         for obj, orig in restore:
             obj.run = orig
         for _ in range(3):
@@ -694,24 +725,33 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
         selected = [] if pruned else select_kernels(us, [n for n in names if n not in skipped], top_k)
         by_name = {n: (m, k, s) for m, n, k, s in found}
         kernels: Dict[str, Any] = {}
+        tuned_s: List[float] = []
+        not_tuned: List[str] = []
         for sel in selected:
             name = sel["kernel"]
+            if not next_fits(time.time(), until, reserve_s(compile_s, mode), tuned_s):
+                not_tuned.append(name)
+                continue
             _mod, old, src = by_name[name]
+            t = time.perf_counter()
             try:
                 kernels[name] = {**sel, **tune_kernel(name, src, old, recorded[name], dev, max_configs, rounds)}
             except Exception as e:  # one kernel's failure is its result, not the run's
                 kernels[name] = {**sel, "fallback": True, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+            tuned_s.append(time.perf_counter() - t)
         recorded.clear()
         winners = {by_name[n][2]: LaunchConfig.of_dict(r["new"]) for n, r in kernels.items() if r.get("fallback") is False}
         result: Dict[str, Any] = {
             "baseline": mode, "kernels_seen": len(found), "skipped": skipped, "kernels": kernels,
             "device_us": {n: round(v, 2) for n, v in sorted(us.items(), key=lambda t: -t[1])[:40]},
-            "triton_share": share, "beat": beat,
+            "triton_share": share, "beat": beat, "compile_s": round(compile_s, 2),
+            "tune_until": until, "not_tuned": not_tuned,
             "prepared": {mode: {"ok": True}}, "modes": {}, "noise_floor": None, "winner": mode, "fallback": True,
             "compile_options": compile_options(mode),
             "pins": {lookup_hash(s): {"kernel": n, **(winners.get(s) or pins[s]).entry()} for _m, n, _k, s in found if s in pins}}
         if not winners:
-            result["why"] = pruned or "no kernel's configuration beat its original beyond noise"
+            result["why"] = pruned or ("no kernel's configuration beat its original beyond noise" if kernels else
+                                       "no kernel was tuned") + cut_why(not_tuned)
             return result
         out, first, second = restitch_winners(problem, mode, dev, compiled, inputs, hook.modules, pins, winners)
         check = check_outputs([out], [expected])
@@ -721,6 +761,8 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
             result["why"] = f"the re-stitched model's output differs from the baseline's: {check.get('why')}"
             return result
         result.update(choose(mode, {"config": model_rounds(first, second, rounds)}))
+        if not_tuned and result.get("why"):
+            result["why"] += cut_why(not_tuned)
         del first, second, out  # the re-stitched compile (with CUDA graphs a second one) before the file's
         torch.cuda.empty_cache()
         if problem_path is not None and result_dir is not None:
@@ -859,6 +901,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--beat", type=float, default=1.0, metavar="SPEEDUP",
                     help="the speedup another family's verified result already has: the kernels are searched "
                          "only when their Amdahl ceiling exceeds it (kforge optimize passes the dispatch family's)")
+    ap.add_argument("--tune-until", type=float, default=None, metavar="UNIX_S",
+                    help="the step's deadline: a kernel is tuned only while its tuning, the re-stitch and the "
+                         "result's check fit before it (kforge optimize bounds a config step no wall budget holds)")
     a = ap.parse_args(argv)
     try:
         if a.rounds < 2:
@@ -887,7 +932,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         result_dir = a.result_dir or tempfile.mkdtemp(prefix="kforge-config-")
         inductor_regions()  # under a daemon, the baseline compile's own autotuning runs in regions
         result = measure(problem, a.baseline, torch.device(a.device), a.rounds, a.max_configs, a.top_kernels,
-                         a.problem, result_dir, a.beat)
+                         a.problem, result_dir, a.beat, a.tune_until)
         result.update(problem=a.problem, size=a.size, device=a.device, agent="config", versions=versions())
         if a.result_dir:
             write_result(a.problem, result, a.result_dir)
