@@ -332,7 +332,6 @@ def test_the_search_is_pruned_when_its_amdahl_ceiling_cannot_beat_another_family
     assert C.pruned_why(0.0, 1.0) is not None  # no Triton kernel time at all: nothing to gain
 
 
-
 def test_a_bounded_step_tunes_a_kernel_only_while_it_and_what_follows_fit_its_deadline() -> None:
     """A 100 s baseline compile with CUDA graphs leaves 240 s to reserve (the re-stitch's second
     compile and the result's check, a fifth more), without them 120 s. Before any kernel was
@@ -349,6 +348,9 @@ def test_a_bounded_step_tunes_a_kernel_only_while_it_and_what_follows_fit_its_de
     assert C.cut_why([]) == ""
     why = C.cut_why(["triton_red_fused_0", "triton_poi_fused_1"])
     assert "deadline" in why and why.endswith("triton_red_fused_0, triton_poi_fused_1"), why
+    assert C.note_not_tuned({"not_tuned": [], "why": "w"})["why"] == "w"
+    assert C.note_not_tuned({"not_tuned": ["k"], "why": "w"})["why"] == "w; " + C.cut_why(["k"])
+    assert C.note_not_tuned({"not_tuned": ["k"], "winner": "config"})["why"] == C.cut_why(["k"]), "a winner's too"
 
 
 ROW_SCALE = """

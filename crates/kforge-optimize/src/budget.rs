@@ -246,7 +246,7 @@ impl Spending {
             return Admission::Start;
         }
         let (step, group) = (of.step, of.group);
-        if bounds_itself && e.at_least() && e.seconds > budget && left >= BOUNDED_START * budget {
+        if bounds_itself && self.starts_bounded(&e, budget) {
             let seconds = BOUNDED_SHARE * left;
             let then = match step {
                 "config" => {
@@ -270,13 +270,21 @@ impl Spending {
         Admission::Refused(why)
     }
 
+    /// Whether a step that bounds itself, expected to take `e`, starts bounded now: killed runs
+    /// showed it to take longer than the whole `budget`, and at least `BOUNDED_START` of the
+    /// budget is left (a run's start).
+    fn starts_bounded(&self, e: &Estimate, budget: f64) -> bool {
+        e.at_least() && e.seconds > budget && budget - self.wall_s() >= BOUNDED_START * budget
+    }
+
     /// Why the step `of` cannot run in a run of this wall budget (`None`: it can, or nothing
-    /// says otherwise): its estimate exceeds the whole budget. An optional step (the config
+    /// says otherwise): its estimate exceeds the whole budget, and it cannot start bounded now
+    /// (`bounds_itself`, at a run's start: [`Spending::admit`]). An optional step (the config
     /// agent's) is then skipped rather than held back forever.
-    pub fn never_fits(&self, of: StepOf<'_>) -> Option<String> {
+    pub fn never_fits(&self, of: StepOf<'_>, bounds_itself: bool) -> Option<String> {
         let budget = self.budget.wall_s?;
         let e = self.expected_s(of)?;
-        (e.seconds > budget).then(|| {
+        (e.seconds > budget && !(bounds_itself && self.starts_bounded(&e, budget))).then(|| {
             format!("no {} step fits a --budget-wall-s of {budget:.0}: one takes {}", of.step, e.took(of.group))
         })
     }
@@ -562,21 +570,28 @@ mod tests {
     fn an_optional_step_no_run_of_the_budget_holds_is_said_so() {
         let s = Spending::new(Budget::new(None, Some(300.0)).unwrap());
         let c = of("config", "level3", "level3/a.py");
-        assert_eq!(s.never_fits(c), None, "nothing known: it may fit");
+        assert_eq!(s.never_fits(c, false), None, "nothing known: it may fit");
         finished(&s, "config", "level3", &[250.0]);
-        assert_eq!(s.never_fits(c), None, "250 s fit 300");
+        assert_eq!(s.never_fits(c, false), None, "250 s fit 300");
         s.observe_unfinished(c, 420.0);
         assert_eq!(
-            s.never_fits(c).as_deref(),
+            s.never_fits(c, false).as_deref(),
             Some("no config step fits a --budget-wall-s of 300: one takes at least 420 s here (this problem's had run that long when its run was killed)")
         );
         let sibling = of("config", "level3", "level3/b.py");
-        let why = s.never_fits(sibling).expect("of two, the upper quartile is the killed one's 420 s");
+        let why = s.never_fits(sibling, false).expect("of two, the upper quartile is the killed one's 420 s");
         assert!(why.ends_with("one takes at least about 420 s here (the upper quartile of level3's 2, 1 of them unfinished when a run was killed, counted at what they had run)"), "{why}");
         finished(&s, "config", "level3", &[200.0, 210.0]);
-        assert_eq!(s.never_fits(sibling), None, "of four, the upper quartile is 250 s");
-        assert!(s.never_fits(c).is_some(), "its own floor stays");
-        assert_eq!(Spending::new(Budget::default()).never_fits(c), None, "no wall budget");
+        assert_eq!(s.never_fits(sibling, false), None, "of four, the upper quartile is 250 s");
+        assert!(s.never_fits(c, false).is_some(), "its own floor stays");
+        assert_eq!(Spending::new(Budget::default()).never_fits(c, false), None, "no wall budget");
+        assert_eq!(s.never_fits(c, true), None, "a run's start: it starts bounded instead");
+        let late = Spending::since(
+            Budget::new(None, Some(300.0)).unwrap(),
+            Instant::now() - std::time::Duration::from_secs(100),
+        );
+        late.observe_unfinished(c, 420.0);
+        assert!(late.never_fits(c, true).is_some(), "two thirds left: not a run's start, skipped");
         assert_eq!(s.status().held_back, 0, "saying so holds nothing back");
     }
 

@@ -488,6 +488,9 @@ pub struct ConfigMeasurement {
     /// the kernels were searched only when their Amdahl ceiling exceeded it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub beat: Option<f64>,
+    /// Selected kernels a bounded step (`--tune-until`) had no time to tune, by time share.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_tuned: Vec<String>,
 }
 
 impl ConfigMeasurement {
@@ -654,6 +657,9 @@ impl ConfigReport {
         for (name, k) in m.kernels_by_share() {
             let share = k.share.map(|s| format!("{:.0}%", s * 100.0)).unwrap_or_else(|| "-".into());
             t.push_str(&format!("{name:<52} {share:>6}  {}\n", k.choice()));
+        }
+        for name in &m.not_tuned {
+            t.push_str(&format!("{name:<52} {:>6}  not tuned: the step's deadline came first\n", "-"));
         }
         match m.modes.get(CONFIG_VARIANT) {
             Some(c) => t.push_str(&format!(
@@ -1818,6 +1824,14 @@ pub(crate) mod tests {
         let reason = "config: failed: the config step ended with 2: boom".to_string();
         assert_eq!(failed.family_decision(), Some(Decision::Fallback { reason }));
         assert_eq!(ConfigReport::default().family_decision(), None);
+        // A bounded step's kernels it had no time for are named in the table, and read back.
+        let cut = CONFIG_JSON.replacen('{', r#"{"not_tuned": ["triton_poi_fused_mul_3"], "#, 1);
+        let c = ConfigMeasurement::parse(&cut).unwrap();
+        assert_eq!(c.not_tuned, ["triton_poi_fused_mul_3"]);
+        let bounded = ConfigReport { measurement: Some(c), ..ConfigReport::default() };
+        assert!(bounded.lines().contains("triton_poi_fused_mul_3"), "{}", bounded.lines());
+        assert!(bounded.lines().contains("not tuned: the step's deadline came first"), "{}", bounded.lines());
+        assert!(ConfigMeasurement::parse(CONFIG_JSON).unwrap().not_tuned.is_empty(), "none: an older result reads");
     }
 
     fn outcome(problem: &str, level: &str, decision: Option<Decision>) -> ProblemOutcome {

@@ -1152,8 +1152,9 @@ impl ProblemRun<'_> {
                 let beat = found.dispatch_speedup(self.run.plan.gpu);
                 let share = found.measurement.as_ref().and_then(|m| m.baseline_profile.as_ref()?.triton_share);
                 let cannot_win = share.and_then(|s| kforge_optimize::config_cannot_win(s, beat));
-                // An optional agent no run of this budget holds is skipped, not held back forever.
-                if let Some(why) = cannot_win.or_else(|| self.run.spending.never_fits(self.step_of(step))) {
+                // An optional agent no run of this budget holds is skipped, not held back forever
+                // (unless it starts bounded: at a run's start, `--tune-until`).
+                if let Some(why) = cannot_win.or_else(|| self.run.spending.never_fits(self.step_of(step), true)) {
                     self.progress(&format!("config: skipped: {why}"));
                     found.config_skipped = Some(format!("config: {why}"));
                     return Ok(true);
@@ -1312,7 +1313,11 @@ impl ProblemRun<'_> {
         }
         let path = self.out.join(CONFIG_OUTPUTS[0]);
         let text = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        Ok(Some(ConfigMeasurement::parse(&text)?))
+        let m = ConfigMeasurement::parse(&text)?;
+        if !m.not_tuned.is_empty() {
+            self.progress(&format!("config: left out by its deadline: {} (not tuned)", m.not_tuned.join(", ")));
+        }
+        Ok(Some(m))
     }
 
     /// A verify step of the result file in `dir` (below the problem's folder; `""`: the folder

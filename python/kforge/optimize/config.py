@@ -661,8 +661,17 @@ def next_fits(now: float, until: Optional[float], reserve: float, tuned_s: Seque
 
 
 def cut_why(not_tuned: Sequence[str]) -> str:
-    """What a result's ``why`` adds for the kernels the deadline left out ("" for none)."""
-    return f"; not tuned, {NOT_TUNED}: {', '.join(not_tuned)}" if not_tuned else ""
+    """What a result's ``why`` says of the kernels the deadline left out ("" for none)."""
+    return f"not tuned, {NOT_TUNED}: {', '.join(not_tuned)}" if not_tuned else ""
+
+
+def note_not_tuned(result: Dict[str, Any]) -> Dict[str, Any]:
+    """``result`` with its ``why`` naming the kernels its deadline left out (``not_tuned``),
+    whatever the step decided (a winner's result has no ``why`` of its own)."""
+    cut = cut_why(result.get("not_tuned") or [])
+    if cut:
+        result["why"] = f"{result['why']}; {cut}" if result.get("why") else cut
+    return result
 
 
 def amdahl_ceiling(share: float) -> float:
@@ -751,7 +760,7 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
             "pins": {lookup_hash(s): {"kernel": n, **(winners.get(s) or pins[s]).entry()} for _m, n, _k, s in found if s in pins}}
         if not winners:
             result["why"] = pruned or ("no kernel's configuration beat its original beyond noise" if kernels else
-                                       "no kernel was tuned") + cut_why(not_tuned)
+                                       "no kernel was tuned")
             return result
         out, first, second = restitch_winners(problem, mode, dev, compiled, inputs, hook.modules, pins, winners)
         check = check_outputs([out], [expected])
@@ -761,8 +770,6 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
             result["why"] = f"the re-stitched model's output differs from the baseline's: {check.get('why')}"
             return result
         result.update(choose(mode, {"config": model_rounds(first, second, rounds)}))
-        if not_tuned and result.get("why"):
-            result["why"] += cut_why(not_tuned)
         del first, second, out  # the re-stitched compile (with CUDA graphs a second one) before the file's
         torch.cuda.empty_cache()
         if problem_path is not None and result_dir is not None:
@@ -931,8 +938,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise ConfigError(f"--device {a.device} but no CUDA GPU is visible")
         result_dir = a.result_dir or tempfile.mkdtemp(prefix="kforge-config-")
         inductor_regions()  # under a daemon, the baseline compile's own autotuning runs in regions
-        result = measure(problem, a.baseline, torch.device(a.device), a.rounds, a.max_configs, a.top_kernels,
-                         a.problem, result_dir, a.beat, a.tune_until)
+        result = note_not_tuned(measure(problem, a.baseline, torch.device(a.device), a.rounds, a.max_configs,
+                                        a.top_kernels, a.problem, result_dir, a.beat, a.tune_until))
         result.update(problem=a.problem, size=a.size, device=a.device, agent="config", versions=versions())
         if a.result_dir:
             write_result(a.problem, result, a.result_dir)
