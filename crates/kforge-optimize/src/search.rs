@@ -48,6 +48,13 @@ impl Step {
         }
     }
 
+    /// Whether it can run to a deadline (`--prepare-until`: measure and beam; `--tune-until`:
+    /// config), so that a wall budget no run of which holds it starts it bounded
+    /// (`budget::Spending::admit`) rather than never.
+    pub fn bounds_itself(self) -> bool {
+        matches!(self, Step::Measure | Step::Beam | Step::Config)
+    }
+
     /// Whether it runs on the device (its seconds count against `--budget-gpu-s`).
     pub fn uses_device(self) -> bool {
         matches!(self, Step::Measure | Step::Beam | Step::Verify | Step::Config | Step::ConfigVerify | Step::Llm)

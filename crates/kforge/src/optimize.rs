@@ -1154,7 +1154,9 @@ impl ProblemRun<'_> {
                 let cannot_win = share.and_then(|s| kforge_optimize::config_cannot_win(s, beat));
                 // An optional agent no run of this budget holds is skipped, not held back forever
                 // (unless it starts bounded: at a run's start, `--tune-until`).
-                if let Some(why) = cannot_win.or_else(|| self.run.spending.never_fits(self.step_of(step), true)) {
+                if let Some(why) =
+                    cannot_win.or_else(|| self.run.spending.never_fits(self.step_of(step), step.bounds_itself()))
+                {
                     self.progress(&format!("config: skipped: {why}"));
                     found.config_skipped = Some(format!("config: {why}"));
                     return Ok(true);
@@ -1379,9 +1381,8 @@ impl ProblemRun<'_> {
                 return Ok(Some(from.outcome));
             }
         }
-        let bounds_itself = matches!(step, Step::Measure | Step::Beam | Step::Config);
         self.until.set(None);
-        match self.run.spending.admit(self.step_of(step), bounds_itself) {
+        match self.run.spending.admit(self.step_of(step), step.bounds_itself()) {
             Admission::Start => {}
             Admission::Bounded { seconds, why } => {
                 self.progress(&format!("{}: bounded: {why}", step.name()));
@@ -1638,9 +1639,7 @@ impl ProblemRun<'_> {
         if plan.compile_workers > 0 {
             args.extend(["--compile-workers".into(), plan.compile_workers.to_string()]);
         }
-        let Some(until) = self.until.get() else { return self.python_work(args, "dispatch") };
-        args.extend(["--prepare-until".into(), format!("{until:.3}")]);
-        Ok(Work { outcome: Some(kforge_optimize::journal::BOUNDED.into()), ..self.python_work(args, "dispatch")? })
+        self.bounded_work(args, "--prepare-until", "dispatch")
     }
 
     /// The config agent's search and result file (`config/`), run here or as a daemon job.
@@ -1654,9 +1653,15 @@ impl ProblemRun<'_> {
         args.extend(["--device".into(), "cuda".into(), "--size".into(), a.size.clone()]);
         args.extend(["--baseline".into(), plan.baseline.mode().into(), "--rounds".into(), a.rounds.to_string()]);
         args.extend(["--result-dir".into(), dir.display().to_string(), "--beat".into(), beat_arg(beat)]);
-        let Some(until) = self.until.get() else { return self.python_work(args, "config") };
-        args.extend(["--tune-until".into(), format!("{until:.3}")]);
-        Ok(Work { outcome: Some(kforge_optimize::journal::BOUNDED.into()), ..self.python_work(args, "config")? })
+        self.bounded_work(args, "--tune-until", "config")
+    }
+
+    /// A Python step that bounds itself: given a deadline (`until`, set when the budget
+    /// admitted it bounded) it gets `flag UNIX_S` and is journaled `bounded`.
+    fn bounded_work(&self, mut args: Vec<String>, flag: &str, step: &str) -> Result<Work> {
+        let Some(until) = self.until.get() else { return self.python_work(args, step) };
+        args.extend([flag.into(), format!("{until:.3}")]);
+        Ok(Work { outcome: Some(kforge_optimize::journal::BOUNDED.into()), ..self.python_work(args, step)? })
     }
 
     /// A Python step's work: with the daemon, its job's region time.
