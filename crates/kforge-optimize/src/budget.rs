@@ -261,8 +261,16 @@ impl Spending {
             return Admission::Bounded { seconds, why };
         }
         let took = e.took(group);
-        let never =
-            if e.seconds > budget { format!("; none fits a --budget-wall-s of {budget:.0}") } else { String::new() };
+        let never = if bounds_itself && Self::bounded_at_a_runs_start(&e, budget) {
+            format!(
+                "; it starts bounded at a run's start (with {:.0} % of the --budget-wall-s of {budget:.0} left)",
+                BOUNDED_START * 100.0
+            )
+        } else if e.seconds > budget {
+            format!("; none fits a --budget-wall-s of {budget:.0}")
+        } else {
+            String::new()
+        };
         let why = format!("a {step} step takes {took}, {:.0} s of the wall budget are left{never}", left.max(0.0));
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         held.0 += 1;
@@ -274,17 +282,24 @@ impl Spending {
     /// showed it to take longer than the whole `budget`, and at least `BOUNDED_START` of the
     /// budget is left (a run's start).
     fn starts_bounded(&self, e: &Estimate, budget: f64) -> bool {
-        e.at_least() && e.seconds > budget && budget - self.wall_s() >= BOUNDED_START * budget
+        Self::bounded_at_a_runs_start(e, budget) && budget - self.wall_s() >= BOUNDED_START * budget
+    }
+
+    /// Whether a step that bounds itself, expected to take `e`, starts bounded at a run's start:
+    /// killed runs showed it to take longer than the whole `budget`.
+    fn bounded_at_a_runs_start(e: &Estimate, budget: f64) -> bool {
+        e.at_least() && e.seconds > budget
     }
 
     /// Why the step `of` cannot run in a run of this wall budget (`None`: it can, or nothing
-    /// says otherwise): its estimate exceeds the whole budget, and it cannot start bounded now
-    /// (`bounds_itself`, at a run's start: [`Spending::admit`]). An optional step (the config
-    /// agent's) is then skipped rather than held back forever.
+    /// says otherwise): its estimate exceeds the whole budget, and it cannot start bounded
+    /// either (`bounds_itself`, at a run's start: [`Spending::admit`]; later in a run, `admit`
+    /// holds it back for the next run's start). An optional step (the config agent's) is then
+    /// skipped rather than held back forever.
     pub fn never_fits(&self, of: StepOf<'_>, bounds_itself: bool) -> Option<String> {
         let budget = self.budget.wall_s?;
         let e = self.expected_s(of)?;
-        (e.seconds > budget && !(bounds_itself && self.starts_bounded(&e, budget))).then(|| {
+        (e.seconds > budget && !(bounds_itself && Self::bounded_at_a_runs_start(&e, budget))).then(|| {
             format!("no {} step fits a --budget-wall-s of {budget:.0}: one takes {}", of.step, e.took(of.group))
         })
     }
@@ -591,7 +606,15 @@ mod tests {
             Instant::now() - std::time::Duration::from_secs(100),
         );
         late.observe_unfinished(c, 420.0);
-        assert!(late.never_fits(c, true).is_some(), "two thirds left: not a run's start, skipped");
+        assert_eq!(late.never_fits(c, true), None, "two thirds left: not skipped, it starts bounded in the next run");
+        match late.admit(c, true) {
+            Admission::Refused(why) => assert!(
+                why.ends_with("; it starts bounded at a run's start (with 75 % of the --budget-wall-s of 300 left)"),
+                "{why}"
+            ),
+            other => panic!("held back for the next run's start: {other:?}"),
+        }
+        assert!(late.never_fits(c, false).is_some(), "one that cannot bound itself is skipped");
         assert_eq!(s.status().held_back, 0, "saying so holds nothing back");
     }
 

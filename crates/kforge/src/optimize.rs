@@ -1153,7 +1153,8 @@ impl ProblemRun<'_> {
                 let share = found.measurement.as_ref().and_then(|m| m.baseline_profile.as_ref()?.triton_share);
                 let cannot_win = share.and_then(|s| kforge_optimize::config_cannot_win(s, beat));
                 // An optional agent no run of this budget holds is skipped, not held back forever
-                // (unless it starts bounded: at a run's start, `--tune-until`).
+                // (unless it starts bounded, `--tune-until`: at a run's start; reached later in a
+                // run, the admission holds it back for the next run's start).
                 if let Some(why) =
                     cannot_win.or_else(|| self.run.spending.never_fits(self.step_of(step), step.bounds_itself()))
                 {
@@ -1369,7 +1370,7 @@ impl ProblemRun<'_> {
             if self.take(&from.output, &from.output_hash, outputs)? {
                 self.mark_redecision()?;
                 let id = journal.started(&self.question.problem, step, input_hash)?;
-                journal.reused(id, &from, &self.journaled_path(outputs[0]))?;
+                journal.reused(id, &from, &self.journaled_step_output(outputs[0]))?;
                 // Another problem's step (an identical input) is that problem's cost, counted there.
                 if from.run != journal.run() && from.problem == self.question.problem {
                     let mut e = self.earlier.get();
@@ -1405,7 +1406,7 @@ impl ProblemRun<'_> {
                 (None, None) => step.uses_device().then_some((seconds, "wall")),
             };
             let output_hash = files_hash(self.out, outputs)?;
-            let output = self.journaled_path(outputs[0]);
+            let output = self.journaled_step_output(outputs[0]);
             Ok((StepDone { seconds, gpu_seconds, output, output_hash, outcome: w.outcome }, w.charged))
         });
         match done {
@@ -1435,18 +1436,12 @@ impl ProblemRun<'_> {
     /// are copied here when they were another folder's.
     fn take(&self, output: &Option<String>, hash: &Option<String>, names: &[&str]) -> Result<bool> {
         let (Some(output), Some(hash)) = (output, hash) else { return Ok(false) };
-        // The folder the names are relative to: the output (the first name) without its parts.
-        let depth = names.first().map(|n| Path::new(n).components().count()).unwrap_or(1);
-        let Some(dir) = Path::new(output).ancestors().nth(depth) else { return Ok(false) };
-        // Read once, hashed and copied from the same bytes: the other problem may rewrite its
-        // files (a fallback's result) between a check and a copy.
-        let Ok(contents) = names.iter().map(|n| std::fs::read(dir.join(n))).collect::<Result<Vec<_>, _>>() else {
+        // The folder the names are relative to: the output (the first name) without its parts,
+        // where the journal's folder is now (it may have moved since the step ran).
+        let Some((dir, contents)) = step_output_in(&self.run.a.out, output, names, hash) else {
             return Ok(false);
         };
-        if &hash_of(names, &contents) != hash {
-            return Ok(false);
-        }
-        // Another folder's (a journaled path is absolute; a file is never copied onto itself).
+        // Another folder's (a file is never copied onto itself).
         if dir != std::path::absolute(self.out).unwrap_or_else(|_| self.out.to_path_buf()) {
             for (n, bytes) in names.iter().zip(&contents) {
                 let to = self.out.join(n);
@@ -1464,10 +1459,11 @@ impl ProblemRun<'_> {
         self.run.progress(self.index, self.problem, what)
     }
 
-    /// A file of `out` as the journal names it: absolute, so that a run resumed from another
-    /// working directory finds it.
-    fn journaled_path(&self, name: &str) -> String {
-        journaled(self.out, name)
+    /// A step's output file as the journal names it: relative to the journal's folder, so that
+    /// a run resumed from another working directory, or after the folder moved (a campaign's
+    /// state unpacked on another machine), finds it.
+    fn journaled_step_output(&self, name: &str) -> String {
+        relative_to_journal(&self.run.a.out, &self.out.join(name))
     }
 
     /// The decision across the families (the dispatch family's measurement and verdict, the
@@ -1522,7 +1518,7 @@ impl ProblemRun<'_> {
         std::fs::write(&report_path, &body).with_context(|| format!("writing {}", report_path.display()))?;
         self.journal_candidates(&report, measure_hash, beam_hash.as_deref())?;
         let journal = &self.run.journal;
-        journal.decided(&self.question, &report.decision, Path::new(&self.journaled_path("report.json")))?;
+        journal.decided(&self.question, &report.decision, Path::new(&journaled(self.out, "report.json")))?;
         let what = match &report.decision {
             Decision::Improved { agent, mode, speedup, .. } => {
                 let message = format!("optimize {}: {mode} ({}) {speedup:.3}x", self.problem.display(), agent.name());
@@ -1959,9 +1955,61 @@ fn journaled(out: &Path, name: &str) -> String {
     std::path::absolute(&path).unwrap_or(path).display().to_string()
 }
 
+/// `path` relative to the journal's folder `root` when it lies inside it, else absolute.
+fn relative_to_journal(root: &Path, path: &Path) -> String {
+    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let path = absolute(path);
+    path.strip_prefix(absolute(root)).map_or_else(|_| path.display().to_string(), |r| r.display().to_string())
+}
+
+/// Where a finished step's output files are now, read once, when their bytes hash to what the
+/// step wrote: `output` (the first of `names`) as journaled, relative to the journal's folder
+/// `root`, or absolute. An absolute one (a row from before outputs were journaled relative)
+/// whose folder has moved is looked for under `root` by its trailing parts; the hash makes a
+/// wrong match impossible.
+fn step_output_in(root: &Path, output: &str, names: &[&str], hash: &str) -> Option<(PathBuf, Vec<Vec<u8>>)> {
+    let depth = names.first().map(|n| Path::new(n).components().count()).unwrap_or(1);
+    let output = Path::new(output);
+    let root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+    let dir = if output.is_absolute() { output.to_path_buf() } else { root.join(output) };
+    let dir = dir.ancestors().nth(depth)?.to_path_buf();
+    let parts: Vec<_> = dir.components().collect();
+    let moved = (1..parts.len()).map(|i| root.join(parts[i..].iter().collect::<PathBuf>()));
+    std::iter::once(dir.clone()).chain(moved).filter(|d| d.is_dir()).find_map(|d| {
+        let contents = names.iter().map(|n| std::fs::read(d.join(n))).collect::<Result<Vec<_>, _>>().ok()?;
+        (hash_of(names, &contents) == hash).then_some((d, contents))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A step output journaled under one folder is found after the folder moved: a relative row
+    /// under the journal's new folder, an absolute row (from before outputs were journaled
+    /// relative) by its trailing parts; a file changed since is not taken.
+    #[test]
+    fn a_step_output_is_found_after_its_journals_folder_moved() {
+        let dir = tempfile::tempdir().unwrap();
+        let (old, new) = (dir.path().join("a/state/out"), dir.path().join("b/state/out"));
+        let problem = old.join("level3/lstm");
+        std::fs::create_dir_all(&problem).unwrap();
+        std::fs::write(problem.join("dispatch.json"), "{}").unwrap();
+        let hash = hash_of(&["dispatch.json"], &[b"{}".to_vec()]);
+        let relative = relative_to_journal(&old, &problem.join("dispatch.json"));
+        assert_eq!(relative, "level3/lstm/dispatch.json");
+        let absolute = journaled(&problem, "dispatch.json");
+        let found = |root: &Path, output: &str| step_output_in(root, output, &["dispatch.json"], &hash).map(|f| f.0);
+        assert_eq!(found(&old, &relative), Some(problem.clone()));
+        std::fs::create_dir_all(dir.path().join("b/state")).unwrap();
+        std::fs::rename(&old, &new).unwrap();
+        let moved = new.join("level3/lstm");
+        assert_eq!(found(&new, &relative), Some(moved.clone()), "relative, under the moved folder");
+        assert_eq!(found(&new, &absolute), Some(moved.clone()), "absolute, by its trailing parts");
+        std::fs::write(moved.join("dispatch.json"), "{\"changed\": 1}").unwrap();
+        assert_eq!(found(&new, &relative), None, "its bytes changed since the step wrote them");
+        assert_eq!(found(&new, &absolute), None);
+    }
 
     #[test]
     fn the_confirmed_speedup_is_gate_4s_in_the_winning_familys_verdict() {

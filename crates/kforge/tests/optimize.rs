@@ -355,8 +355,9 @@ fn killed_after_the_first_decision(args: &[&str], out: &Path) {
 
 /// A campaign killed (SIGKILL, its whole process group: the machine gone) while its second
 /// problem runs, synchronized on the progress line of its first decision and of the second's
-/// measure step, then resumed: the decided problem is not run again (no step of it in the second
-/// run), the finished measurement is reused, and the results are complete.
+/// measure step, its output folder then moved (as a campaign's state is unpacked into another
+/// folder on the next machine), then resumed there: the decided problem is not run again (no step
+/// of it in the second run), the finished measurement is reused, and the results are complete.
 #[test]
 fn a_killed_campaign_resumes_without_redoing_finished_work() {
     let dir = tempfile::tempdir().unwrap();
@@ -364,9 +365,12 @@ fn a_killed_campaign_resumes_without_redoing_finished_work() {
         dir.path(),
         &[("level1", "row_softmax.py", "row_softmax.py"), ("level2", "vector_add.py", "vector_add.py")],
     );
-    let out = dir.path().join("o");
+    let killed = dir.path().join("o");
     let args = [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--rounds", "2"];
-    killed_after_the_first_decision(&args, &out);
+    killed_after_the_first_decision(&args, &killed);
+    let out = dir.path().join("elsewhere/o");
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    std::fs::rename(&killed, &out).unwrap();
     let before = journal(&out);
     assert_eq!(before.decisions.len(), 1, "the first problem was decided");
     assert!(before.runs[0].finished_ns.is_none(), "the run was killed");
