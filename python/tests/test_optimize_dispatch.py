@@ -641,6 +641,19 @@ def test_generated_code_leaves_out_the_compile_number_and_sees_a_changed_kernel(
     assert other and other != first
 
 
+def test_a_wrappers_digest_leaves_out_where_its_kernels_were_cached() -> None:
+    """Two runs with their own Inductor caches generate the same wrapper but for the cache
+    paths in its ``# kernel path`` comments (Triton kernels only, so not seen on the CPU) and
+    the compile's number: the digest is the same; a changed kernel line changes it."""
+    def wrapper(cache: str, aot: int, block: int) -> str:
+        return "\n".join([f"# AOT ID: ['{aot}_inference']", "from torch import empty_strided",
+                          f"# kernel path: {cache}/ab/cabc.py", "# Source Nodes: [relu]",
+                          "triton_poi_fused_relu_0 = async_compile.triton(", f"    XBLOCK = {block}", ")"])
+    cold, warm = wrapper("/tmp/run-a/cache", 0, 128), wrapper("/tmp/run-b/cache", 3, 128)
+    assert cold != warm and dispatch.code_digest(cold) == dispatch.code_digest(warm)
+    assert dispatch.code_digest(wrapper("/tmp/run-a/cache", 0, 256)) != dispatch.code_digest(cold)
+
+
 def test_a_knob_with_no_op_to_act_on_is_not_compiled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Layout optimization acts only on convolutions and epilogue fusion only on templates
     (GEMMs, convolutions): on graphs without them those knobs change nothing, so their variants

@@ -418,20 +418,32 @@ def warm_only(problem: Any, variants: Sequence[str], dev: Any) -> None:
 NOT_PREPARED = "the step's deadline came first (kforge optimize bounds a step that no wall budget of this size holds)"
 
 
+#: Comment lines of an Inductor wrapper that say where and when it was made, not what it
+#: computes: the compile's number (``# AOT ID``) and each Triton kernel's file in the cache
+#: directory (``# kernel path``), which differs between two runs with their own caches.
+WRAPPER_PROVENANCE = ("# AOT ID:", "# kernel path:")
+
+
+def code_digest(wrapper_source: str) -> str:
+    """A SHA-256 of an Inductor wrapper's source without its provenance lines
+    (:data:`WRAPPER_PROVENANCE`): equal for the same generated code in any run or cache."""
+    lines = [line for line in wrapper_source.splitlines() if not line.lstrip().startswith(WRAPPER_PROVENANCE)]
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()
+
+
 def generated_code(compile_and_call: Callable[[], None]) -> Tuple[str, ...]:
-    """A SHA-256 of each Inductor wrapper module (the whole generated code: kernels are inlined
-    in it) that ``compile_and_call`` loaded, in load order, with the ``# AOT ID`` line that
-    numbers compiles left out; empty when it loaded none (eager, or a frame Dynamo already had)."""
+    """:func:`code_digest` of each Inductor wrapper module (the whole generated code: kernels
+    are inlined in it) that ``compile_and_call`` loaded, in load order; empty when it loaded none
+    (eager, or a frame Dynamo already had)."""
     with WrapperHook() as hook:
         compile_and_call()
     digests = []
     for m in hook.modules:
         try:
             with open(m.__file__, encoding="utf-8") as f:
-                lines = [line for line in f.read().splitlines() if not line.startswith("# AOT ID:")]
+                digests.append(code_digest(f.read()))
         except (OSError, AttributeError, TypeError):
             return ()  # a module without its source: nothing to compare
-        digests.append(hashlib.sha256("\n".join(lines).encode()).hexdigest())
     return tuple(digests)
 
 
