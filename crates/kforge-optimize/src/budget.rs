@@ -291,6 +291,14 @@ impl Spending {
         e.at_least() && e.seconds > budget
     }
 
+    /// Whether the step `of` starts only at a run's start, bounded: its own problem's step, left
+    /// unfinished by a killed run, had run longer than the whole wall budget (a campaign starts
+    /// such a problem first, so that it is not held back again).
+    pub fn starts_only_at_a_runs_start(&self, of: StepOf<'_>) -> bool {
+        let (Some(budget), Some(e)) = (self.budget.wall_s, self.expected_s(of)) else { return false };
+        e.basis == Basis::OwnFloor && Self::bounded_at_a_runs_start(&e, budget)
+    }
+
     /// Why the step `of` cannot run in a run of this wall budget (`None`: it can, or nothing
     /// says otherwise): its estimate exceeds the whole budget, and it cannot start bounded
     /// either (`bounds_itself`, at a run's start: [`Spending::admit`]; later in a run, `admit`
@@ -615,6 +623,11 @@ mod tests {
             other => panic!("held back for the next run's start: {other:?}"),
         }
         assert!(late.never_fits(c, false).is_some(), "one that cannot bound itself is skipped");
+        assert!(late.starts_only_at_a_runs_start(c), "its own floor is over the budget");
+        let sibling = of("config", "level3", "level3/b.py");
+        assert!(late.expected_s(sibling).is_some_and(|e| e.at_least()), "the group's quartile is the killed one's");
+        assert!(!late.starts_only_at_a_runs_start(sibling), "a sibling's floor is not its own");
+        assert!(!Spending::new(Budget::default()).starts_only_at_a_runs_start(c), "no wall budget");
         assert_eq!(s.status().held_back, 0, "saying so holds nothing back");
     }
 

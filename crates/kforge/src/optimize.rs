@@ -622,8 +622,10 @@ impl Run<'_> {
     }
 
     /// The order a campaign's problems start in (indices into `problems`; each keeps its number
-    /// in the progress lines and its place in the summary): with `--resume`, the problems whose
-    /// measure step is still to run first (none finished, or `--redecide` names them), the
+    /// in the progress lines and its place in the summary): with `--resume`, first the measured
+    /// problems whose config step starts only at a run's start (bounded: its own killed run's
+    /// floor is over the wall budget; reached later it would be held back again), then the
+    /// problems whose measure step is still to run (none finished, or `--redecide` names them), the
     /// longest expected first (`Spending::expected_s`: a killed one's own floor, else its
     /// folder's quartile), so that a wall budget's long steps start while it can hold them (a
     /// bounded one only starts at a run's start) and the short steps left of others fill the
@@ -642,16 +644,18 @@ impl Run<'_> {
             .filter(|(_, step, _)| step == Step::Measure.name())
             .map(|(problem, _, _)| problem)
             .collect();
-        let key = |i: usize| -> (bool, f64) {
+        let config = self.plan.agents.contains(&Agent::Config);
+        let key = |i: usize| -> (u8, f64) {
             let problem = question(self.a, self.plan, &problems[i].1).problem;
-            if measured.contains(&problem) && !self.redecide.matches(&problem) {
-                return (true, 0.0);
-            }
             let group = step_group(&problem);
+            if measured.contains(&problem) && !self.redecide.matches(&problem) {
+                let of = StepOf { step: Step::Config.name(), group: &group, problem: &problem };
+                return (if config && self.spending.starts_only_at_a_runs_start(of) { 0 } else { 2 }, 0.0);
+            }
             let of = StepOf { step: Step::Measure.name(), group: &group, problem: &problem };
-            (false, -self.spending.expected_s(of).map_or(0.0, |e| e.seconds))
+            (1, -self.spending.expected_s(of).map_or(0.0, |e| e.seconds))
         };
-        let keys: Vec<(bool, f64)> = order.iter().map(|&i| key(i)).collect();
+        let keys: Vec<(u8, f64)> = order.iter().map(|&i| key(i)).collect();
         order.sort_by(|&a, &b| keys[a].0.cmp(&keys[b].0).then(keys[a].1.total_cmp(&keys[b].1)));
         Ok(order)
     }
