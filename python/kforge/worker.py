@@ -71,6 +71,22 @@ What cannot be identical to a fresh interpreter:
   the file may be reported at another line than a fresh interpreter reports.
 * ``os.fork()`` in a job works, but a child that returns from the job's code exits with the job's
   exit code without running ``atexit`` callbacks.
+
+**Fork isolation** (``$KFORGE_WORKER_ISOLATION=fork``; the daemon's ``--worker-fork``): the worker
+imports its preloads but creates no CUDA context and starts no torch thread pool, and runs each
+job in a child it forks for it. The child is a fresh process as far as the job can tell (its own
+pid, nothing an earlier job did, CUDA created by the job), with the preloaded modules already
+imported; it ends as an interpreter does (non-daemon threads joined, the job's ``atexit``
+callbacks run, the streams flushed). The parent never runs job code, so it needs no hygiene
+checks; it stays in its process group and cgroup with the child, which the daemon freezes, kills
+and counts GPU memory by, as for an in-process job. ``done`` then carries ``"signal"`` when the
+child was killed by one (``exit_code`` is 128 + the signal, as a shell reports it), and
+``"child_pid"``. The worker refuses to start (status 2) when a preload left a Python thread
+running: a fork copies only the forking thread, and another's locks would stay held in the child.
+What a fresh interpreter has that such a child has not: interpreter-wide settings fixed at the
+worker's start (as above), and the state the preloads' imports made (the same in every child).
+This is the mode for jobs that must be isolated from each other, such as ``kforge verify``'s
+runner (``kforge verify --daemon --warm``).
 """
 
 from __future__ import annotations
@@ -87,6 +103,7 @@ import linecache
 import logging
 import os
 import runpy
+import select
 import signal
 import site
 import socket
@@ -138,6 +155,17 @@ _clock = time.perf_counter  # the worker's own clock and sleep, immune to jobs p
 _sleep = time.sleep
 _MISSING = object()
 _THIS_FILE = (lambda: None).__code__.co_filename
+
+
+def _die_with_parent() -> None:
+    """``prctl(PR_SET_PDEATHSIG, SIGKILL)`` where there is one (Linux): a forked job's child must
+    not outlive its worker."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _log(text: str) -> None:
@@ -314,9 +342,12 @@ def _torch_state(torch: Any, cuda: bool) -> List[Tuple[str, Callable[[], Any], C
 class Worker:
     """The worker's state between jobs; :meth:`serve` is its main loop."""
 
-    def __init__(self, sock: socket.socket, cuda: bool) -> None:
+    def __init__(self, sock: socket.socket, cuda: bool, fork: bool = False) -> None:
         self.sock = sock
         self.pid = os.getpid()
+        self.fork = fork
+        #: In a forked job's child: its pid (the job's code ends as an interpreter's does there).
+        self.job_pid: Optional[int] = None
         self.cuda = cuda
         self.jobs = 0
         self.max_jobs = _env_int("KFORGE_WORKER_MAX_JOBS", 100)
@@ -411,7 +442,7 @@ class Worker:
                     self.send({"type": "done", "job": msg["job"], "exit_code": 2,
                                "recycle": [f"bad run message: {e}"], "duration_ms": 0.0})
                 return 2
-            done = self.run(msg, fds)
+            done = self.run_forked(msg, fds) if self.fork else self.run(msg, fds)
             self.send(done)
             if done["recycle"]:
                 return 0
@@ -455,6 +486,10 @@ class Worker:
         except OSError as e:  # the cwd
             sys.stderr.write(f"kforge worker: cannot enter the job's directory: {e}\n")
             code = 1
+        if os.getpid() == self.job_pid:  # fork isolation: the job's child ends as an interpreter
+            self._wait_threads(threads)
+            self._run_atexits(atexits)
+            os._exit(code if self._flush() or code != 0 else 120)
         if os.getpid() != self.pid:  # a forked child came back from the job's code
             self._flush()
             os._exit(code)
@@ -479,6 +514,70 @@ class Worker:
             recycle.append(f"rss {rss:.0f} MB above ceiling {self.max_rss_mb} MB")
         return {"type": "done", "job": msg["job"], "exit_code": code,
                 "recycle": [r[:300] for r in recycle[:32]], "duration_ms": (_clock() - t0) * 1e3}
+
+    def run_forked(self, msg: Dict[str, Any], fds: List[int]) -> Dict[str, Any]:
+        """Fork isolation: run one job in a child forked for it; return the ``done`` message."""
+        t0 = _clock()
+        self.jobs += 1
+        pid = os.fork()
+        if pid == 0:
+            self._child(msg, fds)  # never returns
+        for fd in fds:
+            os.close(fd)
+        status = self._wait_child(pid)
+        code = os.waitstatus_to_exitcode(status)
+        done: Dict[str, Any] = {"type": "done", "job": msg["job"], "exit_code": code if code >= 0 else 128 - code,
+                                "recycle": [], "duration_ms": (_clock() - t0) * 1e3, "child_pid": pid}
+        if code < 0:
+            done["signal"] = -code
+        left = msg.get("max_jobs_left")
+        if self.jobs >= self.max_jobs > 0 or (isinstance(left, int) and left <= 1):
+            done["recycle"].append(f"served {self.jobs} jobs")
+        return done
+
+    def _child(self, msg: Dict[str, Any], fds: List[int]) -> None:
+        """The forked child: the job, then ``os._exit`` with its status (1 if the worker's own
+        code failed around it); dies with the worker (``PR_SET_PDEATHSIG``)."""
+        code = 1
+        try:
+            self.job_pid = os.getpid()
+            _die_with_parent()
+            self.sock.close()
+            code = self.run(msg, fds)["exit_code"]  # run() ends the child itself
+        except BaseException:
+            try:
+                traceback.print_exc()
+            except BaseException:
+                pass
+        finally:
+            os._exit(code)
+
+    def _wait_child(self, pid: int) -> int:
+        """The child's wait status. If the daemon goes away meanwhile (end of file on the
+        control socket), the child is killed and the worker exits."""
+        try:
+            pidfd: Optional[int] = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            pidfd = None  # before Linux 5.3: poll
+        try:
+            while True:
+                ready, _, _ = select.select([self.sock] + ([pidfd] if pidfd is not None else []), [], [],
+                                            None if pidfd is not None else 0.01)
+                if self.sock in ready:
+                    data, fds, _, _ = socket.recv_fds(self.sock, MAX_MESSAGE, 2)
+                    for fd in fds:
+                        os.close(fd)
+                    if not data and not fds:  # the daemon is gone: so is the job
+                        os.kill(pid, signal.SIGKILL)
+                        os.waitpid(pid, 0)
+                        os._exit(0)
+                    _log(f"message while a job runs, ignored: {data[:200]!r}")
+                waited, status = os.waitpid(pid, os.WNOHANG)
+                if waited == pid:
+                    return status
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
 
     def _redirect(self, fds: List[int], unbuffered: bool, io_encoding: str) -> None:
         self._flush()
@@ -721,9 +820,14 @@ class Worker:
         return reasons
 
 
-def preload(spec: str, device: str) -> Tuple[List[str], bool, List[str]]:
-    """Import the modules named by ``spec`` and create the CUDA context on a GPU device; return
-    (preloaded, cuda, errors)."""
+#: The ways a worker runs a job (``$KFORGE_WORKER_ISOLATION``).
+ISOLATIONS = ("in-process", "fork")
+
+
+def preload(spec: str, device: str, fork: bool = False) -> Tuple[List[str], bool, List[str]]:
+    """Import the modules named by ``spec`` and, unless the worker forks its jobs (``fork``: a
+    CUDA context and torch's thread pools do not survive a fork), create the CUDA context on a
+    GPU device; return (preloaded, cuda, errors)."""
     if spec.strip() == "auto":
         names = [n for n in ("torch", "triton") if importlib.util.find_spec(n) is not None]
     else:
@@ -738,6 +842,8 @@ def preload(spec: str, device: str) -> Tuple[List[str], bool, List[str]]:
             errors.append(f"preload {name} failed: {type(e).__name__}: {e}")
     cuda = False
     torch = sys.modules.get("torch")
+    if fork:
+        return loaded, cuda, errors
     if torch is not None:
         _warm_torch_pools(torch, None, errors)
     if torch is not None and device not in ("", "cpu"):
@@ -775,13 +881,23 @@ def main() -> int:
     except OSError as e:
         _log(f"no control socket on fd {fd}: {e}")
         return 2
+    isolation = os.environ.get("KFORGE_WORKER_ISOLATION", "in-process")
+    if isolation not in ISOLATIONS:
+        _log(f"KFORGE_WORKER_ISOLATION must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
+        return 2
+    fork = isolation == "fork"
     loaded, cuda, errors = preload(os.environ.get("KFORGE_WORKER_PRELOAD", "auto"),
-                                   os.environ.get("KFORGE_DEVICE", "cpu"))
-    worker = Worker(sock, cuda)
+                                   os.environ.get("KFORGE_DEVICE", "cpu"), fork)
+    threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    if fork and threads:
+        _log(f"fork isolation: the preloads left Python threads running ({', '.join(threads)}); "
+             "a forked child would inherit their locks, not the threads: not starting")
+        return 2
+    worker = Worker(sock, cuda, fork)
     gc.collect()
     gc.freeze()  # start-up objects are not the jobs' garbage: keeps per-job collections cheap
     ready: Dict[str, Any] = {"type": "ready", "pid": os.getpid(), "preloaded": loaded, "cuda": cuda,
-                             "startup_ms": (_clock() - t0) * 1e3, "python": sys.version}
+                             "startup_ms": (_clock() - t0) * 1e3, "python": sys.version, "isolation": isolation}
     if errors:
         ready["error"] = "; ".join(errors)
         _log(ready["error"])

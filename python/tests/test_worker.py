@@ -499,3 +499,79 @@ def test_torch_hygiene(torch_worker: FakeDaemon, tmp_path: Path, code: str, reas
     r = torch_worker.run(["-c", "import torch; " + code], tmp_path)
     assert (r.exit_code, r.stderr) == (0, "")
     assert r.recycle == ([reason] if reason else [])
+
+
+# -- fork isolation ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def forking(tmp_path: Path) -> Iterator[FakeDaemon]:
+    d = FakeDaemon(tmp_path, KFORGE_WORKER_ISOLATION="fork", KFORGE_WORKER_PRELOAD="json")
+    yield d
+    d.close()
+
+
+def test_a_forking_worker_runs_each_job_in_a_child_of_its_own(forking: FakeDaemon, tmp_path: Path) -> None:
+    """Each job is a child of the worker (its own pid, the worker's process group), with the
+    preloads imported; the worker itself runs no job code."""
+    assert forking.ready is not None and forking.ready["isolation"] == "fork" and forking.ready["preloaded"] == ["json"]
+    code = "import os, sys; print(os.getpid(), os.getppid(), os.getpgid(0), 'json' in sys.modules)"
+    pids = []
+    for _ in range(2):
+        r = forking.run(["-c", code], tmp_path)
+        pid, ppid, pgid, preloaded = r.stdout.split()
+        assert (int(ppid), int(pgid), preloaded) == (forking.proc.pid, os.getpgid(forking.proc.pid), "True"), r
+        pids.append(int(pid))
+    assert forking.proc.pid not in pids and pids[0] != pids[1]
+
+
+def test_a_forked_job_leaves_nothing_for_the_next(forking: FakeDaemon, tmp_path: Path) -> None:
+    """What one job patches process-wide (a timer, a module attribute, the environment) is gone
+    for the next: each starts from the worker's untouched state, and nothing is recycled."""
+    patch = "import time, json, os; time.perf_counter = lambda: 0.0; json.MARK = 1; os.environ['LEFT'] = '1'"
+    assert forking.run(["-c", patch], tmp_path).recycle == []
+    look = "import time, json, os; print(time.perf_counter() > 0, hasattr(json, 'MARK'), 'LEFT' in os.environ)"
+    assert forking.run(["-c", look], tmp_path).stdout == "True False False\n"
+
+
+def test_a_forked_job_ends_as_an_interpreter_does(forking: FakeDaemon, tmp_path: Path) -> None:
+    """Exit codes and tracebacks as a fresh interpreter's; its non-daemon threads are joined and
+    its atexit callbacks run before the child exits; os._exit and a signal end only the child."""
+    for argv in (["-c", "import sys; sys.exit(3)"], ["-c", "raise ValueError('boom')"]):
+        r, c = forking.run(argv, tmp_path), cold(argv, tmp_path, base_env())
+        assert (r.exit_code, r.stderr) == (c.exit_code, c.stderr)
+    ends = ("import atexit, threading, time\natexit.register(lambda: print('atexit', flush=True))\n"
+            "threading.Thread(target=lambda: (time.sleep(0.2), print('thread', flush=True))).start()\n")
+    assert forking.run(["-c", ends], tmp_path).stdout == "thread\natexit\n"
+    assert forking.run(["-c", "import os; os._exit(7)"], tmp_path).exit_code == 7
+    job, out_r, err_r = forking.start(["-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"], tmp_path)
+    drain(out_r, err_r)
+    done = forking.recv()
+    assert done is not None and (done["exit_code"], done["signal"]) == (137, 9), done
+    assert forking.proc.poll() is None, "the worker outlives its job's child"
+    assert forking.run(["-c", "print('next')"], tmp_path).stdout == "next\n"
+
+
+def test_a_forking_worker_gone_takes_its_job_with_it(forking: FakeDaemon, tmp_path: Path) -> None:
+    """The daemon gone (end of file on the control socket) while a job runs: the worker kills
+    the job's child and exits."""
+    pid_file = tmp_path / "pid"
+    code = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    job, out_r, err_r = forking.start(["-c", code], tmp_path)
+    deadline = time.monotonic() + TIMEOUT
+    while not (pid_file.exists() and pid_file.read_text()):
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.01)
+    child = int(pid_file.read_text())
+    forking.sock.close()
+    assert forking.proc.wait(timeout=TIMEOUT) == 0
+    drain(out_r, err_r)  # end of file: the child, which held the pipes, is gone
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
+
+
+def test_a_worker_refuses_an_unknown_isolation(tmp_path: Path) -> None:
+    with pytest.raises(AssertionError):
+        FakeDaemon(tmp_path, KFORGE_WORKER_ISOLATION="threads")
+    logs = list(tmp_path.glob("worker-*.log"))
+    assert any("KFORGE_WORKER_ISOLATION must be one of in-process, fork, got 'threads'" in p.read_text() for p in logs)
