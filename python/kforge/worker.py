@@ -71,6 +71,7 @@ What cannot be identical to a fresh interpreter:
   the file may be reported at another line than a fresh interpreter reports.
 * ``os.fork()`` in a job works, but a child that returns from the job's code exits with the job's
   exit code without running ``atexit`` callbacks.
+* A job's environment has ``KFORGE_WARM_ISOLATION`` (``in-process`` or ``fork``) besides its own.
 
 **Fork isolation** (``$KFORGE_WORKER_ISOLATION=fork``; the daemon's ``--worker-fork``): the worker
 imports its preloads but creates no CUDA context and starts no torch thread pool, and runs each
@@ -470,6 +471,8 @@ class Worker:
         self._redirect(fds, unbuffered or unbuffered_opt, job_env.get("PYTHONIOENCODING", ""))
         os.environ.clear()
         os.environ.update(job_env)
+        # How the job runs, for a job that must know (kforge verify's runner refuses in-process).
+        os.environ["KFORGE_WARM_ISOLATION"] = "fork" if self.job_pid is not None else "in-process"
         sys.dont_write_bytecode = bool(job_env.get("PYTHONDONTWRITEBYTECODE"))
         self._wrap_atexit(atexits)
         # `kforge run --auto-regions`: what the bootstrap's sitecustomize does in a cold job.

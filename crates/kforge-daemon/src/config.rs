@@ -74,6 +74,9 @@ pub struct Config {
     pub worker_max_jobs: u32,
     /// Recycle a worker whose resident memory exceeds this (MiB; 0 = no ceiling).
     pub worker_max_rss_mb: u64,
+    /// Warm workers run each job in a child forked for it (no CUDA context in the worker):
+    /// jobs isolated from each other as fresh processes are, the imports still saved.
+    pub worker_fork: bool,
     /// Route every Python command to warm workers (where the command line allows).
     pub warm_python: bool,
     /// Default time limit of a job (None = none).
@@ -107,6 +110,7 @@ impl Config {
             worker_preload: "auto".into(),
             worker_max_jobs: 100,
             worker_max_rss_mb: 0,
+            worker_fork: false,
             warm_python: false,
             job_timeout: None,
             debug_gpu_memory: None,
@@ -145,6 +149,7 @@ pub struct DaemonFlags {
     pub worker_preload: String,
     pub worker_max_jobs: u32,
     pub worker_max_rss_mb: u64,
+    pub worker_fork: bool,
     pub warm_python: bool,
     pub job_timeout_s: Option<f64>,
     /// Test hook (`--debug-gpu-memory FILE`): device memory from this file instead of NVML.
@@ -237,6 +242,7 @@ impl Config {
             worker_preload: f.worker_preload,
             worker_max_jobs: f.worker_max_jobs,
             worker_max_rss_mb: f.worker_max_rss_mb,
+            worker_fork: f.worker_fork,
             warm_python: f.warm_python,
             job_timeout,
             debug_gpu_memory: f.debug_gpu_memory,
@@ -289,6 +295,7 @@ mod tests {
             worker_preload: "auto".into(),
             worker_max_jobs: 100,
             worker_max_rss_mb: 0,
+            worker_fork: false,
             warm_python: false,
             job_timeout_s: None,
             debug_gpu_memory: None,

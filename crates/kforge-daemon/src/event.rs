@@ -185,6 +185,9 @@ pub enum WorkerMsg {
     Done {
         job: u64,
         exit_code: i32,
+        /// A forked job's child killed by this signal (`exit_code` is then 128 + it).
+        #[serde(default)]
+        signal: Option<i32>,
         #[serde(default)]
         recycle: Vec<String>,
     },

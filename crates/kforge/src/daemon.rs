@@ -73,6 +73,11 @@ pub struct DaemonArgs {
     /// Recycle a warm worker whose resident memory exceeds this many MiB (0: no ceiling).
     #[arg(long, default_value_t = 0)]
     worker_max_rss_mb: u64,
+    /// Warm workers fork a child for each job instead of running it in-process: each job is
+    /// then as isolated as a fresh process (for `kforge verify --daemon --warm`), the imports
+    /// still saved; the workers create no CUDA context (each job does).
+    #[arg(long)]
+    worker_fork: bool,
     /// Run every Python command in a warm worker when its command line allows (as `run --warm`).
     #[arg(long)]
     warm_python: bool,
@@ -111,6 +116,7 @@ impl DaemonArgs {
             worker_preload: self.worker_preload,
             worker_max_jobs: self.worker_max_jobs,
             worker_max_rss_mb: self.worker_max_rss_mb,
+            worker_fork: self.worker_fork,
             warm_python: self.warm_python,
             job_timeout_s: self.job_timeout_s,
             debug_gpu_memory: self.debug_gpu_memory,

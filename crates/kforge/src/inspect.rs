@@ -95,7 +95,14 @@ fn run_capture_job(a: &InspectArgs, socket: &Path, out: &Path) -> Result<()> {
     eprintln!("kforge inspect: capturing {} (mode {}) as a daemon job on device {device}…", a.source.display(), a.mode);
     let label = format!("inspect:{}:{}:{}", a.source.display(), a.size, a.mode);
     let peak = crate::job::gpu_memory_bytes(a.gpu_memory)?;
-    let req = crate::job::JobRequest { argv, device: &device, label: &label, timeout_s: None, gpu_memory_bytes: peak };
+    let req = crate::job::JobRequest {
+        argv,
+        device: &device,
+        label: &label,
+        timeout_s: None,
+        gpu_memory_bytes: peak,
+        warm: false,
+    };
     let (exit, _, _) = crate::job::run_job(socket, req, &mut std::io::stdout()).context("--daemon")?;
     match exit.code {
         Some(0) => Ok(()),

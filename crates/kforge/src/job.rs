@@ -17,6 +17,8 @@ pub struct JobRequest<'a> {
     pub label: &'a str,
     pub timeout_s: Option<u64>,
     pub gpu_memory_bytes: Option<u64>,
+    /// Run the Python command in a warm worker of the device.
+    pub warm: bool,
 }
 
 /// Submit the job with the caller's environment (minus PYTHONPATH: the daemon puts its own
@@ -35,7 +37,7 @@ pub fn run_job_to(
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
 ) -> Result<(JobExit, String, u64)> {
-    let JobRequest { argv, device, label, timeout_s, gpu_memory_bytes } = req;
+    let JobRequest { argv, device, label, timeout_s, gpu_memory_bytes, warm } = req;
     let spec = SubmitSpec {
         argv,
         cwd: std::env::current_dir().context("reading the current directory")?.display().to_string(),
@@ -43,7 +45,7 @@ pub fn run_job_to(
         device: device.to_string(),
         policy: None,
         label: Some(label.to_string()),
-        warm: false,
+        warm,
         timeout_ms: timeout_s.map(|s| s.saturating_mul(1000)),
         gpu_group: None,
         gpu_memory_bytes,

@@ -65,6 +65,13 @@ pub struct VerifyArgs {
     /// (the job's label is `verify:PROBLEM:SIZE`), else its default for unknown jobs.
     #[arg(long, value_name = "GIB", requires = "daemon")]
     gpu_memory: Option<f64>,
+    /// With --daemon: run the candidate process in a warm worker, which has imported torch
+    /// (and what else the daemon's --worker-preload names) already, so that a verify skips that
+    /// start-up. The daemon must fork its workers' jobs (`kforge daemon --worker-fork`): each
+    /// candidate then runs in a child process of its own; with in-process workers the runner
+    /// refuses (could-not-run, naming the fix).
+    #[arg(long, requires = "daemon")]
+    warm: bool,
 }
 
 /// The problem size presets (`--size`); the runner and the capture know the same list
@@ -368,6 +375,7 @@ fn run_candidate_job(
         label: &label,
         timeout_s: Some(a.time_limit_s),
         gpu_memory_bytes: peak,
+        warm: a.warm,
     };
     let (exit, err_text) = match crate::job::run_job(socket, req, &mut std::io::stdout()) {
         Ok((exit, err, _)) => (exit, err),

@@ -10,6 +10,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 fn corpus() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/candidates")
@@ -345,6 +346,51 @@ fn through_the_daemon_the_candidate_is_a_job() {
             .count(),
         2
     );
+    d.shutdown();
+}
+
+/// `verify --daemon --warm`: with a daemon whose warm workers fork (`--worker-fork`, torch
+/// preloaded: on the cpu device Triton must be imported after `TRITON_INTERPRET=1`, so it is not
+/// preloaded), each candidate's runner is a child its worker forked for it: the honest
+/// candidate passes, the cheat is rejected by the check that catches it, as cold. With workers
+/// that run jobs in-process the runner refuses, naming the fix: the environment's failure.
+#[test]
+fn through_a_forking_warm_worker_each_candidate_runs_in_a_child_of_its_own() {
+    if !torch_available() {
+        panic!("python3 with torch, triton and numpy is needed (scripts/test installs them)");
+    }
+    let verify = |d: &common::TestDaemon, cand: &str| {
+        let out = d.path("v.json");
+        let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
+            .arg("--socket")
+            .arg(&d.socket)
+            .args(["verify", "--daemon", "--warm", "--device", "cpu", "--no-performance", "--json"])
+            .arg(&out)
+            .arg(corpus().join("problems/mse.py"))
+            .arg(corpus().join(cand))
+            .env_remove("TRITON_INTERPRET")
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap_or_default()).unwrap_or_default();
+        (o.status.code(), v, text)
+    };
+    let pool = |d: &common::TestDaemon| d.status().devices[0].pool.clone();
+    let mut d = common::TestDaemon::start(&["--warm-workers", "1", "--worker-fork", "--worker-preload", "torch"]);
+    common::wait_for("a warm worker", Duration::from_secs(120), || (pool(&d).warm == 1).then_some(()));
+    let (code, v, text) = verify(&d, "mse/honest.py");
+    assert_eq!((code, v["outcome"].as_str()), (Some(0), Some("passed-without-performance")), "{text}\n{}", d.log());
+    let (code, v, text) = verify(&d, "mse/cheat_distribution.py");
+    assert_eq!((code, v["rejected_by"].as_str()), (Some(1), Some("correctness:seed-0-normal")), "{text}");
+    assert_eq!(pool(&d).jobs_served, 2, "both ran in the warm worker");
+    d.shutdown();
+
+    let mut d = common::TestDaemon::start(&["--warm-workers", "1", "--worker-preload", ""]);
+    common::wait_for("a warm worker", Duration::from_secs(60), || (pool(&d).warm == 1).then_some(()));
+    let (code, v, text) = verify(&d, "mse/honest.py");
+    assert_eq!(code, Some(2), "could not run: {text}");
+    assert_eq!(v["outcome"], "could-not-run", "{text}");
+    assert!(text.contains("start the daemon with --worker-fork"), "the fix is named: {text}");
     d.shutdown();
 }
 

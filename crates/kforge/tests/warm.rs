@@ -172,3 +172,36 @@ fn warm_python_setting_routes_python_commands() {
     let o = d.run_cmd(&["--device", "cpu", "--", "python3", "-X", "dev", "-c", "import os; c = open(f'/proc/{os.getpid()}/cmdline').read().split(chr(0)); print(int(c[1:3] == ['-m', 'kforge' + '.worker']))"]).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "0");
 }
+
+/// `--worker-fork` through the real daemon: each job runs in a child its worker forks for it
+/// (its parent the worker, a pid of its own), a patched timer does not reach the next job and
+/// recycles nothing, a child killed by a signal fails alone with that signal while its worker
+/// serves on, and the time limit still ends a job.
+#[test]
+fn forking_workers_isolate_jobs_and_survive_them() {
+    let d = warm_daemon(1, &["--worker-fork"]);
+    let who = "import os\nprint(os.getpid(), os.getppid())";
+    let (c, o, e) = run(&d, &["--", "python3", "-c", who]);
+    assert_eq!(c, 0, "{e}");
+    let (pid, parent) = o.trim().split_once(' ').unwrap();
+    let cmdline = std::fs::read_to_string(format!("/proc/{parent}/cmdline")).unwrap_or_default();
+    assert!(cmdline.contains("kforge.worker") && pid != parent, "job {pid} forked by {parent}: {cmdline:?}");
+    let (c, _, e) = run(&d, &["--", "python3", "-c", "import time\ntime.perf_counter = lambda: 0.0"]);
+    assert_eq!(c, 0, "{e}");
+    let (c, o, e) = run(&d, &["--", "python3", "-c", "import time, os\nprint(time.perf_counter() > 0, os.getppid())"]);
+    assert_eq!((c, o.trim().to_string()), (0, format!("True {parent}")), "{e}");
+    let (c, _, e) = run(&d, &["--", "python3", "-c", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"]);
+    assert_eq!(c, 128 + 9, "{e}");
+    let (c, o, e) = run(
+        &d,
+        &["--timeout", "1", "--", "python3", "-c", "import os, time\nprint(os.getppid(), flush=True)\ntime.sleep(60)"],
+    );
+    assert_ne!(c, 0, "{e}");
+    assert!(e.contains("time limit"), "{e}");
+    assert_eq!(o.trim(), parent, "the same worker until the time limit");
+    let (c, o, _) = run(&d, &["--", "python3", "-c", "print('still fine')"]);
+    assert_eq!((c, o.trim()), (0, "still fine"));
+    let p = d.status().devices[0].pool.clone();
+    assert_eq!(p.jobs_served, 5, "{p:?}");
+    assert!(!p.recycled.keys().any(|k| k.contains("time.perf_counter")), "nothing to recycle: {p:?}");
+}

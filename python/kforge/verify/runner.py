@@ -152,7 +152,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     record_thread_origins()
     ck = Check(a.progress)
     try:
+        if os.environ.get("KFORGE_WARM_ISOLATION") == "in-process":
+            raise RunnerError("a warm worker runs jobs in-process here: what a candidate changes in the process "
+                              "would reach the jobs after it, and the checks assume a process of its own",
+                              "start the daemon with --worker-fork (each job in a child of its own), "
+                              "or verify without --warm")
         if a.device == "cpu":
+            if os.environ.get("KFORGE_WARM_ISOLATION") and "triton" in sys.modules \
+                    and os.environ.get("TRITON_INTERPRET") != "1":
+                raise RunnerError("the warm worker imported Triton before TRITON_INTERPRET=1 could be set: "
+                                  "on the cpu device its kernels would not run in the interpreter",
+                                  "start the daemon with --worker-preload torch (no triton) for cpu jobs, "
+                                  "or verify without --warm")
             # Before anything imports Triton: its kernels then run in the interpreter on CPU tensors.
             os.environ["TRITON_INTERPRET"] = "1"
         ck.begin("setup", "import-torch")
@@ -229,9 +240,12 @@ def exit_now(status: int) -> None:
     """End the process with ``status`` once the result is written: streams flushed, then
     ``os._exit`` — an interpreter's teardown after a GB-scale run (the CUDA context, Inductor's
     compile workers joined one by one) takes seconds and decides nothing. The orchestrator
-    ends whatever is left in the candidate's process group."""
+    ends whatever is left in the candidate's process group. In a warm worker that runs jobs
+    in-process (where the runner only refuses) the status is the job's, not the worker's end."""
     sys.stdout.flush()
     sys.stderr.flush()
+    if os.environ.get("KFORGE_WARM_ISOLATION") == "in-process":
+        raise SystemExit(status)
     os._exit(status)
 
 

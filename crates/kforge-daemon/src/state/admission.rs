@@ -61,7 +61,9 @@ pub(super) struct Job {
     /// Kill the job at this moment (time limit).
     pub deadline: Option<Instant>,
     /// Exit code a warm worker reported.
-    pub warm_exit: Option<i32>,
+    /// A warm job's end as its worker reported it: exit code, or the signal that killed a
+    /// forked job's child.
+    pub warm_exit: Option<(Option<i32>, Option<i32>)>,
     pub warm_output_closed: bool,
     /// A warm job's stderr said CUDA ran out of memory.
     pub warm_oom: bool,

@@ -20,6 +20,8 @@ struct Sim {
     fail_spawns: bool,
     /// Leave hand-offs to warm workers unanswered (the test answers them).
     hold_hand_offs: bool,
+    /// The effects of the daemon's start (its warm workers' spawns among them).
+    started: Vec<Effect>,
 }
 
 fn devices() -> Vec<DeviceSetup> {
@@ -61,9 +63,10 @@ impl Sim {
             next_conn: 1,
             fail_spawns: false,
             hold_hand_offs: false,
+            started: Vec::new(),
         };
         let effects = sim.d.start(now);
-        sim.carry(effects);
+        sim.started = sim.carry(effects);
         sim
     }
 
@@ -540,7 +543,10 @@ fn warm_jobs_go_to_an_idle_worker_one_at_a_time() {
     assert!(matches!(replies(&q, a)[..], [Reply::JobQueued { .. }, Reply::JobStarted { .. }]), "{q:?}");
     let (j2, q) = s.submit_spec(a, warm);
     assert!(!q.iter().any(|e| matches!(e, Effect::HandToWorker(_))), "the worker is busy");
-    let done = s.handle(Event::Worker { worker, msg: WorkerMsg::Done { job: j1, exit_code: 0, recycle: vec![] } });
+    let done = s.handle(Event::Worker {
+        worker,
+        msg: WorkerMsg::Done { job: j1, exit_code: 0, signal: None, recycle: vec![] },
+    });
     assert!(!replies(&done, a).iter().any(|r| matches!(r, Reply::JobEnded { .. })), "its output is still open");
     assert!(done.iter().any(|e| matches!(e, Effect::HandToWorker(l) if l.job == j2 && l.worker == worker)));
     let closed = s.handle(Event::WarmOutputClosed { job: j1, oom: false });
@@ -578,7 +584,7 @@ fn a_recycled_worker_is_replaced() {
     let warm = SubmitSpec { argv: vec!["python3".into(), "a.py".into()], warm: true, ..spec("0") };
     let (j, _) = s.submit_spec(a, warm);
     let recycle = vec!["thread left running: t".to_string()];
-    let done = s.handle(Event::Worker { worker, msg: WorkerMsg::Done { job: j, exit_code: 0, recycle } });
+    let done = s.handle(Event::Worker { worker, msg: WorkerMsg::Done { job: j, exit_code: 0, signal: None, recycle } });
     assert!(done.iter().any(|e| matches!(e, Effect::SpawnWorker(l) if l.worker == 4)), "{done:?}");
     let p = s.status().devices[GPU0].pool.clone();
     assert_eq!(p.recycled.get("thread left running"), Some(&1));
@@ -961,15 +967,54 @@ fn a_warm_jobs_oom_beside_siblings_is_handed_to_a_worker_again() {
     let (j, _) = s.submit_spec(a, warm);
     // Something else (not kforge's) holds 40 GiB on the GPU.
     s.memory(GPU0, 80, 10, &[(wpid, 30), (999, 40)]);
-    s.handle(Event::Worker { worker, msg: WorkerMsg::Done { job: j, exit_code: 1, recycle: vec![] } });
+    s.handle(Event::Worker { worker, msg: WorkerMsg::Done { job: j, exit_code: 1, signal: None, recycle: vec![] } });
     let x = s.handle(Event::WarmOutputClosed { job: j, oom: true });
     assert_eq!(retried_to(&x, a), vec![j]);
     assert!(ended_to(&x, a).is_empty());
     assert!(x.iter().any(|e| matches!(e, Effect::HandToWorker(l) if l.job == j)), "alone: handed again at once: {x:?}");
-    s.handle(Event::Worker { worker, msg: WorkerMsg::Done { job: j, exit_code: 0, recycle: vec![] } });
+    s.handle(Event::Worker { worker, msg: WorkerMsg::Done { job: j, exit_code: 0, signal: None, recycle: vec![] } });
     let x = s.handle(Event::WarmOutputClosed { job: j, oom: false });
     assert_eq!(ended_to(&x, a), vec![(j, Some(0))]);
     assert_eq!(s.status().devices[GPU0].pool.jobs_served, 2);
+}
+
+/// `--worker-fork`: the workers are started forking (`KFORGE_WORKER_ISOLATION=fork`), and a
+/// job whose forked child a signal killed ends as killed by that signal, its worker still idle.
+#[test]
+fn a_forking_workers_job_killed_by_a_signal_ends_with_it() {
+    let spawned_env = |q: &[Effect]| -> Vec<Vec<(String, String)>> {
+        q.iter().filter_map(|e| if let Effect::SpawnWorker(l) = e { Some(l.env.clone()) } else { None }).collect()
+    };
+    let isolation = |env: &Vec<(String, String)>| env.iter().find(|(k, _)| k == "KFORGE_WORKER_ISOLATION").cloned();
+    let plain = Sim::new(|c| c.warm_workers = Some(1));
+    assert!(spawned_env(&plain.started).iter().all(|env| isolation(env).is_none()), "in-process by default");
+    let mut s = Sim::new(|c| {
+        c.warm_workers = Some(1);
+        c.worker_fork = true;
+    });
+    let envs = spawned_env(&s.started);
+    assert!(
+        !envs.is_empty()
+            && envs.iter().all(|env| isolation(env) == Some(("KFORGE_WORKER_ISOLATION".into(), "fork".into())))
+    );
+    let worker = 2;
+    s.handle(Event::Worker {
+        worker,
+        msg: WorkerMsg::Ready { pid: 0, preloaded: vec![], cuda: false, startup_ms: 1.0, error: None },
+    });
+    let a = s.connect();
+    let warm = SubmitSpec { argv: vec!["python3".into(), "a.py".into()], warm: true, ..spec("0") };
+    let (j, _) = s.submit_spec(a, warm);
+    s.handle(Event::Worker {
+        worker,
+        msg: WorkerMsg::Done { job: j, exit_code: 137, signal: Some(9), recycle: vec![] },
+    });
+    let x = s.handle(Event::WarmOutputClosed { job: j, oom: false });
+    assert!(
+        matches!(replies(&x, a)[..], [Reply::JobEnded { job, exit }] if *job == j && exit.code.is_none() && exit.signal == Some(9)),
+        "{x:?}"
+    );
+    assert_eq!(s.status().devices[GPU0].pool.warm, 1, "the worker is idle again");
 }
 
 #[test]

@@ -159,6 +159,9 @@ impl Daemon {
         env.push(("KFORGE_WORKER_PRELOAD".into(), self.cfg.worker_preload.clone()));
         env.push(("KFORGE_WORKER_MAX_JOBS".into(), self.cfg.worker_max_jobs.to_string()));
         env.push(("KFORGE_WORKER_MAX_RSS_MB".into(), self.cfg.worker_max_rss_mb.to_string()));
+        if self.cfg.worker_fork {
+            env.push(("KFORGE_WORKER_ISOLATION".into(), "fork".into()));
+        }
         let log = self.python_dir.parent().unwrap_or(&self.python_dir).join(format!("worker-{id}.log"));
         let launch =
             WorkerLaunch { worker: id, python: self.cfg.worker_python.clone(), env, cpus: self.job_cores.clone(), log };
@@ -218,11 +221,15 @@ impl Daemon {
                 self.log(line);
                 self.admit(device);
             }
-            WorkerMsg::Done { job, exit_code, recycle } => self.on_worker_done(wid, job, exit_code, recycle),
+            WorkerMsg::Done { job, exit_code, signal, recycle } => {
+                // A forked job's child killed by a signal ends as a job killed by it.
+                let end = if signal.is_some() { (None, signal) } else { (Some(exit_code), None) };
+                self.on_worker_done(wid, job, end, recycle)
+            }
         }
     }
 
-    fn on_worker_done(&mut self, wid: u64, job: u64, exit_code: i32, recycle: Vec<String>) {
+    fn on_worker_done(&mut self, wid: u64, job: u64, end: (Option<i32>, Option<i32>), recycle: Vec<String>) {
         let w = self.workers.get_mut(&wid).expect("the caller checked");
         let device = w.device;
         if w.state != WorkerState::Busy(job) {
@@ -243,7 +250,7 @@ impl Daemon {
             self.fill_pool(device);
         }
         if let Some(j) = self.jobs.get_mut(&job) {
-            j.warm_exit = Some(exit_code);
+            j.warm_exit = Some(end);
             j.worker = None;
         }
         self.maybe_finish_warm(job);
@@ -303,7 +310,7 @@ impl Daemon {
             .unwrap_or_else(|| "job killed its worker".into());
         *self.devices[device].pool.recycled.entry(key).or_insert(0) += 1;
         if let Some(j) = self.jobs.get_mut(&job) {
-            j.warm_exit = Some(code.unwrap_or(128 + signal.unwrap_or(0)));
+            j.warm_exit = Some((Some(code.unwrap_or(128 + signal.unwrap_or(0))), None));
             j.worker = None;
             j.cancel_reason = Some(reason.unwrap_or_else(|| format!("the job's warm worker {wid} {how}")));
             // Its output pipes were closed with the worker's descriptors.
@@ -322,9 +329,9 @@ impl Daemon {
     /// A warm job ends when its worker reported (or died) and its output is fully sent.
     fn maybe_finish_warm(&mut self, job: u64) {
         let Some(j) = self.jobs.get(&job) else { return };
-        if let (Some(code), true) = (j.warm_exit, j.warm_output_closed) {
+        if let (Some((code, signal)), true) = (j.warm_exit, j.warm_output_closed) {
             let (reason, oom) = (j.cancel_reason.clone(), j.warm_oom);
-            self.run_ended(job, Some(code), None, reason, oom);
+            self.run_ended(job, code, signal, reason, oom);
         }
     }
 
