@@ -43,8 +43,27 @@ def test_calls_merge_into_compact_rows_and_the_done_list(tmp_path: Path) -> None
     assert rows[1]["verify"]["speedup"] == 0.98
     assert run("done", "--kept", str(kept)).split() == ["eager-a", "eager-b"]
     table = run("table", "--kept", str(kept))
-    assert "| eager-a | 5.0 | 12.5 | 2.50 | 4.0 | accepted (1.010×) | 3.0 | - | 2.0 | 3.0 |" in table
+    assert "| eager-a | 5.0 | 12.5 | 2.50 | 4.0 | accepted (1.010×) | 3.0 | - | 2.0 | 3.0 | - | - |" in table
     assert "2/2 with a verdict; verify ÷ naive: median 4.00, max 4.00, 1/2 at most 3" in table
+
+
+def test_a_warm_verify_is_kept_beside_the_cold_one(tmp_path: Path) -> None:
+    """WARM=1's `verify-warm` rows: kept beside the cold verify, its seconds and ratio in the table,
+    its verdict named where it differs from the cold one's, and a summary line of its own."""
+    kept, call = tmp_path / "kept.json", tmp_path / "c.json"
+    call.write_text(json.dumps([
+        {"name": "eager-a", "naive-device": {"exit": 0, "seconds": 5.0}, "verify": verify(12.5, "accepted", 1.01),
+         "verify-warm": verify(6.0, "accepted", 1.02)},
+        {"name": "eager-b", "naive-device": {"exit": 0, "seconds": 4.0}, "verify": verify(16.0, "accepted", 1.0),
+         "verify-warm": verify(5.0, "rejected", 0.97)},
+    ]))
+    run("merge", str(call), "--kept", str(kept))
+    rows = json.loads(kept.read_text())["rows"]
+    assert rows[0]["verify-warm"]["seconds"] == 6.0 and "per_round" not in kept.read_text()
+    table = run("table", "--kept", str(kept))
+    assert "| 2.0 | 3.0 | 6.0 | 1.20 |" in table, table
+    assert "| 5.0 (rejected) | 1.25 |" in table, table
+    assert "2 through a forking warm worker (`--daemon --warm`); ÷ naive: median 1.25, max 1.25, 2/2 at most 3" in table
 
 
 def test_merge_without_the_call_file_is_refused(tmp_path: Path) -> None:

@@ -40,16 +40,18 @@ def compact(row: Dict[str, Any]) -> Dict[str, Any]:
         if isinstance(row.get(what), dict):
             r = row[what]
             out[what] = {"exit": r.get("exit"), "seconds": r.get("seconds"), "error": (r.get("error") or "")[-300:] or None}
-    v = row.get("verify")
-    if isinstance(v, dict):
-        verdict = v.get("verdict") or {}
-        phases = verdict.get("phase_seconds") or {}
-        out["verify"] = {
-            "exit": v.get("exit"), "seconds": v.get("seconds"), "gpu_memory_peak_mib": v.get("gpu_memory_peak_mib"),
-            "outcome": verdict.get("outcome"), "rejected_by": verdict.get("rejected_by"),
-            "speedup": speedup_evidence(verdict).get("speedup"), "phase_seconds": {k: phases[k] for k in PHASES if k in phases},
-            "error": (v.get("verdict_error") or "")[-300:] or None,
-        }
+    for what in ("verify", "verify-warm"):  # cold; through a forking warm worker (WARM=1)
+        v = row.get(what)
+        if isinstance(v, dict):
+            verdict = v.get("verdict") or {}
+            phases = verdict.get("phase_seconds") or {}
+            out[what] = {
+                "exit": v.get("exit"), "seconds": v.get("seconds"), "gpu_memory_peak_mib": v.get("gpu_memory_peak_mib"),
+                "outcome": verdict.get("outcome"), "rejected_by": verdict.get("rejected_by"),
+                "speedup": speedup_evidence(verdict).get("speedup"),
+                "phase_seconds": {k: phases[k] for k in PHASES if k in phases},
+                "error": (v.get("verdict_error") or "")[-300:] or None,
+            }
     return out
 
 
@@ -77,7 +79,8 @@ def cell(x: Optional[float], fmt: str = "%.1f") -> str:
 
 def table(rows: List[Dict[str, Any]]) -> str:
     head = ("| problem (its eager forward as the candidate) | naive, device inputs (s) | `kforge verify` (s) "
-            "| ÷ naive | GPU peak (GiB) | verdict | import torch | prime compile | checks | timing |")
+            "| ÷ naive | GPU peak (GiB) | verdict | import torch | prime compile | checks | timing "
+            "| `--daemon --warm` (s) | ÷ naive |")
     lines = [head, "|---" * (head.count("|") - 1) + "|"]
     for r in rows:
         v, nd = r.get("verify", {}), r.get("naive-device", {})
@@ -88,17 +91,40 @@ def table(rows: List[Dict[str, Any]]) -> str:
         if isinstance(v.get("speedup"), (int, float)):
             verdict += f" ({v['speedup']:.3f}×)"
         ph = v.get("phase_seconds", {})
+        warm = warm_cell(r.get("verify-warm", {}), v, naive)
         lines.append(f"| {r['name']} | {cell(naive)} | {cell(secs)} | {cell(ratio, '%.2f')} | "
                      f"{cell(float(peak) / 1024 if peak else None)} | {verdict} | {cell(ph.get('setup.import-torch'))} | "
-                     f"{cell(ph.get('setup.prime-torch-compile'))} | {cell(ph.get('checks'))} | {cell(ph.get('timing'))} |")
+                     f"{cell(ph.get('setup.prime-torch-compile'))} | {cell(ph.get('checks'))} | {cell(ph.get('timing'))} | "
+                     f"{warm} |")
     done = [r for r in rows if has_verdict(r)]
     ratios = [float(r["verify"]["seconds"]) / float(r["naive-device"]["seconds"]) for r in done
               if r.get("naive-device", {}).get("seconds") and r["verify"].get("seconds")]
     lines.append("")
-    lines.append(f"{len(done)}/{len(rows)} with a verdict; verify ÷ naive: "
-                 + (f"median {sorted(ratios)[len(ratios) // 2]:.2f}, max {max(ratios):.2f}, "
-                    f"{sum(x <= 3 for x in ratios)}/{len(ratios)} at most 3" if ratios else "none yet"))
+    lines.append(f"{len(done)}/{len(rows)} with a verdict; verify ÷ naive: " + ratio_summary(ratios))
+    warm_ratios = [float(r["verify-warm"]["seconds"]) / float(r["naive-device"]["seconds"]) for r in rows
+                   if r.get("verify-warm", {}).get("outcome") and r.get("naive-device", {}).get("seconds")]
+    if warm_ratios:
+        lines.append(f"{len(warm_ratios)} through a forking warm worker (`--daemon --warm`); ÷ naive: "
+                     + ratio_summary(warm_ratios))
     return "\n".join(lines)
+
+
+def ratio_summary(ratios: List[float]) -> str:
+    if not ratios:
+        return "none yet"
+    return (f"median {sorted(ratios)[len(ratios) // 2]:.2f}, max {max(ratios):.2f}, "
+            f"{sum(x <= 3 for x in ratios)}/{len(ratios)} at most 3")
+
+
+def warm_cell(w: Dict[str, Any], cold: Dict[str, Any], naive: Optional[float]) -> str:
+    """The warm verify's seconds and ratio; its verdict when it differs from the cold one's."""
+    if not w:
+        return "- | -"
+    secs = w.get("seconds")
+    ratio = float(secs) / float(naive) if secs and naive else None
+    same = (w.get("outcome"), w.get("rejected_by")) == (cold.get("outcome"), cold.get("rejected_by"))
+    note = "" if same else f" ({w.get('outcome') or 'no verdict'}{' by ' + w['rejected_by'] if w.get('rejected_by') else ''})"
+    return f"{cell(secs)}{note} | {cell(ratio, '%.2f')}"
 
 
 def main(argv: List[str]) -> int:

@@ -15,8 +15,12 @@
 # (the whole cascade, standalone), each process timed whole. Peak GPU memory of the GPU is
 # sampled with nvidia-smi every 0.5 s during the verify. VERIFY_AGAIN=1: verify once more (a
 # search verifies many candidates of one problem: Inductor's caches are then warm). SKIP_NAIVE=1:
-# kforge verify only; NAIVE_INPUTS=device: the device-input naive harness only. Writes $OUT/verify_scale.json (with
-# every verdict's JSON) and prints a table last. Needs target/release/kforge carried.
+# kforge verify only; NAIVE_INPUTS=device: the device-input naive harness only. WARM=1: also
+# `kforge verify --daemon --warm` through a daemon whose one warm worker forks each runner
+# (`--worker-fork`, torch, Triton, Dynamo, Inductor and the runner preloaded: the start-up a
+# fresh verify pays, skipped), as "verify-warm". Writes $OUT/verify_scale.json (with
+# every verdict's JSON) and prints a table last. Needs target/release/kforge carried (and with
+# WARM=1 target/release/libkforge_shim.so).
 set -uo pipefail
 OUT=${OUT:-/tmp/kforge-out}
 mkdir -p "$OUT"
@@ -59,7 +63,7 @@ if mode != "table":
 print("%-20s %-12s %9s %9s %8s %7s %7s %8s  %s" % ("CANDIDATE", "RUN", "NAIVE-H s", "NAIVE-D s", "VERIFY s", "/ NH", "/ ND", "PEAK GiB", "VERDICT; PHASES s"))
 for r in rows.values():
     nh, nd = r.get("naive-host", {}), r.get("naive-device", {})
-    for what in ("verify", "verify-again"):
+    for what in ("verify", "verify-again", "verify-warm"):
         v = r.get(what)
         if not v:
             continue
@@ -73,6 +77,18 @@ for r in rows.values():
 PY
 }
 START=$(date +%s)
+SOCK=$W/kforge.sock
+if [ "${WARM:-0}" = 1 ]; then
+  target/release/kforge --socket "$SOCK" daemon --warm-workers 1 --worker-fork \
+    --worker-preload torch,triton,torch._dynamo,torch._inductor.compile_fx,kforge.verify.runner >"$W/daemon.log" 2>&1 &
+  for _ in $(seq 120); do
+    target/release/kforge --socket "$SOCK" status --json 2>/dev/null | grep -q '"warm": *1' && break
+    sleep 0.5
+  done
+  target/release/kforge --socket "$SOCK" status --json 2>/dev/null | grep -q '"warm": *1' \
+    || { echo "WARM=1: no warm worker after 60 s"; tail -n 5 "$W/daemon.log"; exit 2; }
+  trap 'target/release/kforge --socket "$SOCK" shutdown >/dev/null 2>&1' EXIT
+fi
 NAMES=()
 declare -A POLICY=()
 for arg in "$@"; do
@@ -105,11 +121,12 @@ for name in "${NAMES[@]}"; do
     rc=$?
     echo "$name naive-$inputs $rc $(awk -v a="$(now)" -v b="$t0" "BEGIN{printf \"%.3f\", a-b}")" >>"$W/walls.txt"
   done
-  for what in verify $( [ "${VERIFY_AGAIN:-0}" = 1 ] && echo verify-again ); do
+  for what in verify $( [ "${VERIFY_AGAIN:-0}" = 1 ] && echo verify-again ) $( [ "${WARM:-0}" = 1 ] && echo verify-warm ); do
     ( while :; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; sleep 0.5; done ) >"$W/$name.$what.mem.txt" 2>/dev/null &
     sampler=$!
+    how=(); [ "$what" = verify-warm ] && how=(--daemon --warm)
     t0=$(now)
-    target/release/kforge verify "$prob" "$cand" --size large "${policy[@]}" --json "$W/$name.$what.verdict.json" >"$W/$name.$what.out" 2>&1
+    target/release/kforge --socket "$SOCK" verify "$prob" "$cand" --size large "${how[@]}" "${policy[@]}" --json "$W/$name.$what.verdict.json" >"$W/$name.$what.out" 2>&1
     rc=$?
     echo "$name $what $rc $(awk -v a="$(now)" -v b="$t0" "BEGIN{printf \"%.3f\", a-b}")" >>"$W/walls.txt"
     kill "$sampler" 2>/dev/null
