@@ -71,7 +71,8 @@ What cannot be identical to a fresh interpreter:
   the file may be reported at another line than a fresh interpreter reports.
 * ``os.fork()`` in a job works, but a child that returns from the job's code exits with the job's
   exit code without running ``atexit`` callbacks.
-* A job's environment has ``KFORGE_WARM_ISOLATION`` (``in-process`` or ``fork``) besides its own.
+* A job's environment has ``KFORGE_WARM_ISOLATION`` (``in-process:PID`` or ``fork:PID``, PID the
+  job's process) besides its own.
 
 **Fork isolation** (``$KFORGE_WORKER_ISOLATION=fork``; the daemon's ``--worker-fork``): the worker
 imports its preloads but creates no CUDA context and starts no torch thread pool, and runs each
@@ -167,6 +168,61 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+
+
+def _subreaper() -> None:
+    """``prctl(PR_SET_CHILD_SUBREAPER, 1)`` where there is one: the processes a forked job leaves
+    behind are orphaned to this worker (not to init), which ends them after the job."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # 36: PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        pass
+
+
+def _children(pid: int) -> List[int]:
+    """The processes whose parent is ``pid`` (from ``/proc``; empty where there is none)."""
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 1 and fields[1] == str(pid).encode():
+            found.append(int(name))
+    return found
+
+
+def _kill_descendants(pid: int) -> None:
+    """SIGKILL every descendant of ``pid`` and reap them, until none is left (a process that
+    forks while this runs is found in the next round)."""
+    for _ in range(100):
+        tree, todo = [], _children(pid)
+        while todo:
+            p = todo.pop()
+            tree.append(p)
+            todo.extend(_children(p))
+        if not tree:
+            return
+        for p in tree:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+        for p in _children(pid):
+            try:
+                os.waitpid(p, 0)
+            except ChildProcessError:
+                pass
 
 
 def _log(text: str) -> None:
@@ -472,7 +528,8 @@ class Worker:
         os.environ.clear()
         os.environ.update(job_env)
         # How the job runs, for a job that must know (kforge verify's runner refuses in-process).
-        os.environ["KFORGE_WARM_ISOLATION"] = "fork" if self.job_pid is not None else "in-process"
+        # MODE:PID, so that a process the job starts (which inherits it) can tell it is not the job.
+        os.environ["KFORGE_WARM_ISOLATION"] = f"{'fork' if self.job_pid is not None else 'in-process'}:{os.getpid()}"
         sys.dont_write_bytecode = bool(job_env.get("PYTHONDONTWRITEBYTECODE"))
         self._wrap_atexit(atexits)
         # `kforge run --auto-regions`: what the bootstrap's sitecustomize does in a cold job.
@@ -492,6 +549,7 @@ class Worker:
         if os.getpid() == self.job_pid:  # fork isolation: the job's child ends as an interpreter
             self._wait_threads(threads)
             self._run_atexits(atexits)
+            atexit._run_exitfuncs()  # type: ignore[attr-defined]  # the libraries' (the preloads' too)
             os._exit(code if self._flush() or code != 0 else 120)
         if os.getpid() != self.pid:  # a forked child came back from the job's code
             self._flush()
@@ -522,12 +580,22 @@ class Worker:
         """Fork isolation: run one job in a child forked for it; return the ``done`` message."""
         t0 = _clock()
         self.jobs += 1
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as e:  # EAGAIN, ENOMEM: the job's failure to start, said so; a new worker
+            os.write(fds[1], f"kforge worker: cannot fork the job's process: {e}\n".encode())
+            for fd in fds:
+                os.close(fd)
+            return {"type": "done", "job": msg["job"], "exit_code": 127, "recycle": [f"fork failed: {e}"],
+                    "duration_ms": (_clock() - t0) * 1e3}
         if pid == 0:
             self._child(msg, fds)  # never returns
         for fd in fds:
             os.close(fd)
         status = self._wait_child(pid)
+        # As the daemon does after a cold job's process: what it left running (its children,
+        # orphaned to this worker, their subreaper) goes too, and with it the job's output pipes.
+        _kill_descendants(self.pid)
         code = os.waitstatus_to_exitcode(status)
         done: Dict[str, Any] = {"type": "done", "job": msg["job"], "exit_code": code if code >= 0 else 128 - code,
                                 "recycle": [], "duration_ms": (_clock() - t0) * 1e3, "child_pid": pid}
@@ -545,6 +613,8 @@ class Worker:
         try:
             self.job_pid = os.getpid()
             _die_with_parent()
+            if os.getppid() != self.pid:  # the worker died before the death signal was set
+                os._exit(1)
             self.sock.close()
             code = self.run(msg, fds)["exit_code"]  # run() ends the child itself
         except BaseException:
@@ -896,6 +966,8 @@ def main() -> int:
         _log(f"fork isolation: the preloads left Python threads running ({', '.join(threads)}); "
              "a forked child would inherit their locks, not the threads: not starting")
         return 2
+    if fork:
+        _subreaper()
     worker = Worker(sock, cuda, fork)
     gc.collect()
     gc.freeze()  # start-up objects are not the jobs' garbage: keeps per-job collections cheap

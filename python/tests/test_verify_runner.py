@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import types
+from pathlib import Path
 
 import pytest
 
@@ -560,3 +561,25 @@ def test_the_runner_imports_the_problem_and_the_candidate_in_strict_fp32(tmp_pat
     with open(seen) as f:
         lines = sorted(set(f.read().split("\n")) - {""})
     assert lines == ["candidate False False", "problem False False"], lines
+
+
+def test_the_runner_refuses_an_in_process_warm_worker_before_patching_anything(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """In a warm worker that runs jobs in-process the runner exits 2 at once, the fix named, with
+    ``threading.Thread.start`` untouched (it would stay patched for the worker's later jobs); the
+    variable inherited by another process (another pid) is not such a worker."""
+    import threading
+
+    from kforge.verify import runner
+
+    start = threading.Thread.start
+    monkeypatch.setenv("KFORGE_WARM_ISOLATION", f"in-process:{os.getpid()}")
+    assert runner.warm_isolation() == "in-process"
+    assert runner.main(["p.py", "c.py", "--out", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err
+    assert "kforge verify fix: start the daemon with --worker-fork" in err
+    assert threading.Thread.start is start
+    monkeypatch.setenv("KFORGE_WARM_ISOLATION", f"in-process:{os.getpid() + 1}")
+    assert runner.warm_isolation() is None, "a process the job started"
+    monkeypatch.setenv("KFORGE_WARM_ISOLATION", f"fork:{os.getpid()}")
+    assert runner.warm_isolation() == "fork"

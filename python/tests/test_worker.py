@@ -575,3 +575,29 @@ def test_a_worker_refuses_an_unknown_isolation(tmp_path: Path) -> None:
         FakeDaemon(tmp_path, KFORGE_WORKER_ISOLATION="threads")
     logs = list(tmp_path.glob("worker-*.log"))
     assert any("KFORGE_WORKER_ISOLATION must be one of in-process, fork, got 'threads'" in p.read_text() for p in logs)
+
+
+def test_what_a_forked_job_leaves_running_ends_with_it(forking: FakeDaemon, tmp_path: Path) -> None:
+    """A process the job started and left running (holding the job's output) is killed when the
+    job's own process ends, as the daemon does for a cold job: the output closes, nothing stays."""
+    pid_file = tmp_path / "left.pid"
+    code = ("import subprocess, sys\n"
+            f"p = subprocess.Popen(['sleep', '30'])\nopen({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+            "print('started', flush=True)\n")
+    t0 = time.monotonic()
+    r = forking.run(["-c", code], tmp_path)
+    assert (r.exit_code, r.stdout) == (0, "started\n"), r
+    assert time.monotonic() - t0 < 20, "the job ended with its process, not with the sleep"
+    left = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(left, 0)
+    assert forking.run(["-c", "print('next')"], tmp_path).stdout == "next\n"
+
+
+def test_a_jobs_children_are_told_they_are_not_the_job(forking: FakeDaemon, tmp_path: Path) -> None:
+    """``KFORGE_WARM_ISOLATION`` names the job's own process: a process the job starts inherits
+    the variable, with another pid than its own (kforge verify's runner tells them apart)."""
+    code = ("import os, subprocess, sys\nprint(os.environ['KFORGE_WARM_ISOLATION'] == f'fork:{os.getpid()}')\n"
+            "sys.stdout.flush()\nsubprocess.run([sys.executable, '-c', "
+            "\"import os; print(os.environ['KFORGE_WARM_ISOLATION'].endswith(f':{os.getpid()}'))\"])\n")
+    assert forking.run(["-c", code], tmp_path).stdout == "True\nFalse\n"

@@ -17,7 +17,7 @@
 # search verifies many candidates of one problem: Inductor's caches are then warm). SKIP_NAIVE=1:
 # kforge verify only; NAIVE_INPUTS=device: the device-input naive harness only. WARM=1: also
 # `kforge verify --daemon --warm` through a daemon whose one warm worker forks each runner
-# (`--worker-fork`, torch, Triton, Dynamo, Inductor and the runner preloaded: the start-up a
+# (`--worker-fork`, torch, Triton, Dynamo, Inductor and the runner's modules preloaded: the start-up a
 # fresh verify pays, skipped), as "verify-warm". Writes $OUT/verify_scale.json (with
 # every verdict's JSON) and prints a table last. Needs target/release/kforge carried (and with
 # WARM=1 target/release/libkforge_shim.so).
@@ -78,16 +78,19 @@ PY
 }
 START=$(date +%s)
 SOCK=$W/kforge.sock
+gpu_warm() {  # 0 when GPU 0's pool has an idle warm worker
+  local st
+  st=$(target/release/kforge --socket "$SOCK" status --json 2>/dev/null) || return 1
+  python3 -c 'import json, sys; d = json.loads(sys.argv[1]); sys.exit(0 if any(x["name"] == "0" and x["pool"]["warm"] >= 1 for x in d["devices"]) else 1)' "$st"
+}
 if [ "${WARM:-0}" = 1 ]; then
   target/release/kforge --socket "$SOCK" daemon --warm-workers 1 --worker-fork \
-    --worker-preload torch,triton,torch._dynamo,torch._inductor.compile_fx,kforge.verify.runner >"$W/daemon.log" 2>&1 &
-  for _ in $(seq 120); do
-    target/release/kforge --socket "$SOCK" status --json 2>/dev/null | grep -q '"warm": *1' && break
-    sleep 0.5
-  done
-  target/release/kforge --socket "$SOCK" status --json 2>/dev/null | grep -q '"warm": *1' \
-    || { echo "WARM=1: no warm worker after 60 s"; tail -n 5 "$W/daemon.log"; exit 2; }
-  trap 'target/release/kforge --socket "$SOCK" shutdown >/dev/null 2>&1' EXIT
+    --worker-preload torch,triton,torch._dynamo,torch._inductor.compile_fx,kforge.verify.cascade,kforge.verify.checks,kforge.verify.kernel \
+    >"$W/daemon.log" 2>&1 &
+  DAEMON=$!
+  trap 'target/release/kforge --socket "$SOCK" shutdown >/dev/null 2>&1; kill $DAEMON 2>/dev/null' EXIT
+  for _ in $(seq 120); do gpu_warm && break; sleep 0.5; done
+  gpu_warm || { echo "WARM=1: no warm worker on GPU 0 after 60 s"; tail -n 5 "$W/daemon.log"; exit 2; }
 fi
 NAMES=()
 declare -A POLICY=()

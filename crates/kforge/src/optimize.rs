@@ -1978,7 +1978,7 @@ fn step_output_in(root: &Path, output: &str, names: &[&str], hash: &str) -> Opti
     let dir = if output.is_absolute() { output.to_path_buf() } else { root.join(output) };
     let dir = dir.ancestors().nth(depth)?.to_path_buf();
     let parts: Vec<_> = dir.components().collect();
-    let moved = (1..parts.len()).map(|i| root.join(parts[i..].iter().collect::<PathBuf>()));
+    let moved = (1..=parts.len()).map(|i| root.join(parts[i..].iter().collect::<PathBuf>()));
     std::iter::once(dir.clone()).chain(moved).filter(|d| d.is_dir()).find_map(|d| {
         let contents = names.iter().map(|n| std::fs::read(d.join(n))).collect::<Result<Vec<_>, _>>().ok()?;
         (hash_of(names, &contents) == hash).then_some((d, contents))
@@ -2013,6 +2013,14 @@ mod tests {
         std::fs::write(moved.join("dispatch.json"), "{\"changed\": 1}").unwrap();
         assert_eq!(found(&new, &relative), None, "its bytes changed since the step wrote them");
         assert_eq!(found(&new, &absolute), None);
+        // A single problem's outputs lie in the folder itself.
+        let (single, elsewhere) = (dir.path().join("c/out"), dir.path().join("d/out"));
+        std::fs::create_dir_all(&single).unwrap();
+        std::fs::write(single.join("dispatch.json"), "{}").unwrap();
+        let absolute = journaled(&single, "dispatch.json");
+        std::fs::create_dir_all(dir.path().join("d")).unwrap();
+        std::fs::rename(&single, &elsewhere).unwrap();
+        assert_eq!(found(&elsewhere, &absolute), Some(elsewhere.clone()), "the folder itself");
     }
 
     #[test]

@@ -382,17 +382,20 @@ fn run_candidate_job(
         // No daemon, or it went away mid-run: the environment's, with what passed until then.
         Err(e) => {
             let progress = Progress::parse(&std::fs::read_to_string(&progress).unwrap_or_default());
-            let mut cause = Cause::environment(
-                "daemon",
-                format!("--daemon: {e:#}"),
-                Some("start the daemon (kforge daemon) and run it again, or run without --daemon".into()),
-            );
+            let fix = if a.warm {
+                "start the daemon with warm workers that fork (kforge daemon --warm-workers N --worker-fork), \
+                 or run without --warm"
+            } else {
+                "start the daemon (kforge daemon) and run it again, or run without --daemon"
+            };
+            let mut cause = Cause::environment("daemon", format!("--daemon: {e:#}"), Some(fix.into()));
             (cause.stage, cause.check) = progress.running.clone().unzip();
             let result = RunnerResult { checks: progress.checks, ..Default::default() };
             return Ok(Evidence { findings: Vec::new(), result: Some(result), cause: Some(cause) });
         }
     };
     limits["via_daemon"] = serde_json::json!(true);
+    limits["warm"] = serde_json::json!(a.warm);
     limits["memory_limit_enforced"] = serde_json::json!(false);
     limits["network_isolated"] = serde_json::json!(false);
     limits["wall_s"] = serde_json::json!(t0.elapsed().as_secs_f64());

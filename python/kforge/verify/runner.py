@@ -149,16 +149,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     a = ap.parse_args(argv)
     began = time.perf_counter()
     laps = Laps(began)
+    if warm_isolation() == "in-process":  # before anything here patches the worker's process
+        print("kforge verify: a warm worker runs jobs in-process here: what a candidate changes in the process "
+              "would reach the jobs after it, and the checks assume a process of its own", file=sys.stderr)
+        print("kforge verify fix: start the daemon with --worker-fork (each job in a child of its own); "
+              "under --warm-python every Python command is routed to the warm workers", file=sys.stderr)
+        return 2
     record_thread_origins()
     ck = Check(a.progress)
     try:
-        if os.environ.get("KFORGE_WARM_ISOLATION") == "in-process":
-            raise RunnerError("a warm worker runs jobs in-process here: what a candidate changes in the process "
-                              "would reach the jobs after it, and the checks assume a process of its own",
-                              "start the daemon with --worker-fork (each job in a child of its own), "
-                              "or verify without --warm")
         if a.device == "cpu":
-            if os.environ.get("KFORGE_WARM_ISOLATION") and "triton" in sys.modules \
+            if warm_isolation() is not None and "triton" in sys.modules \
                     and os.environ.get("TRITON_INTERPRET") != "1":
                 raise RunnerError("the warm worker imported Triton before TRITON_INTERPRET=1 could be set: "
                                   "on the cpu device its kernels would not run in the interpreter",
@@ -236,6 +237,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
+def warm_isolation() -> Optional[str]:
+    """How the warm worker running this very process runs its jobs (``in-process`` or ``fork``),
+    or None outside a warm worker. The worker says so in ``$KFORGE_WARM_ISOLATION`` as
+    ``MODE:PID``; a process the job started inherits the variable with another pid: not warm."""
+    mode, _, pid = os.environ.get("KFORGE_WARM_ISOLATION", "").partition(":")
+    return mode if mode and pid == str(os.getpid()) else None
+
+
 def exit_now(status: int) -> None:
     """End the process with ``status`` once the result is written: streams flushed, then
     ``os._exit`` — an interpreter's teardown after a GB-scale run (the CUDA context, Inductor's
@@ -244,7 +253,7 @@ def exit_now(status: int) -> None:
     in-process (where the runner only refuses) the status is the job's, not the worker's end."""
     sys.stdout.flush()
     sys.stderr.flush()
-    if os.environ.get("KFORGE_WARM_ISOLATION") == "in-process":
+    if warm_isolation() == "in-process":
         raise SystemExit(status)
     os._exit(status)
 
