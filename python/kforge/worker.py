@@ -95,6 +95,7 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import ctypes
 import gc
 import importlib
 import importlib.machinery
@@ -163,8 +164,6 @@ def _die_with_parent() -> None:
     """``prctl(PR_SET_PDEATHSIG, SIGKILL)`` where there is one (Linux): a forked job's child must
     not outlive its worker."""
     try:
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
@@ -174,8 +173,6 @@ def _subreaper() -> None:
     """``prctl(PR_SET_CHILD_SUBREAPER, 1)`` where there is one: the processes a forked job leaves
     behind are orphaned to this worker (not to init), which ends them after the job."""
     try:
-        import ctypes
-
         ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # 36: PR_SET_CHILD_SUBREAPER
     except (OSError, AttributeError):
         pass
