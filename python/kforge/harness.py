@@ -12,10 +12,12 @@ that torch is importable, and say so (exit status 2) when it is not.
 from __future__ import annotations
 
 import copy
+import ctypes
 import importlib.util
 import json
 import math
 import os
+import signal
 import statistics
 import sys
 import sysconfig
@@ -502,6 +504,25 @@ def allowed_origin(origin: str, dirs: Dict[str, str]) -> Optional[str]:
         if origin.startswith(d):
             return name
     return None
+
+
+def die_with_parent() -> None:
+    """``prctl(PR_SET_PDEATHSIG, SIGKILL)`` where there is one (Linux): this process is killed
+    when its parent dies (a compile worker of a measure step, a warm worker's forked job)."""
+    _prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+
+
+def become_subreaper() -> None:
+    """``prctl(PR_SET_CHILD_SUBREAPER, 1)`` where there is one: processes that the children of
+    this one leave behind are orphaned to it (not to init), so that it can end them."""
+    _prctl(36, 1)  # PR_SET_CHILD_SUBREAPER
+
+
+def _prctl(option: int, arg: int) -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def task_ids() -> List[str]:

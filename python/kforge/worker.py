@@ -95,7 +95,6 @@ from __future__ import annotations
 
 import atexit
 import builtins
-import ctypes
 import gc
 import importlib
 import importlib.machinery
@@ -123,7 +122,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 import kforge
 
 from .client import reset_connection
-from .harness import task_ids
+from .harness import become_subreaper, die_with_parent, task_ids
 from .autoregions import AutoRegions, enabled
 from .region import region_open
 
@@ -158,24 +157,6 @@ _clock = time.perf_counter  # the worker's own clock and sleep, immune to jobs p
 _sleep = time.sleep
 _MISSING = object()
 _THIS_FILE = (lambda: None).__code__.co_filename
-
-
-def _die_with_parent() -> None:
-    """``prctl(PR_SET_PDEATHSIG, SIGKILL)`` where there is one (Linux): a forked job's child must
-    not outlive its worker."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _subreaper() -> None:
-    """``prctl(PR_SET_CHILD_SUBREAPER, 1)`` where there is one: the processes a forked job leaves
-    behind are orphaned to this worker (not to init), which ends them after the job."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # 36: PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        pass
 
 
 def _children(pid: int) -> List[int]:
@@ -564,9 +545,7 @@ class Worker:
         except Exception as e:
             _log(f"after job {msg['job']}: {traceback.format_exc()}")
             recycle.append(f"worker error after the job: {type(e).__name__}: {e}")
-        left = msg.get("max_jobs_left")
-        if self.jobs >= self.max_jobs > 0 or (isinstance(left, int) and left <= 1):
-            recycle.append(f"served {self.jobs} jobs")
+        recycle += self._served_enough(msg)
         rss = _rss_mb()
         if self.max_rss_mb > 0 and rss is not None and rss > self.max_rss_mb:
             recycle.append(f"rss {rss:.0f} MB above ceiling {self.max_rss_mb} MB")
@@ -598,10 +577,16 @@ class Worker:
                                 "recycle": [], "duration_ms": (_clock() - t0) * 1e3, "child_pid": pid}
         if code < 0:
             done["signal"] = -code
+        done["recycle"] += self._served_enough(msg)
+        return done
+
+    def _served_enough(self, msg: Dict[str, Any]) -> List[str]:
+        """The recycle reason when this worker has run its share of jobs (its own ceiling, or
+        the daemon's ``max_jobs_left``)."""
         left = msg.get("max_jobs_left")
         if self.jobs >= self.max_jobs > 0 or (isinstance(left, int) and left <= 1):
-            done["recycle"].append(f"served {self.jobs} jobs")
-        return done
+            return [f"served {self.jobs} jobs"]
+        return []
 
     def _child(self, msg: Dict[str, Any], fds: List[int]) -> None:
         """The forked child: the job, then ``os._exit`` with its status (1 if the worker's own
@@ -609,7 +594,7 @@ class Worker:
         code = 1
         try:
             self.job_pid = os.getpid()
-            _die_with_parent()
+            die_with_parent()
             if os.getppid() != self.pid:  # the worker died before the death signal was set
                 os._exit(1)
             self.sock.close()
@@ -964,7 +949,7 @@ def main() -> int:
              "a forked child would inherit their locks, not the threads: not starting")
         return 2
     if fork:
-        _subreaper()
+        become_subreaper()
     worker = Worker(sock, cuda, fork)
     gc.collect()
     gc.freeze()  # start-up objects are not the jobs' garbage: keeps per-job collections cheap

@@ -1446,7 +1446,7 @@ impl ProblemRun<'_> {
             return Ok(false);
         };
         // Another folder's (a file is never copied onto itself).
-        if dir != std::path::absolute(self.out).unwrap_or_else(|_| self.out.to_path_buf()) {
+        if dir != absolute_or_as_is(self.out) {
             for (n, bytes) in names.iter().zip(&contents) {
                 let to = self.out.join(n);
                 if let Some(parent) = to.parent() {
@@ -1961,9 +1961,13 @@ fn journaled(out: &Path, name: &str) -> String {
 
 /// `path` relative to the journal's folder `root` when it lies inside it, else absolute.
 fn relative_to_journal(root: &Path, path: &Path) -> String {
-    let absolute = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    let path = absolute(path);
-    path.strip_prefix(absolute(root)).map_or_else(|_| path.display().to_string(), |r| r.display().to_string())
+    let path = absolute_or_as_is(path);
+    path.strip_prefix(absolute_or_as_is(root)).map_or_else(|_| path.display().to_string(), |r| r.display().to_string())
+}
+
+/// `p` made absolute against the working directory (as it is when that cannot be read).
+fn absolute_or_as_is(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
 /// Where a finished step's output files are now, read once, when their bytes hash to what the
@@ -1974,7 +1978,7 @@ fn relative_to_journal(root: &Path, path: &Path) -> String {
 fn step_output_in(root: &Path, output: &str, names: &[&str], hash: &str) -> Option<(PathBuf, Vec<Vec<u8>>)> {
     let depth = names.first().map(|n| Path::new(n).components().count()).unwrap_or(1);
     let output = Path::new(output);
-    let root = std::path::absolute(root).unwrap_or_else(|_| root.to_path_buf());
+    let root = absolute_or_as_is(root);
     let dir = if output.is_absolute() { output.to_path_buf() } else { root.join(output) };
     let dir = dir.ancestors().nth(depth)?.to_path_buf();
     let parts: Vec<_> = dir.components().collect();

@@ -22,12 +22,10 @@ This module imports no torch and nothing of :mod:`.dispatch` (which imports it).
 
 from __future__ import annotations
 
-import ctypes
 import json
 import math
 import os
 import queue
-import signal
 import subprocess
 import sys
 import threading
@@ -35,6 +33,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Dict, List, Optional, Sequence
+
+from ..harness import die_with_parent
 
 #: Seconds a worker has to exit after SIGTERM before it is killed.
 STOP_PATIENCE_S = 5.0
@@ -195,15 +195,6 @@ def read_rows(proc: "subprocess.Popen[str]", rows: "queue.Queue[Optional[Dict[st
         rows.put(None)
         if out is not None:
             out.close()
-
-
-def die_with_parent() -> None:
-    """In the worker before exec: SIGKILL when the step's process dies (Linux ``prctl``), so that
-    a step killed outside a daemon leaves no worker compiling."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def say(line: str) -> None:
