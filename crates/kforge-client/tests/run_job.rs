@@ -20,6 +20,7 @@ fn spec(argv: &[&str]) -> SubmitSpec {
         gpu_group: None,
         gpu_memory_bytes: None,
         auto_regions: false,
+        own_process: false,
     }
 }
 

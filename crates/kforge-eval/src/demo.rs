@@ -179,6 +179,7 @@ impl DemoRun<'_> {
             gpu_group: None,
             gpu_memory_bytes: None,
             auto_regions: false,
+            own_process: false,
         }
     }
 

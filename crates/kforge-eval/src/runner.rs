@@ -313,6 +313,7 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
         gpu_group: placement.gpu_groups.then(|| format!("{}/{}", c.operator, c.group)),
         gpu_memory_bytes: None,
         auto_regions: false,
+        own_process: false,
     };
     let started_unix =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);

@@ -103,6 +103,11 @@ pub struct SubmitSpec {
     /// warm alike. See docs/protocol.md and docs/auto-regions.md.
     #[serde(default)]
     pub auto_regions: bool,
+    /// The command needs a process of its own (`kforge verify`'s runner patches the process it
+    /// runs in): a warm worker runs it only in a child forked for it (`kforge daemon
+    /// --worker-fork`). Under in-process warm workers it runs cold, and `warm` is refused.
+    #[serde(default)]
+    pub own_process: bool,
 }
 
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
@@ -658,7 +663,7 @@ mod tests {
 
         #[test]
         fn submit_round_trips(argv in proptest::collection::vec(".{0,20}", 1..5), dev in "[a-z0-9]{1,5}") {
-            let m = Request::Submit(SubmitSpec { argv, cwd: "/".into(), env: vec![("A".into(), "b".into())], device: dev, policy: Some(Policy::Region), label: None, warm: false, timeout_ms: Some(5), gpu_group: Some("matmul/g1".into()), gpu_memory_bytes: Some(1 << 30), auto_regions: true });
+            let m = Request::Submit(SubmitSpec { argv, cwd: "/".into(), env: vec![("A".into(), "b".into())], device: dev, policy: Some(Policy::Region), label: None, warm: false, timeout_ms: Some(5), gpu_group: Some("matmul/g1".into()), gpu_memory_bytes: Some(1 << 30), auto_regions: true, own_process: true });
             let f = encode(&m).unwrap();
             prop_assert_eq!(read_msg::<Request, _>(&mut &f[..]).unwrap(), m);
         }

@@ -102,6 +102,7 @@ fn run_capture_job(a: &InspectArgs, socket: &Path, out: &Path) -> Result<()> {
         timeout_s: None,
         gpu_memory_bytes: peak,
         warm: false,
+        own_process: false,
     };
     let (exit, _, _) = crate::job::run_job(socket, req, &mut std::io::stdout()).context("--daemon")?;
     match exit.code {

@@ -19,6 +19,8 @@ pub struct JobRequest<'a> {
     pub gpu_memory_bytes: Option<u64>,
     /// Run the Python command in a warm worker of the device.
     pub warm: bool,
+    /// The command needs a process of its own (see `SubmitSpec::own_process`).
+    pub own_process: bool,
 }
 
 /// Submit the job with the caller's environment (minus PYTHONPATH: the daemon puts its own
@@ -37,7 +39,7 @@ pub fn run_job_to(
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
 ) -> Result<(JobExit, String, u64)> {
-    let JobRequest { argv, device, label, timeout_s, gpu_memory_bytes, warm } = req;
+    let JobRequest { argv, device, label, timeout_s, gpu_memory_bytes, warm, own_process } = req;
     let spec = SubmitSpec {
         argv,
         cwd: std::env::current_dir().context("reading the current directory")?.display().to_string(),
@@ -50,6 +52,7 @@ pub fn run_job_to(
         gpu_group: None,
         gpu_memory_bytes,
         auto_regions: false,
+        own_process,
     };
     let job = kforge_client::Client::connect(socket)
         .with_context(|| format!("no kforge daemon on {}", socket.display()))?

@@ -1736,7 +1736,15 @@ impl ProblemRun<'_> {
             let gpu_memory_bytes = if host_only { None } else { crate::job::gpu_memory_bytes(a.gpu_memory)? };
             let label = format!("optimize:{step}:{}", self.problem.display());
             let timeout_s = Some(a.step_limit_s);
-            let req = crate::job::JobRequest { argv, device, label: &label, timeout_s, gpu_memory_bytes, warm: false };
+            let req = crate::job::JobRequest {
+                argv,
+                device,
+                label: &label,
+                timeout_s,
+                gpu_memory_bytes,
+                warm: false,
+                own_process: false,
+            };
             let (mut log, shown) = self.step_log(step)?;
             let mut err_log = log.try_clone().with_context(|| format!("opening {shown}"))?;
             let (exit, err, id) = crate::job::run_job_to(self.run.socket, req, &mut log, &mut err_log)?;

@@ -197,6 +197,7 @@ fn run_job(a: &ProfileArgs, socket: &Path, at: &Attempt) -> Result<Vec<kforge_nc
         timeout_s: at.timeout_s,
         gpu_memory_bytes: peak,
         warm: false,
+        own_process: false,
     };
     let (exit, _, _) = crate::job::run_job(socket, req, &mut out).context("--daemon")?;
     let how = format!("status {}{}", exit.shell_code(), exit.reason.map(|r| format!(" ({r})")).unwrap_or_default());

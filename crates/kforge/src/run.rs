@@ -67,6 +67,7 @@ pub fn run(socket: &Path, a: RunArgs) -> Result<i32> {
         gpu_group: a.gpu_group,
         gpu_memory_bytes,
         auto_regions: a.auto_regions,
+        own_process: false,
     };
     let grouped = spec.gpu_group.is_some();
     let job = c.submit(spec)?;

@@ -376,6 +376,7 @@ fn run_candidate_job(
         timeout_s: Some(a.time_limit_s),
         gpu_memory_bytes: peak,
         warm: a.warm,
+        own_process: true,
     };
     let (exit, err_text) = match crate::job::run_job(socket, req, &mut std::io::stdout()) {
         Ok((exit, err, _)) => (exit, err),

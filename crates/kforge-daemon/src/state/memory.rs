@@ -133,6 +133,7 @@ impl LearnedPeaks {
                 gpu_group: None,
                 gpu_memory_bytes: None,
                 auto_regions: false,
+                own_process: false,
             };
             self.record(&spec, p.peak_bytes);
         }

@@ -146,6 +146,7 @@ impl Sim {
             gpu_group: None,
             gpu_memory_bytes: None,
             auto_regions: false,
+            own_process: false,
         };
         self.submit_spec(conn, spec).0
     }
@@ -637,6 +638,7 @@ fn spec(device: &str) -> SubmitSpec {
         gpu_group: None,
         gpu_memory_bytes: None,
         auto_regions: false,
+        own_process: false,
     }
 }
 
@@ -1159,4 +1161,44 @@ fn auto_regions_jobs_get_the_bootstrap_cold_and_warm_and_others_do_not() {
     let w = env_of(&q);
     assert_eq!(get(&w, "KFORGE_AUTO_REGIONS").as_deref(), Some("1"));
     assert_eq!(get(&w, "PYTHONPATH"), Some(format!("{boot}:/mine")));
+}
+
+#[test]
+fn a_job_that_needs_its_own_process_runs_warm_only_in_a_forked_child() {
+    let ready = |fork: bool| {
+        let mut s = Sim::new(|c| {
+            c.warm_workers = Some(1);
+            c.warm_python = true;
+            c.worker_fork = fork;
+        });
+        let msg = WorkerMsg::Ready { pid: 0, preloaded: vec![], cuda: true, startup_ms: 1.0, error: None };
+        s.handle(Event::Worker { worker: 2, msg });
+        s
+    };
+    let runner = SubmitSpec {
+        argv: vec!["python3".into(), "-m".into(), "kforge.verify.runner".into()],
+        own_process: true,
+        ..spec("0")
+    };
+    let cold = |q: &[Effect]| q.iter().any(|e| matches!(e, Effect::SpawnJob(_)));
+    let warm = |q: &[Effect]| q.iter().any(|e| matches!(e, Effect::HandToWorker(_)));
+    // In-process workers: --warm-python leaves it cold; an explicit --warm is refused, the fix named.
+    let mut s = ready(false);
+    let a = s.connect();
+    let (_, q) = s.submit_spec(a, runner.clone());
+    assert!(cold(&q) && !warm(&q), "{q:?}");
+    let b = s.connect();
+    let q = s.request(b, Request::Submit(SubmitSpec { warm: true, ..runner.clone() }));
+    assert!(!cold(&q) && !warm(&q), "{q:?}");
+    let refused = |r: &&Reply| matches!(r, Reply::Error { code: ErrorCode::BadRequest, message } if message.contains("--worker-fork"));
+    assert!(replies(&q, b).first().is_some_and(refused), "{q:?}");
+    // Another Python command still goes to the in-process worker (once the runner is done).
+    let plain = SubmitSpec { argv: vec!["python3".into(), "a.py".into()], ..spec("0") };
+    let (_, q) = s.submit_spec(a, plain);
+    assert!(warm(&q), "{q:?}");
+    // Forking workers take it, routed or asked.
+    let mut s = ready(true);
+    let a = s.connect();
+    let (_, q) = s.submit_spec(a, runner);
+    assert!(warm(&q) && !cold(&q), "{q:?}");
 }

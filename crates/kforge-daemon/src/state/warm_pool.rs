@@ -55,6 +55,14 @@ impl Daemon {
         if !python {
             return Err(format!("--warm runs Python commands only; {:?} is not a Python interpreter", spec.argv[0]));
         }
+        if spec.own_process && !self.cfg.worker_fork {
+            return match explicit {
+                true => Err("this command needs a process of its own and the warm workers run jobs in their own \
+                     process: start the daemon with --worker-fork, or run it without --warm"
+                    .into()),
+                false => Ok(None), // routed by --warm-python: cold, in a process of its own
+            };
+        }
         let d = &self.devices[device];
         match warm_argv(&spec.argv) {
             Ok(_) if d.pool.size == 0 && explicit => {
