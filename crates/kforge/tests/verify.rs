@@ -352,19 +352,22 @@ fn through_the_daemon_the_candidate_is_a_job() {
 /// `verify --daemon --warm`: with a daemon whose warm workers fork (`--worker-fork`, torch
 /// preloaded: on the cpu device Triton must be imported after `TRITON_INTERPRET=1`, so it is not
 /// preloaded), each candidate's runner is a child its worker forked for it: the honest
-/// candidate passes, the cheat is rejected by the check that catches it, as cold. With workers
-/// that run jobs in-process the runner refuses, naming the fix: the environment's failure.
+/// candidate passes, the cheat is rejected by the check that catches it, as cold. Workers that
+/// run jobs in-process never get it: `--warm` is refused at submission, naming the fix (the
+/// environment's failure), and a plain `--daemon` that `--warm-python` would route there runs cold.
 #[test]
 fn through_a_forking_warm_worker_each_candidate_runs_in_a_child_of_its_own() {
     if !torch_available() {
         panic!("python3 with torch, triton and numpy is needed (scripts/test installs them)");
     }
-    let verify = |d: &common::TestDaemon, cand: &str| {
+    let verify_how = |d: &common::TestDaemon, cand: &str, how: &[&str]| {
         let out = d.path("v.json");
         let o = Command::new(env!("CARGO_BIN_EXE_kforge"))
             .arg("--socket")
             .arg(&d.socket)
-            .args(["verify", "--daemon", "--warm", "--device", "cpu", "--no-performance", "--json"])
+            .args(["verify", "--device", "cpu", "--no-performance"])
+            .args(how)
+            .arg("--json")
             .arg(&out)
             .arg(corpus().join("problems/mse.py"))
             .arg(corpus().join(cand))
@@ -375,6 +378,7 @@ fn through_a_forking_warm_worker_each_candidate_runs_in_a_child_of_its_own() {
         let v: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap_or_default()).unwrap_or_default();
         (o.status.code(), v, text)
     };
+    let verify = |d: &common::TestDaemon, cand: &str| verify_how(d, cand, &["--daemon", "--warm"]);
     let pool = |d: &common::TestDaemon| d.status().devices[0].pool.clone();
     let mut d = common::TestDaemon::start(&["--warm-workers", "1", "--worker-fork", "--worker-preload", "torch"]);
     common::wait_for("a warm worker", Duration::from_secs(120), || (pool(&d).warm == 1).then_some(()));
@@ -385,12 +389,15 @@ fn through_a_forking_warm_worker_each_candidate_runs_in_a_child_of_its_own() {
     assert_eq!(pool(&d).jobs_served, 2, "both ran in the warm worker");
     d.shutdown();
 
-    let mut d = common::TestDaemon::start(&["--warm-workers", "1", "--worker-preload", ""]);
+    let mut d = common::TestDaemon::start(&["--warm-workers", "1", "--warm-python", "--worker-preload", ""]);
     common::wait_for("a warm worker", Duration::from_secs(60), || (pool(&d).warm == 1).then_some(()));
     let (code, v, text) = verify(&d, "mse/honest.py");
     assert_eq!(code, Some(2), "could not run: {text}");
     assert_eq!(v["outcome"], "could-not-run", "{text}");
     assert!(text.contains("start the daemon with --worker-fork"), "the fix is named: {text}");
+    let (code, v, text) = verify_how(&d, "mse/honest.py", &["--daemon"]);
+    assert_eq!((code, v["outcome"].as_str()), (Some(0), Some("passed-without-performance")), "{text}\n{}", d.log());
+    assert_eq!(pool(&d).jobs_served, 0, "neither reached the in-process worker");
     d.shutdown();
 }
 
