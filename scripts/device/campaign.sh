@@ -155,7 +155,10 @@ elif [ "${REVERIFY:-1}" = 1 ]; then
   python3 scripts/analysis/campaign_reverify.py skip "$W/state/out" "${REVERIFIED:-/nonexistent}" >"$W/reverify-skip.txt"
   mkdir -p "$W/reverify" "$W/reverify-out"
   # No task starts after the deadline, and none outlives the call (killed at CALL_S less 20 s).
-  SKIP="$W/reverify-skip.txt" DEADLINE_S="$REVERIFY_DEADLINE" timeout --signal=TERM --kill-after=5 \
+  # Each task verifies at its report's size; SIZE only names the campaign's in the log's header.
+  SIZE=default; prev=
+  for arg in "$@"; do [ "$prev" = --size ] && SIZE=$arg; case $arg in --size=*) SIZE=${arg#--size=} ;; esac; prev=$arg; done
+  SIZE="$SIZE" SKIP="$W/reverify-skip.txt" DEADLINE_S="$REVERIFY_DEADLINE" timeout --signal=TERM --kill-after=5 \
     $(( REVERIFY_DEADLINE + ${VERIFY_TAIL_S:-90} - 20 )) python3 scripts/device/suite.py "$K" "$S" "$W/reverify" "$W/reverify-out" "verify-results:$W/state/out" \
     >"$W/reverify.log" 2>&1 || echo "re-verification: suite.py exited $? (tail of its log:)"
   tail -n 8 "$W/reverify.log"

@@ -1,7 +1,8 @@
 """Where a campaign call's time went, from the daemon's store: per kind of job (the label's first
 two parts: optimize:dispatch, optimize:result, optimize:config, verify), the count, the median and
 total seconds queued (admitted late: slots or memory), running, waiting for regions (frozen behind
-a sibling's exclusive region) and inside regions (exclusive GPU time).
+a sibling's exclusive region) and inside regions (exclusive GPU time); and how many never started
+(queued until the call ended them).
 
     python3 scripts/device/campaign_jobs.py STORE.db OUT.json
 
@@ -35,7 +36,9 @@ def summarize(db: str) -> Dict[str, Dict[str, Any]]:
             "SELECT id, label, queued_ns, started_ns, ended_ns FROM jobs"):
         r = rows[kind(label)]
         r["queued_s"].append(((started or ended or queued) - queued) / 1e9)
-        r["running_s"].append(((ended or started or queued) - (started or queued)) / 1e9)
+        # A job that never started (queued until the call ended it) ran for no time.
+        r["running_s"].append(((ended or started) - started) / 1e9 if started else 0.0)
+        r["never_started"].append(0.0 if started else 1.0)
         wait, inside = regions.get(jid, [0.0, 0.0])
         r["region_wait_s"].append(wait)
         r["region_s"].append(inside)
@@ -43,6 +46,9 @@ def summarize(db: str) -> Dict[str, Dict[str, Any]]:
     for k, r in sorted(rows.items()):
         out[k] = {"jobs": len(r["queued_s"])}
         for name, values in r.items():
+            if name == "never_started":
+                out[k][name] = int(sum(values))
+                continue
             out[k][name] = {"median": round(statistics.median(values), 2), "total": round(sum(values), 1)}
     return out
 
@@ -53,10 +59,10 @@ def main() -> int:
     with open(dest, "w") as f:
         json.dump(out, f, indent=1)
     cols = ("queued_s", "running_s", "region_wait_s", "region_s")
-    print(f"{'JOBS OF':<20} {'N':>4} " + " ".join(f"{c + ' med/total':>22}" for c in cols))
+    print(f"{'JOBS OF':<20} {'N':>4} {'NEVER RAN':>9} " + " ".join(f"{c + ' med/total':>22}" for c in cols))
     for k, v in out.items():
         cells = " ".join(f"{v[c]['median']:>10.1f} / {v[c]['total']:>9.1f}" for c in cols)
-        print(f"{k:<20} {v['jobs']:>4} {cells}")
+        print(f"{k:<20} {v['jobs']:>4} {v['never_started']:>9} {cells}")
     return 0
 
 

@@ -124,10 +124,21 @@ impl SubmittedJob {
     /// flushed) until the job ends; returns how it ended. A job the daemon runs again (alone,
     /// after a CUDA out-of-memory error beside other jobs: `job_retried`) gets a line on
     /// `stderr` saying so; the second run's output follows, and its exit is the one returned.
-    pub fn stream_output(mut self, stdout: &mut dyn Write, stderr: &mut dyn Write) -> Result<JobExit, ClientError> {
+    pub fn stream_output(self, stdout: &mut dyn Write, stderr: &mut dyn Write) -> Result<JobExit, ClientError> {
+        self.stream_output_with(stdout, stderr, &mut || {})
+    }
+
+    /// `stream_output`, calling `started` each time the daemon starts the job (it may wait in the
+    /// daemon's queue first; a job run again alone starts twice).
+    pub fn stream_output_with(
+        mut self,
+        stdout: &mut dyn Write,
+        stderr: &mut dyn Write,
+        started: &mut dyn FnMut(),
+    ) -> Result<JobExit, ClientError> {
         loop {
             match self.client.recv()? {
-                Reply::JobStarted { .. } => {}
+                Reply::JobStarted { .. } => started(),
                 Reply::Output { stream, data, .. } => {
                     let bytes = b64::decode(&data).ok_or(ClientError::UndecodableOutput { job: self.job })?;
                     let written = match stream {

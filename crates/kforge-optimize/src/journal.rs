@@ -7,7 +7,7 @@ use crate::budget::Budget;
 use crate::search::Step;
 use crate::{Agent, Decision, ModeTiming, Question, Verified};
 use kforge_store::{
-    CandidateRow, DecisionRow, LlmCandidateRow, QuestionRow, RunRow, StepEnd, StepRow, Store, StoreError,
+    CandidateRow, DecisionRow, LlmCandidateRow, QuestionRow, RunRow, StepEnd, StepRow, Store, StoreError, WorkStart,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -260,8 +260,14 @@ impl Journal {
             .steps
             .into_iter()
             .filter(|s| s.status == "done" && s.reused_from.is_none() && s.outcome.as_deref() != Some(BOUNDED))
-            .filter_map(|s| Some((s.problem, s.step, s.seconds?)))
+            .filter_map(|s| Some((s.seconds? - waited_s(&s), s.problem, s.step)))
+            .map(|(seconds, problem, step)| (problem, step, seconds.max(0.0)))
             .collect())
+    }
+
+    /// The step's work began now (its daemon job started).
+    pub fn work_began(&self, id: u64) -> Result<(), StoreError> {
+        self.store().step_work_began(id, now_ns())
     }
 
     /// Record that this run is alive now (its heartbeat, `unfinished_seconds`' measure of a
@@ -325,7 +331,14 @@ impl Journal {
             .steps
             .iter()
             .filter(|s| s.status == "running" && s.run != self.run && !since(s))
-            .map(|s| (s.problem.clone(), s.step.clone(), (alive[&s.run] - s.started_ns) as f64 / 1e9))
+            .filter_map(|s| {
+                let began = match s.work {
+                    WorkStart::Waiting => return None, // queued all along: it says nothing of its kind
+                    WorkStart::Since(ns) => ns,
+                    WorkStart::Unrecorded => s.started_ns,
+                };
+                Some((s.problem.clone(), s.step.clone(), (alive[&s.run] - began) as f64 / 1e9))
+            })
             .filter(|u| u.2 > 0.0)
             .collect())
     }
@@ -356,6 +369,15 @@ pub fn verified_of(name: &str) -> Option<Verified> {
     [Verified::Accepted, Verified::PassedWithoutPerformance, Verified::Rejected, Verified::CouldNotRun]
         .into_iter()
         .find(|v| verified_name(*v) == name)
+}
+
+/// How long a finished step waited before its work began (its job in the daemon's queue): not
+/// part of what its kind takes. Zero when unrecorded.
+fn waited_s(s: &StepRow) -> f64 {
+    match s.work {
+        WorkStart::Since(ns) => ((ns - s.started_ns) as f64 / 1e9).max(0.0),
+        WorkStart::Waiting | WorkStart::Unrecorded => 0.0,
+    }
 }
 
 #[cfg(test)]
@@ -437,12 +459,47 @@ mod tests {
         assert_eq!(resumed.rows().unwrap().runs[0].stopped.as_deref(), Some("budget"));
     }
 
+    fn began(s: &StepRow) -> i64 {
+        match s.work {
+            WorkStart::Since(ns) => ns,
+            other => panic!("its work began: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn time_in_the_daemons_queue_is_not_what_a_step_takes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.db");
+        let killed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let waited = killed.started("l1/a.py", Step::Measure, "ha").unwrap();
+        let queued = killed.started("l1/b.py", Step::Config, "hb").unwrap(); // never left the queue
+        let ran = killed.started("l1/c.py", Step::Config, "hc").unwrap();
+        killed.work_began(ran).unwrap();
+        let (run, store) = (killed.run(), kforge_store::Store::open(&path).unwrap());
+        let start = store.journal(None).unwrap().steps[0].started_ns;
+        // `waited` began 30 s after it started and finished 10 s later.
+        store.step_work_began(waited, start + 30_000_000_000).unwrap();
+        killed.done(waited, &StepDone { seconds: 40.0, ..done("o/dispatch.json") }).unwrap();
+        store.run_alive(run, began(&store.journal(None).unwrap().steps[2]) + 60_000_000_000).unwrap();
+        drop((killed, store));
+        let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let took: Vec<(String, f64)> = resumed.step_seconds().unwrap().into_iter().map(|(p, _, s)| (p, s)).collect();
+        assert_eq!(took.len(), 1);
+        assert!((took[0].1 - 10.0).abs() < 1e-6 && took[0].0 == "l1/a.py", "the 30 s in the queue left out: {took:?}");
+        assert_eq!(
+            resumed.unfinished_seconds(|_| false).unwrap(),
+            [("l1/c.py".to_string(), "config".to_string(), 60.0)],
+            "the step that never left the queue ({queued}) sets no floor; the one that ran, from when it began"
+        );
+    }
+
     #[test]
     fn a_step_a_killed_run_left_running_is_a_lower_bound_until_one_finishes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.db");
         let killed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
         let a = killed.started("l3/a.py", Step::Measure, "ha").unwrap();
+        killed.work_began(a).unwrap(); // its job started
         let b = killed.started("l1/b.py", Step::Measure, "hb").unwrap();
         killed.done(b, &done("o/dispatch.json")).unwrap(); // its last sign of life
         assert_eq!(
@@ -454,7 +511,7 @@ mod tests {
         let rows = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap().rows().unwrap();
         assert!(rows.steps.is_empty(), "a new run journals nothing by opening");
         let all = kforge_store::Store::open(&path).unwrap().journal(None).unwrap();
-        let (start, alive) = (all.steps[0].started_ns, all.steps[1].finished_ns.unwrap());
+        let (start, alive) = (began(&all.steps[0]), all.steps[1].finished_ns.unwrap());
         let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
         let u = resumed.unfinished_seconds(|_| false).unwrap();
         assert_eq!(u, [("l3/a.py".to_string(), "measure".to_string(), (alive - start) as f64 / 1e9)]);
@@ -488,13 +545,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.db");
         let killed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
-        killed.started("l3/a.py", Step::Measure, "ha").unwrap(); // its last journaled event
+        let a = killed.started("l3/a.py", Step::Measure, "ha").unwrap();
+        killed.work_began(a).unwrap(); // its last journaled event
         assert_eq!(killed.unfinished_seconds(|_| false).unwrap(), []);
         killed.alive().unwrap();
         let run = killed.run();
         drop(killed);
         let store = kforge_store::Store::open(&path).unwrap();
-        let start = store.journal(None).unwrap().steps[0].started_ns;
+        let start = began(&store.journal(None).unwrap().steps[0]);
         store.run_alive(run, start + 90_000_000_000).unwrap();
         store.run_alive(run, start + 5_000_000_000).unwrap(); // an older beat does not move it back
         assert_eq!(store.heartbeats().unwrap(), [(run, start + 90_000_000_000)]);

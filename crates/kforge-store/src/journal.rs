@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS optimize_llm_candidates (
   strategy TEXT NOT NULL, content_hash TEXT NOT NULL, source TEXT NOT NULL, parent TEXT, duplicate_of TEXT,
   verdict TEXT NOT NULL, gate TEXT, reason TEXT, exploit INTEGER NOT NULL, speedup REAL, feedback TEXT NOT NULL,
   judged_ns INTEGER NOT NULL, judge_hash TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS optimize_step_jobs (step INTEGER PRIMARY KEY, started_ns INTEGER);
 CREATE TABLE IF NOT EXISTS optimize_heartbeats (run INTEGER PRIMARY KEY, alive_ns INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS optimize_redecided (problem TEXT NOT NULL, run INTEGER NOT NULL, PRIMARY KEY(problem, run));
 CREATE INDEX IF NOT EXISTS optimize_llm_candidates_hash ON optimize_llm_candidates(problem, content_hash);
@@ -90,7 +91,28 @@ pub struct StepRow {
     pub outcome: Option<String>,
     pub error: Option<String>,
     pub reused_from: Option<u64>,
+    /// When its work began to run (its daemon job started: a job may wait in the daemon's
+    /// queue first).
+    #[serde(default)]
+    pub work: WorkStart,
 }
+
+/// When a step's work began to run, as the journal knows it (`optimize_step_jobs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkStart {
+    /// Not recorded: a journal from before the record.
+    #[default]
+    Unrecorded,
+    /// Its work had not begun (its job waited in the daemon's queue).
+    Waiting,
+    /// It began then (Unix ns).
+    Since(i64),
+}
+
+/// The step rows' columns, each with its work's start (`WorkStart`).
+const STEP_COLUMNS: &str = "s.*, j.step AS job_step, j.started_ns AS job_started_ns
+  FROM optimize_steps s LEFT JOIN optimize_step_jobs j ON j.step = s.id";
 
 /// How a step ended (the columns `step_finished` fills in).
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -239,6 +261,11 @@ fn step_row(r: &Row) -> rusqlite::Result<StepRow> {
         outcome: r.get("outcome")?,
         error: r.get("error")?,
         reused_from: opt_id(r, "reused_from")?,
+        work: match (r.get::<_, Option<i64>>("job_step")?, r.get::<_, Option<i64>>("job_started_ns")?) {
+            (None, _) => WorkStart::Unrecorded,
+            (Some(_), None) => WorkStart::Waiting,
+            (Some(_), Some(ns)) => WorkStart::Since(ns),
+        },
     })
 }
 
@@ -350,7 +377,24 @@ impl Store {
                 params![run as i64, problem, step, input_hash, started_ns],
             )
             .map_err(|e| self.err(e))?;
-        Ok(self.conn.last_insert_rowid() as u64)
+        let id = self.conn.last_insert_rowid();
+        // Its work waits until `step_work_began` says otherwise (a killed run's step that never
+        // began says nothing of how long its kind takes).
+        self.conn
+            .execute("INSERT OR REPLACE INTO optimize_step_jobs(step, started_ns) VALUES(?1, NULL)", params![id])
+            .map_err(|e| self.err(e))?;
+        Ok(id as u64)
+    }
+
+    /// The step's work began at `ns` (its daemon job started); the first start counts (a job
+    /// run again alone after an out-of-memory error keeps it).
+    pub fn step_work_began(&self, step: u64, ns: i64) -> Result<(), StoreError> {
+        self.update(
+            "UPDATE optimize_step_jobs SET started_ns = COALESCE(started_ns, ?2) WHERE step=?1",
+            "step",
+            step,
+            params![step as i64, ns],
+        )
     }
 
     pub fn step_finished(&self, step: u64, e: &StepEnd) -> Result<(), StoreError> {
@@ -402,8 +446,10 @@ impl Store {
     pub fn finished_step(&self, step: &str, input_hash: &str, run: Option<u64>) -> Result<Option<StepRow>, StoreError> {
         self.conn
             .query_row(
-                "SELECT * FROM optimize_steps WHERE step=?1 AND input_hash=?2 AND status='done'
-                   AND (?3 IS NULL OR run=?3) ORDER BY id DESC LIMIT 1",
+                &format!(
+                    "SELECT {STEP_COLUMNS} WHERE s.step=?1 AND s.input_hash=?2 AND s.status='done'
+                       AND (?3 IS NULL OR s.run=?3) ORDER BY s.id DESC LIMIT 1"
+                ),
                 params![step, input_hash, run.map(|r| r as i64)],
                 step_row,
             )
@@ -572,7 +618,11 @@ impl Store {
         let run = run.map(|r| r as i64);
         Ok(Journal {
             runs: self.rows("SELECT * FROM optimize_runs WHERE ?1 IS NULL OR id=?1 ORDER BY id", run, run_row)?,
-            steps: self.rows("SELECT * FROM optimize_steps WHERE ?1 IS NULL OR run=?1 ORDER BY id", run, step_row)?,
+            steps: self.rows(
+                &format!("SELECT {STEP_COLUMNS} WHERE ?1 IS NULL OR s.run=?1 ORDER BY s.id"),
+                run,
+                step_row,
+            )?,
             candidates: self.rows(
                 "SELECT * FROM optimize_candidates WHERE ?1 IS NULL OR run=?1 ORDER BY id",
                 run,
@@ -765,6 +815,26 @@ mod tests {
         assert_eq!(s.judged_llm_candidate("p.py", "h2", "j1", None).unwrap(), None, "the environment's failure");
         let later = run(&s);
         assert_eq!((s.run_before(later).unwrap(), s.run_before(r).unwrap()), (Some(r), None));
+    }
+
+    #[test]
+    fn a_steps_work_waits_until_it_began_and_older_rows_say_unrecorded() {
+        let s = Store::open_in_memory().unwrap();
+        let r = run(&s);
+        let (a, b, c) = (
+            s.step_started(r, "p.py", "measure", "h1", 5).unwrap(),
+            s.step_started(r, "p.py", "config", "h2", 6).unwrap(),
+            s.step_started(r, "p.py", "verify", "h3", 7).unwrap(),
+        );
+        s.step_work_began(a, 50).unwrap();
+        s.step_work_began(a, 90).unwrap(); // run again alone: the first start counts
+        s.conn.execute("DELETE FROM optimize_step_jobs WHERE step=?1", params![c as i64]).unwrap(); // an older binary's
+        let work: Vec<(u64, WorkStart)> = s.journal(Some(r)).unwrap().steps.iter().map(|x| (x.id, x.work)).collect();
+        assert_eq!(work, [(a, WorkStart::Since(50)), (b, WorkStart::Waiting), (c, WorkStart::Unrecorded)]);
+        let end = StepEnd { status: "done".into(), finished_ns: 99, output: Some("o".into()), ..StepEnd::default() };
+        s.step_finished(a, &end).unwrap();
+        assert_eq!(s.finished_step("measure", "h1", None).unwrap().map(|x| x.work), Some(WorkStart::Since(50)));
+        assert!(s.step_work_began(c + 10, 1).is_err(), "no such step");
     }
 
     #[test]

@@ -8,7 +8,9 @@
 
 pub mod journal;
 
-pub use journal::{CandidateRow, DecisionRow, Journal, LlmCandidateRow, QuestionRow, RunRow, StepEnd, StepRow};
+pub use journal::{
+    CandidateRow, DecisionRow, Journal, LlmCandidateRow, QuestionRow, RunRow, StepEnd, StepRow, WorkStart,
+};
 pub use kforge_proto::StepTimings;
 use rusqlite::{params, Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};

@@ -28,16 +28,18 @@ pub struct JobRequest<'a> {
 /// return the exit, everything the job wrote on stderr, and the job's id (to look up its regions
 /// in the daemon's store).
 pub fn run_job(socket: &Path, req: JobRequest, stdout: &mut dyn Write) -> Result<(JobExit, String, u64)> {
-    run_job_to(socket, req, stdout, &mut std::io::stderr())
+    run_job_to(socket, req, stdout, &mut std::io::stderr(), &mut |_| {})
 }
 
 /// `run_job` with the job's stderr passed to `stderr` (a copy kept and returned) instead of this
-/// process's.
+/// process's, and `started` called with the job's id when the daemon starts it (it may wait in
+/// the daemon's queue first: GPU memory, slots).
 pub fn run_job_to(
     socket: &Path,
     req: JobRequest,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
+    started: &mut dyn FnMut(u64),
 ) -> Result<(JobExit, String, u64)> {
     let JobRequest { argv, device, label, timeout_s, gpu_memory_bytes, warm, own_process } = req;
     let spec = SubmitSpec {
@@ -60,8 +62,22 @@ pub fn run_job_to(
         .context("submitting the job")?;
     let id = job.job;
     let mut kept = Kept { to: stderr, kept: Vec::new() };
-    let exit = job.stream_output(stdout, &mut kept).context("waiting for the job")?;
+    let exit = job.stream_output_with(stdout, &mut kept, &mut || started(id)).context("waiting for the job")?;
     Ok((exit, String::from_utf8_lossy(&kept.kept).into_owned(), id))
+}
+
+/// The line a command that runs as a daemon job (`kforge verify --daemon`) writes on its stderr
+/// when the daemon starts the job: how long it waited in the daemon's queue. `kforge optimize`'s
+/// verify step reads it (`is_started_line`) to tell waiting from running.
+pub fn started_line(command: &str, job: u64, queued: std::time::Duration) -> String {
+    format!("{command}: {STARTED} {job} after {:.1} s in the daemon's queue", queued.as_secs_f64())
+}
+
+const STARTED: &str = "the daemon started job";
+
+/// Whether `line` is a `started_line`.
+pub fn is_started_line(line: &str) -> bool {
+    line.split_once(": ").is_some_and(|(command, rest)| command.starts_with("kforge") && rest.starts_with(STARTED))
 }
 
 /// Seconds inside released regions of the jobs labelled `label` (only job `job`; only those
@@ -102,5 +118,25 @@ pub fn gpu_memory_bytes(gib: Option<f64>) -> Result<Option<u64>> {
         }
         Some(g) => Ok(Some((g * (1u64 << 30) as f64).ceil() as u64)),
         None => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_started_line_is_told_from_the_jobs_own_output() {
+        let line = started_line("kforge verify", 12, std::time::Duration::from_millis(182_040));
+        assert_eq!(line, "kforge verify: the daemon started job 12 after 182.0 s in the daemon's queue");
+        assert!(is_started_line(&line));
+        for other in [
+            "kforge verify: job 12 ended",
+            "candidate: the daemon started job 3", // the job's own output names no kforge command
+            "the daemon started job 12",
+            "",
+        ] {
+            assert!(!is_started_line(other), "{other:?}");
+        }
     }
 }

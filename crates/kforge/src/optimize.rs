@@ -25,7 +25,7 @@ use kforge_optimize::{
 use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -728,6 +728,8 @@ impl Run<'_> {
             started,
             earlier,
             until,
+            step_id: Cell::new(None),
+            began: Cell::new(None),
         };
         let outcome = p.steps()?;
         if let (Some(d), Outcome::Decided { report, .. }) = (&self.decisions, &outcome) {
@@ -901,7 +903,7 @@ impl Run<'_> {
 /// workers leave when their parent is gone).
 fn run_within(mut cmd: Command, limit: Duration) -> Result<(Option<std::process::ExitStatus>, String)> {
     use std::io::Read;
-    let mut child = cmd.stderr(std::process::Stdio::piped()).spawn()?;
+    let mut child = cmd.stderr(Stdio::piped()).spawn()?;
     let mut pipe = child.stderr.take().context("the step's stderr")?;
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -1037,9 +1039,25 @@ struct ProblemRun<'a> {
     /// The Unix time by which the measure step about to run must stop preparing variants, when
     /// the budget started it bounded (`Admission::Bounded`); set by `step` before its work.
     until: Cell<Option<f64>>,
+    /// The journal's id of the step running now (set by `step` before its work).
+    step_id: Cell<Option<u64>>,
+    /// When the running step's work began (its daemon job started), if it has.
+    began: Cell<Option<Instant>>,
 }
 
 impl ProblemRun<'_> {
+    /// The running step's work begins now (its daemon job started, or it needs none): journaled
+    /// so that a step that waited in the daemon's queue is not counted as having run. A failed
+    /// write is not the step's failure (the budget's estimates are then only less precise).
+    fn work_began(&self) {
+        if self.began.get().is_none() {
+            self.began.set(Some(Instant::now()));
+        }
+        if let Some(id) = self.step_id.get() {
+            let _ = self.run.journal.work_began(id);
+        }
+    }
+
     /// Journal that this run decides the problem again, before its first step (`--redecide`), and
     /// take its entry out of the decisions file.
     fn mark_redecision(&self) -> Result<()> {
@@ -1402,6 +1420,11 @@ impl ProblemRun<'_> {
         let id = journal.started(&self.question.problem, step, input_hash)?;
         self.progress(&format!("{}…", step.name()));
         let t0 = Instant::now();
+        self.step_id.set(Some(id));
+        self.began.set(None);
+        if !self.run.a.daemon || step == Step::Llm {
+            self.work_began(); // no daemon job of its own to wait for
+        }
         let done = work().and_then(|w| {
             let seconds = t0.elapsed().as_secs_f64();
             let gpu_seconds = match (w.region_s, w.device_wall_s) {
@@ -1416,9 +1439,11 @@ impl ProblemRun<'_> {
         match done {
             Ok((d, charged)) => {
                 journal.done(id, &d)?;
+                // The time its job waited in the daemon's queue is not what its kind takes; nor
+                // is a bounded step's time what its kind takes in full.
+                let ran = self.began.get().map_or(d.seconds, |b| b.elapsed().as_secs_f64().min(d.seconds));
                 if d.outcome.as_deref() != Some(kforge_optimize::journal::BOUNDED) {
-                    // A bounded step's seconds are not what its kind takes in full.
-                    self.run.spending.observe(self.step_of(step), d.seconds);
+                    self.run.spending.observe(self.step_of(step), ran);
                 }
                 let gpu = d.gpu_seconds.map(|g| g.0).unwrap_or(0.0);
                 if !charged {
@@ -1426,7 +1451,10 @@ impl ProblemRun<'_> {
                 }
                 self.gpu_s.set(self.gpu_s.get() + gpu);
                 let kind = d.gpu_seconds.map(|g| format!(", gpu {:.1} s {}", g.0, g.1)).unwrap_or_default();
-                self.progress(&format!("{} done in {:.1} s{kind}", step.name(), d.seconds));
+                let waited = d.seconds - ran;
+                let queued =
+                    if waited >= 1.0 { format!(" ({waited:.1} s of it in the daemon's queue)") } else { String::new() };
+                self.progress(&format!("{} done in {:.1} s{queued}{kind}", step.name(), d.seconds));
                 Ok(Some(d.outcome))
             }
             Err(e) => {
@@ -1703,8 +1731,13 @@ impl ProblemRun<'_> {
         std::fs::remove_file(&verdict).ok(); // an earlier run's verdict is not this one's
         let since_ns = now_ns();
         let (log, shown) = self.step_log("verify")?;
-        cmd.stdout(log.try_clone().with_context(|| format!("opening {shown}"))?).stderr(log);
-        let status = cmd.status().context("running kforge verify")?;
+        cmd.stdout(log.try_clone().with_context(|| format!("opening {shown}"))?).stderr(Stdio::piped());
+        let mut child = cmd.spawn().context("running kforge verify")?;
+        let stderr = child.stderr.take().context("kforge verify's stderr")?;
+        // Its stderr's reader is gone once this returns: a child still writing ends, and is waited for.
+        let copied = self.copy_watching_for_start(stderr, &log);
+        let status = child.wait().context("waiting for kforge verify")?;
+        copied.with_context(|| format!("copying kforge verify's stderr into {shown}"))?;
         let text = std::fs::read_to_string(&verdict).with_context(|| {
             format!("kforge verify wrote no verdict ({status}, its output: {shown}); reading {}", verdict.display())
         })?;
@@ -1714,6 +1747,22 @@ impl ProblemRun<'_> {
             .with_context(|| format!("the outcome in {}", verdict.display()))?;
         let region_s = self.run.verify_region_s(self.problem, since_ns);
         Ok(Work { region_s, outcome: Some(verified_name(outcome)), ..Work::default() })
+    }
+
+    /// Copy a `kforge verify` child's stderr into its step's log line by line until the child
+    /// closes it; its `started_line` (the daemon started its job) marks the step's work begun.
+    fn copy_watching_for_start(&self, from: std::process::ChildStderr, mut log: &std::fs::File) -> Result<()> {
+        use std::io::{BufRead, Write};
+        let mut lines = std::io::BufReader::new(from);
+        let mut line = Vec::new();
+        while lines.read_until(b'\n', &mut line)? > 0 {
+            if crate::job::is_started_line(String::from_utf8_lossy(&line).trim_end()) {
+                self.work_began();
+            }
+            log.write_all(&line)?;
+            line.clear();
+        }
+        Ok(())
     }
 
     /// Run `python3 ARGS` here (the embedded package on its PYTHONPATH) or as a daemon job (its
@@ -1747,7 +1796,8 @@ impl ProblemRun<'_> {
             };
             let (mut log, shown) = self.step_log(step)?;
             let mut err_log = log.try_clone().with_context(|| format!("opening {shown}"))?;
-            let (exit, err, id) = crate::job::run_job_to(self.run.socket, req, &mut log, &mut err_log)?;
+            let began = &mut |_| self.work_began();
+            let (exit, err, id) = crate::job::run_job_to(self.run.socket, req, &mut log, &mut err_log, began)?;
             if exit.code != Some(0) {
                 let why = exit.reason.as_deref().map(|r| format!(" ({r}; --step-limit-s {})", a.step_limit_s));
                 let (code, why) = (exit.code, why.unwrap_or_default());

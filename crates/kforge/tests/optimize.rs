@@ -657,7 +657,8 @@ fn a_measure_step_killed_past_the_budget_starts_bounded_next_time() {
     };
     let killed = store.insert_run(&run).unwrap();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
-    store.step_started(killed, &problem, "measure", "an older input", now - 1_000_000_000_000).unwrap();
+    let measure = store.step_started(killed, &problem, "measure", "an older input", now - 1_000_000_000_000).unwrap();
+    store.step_work_began(measure, now - 1_000_000_000_000).unwrap(); // its job started at once
     store.step_started(killed, &problem, "result", "its last sign of life", now).unwrap();
     drop(store);
 
@@ -760,6 +761,14 @@ fn through_the_daemon_the_measurement_counts_its_region_time() {
     if let Some(v) = j.steps.iter().find(|s| s.step == "verify") {
         assert_eq!(v.gpu_seconds_kind.as_deref(), Some("region"), "{v:?}");
     }
+    // Each step's work is journaled as begun when its job started (the verify step's from the
+    // line `kforge verify` writes then), never before the step itself.
+    assert!(j.steps.iter().any(|s| s.step == "verify"), "{:?}", j.steps);
+    for s in &j.steps {
+        assert!(matches!(s.work, kforge_store::WorkStart::Since(ns) if ns >= s.started_ns), "{s:?}");
+    }
+    let log = std::fs::read_to_string(out.join("logs/verify.log")).unwrap();
+    assert!(log.contains("kforge verify: the daemon started job "), "{log}");
     let jobs = d.report().jobs;
     assert!(jobs
         .iter()
@@ -1317,7 +1326,8 @@ fn a_resumed_campaign_starts_the_unmeasured_problems_first_the_longest_first() {
     let killed = store.insert_run(&kforge_store::RunRow { id: 0, finished_ns: None, stopped: None, ..first }).unwrap();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
     let c = p.join("level3/c.py").display().to_string();
-    store.step_started(killed, &c, "measure", "an older input", now - 1_000_000_000_000).unwrap();
+    let measure = store.step_started(killed, &c, "measure", "an older input", now - 1_000_000_000_000).unwrap();
+    store.step_work_began(measure, now - 1_000_000_000_000).unwrap();
     store.step_started(killed, &c, "result", "its last sign of life", now).unwrap();
     drop(store);
     let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--resume"]].concat(), &out);
