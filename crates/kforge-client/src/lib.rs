@@ -125,20 +125,24 @@ impl SubmittedJob {
     /// after a CUDA out-of-memory error beside other jobs: `job_retried`) gets a line on
     /// `stderr` saying so; the second run's output follows, and its exit is the one returned.
     pub fn stream_output(self, stdout: &mut dyn Write, stderr: &mut dyn Write) -> Result<JobExit, ClientError> {
-        self.stream_output_with(stdout, stderr, &mut || {})
+        let exit = self.stream_output_with(stdout, stderr, &mut || true)?;
+        exit.ok_or_else(|| ClientError::Unexpected("a job withdrawn without being asked to".into()))
     }
 
-    /// `stream_output`, calling `started` each time the daemon starts the job (it may wait in the
-    /// daemon's queue first; a job run again alone starts twice).
+    /// `stream_output`, asking `started` each time the daemon starts the job (it may wait in the
+    /// daemon's queue first; a job run again alone starts twice) whether it should still run:
+    /// `false` withdraws it (the connection is closed, so the daemon cancels it) and returns
+    /// `None`.
     pub fn stream_output_with(
         mut self,
         stdout: &mut dyn Write,
         stderr: &mut dyn Write,
-        started: &mut dyn FnMut(),
-    ) -> Result<JobExit, ClientError> {
+        started: &mut dyn FnMut() -> bool,
+    ) -> Result<Option<JobExit>, ClientError> {
         loop {
             match self.client.recv()? {
-                Reply::JobStarted { .. } => started(),
+                Reply::JobStarted { .. } if !started() => return Ok(None),
+                Reply::JobStarted { .. } => {}
                 Reply::Output { stream, data, .. } => {
                     let bytes = b64::decode(&data).ok_or(ClientError::UndecodableOutput { job: self.job })?;
                     let written = match stream {
@@ -147,7 +151,7 @@ impl SubmittedJob {
                     };
                     written.map_err(|(stream, source)| ClientError::Output { stream, source })?;
                 }
-                Reply::JobEnded { exit, .. } => return Ok(exit),
+                Reply::JobEnded { exit, .. } => return Ok(Some(exit)),
                 Reply::JobRetried { job, reason } => {
                     let line = format!("kforge: job {job}: {reason}\n");
                     write_chunk(stderr, line.as_bytes())

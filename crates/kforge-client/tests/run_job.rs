@@ -128,3 +128,33 @@ fn a_retried_job_says_so_on_stderr_and_returns_the_second_runs_exit() {
     assert!(err.ends_with("kforge: job 7: CUDA out of memory beside others: run again, alone\n"), "{err}");
     daemon.join().unwrap();
 }
+
+/// A job the caller withdraws when it starts (`stream_output_with` answered `false`): no exit,
+/// and the connection is closed, which the daemon takes as the job's cancellation.
+#[test]
+fn a_job_withdrawn_when_it_starts_closes_its_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("d.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let daemon = std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        let _hello: Request = read_msg(&mut conn).unwrap();
+        write_msg(&mut conn, &Reply::Welcome { protocol: kforge_proto::PROTOCOL_VERSION, daemon_pid: 1 }).unwrap();
+        let _submit: Request = read_msg(&mut conn).unwrap();
+        write_msg(&mut conn, &queued()).unwrap();
+        write_msg(&mut conn, &Reply::JobStarted { job: 7, pid: 42 }).unwrap();
+        // What the client does next: nothing but close the connection.
+        let next: Result<Request, _> = read_msg(&mut conn);
+        next.is_err()
+    });
+    let job = kforge_client::Client::connect(&socket).unwrap().submit(spec(&["sleep", "60"])).unwrap();
+    let (mut out, mut err, mut asked) = (Vec::new(), Vec::new(), 0);
+    let exit = job
+        .stream_output_with(&mut out, &mut err, &mut || {
+            asked += 1;
+            false
+        })
+        .unwrap();
+    assert_eq!((exit, asked), (None, 1));
+    assert!(daemon.join().unwrap(), "the daemon read the connection's end");
+}

@@ -278,6 +278,21 @@ impl Spending {
         Admission::Refused(why)
     }
 
+    /// Why the step `of`, admitted earlier but whose job the daemon starts only now (it waited in
+    /// the daemon's queue: GPU memory, slots), must not run after all (`None`: it may): the wall
+    /// budget is spent, or its remainder is below what the step is expected to take. Run, it would
+    /// outlive the budget and be killed with its work lost; withdrawn, it waits for the next
+    /// run. A step started bounded is not asked (its deadline holds whenever it starts).
+    pub fn no_longer_fits(&self, of: StepOf<'_>) -> Option<String> {
+        let budget = self.budget.wall_s?;
+        let left = budget - self.wall_s();
+        if left <= 0.0 {
+            return Some("the wall budget is spent".into());
+        }
+        let e = self.expected_s(of).filter(|e| e.seconds > left)?;
+        Some(format!("a {} step takes {}, {left:.0} s of the wall budget are left", of.step, e.took(of.group)))
+    }
+
     /// Whether a step that bounds itself, expected to take `e`, starts bounded now: killed runs
     /// showed it to take longer than the whole `budget`, and at least `BOUNDED_START` of the
     /// budget is left (a run's start).
@@ -388,6 +403,26 @@ impl BudgetStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_step_whose_job_starts_late_is_withdrawn_when_the_rest_cannot_hold_it() {
+        let of = StepOf { step: "measure", group: "level1", problem: "level1/a.py" };
+        let none = Spending::new(Budget { gpu_s: Some(10.0), wall_s: None });
+        none.observe(of, 1e6);
+        assert_eq!(none.no_longer_fits(of), None, "no wall budget: nothing to outlive");
+        let s = Spending::since(Budget { gpu_s: None, wall_s: Some(100.0) }, Instant::now());
+        assert_eq!(s.no_longer_fits(of), None, "nothing says what it takes: it runs");
+        s.observe(of, 40.0);
+        assert_eq!(s.no_longer_fits(of), None, "40 s fit in the ~100 s left");
+        s.observe(StepOf { problem: "level1/b.py", ..of }, 400.0);
+        assert_eq!(
+            s.no_longer_fits(of).as_deref(),
+            Some("a measure step takes about 400 s here (the upper quartile of level1's 2), 100 s of the wall budget are left")
+        );
+        let late = Spending::since(Budget { gpu_s: None, wall_s: Some(1.0) }, Instant::now() - Duration::from_secs(5));
+        assert_eq!(late.no_longer_fits(of).as_deref(), Some("the wall budget is spent"));
+    }
 
     #[test]
     fn a_budget_is_positive_and_finite() {

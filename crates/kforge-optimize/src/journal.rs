@@ -184,6 +184,20 @@ impl Journal {
         )
     }
 
+    /// The step was withdrawn when its job started: the budget's remainder could no longer hold
+    /// it (`Spending::no_longer_fits`). Not a failure, and not a step done in full: it sets and
+    /// clears no floor, and the next run starts it again.
+    pub fn withdrawn(&self, id: u64, seconds: f64, why: &str) -> Result<(), StoreError> {
+        let end = StepEnd {
+            status: WITHDRAWN.into(),
+            finished_ns: now_ns(),
+            seconds,
+            error: Some(why.into()),
+            ..StepEnd::default()
+        };
+        self.store().step_finished(id, &end)
+    }
+
     pub fn failed(&self, id: u64, seconds: f64, error: &str) -> Result<(), StoreError> {
         let end = StepEnd {
             status: "failed".into(),
@@ -320,7 +334,9 @@ impl Journal {
             mark(run, ns);
         }
         let since = |s: &kforge_store::StepRow| {
-            let full = |t: &kforge_store::StepRow| t.status != "running" && t.outcome.as_deref() != Some(BOUNDED);
+            let full = |t: &kforge_store::StepRow| {
+                t.status != "running" && t.status != WITHDRAWN && t.outcome.as_deref() != Some(BOUNDED)
+            };
             rows.steps.iter().any(|t| t.id > s.id && t.problem == s.problem && t.step == s.step && full(t))
                 || rows
                     .decisions
@@ -352,6 +368,9 @@ impl Journal {
 /// The outcome of a step that ran bounded (`budget::Admission::Bounded`): its seconds are not
 /// what its kind takes in full, and it clears no floor.
 pub const BOUNDED: &str = "bounded";
+
+/// The status of a step withdrawn when its job started late (`Journal::withdrawn`).
+pub const WITHDRAWN: &str = "withdrawn";
 
 /// The verdict outcome's name as `kforge verify` writes it (`passed-without-performance`).
 pub fn verified_name(v: Verified) -> String {
@@ -490,6 +509,30 @@ mod tests {
             resumed.unfinished_seconds(|_| false).unwrap(),
             [("l1/c.py".to_string(), "config".to_string(), 60.0)],
             "the step that never left the queue ({queued}) sets no floor; the one that ran, from when it began"
+        );
+    }
+
+    #[test]
+    fn a_withdrawn_step_neither_clears_a_floor_nor_counts_as_what_its_kind_takes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.db");
+        let killed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let a = killed.started("l3/a.py", Step::Measure, "ha").unwrap();
+        killed.work_began(a).unwrap();
+        killed.alive().unwrap();
+        drop(killed);
+        let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let floor = resumed.unfinished_seconds(|_| false).unwrap();
+        assert_eq!(floor.len(), 1);
+        let again = resumed.started("l3/a.py", Step::Measure, "ha").unwrap();
+        resumed.work_began(again).unwrap();
+        resumed.withdrawn(again, 0.5, "a measure step takes at least 525 s here").unwrap();
+        assert_eq!(resumed.unfinished_seconds(|_| false).unwrap(), floor, "the floor stays");
+        assert_eq!(resumed.step_seconds().unwrap(), [], "nor is 0.5 s what a measure step takes");
+        let rows = resumed.rows().unwrap();
+        assert_eq!(
+            (rows.steps[0].status.as_str(), rows.steps[0].error.as_deref()),
+            (WITHDRAWN, Some("a measure step takes at least 525 s here"))
         );
     }
 

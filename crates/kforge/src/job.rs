@@ -28,19 +28,24 @@ pub struct JobRequest<'a> {
 /// return the exit, everything the job wrote on stderr, and the job's id (to look up its regions
 /// in the daemon's store).
 pub fn run_job(socket: &Path, req: JobRequest, stdout: &mut dyn Write) -> Result<(JobExit, String, u64)> {
-    run_job_to(socket, req, stdout, &mut std::io::stderr(), &mut |_| {})
+    let stderr = &mut std::io::stderr();
+    match run_job_to(socket, req, stdout, stderr, &mut |_| true)? {
+        (Some(exit), err, id) => Ok((exit, err, id)),
+        (None, _, id) => anyhow::bail!("job {id} was withdrawn without being asked to"),
+    }
 }
 
 /// `run_job` with the job's stderr passed to `stderr` (a copy kept and returned) instead of this
-/// process's, and `started` called with the job's id when the daemon starts it (it may wait in
-/// the daemon's queue first: GPU memory, slots).
+/// process's, and `started` asked with the job's id when the daemon starts it (it may wait in
+/// the daemon's queue first: GPU memory, slots) whether it should still run: `false` withdraws it
+/// (the daemon cancels it) and returns no exit.
 pub fn run_job_to(
     socket: &Path,
     req: JobRequest,
     stdout: &mut dyn Write,
     stderr: &mut dyn Write,
-    started: &mut dyn FnMut(u64),
-) -> Result<(JobExit, String, u64)> {
+    started: &mut dyn FnMut(u64) -> bool,
+) -> Result<(Option<JobExit>, String, u64)> {
     let JobRequest { argv, device, label, timeout_s, gpu_memory_bytes, warm, own_process } = req;
     let spec = SubmitSpec {
         argv,

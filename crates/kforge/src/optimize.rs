@@ -730,6 +730,7 @@ impl Run<'_> {
             until,
             step_id: Cell::new(None),
             began: Cell::new(None),
+            withdrawn: Cell::new(None),
         };
         let outcome = p.steps()?;
         if let (Some(d), Outcome::Decided { report, .. }) = (&self.decisions, &outcome) {
@@ -1039,10 +1040,12 @@ struct ProblemRun<'a> {
     /// The Unix time by which the measure step about to run must stop preparing variants, when
     /// the budget started it bounded (`Admission::Bounded`); set by `step` before its work.
     until: Cell<Option<f64>>,
-    /// The journal's id of the step running now (set by `step` before its work).
-    step_id: Cell<Option<u64>>,
+    /// The journal's id of the step running now, and which step (set by `step` before its work).
+    step_id: Cell<Option<(u64, Step)>>,
     /// When the running step's work began (its daemon job started), if it has.
     began: Cell<Option<Instant>>,
+    /// Why the running step was withdrawn when its job started late (`still_runs`).
+    withdrawn: Cell<Option<String>>,
 }
 
 impl ProblemRun<'_> {
@@ -1053,9 +1056,22 @@ impl ProblemRun<'_> {
         if self.began.get().is_none() {
             self.began.set(Some(Instant::now()));
         }
-        if let Some(id) = self.step_id.get() {
+        if let Some((id, _)) = self.step_id.get() {
             let _ = self.run.journal.work_began(id);
         }
+    }
+
+    /// The daemon started the running step's job now: whether it should still run. A step the
+    /// budget admitted whose job waited in the daemon's queue until the wall budget's remainder
+    /// can no longer hold it is withdrawn (`Spending::no_longer_fits`; `step` journals it and the
+    /// problem is not reached): run, it would be killed at the end with its work lost. A step
+    /// started bounded runs whenever it starts (its deadline holds).
+    fn still_runs(&self) -> bool {
+        self.work_began();
+        let (None, Some((_, step))) = (self.until.get(), self.step_id.get()) else { return true };
+        let Some(why) = self.run.spending.no_longer_fits(self.step_of(step)) else { return true };
+        self.withdrawn.set(Some(why));
+        false
     }
 
     /// Journal that this run decides the problem again, before its first step (`--redecide`), and
@@ -1420,7 +1436,7 @@ impl ProblemRun<'_> {
         let id = journal.started(&self.question.problem, step, input_hash)?;
         self.progress(&format!("{}…", step.name()));
         let t0 = Instant::now();
-        self.step_id.set(Some(id));
+        self.step_id.set(Some((id, step)));
         self.began.set(None);
         if !self.run.a.daemon || step == Step::Llm {
             self.work_began(); // no daemon job of its own to wait for
@@ -1436,6 +1452,15 @@ impl ProblemRun<'_> {
             let output = self.journaled_step_output(outputs[0]);
             Ok((StepDone { seconds, gpu_seconds, output, output_hash, outcome: w.outcome }, w.charged))
         });
+        if let Some(why) = self.withdrawn.take() {
+            let waited = self.began.get().map_or(0.0, |b| b.duration_since(t0).as_secs_f64());
+            journal.withdrawn(id, t0.elapsed().as_secs_f64(), &why)?;
+            self.progress(&format!(
+                "not reached: budget (its {} step's job started only after {waited:.1} s in the daemon's queue: {why}; withdrawn)",
+                step.name()
+            ));
+            return Ok(None);
+        }
         match done {
             Ok((d, charged)) => {
                 journal.done(id, &d)?;
@@ -1796,8 +1821,9 @@ impl ProblemRun<'_> {
             };
             let (mut log, shown) = self.step_log(step)?;
             let mut err_log = log.try_clone().with_context(|| format!("opening {shown}"))?;
-            let began = &mut |_| self.work_began();
-            let (exit, err, id) = crate::job::run_job_to(self.run.socket, req, &mut log, &mut err_log, began)?;
+            let still_runs = &mut |_| self.still_runs();
+            let (exit, err, id) = crate::job::run_job_to(self.run.socket, req, &mut log, &mut err_log, still_runs)?;
+            let Some(exit) = exit else { bail!("the {step} step was withdrawn when its job started") };
             if exit.code != Some(0) {
                 let why = exit.reason.as_deref().map(|r| format!(" ({r}; --step-limit-s {})", a.step_limit_s));
                 let (code, why) = (exit.code, why.unwrap_or_default());

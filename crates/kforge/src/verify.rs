@@ -379,10 +379,14 @@ fn run_candidate_job(
         own_process: true,
     };
     let queued = Instant::now();
-    let say = &mut |job| eprintln!("{}", crate::job::started_line("kforge verify", job, queued.elapsed()));
+    let say = &mut |job| {
+        eprintln!("{}", crate::job::started_line("kforge verify", job, queued.elapsed()));
+        true
+    };
     let (exit, err_text) =
         match crate::job::run_job_to(socket, req, &mut std::io::stdout(), &mut std::io::stderr(), say) {
-            Ok((exit, err, _)) => (exit, err),
+            Ok((Some(exit), err, _)) => (exit, err),
+            Ok((None, _, id)) => anyhow::bail!("job {id} was withdrawn without being asked to"),
             // No daemon, or it went away mid-run: the environment's, with what passed until then.
             Err(e) => {
                 let progress = Progress::parse(&std::fs::read_to_string(&progress).unwrap_or_default());
