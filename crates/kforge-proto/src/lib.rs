@@ -110,6 +110,10 @@ pub struct SubmitSpec {
     pub own_process: bool,
 }
 
+/// A job whose peak GPU memory is neither declared nor learned is expected to peak at its
+/// device's total memory divided by this (docs/protocol.md, "GPU memory admission").
+pub const DEFAULT_GPU_MEMORY_SHARE: u64 = 4;
+
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum Request {

@@ -581,6 +581,18 @@ impl Run<'_> {
         std::fs::write(path, page).with_context(|| format!("writing the HTML report {}", path.display()))
     }
 
+    /// A note when more problems are in flight than the daemon admits jobs at once
+    /// (`admission_note`). Without an answer from the daemon, none (its own error comes later).
+    fn note_admission(&self, in_flight: usize) {
+        let Ok(mut c) = kforge_client::Client::connect(self.socket) else { return };
+        let Ok(kforge_proto::Reply::Status(status)) = c.request(&kforge_proto::Request::Status) else { return };
+        let declared = crate::job::gpu_memory_bytes(self.a.gpu_memory).ok().flatten();
+        let rooms: Vec<DeviceRoom> = status.devices.iter().map(DeviceRoom::of).collect();
+        if let Some(note) = admission_note(&rooms, &self.a.device, in_flight, declared) {
+            eprintln!("kforge optimize: note: {note}");
+        }
+    }
+
     /// Every problem below the directory, each in its own output folder, up to `--jobs` at
     /// once; a problem that fails is recorded as failed and the campaign goes on; those a budget
     /// kept from starting are `not-reached: budget`. Exit status 2 when any failed.
@@ -590,6 +602,9 @@ impl Run<'_> {
                 "{}: no problem file (*.py defining class Model, get_inputs(), get_init_inputs()) below it",
                 self.a.problem.display()
             );
+        }
+        if self.a.daemon && self.plan.jobs.min(problems.len()) > 1 {
+            self.note_admission(self.plan.jobs.min(problems.len()));
         }
         let next = AtomicUsize::new(0);
         let order = self.start_order(problems)?;
@@ -902,6 +917,51 @@ impl Run<'_> {
 /// Run `cmd`, its stderr kept: its exit status, or `None` when it ran past `limit` and was
 /// killed. It stays in this process's group, so a Ctrl-C reaches it too (Inductor's compile
 /// workers leave when their parent is gone).
+/// What a device of the daemon holds for admission (`admission_note`): its name, whether it is
+/// a GPU, its total memory (None: no sample) and its `max_concurrent`.
+struct DeviceRoom {
+    name: String,
+    gpu: bool,
+    total_bytes: Option<u64>,
+    max_concurrent: usize,
+}
+
+impl DeviceRoom {
+    fn of(d: &kforge_proto::DeviceStatus) -> DeviceRoom {
+        let total_bytes = d.memory.as_ref().map(|m| m.total_bytes);
+        DeviceRoom { name: d.name.clone(), gpu: d.kind == "gpu", total_bytes, max_concurrent: d.max_concurrent }
+    }
+}
+
+/// Why `in_flight` problems' jobs will wait in the daemon's queue, if they will: the devices
+/// they may use (`device`: `auto` is every GPU) admit fewer of them at once, each expected to
+/// peak at the `declared` bytes (`--gpu-memory`) or at the daemon's default for unknown jobs, and
+/// no more than a device's `max_concurrent`. None when they fit, or a device has no memory sample.
+fn admission_note(rooms: &[DeviceRoom], device: &str, in_flight: usize, declared: Option<u64>) -> Option<String> {
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let mut fit = 0;
+    let mut each = Vec::new();
+    for d in rooms.iter().filter(|d| if device == "auto" { d.gpu } else { d.name == device }) {
+        let total = d.total_bytes?;
+        let peak = declared.unwrap_or(total / kforge_proto::DEFAULT_GPU_MEMORY_SHARE).max(1);
+        let n = usize::try_from(total / peak).unwrap_or(usize::MAX).min(d.max_concurrent);
+        fit += n;
+        each.push(format!("{n} on {} ({:.1} of {:.1} GiB each)", d.name, gib(peak), gib(total)));
+    }
+    if fit == 0 || in_flight <= fit {
+        return None;
+    }
+    let whose = match declared {
+        Some(_) => "as --gpu-memory declares",
+        None => "the daemon's default for jobs it has not seen, unless earlier runs taught it less; --gpu-memory GIB declares it",
+    };
+    Some(format!(
+        "{in_flight} problems in flight, but the daemon admits about {fit} of their jobs at once ({}: peaks {whose}): \
+         the others wait in its queue, and fewer --jobs would start no more than fit",
+        each.join(", ")
+    ))
+}
+
 fn run_within(mut cmd: Command, limit: Duration) -> Result<(Option<std::process::ExitStatus>, String)> {
     use std::io::Read;
     let mut child = cmd.stderr(Stdio::piped()).spawn()?;
@@ -2076,6 +2136,32 @@ fn step_output_in(root: &Path, output: &str, names: &[&str], hash: &str) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn more_problems_in_flight_than_the_daemon_admits_get_a_note() {
+        const G: u64 = 1 << 30;
+        let room = |name: &str, gpu, total: Option<u64>, max_concurrent| DeviceRoom {
+            name: name.into(),
+            gpu,
+            total_bytes: total,
+            max_concurrent,
+        };
+        let h100 = [room("cpu", false, None, 4), room("0", true, Some(80 * G), 8)];
+        let note = admission_note(&h100, "auto", 8, None).unwrap();
+        assert!(note.starts_with("8 problems in flight, but the daemon admits about 4 of their jobs at once (4 on 0 (20.0 of 80.0 GiB each): peaks the daemon's default"), "{note}");
+        assert_eq!(admission_note(&h100, "auto", 4, None), None, "4 fit");
+        assert_eq!(admission_note(&h100, "0", 8, Some(9 * G)), None, "8 of 9 GiB fit");
+        let declared = admission_note(&h100, "0", 8, Some(30 * G)).unwrap();
+        assert!(
+            declared.contains("about 2 of their jobs") && declared.contains("as --gpu-memory declares"),
+            "{declared}"
+        );
+        let slots = [room("0", true, Some(80 * G), 2)];
+        assert!(admission_note(&slots, "auto", 3, Some(G)).unwrap().contains("about 2 of"), "max_concurrent caps it");
+        let two = [room("0", true, Some(80 * G), 8), room("1", true, Some(80 * G), 8)];
+        assert_eq!(admission_note(&two, "auto", 8, None), None, "4 on each of two GPUs");
+        assert_eq!(admission_note(&h100, "cpu", 8, None), None, "no memory sample: nothing to say");
+    }
 
     /// A step output journaled under one folder is found after the folder moved: a relative row
     /// under the journal's new folder, an absolute row (from before outputs were journaled

@@ -34,7 +34,7 @@ use kforge_store::{JobMemoryRow, LearnedPeak};
 use std::collections::HashMap;
 
 /// An unknown job is expected to peak at the device's total memory divided by this.
-pub(super) const DEFAULT_SHARE: u64 = 4;
+pub(super) const DEFAULT_SHARE: u64 = kforge_proto::DEFAULT_GPU_MEMORY_SHARE;
 /// How many later jobs may start before a queue head that waits for memory.
 pub(super) const MAX_PASSES: u32 = 4;
 /// Learned peaks kept (by command line and by label; the least recently used go). At start the
