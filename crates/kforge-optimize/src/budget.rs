@@ -282,15 +282,21 @@ impl Spending {
     /// the daemon's queue: GPU memory, slots), must not run after all (`None`: it may): the wall
     /// budget is spent, or its remainder is below what the step is expected to take. Run, it would
     /// outlive the budget and be killed with its work lost; withdrawn, it waits for the next
-    /// run. A step started bounded is not asked (its deadline holds whenever it starts).
+    /// run, and is counted among the steps held back. A step started bounded is not asked (its
+    /// deadline holds whenever it starts).
     pub fn no_longer_fits(&self, of: StepOf<'_>) -> Option<String> {
         let budget = self.budget.wall_s?;
         let left = budget - self.wall_s();
-        if left <= 0.0 {
-            return Some("the wall budget is spent".into());
-        }
-        let e = self.expected_s(of).filter(|e| e.seconds > left)?;
-        Some(format!("a {} step takes {}, {left:.0} s of the wall budget are left", of.step, e.took(of.group)))
+        let why = if left <= 0.0 {
+            "the wall budget is spent".to_string()
+        } else {
+            let e = self.expected_s(of).filter(|e| e.seconds > left)?;
+            format!("a {} step takes {}, {left:.0} s of the wall budget are left", of.step, e.took(of.group))
+        };
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.0 += 1;
+        held.1.get_or_insert_with(|| why.clone());
+        Some(why)
     }
 
     /// Whether a step that bounds itself, expected to take `e`, starts bounded now: killed runs
@@ -422,6 +428,11 @@ mod tests {
         );
         let late = Spending::since(Budget { gpu_s: None, wall_s: Some(1.0) }, Instant::now() - Duration::from_secs(5));
         assert_eq!(late.no_longer_fits(of).as_deref(), Some("the wall budget is spent"));
+        assert_eq!(
+            (s.status().held_back, late.status().held_back, none.status().held_back),
+            (1, 1, 0),
+            "each withdrawal counts among the steps held back"
+        );
     }
 
     #[test]

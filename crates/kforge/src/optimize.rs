@@ -1108,24 +1108,37 @@ struct ProblemRun<'a> {
     withdrawn: Cell<Option<String>>,
 }
 
+/// Clears a problem's running-step state (`step_id`, `began`, `withdrawn`) when `step` returns:
+/// a job run after the step (the baseline's result file) is no step's.
+struct StepEnds<'a, 'b>(&'a ProblemRun<'b>);
+
+impl Drop for StepEnds<'_, '_> {
+    fn drop(&mut self) {
+        self.0.step_id.set(None);
+        self.0.began.set(None);
+        self.0.withdrawn.set(None);
+    }
+}
+
 impl ProblemRun<'_> {
     /// The running step's work begins now (its daemon job started, or it needs none): journaled
     /// so that a step that waited in the daemon's queue is not counted as having run. A failed
     /// write is not the step's failure (the budget's estimates are then only less precise).
+    /// Outside a step (a job `decide` runs after the last one) it does nothing.
     fn work_began(&self) {
+        let Some((id, _)) = self.step_id.get() else { return };
         if self.began.get().is_none() {
             self.began.set(Some(Instant::now()));
         }
-        if let Some((id, _)) = self.step_id.get() {
-            let _ = self.run.journal.work_began(id);
-        }
+        let _ = self.run.journal.work_began(id);
     }
 
     /// The daemon started the running step's job now: whether it should still run. A step the
     /// budget admitted whose job waited in the daemon's queue until the wall budget's remainder
     /// can no longer hold it is withdrawn (`Spending::no_longer_fits`; `step` journals it and the
     /// problem is not reached): run, it would be killed at the end with its work lost. A step
-    /// started bounded runs whenever it starts (its deadline holds).
+    /// started bounded runs whenever it starts (its deadline holds), and so does a job outside
+    /// a step.
     fn still_runs(&self) -> bool {
         self.work_began();
         let (None, Some((_, step))) = (self.until.get(), self.step_id.get()) else { return true };
@@ -1498,6 +1511,7 @@ impl ProblemRun<'_> {
         let t0 = Instant::now();
         self.step_id.set(Some((id, step)));
         self.began.set(None);
+        let _ends = StepEnds(self); // the step's state goes with it, however it returns
         if !self.run.a.daemon || step == Step::Llm {
             self.work_began(); // no daemon job of its own to wait for
         }
@@ -1818,9 +1832,8 @@ impl ProblemRun<'_> {
         let (log, shown) = self.step_log("verify")?;
         cmd.stdout(log.try_clone().with_context(|| format!("opening {shown}"))?).stderr(Stdio::piped());
         let mut child = cmd.spawn().context("running kforge verify")?;
-        let stderr = child.stderr.take().context("kforge verify's stderr")?;
         // Its stderr's reader is gone once this returns: a child still writing ends, and is waited for.
-        let copied = self.copy_watching_for_start(stderr, &log);
+        let copied = self.copy_watching_for_start(&mut child, &log);
         let status = child.wait().context("waiting for kforge verify")?;
         copied.with_context(|| format!("copying kforge verify's stderr into {shown}"))?;
         let text = std::fs::read_to_string(&verdict).with_context(|| {
@@ -1835,14 +1848,17 @@ impl ProblemRun<'_> {
     }
 
     /// Copy a `kforge verify` child's stderr into its step's log line by line until the child
-    /// closes it; its `started_line` (the daemon started its job) marks the step's work begun.
-    fn copy_watching_for_start(&self, from: std::process::ChildStderr, mut log: &std::fs::File) -> Result<()> {
+    /// closes it. Its `started_line` (the daemon started its job) marks the step's work begun,
+    /// or withdraws the step (`still_runs`): the child is killed, and with its connection gone
+    /// the daemon cancels its job.
+    fn copy_watching_for_start(&self, child: &mut std::process::Child, mut log: &std::fs::File) -> Result<()> {
         use std::io::{BufRead, Write};
+        let from = child.stderr.take().context("kforge verify's stderr")?;
         let mut lines = std::io::BufReader::new(from);
         let mut line = Vec::new();
         while lines.read_until(b'\n', &mut line)? > 0 {
-            if crate::job::is_started_line(String::from_utf8_lossy(&line).trim_end()) {
-                self.work_began();
+            if crate::job::is_started_line(String::from_utf8_lossy(&line).trim_end()) && !self.still_runs() {
+                child.kill().context("withdrawing kforge verify")?;
             }
             log.write_all(&line)?;
             line.clear();

@@ -57,8 +57,8 @@ impl Daemon {
         }
         if spec.own_process && !self.cfg.worker_fork {
             return match explicit {
-                true => Err("this command needs a process of its own and the warm workers run jobs in their own \
-                     process: start the daemon with --worker-fork, or run it without --warm"
+                true => Err("this command needs a process of its own, and the warm workers run each job inside \
+                     the worker's process: start the daemon with --worker-fork, or run it without --warm"
                     .into()),
                 false => Ok(None), // routed by --warm-python: cold, in a process of its own
             };
