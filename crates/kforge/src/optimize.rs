@@ -1101,7 +1101,7 @@ struct ProblemRun<'a> {
     /// the budget started it bounded (`Admission::Bounded`); set by `step` before its work.
     until: Cell<Option<f64>>,
     /// The journal's id of the step running now, and which step (set by `step` before its work).
-    step_id: Cell<Option<(u64, Step)>>,
+    step_id: Cell<Option<(u64, Step, Instant)>>,
     /// When the running step's work began (its daemon job started), if it has.
     began: Cell<Option<Instant>>,
     /// Why the running step was withdrawn when its job started late (`still_runs`).
@@ -1126,9 +1126,13 @@ impl ProblemRun<'_> {
     /// write is not the step's failure (the budget's estimates are then only less precise).
     /// Outside a step (a job `decide` runs after the last one) it does nothing.
     fn work_began(&self) {
-        let Some((id, _)) = self.step_id.get() else { return };
+        let Some((id, step, t0)) = self.step_id.get() else { return };
         if self.began.get().is_none() {
             self.began.set(Some(Instant::now()));
+            let waited = t0.elapsed().as_secs_f64();
+            if waited >= 1.0 {
+                self.progress(&format!("{}: its job started after {waited:.1} s in the daemon's queue", step.name()));
+            }
         }
         let _ = self.run.journal.work_began(id);
     }
@@ -1141,7 +1145,7 @@ impl ProblemRun<'_> {
     /// a step.
     fn still_runs(&self) -> bool {
         self.work_began();
-        let (None, Some((_, step))) = (self.until.get(), self.step_id.get()) else { return true };
+        let (None, Some((_, step, _))) = (self.until.get(), self.step_id.get()) else { return true };
         let Some(why) = self.run.spending.no_longer_fits(self.step_of(step)) else { return true };
         self.withdrawn.set(Some(why));
         false
@@ -1509,7 +1513,7 @@ impl ProblemRun<'_> {
         let id = journal.started(&self.question.problem, step, input_hash)?;
         self.progress(&format!("{}…", step.name()));
         let t0 = Instant::now();
-        self.step_id.set(Some((id, step)));
+        self.step_id.set(Some((id, step, t0)));
         self.began.set(None);
         let _ends = StepEnds(self); // the step's state goes with it, however it returns
         if !self.run.a.daemon || step == Step::Llm {
