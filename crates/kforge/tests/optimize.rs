@@ -761,14 +761,15 @@ fn through_the_daemon_the_measurement_counts_its_region_time() {
     if let Some(v) = j.steps.iter().find(|s| s.step == "verify") {
         assert_eq!(v.gpu_seconds_kind.as_deref(), Some("region"), "{v:?}");
     }
-    // Each step's work is journaled as begun when its job started (the verify step's from the
-    // line `kforge verify` writes then), never before the step itself.
-    assert!(j.steps.iter().any(|s| s.step == "verify"), "{:?}", j.steps);
+    // Each step's work is journaled as begun when its job started (the verify step's, when a
+    // winner was verified, from the line `kforge verify` writes then), never before the step itself.
     for s in &j.steps {
         assert!(matches!(s.work, kforge_store::WorkStart::Since(ns) if ns >= s.started_ns), "{s:?}");
     }
-    let log = std::fs::read_to_string(out.join("logs/verify.log")).unwrap();
-    assert!(log.contains("kforge verify: the daemon started job "), "{log}");
+    if j.steps.iter().any(|s| s.step == "verify") {
+        let log = std::fs::read_to_string(out.join("logs/verify.log")).unwrap();
+        assert!(log.contains("kforge verify: the daemon started job "), "{log}");
+    }
     let jobs = d.report().jobs;
     assert!(jobs
         .iter()

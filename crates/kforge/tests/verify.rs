@@ -336,6 +336,11 @@ fn through_the_daemon_the_candidate_is_a_job() {
     assert_eq!(v["outcome"], "passed-without-performance");
     assert_eq!(v["limits"]["via_daemon"], true);
     assert!(text.contains("correctness  seed-0-normal"), "progress streamed back: {text}");
+    let started = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        started.lines().any(|l| l.starts_with("kforge verify: the daemon started job ") && l.ends_with(" s in the daemon's queue")),
+        "the job's start is said on stderr (kforge optimize reads it): {started}"
+    );
     let o = run("mse/cheat_distribution.py");
     assert_eq!(o.status.code(), Some(1));
     // The daemon ran both as jobs labelled "verify:PROBLEM:SIZE".
