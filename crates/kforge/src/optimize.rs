@@ -913,10 +913,6 @@ impl Run<'_> {
     }
 }
 
-/// The content hash of files in `dir` (their names and contents, in order).
-/// Run `cmd`, its stderr kept: its exit status, or `None` when it ran past `limit` and was
-/// killed. It stays in this process's group, so a Ctrl-C reaches it too (Inductor's compile
-/// workers leave when their parent is gone).
 /// What a device of the daemon holds for admission (`admission_note`): its name, whether it is
 /// a GPU, its total memory (None: no sample) and its `max_concurrent`.
 struct DeviceRoom {
@@ -962,6 +958,9 @@ fn admission_note(rooms: &[DeviceRoom], device: &str, in_flight: usize, declared
     ))
 }
 
+/// Run `cmd`, its stderr kept: its exit status, or `None` when it ran past `limit` and was
+/// killed. It stays in this process's group, so a Ctrl-C reaches it too (Inductor's compile
+/// workers leave when their parent is gone).
 fn run_within(mut cmd: Command, limit: Duration) -> Result<(Option<std::process::ExitStatus>, String)> {
     use std::io::Read;
     let mut child = cmd.stderr(Stdio::piped()).spawn()?;
@@ -990,6 +989,7 @@ fn run_within(mut cmd: Command, limit: Duration) -> Result<(Option<std::process:
     Ok((status, err))
 }
 
+/// The content hash of files in `dir` (their names and contents, in order).
 fn files_hash(dir: &Path, names: &[&str]) -> Result<String> {
     let mut contents = Vec::new();
     for n in names {
