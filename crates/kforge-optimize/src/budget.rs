@@ -271,11 +271,15 @@ impl Spending {
         } else {
             String::new()
         };
-        let why = format!("a {step} step takes {took}, {:.0} s of the wall budget are left{never}", left.max(0.0));
+        Admission::Refused(self.hold(format!("{}{never}", short_of(step, &took, left))))
+    }
+
+    /// Count a step held back by the wall budget (the first one's reason kept); returns `why`.
+    fn hold(&self, why: String) -> String {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         held.0 += 1;
         held.1.get_or_insert_with(|| why.clone());
-        Admission::Refused(why)
+        why
     }
 
     /// Why the step `of`, admitted earlier but whose job the daemon starts only now (it waited in
@@ -291,12 +295,9 @@ impl Spending {
             "the wall budget is spent".to_string()
         } else {
             let e = self.expected_s(of).filter(|e| e.seconds > left)?;
-            format!("a {} step takes {}, {left:.0} s of the wall budget are left", of.step, e.took(of.group))
+            short_of(of.step, &e.took(of.group), left)
         };
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.0 += 1;
-        held.1.get_or_insert_with(|| why.clone());
-        Some(why)
+        Some(self.hold(why))
     }
 
     /// Whether a step that bounds itself, expected to take `e`, starts bounded now: killed runs
@@ -380,6 +381,12 @@ impl Spending {
             held_why,
         }
     }
+}
+
+/// Why a step does not fit what is left of the wall budget: "a measure step takes about 400 s
+/// here (…), 100 s of the wall budget are left".
+fn short_of(step: &str, took: &str, left: f64) -> String {
+    format!("a {step} step takes {took}, {:.0} s of the wall budget are left", left.max(0.0))
 }
 
 impl BudgetStatus {

@@ -28,8 +28,21 @@ pub struct JobRequest<'a> {
 /// return the exit, everything the job wrote on stderr, and the job's id (to look up its regions
 /// in the daemon's store).
 pub fn run_job(socket: &Path, req: JobRequest, stdout: &mut dyn Write) -> Result<(JobExit, String, u64)> {
-    let stderr = &mut std::io::stderr();
-    match run_job_to(socket, req, stdout, stderr, &mut |_| true)? {
+    run_job_telling(socket, req, stdout, &mut |_| {})
+}
+
+/// `run_job`, telling `started` the job's id when the daemon starts it (never withdrawn).
+pub fn run_job_telling(
+    socket: &Path,
+    req: JobRequest,
+    stdout: &mut dyn Write,
+    started: &mut dyn FnMut(u64),
+) -> Result<(JobExit, String, u64)> {
+    let told = &mut |id| {
+        started(id);
+        true
+    };
+    match run_job_to(socket, req, stdout, &mut std::io::stderr(), told)? {
         (Some(exit), err, id) => Ok((exit, err, id)),
         (None, _, id) => anyhow::bail!("job {id} was withdrawn without being asked to"),
     }

@@ -379,29 +379,24 @@ fn run_candidate_job(
         own_process: true,
     };
     let queued = Instant::now();
-    let say = &mut |job| {
-        eprintln!("{}", crate::job::started_line("kforge verify", job, queued.elapsed()));
-        true
-    };
-    let (exit, err_text) =
-        match crate::job::run_job_to(socket, req, &mut std::io::stdout(), &mut std::io::stderr(), say) {
-            Ok((Some(exit), err, _)) => (exit, err),
-            Ok((None, _, id)) => anyhow::bail!("job {id} was withdrawn without being asked to"),
-            // No daemon, or it went away mid-run: the environment's, with what passed until then.
-            Err(e) => {
-                let progress = Progress::parse(&std::fs::read_to_string(&progress).unwrap_or_default());
-                let fix = if a.warm {
-                    "start the daemon with warm workers that fork (kforge daemon --warm-workers N --worker-fork), \
+    let say = &mut |job| eprintln!("{}", crate::job::started_line("kforge verify", job, queued.elapsed()));
+    let (exit, err_text) = match crate::job::run_job_telling(socket, req, &mut std::io::stdout(), say) {
+        Ok((exit, err, _)) => (exit, err),
+        // No daemon, or it went away mid-run: the environment's, with what passed until then.
+        Err(e) => {
+            let progress = Progress::parse(&std::fs::read_to_string(&progress).unwrap_or_default());
+            let fix = if a.warm {
+                "start the daemon with warm workers that fork (kforge daemon --warm-workers N --worker-fork), \
                  or run without --warm"
-                } else {
-                    "start the daemon (kforge daemon) and run it again, or run without --daemon"
-                };
-                let mut cause = Cause::environment("daemon", format!("--daemon: {e:#}"), Some(fix.into()));
-                (cause.stage, cause.check) = progress.running.clone().unzip();
-                let result = RunnerResult { checks: progress.checks, ..Default::default() };
-                return Ok(Evidence { findings: Vec::new(), result: Some(result), cause: Some(cause) });
-            }
-        };
+            } else {
+                "start the daemon (kforge daemon) and run it again, or run without --daemon"
+            };
+            let mut cause = Cause::environment("daemon", format!("--daemon: {e:#}"), Some(fix.into()));
+            (cause.stage, cause.check) = progress.running.clone().unzip();
+            let result = RunnerResult { checks: progress.checks, ..Default::default() };
+            return Ok(Evidence { findings: Vec::new(), result: Some(result), cause: Some(cause) });
+        }
+    };
     limits["via_daemon"] = serde_json::json!(true);
     limits["warm"] = serde_json::json!(a.warm);
     limits["memory_limit_enforced"] = serde_json::json!(false);

@@ -56,12 +56,12 @@ impl Daemon {
             return Err(format!("--warm runs Python commands only; {:?} is not a Python interpreter", spec.argv[0]));
         }
         if spec.own_process && !self.cfg.worker_fork {
-            return match explicit {
-                true => Err("this command needs a process of its own, and the warm workers run each job inside \
-                     the worker's process: start the daemon with --worker-fork, or run it without --warm"
-                    .into()),
-                false => Ok(None), // routed by --warm-python: cold, in a process of its own
-            };
+            if !explicit {
+                return Ok(None); // routed by --warm-python: cold, in a process of its own
+            }
+            return Err("this command needs a process of its own, and the warm workers run each job inside \
+                 the worker's process: start the daemon with --worker-fork, or run it without --warm"
+                .into());
         }
         let d = &self.devices[device];
         match warm_argv(&spec.argv) {
