@@ -196,6 +196,59 @@ def test_a_bounded_step_still_prepares_eager_and_the_warmed_variants_after_a_lon
     assert sorted(ready) == ["default", "eager"] and report["default+freezing"]["not_prepared"] == dispatch.NOT_PREPARED
 
 
+def test_a_compile_still_running_at_the_deadline_is_interrupted(monkeypatch: pytest.MonkeyPatch,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A max-autotune compile under load outlived a bounded step (expected to take the longest
+    compile so far, it took longer than the rest of the step) and the run killed the step with
+    its work: the deadline's alarm interrupts it; what was prepared before stays ready, it and
+    the variants after it are not prepared, and the alarm is gone afterwards."""
+    real = dispatch.build
+
+    def build(model: Any, mode: str) -> Any:
+        if mode == "max-autotune-no-cudagraphs":
+            limit = time.monotonic() + 60.0
+            while time.monotonic() < limit:  # a compile that outlives the step: only the alarm ends it
+                pass
+            raise AssertionError("the deadline's alarm never interrupted the compile")
+        return real(model, "eager")
+
+    monkeypatch.setattr(dispatch, "build", build)
+    ref = dispatch.reference(dispatch.load_problem(VECTOR_ADD, "default"), torch.device("cpu"))
+    modes = ["default", "eager", "max-autotune-no-cudagraphs", "default+freezing"]
+    dispatch.prepare_modes(ref, modes[:2], torch.device("cpu"))  # the first calls' one-time costs paid here
+    ready, report = dispatch.prepare_modes(ref, modes, torch.device("cpu"), until=time.time() + 2.0)
+    assert sorted(ready) == ["default", "eager"]
+    assert report["max-autotune-no-cudagraphs"] == {"ok": False, "not_prepared": dispatch.INTERRUPTED}
+    assert report["default+freezing"] == {"ok": False, "not_prepared": dispatch.NOT_PREPARED}
+    assert "interrupted max-autotune-no-cudagraphs after" in capsys.readouterr().err
+    import signal
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0) and signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
+    # The baseline is never interrupted: past the deadline it is prepared all the same.
+    ready, report = dispatch.prepare_modes(ref, modes[:2], torch.device("cpu"), until=time.time() - 1.0)
+    assert list(ready) == ["default"] and report["eager"]["not_prepared"] == dispatch.NOT_PREPARED
+
+
+def test_timing_rounds_past_the_first_two_stop_at_the_steps_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = SimpleNamespace(now=1000.0)
+
+    def bench(fns: List[Any], name: str, **kw: Any) -> List[List[float]]:
+        clock.now += 10.0  # each round takes 10 s
+        return [[1.0 + i] * 3 for i in range(len(fns))]
+
+    monkeypatch.setattr(dispatch, "do_bench_interleaved", bench)
+    monkeypatch.setattr(dispatch, "time", SimpleNamespace(time=lambda: clock.now, perf_counter=lambda: clock.now))
+    problem = dispatch.load_problem(VECTOR_ADD, "default")
+    fns = {"eager": lambda *xs: None, "default": lambda *xs: None}
+    # Warm-up and two rounds run although the end comes after the first; then none would fit.
+    out = dispatch.time_rounds(problem, fns, "eager", torch.device("cpu"), 5, end=clock.now + 15.0)
+    assert len(out["default"]) == dispatch.MIN_ROUNDS == 2 and clock.now == 1030.0
+    # Room for two more rounds: four timed.
+    out = dispatch.time_rounds(problem, fns, "eager", torch.device("cpu"), 5, end=clock.now + 50.0)
+    assert len(out["default"]) == 4
+    out = dispatch.time_rounds(problem, fns, "eager", torch.device("cpu"), 5)
+    assert len(out["default"]) == 5
+
+
 def test_bad_input_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = str(tmp_path / "r.json")
     no_model = tmp_path / "no_model.py"
@@ -207,6 +260,8 @@ def test_bad_input_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         ([VECTOR_ADD, "--modes", "eager,warp-speed"], "unknown mode 'warp-speed'"),
         ([VECTOR_ADD, "--modes", "eager,default", "--rounds", "1"], "--rounds must be at least 2"),
         ([VECTOR_ADD, "--modes", "eager,default", "--size", "large"], "no LARGE dict"),
+        ([VECTOR_ADD, "--modes", "eager,default", "--prepare-until", "2000", "--until", "1000"],
+         "comes before --prepare-until"),
     ):
         assert dispatch.main(argv + base) == 2
         assert why in capsys.readouterr().err

@@ -56,6 +56,10 @@ pub const BOUNDED_START: f64 = 0.75;
 /// A bounded step's own part (preparing variants): this share of the remainder; the rest is for
 /// its timing rounds and the problem's result and verify steps.
 pub const BOUNDED_SHARE: f64 = 0.65;
+/// A bounded step's end (a measure step's `--until`: no timing round past its first two after
+/// it): this share of the remainder. The rest is the slack before the run's kill; the problem's
+/// result and verify steps wait for the next run when they no longer fit.
+pub const BOUNDED_END_SHARE: f64 = 0.9;
 
 /// One step's wall seconds among its kind's (`Spending::durations`).
 #[derive(Debug, Clone)]
@@ -79,9 +83,11 @@ pub struct StepOf<'a> {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Admission {
     Start,
-    /// It starts with `seconds` for its own bounded part; `why` says so.
+    /// It starts with `seconds` for its own bounded part and must end within `end_seconds`;
+    /// `why` says so.
     Bounded {
         seconds: f64,
+        end_seconds: f64,
         why: String,
     },
     /// It does not start: why.
@@ -258,7 +264,7 @@ impl Spending {
                 "no {step} step fits a --budget-wall-s of {budget:.0} in full: one takes {}; {then}",
                 e.took(group)
             );
-            return Admission::Bounded { seconds, why };
+            return Admission::Bounded { seconds, end_seconds: BOUNDED_END_SHARE * left, why };
         }
         let took = e.took(group);
         let never = if bounds_itself && Self::bounded_at_a_runs_start(&e, budget) {
@@ -598,8 +604,10 @@ mod tests {
         let m = of("measure", "level3", "level3/a.py");
         s.observe_unfinished(m, 360.0);
         match s.admit(m, true) {
-            Admission::Bounded { seconds, why } => {
+            Admission::Bounded { seconds, end_seconds, why } => {
                 assert!(seconds > 0.6 * 300.0 && seconds <= BOUNDED_SHARE * 300.0, "{seconds}");
+                let end = end_seconds / BOUNDED_END_SHARE;
+                assert!(end_seconds > seconds && (end - seconds / BOUNDED_SHARE).abs() < 1e-9, "{end_seconds}");
                 assert!(why.starts_with("no measure step fits a --budget-wall-s of 300 in full: one takes at least 360 s here (this problem's had run that long when its run was killed); it prepares variants for"), "{why}");
             }
             other => panic!("{other:?}"),

@@ -1078,6 +1078,14 @@ impl Found {
 /// The config step's outputs (below the problem's folder): its measurement and result file.
 const CONFIG_OUTPUTS: [&str; 3] = ["config/config.json", "config/model_new.py", "config/policy.toml"];
 
+/// A bounded step's deadlines (Unix seconds): its bounded part's (`--prepare-until`,
+/// `--tune-until`) and its end's (`--until`).
+#[derive(Debug, Clone, Copy)]
+struct Deadline {
+    part: f64,
+    end: f64,
+}
+
 /// One problem's run: its steps, each journaled.
 struct ProblemRun<'a> {
     run: &'a Run<'a>,
@@ -1097,9 +1105,10 @@ struct ProblemRun<'a> {
     /// this run's, what deciding it cost (`Report::spent`).
     started: Instant,
     earlier: Cell<Spent>,
-    /// The Unix time by which the measure step about to run must stop preparing variants, when
-    /// the budget started it bounded (`Admission::Bounded`); set by `step` before its work.
-    until: Cell<Option<f64>>,
+    /// When the step about to run must stop its bounded part (a measure step preparing variants,
+    /// a config step tuning) and end, when the budget started it bounded
+    /// (`Admission::Bounded`); set by `step` before its work.
+    until: Cell<Option<Deadline>>,
     /// The journal's id of the step running now, and which step (set by `step` before its work).
     step_id: Cell<Option<(u64, Step, Instant)>>,
     /// When the running step's work began (its daemon job started), if it has.
@@ -1500,9 +1509,10 @@ impl ProblemRun<'_> {
         self.until.set(None);
         match self.run.spending.admit(self.step_of(step), step.bounds_itself()) {
             Admission::Start => {}
-            Admission::Bounded { seconds, why } => {
+            Admission::Bounded { seconds, end_seconds, why } => {
                 self.progress(&format!("{}: bounded: {why}", step.name()));
-                self.until.set(Some(unix_now_s() + seconds));
+                let now = unix_now_s();
+                self.until.set(Some(Deadline { part: now + seconds, end: now + end_seconds }));
             }
             Admission::Refused(why) => {
                 self.progress(&format!("not reached: budget (before its {} step: {why})", step.name()));
@@ -1770,7 +1780,7 @@ impl ProblemRun<'_> {
         if plan.compile_workers > 0 {
             args.extend(["--compile-workers".into(), plan.compile_workers.to_string()]);
         }
-        self.bounded_work(args, "--prepare-until", "dispatch")
+        self.bounded_work(args, ("--prepare-until", Some("--until")), "dispatch")
     }
 
     /// The config agent's search and result file (`config/`), run here or as a daemon job.
@@ -1784,14 +1794,18 @@ impl ProblemRun<'_> {
         args.extend(["--device".into(), "cuda".into(), "--size".into(), a.size.clone()]);
         args.extend(["--baseline".into(), plan.baseline.mode().into(), "--rounds".into(), a.rounds.to_string()]);
         args.extend(["--result-dir".into(), dir.display().to_string(), "--beat".into(), beat_arg(beat)]);
-        self.bounded_work(args, "--tune-until", "config")
+        self.bounded_work(args, ("--tune-until", None), "config")
     }
 
     /// A Python step that bounds itself: given a deadline (`until`, set when the budget
-    /// admitted it bounded) it gets `flag UNIX_S` and is journaled `bounded`.
-    fn bounded_work(&self, mut args: Vec<String>, flag: &str, step: &str) -> Result<Work> {
+    /// admitted it bounded) it gets `PART_FLAG UNIX_S` for its bounded part and, where it takes
+    /// one, `END_FLAG UNIX_S` for its end, and is journaled `bounded`.
+    fn bounded_work(&self, mut args: Vec<String>, flags: (&str, Option<&str>), step: &str) -> Result<Work> {
         let Some(until) = self.until.get() else { return self.python_work(args, step) };
-        args.extend([flag.into(), format!("{until:.3}")]);
+        args.extend([flags.0.into(), format!("{:.3}", until.part)]);
+        if let Some(end) = flags.1 {
+            args.extend([end.into(), format!("{:.3}", until.end)]);
+        }
         Ok(Work { outcome: Some(kforge_optimize::journal::BOUNDED.into()), ..self.python_work(args, step)? })
     }
 

@@ -675,6 +675,9 @@ fn a_measure_step_killed_past_the_budget_starts_bounded_next_time() {
     let at = now as f64 / 1e9;
     // 65 % of what was left of 200 s, at least three quarters of it when the step started.
     assert!(until > at + 0.75 * 0.65 * 200.0 && until < at + 0.65 * 200.0 + 30.0, "{until} vs {at}");
+    // Its end, 90 % of what was left, came with it (no timing round past the first two after it).
+    let end = m["until"].as_f64().expect("the step's end reached the measure step");
+    assert!(end > until + 0.75 * 0.25 * 200.0 && end < at + 0.9 * 200.0 + 30.0, "{end} vs {until}");
     let c = campaign(&out);
     assert!(c["problems"][0]["decision"].is_object(), "decided inside its budget: {c}");
     assert_eq!(c["budget"]["held_back"], 0, "{c}");

@@ -37,7 +37,9 @@ import hashlib
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
@@ -315,25 +317,92 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optiona
     report: Dict[str, Dict[str, Any]] = {}
     codes: Dict[str, Tuple[str, ...]] = {}
     longest: Dict[bool, Optional[float]] = {False: 0.0, True: None}  # the longest so far, by whether a cache hit
-    for i, mode in enumerate(modes, 1):
-        if until is not None and i > 1 and time.time() + expected_s(mode, longest, workers) > until:
-            report[mode] = {"ok": False, "not_prepared": NOT_PREPARED}
-            say(f"not prepared {mode} ({i} of {len(modes)}): {NOT_PREPARED}")
-            continue
-        t0 = time.perf_counter()
-        codes[mode] = prepare_warmed(mode, ref, dev, ready, report, workers, until)
-        if codes[mode]:  # what Inductor generated, autotune choices included (compare runs by it)
-            report[mode]["code"] = hashlib.sha256("".join(codes[mode]).encode()).hexdigest()[:16]
-        took = time.perf_counter() - t0
-        said = report[mode].get("warmed") or {}
-        hit = bool(said.get("ok") and said.get("cache_hit"))
-        longest[hit] = max(longest[hit] or 0.0, took)
-        state = "ready" if mode in ready else f"left out: {report[mode].get('why', 'its output differs from eager')}"
-        say(f"prepared {mode} ({i} of {len(modes)}) in {took:.1f} s: {state}")
+    if modes:  # the baseline: always prepared, never interrupted
+        prepare_next(1, modes, ref, dev, ready, report, codes, longest, workers, until)
+    started = time.perf_counter()
+    with deadline_alarm(until):
+        for i, mode in enumerate(modes[1:], 2):
+            try:
+                prepare_next(i, modes, ref, dev, ready, report, codes, longest, workers, until)
+            except StepDeadline:
+                cut_short(mode, modes[i:], ready, report, time.perf_counter() - started)
+                break
     for variant, other in same_code(modes, codes, ready).items():
         del ready[variant]  # not timed (Dynamo's cache may still hold its compiled copy)
         report[variant]["same_code_as"] = other
     return ready, report
+
+
+def prepare_next(i: int, modes: Sequence[str], ref: Reference, dev: Any, ready: Dict[str, Callable[..., Any]],
+                 report: Dict[str, Dict[str, Any]], codes: Dict[str, Tuple[str, ...]],
+                 longest: Dict[bool, Optional[float]], workers: Optional[CompileWorkers], until: Optional[float]) -> None:
+    """:func:`prepare_modes`' step for ``modes[i - 1]``: left out (``not_prepared``) when it
+    is not the baseline and is expected to end past ``until``; else prepared, its generated code
+    and its time recorded (``longest``, by whether its compile was a cache hit)."""
+    mode = modes[i - 1]
+    if until is not None and i > 1 and time.time() + expected_s(mode, longest, workers) > until:
+        report[mode] = {"ok": False, "not_prepared": NOT_PREPARED}
+        say(f"not prepared {mode} ({i} of {len(modes)}): {NOT_PREPARED}")
+        return
+    t0 = time.perf_counter()
+    codes[mode] = prepare_warmed(mode, ref, dev, ready, report, workers, until)
+    if codes[mode]:  # what Inductor generated, autotune choices included (compare runs by it)
+        report[mode]["code"] = hashlib.sha256("".join(codes[mode]).encode()).hexdigest()[:16]
+    took = time.perf_counter() - t0
+    said = report[mode].get("warmed") or {}
+    hit = bool(said.get("ok") and said.get("cache_hit"))
+    longest[hit] = max(longest[hit] or 0.0, took)
+    state = "ready" if mode in ready else f"left out: {report[mode].get('why', 'its output differs from eager')}"
+    say(f"prepared {mode} ({i} of {len(modes)}) in {took:.1f} s: {state}")
+
+
+class StepDeadline(BaseException):
+    """Raised in the main thread by :func:`deadline_alarm` when the step's preparation deadline
+    (``--prepare-until``) comes while a variant is still being prepared. A ``BaseException``,
+    so that a variant's own ``except Exception`` (a compile that fails is a variant left out)
+    does not take it for the variant's failure."""
+
+
+@contextlib.contextmanager
+def deadline_alarm(until: Optional[float]) -> Iterator[None]:
+    """``SIGALRM`` at ``until`` (Unix seconds) raising :class:`StepDeadline` inside the
+    ``with`` block, disarmed when it ends: a compile that started expected to end in time (the
+    estimate is the longest compile so far; one max-autotune compile under load took longer than
+    the whole rest of a step) is interrupted at the deadline instead of outliving the step, which
+    the run would then kill with all its work lost. Nothing without ``until``, off the main
+    thread (signals are delivered there only) or where ``setitimer`` does not exist."""
+    if until is None or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+    armed = [True]
+
+    def fire(signum: int, frame: Any) -> None:
+        if armed[0]:  # not once the block has ended (the signal may arrive while it ends)
+            raise StepDeadline()
+
+    previous = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, max(until - time.time(), 0.001))
+    try:
+        yield
+    finally:
+        armed[0] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+#: Why a variant was not prepared: the step's deadline came during its compile.
+INTERRUPTED = "the step's deadline came during its compile, which was interrupted"
+
+
+def cut_short(mode: str, rest: Sequence[str], ready: Dict[str, Callable[..., Any]],
+              report: Dict[str, Dict[str, Any]], after_s: float) -> None:
+    """The deadline came while ``mode`` was prepared: it is ``not_prepared`` (unless it had
+    become ready just before), and so is every variant after it (``rest``)."""
+    if mode not in ready:
+        report[mode] = {"ok": False, "not_prepared": INTERRUPTED}
+        say(f"interrupted {mode} after {after_s:.1f} s of the bounded preparation: {INTERRUPTED}")
+    for other in rest:
+        report[other] = {"ok": False, "not_prepared": NOT_PREPARED}
 
 
 #: What a cache hit is expected to take of a cold compile before one was timed: Dynamo traces
@@ -568,18 +637,27 @@ def prepare_rewrite(problem: Any, ref: Reference, baseline: str, classes: Sequen
 #: against itself was off by 5-60 % in a measurement's first rounds and within 0.1 % in its
 #: last ones (bench/results/optimize-campaign/), so the start of a measurement is not a round.
 WARMUP_ROUNDS = 1
+#: Timed rounds a step's end never cuts (an interval needs two).
+MIN_ROUNDS = 2
 
 
 def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str, dev: Any,
-                rounds: int) -> Dict[str, List[Tuple[float, float, float]]]:
+                rounds: int, end: Optional[float] = None) -> Dict[str, List[Tuple[float, float, float]]]:
     """Per mode (not the baseline), per round: (baseline ms, mode ms, baseline again ms), all of
     a round called in turn in one region on the round's fresh inputs; after ``WARMUP_ROUNDS``
-    rounds timed the same way and dropped."""
+    rounds timed the same way and dropped. With ``end`` (Unix seconds: the step's end), no
+    round starts after ``MIN_ROUNDS`` that would end past it, by the last round's duration:
+    fewer rounds, a wider interval, and a step that ends in its budget."""
     import torch
 
     others = [m for m in fns if m != baseline]
     out: Dict[str, List[Tuple[float, float, float]]] = {m: [] for m in others}
+    last_s = 0.0
     for r in range(-WARMUP_ROUNDS, rounds):
+        if end is not None and r >= MIN_ROUNDS and time.time() + last_s > end:
+            say(f"timed {r} of {rounds} rounds: another would end past the step's end")
+            break
+        t0 = time.time()
         xs = make_inputs(problem, 10 + r, "normal", dev)
         calls = [fns[baseline]] + [fns[m] for m in others] + [fns[baseline]]
         timed = [(lambda f=f: f(*xs)) for f in calls]
@@ -587,6 +665,7 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
             samples = do_bench_interleaved(timed, name=f"optimize:dispatch-round-{r}" if r >= 0 else "optimize:dispatch-warmup",
                                            prepare_each=timed,
                                            min_calls=ROUND_MIN_CALLS, device=str(dev))
+        last_s = time.time() - t0
         say(f"timed round {r + 1} of {rounds} ({len(calls)} calls in turn)" if r >= 0 else "timed a warm-up round")
         if r < 0:
             continue  # a warm-up round
@@ -654,16 +733,20 @@ def baseline_profile(fn: Callable[..., Any], xs: Sequence[Any], dev: Any) -> Dic
 
 def measure(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
             rewrite: Optional[Sequence[str]] = None, graph_rounds: int = 0, profile_baseline: bool = False,
-            until: Optional[float] = None, warm: Optional[WarmSpec] = None) -> Dict[str, Any]:
+            until: Optional[float] = None, warm: Optional[WarmSpec] = None, end: Optional[float] = None
+            ) -> Dict[str, Any]:
     """The whole agent step: modes prepared and checked (and with ``rewrite``, the exactness
     classes the rewrite agent may use, its variants), timed against ``modes[0]`` (the
     baseline), the choice; with ``graph_rounds``, then per graph (:func:`graph_search`). With
     ``until`` (Unix seconds), variants not prepared by then are left out (``not_prepared``), and
-    so are the rewrite and the per-graph search. With ``warm`` (``workers`` > 0), compile workers
+    so are the rewrite and the per-graph search; a compile still running at ``until`` is
+    interrupted (:func:`deadline_alarm`). With ``end`` (Unix seconds: the step's end), timing
+    rounds past the first two that would end after it are not run, nor is the per-graph search
+    (:func:`time_rounds`). With ``warm`` (``workers`` > 0), compile workers
     warm Inductor's caches ahead of the preparation (:mod:`.warm`)."""
     # every variant, the rewrite agent's two, explain's trace and the per-graph plans
     with room_to_compile(len(modes) + 3 + graph_rounds * MAX_GRAPH_PLANS):
-        return measure_in(problem, modes, dev, rounds, rewrite, graph_rounds, profile_baseline, until, warm)
+        return measure_in(problem, modes, dev, rounds, rewrite, graph_rounds, profile_baseline, until, warm, end)
 
 
 @dataclass(frozen=True)
@@ -859,12 +942,13 @@ def room_to_compile(variants: int) -> Iterator[None]:
 
 def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
                rewrite: Optional[Sequence[str]], graph_rounds: int = 0, profile_baseline: bool = False,
-               until: Optional[float] = None, warm: Optional[WarmSpec] = None) -> Dict[str, Any]:
+               until: Optional[float] = None, warm: Optional[WarmSpec] = None, end: Optional[float] = None
+               ) -> Dict[str, Any]:
     """:func:`measure` with room to compile every variant."""
 
-    def late(ahead: float = 0.0) -> bool:
-        """Whether work expected to take ``ahead`` seconds would end past ``until``."""
-        return until is not None and time.time() + ahead > until
+    def late(ahead: float = 0.0, deadline: Optional[float] = until) -> bool:
+        """Whether work expected to take ``ahead`` seconds would end past ``deadline``."""
+        return deadline is not None and time.time() + ahead > deadline
 
     baseline = modes[0]
     same = duplicates(modes)
@@ -888,6 +972,8 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
         result["compile_workers"] = workers_said
     if until is not None:
         result["prepare_until"] = until
+    if end is not None:
+        result["until"] = end
     if rewrite is not None and proposed is None:
         cut.append("the rewrite")
     if len(fns) < 2:
@@ -903,8 +989,11 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
             why += f"; not prepared, the step's deadline came first: {', '.join(cut)}"
         result.update({"modes": {}, "noise_floor": None, "winner": baseline, "fallback": True, "why": why})
     else:
-        result.update(choose(baseline, time_rounds(problem, fns, baseline, dev, rounds)))
-        if graphs is not None and not late():
+        result.update(choose(baseline, time_rounds(problem, fns, baseline, dev, rounds, end)))
+        timed = max((len(m["per_round"]) for m in result["modes"].values()), default=rounds)
+        if timed < rounds:
+            result["rounds_cut"] = f"{timed} of {rounds} rounds timed: another would have ended past the step's end"
+        if graphs is not None and not late(deadline=end if end is not None else until):
             result["graphs"] = graph_search(problem, ref, graphs, fns, result, dev, rounds, graph_rounds)
         elif graphs is not None:
             cut.append("the per-graph search")
@@ -943,9 +1032,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="be a compile worker: prepare these variants (comma-separated), print a JSON line as each is "
                          "done, time nothing, write no result")
     ap.add_argument("--prepare-until", type=float, default=None, metavar="UNIX_S",
-                    help="prepare no variant but the baseline after this time (Unix seconds); those left are recorded "
-                         "as not prepared and not timed (kforge optimize passes it to a measure step no wall budget of "
-                         "its size holds, so that the step ends inside it)")
+                    help="prepare no variant but the baseline after this time (Unix seconds), interrupting a compile "
+                         "still running then; those left are recorded as not prepared and not timed (kforge optimize "
+                         "passes it to a measure step no wall budget of its size holds, so that the step ends inside it)")
+    ap.add_argument("--until", type=float, default=None, metavar="UNIX_S",
+                    help="the step's end (Unix seconds): no timing round past the first two that would end after it, "
+                         "no per-graph search after it (kforge optimize passes it with --prepare-until)")
     a = ap.parse_args(argv)
     try:
         if a.rounds < 2:
@@ -954,6 +1046,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise DispatchError(f"--graph-rounds must be 0 (off) or more, got {a.graph_rounds}")
         if a.compile_workers < 0:
             raise DispatchError(f"--compile-workers must be 0 (none) or more, got {a.compile_workers}")
+        if a.until is not None and a.prepare_until is not None and a.until < a.prepare_until:
+            raise DispatchError(f"--until ({a.until:.3f}) comes before --prepare-until ({a.prepare_until:.3f}): "
+                                "the step's end must not come before its preparation's")
         rewrite = a.rewrite != ""
         # A compile worker is given its variants (the step checked them).
         modes = parse_modes(a.modes, a.baseline, "cpu" if a.device == "cpu" else "cuda", a.knobs, rewrite) \
@@ -977,7 +1072,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return 0
         warm = WarmSpec(a.problem, a.size, a.device, a.compile_workers)
         result = measure(problem, modes, torch.device(a.device), a.rounds, classes if rewrite else None, a.graph_rounds,
-                         bool(a.profile_baseline), a.prepare_until, warm)
+                         bool(a.profile_baseline), a.prepare_until, warm, a.until)
     except DispatchError as e:
         print(f"kforge optimize: {e}", file=sys.stderr)
         return 2
