@@ -22,7 +22,7 @@ from typing import Any, Dict, Optional, Set
 from .errors import KforgeError, KforgeWarning, ProtocolError
 
 #: Version of the message set spoken by this client (``kforge_proto::PROTOCOL_VERSION``).
-PROTOCOL_VERSION: int = 2
+PROTOCOL_VERSION: int = 3
 #: Largest accepted frame body in bytes (``kforge_proto::MAX_FRAME``).
 MAX_FRAME: int = 1 << 20
 

@@ -39,7 +39,7 @@ class FakeDaemon:
     (ids from 11). ``fail_enter`` makes region_enter answer with that error code.
     """
 
-    def __init__(self, protocol: int = 2) -> None:
+    def __init__(self, protocol: int = kforge.PROTOCOL_VERSION) -> None:
         self.protocol = protocol
         self.dir = tempfile.mkdtemp(prefix="kfd", dir="/tmp")
         self.path = os.path.join(self.dir, "d.sock")
@@ -134,7 +134,7 @@ def daemon_factory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Fa
     """Start fake daemons and point KFORGE_SOCKET at the latest one."""
     started: List[FakeDaemon] = []
 
-    def start(protocol: int = 2) -> FakeDaemon:
+    def start(protocol: int = kforge.PROTOCOL_VERSION) -> FakeDaemon:
         d = FakeDaemon(protocol)
         started.append(d)
         monkeypatch.setenv("KFORGE_SOCKET", d.path)

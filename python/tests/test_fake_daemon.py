@@ -20,18 +20,19 @@ def test_handshake(daemon: FakeDaemon) -> None:
         assert c.daemon_pid == 4242
         assert not c.closed
     assert c.closed
-    assert daemon.requests == [{"type": "hello", "protocol": 2, "client": "python"}]
+    assert daemon.requests == [{"type": "hello", "protocol": kforge.PROTOCOL_VERSION, "client": "python"}]
 
 
 def test_version_mismatch_raises_with_daemons_message(daemon_factory: Callable[..., FakeDaemon]) -> None:
-    d = daemon_factory(protocol=3)
-    with pytest.raises(KforgeError, match="daemon speaks protocol 3, client 2") as e:
+    newer = kforge.PROTOCOL_VERSION + 1
+    d = daemon_factory(protocol=newer)
+    with pytest.raises(KforgeError, match=f"daemon speaks protocol {newer}, client {kforge.PROTOCOL_VERSION}") as e:
         Client.connect(d.path)
     assert e.value.code == "version_mismatch"
 
 
 def test_version_mismatch_through_region(daemon_factory: Callable[..., FakeDaemon]) -> None:
-    daemon_factory(protocol=3)
+    daemon_factory(protocol=kforge.PROTOCOL_VERSION + 1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a refusing daemon is an error, not "no daemon"
         with pytest.raises(KforgeError, match="version_mismatch"):

@@ -23,7 +23,7 @@ def pair() -> Iterator[Tuple[socket.socket, socket.socket]]:
 
 
 def test_constants() -> None:
-    assert kforge.PROTOCOL_VERSION == 2
+    assert kforge.PROTOCOL_VERSION == 3
     assert MAX_FRAME == 1 << 20
 
 
@@ -38,7 +38,7 @@ def test_encode_layout() -> None:
 def test_round_trip(pair: Tuple[socket.socket, socket.socket]) -> None:
     a, b = pair
     msgs: List[Dict[str, Any]] = [
-        {"type": "hello", "protocol": 2, "client": "python"},
+        {"type": "hello", "protocol": 3, "client": "python"},
         {"type": "measurement", "region": None, "job": 3, "name": "naïve ✓", "samples_ms": [0.5, 1.25]},
         {"type": "status"},
     ]

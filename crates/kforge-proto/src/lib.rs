@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use std::io::{self, Read, Write};
 
 /// Version of the message set. Bumped on any incompatible change.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Largest accepted frame body, in bytes.
 pub const MAX_FRAME: usize = 1 << 20;
 

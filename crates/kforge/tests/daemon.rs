@@ -32,7 +32,8 @@ fn run_streams_output_sets_env_and_returns_exit_code() {
     let mut lines = stdout.lines();
     let first = lines.next().unwrap();
     assert!(first.starts_with("out:") && first.ends_with(":cpu:[]"), "{stdout}");
-    assert_eq!(lines.next(), Some("2"), "kforge package importable in jobs: {stdout}");
+    let version = kforge_proto::PROTOCOL_VERSION.to_string();
+    assert_eq!(lines.next(), Some(version.as_str()), "kforge package importable in jobs, of this protocol: {stdout}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("err"));
     let rep = d.report();
     assert_eq!(rep.jobs.len(), 1);
