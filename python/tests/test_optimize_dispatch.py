@@ -228,6 +228,27 @@ def test_a_compile_still_running_at_the_deadline_is_interrupted(monkeypatch: pyt
     assert list(ready) == ["default"] and report["eager"]["not_prepared"] == dispatch.NOT_PREPARED
 
 
+def test_a_bounded_step_prepares_what_fits_first_and_the_autotuning_compiles_last(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    built: List[str] = []
+    real = dispatch.build
+
+    def build(model: Any, mode: str) -> Any:
+        built.append(mode)
+        return real(model, "eager")
+
+    monkeypatch.setattr(dispatch, "build", build)
+    problem = dispatch.load_problem(VECTOR_ADD, "default")
+    modes = ["default", "max-autotune-no-cudagraphs", "eager", "default+freezing", "default+coordinate-descent"]
+    dispatch.measure(problem, modes, torch.device("cpu"), 2, until=time.time() + 600.0)
+    assert built == ["default", "eager", "default+freezing", "max-autotune-no-cudagraphs", "default+coordinate-descent"]
+    built.clear()
+    dispatch.measure(problem, modes, torch.device("cpu"), 2)  # unbounded: in the order given
+    assert built == modes
+    assert [dispatch.compile_class(v) for v in ("eager~rewrite", "reduce-overhead", "max-autotune+freezing",
+                                                "default+freezing+max-autotune-pointwise")] == [0, 1, 2, 2]
+
+
 def test_timing_rounds_past_the_first_two_stop_at_the_steps_end(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = SimpleNamespace(now=1000.0)
 
