@@ -78,7 +78,8 @@ A region never stays open for good: one open longer than its lease (the daemon's
 length, ``lease_ms`` of the grant; the daemon revokes it then anyway) is exited at the next
 event call of the thread, every open one is exited at interpreter exit (``atexit``) and by
 :meth:`AutoRegions.uninstall`, and a revoked region is reported on stderr, never raised into the
-script.
+script. A wrapped timing call still inside its region after :data:`LONG_HOLD_SHARE` of the lease
+is reported once on stderr with its thread's innermost frames (the reaper's long-hold report).
 
 Nesting. An automatic region is *joinable*: a ``kforge.region``/``kforge.do_bench`` entered inside
 it (``kforge.do_bench`` inside a user's event loop) runs inside the held region instead of asking
@@ -109,6 +110,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import weakref
 from types import ModuleType
 from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
@@ -134,6 +136,13 @@ LINGER_S = 0.05
 CONTINUE_WITHIN_LEASE = 0.5
 #: An automatic region entry that waits longer than this is reported on stderr while it waits.
 SLOW_ENTRY_S = 2.0
+#: A wrapped timing call still holding its region after this share of the region's lease is
+#: reported once on stderr, with where its thread is: the daemon revokes the region at the
+#: lease, and on the H100 Inductor's benchmark calls of a max-autotune compile were revoked so
+#: (something other than timing ran inside them: a lazy compile, a wait on a lock).
+LONG_HOLD_SHARE = 0.5
+#: Innermost frames of a long hold's report.
+HOLD_FRAMES = 8
 TIMER_METHODS = ("timeit", "blocked_autorange", "adaptive_autorange")
 #: Inductor's benchmarker methods, wrapped on each class of :data:`INDUCTOR_BENCHMARKING` that
 #: defines them: ``benchmark`` dispatches by device to the others; ``benchmark_gpu`` is the one
@@ -186,6 +195,17 @@ class _Open:
         self.done = threading.Event()
 
 
+class _Holding:
+    """A wrapped timing call holding its region (for the long-hold report)."""
+
+    def __init__(self, name: str, region: Region, opened: float, lease_s: float) -> None:
+        self.name = name
+        self.region = region
+        self.opened = opened
+        self.lease_s = lease_s
+        self.report_at: Optional[float] = opened + LONG_HOLD_SHARE * lease_s  # None: reported
+
+
 class _Waiting:
     """An automatic region entry in progress (for the slow-entry report)."""
 
@@ -195,6 +215,25 @@ class _Waiting:
         self.started = started
         self.next_report = started + SLOW_ENTRY_S
         self.reported = False
+
+
+def lease_of(r: Region) -> float:
+    """Region ``r``'s lease in seconds, from its grant (:data:`DEFAULT_LEASE_S` when it names
+    none)."""
+    lease_ms = (r.grant or {}).get("lease_ms")
+    return float(lease_ms) / 1e3 if isinstance(lease_ms, (int, float)) and lease_ms > 0 else DEFAULT_LEASE_S
+
+
+def describe_hold(tid: int, h: _Holding, now: float) -> str:
+    """The long-hold report's line: the region, how long of its lease, and the innermost
+    :data:`HOLD_FRAMES` frames of the holding thread, innermost first."""
+    frame = sys._current_frames().get(tid)
+    stack = traceback.extract_stack(frame)[-HOLD_FRAMES:] if frame is not None else []
+    where = " <- ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in reversed(stack))
+    return (
+        f"kforge --auto-regions: region {h.name!r} ({h.region.region}) held for {now - h.opened:.1f} s of its "
+        f"{h.lease_s:g} s lease; thread {tid} is at: {where or 'unknown'}"
+    )
 
 
 class AutoRegions:
@@ -223,6 +262,7 @@ class AutoRegions:
         self._local = threading.local()
         self._open: Dict[int, _Open] = {}  # by thread id: for the reaper and interpreter exit
         self._waiting: Dict[int, _Waiting] = {}  # entries in progress, by thread id
+        self._holding: Dict[int, _Holding] = {}  # wrapped calls inside their regions, by thread id
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._finder: Optional[_PatchOnImport] = None
@@ -244,6 +284,7 @@ class AutoRegions:
         self._reaper, self._reaper_pid = None, 0
         self._open = {k: v for k, v in self._open.items() if v.pid == os.getpid()}
         self._waiting = {}
+        self._holding = {}
 
     # -- regions -----------------------------------------------------------------------------
 
@@ -289,12 +330,25 @@ class AutoRegions:
             r = self._enter(name)
             if r is None:
                 return fn(*args, **kwargs)
+            tid = self._hold(name, r)
             try:
                 return fn(*args, **kwargs)
             finally:
+                with self._lock:
+                    self._holding.pop(tid, None)
                 self._exit(r)
         finally:
             self._local.quiet -= 1
+
+    def _hold(self, name: str, r: Region) -> int:
+        """Note that this thread's wrapped call holds ``r`` (the reaper reports it past
+        :data:`LONG_HOLD_SHARE` of its lease); returns the thread's id."""
+        tid = threading.get_ident()
+        h = _Holding(name, r, self.clock(), lease_of(r))
+        with self._cond:
+            self._holding[tid] = h
+            self._changed(h.report_at)
+        return tid
 
     def wrap(self, fn: Callable[..., Any], name: str) -> Callable[..., Any]:
         """``fn`` so that each call runs inside region ``name``."""
@@ -345,9 +399,7 @@ class AutoRegions:
         r = self._enter(EVENT_REGION)
         if r is None:
             return False
-        lease_ms = (r.grant or {}).get("lease_ms")
-        lease_s = float(lease_ms) / 1e3 if isinstance(lease_ms, (int, float)) and lease_ms > 0 else DEFAULT_LEASE_S
-        o = _Open(r, self.clock(), lease_s)
+        o = _Open(r, self.clock(), lease_of(r))
         self._local.open = o
         with self._lock:
             self._open[o.tid] = o
@@ -466,6 +518,15 @@ class AutoRegions:
                     w.next_report = now + SLOW_ENTRY_S
                     slow.append(self._describe_wait(tid, w, now))
                 nxt = max(w.next_report - now, 0.001)
+                wait = nxt if wait is None else min(wait, nxt)
+            for tid, h in self._holding.items():
+                if h.report_at is None:
+                    continue
+                if now >= h.report_at:
+                    h.report_at = None
+                    slow.append(describe_hold(tid, h, now))
+                    continue
+                nxt = h.report_at - now
                 wait = nxt if wait is None else min(wait, nxt)
             self._wake_at = None if wait is None else now + wait
         for o in due:

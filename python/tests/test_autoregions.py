@@ -19,7 +19,9 @@ import kforge
 from kforge.autoregions import (
     CONTINUE_WITHIN_LEASE,
     EVENT_REGION,
+    HOLD_FRAMES,
     LINGER_S,
+    LONG_HOLD_SHARE,
     SLOW_ENTRY_S,
     WRAPPED_MARK,
     AutoRegions,
@@ -289,6 +291,29 @@ def test_an_entry_that_waits_long_is_reported_while_it_waits(rig: Rig) -> None:
     assert not t.is_alive()
     assert rig.warnings[-1] == f"kforge --auto-regions: region '{EVENT_REGION}' was granted after 2.5 s"
     assert len(rig.warnings) == 2 and rig.auto.entered == {EVENT_REGION: 1}
+
+
+def test_a_wrapped_call_holding_its_region_long_is_reported_once_with_where_it_is(rig: Rig) -> None:
+    """Inductor's benchmark calls of a max-autotune compile held their regions to the lease (the
+    daemon revoked them): the report says where the holding thread was before that happens."""
+    reaped: List[Optional[float]] = []
+
+    def slow_benchmark() -> str:
+        reaped.append(rig.auto.reap())
+        rig.now += LONG_HOLD_SHARE * 60.0 + 1.0  # the fake daemon's grant says lease_ms 60000
+        reaped.append(rig.auto.reap())
+        reaped.append(rig.auto.reap())
+        return "timed"
+
+    assert rig.auto.wrap(slow_benchmark, "auto:test.benchmark")() == "timed"
+    assert rig.regions() == ["enter auto:test.benchmark", "exit"]
+    assert len(rig.warnings) == 1, rig.warnings
+    line = rig.warnings[0]
+    assert line.startswith("kforge --auto-regions: region 'auto:test.benchmark' (") and \
+        "held for 31.0 s of its 60 s lease; thread" in line, line
+    assert "slow_benchmark <- " in line and line.count(" <- ") == HOLD_FRAMES - 1, line
+    assert reaped[0] == pytest.approx(LONG_HOLD_SHARE * 60.0) and reaped[2] is None, reaped
+    assert rig.auto.reap() is None and len(rig.warnings) == 1, "nothing held after the call"
 
 
 def test_elapsed_time_exits_when_the_script_waited_some_other_way(rig: Rig) -> None:
