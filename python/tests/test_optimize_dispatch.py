@@ -223,9 +223,20 @@ def test_a_compile_still_running_at_the_deadline_is_interrupted(monkeypatch: pyt
     assert "interrupted max-autotune-no-cudagraphs after" in capsys.readouterr().err
     import signal
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0) and signal.getsignal(signal.SIGALRM) is signal.SIG_DFL
-    # The baseline is never interrupted: past the deadline it is prepared all the same.
+    # The baseline is not interrupted at the preparation's deadline: past it, it is prepared all the same.
     ready, report = dispatch.prepare_modes(ref, modes[:2], torch.device("cpu"), until=time.time() - 1.0)
     assert list(ready) == ["default"] and report["eager"]["not_prepared"] == dispatch.NOT_PREPARED
+    # Only at the step's end: a baseline whose compile outlives the whole step fails the step
+    # with the reason, instead of the run's kill taking every sibling's work with it.
+    slow = ["max-autotune-no-cudagraphs", "eager"]
+    ready, report = dispatch.prepare_modes(ref, slow, torch.device("cpu"), until=time.time() + 0.5, end=time.time() + 1.0)
+    assert ready == {} and report["eager"] == {"ok": False, "not_prepared": dispatch.NOT_PREPARED}
+    assert report["max-autotune-no-cudagraphs"]["why"].startswith(dispatch.BASELINE_PAST_END)
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    problem = dispatch.load_problem(VECTOR_ADD, "default")
+    with pytest.raises(dispatch.DispatchError, match="the baseline 'max-autotune-no-cudagraphs' was not prepared in time: "
+                                                     "its compile was still running at the step's end"):
+        dispatch.measure(problem, slow, torch.device("cpu"), 2, until=time.time() + 0.5, end=time.time() + 1.0)
 
 
 def test_a_bounded_step_prepares_what_fits_first_and_the_autotuning_compiles_last(

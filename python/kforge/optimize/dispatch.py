@@ -300,7 +300,7 @@ def reference(problem: Any, dev: Any) -> Reference:
 
 
 def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optional[float] = None,
-                  workers: Optional[CompileWorkers] = None
+                  workers: Optional[CompileWorkers] = None, end: Optional[float] = None
                   ) -> Tuple[Dict[str, Callable[..., Any]], Dict[str, Dict[str, Any]]]:
     """Per mode its callable on its own copy of the reference, its compile time and how its
     output compares with eager's; modes that fail or compute otherwise are left out of the first
@@ -317,9 +317,18 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optiona
     report: Dict[str, Dict[str, Any]] = {}
     codes: Dict[str, Tuple[str, ...]] = {}
     longest: Dict[bool, Optional[float]] = {False: 0.0, True: None}  # the longest so far, by whether a cache hit
-    if modes:  # the baseline: always prepared, never interrupted
-        prepare_next(1, modes, ref, dev, ready, report, codes, longest, workers, until)
     started = time.perf_counter()
+    if modes:  # the baseline: always prepared, interrupted only at the step's end
+        try:
+            with deadline_alarm(end):
+                prepare_next(1, modes, ref, dev, ready, report, codes, longest, workers, until)
+        except StepDeadline:
+            if modes[0] not in ready:  # (not when the alarm came just after it was ready)
+                report[modes[0]] = {"ok": False, "why": f"{BASELINE_PAST_END} (after {time.perf_counter() - started:.0f} s)"}
+                say(f"interrupted the baseline {modes[0]}: {BASELINE_PAST_END}")
+                for other in modes[1:]:
+                    report[other] = {"ok": False, "not_prepared": NOT_PREPARED}
+                return {}, report
     with deadline_alarm(until):
         for i, mode in enumerate(modes[1:], 2):
             try:
@@ -407,6 +416,9 @@ def deadline_alarm(until: Optional[float]) -> Iterator[None]:
         signal.signal(signal.SIGALRM, previous)
 
 
+#: Why the baseline was not prepared: its compile outlived the whole step (``--until``).
+BASELINE_PAST_END = ("its compile was still running at the step's end (--until) and was interrupted: no run of "
+                     "this wall budget holds it (a larger --budget-wall-s, fewer --jobs, or a warm Inductor cache)")
 #: Why a variant was not prepared: the step's deadline came during its compile.
 INTERRUPTED = "the step's deadline came during its compile, which was interrupted"
 
@@ -978,10 +990,12 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
         to_prepare = to_prepare[:1] + sorted(to_prepare[1:], key=compile_class)
     spec, workers_said = compile_workers(warm, to_prepare[1:], dev)
     with CompileWorkers(spec, to_prepare[1:]) as workers:
-        fns, report = prepare_modes(ref, to_prepare, dev, until, workers if workers.count else None)
+        fns, report = prepare_modes(ref, to_prepare, dev, until, workers if workers.count else None, end)
     report.update({v: {"ok": True, "no_effect": why} for v, why in idle.items()})
     if baseline not in fns:
-        raise DispatchError(f"the baseline {baseline!r} does not run: {report[baseline].get('why', 'its output differs from eager')}")
+        why = str(report[baseline].get("why", "its output differs from eager"))
+        raise DispatchError(f"the baseline {baseline!r} " + ("was not prepared in time: " if why.startswith(BASELINE_PAST_END)
+                                                              else "does not run: ") + why)
     # The rewrite compiles twice (eager~rewrite and BASELINE~rewrite): twice the baseline's compile.
     rewrite_s = 2.0 * float(report[baseline].get("first_call_s") or 0.0)
     proposed = prepare_rewrite(problem, ref, baseline, rewrite, dev, fns, report) if rewrite is not None and not late(rewrite_s) else None
