@@ -102,6 +102,7 @@ mod tests {
             baseline_profile: None,
             duplicates: Default::default(),
             not_prepared: Vec::new(),
+            rounds_cut: None,
         }
     }
 

@@ -584,6 +584,7 @@ mod tests {
             baseline_profile: None,
             duplicates: BTreeMap::new(),
             not_prepared: Vec::new(),
+            rounds_cut: None,
         };
         Report {
             question: Question {

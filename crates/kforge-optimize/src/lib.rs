@@ -217,6 +217,7 @@ impl DispatchMeasurement {
             baseline_profile: None,
             duplicates: BTreeMap::new(),
             not_prepared: Vec::new(),
+            rounds_cut: None,
         }
     }
 }
@@ -251,6 +252,10 @@ pub struct DispatchMeasurement {
     /// per-graph search" (empty: it prepared everything).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_prepared: Vec<String>,
+    /// A bounded measure step that timed fewer rounds than asked, its end (`--until`) coming
+    /// first: how many ("2 of 5 rounds timed: …"); its intervals are that much wider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rounds_cut: Option<String>,
 }
 
 /// The dispatch agent's per-graph search: the graphs Dynamo split the forward into, why each
@@ -1258,6 +1263,18 @@ pub(crate) mod tests {
                              "reduce-overhead": {{"ok": false, "why": "RuntimeError: boom"}}}}}}"#
         ))
         .unwrap()
+    }
+
+    #[test]
+    fn a_measurement_says_when_its_end_cut_its_rounds() {
+        assert_eq!(measured("default", false).rounds_cut, None);
+        let m = DispatchMeasurement::parse(
+            r#"{"baseline": "default", "winner": "default", "fallback": true, "noise_floor": null, "modes": {},
+                "prepared": {"default": {"ok": true}}, "until": 1.5,
+                "rounds_cut": "2 of 5 rounds timed: another would have ended past the step's end"}"#,
+        )
+        .unwrap();
+        assert_eq!(m.rounds_cut.as_deref(), Some("2 of 5 rounds timed: another would have ended past the step's end"));
     }
 
     #[test]

@@ -1257,6 +1257,9 @@ impl ProblemRun<'_> {
                         m.not_prepared.join(", ")
                     ));
                 }
+                if let Some(cut) = &m.rounds_cut {
+                    self.progress(&format!("measure: {cut}"));
+                }
                 found.measurement = Some(m);
             }
             Step::Beam => return self.beam(measure_hash, found),
