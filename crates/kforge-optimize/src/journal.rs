@@ -198,11 +198,16 @@ impl Journal {
         self.store().step_finished(id, &end)
     }
 
-    pub fn failed(&self, id: u64, seconds: f64, error: &str) -> Result<(), StoreError> {
+    /// The step failed with `error`. One that ran `bounded` (a measure step whose baseline's
+    /// compile outlived the step's end) is journaled with that outcome: like a bounded step that
+    /// finished, it is not one in full and clears no floor, so the next run starts it bounded
+    /// again instead of in full, where the run's kill would take its siblings' work.
+    pub fn failed(&self, id: u64, seconds: f64, error: &str, bounded: bool) -> Result<(), StoreError> {
         let end = StepEnd {
             status: "failed".into(),
             finished_ns: now_ns(),
             seconds,
+            outcome: bounded.then(|| BOUNDED.to_string()),
             error: Some(error.into()),
             ..StepEnd::default()
         };
@@ -569,6 +574,9 @@ mod tests {
             u,
             "a bounded step is not one in full: the floor stays"
         );
+        let failed = resumed.started("l3/a.py", Step::Measure, "ha").unwrap();
+        resumed.failed(failed, 400.0, "the baseline 'max-autotune' was not prepared in time", true).unwrap();
+        assert_eq!(resumed.unfinished_seconds(|_| false).unwrap(), u, "nor is a bounded one that failed");
         assert!(
             !resumed.step_seconds().unwrap().iter().any(|(p, step, _)| p == "l3/a.py" && step == "measure"),
             "nor is its time what a step of its kind takes"

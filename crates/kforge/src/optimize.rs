@@ -1574,7 +1574,7 @@ impl ProblemRun<'_> {
                 Ok(Some(d.outcome))
             }
             Err(e) => {
-                journal.failed(id, t0.elapsed().as_secs_f64(), &format!("{e:#}"))?;
+                journal.failed(id, t0.elapsed().as_secs_f64(), &format!("{e:#}"), self.until.get().is_some())?;
                 Err(e)
             }
         }
