@@ -53,7 +53,7 @@ fn queued() -> Reply {
 #[test]
 fn run_job_submits_the_spec_and_streams_each_stream_to_its_writer() {
     let dir = tempfile::tempdir().unwrap();
-    let exit = JobExit { code: Some(3), signal: None, reason: Some("timed out".into()) };
+    let exit = JobExit { code: Some(3), reason: Some("timed out".into()), ..JobExit::default() };
     let (socket, daemon) = scripted_daemon(
         dir.path(),
         vec![
@@ -107,7 +107,7 @@ fn a_refused_submission_is_the_daemons_error() {
 #[test]
 fn a_retried_job_says_so_on_stderr_and_returns_the_second_runs_exit() {
     let dir = tempfile::tempdir().unwrap();
-    let second = JobExit { code: Some(0), signal: None, reason: None };
+    let second = JobExit { code: Some(0), ..JobExit::default() };
     let (socket, daemon) = scripted_daemon(
         dir.path(),
         vec![

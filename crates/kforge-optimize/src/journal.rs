@@ -284,6 +284,19 @@ impl Journal {
             .collect())
     }
 
+    /// A daemon job of `problem`'s `step` (the process: `dispatch`, `config`) used `peak_bytes`
+    /// of GPU memory at its highest (`JobExit::gpu_memory_peak_bytes`).
+    pub fn record_step_memory(&self, problem: &str, step: &str, peak_bytes: u64) -> Result<(), StoreError> {
+        self.store().record_step_memory(problem, step, peak_bytes)
+    }
+
+    /// What a daemon job of `problem`'s `step` declares as its peak GPU memory: the most an
+    /// earlier one of any run of this journal used, with a margin (`with_margin`); `None` when
+    /// none was recorded (the daemon then counts with what it learned, or a default share).
+    pub fn step_memory(&self, problem: &str, step: &str) -> Result<Option<u64>, StoreError> {
+        Ok(self.store().step_memory(problem, step)?.map(with_margin))
+    }
+
     /// The step's work began now (its daemon job started).
     pub fn work_began(&self, id: u64) -> Result<(), StoreError> {
         self.store().step_work_began(id, now_ns())
@@ -368,6 +381,13 @@ impl Journal {
     pub fn rows(&self) -> Result<kforge_store::Journal, StoreError> {
         self.store().journal(Some(self.run))
     }
+}
+
+/// A recorded peak with room for the run-to-run spread of the allocator's (a quarter, and
+/// 512 MiB for a small job): declared smaller than a job's use, admission would crowd the GPU
+/// and the daemon's retry alone after an out-of-memory error would cost the job a second run.
+pub fn with_margin(peak_bytes: u64) -> u64 {
+    peak_bytes.saturating_add(peak_bytes / 4).saturating_add(512 << 20)
 }
 
 /// The outcome of a step that ran bounded (`budget::Admission::Bounded`): its seconds are not
@@ -539,6 +559,20 @@ mod tests {
             (rows.steps[0].status.as_str(), rows.steps[0].error.as_deref()),
             (WITHDRAWN, Some("a measure step takes at least 525 s here"))
         );
+    }
+
+    #[test]
+    fn a_later_run_declares_what_a_steps_job_used_with_a_margin() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.db");
+        let first = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        assert_eq!(first.step_memory("l3/a.py", "dispatch").unwrap(), None);
+        first.record_step_memory("l3/a.py", "dispatch", 8 << 30).unwrap();
+        drop(first);
+        let later = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let declared = later.step_memory("l3/a.py", "dispatch").unwrap().unwrap();
+        assert_eq!(declared, (10 << 30) + (512 << 20), "8 GiB and a quarter, and 512 MiB");
+        assert_eq!(later.step_memory("l3/a.py", "config").unwrap(), None, "per step");
     }
 
     #[test]

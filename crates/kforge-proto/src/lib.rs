@@ -193,7 +193,7 @@ pub enum Stream {
 }
 
 /// How a job ended.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq)]
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default)]
 pub struct JobExit {
     /// Exit code when it exited normally.
     pub code: Option<i32>,
@@ -201,6 +201,12 @@ pub struct JobExit {
     pub signal: Option<i32>,
     /// Why the daemon ended it, when it did (cancelled, shutdown, spawn failure).
     pub reason: Option<String>,
+    /// The most GPU memory the job's processes used in the daemon's samples, when it sampled
+    /// any (`kforge optimize` journals it per problem and step and declares it next time, so
+    /// that a fresh daemon admits a resumed campaign's jobs by what they used, not by a
+    /// default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_memory_peak_bytes: Option<u64>,
 }
 
 impl JobExit {
@@ -639,8 +645,8 @@ mod tests {
 
     #[test]
     fn shell_code() {
-        assert_eq!(JobExit { code: Some(3), signal: None, reason: None }.shell_code(), 3);
-        assert_eq!(JobExit { code: None, signal: Some(9), reason: None }.shell_code(), 137);
+        assert_eq!(JobExit { code: Some(3), ..JobExit::default() }.shell_code(), 3);
+        assert_eq!(JobExit { signal: Some(9), ..JobExit::default() }.shell_code(), 137);
     }
 
     proptest! {

@@ -35,6 +35,8 @@ CREATE TABLE IF NOT EXISTS optimize_llm_candidates (
   judged_ns INTEGER NOT NULL, judge_hash TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS optimize_step_jobs (step INTEGER PRIMARY KEY, started_ns INTEGER);
 CREATE TABLE IF NOT EXISTS optimize_heartbeats (run INTEGER PRIMARY KEY, alive_ns INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS optimize_step_memory (problem TEXT NOT NULL, step TEXT NOT NULL, peak_bytes INTEGER NOT NULL,
+  PRIMARY KEY(problem, step));
 CREATE TABLE IF NOT EXISTS optimize_redecided (problem TEXT NOT NULL, run INTEGER NOT NULL, PRIMARY KEY(problem, run));
 CREATE INDEX IF NOT EXISTS optimize_llm_candidates_hash ON optimize_llm_candidates(problem, content_hash);
 CREATE INDEX IF NOT EXISTS optimize_steps_hash ON optimize_steps(step, input_hash);
@@ -521,7 +523,32 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
-    /// Whether any decision of `problem` is journaled (for whatever question).
+    /// A step's daemon job of `problem` used `peak_bytes` of GPU memory at its highest: kept
+    /// when above what an earlier one of the same problem and step used.
+    pub fn record_step_memory(&self, problem: &str, step: &str, peak_bytes: u64) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "INSERT INTO optimize_step_memory(problem, step, peak_bytes) VALUES(?1, ?2, ?3)
+                 ON CONFLICT(problem, step) DO UPDATE SET peak_bytes = max(peak_bytes, excluded.peak_bytes)",
+                params![problem, step, peak_bytes as i64],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// The most GPU memory a daemon job of `problem`'s `step` used in any run of this journal.
+    pub fn step_memory(&self, problem: &str, step: &str) -> Result<Option<u64>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT peak_bytes FROM optimize_step_memory WHERE problem=?1 AND step=?2",
+                [problem, step],
+                |r| r.get::<_, i64>(0),
+            )
+            .optional()
+            .map(|p| p.map(|v| v as u64))
+            .map_err(|e| self.err(e))
+    }
+
     /// Record that run `run` decides `problem` again (`kforge optimize --redecide`).
     pub fn mark_redecided(&self, run: u64, problem: &str) -> Result<(), StoreError> {
         self.conn
@@ -543,6 +570,7 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// Whether any decision of `problem` is journaled (for whatever question).
     pub fn decided_any(&self, problem: &str) -> Result<bool, StoreError> {
         self.conn
             .query_row("SELECT EXISTS(SELECT 1 FROM optimize_decisions WHERE problem=?1)", [problem], |r| r.get(0))
@@ -680,6 +708,20 @@ mod tests {
             stopped: None,
         })
         .unwrap()
+    }
+
+    #[test]
+    fn a_steps_gpu_memory_is_kept_at_its_highest_per_problem_and_step() {
+        let s = Store::open_in_memory().unwrap();
+        assert_eq!(s.step_memory("l3/a.py", "measure").unwrap(), None);
+        s.record_step_memory("l3/a.py", "measure", 20 << 30).unwrap();
+        s.record_step_memory("l3/a.py", "measure", 12 << 30).unwrap(); // a lower run keeps the peak
+        s.record_step_memory("l3/a.py", "config", 5 << 30).unwrap();
+        assert_eq!(s.step_memory("l3/a.py", "measure").unwrap(), Some(20 << 30));
+        assert_eq!(s.step_memory("l3/a.py", "config").unwrap(), Some(5 << 30));
+        s.record_step_memory("l3/a.py", "measure", 29 << 30).unwrap();
+        assert_eq!(s.step_memory("l3/a.py", "measure").unwrap(), Some(29 << 30));
+        assert_eq!(s.step_memory("l3/b.py", "measure").unwrap(), None, "per problem");
     }
 
     #[test]

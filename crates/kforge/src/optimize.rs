@@ -1904,7 +1904,7 @@ impl ProblemRun<'_> {
             } else {
                 a.device.as_str()
             };
-            let gpu_memory_bytes = if host_only { None } else { crate::job::gpu_memory_bytes(a.gpu_memory)? };
+            let gpu_memory_bytes = if host_only { None } else { self.declared_memory(step)? };
             let label = format!("optimize:{step}:{}", self.problem.display());
             let timeout_s = Some(a.step_limit_s);
             let req = crate::job::JobRequest {
@@ -1921,6 +1921,10 @@ impl ProblemRun<'_> {
             let still_runs = &mut |_| self.still_runs();
             let (exit, err, id) = crate::job::run_job_to(self.run.socket, req, &mut log, &mut err_log, still_runs)?;
             let Some(exit) = exit else { bail!("the {step} step was withdrawn when its job started") };
+            if let (Some(peak), false) = (exit.gpu_memory_peak_bytes, host_only) {
+                let problem = self.question.problem.as_str();
+                self.run.journal.record_step_memory(problem, step, peak).context("journaling a step's GPU memory")?;
+            }
             if exit.code != Some(0) {
                 let why = exit.reason.as_deref().map(|r| format!(" ({r}; --step-limit-s {})", a.step_limit_s));
                 let (code, why) = (exit.code, why.unwrap_or_default());
@@ -1947,6 +1951,18 @@ impl ProblemRun<'_> {
             }
             Some(_) => Ok(None),
         }
+    }
+
+    /// The peak GPU memory a daemon job of this problem's `step` declares: `--gpu-memory`, else
+    /// what an earlier job of the same problem and step used (the journal's, with a margin), so
+    /// that a fresh daemon — a resumed campaign on a new machine — admits it by that rather than
+    /// by its default share; else none (the daemon's learned peak or default).
+    fn declared_memory(&self, step: &str) -> Result<Option<u64>> {
+        if let Some(declared) = crate::job::gpu_memory_bytes(self.run.a.gpu_memory)? {
+            return Ok(Some(declared));
+        }
+        let problem = self.question.problem.as_str();
+        self.run.journal.step_memory(problem, step).context("reading a step's GPU memory from the journal")
     }
 
     /// The log a step's process writes into (its stdout and stderr: Inductor's autotuning

@@ -833,6 +833,68 @@ fn through_the_daemon_the_steps_declare_their_gpu_memory() {
     }
 }
 
+/// Without `--gpu-memory`, a step's job declares what the same problem's step used in an earlier
+/// run: the daemon tells each job's client its peak, the journal keeps it, and a later run (a
+/// fresh daemon on a new machine, in a device campaign) declares it with its margin instead of
+/// being admitted at the daemon's default share.
+#[test]
+fn a_later_run_declares_the_gpu_memory_an_earlier_run_used() {
+    const G: u64 = 1 << 30;
+    let dir = tempfile::tempdir().unwrap();
+    let p = problems(dir.path(), &[("level1", "vector_add.py", "a.py")]);
+    let mem = dir.path().join("memory.json");
+    let file = mem.clone();
+    let write = move |pids: &[u32]| {
+        let procs: Vec<Value> = pids.iter().map(|p| serde_json::json!({"pid": p, "used": 3 * G})).collect();
+        let sample = serde_json::json!({"cpu": {"total": 80 * G, "free": 70 * G, "processes": procs}});
+        let tmp = file.with_extension("tmp");
+        std::fs::write(&tmp, sample.to_string()).unwrap();
+        std::fs::rename(&tmp, &file).unwrap(); // the daemon never reads half a file
+    };
+    write(&[]);
+    let mut d = common::TestDaemon::start(&["--debug-gpu-memory", mem.to_str().unwrap()]);
+    // The fake sampler's processes: every running job's at 3 GiB, while the runs go on.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (stop, socket) = (stop.clone(), d.socket.clone());
+        std::thread::spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok(mut c) = kforge_client::Client::connect(&socket) else { break };
+                let Ok(kforge_proto::Reply::Status(st)) = c.request(&kforge_proto::Request::Status) else { break };
+                write(&st.jobs.iter().filter_map(|j| j.pid).collect::<Vec<_>>());
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        })
+    };
+    let out = d.path("o");
+    let args =
+        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let run = |extra: &[&str]| {
+        let o = command(&[&args[..], &["--daemon"], extra].concat(), &out).env("KFORGE_SOCKET", &d.socket).output();
+        let o = o.unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+        assert_eq!(o.status.code(), Some(0), "{text}");
+    };
+    run(&[]);
+    run(&["--resume", "--redecide", "level1/a*"]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    watcher.join().unwrap();
+    let rep = d.report();
+    let rows: Vec<(Option<u64>, Option<String>, u64)> = rep
+        .jobs
+        .iter()
+        .filter(|j| j.label.as_deref().is_some_and(|l| l.starts_with("optimize:dispatch:")))
+        .filter_map(|j| rep.job_memory.iter().find(|m| m.job == j.id))
+        .map(|m| (m.expected_bytes, m.source.clone(), m.peak_bytes))
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0].2, 3 * G, "the first run's measure job was seen at its use: {rows:?}");
+    assert_ne!(rows[0].1.as_deref(), Some("declared"), "nothing to declare yet: {rows:?}");
+    let margin = 3 * G + 3 * G / 4 + (512 << 20);
+    assert_eq!((rows[1].0, rows[1].1.as_deref()), (Some(margin), Some("declared")), "{rows:?}");
+    d.shutdown();
+}
+
 /// The rewrite agent beside the dispatch agent: a rule fires on diag_scale.py (diag-matmul), its
 /// variants `eager~rewrite` and `default~rewrite` are measured in the same rounds, the report
 /// names the rules; a rewrite winner is credited to the rewrite agent and its result file (the

@@ -462,7 +462,8 @@ impl Daemon {
             self.store(StoreWrite::JobMemory(row));
         }
         if let Some(c) = j.conn {
-            self.send(c, Reply::JobEnded { job: id, exit: JobExit { code, signal, reason } });
+            let gpu_memory_peak_bytes = (j.memory.observed_peak > 0).then_some(j.memory.observed_peak);
+            self.send(c, Reply::JobEnded { job: id, exit: JobExit { code, signal, reason, gpu_memory_peak_bytes } });
             if let Some(conn) = self.conns.get_mut(&c) {
                 conn.jobs.remove(&id);
             }

@@ -736,7 +736,19 @@ fn two_jobs_admitted_in_one_event_do_not_count_on_the_same_free_memory() {
     assert_eq!(s.status().devices[GPU0].memory.as_ref().map(|m| m.reserved_bytes), Some(0));
     assert_eq!(s.job_memory(j1).observed_peak_bytes, 20 * GIB);
     // j1 ends: its memory counts as free at once (before the next sample).
-    assert_eq!(spawned(&s.exit(j1, 0, false)), vec![j2]);
+    let ended = s.exit(j1, 0, false);
+    assert_eq!(spawned(&ended), vec![j2]);
+    let told = replies(&ended, a).into_iter().find_map(|r| match r {
+        Reply::JobEnded { job, exit } if *job == j1 => Some(exit.clone()),
+        _ => None,
+    });
+    assert_eq!(told.map(|e| e.gpu_memory_peak_bytes), Some(Some(20 * GIB)), "its client is told what it used");
+    // j2 never sampled: nothing said.
+    let told = replies(&s.exit(j2, 0, false), a).into_iter().find_map(|r| match r {
+        Reply::JobEnded { job, exit } if *job == j2 => Some(exit.gpu_memory_peak_bytes),
+        _ => None,
+    });
+    assert_eq!(told, Some(None));
 }
 
 #[test]
