@@ -862,7 +862,14 @@ impl Run<'_> {
 
     /// `kforge verify PROBLEM FILE --policy POLICY --json VERDICT` (this binary) with the run's
     /// size, device and interpreter: without gate 4 on the CPU, as a daemon job with `--daemon`.
-    fn verify_command(&self, problem: &Path, file: &Path, policy: &Path, verdict: &Path) -> Result<Command> {
+    /// `kforge verify` of `file` against `problem`, its verdict to `verdict`; with the daemon,
+    /// its job declares `declared` bytes of GPU memory when given.
+    fn verify_command(
+        &self,
+        problem: &Path,
+        (file, policy, verdict): (&Path, &Path, &Path),
+        declared: Option<u64>,
+    ) -> Result<Command> {
         let (a, gpu) = (self.a, self.plan.gpu);
         let mut cmd = Command::new(crate::output::this_binary()?);
         cmd.arg("--socket").arg(self.socket).arg("verify").arg(problem).arg(file);
@@ -874,8 +881,8 @@ impl Run<'_> {
         if a.daemon {
             cmd.arg("--daemon");
         }
-        if let Some(g) = a.gpu_memory {
-            cmd.arg("--gpu-memory").arg(g.to_string());
+        if let (true, Some(bytes)) = (a.daemon, declared) {
+            cmd.arg("--gpu-memory").arg(format!("{:.6}", bytes as f64 / (1u64 << 30) as f64));
         }
         Ok(cmd)
     }
@@ -1846,8 +1853,9 @@ impl ProblemRun<'_> {
     /// outcome, written to `DIR/verdict.json`.
     fn verify(&self, dir: &Path) -> Result<Work> {
         let verdict = dir.join("verdict.json");
-        let mut cmd =
-            self.run.verify_command(self.problem, &dir.join("model_new.py"), &dir.join("policy.toml"), &verdict)?;
+        let (file, policy) = (dir.join("model_new.py"), dir.join("policy.toml"));
+        let files = (file.as_path(), policy.as_path(), verdict.as_path());
+        let mut cmd = self.run.verify_command(self.problem, files, self.declared_memory("verify")?)?;
         std::fs::remove_file(&verdict).ok(); // an earlier run's verdict is not this one's
         let since_ns = now_ns();
         let (log, shown) = self.step_log("verify")?;
@@ -1864,6 +1872,10 @@ impl ProblemRun<'_> {
             serde_json::from_str(&text).with_context(|| format!("parsing {}", verdict.display()))?;
         let outcome: Verified = serde_json::from_value(v["outcome"].clone())
             .with_context(|| format!("the outcome in {}", verdict.display()))?;
+        if let Some(peak) = v["limits"]["gpu_memory_peak_bytes"].as_u64() {
+            let problem = self.question.problem.as_str();
+            self.run.journal.record_step_memory(problem, "verify", peak).context("journaling a step's GPU memory")?;
+        }
         let region_s = self.run.verify_region_s(self.problem, since_ns);
         Ok(Work { region_s, outcome: Some(verified_name(outcome)), ..Work::default() })
     }

@@ -402,6 +402,9 @@ fn run_candidate_job(
     limits["memory_limit_enforced"] = serde_json::json!(false);
     limits["network_isolated"] = serde_json::json!(false);
     limits["wall_s"] = serde_json::json!(t0.elapsed().as_secs_f64());
+    if let Some(peak) = exit.gpu_memory_peak_bytes {
+        limits["gpu_memory_peak_bytes"] = serde_json::json!(peak); // what its job used, the daemon's samples say
+    }
     let ending = match (&exit.reason, exit.code, exit.signal) {
         // The daemon's own time limit (`time limit of S s exceeded`).
         (Some(r), _, _) if r.starts_with("time limit") => {

@@ -792,7 +792,18 @@ fn through_the_daemon_the_steps_declare_their_gpu_memory() {
     std::fs::write(&mem, sample.to_string()).unwrap();
     let mut d = common::TestDaemon::start(&["--debug-gpu-memory", mem.to_str().unwrap()]);
     let out = d.path("o");
-    let args = ["tests/candidates/problems/vector_add.py", "--device", "cpu", "--baseline", "default", "--rounds", "2"];
+    // A problem the rewrite agent wins by far (diag-matmul): a result to verify, whatever the noise.
+    let args = [
+        "tests/candidates/problems/diag_scale.py",
+        "--agents",
+        "dispatch,rewrite",
+        "--device",
+        "cpu",
+        "--baseline",
+        "default",
+        "--rounds",
+        "2",
+    ];
     let o = command(&[&args[..], &["--daemon", "--gpu-memory", "2"]].concat(), &out)
         .env("KFORGE_SOCKET", &d.socket)
         .output()
@@ -841,7 +852,8 @@ fn through_the_daemon_the_steps_declare_their_gpu_memory() {
 fn a_later_run_declares_the_gpu_memory_an_earlier_run_used() {
     const G: u64 = 1 << 30;
     let dir = tempfile::tempdir().unwrap();
-    let p = problems(dir.path(), &[("level1", "vector_add.py", "a.py")]);
+    // A problem the rewrite agent wins by far (diag-matmul), so that its result is verified.
+    let p = problems(dir.path(), &[("level1", "diag_scale.py", "a.py")]);
     let mem = dir.path().join("memory.json");
     let file = mem.clone();
     let write = move |pids: &[u32]| {
@@ -867,8 +879,17 @@ fn a_later_run_declares_the_gpu_memory_an_earlier_run_used() {
         })
     };
     let out = d.path("o");
-    let args =
-        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let args = [
+        p.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--baseline",
+        "default",
+        "--agents",
+        "dispatch,rewrite",
+        "--rounds",
+        "2",
+    ];
     let run = |extra: &[&str]| {
         let o = command(&[&args[..], &["--daemon"], extra].concat(), &out).env("KFORGE_SOCKET", &d.socket).output();
         let o = o.unwrap();
@@ -880,18 +901,26 @@ fn a_later_run_declares_the_gpu_memory_an_earlier_run_used() {
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     watcher.join().unwrap();
     let rep = d.report();
-    let rows: Vec<(Option<u64>, Option<String>, u64)> = rep
-        .jobs
-        .iter()
-        .filter(|j| j.label.as_deref().is_some_and(|l| l.starts_with("optimize:dispatch:")))
-        .filter_map(|j| rep.job_memory.iter().find(|m| m.job == j.id))
-        .map(|m| (m.expected_bytes, m.source.clone(), m.peak_bytes))
-        .collect();
-    assert_eq!(rows.len(), 2, "{rows:?}");
-    assert_eq!(rows[0].2, 3 * G, "the first run's measure job was seen at its use: {rows:?}");
-    assert_ne!(rows[0].1.as_deref(), Some("declared"), "nothing to declare yet: {rows:?}");
     let margin = 3 * G + 3 * G / 4 + (512 << 20);
-    assert_eq!((rows[1].0, rows[1].1.as_deref()), (Some(margin), Some("declared")), "{rows:?}");
+    // The verify step's job (`kforge verify --daemon`): its peak, from the verdict, journaled
+    // (the second run takes the first's verification of the same result).
+    let journal = kforge_store::Store::open(&out.join("journal.db")).unwrap();
+    let problem = p.join("level1/a.py").display().to_string();
+    assert_eq!(journal.step_memory(&problem, "verify").unwrap(), Some(3 * G));
+    // The measure step's job (a Python step), run in both.
+    for prefix in ["optimize:dispatch:"] {
+        let rows: Vec<(Option<u64>, Option<String>, u64)> = rep
+            .jobs
+            .iter()
+            .filter(|j| j.label.as_deref().is_some_and(|l| l.starts_with(prefix)))
+            .filter_map(|j| rep.job_memory.iter().find(|m| m.job == j.id))
+            .map(|m| (m.expected_bytes, m.source.clone(), m.peak_bytes))
+            .collect();
+        assert_eq!(rows.len(), 2, "{prefix}: {rows:?}");
+        assert_eq!(rows[0].2, 3 * G, "{prefix}: the first run's job was seen at its use: {rows:?}");
+        assert_ne!(rows[0].1.as_deref(), Some("declared"), "{prefix}: nothing to declare yet: {rows:?}");
+        assert_eq!((rows[1].0, rows[1].1.as_deref()), (Some(margin), Some("declared")), "{prefix}: {rows:?}");
+    }
     d.shutdown();
 }
 

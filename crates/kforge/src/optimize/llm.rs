@@ -678,8 +678,6 @@ fn verdict_columns(v: &Verdict) -> Columns {
     }
 }
 
-/// `kforge verify` as the search's judge: each candidate saved under `llm/candidates/` and
-/// verified there, or its verdict taken from the journal when a resumed run had judged it.
 /// What the judge and the observer need of the problem's run (shared by the executor threads).
 #[derive(Clone, Copy)]
 struct Here<'a> {
@@ -698,6 +696,8 @@ impl Here<'_> {
     }
 }
 
+/// `kforge verify` as the search's judge: each candidate saved under `llm/candidates/` and
+/// verified there, or its verdict taken from the journal when a resumed run had judged it.
 struct VerifyJudge<'a> {
     here: Here<'a>,
     dir: &'a Path,
@@ -746,7 +746,8 @@ impl VerifyJudge<'_> {
     /// binary), its verdict read back.
     fn verify(&self, file: &Path) -> Result<Judgement> {
         let verdict = file.with_extension("verdict.json");
-        let mut cmd = self.here.run.verify_command(self.here.problem, file, self.policy, &verdict)?;
+        let declared = crate::job::gpu_memory_bytes(self.here.run.a.gpu_memory)?;
+        let mut cmd = self.here.run.verify_command(self.here.problem, (file, self.policy, &verdict), declared)?;
         std::fs::remove_file(&verdict).ok(); // an earlier run's verdict is not this one's
         let o = cmd.output().context("running kforge verify")?;
         let text = std::fs::read_to_string(&verdict).with_context(|| {
