@@ -908,19 +908,18 @@ fn a_later_run_declares_the_gpu_memory_an_earlier_run_used() {
     let problem = p.join("level1/a.py").display().to_string();
     assert_eq!(journal.step_memory(&problem, "verify").unwrap(), Some(3 * G));
     // The measure step's job (a Python step), run in both.
-    for prefix in ["optimize:dispatch:"] {
-        let rows: Vec<(Option<u64>, Option<String>, u64)> = rep
-            .jobs
-            .iter()
-            .filter(|j| j.label.as_deref().is_some_and(|l| l.starts_with(prefix)))
-            .filter_map(|j| rep.job_memory.iter().find(|m| m.job == j.id))
-            .map(|m| (m.expected_bytes, m.source.clone(), m.peak_bytes))
-            .collect();
-        assert_eq!(rows.len(), 2, "{prefix}: {rows:?}");
-        assert_eq!(rows[0].2, 3 * G, "{prefix}: the first run's job was seen at its use: {rows:?}");
-        assert_ne!(rows[0].1.as_deref(), Some("declared"), "{prefix}: nothing to declare yet: {rows:?}");
-        assert_eq!((rows[1].0, rows[1].1.as_deref()), (Some(margin), Some("declared")), "{prefix}: {rows:?}");
-    }
+    let prefix = "optimize:dispatch:";
+    let rows: Vec<(Option<u64>, Option<String>, u64)> = rep
+        .jobs
+        .iter()
+        .filter(|j| j.label.as_deref().is_some_and(|l| l.starts_with(prefix)))
+        .filter_map(|j| rep.job_memory.iter().find(|m| m.job == j.id))
+        .map(|m| (m.expected_bytes, m.source.clone(), m.peak_bytes))
+        .collect();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(rows[0].2, 3 * G, "the first run's job was seen at its use: {rows:?}");
+    assert_ne!(rows[0].1.as_deref(), Some("declared"), "nothing to declare yet: {rows:?}");
+    assert_eq!((rows[1].0, rows[1].1.as_deref()), (Some(margin), Some("declared")), "{rows:?}");
     d.shutdown();
 }
 
