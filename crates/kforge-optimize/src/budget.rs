@@ -280,6 +280,18 @@ impl Spending {
         Admission::Refused(self.hold(format!("{}{never}", short_of(step, &took, left))))
     }
 
+    /// Whether the step `of` would start in full now: no budget spent, and the wall budget's
+    /// remainder holds what it is expected to take. A bounded result of an earlier run (a
+    /// stopgap: its variants left out) is then not taken; the step runs in full instead.
+    pub fn fits_in_full(&self, of: StepOf<'_>) -> bool {
+        if self.spent().is_some() {
+            return false;
+        }
+        let Some(budget) = self.budget.wall_s else { return true };
+        let left = budget - self.wall_s();
+        self.expected_s(of).is_none_or(|e| e.seconds <= left)
+    }
+
     /// Count a step held back by the wall budget (the first one's reason kept); returns `why`.
     fn hold(&self, why: String) -> String {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
@@ -613,6 +625,11 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(s.status().held_back, 0, "a bounded start is not held back");
+        assert!(!s.fits_in_full(m), "its floor, 360 s, is more than the 300 s budget");
+        let larger = Spending::new(Budget::new(None, Some(400.0)).unwrap());
+        larger.observe_unfinished(m, 360.0);
+        assert!(larger.fits_in_full(m), "a budget that holds the floor runs it in full");
+        assert!(Spending::new(Budget::default()).fits_in_full(m), "no budget: in full");
         assert!(matches!(s.admit(m, false), Admission::Refused(_)), "a step that cannot bound itself is held");
         let sibling = of("measure", "level3", "level3/b.py");
         assert!(

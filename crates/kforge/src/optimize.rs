@@ -1500,7 +1500,10 @@ impl ProblemRun<'_> {
         let _one = same.lock().unwrap_or_else(|e| e.into_inner());
         let complete = |f: &kforge_store::StepRow| !f.outcome.as_deref().is_some_and(|o| o.starts_with(INCOMPLETE));
         let taken = |f: &kforge_store::StepRow| self.since.is_none_or(|s| f.run >= s);
-        if let Some(from) = journal.finished(step, input_hash)?.filter(complete).filter(taken) {
+        // A bounded result is a stopgap: not taken when this run can hold the step in full.
+        let bounded = |f: &kforge_store::StepRow| f.outcome.as_deref() == Some(kforge_optimize::journal::BOUNDED);
+        let stopgap = |f: &kforge_store::StepRow| bounded(f) && self.run.spending.fits_in_full(self.step_of(step));
+        if let Some(from) = journal.finished(step, input_hash)?.filter(complete).filter(taken).filter(|f| !stopgap(f)) {
             if self.take(&from.output, &from.output_hash, outputs)? {
                 self.mark_redecision()?;
                 let id = journal.started(&self.question.problem, step, input_hash)?;

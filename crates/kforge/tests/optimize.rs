@@ -624,17 +624,11 @@ fn a_spent_budget_stops_new_work_and_resume_completes_it() {
     assert!(text.contains("not reached: budget: gpu") && !single.join("report.json").exists(), "{text}");
 }
 
-/// A measure step that a killed run had left running for longer than the whole wall budget (a
-/// level-3 model on a 10-minute device call): the next run does not hold that problem's measure
-/// step back forever, it starts it bounded, says so (naming the problem's own killed step, the
-/// journal's problem and the run's being the same), passes the deadline to the measure step, and
-/// decides the problem inside its budget with what it prepared.
-#[test]
-fn a_measure_step_killed_past_the_budget_starts_bounded_next_time() {
-    let dir = tempfile::tempdir().unwrap();
-    let p = problems(dir.path(), &[("level3", "vector_add.py", "a.py")]);
-    let out = dir.path().join("o");
-    std::fs::create_dir_all(&out).unwrap();
+/// A journal in `out` whose one run was killed while `p`'s `level3/a.py` measure step had been
+/// running for 1000 s (its job started at once; the run's last sign of life a result step's
+/// start now); returns now (Unix ns).
+fn journal_with_a_killed_measure(p: &Path, out: &Path) -> i64 {
+    std::fs::create_dir_all(out).unwrap();
     let problem = p.join("level3/a.py").display().to_string();
     let store = kforge_store::Store::open(&out.join("journal.db")).unwrap();
     let question = kforge_store::QuestionRow {
@@ -660,7 +654,48 @@ fn a_measure_step_killed_past_the_budget_starts_bounded_next_time() {
     let measure = store.step_started(killed, &problem, "measure", "an older input", now - 1_000_000_000_000).unwrap();
     store.step_work_began(measure, now - 1_000_000_000_000).unwrap(); // its job started at once
     store.step_started(killed, &problem, "result", "its last sign of life", now).unwrap();
-    drop(store);
+    now
+}
+
+/// A bounded measurement is a stopgap: a later run whose budget holds the step in full runs it
+/// in full instead of taking it (a floor set wrongly, by a step that had waited in the daemon's
+/// queue, had bounded level-1 measure steps for good in session 17).
+#[test]
+fn a_bounded_measurement_is_not_taken_by_a_run_that_holds_the_step_in_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = problems(dir.path(), &[("level3", "vector_add.py", "a.py")]);
+    let out = dir.path().join("o");
+    journal_with_a_killed_measure(&p, &out);
+    let args =
+        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    // Bounded (the floor, 1000 s, passes the 200 s budget), then the GPU budget is spent: undecided.
+    let (code, text) =
+        optimize(&[&args[..], &["--resume", "--budget-wall-s", "200", "--budget-gpu-s", "0.001"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("measure: bounded: "), "{text}");
+    // A budget that holds the floor: measured in full, the bounded result not taken.
+    let (code, text) = optimize(&[&args[..], &["--resume", "--budget-wall-s", "2000"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(!text.contains("measure: reused") && !text.contains("measure: bounded"), "{text}");
+    let j = journal(&out);
+    let outcomes: Vec<Option<&str>> =
+        j.steps.iter().filter(|s| s.step == "measure" && s.status == "done").map(|s| s.outcome.as_deref()).collect();
+    assert_eq!(outcomes.len(), 2, "{outcomes:?}");
+    assert_eq!(outcomes[0], Some("bounded"));
+    assert_ne!(outcomes[1], Some("bounded"));
+}
+
+/// A measure step that a killed run had left running for longer than the whole wall budget (a
+/// level-3 model on a 10-minute device call): the next run does not hold that problem's measure
+/// step back forever, it starts it bounded, says so (naming the problem's own killed step, the
+/// journal's problem and the run's being the same), passes the deadline to the measure step, and
+/// decides the problem inside its budget with what it prepared.
+#[test]
+fn a_measure_step_killed_past_the_budget_starts_bounded_next_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = problems(dir.path(), &[("level3", "vector_add.py", "a.py")]);
+    let out = dir.path().join("o");
+    let now = journal_with_a_killed_measure(&p, &out);
 
     let args =
         [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
