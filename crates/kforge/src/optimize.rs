@@ -743,6 +743,7 @@ impl Run<'_> {
             started,
             earlier,
             until,
+            deadline: Cell::new(None),
             step_id: Cell::new(None),
             began: Cell::new(None),
             withdrawn: Cell::new(None),
@@ -1085,6 +1086,16 @@ impl Found {
 /// The config step's outputs (below the problem's folder): its measurement and result file.
 const CONFIG_OUTPUTS: [&str; 3] = ["config/config.json", "config/model_new.py", "config/policy.toml"];
 
+/// Whether a step's output says its deadlines cut it: variants left out (`not_prepared`), rounds
+/// not timed (`rounds_cut`), kernels not tuned (`not_tuned`). An output it cannot read says
+/// nothing (the step's own reading of it names the problem).
+fn cut_short(output: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string(output) else { return false };
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else { return false };
+    let listed = |k: &str| v[k].as_array().is_some_and(|a| !a.is_empty());
+    listed("not_prepared") || listed("not_tuned") || !v["rounds_cut"].is_null()
+}
+
 /// A bounded step's deadlines (Unix seconds): its bounded part's (`--prepare-until`,
 /// `--tune-until`) and its end's (`--until`).
 #[derive(Debug, Clone, Copy)]
@@ -1116,6 +1127,9 @@ struct ProblemRun<'a> {
     /// a config step tuning) and end, when the budget started it bounded
     /// (`Admission::Bounded`); set by `step` before its work.
     until: Cell<Option<Deadline>>,
+    /// The deadlines the step about to run was given: `until`'s, or the safety net's of a step
+    /// admitted in full under a wall budget (`Spending::safety_net`); set by `bounded_work`.
+    deadline: Cell<Option<Deadline>>,
     /// The journal's id of the step running now, and which step (set by `step` before its work).
     step_id: Cell<Option<(u64, Step, Instant)>>,
     /// When the running step's work began (its daemon job started), if it has.
@@ -1520,6 +1534,7 @@ impl ProblemRun<'_> {
             }
         }
         self.until.set(None);
+        self.deadline.set(None);
         match self.run.spending.admit(self.step_of(step), step.bounds_itself()) {
             Admission::Start => {}
             Admission::Bounded { seconds, end_seconds, why } => {
@@ -1584,7 +1599,7 @@ impl ProblemRun<'_> {
                 Ok(Some(d.outcome))
             }
             Err(e) => {
-                journal.failed(id, t0.elapsed().as_secs_f64(), &format!("{e:#}"), self.until.get().is_some())?;
+                journal.failed(id, t0.elapsed().as_secs_f64(), &format!("{e:#}"), self.deadline.get().is_some())?;
                 Err(e)
             }
         }
@@ -1793,7 +1808,7 @@ impl ProblemRun<'_> {
         if plan.compile_workers > 0 {
             args.extend(["--compile-workers".into(), plan.compile_workers.to_string()]);
         }
-        self.bounded_work(args, ("--prepare-until", Some("--until")), "dispatch")
+        self.bounded_work(args, ("--prepare-until", Some("--until")), "dispatch", &out)
     }
 
     /// The config agent's search and result file (`config/`), run here or as a daemon job.
@@ -1807,19 +1822,36 @@ impl ProblemRun<'_> {
         args.extend(["--device".into(), "cuda".into(), "--size".into(), a.size.clone()]);
         args.extend(["--baseline".into(), plan.baseline.mode().into(), "--rounds".into(), a.rounds.to_string()]);
         args.extend(["--result-dir".into(), dir.display().to_string(), "--beat".into(), beat_arg(beat)]);
-        self.bounded_work(args, ("--tune-until", None), "config")
+        let output = self.out.join(CONFIG_OUTPUTS[0]);
+        self.bounded_work(args, ("--tune-until", None), "config", &output)
     }
 
-    /// A Python step that bounds itself: given a deadline (`until`, set when the budget
-    /// admitted it bounded) it gets `PART_FLAG UNIX_S` for its bounded part and, where it takes
-    /// one, `END_FLAG UNIX_S` for its end, and is journaled `bounded`.
-    fn bounded_work(&self, mut args: Vec<String>, flags: (&str, Option<&str>), step: &str) -> Result<Work> {
-        let Some(until) = self.until.get() else { return self.python_work(args, step) };
-        args.extend([flags.0.into(), format!("{:.3}", until.part)]);
+    /// A Python step that bounds itself: given deadlines (`until`, set when the budget admitted
+    /// it bounded; else the safety net's under a wall budget) it gets `PART_FLAG UNIX_S` for its
+    /// bounded part and, where it takes one, `END_FLAG UNIX_S` for its end. It is journaled
+    /// `bounded` when it started bounded, or when the safety net cut it (its `output` says what
+    /// it left out): then its seconds are not what a step of its kind takes in full.
+    fn bounded_work(
+        &self,
+        mut args: Vec<String>,
+        flags: (&str, Option<&str>),
+        step: &str,
+        output: &Path,
+    ) -> Result<Work> {
+        let net = || {
+            let (part, end) = self.run.spending.safety_net()?;
+            let now = unix_now_s();
+            Some(Deadline { part: now + part, end: now + end })
+        };
+        let Some(deadline) = self.until.get().or_else(net) else { return self.python_work(args, step) };
+        self.deadline.set(Some(deadline));
+        args.extend([flags.0.into(), format!("{:.3}", deadline.part)]);
         if let Some(end) = flags.1 {
-            args.extend([end.into(), format!("{:.3}", until.end)]);
+            args.extend([end.into(), format!("{:.3}", deadline.end)]);
         }
-        Ok(Work { outcome: Some(kforge_optimize::journal::BOUNDED.into()), ..self.python_work(args, step)? })
+        let work = self.python_work(args, step)?;
+        let bounded = self.until.get().is_some() || cut_short(output);
+        Ok(Work { outcome: bounded.then(|| kforge_optimize::journal::BOUNDED.into()), ..work })
     }
 
     /// A Python step's work: with the daemon, its job's region time.

@@ -657,6 +657,39 @@ fn journal_with_a_killed_measure(p: &Path, out: &Path) -> i64 {
     now
 }
 
+/// Under a wall budget a step admitted in full still gets deadlines (a safety net for an
+/// estimate that proves short, or none at all in a first run): one that fits never reaches them
+/// and is journaled as a full step; one the net cuts ends with what it measured, journaled
+/// `bounded` (its seconds are not a full step's), instead of outliving the run.
+#[test]
+fn a_step_admitted_in_full_under_a_wall_budget_gets_a_safety_net() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = problems(dir.path(), &[("level1", "vector_add.py", "a.py")]);
+    let args =
+        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let out = dir.path().join("o");
+    let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let (code, text) = optimize(&[&args[..], &["--budget-wall-s", "600"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(!text.contains("bounded"), "{text}");
+    let m: Value = serde_json::from_str(&std::fs::read_to_string(out.join("level1/a/dispatch.json")).unwrap()).unwrap();
+    let (part, end) = (m["prepare_until"].as_f64().unwrap(), m["until"].as_f64().unwrap());
+    assert!(part > at + 0.75 * 600.0 && part < at + 0.8 * 600.0 + 30.0 && end > part, "{part} {end} vs {at}");
+    assert!(m.get("not_prepared").is_none(), "nothing cut: {m}");
+    let j = journal(&out);
+    let measured = j.steps.iter().find(|s| s.step == "measure").unwrap();
+    assert_eq!((measured.status.as_str(), measured.outcome.as_deref()), ("done", None), "{measured:?}");
+
+    // Eight seconds for nine variants' compiles on the CPU: the net cuts the step.
+    let out = dir.path().join("cut");
+    let agents = [&args[..6], &["dispatch,inductor"], &args[7..]].concat();
+    let (code, text) = optimize(&[&agents[..], &["--budget-wall-s", "8"]].concat(), &out);
+    assert!(code == Some(0) || code == Some(2), "{text}");
+    let j = journal(&out);
+    let measured = j.steps.iter().find(|s| s.step == "measure").unwrap();
+    assert_eq!(measured.outcome.as_deref(), Some("bounded"), "{measured:?}\n{text}");
+}
+
 /// A bounded measurement is a stopgap: a later run whose budget holds the step in full runs it
 /// in full instead of taking it (a floor set wrongly, by a step that had waited in the daemon's
 /// queue, had bounded level-1 measure steps for good in session 17).
