@@ -228,7 +228,7 @@ def describe_hold(tid: int, h: _Holding, now: float) -> str:
     """The long-hold report's line: the region, how long of its lease, and the innermost
     :data:`HOLD_FRAMES` frames of the holding thread, innermost first."""
     frame = sys._current_frames().get(tid)
-    stack = traceback.extract_stack(frame)[-HOLD_FRAMES:] if frame is not None else []
+    stack = traceback.extract_stack(frame, limit=HOLD_FRAMES) if frame is not None else []
     where = " <- ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in reversed(stack))
     return (
         f"kforge --auto-regions: region {h.name!r} ({h.region.region}) held for {now - h.opened:.1f} s of its "
@@ -499,6 +499,7 @@ class AutoRegions:
         reaper). What the reaper thread runs in a loop."""
         due: List[_Open] = []
         slow: List[str] = []
+        held: List[Tuple[int, _Holding, float]] = []
         with self._lock:
             now = self.clock()
             wait: Optional[float] = None
@@ -524,13 +525,15 @@ class AutoRegions:
                     continue
                 if now >= h.report_at:
                     h.report_at = None
-                    slow.append(describe_hold(tid, h, now))
+                    held.append((tid, h, now))
                     continue
                 nxt = h.report_at - now
                 wait = nxt if wait is None else min(wait, nxt)
             self._wake_at = None if wait is None else now + wait
         for o in due:
             self._close(o, lingered_out=True)
+        # Formatted outside the lock: a stack is walked and its source lines read from disk.
+        slow.extend(describe_hold(*h) for h in held)
         for line in slow:
             self.warn(line)
         return wait

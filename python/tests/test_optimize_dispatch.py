@@ -260,6 +260,27 @@ def test_a_bounded_step_prepares_what_fits_first_and_the_autotuning_compiles_las
                                                 "default+freezing+max-autotune-pointwise")] == [0, 1, 2, 2]
 
 
+def test_a_deadline_that_comes_between_two_variants_is_taken_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The alarm may come anywhere in the preparation's block: after a variant was ready (here
+    while its line is written) it stays ready, and the variants after it are not prepared."""
+    real_say = dispatch.say
+
+    def say(line: str) -> None:
+        real_say(line)
+        if line.startswith("prepared eager"):
+            raise dispatch.StepDeadline()
+
+    monkeypatch.setattr(dispatch, "say", say)
+    real_build = dispatch.build
+    monkeypatch.setattr(dispatch, "build", lambda model, mode: real_build(model, "eager"))  # no compiles
+    ref = dispatch.reference(dispatch.load_problem(VECTOR_ADD, "default"), torch.device("cpu"))
+    modes = ["default", "eager", "default+freezing", "max-autotune-no-cudagraphs"]
+    ready, report = dispatch.prepare_modes(ref, modes, torch.device("cpu"), until=time.time() + 600.0)
+    assert sorted(ready) == ["default", "eager"]
+    for mode in modes[2:]:
+        assert report[mode] == {"ok": False, "not_prepared": dispatch.NOT_PREPARED}, report
+
+
 def test_timing_rounds_past_the_first_two_stop_at_the_steps_end(monkeypatch: pytest.MonkeyPatch) -> None:
     clock = SimpleNamespace(now=1000.0)
 

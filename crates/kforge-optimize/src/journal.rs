@@ -198,10 +198,12 @@ impl Journal {
         self.store().step_finished(id, &end)
     }
 
-    /// The step failed with `error`. One that ran `bounded` (a measure step whose baseline's
-    /// compile outlived the step's end) is journaled with that outcome: like a bounded step that
-    /// finished, it is not one in full and clears no floor, so the next run starts it bounded
-    /// again instead of in full, where the run's kill would take its siblings' work.
+    /// The step failed with `error`. One that ran with deadlines (`bounded`: started bounded, or
+    /// under the safety net of a wall budget) is journaled with that outcome whatever the failure
+    /// (a measure step whose baseline's compile outlived the step's end is the case it is for):
+    /// like a bounded step that finished, it is not one in full and clears no floor, so the next
+    /// run starts it bounded again instead of in full, where the run's kill would take its
+    /// siblings' work.
     pub fn failed(&self, id: u64, seconds: f64, error: &str, bounded: bool) -> Result<(), StoreError> {
         let end = StepEnd {
             status: "failed".into(),

@@ -883,7 +883,8 @@ impl Run<'_> {
             cmd.arg("--daemon");
         }
         if let (true, Some(bytes)) = (a.daemon, declared) {
-            cmd.arg("--gpu-memory").arg(format!("{:.6}", bytes as f64 / (1u64 << 30) as f64));
+            // Exact: a division by a power of two, printed so that it parses back to the same bytes.
+            cmd.arg("--gpu-memory").arg(format!("{}", bytes as f64 / (1u64 << 30) as f64));
         }
         Ok(cmd)
     }
@@ -1908,8 +1909,7 @@ impl ProblemRun<'_> {
         let outcome: Verified = serde_json::from_value(v["outcome"].clone())
             .with_context(|| format!("the outcome in {}", verdict.display()))?;
         if let Some(peak) = v["limits"]["gpu_memory_peak_bytes"].as_u64() {
-            let problem = self.question.problem.as_str();
-            self.run.journal.record_step_memory(problem, "verify", peak).context("journaling a step's GPU memory")?;
+            self.record_memory("verify", peak)?;
         }
         let region_s = self.run.verify_region_s(self.problem, since_ns);
         Ok(Work { region_s, outcome: Some(verified_name(outcome)), ..Work::default() })
@@ -1969,8 +1969,7 @@ impl ProblemRun<'_> {
             let (exit, err, id) = crate::job::run_job_to(self.run.socket, req, &mut log, &mut err_log, still_runs)?;
             let Some(exit) = exit else { bail!("the {step} step was withdrawn when its job started") };
             if let (Some(peak), false) = (exit.gpu_memory_peak_bytes, host_only) {
-                let problem = self.question.problem.as_str();
-                self.run.journal.record_step_memory(problem, step, peak).context("journaling a step's GPU memory")?;
+                self.record_memory(step, peak)?;
             }
             if exit.code != Some(0) {
                 let why = exit.reason.as_deref().map(|r| format!(" ({r}; --step-limit-s {})", a.step_limit_s));
@@ -2008,8 +2007,20 @@ impl ProblemRun<'_> {
         if let Some(declared) = crate::job::gpu_memory_bytes(self.run.a.gpu_memory)? {
             return Ok(Some(declared));
         }
-        let problem = self.question.problem.as_str();
-        self.run.journal.step_memory(problem, step).context("reading a step's GPU memory from the journal")
+        let (problem, key) = (self.question.problem.as_str(), self.memory_key(step));
+        self.run.journal.step_memory(problem, &key).context("reading a step's GPU memory from the journal")
+    }
+
+    /// Journal that a daemon job of this problem's `step` used `peak` bytes of GPU memory.
+    fn record_memory(&self, step: &str, peak: u64) -> Result<()> {
+        let (problem, key) = (self.question.problem.as_str(), self.memory_key(step));
+        self.run.journal.record_step_memory(problem, &key, peak).context("journaling a step's GPU memory")
+    }
+
+    /// What a step's GPU memory is journaled under beside the problem: the step and the size
+    /// preset (one journal may hold runs of both; a large run's peak is not a default one's).
+    fn memory_key(&self, step: &str) -> String {
+        format!("{step}:{}", self.run.a.size)
     }
 
     /// The log a step's process writes into (its stdout and stderr: Inductor's autotuning

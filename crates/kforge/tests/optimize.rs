@@ -974,7 +974,7 @@ fn a_later_run_declares_the_gpu_memory_an_earlier_run_used() {
     // (the second run takes the first's verification of the same result).
     let journal = kforge_store::Store::open(&out.join("journal.db")).unwrap();
     let problem = p.join("level1/a.py").display().to_string();
-    assert_eq!(journal.step_memory(&problem, "verify").unwrap(), Some(3 * G));
+    assert_eq!(journal.step_memory(&problem, "verify:default").unwrap(), Some(3 * G));
     // The measure step's job (a Python step), run in both.
     let prefix = "optimize:dispatch:";
     let rows: Vec<(Option<u64>, Option<String>, u64)> = rep

@@ -329,13 +329,16 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optiona
                 for other in modes[1:]:
                     report[other] = {"ok": False, "not_prepared": NOT_PREPARED}
                 return {}, report
-    with deadline_alarm(until):
-        for i, mode in enumerate(modes[1:], 2):
-            try:
+    current: List[int] = []  # the index of the variant being prepared (none: all done)
+    try:  # outside the alarm's block: the alarm may come anywhere in it, its end included
+        with deadline_alarm(until):
+            for i in range(2, len(modes) + 1):
+                current[:] = [i]
                 prepare_next(i, modes, ref, dev, ready, report, codes, longest, workers, until)
-            except StepDeadline:
-                cut_short(mode, modes[i:], ready, report, time.perf_counter() - started)
-                break
+            current.clear()
+    except StepDeadline:
+        if current:
+            cut_short(modes[current[0] - 1], modes[current[0]:], ready, report, time.perf_counter() - started)
     for variant, other in same_code(modes, codes, ready).items():
         del ready[variant]  # not timed (Dynamo's cache may still hold its compiled copy)
         report[variant]["same_code_as"] = other
@@ -383,8 +386,9 @@ def prepare_next(i: int, modes: Sequence[str], ref: Reference, dev: Any, ready: 
 
 
 class StepDeadline(BaseException):
-    """Raised in the main thread by :func:`deadline_alarm` when the step's preparation deadline
-    (``--prepare-until``) comes while a variant is still being prepared. A ``BaseException``,
+    """Raised in the main thread by :func:`deadline_alarm` when a deadline comes while a
+    variant is still being prepared (``--prepare-until``; the baseline's, ``--until``). Callers
+    catch it outside the alarm's block (it may come anywhere in it). A ``BaseException``,
     so that a variant's own ``except Exception`` (a compile that fails is a variant left out)
     does not take it for the variant's failure."""
 
@@ -400,20 +404,28 @@ def deadline_alarm(until: Optional[float]) -> Iterator[None]:
     if until is None or threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
         yield
         return
+    left = until - time.time()
+    if left <= 0:  # already past: nothing is started then (each variant's gate says so), no alarm races it
+        yield
+        return
     armed = [True]
 
     def fire(signum: int, frame: Any) -> None:
-        if armed[0]:  # not once the block has ended (the signal may arrive while it ends)
+        if armed[0]:  # not once the block has ended
             raise StepDeadline()
 
     previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, max(until - time.time(), 0.001))
+    signal.setitimer(signal.ITIMER_REAL, left)
     try:
         yield
     finally:
-        armed[0] = False
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        # The timer off first; an alarm delivered meanwhile raises out of the block, where the
+        # caller's ``except StepDeadline`` (outside it) takes it; the handler is restored whatever.
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            armed[0] = False
+        finally:
+            signal.signal(signal.SIGALRM, previous)
 
 
 #: Why the baseline was not prepared: its compile outlived the whole step (``--until``).
@@ -429,9 +441,9 @@ def cut_short(mode: str, rest: Sequence[str], ready: Dict[str, Callable[..., Any
     become ready just before), and so is every variant after it (``rest``)."""
     if mode not in ready:
         report[mode] = {"ok": False, "not_prepared": INTERRUPTED}
-        say(f"interrupted {mode} after {after_s:.1f} s of the bounded preparation: {INTERRUPTED}")
+        say(f"interrupted {mode} after {after_s:.1f} s of the preparation: {INTERRUPTED}")
     for other in rest:
-        report[other] = {"ok": False, "not_prepared": NOT_PREPARED}
+        report.setdefault(other, {"ok": False, "not_prepared": NOT_PREPARED})
 
 
 #: What a cache hit is expected to take of a cold compile before one was timed: Dynamo traces
@@ -770,8 +782,8 @@ def measure(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
     ``until`` (Unix seconds), variants not prepared by then are left out (``not_prepared``), and
     so are the rewrite and the per-graph search; a compile still running at ``until`` is
     interrupted (:func:`deadline_alarm`). With ``end`` (Unix seconds: the step's end), timing
-    rounds past the first two that would end after it are not run, nor is the per-graph search
-    (:func:`time_rounds`). With ``warm`` (``workers`` > 0), compile workers
+    rounds past the first two that would end after it are not run (:func:`time_rounds`), and a
+    baseline's compile still running then is interrupted (the step fails, naming why). With ``warm`` (``workers`` > 0), compile workers
     warm Inductor's caches ahead of the preparation (:mod:`.warm`)."""
     # every variant, the rewrite agent's two, explain's trace and the per-graph plans
     with room_to_compile(len(modes) + 3 + graph_rounds * MAX_GRAPH_PLANS):
@@ -975,9 +987,9 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
                ) -> Dict[str, Any]:
     """:func:`measure` with room to compile every variant."""
 
-    def late(ahead: float = 0.0, deadline: Optional[float] = until) -> bool:
-        """Whether work expected to take ``ahead`` seconds would end past ``deadline``."""
-        return deadline is not None and time.time() + ahead > deadline
+    def late(ahead: float = 0.0) -> bool:
+        """Whether work expected to take ``ahead`` seconds would end past ``until``."""
+        return until is not None and time.time() + ahead > until
 
     baseline = modes[0]
     same = duplicates(modes)
@@ -1026,7 +1038,7 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
         timed = max((len(m["per_round"]) for m in result["modes"].values()), default=rounds)
         if timed < rounds:
             result["rounds_cut"] = f"{timed} of {rounds} rounds timed: another would have ended past the step's end"
-        if graphs is not None and not late(deadline=end if end is not None else until):
+        if graphs is not None and not late():  # its plans compile: the preparation's deadline
             result["graphs"] = graph_search(problem, ref, graphs, fns, result, dev, rounds, graph_rounds)
         elif graphs is not None:
             cut.append("the per-graph search")
@@ -1069,8 +1081,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "still running then; those left are recorded as not prepared and not timed (kforge optimize "
                          "passes it to a measure step no wall budget of its size holds, so that the step ends inside it)")
     ap.add_argument("--until", type=float, default=None, metavar="UNIX_S",
-                    help="the step's end (Unix seconds): no timing round past the first two that would end after it, "
-                         "no per-graph search after it (kforge optimize passes it with --prepare-until)")
+                    help="the step's end (Unix seconds): no timing round past the first two that would end after it; "
+                         "a baseline compile still running then is interrupted and the step fails (kforge optimize "
+                         "passes it with --prepare-until)")
     a = ap.parse_args(argv)
     try:
         if a.rounds < 2:
