@@ -286,8 +286,9 @@ impl Journal {
             .collect())
     }
 
-    /// A daemon job of `problem`'s `step` (the process: `dispatch`, `config`) used `peak_bytes`
-    /// of GPU memory at its highest (`JobExit::gpu_memory_peak_bytes`).
+    /// A daemon job of `problem`'s `step` used `peak_bytes` of GPU memory at its highest
+    /// (`JobExit::gpu_memory_peak_bytes`); `step` is what the caller keys it by (`kforge
+    /// optimize`: the process and the size preset, `dispatch:large`).
     pub fn record_step_memory(&self, problem: &str, step: &str, peak_bytes: u64) -> Result<(), StoreError> {
         self.store().record_step_memory(problem, step, peak_bytes)
     }

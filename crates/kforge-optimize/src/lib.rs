@@ -252,8 +252,9 @@ pub struct DispatchMeasurement {
     /// per-graph search" (empty: it prepared everything).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_prepared: Vec<String>,
-    /// A bounded measure step that timed fewer rounds than asked, its end (`--until`) coming
-    /// first: how many ("2 of 5 rounds timed: …"); its intervals are that much wider.
+    /// A measure step that timed fewer rounds than asked, its end (`--until`: bounded, or the
+    /// safety net's) coming first: how many ("2 of 5 rounds timed: …"); its intervals are that
+    /// much wider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rounds_cut: Option<String>,
 }

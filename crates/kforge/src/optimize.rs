@@ -862,9 +862,8 @@ impl Run<'_> {
     }
 
     /// `kforge verify PROBLEM FILE --policy POLICY --json VERDICT` (this binary) with the run's
-    /// size, device and interpreter: without gate 4 on the CPU, as a daemon job with `--daemon`.
-    /// `kforge verify` of `file` against `problem`, its verdict to `verdict`; with the daemon,
-    /// its job declares `declared` bytes of GPU memory when given.
+    /// size, device and interpreter: without gate 4 on the CPU, as a daemon job with `--daemon`,
+    /// its job then declaring `declared` bytes of GPU memory when given.
     fn verify_command(
         &self,
         problem: &Path,
@@ -1097,8 +1096,8 @@ fn cut_short(output: &Path) -> bool {
     listed("not_prepared") || listed("not_tuned") || !v["rounds_cut"].is_null()
 }
 
-/// A bounded step's deadlines (Unix seconds): its bounded part's (`--prepare-until`,
-/// `--tune-until`) and its end's (`--until`).
+/// A step's deadlines (Unix seconds), when it started bounded or under a wall budget's safety
+/// net: its bounded part's (`--prepare-until`, `--tune-until`) and its end's (`--until`).
 #[derive(Debug, Clone, Copy)]
 struct Deadline {
     part: f64,

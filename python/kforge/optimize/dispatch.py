@@ -1079,7 +1079,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--prepare-until", type=float, default=None, metavar="UNIX_S",
                     help="prepare no variant but the baseline after this time (Unix seconds), interrupting a compile "
                          "still running then; those left are recorded as not prepared and not timed (kforge optimize "
-                         "passes it to a measure step no wall budget of its size holds, so that the step ends inside it)")
+                         "passes it to a measure step no wall budget of its size holds, so that the step ends inside it, "
+                         "and as a safety net to every measure step under a wall budget)")
     ap.add_argument("--until", type=float, default=None, metavar="UNIX_S",
                     help="the step's end (Unix seconds): no timing round past the first two that would end after it; "
                          "a baseline compile still running then is interrupted and the step fails (kforge optimize "
