@@ -386,11 +386,12 @@ impl Journal {
     }
 }
 
-/// A recorded peak with room for the run-to-run spread of the allocator's (a quarter, and
-/// 512 MiB for a small job): declared smaller than a job's use, admission would crowd the GPU
-/// and the daemon's retry alone after an out-of-memory error would cost the job a second run.
+/// A recorded peak with room for the run-to-run spread of the allocator's (a quarter, at most
+/// 4 GiB, and 512 MiB for a small job): declared smaller than a job's use, admission would crowd
+/// the GPU and the daemon's retry alone after an out-of-memory error would cost the job a second
+/// run; declared much larger, a big job (64 GiB on an 80 GiB H100) would run alone for nothing.
 pub fn with_margin(peak_bytes: u64) -> u64 {
-    peak_bytes.saturating_add(peak_bytes / 4).saturating_add(512 << 20)
+    peak_bytes.saturating_add((peak_bytes / 4).min(4 << 30)).saturating_add(512 << 20)
 }
 
 /// The outcome of a step that ran bounded (`budget::Admission::Bounded`): its seconds are not
@@ -576,6 +577,7 @@ mod tests {
         let declared = later.step_memory("l3/a.py", "dispatch").unwrap().unwrap();
         assert_eq!(declared, (10 << 30) + (512 << 20), "8 GiB and a quarter, and 512 MiB");
         assert_eq!(later.step_memory("l3/a.py", "config").unwrap(), None, "per step");
+        assert_eq!(with_margin(64 << 30), (68 << 30) + (512 << 20), "a quarter, at most 4 GiB");
     }
 
     #[test]
