@@ -62,10 +62,15 @@ pub const BOUNDED_SHARE: f64 = 0.65;
 pub const BOUNDED_END_SHARE: f64 = 0.9;
 /// A step admitted in full under a wall budget still gets deadlines, as a safety net for an
 /// estimate that proves short (a first run has none; a max-autotune compile at the large preset
-/// outlived a whole device call): its preparation ends by this share of the remainder, its end
-/// by `BOUNDED_END_SHARE`. A step its estimate fits never reaches them; one that would outlive
-/// the run ends with what it measured instead of being killed with all of it.
-pub const SAFETY_PART_SHARE: f64 = 0.8;
+/// outlived a whole device call): no variant's preparation goes past the budget's end (this
+/// share of the remainder), and no timing round past the first two past `SAFETY_END_SHARE` of
+/// it. The budget stops new work, not a step in flight: a step that overruns its estimate a
+/// little still finishes, one that would outlive the run's kill (a device call's limit, past the
+/// budget) ends with what it measured instead of being killed with all of it.
+pub const SAFETY_PART_SHARE: f64 = 1.0;
+/// The safety net's end: a tenth of the remainder past the budget's end (a device campaign's
+/// kill comes 60 s after a budget of 430 s).
+pub const SAFETY_END_SHARE: f64 = 1.1;
 
 /// One step's wall seconds among its kind's (`Spending::durations`).
 #[derive(Debug, Clone)]
@@ -299,11 +304,11 @@ impl Spending {
     }
 
     /// The safety net's deadlines of a step admitted in full, in seconds from now (its
-    /// preparation's and its end's: `SAFETY_PART_SHARE` and `BOUNDED_END_SHARE` of the wall
+    /// preparation's and its end's: `SAFETY_PART_SHARE` and `SAFETY_END_SHARE` of the wall
     /// budget's remainder); `None` without a wall budget or with none left.
     pub fn safety_net(&self) -> Option<(f64, f64)> {
         let left = self.budget.wall_s? - self.wall_s();
-        (left > 0.0).then_some((SAFETY_PART_SHARE * left, BOUNDED_END_SHARE * left))
+        (left > 0.0).then_some((SAFETY_PART_SHARE * left, SAFETY_END_SHARE * left))
     }
 
     /// Count a step held back by the wall budget (the first one's reason kept); returns `why`.
@@ -645,7 +650,7 @@ mod tests {
         assert!(larger.fits_in_full(m), "a budget that holds the floor runs it in full");
         assert!(Spending::new(Budget::default()).fits_in_full(m), "no budget: in full");
         let (part, end) = larger.safety_net().unwrap();
-        assert!(part > 0.79 * 400.0 && part <= SAFETY_PART_SHARE * 400.0 && end > part, "{part} {end}");
+        assert!(part > 0.99 * 400.0 && part <= 400.0 && end > part && end <= 1.1 * 400.0, "{part} {end}");
         assert_eq!(Spending::new(Budget::default()).safety_net(), None, "no wall budget: no net");
         assert!(matches!(s.admit(m, false), Admission::Refused(_)), "a step that cannot bound itself is held");
         let sibling = of("measure", "level3", "level3/b.py");

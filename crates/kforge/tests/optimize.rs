@@ -674,16 +674,16 @@ fn a_step_admitted_in_full_under_a_wall_budget_gets_a_safety_net() {
     assert!(!text.contains("bounded"), "{text}");
     let m: Value = serde_json::from_str(&std::fs::read_to_string(out.join("level1/a/dispatch.json")).unwrap()).unwrap();
     let (part, end) = (m["prepare_until"].as_f64().unwrap(), m["until"].as_f64().unwrap());
-    assert!(part > at + 0.75 * 600.0 && part < at + 0.8 * 600.0 + 30.0 && end > part, "{part} {end} vs {at}");
+    assert!(part > at + 0.95 * 600.0 && part < at + 600.0 + 30.0 && end > part, "{part} {end} vs {at}");
     assert!(m.get("not_prepared").is_none(), "nothing cut: {m}");
     let j = journal(&out);
     let measured = j.steps.iter().find(|s| s.step == "measure").unwrap();
     assert_eq!((measured.status.as_str(), measured.outcome.as_deref()), ("done", None), "{measured:?}");
 
-    // Eight seconds for nine variants' compiles on the CPU: the net cuts the step.
+    // Six seconds for nine variants' compiles on the CPU: the net cuts the step.
     let out = dir.path().join("cut");
     let agents = [&args[..6], &["dispatch,inductor"], &args[7..]].concat();
-    let (code, text) = optimize(&[&agents[..], &["--budget-wall-s", "8"]].concat(), &out);
+    let (code, text) = optimize(&[&agents[..], &["--budget-wall-s", "6"]].concat(), &out);
     assert!(code == Some(0) || code == Some(2), "{text}");
     let j = journal(&out);
     let measured = j.steps.iter().find(|s| s.step == "measure").unwrap();
