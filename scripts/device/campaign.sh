@@ -99,6 +99,11 @@ tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"
 { echo; echo "== events of the whole run (at most 120 lines)"
   grep -E "decided again|left the decisions file|still in the decisions file|bounded:|warning|failed|decided:" \
     "$W/progress.log" | head -n 120; } >>"$OUT/progress-tail.txt" || true
+# Regions held long (the long-hold report of --auto-regions: where the holding thread was), from
+# every step's log of this call: the logs themselves do not come back.
+{ echo; echo "== regions held past half their lease (at most 40 lines)"
+  grep -rh --include='*.log' "kforge --auto-regions: region .* held for .* lease; thread" "$W/state/out" | cut -c1-600 | head -n 40
+} >>"$OUT/progress-tail.txt" || true
 if [ "$rc" = 124 ]; then
   python3 - "$W/state/out" >>"$OUT/progress-tail.txt" <<'PY' || echo "(the unfinished steps' logs could not be read: exit $?)"
 import glob, os, sqlite3, sys
