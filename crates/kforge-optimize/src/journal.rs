@@ -120,6 +120,13 @@ impl Journal {
         self.store().finished_step(step.name(), input_hash, run)
     }
 
+    /// `finished`, leaving out bounded results (`BOUNDED`): an older full one is taken over a
+    /// newer stopgap.
+    pub fn finished_in_full(&self, step: Step, input_hash: &str) -> Result<Option<StepRow>, StoreError> {
+        let run = if self.resume { None } else { Some(self.run) };
+        self.store().finished_step_without(step.name(), input_hash, run, BOUNDED)
+    }
+
     pub fn started(&self, problem: &str, step: Step, input_hash: &str) -> Result<u64, StoreError> {
         self.store().step_started(self.run, problem, step.name(), input_hash, now_ns())
     }

@@ -445,6 +445,28 @@ impl Store {
 
     /// The latest step named `step` with this input hash that finished with an output (`done`),
     /// in run `run` or, with `None`, in any run.
+    /// The newest finished `step` with `input_hash` (in `run` only, when given) whose outcome is
+    /// not `outcome` (a bounded result, for a run that would run the step in full).
+    pub fn finished_step_without(
+        &self,
+        step: &str,
+        input_hash: &str,
+        run: Option<u64>,
+        outcome: &str,
+    ) -> Result<Option<StepRow>, StoreError> {
+        self.conn
+            .query_row(
+                &format!(
+                    "SELECT {STEP_COLUMNS} WHERE s.step=?1 AND s.input_hash=?2 AND s.status='done'
+                       AND (?3 IS NULL OR s.run=?3) AND s.outcome IS NOT ?4 ORDER BY s.id DESC LIMIT 1"
+                ),
+                params![step, input_hash, run.map(|r| r as i64), outcome],
+                step_row,
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
     pub fn finished_step(&self, step: &str, input_hash: &str, run: Option<u64>) -> Result<Option<StepRow>, StoreError> {
         self.conn
             .query_row(
@@ -792,6 +814,13 @@ mod tests {
         assert_eq!(s.finished_step("measure", "h1", Some(r2)).unwrap(), None, "only in its own run");
         assert_eq!(s.finished_step("verify", "h1", None).unwrap(), None, "another step");
         assert_eq!(s.finished_step("measure", "h9", None).unwrap(), None, "a failed step is not finished");
+        // A newer bounded result: the newest, unless bounded ones are left out (the older full one).
+        let bounded = s.step_started(r2, "p.py", "measure", "h1", 6).unwrap();
+        let end = StepEnd { status: "done".into(), outcome: Some("bounded".into()), ..StepEnd::default() };
+        s.step_finished(bounded, &end).unwrap();
+        assert_eq!(s.finished_step("measure", "h1", None).unwrap().map(|r| r.id), Some(bounded));
+        assert_eq!(s.finished_step_without("measure", "h1", None, "bounded").unwrap().map(|r| r.id), Some(a));
+        assert_eq!(s.finished_step_without("measure", "h1", Some(r2), "bounded").unwrap(), None);
         let d = |run, rounds| DecisionRow {
             id: 0,
             run,

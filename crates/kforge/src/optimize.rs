@@ -1514,10 +1514,14 @@ impl ProblemRun<'_> {
         let _one = same.lock().unwrap_or_else(|e| e.into_inner());
         let complete = |f: &kforge_store::StepRow| !f.outcome.as_deref().is_some_and(|o| o.starts_with(INCOMPLETE));
         let taken = |f: &kforge_store::StepRow| self.since.is_none_or(|s| f.run >= s);
-        // A bounded result is a stopgap: not taken when this run can hold the step in full.
-        let bounded = |f: &kforge_store::StepRow| f.outcome.as_deref() == Some(kforge_optimize::journal::BOUNDED);
-        let stopgap = |f: &kforge_store::StepRow| bounded(f) && self.run.spending.fits_in_full(self.step_of(step));
-        if let Some(from) = journal.finished(step, input_hash)?.filter(complete).filter(taken).filter(|f| !stopgap(f)) {
+        // A bounded result is a stopgap: not taken when this run can hold the step in full (an
+        // older full one still is).
+        let finished = if self.run.spending.fits_in_full(self.step_of(step)) {
+            journal.finished_in_full(step, input_hash)?
+        } else {
+            journal.finished(step, input_hash)?
+        };
+        if let Some(from) = finished.filter(complete).filter(taken) {
             if self.take(&from.output, &from.output_hash, outputs)? {
                 self.mark_redecision()?;
                 let id = journal.started(&self.question.problem, step, input_hash)?;
