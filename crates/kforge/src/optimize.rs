@@ -1089,7 +1089,7 @@ const CONFIG_OUTPUTS: [&str; 3] = ["config/config.json", "config/model_new.py", 
 /// Whether a step's output says its deadlines cut it: variants left out (`not_prepared`), rounds
 /// not timed (`rounds_cut`), kernels not tuned (`not_tuned`). An output it cannot read says
 /// nothing (the step's own reading of it names the problem).
-fn cut_short(output: &Path) -> bool {
+fn deadlines_cut(output: &Path) -> bool {
     let Ok(text) = std::fs::read_to_string(output) else { return false };
     let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else { return false };
     let listed = |k: &str| v[k].as_array().is_some_and(|a| !a.is_empty());
@@ -1854,7 +1854,7 @@ impl ProblemRun<'_> {
             args.extend([end.into(), format!("{:.3}", deadline.end)]);
         }
         let work = self.python_work(args, step)?;
-        let bounded = self.until.get().is_some() || cut_short(output);
+        let bounded = self.until.get().is_some() || deadlines_cut(output);
         Ok(Work { outcome: bounded.then(|| kforge_optimize::journal::BOUNDED.into()), ..work })
     }
 

@@ -613,17 +613,6 @@ fn jobs_do_not_inherit_the_daemons_descriptors() {
     let _ = daemon.wait();
 }
 
-/// Write the `--debug-gpu-memory` file in one step (the daemon re-reads it at every sample).
-fn write_memory(path: &std::path::Path, free_gib: u64, processes: &[(u32, u64)]) {
-    const G: u64 = 1 << 30;
-    let procs: Vec<serde_json::Value> =
-        processes.iter().map(|&(pid, used)| serde_json::json!({"pid": pid, "used": used * G})).collect();
-    let v = serde_json::json!({"cpu": {"total": 80 * G, "free": free_gib * G, "processes": procs}});
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, v.to_string()).unwrap();
-    std::fs::rename(&tmp, path).unwrap();
-}
-
 #[test]
 fn memory_admission_waits_retries_an_oom_alone_and_loses_nothing() {
     const G: u64 = 1 << 30;

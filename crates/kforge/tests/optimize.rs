@@ -856,8 +856,7 @@ fn through_the_daemon_the_steps_declare_their_gpu_memory() {
     const G: u64 = 1 << 30;
     let dir = tempfile::tempdir().unwrap();
     let mem = dir.path().join("memory.json");
-    let sample = serde_json::json!({"cpu": {"total": 80 * G, "free": 80 * G, "processes": []}});
-    std::fs::write(&mem, sample.to_string()).unwrap();
+    common::write_memory(&mem, 80, &[]);
     let mut d = common::TestDaemon::start(&["--debug-gpu-memory", mem.to_str().unwrap()]);
     let out = d.path("o");
     // A problem the rewrite agent wins by far (diag-matmul): a result to verify, whatever the noise.
@@ -924,13 +923,7 @@ fn a_later_run_declares_the_gpu_memory_an_earlier_run_used() {
     let p = problems(dir.path(), &[("level1", "diag_scale.py", "a.py")]);
     let mem = dir.path().join("memory.json");
     let file = mem.clone();
-    let write = move |pids: &[u32]| {
-        let procs: Vec<Value> = pids.iter().map(|p| serde_json::json!({"pid": p, "used": 3 * G})).collect();
-        let sample = serde_json::json!({"cpu": {"total": 80 * G, "free": 70 * G, "processes": procs}});
-        let tmp = file.with_extension("tmp");
-        std::fs::write(&tmp, sample.to_string()).unwrap();
-        std::fs::rename(&tmp, &file).unwrap(); // the daemon never reads half a file
-    };
+    let write = move |pids: &[u32]| common::write_memory(&file, 70, &pids.iter().map(|&p| (p, 3)).collect::<Vec<_>>());
     write(&[]);
     let mut d = common::TestDaemon::start(&["--debug-gpu-memory", mem.to_str().unwrap()]);
     // The fake sampler's processes: every running job's at 3 GiB, while the runs go on.

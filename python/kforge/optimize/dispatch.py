@@ -338,7 +338,7 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optiona
             current.clear()
     except StepDeadline:
         if current:
-            cut_short(modes[current[0] - 1], modes[current[0]:], ready, report, time.perf_counter() - started)
+            mark_interrupted(modes[current[0] - 1], modes[current[0]:], ready, report, time.perf_counter() - started)
     for variant, other in same_code(modes, codes, ready).items():
         del ready[variant]  # not timed (Dynamo's cache may still hold its compiled copy)
         report[variant]["same_code_as"] = other
@@ -435,7 +435,7 @@ BASELINE_PAST_END = ("its compile was still running at the step's end (--until) 
 INTERRUPTED = "the step's deadline came during its compile, which was interrupted"
 
 
-def cut_short(mode: str, rest: Sequence[str], ready: Dict[str, Callable[..., Any]],
+def mark_interrupted(mode: str, rest: Sequence[str], ready: Dict[str, Callable[..., Any]],
               report: Dict[str, Dict[str, Any]], after_s: float) -> None:
     """The deadline came while ``mode`` was prepared: it is ``not_prepared`` (unless it had
     become ready just before), and so is every variant after it (``rest``)."""

@@ -208,3 +208,15 @@ pub fn descendants(pid: i32) -> Vec<i32> {
     }
     out
 }
+
+/// Write the `--debug-gpu-memory` file in one step (the daemon re-reads it at every sample): the
+/// `cpu` device of 80 GiB with `free_gib` free, and `processes` as (pid, GiB used).
+pub fn write_memory(path: &Path, free_gib: u64, processes: &[(u32, u64)]) {
+    const G: u64 = 1 << 30;
+    let procs: Vec<serde_json::Value> =
+        processes.iter().map(|&(pid, used)| serde_json::json!({"pid": pid, "used": used * G})).collect();
+    let v = serde_json::json!({"cpu": {"total": 80 * G, "free": free_gib * G, "processes": procs}});
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, v.to_string()).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
