@@ -7,7 +7,9 @@
 //! step an earlier run was killed in the middle of counts among them at the seconds it had run
 //! (a lower bound), and it sets its own problem's floor: that problem's step takes at least as
 //! long, whatever its folder's other steps took (one long problem does not hold back its
-//! siblings). The steps so held back are counted and said in the budget's line.
+//! siblings). So does a step of an earlier run that its deadlines cut (`journal::BOUNDED`): a
+//! floor above the wall budget makes the next run take its bounded result instead of running it
+//! in full, to be cut again. The steps so held back are counted and said in the budget's line.
 
 use crate::OptimizeError;
 use serde::{Deserialize, Serialize};
@@ -143,14 +145,14 @@ impl Estimate {
     fn took(&self, group: &str) -> String {
         if self.basis == Basis::OwnFloor {
             return format!(
-                "at least {:.0} s here (this problem's had run that long when its run was killed)",
+                "at least {:.0} s here (this problem's had run that long when its run was killed or its deadline cut it)",
                 self.seconds
             );
         }
         let among = if self.in_group { format!("{group}'s") } else { "every folder's".to_string() };
         let killed = match self.killed {
             0 => String::new(),
-            k => format!(", {k} of them unfinished when a run was killed, counted at what they had run"),
+            k => format!(", {k} of them unfinished (a run killed, or their deadlines cut them), counted at what they had run"),
         };
         let lead = if self.basis == Basis::QuartileKilled { "at least about" } else { "about" };
         format!("{lead} {:.0} s here (the upper quartile of {among} {}{killed})", self.seconds, self.of)
@@ -196,8 +198,8 @@ impl Spending {
         }
     }
 
-    /// Count an unfinished step of an earlier, killed run: it had run `seconds` when its run was
-    /// killed. It counts among its kind and group's steps at that, and its problem's step takes
+    /// Count an unfinished step of an earlier run: it had run `seconds` when its run was killed
+    /// or its deadlines cut it (`Journal::floor_seconds`). It counts among its kind and group's steps at that, and its problem's step takes
     /// at least that (the longest, if counted twice).
     pub fn observe_unfinished(&self, of: StepOf<'_>, seconds: f64) {
         if seconds.is_finite() && seconds > 0.0 {
@@ -593,7 +595,7 @@ mod tests {
         let why = s.refuses(of("measure", "level3", gru)).expect("at least 525 s, 480 s budget");
         assert!(
             why.contains(
-                "a measure step takes at least 525 s here (this problem's had run that long when its run was killed)"
+                "a measure step takes at least 525 s here (this problem's had run that long when its run was killed or its deadline cut it)"
             ),
             "{why}"
         );
@@ -623,7 +625,7 @@ mod tests {
         assert_eq!((e.seconds, e.basis, e.in_group), (340.0, Basis::QuartileKilled, true), "not level 1's 40 s");
         let why = s.refuses(of("measure", "level3", "level3/new.py")).expect("at least about 340 s");
         assert!(
-            why.contains("takes at least about 340 s here (the upper quartile of level3's 7, 7 of them unfinished when a run was killed, counted at what they had run)"),
+            why.contains("takes at least about 340 s here (the upper quartile of level3's 7, 7 of them unfinished (a run killed, or their deadlines cut them), counted at what they had run)"),
             "{why}"
         );
         assert_eq!(s.refuses(of("measure", "level1", "level1/a.py")), None, "level 1 keeps its own 40 s");
@@ -639,7 +641,7 @@ mod tests {
                 assert!(seconds > 0.6 * 300.0 && seconds <= BOUNDED_SHARE * 300.0, "{seconds}");
                 let end = end_seconds / BOUNDED_END_SHARE;
                 assert!(end_seconds > seconds && (end - seconds / BOUNDED_SHARE).abs() < 1e-9, "{end_seconds}");
-                assert!(why.starts_with("no measure step fits a --budget-wall-s of 300 in full: one takes at least 360 s here (this problem's had run that long when its run was killed); it prepares variants for"), "{why}");
+                assert!(why.starts_with("no measure step fits a --budget-wall-s of 300 in full: one takes at least 360 s here (this problem's had run that long when its run was killed or its deadline cut it); it prepares variants for"), "{why}");
             }
             other => panic!("{other:?}"),
         }
@@ -699,11 +701,11 @@ mod tests {
         s.observe_unfinished(c, 420.0);
         assert_eq!(
             s.never_fits(c, false).as_deref(),
-            Some("no config step fits a --budget-wall-s of 300: one takes at least 420 s here (this problem's had run that long when its run was killed)")
+            Some("no config step fits a --budget-wall-s of 300: one takes at least 420 s here (this problem's had run that long when its run was killed or its deadline cut it)")
         );
         let sibling = of("config", "level3", "level3/b.py");
         let why = s.never_fits(sibling, false).expect("of two, the upper quartile is the killed one's 420 s");
-        assert!(why.ends_with("one takes at least about 420 s here (the upper quartile of level3's 2, 1 of them unfinished when a run was killed, counted at what they had run)"), "{why}");
+        assert!(why.ends_with("one takes at least about 420 s here (the upper quartile of level3's 2, 1 of them unfinished (a run killed, or their deadlines cut them), counted at what they had run)"), "{why}");
         finished(&s, "config", "level3", &[200.0, 210.0]);
         assert_eq!(s.never_fits(sibling, false), None, "of four, the upper quartile is 250 s");
         assert!(s.never_fits(c, false).is_some(), "its own floor stays");

@@ -312,23 +312,24 @@ impl Journal {
         self.store().step_work_began(id, now_ns())
     }
 
-    /// Record that this run is alive now (its heartbeat, `unfinished_seconds`' measure of a
+    /// Record that this run is alive now (its heartbeat, `floor_seconds`' measure of a
     /// killed run).
     pub fn alive(&self) -> Result<(), StoreError> {
         self.store().run_alive(self.run, now_ns())
     }
 
-    /// Each step an earlier run left running (that run was killed) whose problem has not since
+    /// Each step of an earlier run that did not run in full, whose problem has not since
     /// finished a step of its kind in full or been decided: its problem, name and a lower bound
-    /// of what it takes, from its start to its run's last sign of life (the latest heartbeat,
-    /// start, end or decision that run journaled). A decision that `--redecide` set aside (a
+    /// of what it takes. A step its run left running (that run was killed) had run from its
+    /// start to its run's last sign of life (the latest heartbeat, start, end or decision that
+    /// run journaled); a bounded one (`BOUNDED`: its deadlines cut it, or it started bounded),
+    /// done or failed, for the seconds its work ran. Without the second, a step the safety net
+    /// cut would be expected to take what its folder's others take, run in full by every next
+    /// run and cut again, its problem never decided. A decision that `--redecide` set aside (a
     /// later run's mark, or `redeciding` in this run) clears no floor: the problem's steps run
-    /// again, and the killed step showed what one of them takes. With `--resume` only; none
-    /// without it.
-    pub fn unfinished_seconds(
-        &self,
-        redeciding: impl Fn(&str) -> bool,
-    ) -> Result<Vec<(String, String, f64)>, StoreError> {
+    /// again, and the unfinished step showed what one of them takes. With `--resume` only;
+    /// none without it.
+    pub fn floor_seconds(&self, redeciding: impl Fn(&str) -> bool) -> Result<Vec<(String, String, f64)>, StoreError> {
         if !self.resume {
             return Ok(Vec::new());
         }
@@ -347,25 +348,9 @@ impl Journal {
             redeciding(&d.question.problem)
                 || marks.get(&d.question.problem).copied().flatten().is_some_and(|m| m > d.run)
         };
-        let mut alive: BTreeMap<u64, i64> = BTreeMap::new();
-        let mut mark = |run: u64, ns: i64| {
-            let e = alive.entry(run).or_insert(ns);
-            *e = (*e).max(ns);
-        };
-        for s in &rows.steps {
-            mark(s.run, s.finished_ns.unwrap_or(s.started_ns).max(s.started_ns));
-        }
-        for d in &rows.decisions {
-            mark(d.run, d.decided_ns);
-        }
-        for (run, ns) in rows.runs.iter().filter_map(|r| Some((r.id, r.finished_ns?))).chain(beats) {
-            mark(run, ns);
-        }
+        let alive = last_signs_of_life(&rows, beats);
         let since = |s: &kforge_store::StepRow| {
-            let full = |t: &kforge_store::StepRow| {
-                t.status != "running" && t.status != WITHDRAWN && t.outcome.as_deref() != Some(BOUNDED)
-            };
-            rows.steps.iter().any(|t| t.id > s.id && t.problem == s.problem && t.step == s.step && full(t))
+            rows.steps.iter().any(|t| t.id > s.id && t.problem == s.problem && t.step == s.step && ran_in_full(t))
                 || rows
                     .decisions
                     .iter()
@@ -374,14 +359,18 @@ impl Journal {
         Ok(rows
             .steps
             .iter()
-            .filter(|s| s.status == "running" && s.run != self.run && !since(s))
+            .filter(|s| s.run != self.run && !since(s))
             .filter_map(|s| {
-                let began = match s.work {
-                    WorkStart::Waiting => return None, // queued all along: it says nothing of its kind
-                    WorkStart::Since(ns) => ns,
-                    WorkStart::Unrecorded => s.started_ns,
-                };
-                Some((s.problem.clone(), s.step.clone(), (alive[&s.run] - began) as f64 / 1e9))
+                if s.status == "running" {
+                    let began = match s.work {
+                        WorkStart::Waiting => return None, // queued all along: it says nothing of its kind
+                        WorkStart::Since(ns) => ns,
+                        WorkStart::Unrecorded => s.started_ns,
+                    };
+                    return Some((s.problem.clone(), s.step.clone(), (alive[&s.run] - began) as f64 / 1e9));
+                }
+                let cut = s.outcome.as_deref() == Some(BOUNDED) && s.reused_from.is_none();
+                cut.then(|| (s.problem.clone(), s.step.clone(), s.seconds.unwrap_or(0.0) - waited_s(s)))
             })
             .filter(|u| u.2 > 0.0)
             .collect())
@@ -428,6 +417,31 @@ pub fn verified_of(name: &str) -> Option<Verified> {
 
 /// How long a finished step waited before its work began (its job in the daemon's queue): not
 /// part of what its kind takes. Zero when unrecorded.
+/// Whether a journaled step ran in full: finished, not withdrawn and not bounded.
+fn ran_in_full(t: &StepRow) -> bool {
+    t.status != "running" && t.status != WITHDRAWN && t.outcome.as_deref() != Some(BOUNDED)
+}
+
+/// Per run, its last sign of life: the latest start, end or decision it journaled, its end,
+/// or its latest heartbeat (`beats`).
+fn last_signs_of_life(rows: &kforge_store::Journal, beats: Vec<(u64, i64)>) -> BTreeMap<u64, i64> {
+    let mut alive: BTreeMap<u64, i64> = BTreeMap::new();
+    let mut mark = |run: u64, ns: i64| {
+        let e = alive.entry(run).or_insert(ns);
+        *e = (*e).max(ns);
+    };
+    for s in &rows.steps {
+        mark(s.run, s.finished_ns.unwrap_or(s.started_ns).max(s.started_ns));
+    }
+    for d in &rows.decisions {
+        mark(d.run, d.decided_ns);
+    }
+    for (run, ns) in rows.runs.iter().filter_map(|r| Some((r.id, r.finished_ns?))).chain(beats) {
+        mark(run, ns);
+    }
+    alive
+}
+
 fn waited_s(s: &StepRow) -> f64 {
     match s.work {
         WorkStart::Since(ns) => ((ns - s.started_ns) as f64 / 1e9).max(0.0),
@@ -542,7 +556,7 @@ mod tests {
         assert_eq!(took.len(), 1);
         assert!((took[0].1 - 10.0).abs() < 1e-6 && took[0].0 == "l1/a.py", "the 30 s in the queue left out: {took:?}");
         assert_eq!(
-            resumed.unfinished_seconds(|_| false).unwrap(),
+            resumed.floor_seconds(|_| false).unwrap(),
             [("l1/c.py".to_string(), "config".to_string(), 60.0)],
             "the step that never left the queue ({queued}) sets no floor; the one that ran, from when it began"
         );
@@ -558,12 +572,12 @@ mod tests {
         killed.alive().unwrap();
         drop(killed);
         let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
-        let floor = resumed.unfinished_seconds(|_| false).unwrap();
+        let floor = resumed.floor_seconds(|_| false).unwrap();
         assert_eq!(floor.len(), 1);
         let again = resumed.started("l3/a.py", Step::Measure, "ha").unwrap();
         resumed.work_began(again).unwrap();
         resumed.withdrawn(again, 0.5, "a measure step takes at least 525 s here").unwrap();
-        assert_eq!(resumed.unfinished_seconds(|_| false).unwrap(), floor, "the floor stays");
+        assert_eq!(resumed.floor_seconds(|_| false).unwrap(), floor, "the floor stays");
         assert_eq!(resumed.step_seconds().unwrap(), [], "nor is 0.5 s what a measure step takes");
         let rows = resumed.rows().unwrap();
         assert_eq!(
@@ -597,7 +611,7 @@ mod tests {
         let b = killed.started("l1/b.py", Step::Measure, "hb").unwrap();
         killed.done(b, &done("o/dispatch.json")).unwrap(); // its last sign of life
         assert_eq!(
-            killed.unfinished_seconds(|_| false).unwrap(),
+            killed.floor_seconds(|_| false).unwrap(),
             [],
             "its own running step is in flight, not unfinished"
         );
@@ -607,22 +621,22 @@ mod tests {
         let all = kforge_store::Store::open(&path).unwrap().journal(None).unwrap();
         let (start, alive) = (began(&all.steps[0]), all.steps[1].finished_ns.unwrap());
         let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
-        let u = resumed.unfinished_seconds(|_| false).unwrap();
+        let u = resumed.floor_seconds(|_| false).unwrap();
         assert_eq!(u, [("l3/a.py".to_string(), "measure".to_string(), (alive - start) as f64 / 1e9)]);
         let fresh = Journal::open(&path, &question(3), Budget::default(), 1, false).unwrap();
-        assert_eq!(fresh.unfinished_seconds(|_| false).unwrap(), [], "without --resume earlier runs are not read");
+        assert_eq!(fresh.floor_seconds(|_| false).unwrap(), [], "without --resume earlier runs are not read");
         let again = resumed.started("l3/a.py", Step::Measure, "ha").unwrap();
-        assert_eq!(resumed.unfinished_seconds(|_| false).unwrap(), u, "until one finishes");
+        assert_eq!(resumed.floor_seconds(|_| false).unwrap(), u, "until one finishes");
         let bounded = StepDone { outcome: Some(BOUNDED.into()), ..done("o/dispatch.json") };
         resumed.done(again, &bounded).unwrap();
         assert_eq!(
-            resumed.unfinished_seconds(|_| false).unwrap(),
+            resumed.floor_seconds(|_| false).unwrap(),
             u,
             "a bounded step is not one in full: the floor stays"
         );
         let failed = resumed.started("l3/a.py", Step::Measure, "ha").unwrap();
         resumed.failed(failed, 400.0, "the baseline 'max-autotune' was not prepared in time", true).unwrap();
-        assert_eq!(resumed.unfinished_seconds(|_| false).unwrap(), u, "nor is a bounded one that failed");
+        assert_eq!(resumed.floor_seconds(|_| false).unwrap(), u, "nor is a bounded one that failed");
         assert!(
             !resumed.step_seconds().unwrap().iter().any(|(p, step, _)| p == "l3/a.py" && step == "measure"),
             "nor is its time what a step of its kind takes"
@@ -630,11 +644,45 @@ mod tests {
         let full = resumed.started("l3/a.py", Step::Measure, "ha").unwrap();
         resumed.done(full, &done("o/dispatch.json")).unwrap();
         assert_eq!(
-            resumed.unfinished_seconds(|_| false).unwrap(),
+            resumed.floor_seconds(|_| false).unwrap(),
             [],
             "finished since: its time is the finished one's"
         );
         assert!(a < again);
+    }
+
+    #[test]
+    fn a_step_its_deadlines_cut_is_a_floor_of_what_its_work_ran_for_later_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.db");
+        let first = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let cut = first.started("l3/a.py", Step::Measure, "ha").unwrap();
+        first.done(cut, &StepDone { seconds: 217.0, outcome: Some(BOUNDED.into()), ..done("o/dispatch.json") }).unwrap();
+        let failed = first.started("l3/b.py", Step::Measure, "hb").unwrap();
+        first.failed(failed, 300.0, "the baseline 'max-autotune' was not prepared in time", true).unwrap();
+        let full = first.started("l3/c.py", Step::Measure, "hc").unwrap();
+        first.done(full, &StepDone { seconds: 90.0, ..done("o/dispatch.json") }).unwrap();
+        assert_eq!(first.floor_seconds(|_| false).unwrap(), [], "its own run's steps are no floor of it");
+        drop(first);
+        let second = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let floors = second.floor_seconds(|_| false).unwrap();
+        let of = |p: &str| floors.iter().find(|f| f.0 == p).map(|f| (f.1.as_str(), f.2));
+        assert_eq!(of("l3/a.py"), Some(("measure", 217.0)), "cut, done: at least what it ran");
+        assert_eq!(of("l3/b.py"), Some(("measure", 300.0)), "bounded, failed: the same");
+        assert_eq!(of("l3/c.py"), None, "run in full: its time is an estimate, not a floor");
+        let reused = second.started("l3/a.py", Step::Measure, "ha").unwrap();
+        let row = second.finished(Step::Measure, "ha").unwrap().unwrap();
+        second.reused(reused, &row, "o/dispatch.json").unwrap();
+        let again = second.started("l3/b.py", Step::Measure, "hb").unwrap();
+        second.done(again, &done("o/dispatch.json")).unwrap();
+        drop(second);
+        let third = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let floors = third.floor_seconds(|_| false).unwrap();
+        assert_eq!(
+            floors,
+            [("l3/a.py".to_string(), "measure".to_string(), 217.0)],
+            "a reuse of the cut result is no new floor and clears none; b ran in full since"
+        );
     }
 
     #[test]
@@ -644,7 +692,7 @@ mod tests {
         let killed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
         let a = killed.started("l3/a.py", Step::Measure, "ha").unwrap();
         killed.work_began(a).unwrap(); // its last journaled event
-        assert_eq!(killed.unfinished_seconds(|_| false).unwrap(), []);
+        assert_eq!(killed.floor_seconds(|_| false).unwrap(), []);
         killed.alive().unwrap();
         let run = killed.run();
         drop(killed);
@@ -656,20 +704,20 @@ mod tests {
         drop(store);
         let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
         assert_eq!(
-            resumed.unfinished_seconds(|_| false).unwrap(),
+            resumed.floor_seconds(|_| false).unwrap(),
             [("l3/a.py".to_string(), "measure".to_string(), 90.0)]
         );
         let d = Decision::Fallback { reason: "nothing won".into() };
         let q = Question { problem: "l3/a.py".into(), ..question(3) };
         resumed.decided(&q, &d, Path::new("o/report.json")).unwrap();
         assert_eq!(
-            resumed.unfinished_seconds(|_| false).unwrap(),
+            resumed.floor_seconds(|_| false).unwrap(),
             [],
             "decided since (a decisions file's report): no floor"
         );
         let floor = [("l3/a.py".to_string(), "measure".to_string(), 90.0)];
         assert_eq!(
-            resumed.unfinished_seconds(|p| p == "l3/a.py").unwrap(),
+            resumed.floor_seconds(|p| p == "l3/a.py").unwrap(),
             floor,
             "decided again in this run: the floor is back"
         );
@@ -677,12 +725,12 @@ mod tests {
         let again = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
         again.redecide("l3/a.py").unwrap();
         assert_eq!(
-            again.unfinished_seconds(|_| false).unwrap(),
+            again.floor_seconds(|_| false).unwrap(),
             floor,
             "a later run's --redecide set the decision aside"
         );
         again.decided(&q, &d, Path::new("o/report.json")).unwrap();
-        assert_eq!(again.unfinished_seconds(|_| false).unwrap(), [], "the redecision's own decision clears it");
+        assert_eq!(again.floor_seconds(|_| false).unwrap(), [], "the redecision's own decision clears it");
     }
 
     #[test]

@@ -229,7 +229,7 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
         journal,
     };
     // The run's heartbeat, so that a run killed mid-step still tells how long its steps had run
-    // (`Journal::unfinished_seconds`); it stops with the run.
+    // (`Journal::floor_seconds`); it stops with the run.
     let (stop, ticks) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|scope| {
         let journal = &run.journal;
@@ -259,7 +259,7 @@ fn spending(budget: Budget, started: Instant, journal: &Journal, redecide: &Rede
         spending.observe(StepOf { step: &step, group: &step_group(&problem), problem: &problem }, seconds);
     }
     for (problem, step, seconds) in
-        journal.unfinished_seconds(|p| redecide.matches(p)).context("reading the journal's unfinished steps")?
+        journal.floor_seconds(|p| redecide.matches(p)).context("reading the journal's unfinished steps")?
     {
         spending.observe_unfinished(StepOf { step: &step, group: &step_group(&problem), problem: &problem }, seconds);
     }

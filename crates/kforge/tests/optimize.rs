@@ -660,7 +660,8 @@ fn journal_with_a_killed_measure(p: &Path, out: &Path) -> i64 {
 /// Under a wall budget a step admitted in full still gets deadlines (a safety net for an
 /// estimate that proves short, or none at all in a first run): one that fits never reaches them
 /// and is journaled as a full step; one the net cuts ends with what it measured, journaled
-/// `bounded` (its seconds are not a full step's), instead of outliving the run.
+/// `bounded` (its seconds are not a full step's), instead of outliving the run, and is its
+/// problem's floor for a later run.
 #[test]
 fn a_step_admitted_in_full_under_a_wall_budget_gets_a_safety_net() {
     let dir = tempfile::tempdir().unwrap();
@@ -688,6 +689,17 @@ fn a_step_admitted_in_full_under_a_wall_budget_gets_a_safety_net() {
     let j = journal(&out);
     let measured = j.steps.iter().find(|s| s.step == "measure").unwrap();
     assert_eq!(measured.outcome.as_deref(), Some("bounded"), "{measured:?}\n{text}");
+
+    // Cut after more than 5 s, it takes at least that: a resumed run of a 5 s budget takes the
+    // cut result instead of running the step in full to be cut again (session 19's livelock).
+    let ran = measured.seconds.unwrap();
+    assert!(ran > 5.0, "cut at the net's deadlines, {ran} s after it started");
+    let (code, text) = optimize(&[&agents[..], &["--resume", "--budget-wall-s", "5"]].concat(), &out);
+    assert!(code == Some(0) || code == Some(2), "{text}");
+    assert!(text.contains("measure: reused"), "{text}");
+    let j = journal(&out);
+    let again: Vec<&str> = j.steps.iter().filter(|s| s.step == "measure").map(|s| s.status.as_str()).collect();
+    assert_eq!(again, ["done", "reused"], "{text}");
 }
 
 /// A bounded measurement is a stopgap: a later run whose budget holds the step in full runs it
@@ -735,7 +747,7 @@ fn a_measure_step_killed_past_the_budget_starts_bounded_next_time() {
     let (code, text) = optimize(&[&args[..], &["--resume", "--budget-wall-s", "200"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     assert!(
-        text.contains("measure: bounded: no measure step fits a --budget-wall-s of 200 in full: one takes at least 1000 s here (this problem's had run that long when its run was killed); it prepares variants for"),
+        text.contains("measure: bounded: no measure step fits a --budget-wall-s of 200 in full: one takes at least 1000 s here (this problem's had run that long when its run was killed or its deadline cut it); it prepares variants for"),
         "{text}"
     );
     let m: Value = serde_json::from_str(&std::fs::read_to_string(out.join("level3/a/dispatch.json")).unwrap()).unwrap();
