@@ -12,12 +12,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Dict, List, Tuple
 
 import pytest
 
 from kforge.inspect import inductor
 from kforge.optimize import config as C
+from kforge.optimize import dispatch as D
 
 H200 = Path(__file__).resolve().parents[2] / "crates/kforge-inductor/tests/fixtures/h200"
 
@@ -145,6 +147,7 @@ import torch._inductor.config as icfg
 import torch._inductor.runtime.triton_heuristics as th
 from kforge.inspect import inductor
 from kforge.optimize import config as C
+from kforge.optimize import dispatch as D
 
 h200, where = Path(sys.argv[1]), Path(sys.argv[2])
 for fixture, prefix in [("default_009_layernorm_fp32", "triton_red_"), ("default_002_multihead_attention_bf16", "triton_per_"),
@@ -315,6 +318,8 @@ def test_bad_arguments_are_named_before_anything_runs(capsys: pytest.CaptureFixt
     for beat in ("0", "nan", "-2"):
         assert C.main(["p.py", "--out", out, "--beat", beat]) == 2
         assert "--beat must be a positive speedup" in capsys.readouterr().err
+    assert C.main(["p.py", "--out", out, "--tune-until", "2000", "--until", "1000"]) == 2
+    assert "--until 1000.000 is before --tune-until 2000.000" in capsys.readouterr().err
     pytest.importorskip("torch")
     assert C.main([str(tmp_path / "missing.py"), "--out", out]) == 2  # the problem is named before the GPU is looked for
     assert "missing.py: no such file" in capsys.readouterr().err
@@ -467,6 +472,24 @@ def test_recording_keeps_each_kernels_first_launch_and_restores() -> None:
     for obj, orig in restore:
         obj.run = orig
     assert kernel.run is run
+
+
+def test_the_re_stitched_models_rounds_past_the_first_two_stop_at_the_steps_end(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = SimpleNamespace(now=1000.0)
+
+    def bench(fns: List[Any], name: str, **kw: Any) -> List[List[float]]:
+        clock.now += 10.0  # each round takes 10 s
+        return [[1.0 + i] * 3 for i in range(len(fns))]
+
+    monkeypatch.setattr(C, "do_bench_interleaved", bench)
+    monkeypatch.setattr(C, "time", SimpleNamespace(time=lambda: clock.now, perf_counter=lambda: clock.now))
+    # Two rounds although the end comes during the first; then none would fit.
+    assert len(C.model_rounds(lambda: None, lambda: None, 5, end=clock.now + 5.0)) == D.MIN_ROUNDS == 2
+    assert len(C.model_rounds(lambda: None, lambda: None, 5, end=clock.now + 40.0)) == 4
+    assert len(C.model_rounds(lambda: None, lambda: None, 5)) == 5
+    assert C.rounds_cut(4, 5) == "4 of 5 rounds timed: another would have ended past the step's end"
+    assert C.rounds_cut(5, 5) is None
 
 
 @pytest.mark.filterwarnings("ignore::kforge.KforgeWarning")

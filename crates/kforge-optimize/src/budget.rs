@@ -152,7 +152,9 @@ impl Estimate {
         let among = if self.in_group { format!("{group}'s") } else { "every folder's".to_string() };
         let killed = match self.killed {
             0 => String::new(),
-            k => format!(", {k} of them unfinished (a run killed, or their deadlines cut them), counted at what they had run"),
+            k => format!(
+                ", {k} of them unfinished (a run killed, or their deadlines cut them), counted at what they had run"
+            ),
         };
         let lead = if self.basis == Basis::QuartileKilled { "at least about" } else { "about" };
         format!("{lead} {:.0} s here (the upper quartile of {among} {}{killed})", self.seconds, self.of)

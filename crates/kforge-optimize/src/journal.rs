@@ -208,9 +208,9 @@ impl Journal {
     /// The step failed with `error`. One that ran with deadlines (`bounded`: started bounded, or
     /// under the safety net of a wall budget) is journaled with that outcome whatever the failure
     /// (a measure step whose baseline's compile outlived the step's end is the case it is for):
-    /// like a bounded step that finished, it is not one in full and clears no floor, so the next
-    /// run starts it bounded again instead of in full, where the run's kill would take its
-    /// siblings' work.
+    /// like a bounded step that finished, it is not one in full: it clears no floor and sets one
+    /// at what it ran (`floor_seconds`), so the next run starts it bounded again instead of in
+    /// full, where the run's kill would take its siblings' work.
     pub fn failed(&self, id: u64, seconds: f64, error: &str, bounded: bool) -> Result<(), StoreError> {
         let end = StepEnd {
             status: "failed".into(),
@@ -390,8 +390,9 @@ pub fn with_margin(peak_bytes: u64) -> u64 {
     peak_bytes.saturating_add((peak_bytes / 4).min(4 << 30)).saturating_add(512 << 20)
 }
 
-/// The outcome of a step that ran bounded (`budget::Admission::Bounded`): its seconds are not
-/// what its kind takes in full, and it clears no floor.
+/// The outcome of a step that ran bounded (`budget::Admission::Bounded`, or cut by the safety
+/// net's deadlines): its seconds are not what its kind takes in full; it clears no floor and
+/// sets its problem's at what it ran (`Journal::floor_seconds`).
 pub const BOUNDED: &str = "bounded";
 
 /// The status of a step withdrawn when its job started late (`Journal::withdrawn`).
@@ -610,11 +611,7 @@ mod tests {
         killed.work_began(a).unwrap(); // its job started
         let b = killed.started("l1/b.py", Step::Measure, "hb").unwrap();
         killed.done(b, &done("o/dispatch.json")).unwrap(); // its last sign of life
-        assert_eq!(
-            killed.floor_seconds(|_| false).unwrap(),
-            [],
-            "its own running step is in flight, not unfinished"
-        );
+        assert_eq!(killed.floor_seconds(|_| false).unwrap(), [], "its own running step is in flight, not unfinished");
         drop(killed); // killed: `a` stays running
         let rows = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap().rows().unwrap();
         assert!(rows.steps.is_empty(), "a new run journals nothing by opening");
@@ -629,11 +626,7 @@ mod tests {
         assert_eq!(resumed.floor_seconds(|_| false).unwrap(), u, "until one finishes");
         let bounded = StepDone { outcome: Some(BOUNDED.into()), ..done("o/dispatch.json") };
         resumed.done(again, &bounded).unwrap();
-        assert_eq!(
-            resumed.floor_seconds(|_| false).unwrap(),
-            u,
-            "a bounded step is not one in full: the floor stays"
-        );
+        assert_eq!(resumed.floor_seconds(|_| false).unwrap(), u, "a bounded step is not one in full: the floor stays");
         let failed = resumed.started("l3/a.py", Step::Measure, "ha").unwrap();
         resumed.failed(failed, 400.0, "the baseline 'max-autotune' was not prepared in time", true).unwrap();
         assert_eq!(resumed.floor_seconds(|_| false).unwrap(), u, "nor is a bounded one that failed");
@@ -643,11 +636,7 @@ mod tests {
         );
         let full = resumed.started("l3/a.py", Step::Measure, "ha").unwrap();
         resumed.done(full, &done("o/dispatch.json")).unwrap();
-        assert_eq!(
-            resumed.floor_seconds(|_| false).unwrap(),
-            [],
-            "finished since: its time is the finished one's"
-        );
+        assert_eq!(resumed.floor_seconds(|_| false).unwrap(), [], "finished since: its time is the finished one's");
         assert!(a < again);
     }
 
@@ -657,7 +646,9 @@ mod tests {
         let path = dir.path().join("journal.db");
         let first = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
         let cut = first.started("l3/a.py", Step::Measure, "ha").unwrap();
-        first.done(cut, &StepDone { seconds: 217.0, outcome: Some(BOUNDED.into()), ..done("o/dispatch.json") }).unwrap();
+        first
+            .done(cut, &StepDone { seconds: 217.0, outcome: Some(BOUNDED.into()), ..done("o/dispatch.json") })
+            .unwrap();
         let failed = first.started("l3/b.py", Step::Measure, "hb").unwrap();
         first.failed(failed, 300.0, "the baseline 'max-autotune' was not prepared in time", true).unwrap();
         let full = first.started("l3/c.py", Step::Measure, "hc").unwrap();
@@ -703,10 +694,7 @@ mod tests {
         assert_eq!(store.heartbeats().unwrap(), [(run, start + 90_000_000_000)]);
         drop(store);
         let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
-        assert_eq!(
-            resumed.floor_seconds(|_| false).unwrap(),
-            [("l3/a.py".to_string(), "measure".to_string(), 90.0)]
-        );
+        assert_eq!(resumed.floor_seconds(|_| false).unwrap(), [("l3/a.py".to_string(), "measure".to_string(), 90.0)]);
         let d = Decision::Fallback { reason: "nothing won".into() };
         let q = Question { problem: "l3/a.py".into(), ..question(3) };
         resumed.decided(&q, &d, Path::new("o/report.json")).unwrap();
@@ -724,11 +712,7 @@ mod tests {
         drop(resumed);
         let again = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
         again.redecide("l3/a.py").unwrap();
-        assert_eq!(
-            again.floor_seconds(|_| false).unwrap(),
-            floor,
-            "a later run's --redecide set the decision aside"
-        );
+        assert_eq!(again.floor_seconds(|_| false).unwrap(), floor, "a later run's --redecide set the decision aside");
         again.decided(&q, &d, Path::new("o/report.json")).unwrap();
         assert_eq!(again.floor_seconds(|_| false).unwrap(), [], "the redecision's own decision clears it");
     }

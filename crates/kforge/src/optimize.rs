@@ -1827,7 +1827,7 @@ impl ProblemRun<'_> {
         args.extend(["--baseline".into(), plan.baseline.mode().into(), "--rounds".into(), a.rounds.to_string()]);
         args.extend(["--result-dir".into(), dir.display().to_string(), "--beat".into(), beat_arg(beat)]);
         let output = self.out.join(CONFIG_OUTPUTS[0]);
-        self.bounded_work(args, ("--tune-until", None), "config", &output)
+        self.bounded_work(args, ("--tune-until", Some("--until")), "config", &output)
     }
 
     /// A Python step that bounds itself: given deadlines (`until`, set when the budget admitted

@@ -47,7 +47,8 @@ from ..harness import SIZES, clone_output, compare, finite_json, identical, max_
 from ..inspect.capture import copy_strided
 from ..inspect.inductor import CUDA_GRAPH_MODES, WrapperHook, kernel_sources, triton_globals
 from ..inspect.restitch import compile_problem, swapping
-from .dispatch import MODES, DispatchError, choose, device_us, load_problem, triton_version
+from .dispatch import (MODES, DispatchError, another_round_fits, choose, device_us, load_problem, rounds_cut,
+                       triton_version)
 from .result import ResultError, policy_text, renamed_reference, write_files
 
 #: The heuristics (``@triton_heuristics.KIND``) whose kernels the agent tunes.
@@ -588,13 +589,21 @@ def tuned_config(kernel: Any) -> Optional[LaunchConfig]:
     return LaunchConfig.of_triton(ls[0].config) if len(ls) == 1 else None
 
 
-def model_rounds(first: Callable[[], Any], second: Callable[[], Any], rounds: int) -> List[Tuple[float, float, float]]:
+def model_rounds(first: Callable[[], Any], second: Callable[[], Any], rounds: int,
+                 end: Optional[float] = None) -> List[Tuple[float, float, float]]:
     """(baseline, re-stitched, baseline again) medians per round, each round in one region, every
-    timed call after an untimed call of the same function (the switch is not timed)."""
-    rows = []
+    timed call after an untimed call of the same function (the switch is not timed). With ``end``
+    (Unix seconds: the step's end) no round past the first two starts that would end after it
+    (:func:`another_round_fits`): fewer rounds, a wider interval, a step that ends in its budget."""
+    rows: List[Tuple[float, float, float]] = []
+    last_s = 0.0
     for r in range(rounds):
+        if not another_round_fits(r, last_s, end, time.time()):
+            break
+        t0 = time.time()
         a, b, c = do_bench_interleaved([first, second, first], name=f"optimize:config-round-{r}",
                                        prepare_each=[first, second, first], min_calls=MODEL_ROUND_CALLS)
+        last_s = time.time() - t0
         rows.append((statistics.median(a), statistics.median(b), statistics.median(c)))
     return rows
 
@@ -692,7 +701,7 @@ def pruned_why(share: float, beat: float) -> Optional[str]:
 
 def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, top_k: int,
             problem_path: Optional[str] = None, result_dir: Optional[str] = None, beat: float = 1.0,
-            until: Optional[float] = None) -> Dict[str, Any]:
+            until: Optional[float] = None, end: Optional[float] = None) -> Dict[str, Any]:
     """The whole agent step on a GPU (see the module's docstring). With ``problem_path`` and
     ``result_dir`` the result file is written there and, for a winner, checked: imported, compiled,
     its kernels' configurations read back against the table and its output against the baseline's
@@ -700,7 +709,8 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
     above 1, the kernels are searched only when their Amdahl ceiling exceeds it
     (:func:`pruned_why`). With ``until`` (Unix seconds: the step's deadline) a kernel is tuned
     only while its tuning and what follows it fit before then (:func:`next_fits`); the others
-    are listed in ``not_tuned``."""
+    are listed in ``not_tuned``. With ``end`` (Unix seconds: the step's end, after ``until``) the
+    re-stitched model's timing rounds past the first two stop before it (``rounds_cut``)."""
     import torch
     import torch._inductor.config as icfg
 
@@ -754,7 +764,7 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
             "baseline": mode, "kernels_seen": len(found), "skipped": skipped, "kernels": kernels,
             "device_us": {n: round(v, 2) for n, v in sorted(us.items(), key=lambda t: -t[1])[:40]},
             "triton_share": share, "beat": beat, "compile_s": round(compile_s, 2),
-            "tune_until": until, "not_tuned": not_tuned,
+            "tune_until": until, "until": end, "not_tuned": not_tuned,
             "prepared": {mode: {"ok": True}}, "modes": {}, "noise_floor": None, "winner": mode, "fallback": True,
             "compile_options": compile_options(mode),
             "pins": {lookup_hash(s): {"kernel": n, **(winners.get(s) or pins[s]).entry()} for _m, n, _k, s in found if s in pins}}
@@ -769,7 +779,10 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
         if not check["ok"]:
             result["why"] = f"the re-stitched model's output differs from the baseline's: {check.get('why')}"
             return result
-        result.update(choose(mode, {"config": model_rounds(first, second, rounds)}))
+        timed = model_rounds(first, second, rounds, end)
+        result.update(choose(mode, {"config": timed}))
+        if rounds_cut(len(timed), rounds):
+            result["rounds_cut"] = rounds_cut(len(timed), rounds)
         del first, second, out  # the re-stitched compile (with CUDA graphs a second one) before the file's
         torch.cuda.empty_cache()
         if problem_path is not None and result_dir is not None:
@@ -911,10 +924,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--tune-until", type=float, default=None, metavar="UNIX_S",
                     help="the step's deadline: a kernel is tuned only while its tuning, the re-stitch and the "
                          "result's check fit before it (kforge optimize bounds a config step no wall budget holds)")
+    ap.add_argument("--until", type=float, default=None, metavar="UNIX_S",
+                    help="the step's end: no timing round of the re-stitched model past the first two starts that "
+                         "would end after it (kforge optimize gives every config step under a wall budget one)")
     a = ap.parse_args(argv)
     try:
         if a.rounds < 2:
             raise ConfigError(f"--rounds must be at least 2 (an interval needs two rounds), got {a.rounds}")
+        if a.until is not None and a.tune_until is not None and a.until < a.tune_until:
+            raise ConfigError(f"--until {a.until:.3f} is before --tune-until {a.tune_until:.3f}: the step's end "
+                              f"comes after its tuning's deadline")
         if a.max_configs < 2:
             raise ConfigError(f"--max-configs must be at least 2 (the original and one other), got {a.max_configs}")
         if a.top_kernels < 1:
@@ -939,7 +958,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         result_dir = a.result_dir or tempfile.mkdtemp(prefix="kforge-config-")
         inductor_regions()  # under a daemon, the baseline compile's own autotuning runs in regions
         result = note_not_tuned(measure(problem, a.baseline, torch.device(a.device), a.rounds, a.max_configs,
-                                        a.top_kernels, a.problem, result_dir, a.beat, a.tune_until))
+                                        a.top_kernels, a.problem, result_dir, a.beat, a.tune_until, a.until))
         result.update(problem=a.problem, size=a.size, device=a.device, agent="config", versions=versions())
         if a.result_dir:
             write_result(a.problem, result, a.result_dir)

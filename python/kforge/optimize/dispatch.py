@@ -682,6 +682,23 @@ WARMUP_ROUNDS = 1
 MIN_ROUNDS = 2
 
 
+def another_round_fits(timed: int, last_s: float, end: Optional[float], now: Optional[float] = None) -> bool:
+    """Whether a timing round starts after ``timed`` rounds (warm-up rounds count below zero):
+    always while fewer than ``MIN_ROUNDS`` are timed or without ``end`` (Unix seconds: the
+    step's end); else only when it ends before ``end``, expected to take as long as the last one
+    (``last_s``)."""
+    if end is None or timed < MIN_ROUNDS:
+        return True
+    return (time.time() if now is None else now) + last_s <= end
+
+
+def rounds_cut(timed: int, rounds: int) -> Optional[str]:
+    """What a result's ``rounds_cut`` says when the step's end cut its rounds (``None``: not)."""
+    if timed >= rounds:
+        return None
+    return f"{timed} of {rounds} rounds timed: another would have ended past the step's end"
+
+
 def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str, dev: Any,
                 rounds: int, end: Optional[float] = None) -> Dict[str, List[Tuple[float, float, float]]]:
     """Per mode (not the baseline), per round: (baseline ms, mode ms, baseline again ms), all of
@@ -695,7 +712,7 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
     out: Dict[str, List[Tuple[float, float, float]]] = {m: [] for m in others}
     last_s = 0.0
     for r in range(-WARMUP_ROUNDS, rounds):
-        if end is not None and r >= MIN_ROUNDS and time.time() + last_s > end:
+        if not another_round_fits(r, last_s, end):
             say(f"timed {r} of {rounds} rounds: another would end past the step's end")
             break
         t0 = time.time()
@@ -1036,8 +1053,8 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
     else:
         result.update(choose(baseline, time_rounds(problem, fns, baseline, dev, rounds, end)))
         timed = max((len(m["per_round"]) for m in result["modes"].values()), default=rounds)
-        if timed < rounds:
-            result["rounds_cut"] = f"{timed} of {rounds} rounds timed: another would have ended past the step's end"
+        if rounds_cut(timed, rounds):
+            result["rounds_cut"] = rounds_cut(timed, rounds)
         if graphs is not None and not late():  # its plans compile: the preparation's deadline
             result["graphs"] = graph_search(problem, ref, graphs, fns, result, dev, rounds, graph_rounds)
         elif graphs is not None:
