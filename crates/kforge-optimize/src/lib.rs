@@ -497,6 +497,10 @@ pub struct ConfigMeasurement {
     /// Selected kernels a bounded step (`--tune-until`) had no time to tune, by time share.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub not_tuned: Vec<String>,
+    /// Set when the step's end (`--until`) cut the re-stitched model's timing rounds: how many
+    /// of how many were timed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rounds_cut: Option<String>,
 }
 
 impl ConfigMeasurement {
@@ -1850,6 +1854,9 @@ pub(crate) mod tests {
         assert!(bounded.lines().contains("triton_poi_fused_mul_3"), "{}", bounded.lines());
         assert!(bounded.lines().contains("not tuned: the step's deadline came first"), "{}", bounded.lines());
         assert!(ConfigMeasurement::parse(CONFIG_JSON).unwrap().not_tuned.is_empty(), "none: an older result reads");
+        let cut = CONFIG_JSON.replacen('{', r#"{"rounds_cut": "2 of 5 rounds timed", "#, 1);
+        assert_eq!(ConfigMeasurement::parse(&cut).unwrap().rounds_cut.as_deref(), Some("2 of 5 rounds timed"));
+        assert_eq!(ConfigMeasurement::parse(CONFIG_JSON).unwrap().rounds_cut, None);
     }
 
     fn outcome(problem: &str, level: &str, decision: Option<Decision>) -> ProblemOutcome {

@@ -1468,6 +1468,9 @@ impl ProblemRun<'_> {
         if !m.not_tuned.is_empty() {
             self.progress(&format!("config: left out by its deadline: {} (not tuned)", m.not_tuned.join(", ")));
         }
+        if let Some(cut) = &m.rounds_cut {
+            self.progress(&format!("config: {cut}"));
+        }
         Ok(Some(m))
     }
 
