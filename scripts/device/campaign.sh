@@ -9,7 +9,7 @@
 # State between calls: STATE (default devstate/campaign.tgz, a path in the tree that
 # .git/info/exclude ignores and the call carries) holds the output folder (reports, result files,
 # the journal) and, when small enough, Inductor's cache (TORCHINDUCTOR_CACHE_DIR: saves compile
-# time on a fresh machine; the cache itself lives in devstate/inductor-cache, an ignored path that a
+# time on a fresh machine; when too large, its autotuning results only; the cache itself lives in devstate/inductor-cache, an ignored path that a
 # warm machine keeps between chained calls, whole). Its contents are unpacked before the run; after it, $OUT/campaign.tgz
 # is the new state (copy it over STATE for the next call), $OUT/campaign.json and
 # $OUT/campaign.html the summary, $OUT/jobs.json where the time went (scripts/device/campaign_jobs.py). BUDGET_WALL_S (default 360) is passed as --budget-wall-s:
@@ -141,7 +141,8 @@ PY
     2>"$W/summary.log" >/dev/null || { echo "the summary pass exited $? (its log's end:)"; tail -n 5 "$W/summary.log"; }
 fi
 # The new state, packed before the re-verification (which writes nothing there): the output
-# folder always; Inductor's cache only while the pack stays under the 16 MiB a returned file may have.
+# folder always; Inductor's cache while the pack stays under the 16 MiB a returned file may have,
+# else its autotuning results only.
 # The steps' logs (out/*/logs) are left out: they grow with every call; progress-tail.txt keeps the end.
 # A cache over 60 MiB is not tried (it would not pack under 15 MiB, and gzip of GBs costs the call).
 if [ "$(du -sbL "$CACHE" | cut -f1)" -le $((60 * 1024 * 1024)) ] &&
@@ -149,8 +150,20 @@ if [ "$(du -sbL "$CACHE" | cut -f1)" -le $((60 * 1024 * 1024)) ] &&
    [ "$(stat -c %s "$OUT/campaign.tgz")" -le $((15 * 1024 * 1024)) ]; then
   :
 else
-  echo "state: Inductor's cache left out ($(du -sh "$CACHE" | cut -f1); the pack holds at most 15 MiB; it stays in $CACHE on this machine)"
-  tar -czf "$OUT/campaign.tgz" --exclude='*/logs' -C "$W/state" machine.txt out || echo "state: packing failed (exit $?)"
+  # Too large whole: its autotuning results alone (a few MiB at most), which a fresh machine's
+  # compiles take instead of benchmarking again: the timings of every template choice that
+  # select_algorithm benchmarked (cache/<system hash>, written after each op, so an interrupted
+  # max-autotune compile keeps what it finished) and each Triton kernel's chosen config
+  # (*.best_config). A large max-autotune compile that outlives one call finishes over several.
+  (cd "$CACHE" && find . -type f \( -name '*.best_config' -o -path './cache/*' \)) | sed 's|^\./|inductor-cache/|' >"$W/autotuned.txt"
+  if [ -s "$W/autotuned.txt" ] &&
+     tar -czhf "$OUT/campaign.tgz" --exclude='*/logs' -C "$W/state" machine.txt out -T "$W/autotuned.txt" &&
+     [ "$(stat -c %s "$OUT/campaign.tgz")" -le $((15 * 1024 * 1024)) ]; then
+    echo "state: Inductor's cache left out ($(du -sh "$CACHE" | cut -f1); the pack holds at most 15 MiB), but for its $(wc -l <"$W/autotuned.txt") autotuning results; the whole stays in $CACHE on this machine"
+  else
+    echo "state: Inductor's cache left out ($(du -sh "$CACHE" | cut -f1); the pack holds at most 15 MiB; it stays in $CACHE on this machine)"
+    tar -czf "$OUT/campaign.tgz" --exclude='*/logs' -C "$W/state" machine.txt out || echo "state: packing failed (exit $?)"
+  fi
 fi
 REVERIFY_DEADLINE=$(( ${CALL_S:-560} - ($(date +%s) - START) - ${VERIFY_TAIL_S:-90} ))
 if [ "${REVERIFY:-1}" = 1 ] && [ "$REVERIFY_DEADLINE" -lt 15 ]; then
