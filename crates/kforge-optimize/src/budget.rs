@@ -50,6 +50,9 @@ pub struct Spending {
     /// Steps not started because the wall budget's remainder could not hold them: how many, and
     /// the first one's reason.
     held: Mutex<(usize, Option<String>)>,
+    /// Per step name and problem, the longest that step of an earlier run ran before its
+    /// deadlines cut it: that problem's floor alone, not a sample of its kind (`observe_cut`).
+    cut: Mutex<BTreeMap<(String, String), f64>>,
 }
 
 /// A bounded step starts only while at least this share of the wall budget is left (a run's
@@ -129,8 +132,8 @@ pub enum Basis {
     Quartile,
     /// The upper quartile, an unfinished step's seconds: its kind takes at least about that.
     QuartileKilled,
-    /// The problem's own step was left unfinished by a killed run after this long, no less than the
-    /// quartile: it takes at least that.
+    /// The problem's own step was left unfinished by a killed run, or cut by its deadlines, after
+    /// this long, no less than the quartile: it takes at least that.
     OwnFloor,
 }
 
@@ -152,9 +155,7 @@ impl Estimate {
         let among = if self.in_group { format!("{group}'s") } else { "every folder's".to_string() };
         let killed = match self.killed {
             0 => String::new(),
-            k => format!(
-                ", {k} of them unfinished (a run killed, or their deadlines cut them), counted at what they had run"
-            ),
+            k => format!(", {k} of them unfinished when a run was killed, counted at what they had run"),
         };
         let lead = if self.basis == Basis::QuartileKilled { "at least about" } else { "about" };
         format!("{lead} {:.0} s here (the upper quartile of {among} {}{killed})", self.seconds, self.of)
@@ -185,7 +186,14 @@ impl Spending {
 
     /// Spending of a run that started at `start` (its wall budget counts from there).
     pub fn since(budget: Budget, start: Instant) -> Spending {
-        Spending { budget, start, gpu_s: Mutex::new(0.0), durations: Mutex::default(), held: Mutex::default() }
+        Spending {
+            budget,
+            start,
+            gpu_s: Mutex::new(0.0),
+            durations: Mutex::default(),
+            held: Mutex::default(),
+            cut: Mutex::default(),
+        }
     }
 
     /// Count a finished step's wall seconds towards what a step of its kind and group is
@@ -197,11 +205,26 @@ impl Spending {
             let xs = d.entry((of.step.to_string(), of.group.to_string())).or_default();
             xs.retain(|x| x.killed.as_deref() != Some(of.problem));
             xs.push(Sample { seconds, killed: None });
+            drop(d);
+            let mut cut = self.cut.lock().unwrap_or_else(|e| e.into_inner());
+            cut.remove(&(of.step.to_string(), of.problem.to_string()));
         }
     }
 
-    /// Count an unfinished step of an earlier run: it had run `seconds` when its run was killed
-    /// or its deadlines cut it (`Journal::floor_seconds`). It counts among its kind and group's steps at that, and its problem's step takes
+    /// Count a step of an earlier run that its deadlines cut after its work ran `seconds`: its
+    /// problem's step takes at least that (the longest, if counted twice), until one finishes.
+    /// Not a sample of its kind: the deadlines were its run's budget's, and a step cut at a
+    /// budget's end says how long the budget was, not how long its siblings take.
+    pub fn observe_cut(&self, of: StepOf<'_>, seconds: f64) {
+        if seconds.is_finite() && seconds > 0.0 {
+            let mut cut = self.cut.lock().unwrap_or_else(|e| e.into_inner());
+            let floor = cut.entry((of.step.to_string(), of.problem.to_string())).or_insert(seconds);
+            *floor = floor.max(seconds);
+        }
+    }
+
+    /// Count an unfinished step of an earlier, killed run: it had run `seconds` when its run was
+    /// killed (`Journal::floor_seconds`). It counts among its kind and group's steps at that, and its problem's step takes
     /// at least that (the longest, if counted twice).
     pub fn observe_unfinished(&self, of: StepOf<'_>, seconds: f64) {
         if seconds.is_finite() && seconds > 0.0 {
@@ -228,9 +251,16 @@ impl Spending {
             None => d.iter().filter(|((s, _), _)| s == of.step).flat_map(|(_, xs)| xs).collect(),
         };
         xs.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
-        let floor = xs.iter().filter(|x| x.killed.as_deref() == Some(of.problem)).map(|x| x.seconds).next();
+        let cut = self.cut.lock().unwrap_or_else(|e| e.into_inner());
+        let cut = cut.get(&(of.step.to_string(), of.problem.to_string())).copied();
+        let killed_floor = xs.iter().filter(|x| x.killed.as_deref() == Some(of.problem)).map(|x| x.seconds).next();
+        let floor = killed_floor.into_iter().chain(cut).reduce(f64::max);
         let n = xs.len();
-        let q = xs.get((3 * n).div_ceil(4).checked_sub(1)?)?;
+        let Some(q) = (3 * n).div_ceil(4).checked_sub(1).and_then(|i| xs.get(i)) else {
+            // No step of its kind finished or was killed yet: its own floor alone, if cut.
+            let (of, killed, in_group, basis) = (0, 0, false, Basis::OwnFloor);
+            return floor.map(|seconds| Estimate { seconds, of, killed, in_group, basis });
+        };
         let killed = xs.iter().filter(|x| x.killed.is_some()).count();
         let basis = if q.killed.is_some() { Basis::QuartileKilled } else { Basis::Quartile };
         let quartile = Estimate { seconds: q.seconds, of: n, killed, in_group: own.is_some(), basis };
@@ -627,10 +657,29 @@ mod tests {
         assert_eq!((e.seconds, e.basis, e.in_group), (340.0, Basis::QuartileKilled, true), "not level 1's 40 s");
         let why = s.refuses(of("measure", "level3", "level3/new.py")).expect("at least about 340 s");
         assert!(
-            why.contains("takes at least about 340 s here (the upper quartile of level3's 7, 7 of them unfinished (a run killed, or their deadlines cut them), counted at what they had run)"),
+            why.contains("takes at least about 340 s here (the upper quartile of level3's 7, 7 of them unfinished when a run was killed, counted at what they had run)"),
             "{why}"
         );
         assert_eq!(s.refuses(of("measure", "level1", "level1/a.py")), None, "level 1 keeps its own 40 s");
+    }
+
+    #[test]
+    fn a_step_its_deadlines_cut_is_its_own_problems_floor_not_a_sample_of_its_kind() {
+        let s = Spending::new(Budget { wall_s: Some(430.0), ..Budget::default() });
+        let of = |problem| StepOf { step: "measure", group: "level3", problem };
+        s.observe_cut(of("level3/004.py"), 217.0);
+        s.observe_cut(of("level3/004.py"), 462.0);
+        s.observe_cut(of("level3/004.py"), 300.0);
+        let e = s.expected_s(of("level3/004.py")).unwrap();
+        assert_eq!((e.seconds, e.basis, e.of), (462.0, Basis::OwnFloor, 0), "the longest cut, with no sample at all");
+        assert_eq!(s.expected_s(of("level3/007.py")), None, "a sibling: no estimate from it");
+        assert!(!s.fits_in_full(of("level3/004.py")), "462 s do not fit 430: its bounded result is taken");
+        s.observe(of("level3/001.py"), 100.0);
+        assert_eq!(s.expected_s(of("level3/007.py")).unwrap().seconds, 100.0, "the sibling's quartile is its kind's");
+        assert_eq!(s.expected_s(of("level3/004.py")).unwrap().seconds, 462.0, "the floor over the quartile");
+        s.observe(of("level3/004.py"), 380.0);
+        let e = s.expected_s(of("level3/004.py")).unwrap();
+        assert_eq!((e.seconds, e.basis), (380.0, Basis::Quartile), "finished in full since: no floor");
     }
 
     #[test]
@@ -707,7 +756,7 @@ mod tests {
         );
         let sibling = of("config", "level3", "level3/b.py");
         let why = s.never_fits(sibling, false).expect("of two, the upper quartile is the killed one's 420 s");
-        assert!(why.ends_with("one takes at least about 420 s here (the upper quartile of level3's 2, 1 of them unfinished (a run killed, or their deadlines cut them), counted at what they had run)"), "{why}");
+        assert!(why.ends_with("one takes at least about 420 s here (the upper quartile of level3's 2, 1 of them unfinished when a run was killed, counted at what they had run)"), "{why}");
         finished(&s, "config", "level3", &[200.0, 210.0]);
         assert_eq!(s.never_fits(sibling, false), None, "of four, the upper quartile is 250 s");
         assert!(s.never_fits(c, false).is_some(), "its own floor stays");

@@ -329,7 +329,7 @@ impl Journal {
     /// later run's mark, or `redeciding` in this run) clears no floor: the problem's steps run
     /// again, and the unfinished step showed what one of them takes. With `--resume` only;
     /// none without it.
-    pub fn floor_seconds(&self, redeciding: impl Fn(&str) -> bool) -> Result<Vec<(String, String, f64)>, StoreError> {
+    pub fn floor_seconds(&self, redeciding: impl Fn(&str) -> bool) -> Result<Vec<Unfinished>, StoreError> {
         if !self.resume {
             return Ok(Vec::new());
         }
@@ -367,12 +367,19 @@ impl Journal {
                         WorkStart::Since(ns) => ns,
                         WorkStart::Unrecorded => s.started_ns,
                     };
-                    return Some((s.problem.clone(), s.step.clone(), (alive[&s.run] - began) as f64 / 1e9));
+                    let seconds = (alive[&s.run] - began) as f64 / 1e9;
+                    return Some(Unfinished {
+                        problem: s.problem.clone(),
+                        step: s.step.clone(),
+                        seconds,
+                        killed: true,
+                    });
                 }
                 let cut = s.outcome.as_deref() == Some(BOUNDED) && s.reused_from.is_none();
-                cut.then(|| (s.problem.clone(), s.step.clone(), s.seconds.unwrap_or(0.0) - waited_s(s)))
+                let seconds = s.seconds.unwrap_or(0.0) - waited_s(s);
+                cut.then(|| Unfinished { problem: s.problem.clone(), step: s.step.clone(), seconds, killed: false })
             })
-            .filter(|u| u.2 > 0.0)
+            .filter(|u| u.seconds > 0.0)
             .collect())
     }
 
@@ -418,6 +425,20 @@ pub fn verified_of(name: &str) -> Option<Verified> {
 
 /// How long a finished step waited before its work began (its job in the daemon's queue): not
 /// part of what its kind takes. Zero when unrecorded.
+/// A step of an earlier run that did not run in full (`Journal::floor_seconds`): its problem
+/// and kind, and the seconds its work ran, a lower bound of what it takes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unfinished {
+    pub problem: String,
+    pub step: String,
+    pub seconds: f64,
+    /// Its run was killed while it ran (else its deadlines cut it, or it started bounded: it
+    /// ended on its own with less than a full step's work). A killed one is also a sample of
+    /// its kind's length; a cut one only its own problem's floor, since the deadlines that cut
+    /// it were the budget's (one cut at the budget's end says nothing of its siblings).
+    pub killed: bool,
+}
+
 /// Whether a journaled step ran in full: finished, not withdrawn and not bounded.
 fn ran_in_full(t: &StepRow) -> bool {
     t.status != "running" && t.status != WITHDRAWN && t.outcome.as_deref() != Some(BOUNDED)
@@ -529,6 +550,11 @@ mod tests {
         assert_eq!(resumed.rows().unwrap().runs[0].stopped.as_deref(), Some("budget"));
     }
 
+    /// Each unfinished step as (problem, step, seconds).
+    fn triples(u: Vec<Unfinished>) -> Vec<(String, String, f64)> {
+        u.into_iter().map(|u| (u.problem, u.step, u.seconds)).collect()
+    }
+
     fn began(s: &StepRow) -> i64 {
         match s.work {
             WorkStart::Since(ns) => ns,
@@ -557,7 +583,7 @@ mod tests {
         assert_eq!(took.len(), 1);
         assert!((took[0].1 - 10.0).abs() < 1e-6 && took[0].0 == "l1/a.py", "the 30 s in the queue left out: {took:?}");
         assert_eq!(
-            resumed.floor_seconds(|_| false).unwrap(),
+            triples(resumed.floor_seconds(|_| false).unwrap()),
             [("l1/c.py".to_string(), "config".to_string(), 60.0)],
             "the step that never left the queue ({queued}) sets no floor; the one that ran, from when it began"
         );
@@ -573,12 +599,12 @@ mod tests {
         killed.alive().unwrap();
         drop(killed);
         let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
-        let floor = resumed.floor_seconds(|_| false).unwrap();
+        let floor = triples(resumed.floor_seconds(|_| false).unwrap());
         assert_eq!(floor.len(), 1);
         let again = resumed.started("l3/a.py", Step::Measure, "ha").unwrap();
         resumed.work_began(again).unwrap();
         resumed.withdrawn(again, 0.5, "a measure step takes at least 525 s here").unwrap();
-        assert_eq!(resumed.floor_seconds(|_| false).unwrap(), floor, "the floor stays");
+        assert_eq!(triples(resumed.floor_seconds(|_| false).unwrap()), floor, "the floor stays");
         assert_eq!(resumed.step_seconds().unwrap(), [], "nor is 0.5 s what a measure step takes");
         let rows = resumed.rows().unwrap();
         assert_eq!(
@@ -611,32 +637,45 @@ mod tests {
         killed.work_began(a).unwrap(); // its job started
         let b = killed.started("l1/b.py", Step::Measure, "hb").unwrap();
         killed.done(b, &done("o/dispatch.json")).unwrap(); // its last sign of life
-        assert_eq!(killed.floor_seconds(|_| false).unwrap(), [], "its own running step is in flight, not unfinished");
+        assert_eq!(
+            triples(killed.floor_seconds(|_| false).unwrap()),
+            [],
+            "its own running step is in flight, not unfinished"
+        );
         drop(killed); // killed: `a` stays running
         let rows = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap().rows().unwrap();
         assert!(rows.steps.is_empty(), "a new run journals nothing by opening");
         let all = kforge_store::Store::open(&path).unwrap().journal(None).unwrap();
         let (start, alive) = (began(&all.steps[0]), all.steps[1].finished_ns.unwrap());
         let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
-        let u = resumed.floor_seconds(|_| false).unwrap();
+        let u = triples(resumed.floor_seconds(|_| false).unwrap());
+        assert!(resumed.floor_seconds(|_| false).unwrap()[0].killed, "left running by a killed run");
         assert_eq!(u, [("l3/a.py".to_string(), "measure".to_string(), (alive - start) as f64 / 1e9)]);
         let fresh = Journal::open(&path, &question(3), Budget::default(), 1, false).unwrap();
-        assert_eq!(fresh.floor_seconds(|_| false).unwrap(), [], "without --resume earlier runs are not read");
+        assert_eq!(triples(fresh.floor_seconds(|_| false).unwrap()), [], "without --resume earlier runs are not read");
         let again = resumed.started("l3/a.py", Step::Measure, "ha").unwrap();
-        assert_eq!(resumed.floor_seconds(|_| false).unwrap(), u, "until one finishes");
+        assert_eq!(triples(resumed.floor_seconds(|_| false).unwrap()), u, "until one finishes");
         let bounded = StepDone { outcome: Some(BOUNDED.into()), ..done("o/dispatch.json") };
         resumed.done(again, &bounded).unwrap();
-        assert_eq!(resumed.floor_seconds(|_| false).unwrap(), u, "a bounded step is not one in full: the floor stays");
+        assert_eq!(
+            triples(resumed.floor_seconds(|_| false).unwrap()),
+            u,
+            "a bounded step is not one in full: the floor stays"
+        );
         let failed = resumed.started("l3/a.py", Step::Measure, "ha").unwrap();
         resumed.failed(failed, 400.0, "the baseline 'max-autotune' was not prepared in time", true).unwrap();
-        assert_eq!(resumed.floor_seconds(|_| false).unwrap(), u, "nor is a bounded one that failed");
+        assert_eq!(triples(resumed.floor_seconds(|_| false).unwrap()), u, "nor is a bounded one that failed");
         assert!(
             !resumed.step_seconds().unwrap().iter().any(|(p, step, _)| p == "l3/a.py" && step == "measure"),
             "nor is its time what a step of its kind takes"
         );
         let full = resumed.started("l3/a.py", Step::Measure, "ha").unwrap();
         resumed.done(full, &done("o/dispatch.json")).unwrap();
-        assert_eq!(resumed.floor_seconds(|_| false).unwrap(), [], "finished since: its time is the finished one's");
+        assert_eq!(
+            triples(resumed.floor_seconds(|_| false).unwrap()),
+            [],
+            "finished since: its time is the finished one's"
+        );
         assert!(a < again);
     }
 
@@ -653,14 +692,16 @@ mod tests {
         first.failed(failed, 300.0, "the baseline 'max-autotune' was not prepared in time", true).unwrap();
         let full = first.started("l3/c.py", Step::Measure, "hc").unwrap();
         first.done(full, &StepDone { seconds: 90.0, ..done("o/dispatch.json") }).unwrap();
-        assert_eq!(first.floor_seconds(|_| false).unwrap(), [], "its own run's steps are no floor of it");
+        assert_eq!(triples(first.floor_seconds(|_| false).unwrap()), [], "its own run's steps are no floor of it");
         drop(first);
         let second = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
-        let floors = second.floor_seconds(|_| false).unwrap();
+        let floors = triples(second.floor_seconds(|_| false).unwrap());
         let of = |p: &str| floors.iter().find(|f| f.0 == p).map(|f| (f.1.as_str(), f.2));
         assert_eq!(of("l3/a.py"), Some(("measure", 217.0)), "cut, done: at least what it ran");
         assert_eq!(of("l3/b.py"), Some(("measure", 300.0)), "bounded, failed: the same");
         assert_eq!(of("l3/c.py"), None, "run in full: its time is an estimate, not a floor");
+        let raw = second.floor_seconds(|_| false).unwrap();
+        assert!(raw.iter().all(|u| !u.killed), "cut, not killed: a floor, not a sample of their kind: {raw:?}");
         let reused = second.started("l3/a.py", Step::Measure, "ha").unwrap();
         let row = second.finished(Step::Measure, "ha").unwrap().unwrap();
         second.reused(reused, &row, "o/dispatch.json").unwrap();
@@ -668,7 +709,7 @@ mod tests {
         second.done(again, &done("o/dispatch.json")).unwrap();
         drop(second);
         let third = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
-        let floors = third.floor_seconds(|_| false).unwrap();
+        let floors = triples(third.floor_seconds(|_| false).unwrap());
         assert_eq!(
             floors,
             [("l3/a.py".to_string(), "measure".to_string(), 217.0)],
@@ -683,7 +724,7 @@ mod tests {
         let killed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
         let a = killed.started("l3/a.py", Step::Measure, "ha").unwrap();
         killed.work_began(a).unwrap(); // its last journaled event
-        assert_eq!(killed.floor_seconds(|_| false).unwrap(), []);
+        assert_eq!(triples(killed.floor_seconds(|_| false).unwrap()), []);
         killed.alive().unwrap();
         let run = killed.run();
         drop(killed);
@@ -694,27 +735,34 @@ mod tests {
         assert_eq!(store.heartbeats().unwrap(), [(run, start + 90_000_000_000)]);
         drop(store);
         let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
-        assert_eq!(resumed.floor_seconds(|_| false).unwrap(), [("l3/a.py".to_string(), "measure".to_string(), 90.0)]);
+        assert_eq!(
+            triples(resumed.floor_seconds(|_| false).unwrap()),
+            [("l3/a.py".to_string(), "measure".to_string(), 90.0)]
+        );
         let d = Decision::Fallback { reason: "nothing won".into() };
         let q = Question { problem: "l3/a.py".into(), ..question(3) };
         resumed.decided(&q, &d, Path::new("o/report.json")).unwrap();
         assert_eq!(
-            resumed.floor_seconds(|_| false).unwrap(),
+            triples(resumed.floor_seconds(|_| false).unwrap()),
             [],
             "decided since (a decisions file's report): no floor"
         );
         let floor = [("l3/a.py".to_string(), "measure".to_string(), 90.0)];
         assert_eq!(
-            resumed.floor_seconds(|p| p == "l3/a.py").unwrap(),
+            triples(resumed.floor_seconds(|p| p == "l3/a.py").unwrap()),
             floor,
             "decided again in this run: the floor is back"
         );
         drop(resumed);
         let again = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
         again.redecide("l3/a.py").unwrap();
-        assert_eq!(again.floor_seconds(|_| false).unwrap(), floor, "a later run's --redecide set the decision aside");
+        assert_eq!(
+            triples(again.floor_seconds(|_| false).unwrap()),
+            floor,
+            "a later run's --redecide set the decision aside"
+        );
         again.decided(&q, &d, Path::new("o/report.json")).unwrap();
-        assert_eq!(again.floor_seconds(|_| false).unwrap(), [], "the redecision's own decision clears it");
+        assert_eq!(triples(again.floor_seconds(|_| false).unwrap()), [], "the redecision's own decision clears it");
     }
 
     #[test]

@@ -258,10 +258,13 @@ fn spending(budget: Budget, started: Instant, journal: &Journal, redecide: &Rede
     for (problem, step, seconds) in journal.step_seconds().context("reading the journal's step durations")? {
         spending.observe(StepOf { step: &step, group: &step_group(&problem), problem: &problem }, seconds);
     }
-    for (problem, step, seconds) in
-        journal.floor_seconds(|p| redecide.matches(p)).context("reading the journal's unfinished steps")?
-    {
-        spending.observe_unfinished(StepOf { step: &step, group: &step_group(&problem), problem: &problem }, seconds);
+    for u in journal.floor_seconds(|p| redecide.matches(p)).context("reading the journal's unfinished steps")? {
+        let of = StepOf { step: &u.step, group: &step_group(&u.problem), problem: &u.problem };
+        if u.killed {
+            spending.observe_unfinished(of, u.seconds);
+        } else {
+            spending.observe_cut(of, u.seconds);
+        }
     }
     Ok(spending)
 }

@@ -690,16 +690,28 @@ fn a_step_admitted_in_full_under_a_wall_budget_gets_a_safety_net() {
     let measured = j.steps.iter().find(|s| s.step == "measure").unwrap();
     assert_eq!(measured.outcome.as_deref(), Some("bounded"), "{measured:?}\n{text}");
 
-    // Cut after more than 5 s, it takes at least that: a resumed run of a 5 s budget takes the
-    // cut result instead of running the step in full to be cut again (session 19's livelock).
+    // Cut after more than 5 s, it takes at least that: a resumed run of a 5 s budget does not run
+    // it in full to be cut again (session 19's livelock). It takes the cut result; or, when the
+    // baseline's own compile outlived the 6 s (a loaded machine) and the step failed, it is held
+    // back naming its floor.
     let ran = measured.seconds.unwrap();
     assert!(ran > 5.0, "cut at the net's deadlines, {ran} s after it started");
     let (code, text) = optimize(&[&agents[..], &["--resume", "--budget-wall-s", "5"]].concat(), &out);
     assert!(code == Some(0) || code == Some(2), "{text}");
-    assert!(text.contains("measure: reused"), "{text}");
     let j = journal(&out);
     let again: Vec<&str> = j.steps.iter().filter(|s| s.step == "measure").map(|s| s.status.as_str()).collect();
-    assert_eq!(again, ["done", "reused"], "{text}");
+    match measured.status.as_str() {
+        "done" => {
+            assert!(text.contains("measure: reused"), "{text}");
+            assert_eq!(again, ["done", "reused"], "{text}");
+        }
+        "failed" => {
+            let floor = "had run that long when its run was killed or its deadline cut it";
+            assert!(text.contains("not reached: budget") && text.contains(floor), "{text}");
+            assert_eq!(again, ["failed"], "{text}");
+        }
+        other => panic!("the cut step's status: {other}"),
+    }
 }
 
 /// A bounded measurement is a stopgap: a later run whose budget holds the step in full runs it
