@@ -149,3 +149,24 @@ def daemon_factory(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Fa
 def daemon(daemon_factory: Callable[..., FakeDaemon]) -> FakeDaemon:
     """A fake daemon of the current protocol (2) with KFORGE_SOCKET pointing at it."""
     return daemon_factory()
+
+
+@pytest.fixture
+def round_clock(monkeypatch: pytest.MonkeyPatch) -> Callable[[Any], Any]:
+    """Timing rounds on a stand-in clock: ``round_clock(module)`` makes that module's
+    ``do_bench_interleaved`` take 10 s of its ``time`` a round (each function's samples ``1 + i``)
+    and returns the clock (``now``, from 1000 s)."""
+    from types import SimpleNamespace
+
+    clock = SimpleNamespace(now=1000.0)
+
+    def bench(fns: List[Any], name: str, **kw: Any) -> List[List[float]]:
+        clock.now += 10.0
+        return [[1.0 + i] * 3 for i in range(len(fns))]
+
+    def patch(module: Any) -> Any:
+        monkeypatch.setattr(module, "do_bench_interleaved", bench)
+        monkeypatch.setattr(module, "time", SimpleNamespace(time=lambda: clock.now, perf_counter=lambda: clock.now))
+        return clock
+
+    return patch

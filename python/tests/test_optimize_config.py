@@ -12,8 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
@@ -433,8 +432,7 @@ def test_candidates_compile_as_the_result_does_with_the_same_hash() -> None:
 
 
 def test_compiled_configs_reads_launchers_then_compile_results_then_configs() -> None:
-    from types import SimpleNamespace
-
+    
     def cfg(x: int) -> Any:
         return SimpleNamespace(kwargs={"XBLOCK": x}, num_warps=4, num_stages=1)
 
@@ -475,15 +473,8 @@ def test_recording_keeps_each_kernels_first_launch_and_restores() -> None:
 
 
 def test_the_re_stitched_models_rounds_past_the_first_two_stop_at_the_steps_end(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = SimpleNamespace(now=1000.0)
-
-    def bench(fns: List[Any], name: str, **kw: Any) -> List[List[float]]:
-        clock.now += 10.0  # each round takes 10 s
-        return [[1.0 + i] * 3 for i in range(len(fns))]
-
-    monkeypatch.setattr(C, "do_bench_interleaved", bench)
-    monkeypatch.setattr(C, "time", SimpleNamespace(time=lambda: clock.now, perf_counter=lambda: clock.now))
+        round_clock: Callable[[Any], Any]) -> None:
+    clock = round_clock(C)  # each round takes 10 s
     # Two rounds although the end comes during the first; then none would fit.
     assert len(C.model_rounds(lambda: None, lambda: None, 5, end=clock.now + 5.0)) == D.MIN_ROUNDS == 2
     assert len(C.model_rounds(lambda: None, lambda: None, 5, end=clock.now + 40.0)) == 4

@@ -12,7 +12,7 @@ import time
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
@@ -281,15 +281,8 @@ def test_a_deadline_that_comes_between_two_variants_is_taken_too(monkeypatch: py
         assert report[mode] == {"ok": False, "not_prepared": dispatch.NOT_PREPARED}, report
 
 
-def test_timing_rounds_past_the_first_two_stop_at_the_steps_end(monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = SimpleNamespace(now=1000.0)
-
-    def bench(fns: List[Any], name: str, **kw: Any) -> List[List[float]]:
-        clock.now += 10.0  # each round takes 10 s
-        return [[1.0 + i] * 3 for i in range(len(fns))]
-
-    monkeypatch.setattr(dispatch, "do_bench_interleaved", bench)
-    monkeypatch.setattr(dispatch, "time", SimpleNamespace(time=lambda: clock.now, perf_counter=lambda: clock.now))
+def test_timing_rounds_past_the_first_two_stop_at_the_steps_end(round_clock: Callable[[Any], Any]) -> None:
+    clock = round_clock(dispatch)  # each round takes 10 s
     problem = dispatch.load_problem(VECTOR_ADD, "default")
     fns = {"eager": lambda *xs: None, "default": lambda *xs: None}
     # Warm-up and two rounds run although the end comes after the first; then none would fit.
