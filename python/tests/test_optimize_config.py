@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
@@ -146,7 +147,6 @@ import torch._inductor.config as icfg
 import torch._inductor.runtime.triton_heuristics as th
 from kforge.inspect import inductor
 from kforge.optimize import config as C
-from kforge.optimize import dispatch as D
 
 h200, where = Path(sys.argv[1]), Path(sys.argv[2])
 for fixture, prefix in [("default_009_layernorm_fp32", "triton_red_"), ("default_002_multihead_attention_bf16", "triton_per_"),
@@ -479,8 +479,8 @@ def test_the_re_stitched_models_rounds_past_the_first_two_stop_at_the_steps_end(
     assert len(C.model_rounds(lambda: None, lambda: None, 5, end=clock.now + 5.0)) == D.MIN_ROUNDS == 2
     assert len(C.model_rounds(lambda: None, lambda: None, 5, end=clock.now + 40.0)) == 4
     assert len(C.model_rounds(lambda: None, lambda: None, 5)) == 5
-    assert C.rounds_cut(4, 5) == "4 of 5 rounds timed: another would have ended past the step's end"
-    assert C.rounds_cut(5, 5) is None
+    assert D.rounds_cut(4, 5) == "4 of 5 rounds timed: another would have ended past the step's end"
+    assert D.rounds_cut(5, 5) is None
 
 
 @pytest.mark.filterwarnings("ignore::kforge.KforgeWarning")

@@ -157,7 +157,7 @@ else
   # (*.best_config). A large max-autotune compile that outlives one call finishes over several.
   (cd "$CACHE" && find . -type f \( -name '*.best_config' -o -path './cache/*' \)) | sed 's|^\./|inductor-cache/|' >"$W/autotuned.txt"
   if [ -s "$W/autotuned.txt" ] &&
-     tar -czhf "$OUT/campaign.tgz" --exclude='*/logs' -C "$W/state" machine.txt out -T "$W/autotuned.txt" &&
+     tar -czhf "$OUT/campaign.tgz" --exclude='*/logs' -C "$W/state" machine.txt out --verbatim-files-from -T "$W/autotuned.txt" &&
      [ "$(stat -c %s "$OUT/campaign.tgz")" -le $((15 * 1024 * 1024)) ]; then
     echo "state: Inductor's cache left out ($(du -sh "$CACHE" | cut -f1); the pack holds at most 15 MiB), but for its $(wc -l <"$W/autotuned.txt") autotuning results; the whole stays in $CACHE on this machine"
   else

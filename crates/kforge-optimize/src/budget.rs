@@ -7,9 +7,10 @@
 //! step an earlier run was killed in the middle of counts among them at the seconds it had run
 //! (a lower bound), and it sets its own problem's floor: that problem's step takes at least as
 //! long, whatever its folder's other steps took (one long problem does not hold back its
-//! siblings). So does a step of an earlier run that its deadlines cut (`journal::BOUNDED`): a
-//! floor above the wall budget makes the next run take its bounded result instead of running it
-//! in full, to be cut again. The steps so held back are counted and said in the budget's line.
+//! siblings). So does a step of an earlier run that ran bounded (`journal::BOUNDED`: its
+//! deadlines cut it, or it started bounded), as its problem's floor only: a floor above what is
+//! left of the wall budget makes the run take its bounded result instead of running it in full,
+//! to be cut again. The steps so held back are counted and said in the budget's line.
 
 use crate::OptimizeError;
 use serde::{Deserialize, Serialize};
@@ -50,9 +51,9 @@ pub struct Spending {
     /// Steps not started because the wall budget's remainder could not hold them: how many, and
     /// the first one's reason.
     held: Mutex<(usize, Option<String>)>,
-    /// Per step name and problem, the longest that step of an earlier run ran before its
-    /// deadlines cut it: that problem's floor alone, not a sample of its kind (`observe_cut`).
-    cut: Mutex<BTreeMap<(String, String), f64>>,
+    /// Per step name and problem, the longest that step of an earlier run ran bounded: that
+    /// problem's floor alone, not a sample of its kind (`observe_bounded`).
+    bounded: Mutex<BTreeMap<(String, String), f64>>,
 }
 
 /// A bounded step starts only while at least this share of the wall budget is left (a run's
@@ -132,13 +133,14 @@ pub enum Basis {
     Quartile,
     /// The upper quartile, an unfinished step's seconds: its kind takes at least about that.
     QuartileKilled,
-    /// The problem's own step was left unfinished by a killed run, or cut by its deadlines, after
-    /// this long, no less than the quartile: it takes at least that.
+    /// The problem's own step was left unfinished by a killed run, or ended bounded, after this
+    /// long, no less than the quartile: it takes at least that.
     OwnFloor,
 }
 
 impl Estimate {
-    /// Whether `seconds` is a lower bound (a killed step's), not a finished step's length.
+    /// Whether `seconds` is a lower bound (a killed or bounded step's), not a finished step's
+    /// length.
     pub fn at_least(&self) -> bool {
         self.basis != Basis::Quartile
     }
@@ -148,7 +150,7 @@ impl Estimate {
     fn took(&self, group: &str) -> String {
         if self.basis == Basis::OwnFloor {
             return format!(
-                "at least {:.0} s here (this problem's had run that long when its run was killed or its deadline cut it)",
+                "at least {:.0} s here (this problem's had run that long when its run was killed or it ended bounded)",
                 self.seconds
             );
         }
@@ -192,7 +194,7 @@ impl Spending {
             gpu_s: Mutex::new(0.0),
             durations: Mutex::default(),
             held: Mutex::default(),
-            cut: Mutex::default(),
+            bounded: Mutex::default(),
         }
     }
 
@@ -206,19 +208,20 @@ impl Spending {
             xs.retain(|x| x.killed.as_deref() != Some(of.problem));
             xs.push(Sample { seconds, killed: None });
             drop(d);
-            let mut cut = self.cut.lock().unwrap_or_else(|e| e.into_inner());
-            cut.remove(&(of.step.to_string(), of.problem.to_string()));
+            let mut bounded = self.bounded.lock().unwrap_or_else(|e| e.into_inner());
+            bounded.remove(&(of.step.to_string(), of.problem.to_string()));
         }
     }
 
-    /// Count a step of an earlier run that its deadlines cut after its work ran `seconds`: its
-    /// problem's step takes at least that (the longest, if counted twice), until one finishes.
-    /// Not a sample of its kind: the deadlines were its run's budget's, and a step cut at a
-    /// budget's end says how long the budget was, not how long its siblings take.
-    pub fn observe_cut(&self, of: StepOf<'_>, seconds: f64) {
+    /// Count a step of an earlier run that ran bounded (its deadlines cut it, or it started
+    /// bounded) and ended after its work ran `seconds`: its problem's step takes at least that
+    /// (the longest, if counted twice), until one finishes in full. Not a sample of its kind:
+    /// the deadlines were its run's budget's, and a step cut at a budget's end says how long
+    /// the budget was, not how long its siblings take.
+    pub fn observe_bounded(&self, of: StepOf<'_>, seconds: f64) {
         if seconds.is_finite() && seconds > 0.0 {
-            let mut cut = self.cut.lock().unwrap_or_else(|e| e.into_inner());
-            let floor = cut.entry((of.step.to_string(), of.problem.to_string())).or_insert(seconds);
+            let mut bounded = self.bounded.lock().unwrap_or_else(|e| e.into_inner());
+            let floor = bounded.entry((of.step.to_string(), of.problem.to_string())).or_insert(seconds);
             *floor = floor.max(seconds);
         }
     }
@@ -240,7 +243,8 @@ impl Spending {
     /// What the step `of` is expected to take: the upper quartile (nearest rank) of its kind's
     /// steps in its group, else in every group (the `Estimate` says which, how many there were
     /// and how many of them a killed run left unfinished), and never less than what its own
-    /// problem's step had run when a run was killed; `None` before one finished or was killed.
+    /// problem's step had run when a run was killed or it ended bounded; `None` before one
+    /// finished or was killed, and the problem's own ran bounded.
     /// Not the median: a step that runs past the budget is killed with its work lost, one held
     /// back only waits for the next run.
     pub fn expected_s(&self, of: StepOf<'_>) -> Option<Estimate> {
@@ -251,13 +255,13 @@ impl Spending {
             None => d.iter().filter(|((s, _), _)| s == of.step).flat_map(|(_, xs)| xs).collect(),
         };
         xs.sort_by(|a, b| a.seconds.total_cmp(&b.seconds));
-        let cut = self.cut.lock().unwrap_or_else(|e| e.into_inner());
-        let cut = cut.get(&(of.step.to_string(), of.problem.to_string())).copied();
+        let bounded = self.bounded.lock().unwrap_or_else(|e| e.into_inner());
+        let bounded = bounded.get(&(of.step.to_string(), of.problem.to_string())).copied();
         let killed_floor = xs.iter().filter(|x| x.killed.as_deref() == Some(of.problem)).map(|x| x.seconds).next();
-        let floor = killed_floor.into_iter().chain(cut).reduce(f64::max);
+        let floor = killed_floor.into_iter().chain(bounded).reduce(f64::max);
         let n = xs.len();
         let Some(q) = (3 * n).div_ceil(4).checked_sub(1).and_then(|i| xs.get(i)) else {
-            // No step of its kind finished or was killed yet: its own floor alone, if cut.
+            // No step of its kind finished or was killed yet: its own floor alone, if bounded.
             let (of, killed, in_group, basis) = (0, 0, false, Basis::OwnFloor);
             return floor.map(|seconds| Estimate { seconds, of, killed, in_group, basis });
         };
@@ -282,7 +286,7 @@ impl Spending {
 
     /// Whether the step `of` starts, and how: refused when a budget is spent or the wall
     /// budget's remainder is below what the step is expected to take, except that a step that
-    /// `bounds_itself` (a measure step: `--prepare-until`; a config step: `--tune-until`), which killed runs showed to take
+    /// `bounds_itself` (a measure step: `--prepare-until`; a config step: `--tune-until`), which killed or bounded runs showed to take
     /// longer than the whole wall budget (its own problem's, or its kind's quartile), starts
     /// bounded while at least `BOUNDED_START` of the budget is left (a run's start): held back,
     /// it would never start in a run of this budget, and unbounded it would be killed again.
@@ -379,13 +383,13 @@ impl Spending {
     }
 
     /// Whether a step that bounds itself, expected to take `e`, starts bounded at a run's start:
-    /// killed runs showed it to take longer than the whole `budget`.
+    /// killed or bounded runs showed it to take longer than the whole `budget`.
     fn bounded_at_a_runs_start(e: &Estimate, budget: f64) -> bool {
         e.at_least() && e.seconds > budget
     }
 
     /// Whether the step `of` starts only at a run's start, bounded: its own problem's step, left
-    /// unfinished by a killed run, had run longer than the whole wall budget (a campaign starts
+    /// unfinished by a killed run or ended bounded, had run longer than the whole wall budget (a campaign starts
     /// such a problem first, so that it is not held back again).
     pub fn starts_only_at_a_runs_start(&self, of: StepOf<'_>) -> bool {
         let (Some(budget), Some(e)) = (self.budget.wall_s, self.expected_s(of)) else { return false };
@@ -627,7 +631,7 @@ mod tests {
         let why = s.refuses(of("measure", "level3", gru)).expect("at least 525 s, 480 s budget");
         assert!(
             why.contains(
-                "a measure step takes at least 525 s here (this problem's had run that long when its run was killed or its deadline cut it)"
+                "a measure step takes at least 525 s here (this problem's had run that long when its run was killed or it ended bounded)"
             ),
             "{why}"
         );
@@ -664,14 +668,18 @@ mod tests {
     }
 
     #[test]
-    fn a_step_its_deadlines_cut_is_its_own_problems_floor_not_a_sample_of_its_kind() {
+    fn a_bounded_step_is_its_own_problems_floor_not_a_sample_of_its_kind() {
         let s = Spending::new(Budget { wall_s: Some(430.0), ..Budget::default() });
         let of = |problem| StepOf { step: "measure", group: "level3", problem };
-        s.observe_cut(of("level3/004.py"), 217.0);
-        s.observe_cut(of("level3/004.py"), 462.0);
-        s.observe_cut(of("level3/004.py"), 300.0);
+        s.observe_bounded(of("level3/004.py"), 217.0);
+        s.observe_bounded(of("level3/004.py"), 462.0);
+        s.observe_bounded(of("level3/004.py"), 300.0);
         let e = s.expected_s(of("level3/004.py")).unwrap();
-        assert_eq!((e.seconds, e.basis, e.of), (462.0, Basis::OwnFloor, 0), "the longest cut, with no sample at all");
+        assert_eq!(
+            (e.seconds, e.basis, e.of),
+            (462.0, Basis::OwnFloor, 0),
+            "the longest bounded run, with no sample at all"
+        );
         assert_eq!(s.expected_s(of("level3/007.py")), None, "a sibling: no estimate from it");
         assert!(!s.fits_in_full(of("level3/004.py")), "462 s do not fit 430: its bounded result is taken");
         s.observe(of("level3/001.py"), 100.0);
@@ -692,7 +700,7 @@ mod tests {
                 assert!(seconds > 0.6 * 300.0 && seconds <= BOUNDED_SHARE * 300.0, "{seconds}");
                 let end = end_seconds / BOUNDED_END_SHARE;
                 assert!(end_seconds > seconds && (end - seconds / BOUNDED_SHARE).abs() < 1e-9, "{end_seconds}");
-                assert!(why.starts_with("no measure step fits a --budget-wall-s of 300 in full: one takes at least 360 s here (this problem's had run that long when its run was killed or its deadline cut it); it prepares variants for"), "{why}");
+                assert!(why.starts_with("no measure step fits a --budget-wall-s of 300 in full: one takes at least 360 s here (this problem's had run that long when its run was killed or it ended bounded); it prepares variants for"), "{why}");
             }
             other => panic!("{other:?}"),
         }
@@ -752,7 +760,7 @@ mod tests {
         s.observe_unfinished(c, 420.0);
         assert_eq!(
             s.never_fits(c, false).as_deref(),
-            Some("no config step fits a --budget-wall-s of 300: one takes at least 420 s here (this problem's had run that long when its run was killed or its deadline cut it)")
+            Some("no config step fits a --budget-wall-s of 300: one takes at least 420 s here (this problem's had run that long when its run was killed or it ended bounded)")
         );
         let sibling = of("config", "level3", "level3/b.py");
         let why = s.never_fits(sibling, false).expect("of two, the upper quartile is the killed one's 420 s");

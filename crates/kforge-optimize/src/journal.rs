@@ -323,13 +323,14 @@ impl Journal {
     /// of what it takes. A step its run left running (that run was killed) had run from its
     /// start to its run's last sign of life (the latest heartbeat, start, end or decision that
     /// run journaled); a bounded one (`BOUNDED`: its deadlines cut it, or it started bounded),
-    /// done or failed, for the seconds its work ran. Without the second, a step the safety net
+    /// done or failed, for the seconds its work ran (none whose job never left the daemon's
+    /// queue). Without the second, a step the safety net
     /// cut would be expected to take what its folder's others take, run in full by every next
     /// run and cut again, its problem never decided. A decision that `--redecide` set aside (a
     /// later run's mark, or `redeciding` in this run) clears no floor: the problem's steps run
     /// again, and the unfinished step showed what one of them takes. With `--resume` only;
     /// none without it.
-    pub fn floor_seconds(&self, redeciding: impl Fn(&str) -> bool) -> Result<Vec<Unfinished>, StoreError> {
+    pub fn floor_seconds(&self, redeciding: impl Fn(&str) -> bool) -> Result<Vec<Floor>, StoreError> {
         if !self.resume {
             return Ok(Vec::new());
         }
@@ -368,16 +369,16 @@ impl Journal {
                         WorkStart::Unrecorded => s.started_ns,
                     };
                     let seconds = (alive[&s.run] - began) as f64 / 1e9;
-                    return Some(Unfinished {
-                        problem: s.problem.clone(),
-                        step: s.step.clone(),
-                        seconds,
-                        killed: true,
-                    });
+                    return Some(Floor { problem: s.problem.clone(), step: s.step.clone(), seconds, killed: true });
                 }
-                let cut = s.outcome.as_deref() == Some(BOUNDED) && s.reused_from.is_none();
+                // A bounded step whose job never left the daemon's queue (it failed waiting)
+                // says nothing of its kind either: its seconds are the queue's.
+                let bounded = s.outcome.as_deref() == Some(BOUNDED) && s.reused_from.is_none();
+                if !bounded || s.work == WorkStart::Waiting {
+                    return None;
+                }
                 let seconds = s.seconds.unwrap_or(0.0) - waited_s(s);
-                cut.then(|| Unfinished { problem: s.problem.clone(), step: s.step.clone(), seconds, killed: false })
+                Some(Floor { problem: s.problem.clone(), step: s.step.clone(), seconds, killed: false })
             })
             .filter(|u| u.seconds > 0.0)
             .collect())
@@ -423,19 +424,17 @@ pub fn verified_of(name: &str) -> Option<Verified> {
         .find(|v| verified_name(*v) == name)
 }
 
-/// How long a finished step waited before its work began (its job in the daemon's queue): not
-/// part of what its kind takes. Zero when unrecorded.
 /// A step of an earlier run that did not run in full (`Journal::floor_seconds`): its problem
 /// and kind, and the seconds its work ran, a lower bound of what it takes.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Unfinished {
+pub struct Floor {
     pub problem: String,
     pub step: String,
     pub seconds: f64,
-    /// Its run was killed while it ran (else its deadlines cut it, or it started bounded: it
-    /// ended on its own with less than a full step's work). A killed one is also a sample of
-    /// its kind's length; a cut one only its own problem's floor, since the deadlines that cut
-    /// it were the budget's (one cut at the budget's end says nothing of its siblings).
+    /// Its run was killed while it ran; else it ran bounded (`BOUNDED`: it started bounded, or
+    /// its deadlines cut it, and it ended, done or failed). A killed one is also a sample of its
+    /// kind's length; a bounded one only its own problem's floor, since its deadlines were its
+    /// run's budget's (one cut at the budget's end says nothing of its siblings).
     pub killed: bool,
 }
 
@@ -464,6 +463,8 @@ fn last_signs_of_life(rows: &kforge_store::Journal, beats: Vec<(u64, i64)>) -> B
     alive
 }
 
+/// How long a finished step waited before its work began (its job in the daemon's queue): not
+/// part of what its kind takes. Zero when unrecorded.
 fn waited_s(s: &StepRow) -> f64 {
     match s.work {
         WorkStart::Since(ns) => ((ns - s.started_ns) as f64 / 1e9).max(0.0),
@@ -551,7 +552,7 @@ mod tests {
     }
 
     /// Each unfinished step as (problem, step, seconds).
-    fn triples(u: Vec<Unfinished>) -> Vec<(String, String, f64)> {
+    fn triples(u: Vec<Floor>) -> Vec<(String, String, f64)> {
         u.into_iter().map(|u| (u.problem, u.step, u.seconds)).collect()
     }
 
@@ -680,28 +681,34 @@ mod tests {
     }
 
     #[test]
-    fn a_step_its_deadlines_cut_is_a_floor_of_what_its_work_ran_for_later_runs() {
+    fn a_bounded_step_is_a_floor_of_what_its_work_ran_for_later_runs() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.db");
         let first = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
         let cut = first.started("l3/a.py", Step::Measure, "ha").unwrap();
+        first.work_began(cut).unwrap();
         first
             .done(cut, &StepDone { seconds: 217.0, outcome: Some(BOUNDED.into()), ..done("o/dispatch.json") })
             .unwrap();
         let failed = first.started("l3/b.py", Step::Measure, "hb").unwrap();
+        first.work_began(failed).unwrap();
         first.failed(failed, 300.0, "the baseline 'max-autotune' was not prepared in time", true).unwrap();
+        let queued = first.started("l3/d.py", Step::Measure, "hd").unwrap(); // its job never started
+        first.failed(queued, 250.0, "the daemon went away", true).unwrap();
         let full = first.started("l3/c.py", Step::Measure, "hc").unwrap();
         first.done(full, &StepDone { seconds: 90.0, ..done("o/dispatch.json") }).unwrap();
         assert_eq!(triples(first.floor_seconds(|_| false).unwrap()), [], "its own run's steps are no floor of it");
         drop(first);
         let second = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
         let floors = triples(second.floor_seconds(|_| false).unwrap());
-        let of = |p: &str| floors.iter().find(|f| f.0 == p).map(|f| (f.1.as_str(), f.2));
+        // Less the instant between the step's start and its work's (the test's own calls).
+        let of = |p: &str| floors.iter().find(|f| f.0 == p).map(|f| (f.1.as_str(), f.2.round()));
         assert_eq!(of("l3/a.py"), Some(("measure", 217.0)), "cut, done: at least what it ran");
         assert_eq!(of("l3/b.py"), Some(("measure", 300.0)), "bounded, failed: the same");
         assert_eq!(of("l3/c.py"), None, "run in full: its time is an estimate, not a floor");
+        assert_eq!(of("l3/d.py"), None, "failed in the daemon's queue: its seconds are the queue's");
         let raw = second.floor_seconds(|_| false).unwrap();
-        assert!(raw.iter().all(|u| !u.killed), "cut, not killed: a floor, not a sample of their kind: {raw:?}");
+        assert!(raw.iter().all(|u| !u.killed), "bounded, not killed: a floor, not a sample of their kind: {raw:?}");
         let reused = second.started("l3/a.py", Step::Measure, "ha").unwrap();
         let row = second.finished(Step::Measure, "ha").unwrap().unwrap();
         second.reused(reused, &row, "o/dispatch.json").unwrap();
@@ -709,11 +716,12 @@ mod tests {
         second.done(again, &done("o/dispatch.json")).unwrap();
         drop(second);
         let third = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
-        let floors = triples(third.floor_seconds(|_| false).unwrap());
+        let floors: Vec<(String, String, f64)> =
+            triples(third.floor_seconds(|_| false).unwrap()).into_iter().map(|(p, s, f)| (p, s, f.round())).collect();
         assert_eq!(
             floors,
             [("l3/a.py".to_string(), "measure".to_string(), 217.0)],
-            "a reuse of the cut result is no new floor and clears none; b ran in full since"
+            "a reuse of the bounded result is no new floor and clears none; b ran in full since"
         );
     }
 

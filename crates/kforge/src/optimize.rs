@@ -258,12 +258,15 @@ fn spending(budget: Budget, started: Instant, journal: &Journal, redecide: &Rede
     for (problem, step, seconds) in journal.step_seconds().context("reading the journal's step durations")? {
         spending.observe(StepOf { step: &step, group: &step_group(&problem), problem: &problem }, seconds);
     }
-    for u in journal.floor_seconds(|p| redecide.matches(p)).context("reading the journal's unfinished steps")? {
+    for u in journal
+        .floor_seconds(|p| redecide.matches(p))
+        .context("reading the journal's floors (killed and bounded steps)")?
+    {
         let of = StepOf { step: &u.step, group: &step_group(&u.problem), problem: &u.problem };
         if u.killed {
             spending.observe_unfinished(of, u.seconds);
         } else {
-            spending.observe_cut(of, u.seconds);
+            spending.observe_bounded(of, u.seconds);
         }
     }
     Ok(spending)
@@ -641,8 +644,9 @@ impl Run<'_> {
 
     /// The order a campaign's problems start in (indices into `problems`; each keeps its number
     /// in the progress lines and its place in the summary): with `--resume`, first the measured
-    /// problems whose config step starts only at a run's start (bounded: its own killed run's
-    /// floor is over the wall budget; reached later it would be held back again), then the
+    /// problems whose beam or config step starts only at a run's start (bounded: its own floor,
+    /// a killed or bounded earlier run's, is over the wall budget; reached later it would be
+    /// held back again), then the
     /// problems whose measure step is still to run (none finished, or `--redecide` names them), the
     /// longest expected first (`Spending::expected_s`: a killed one's own floor, else its
     /// folder's quartile), so that a wall budget's long steps start while it can hold them (a
@@ -667,8 +671,12 @@ impl Run<'_> {
             let problem = question(self.a, self.plan, &problems[i].1).problem;
             let group = step_group(&problem);
             if measured.contains(&problem) && !self.redecide.matches(&problem) {
-                let of = StepOf { step: Step::Config.name(), group: &group, problem: &problem };
-                return (if config && self.spending.starts_only_at_a_runs_start(of) { 0 } else { 2 }, 0.0);
+                let only_first = |step: Step| {
+                    let of = StepOf { step: step.name(), group: &group, problem: &problem };
+                    self.spending.starts_only_at_a_runs_start(of)
+                };
+                let first = only_first(Step::Beam) || (config && only_first(Step::Config));
+                return (if first { 0 } else { 2 }, 0.0);
             }
             let of = StepOf { step: Step::Measure.name(), group: &group, problem: &problem };
             (1, -self.spending.expected_s(of).map_or(0.0, |e| e.seconds))

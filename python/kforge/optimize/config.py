@@ -701,15 +701,15 @@ def pruned_why(share: float, beat: float) -> Optional[str]:
 
 def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, top_k: int,
             problem_path: Optional[str] = None, result_dir: Optional[str] = None, beat: float = 1.0,
-            until: Optional[float] = None, end: Optional[float] = None) -> Dict[str, Any]:
+            tune_until: Optional[float] = None, end: Optional[float] = None) -> Dict[str, Any]:
     """The whole agent step on a GPU (see the module's docstring). With ``problem_path`` and
     ``result_dir`` the result file is written there and, for a winner, checked: imported, compiled,
     its kernels' configurations read back against the table and its output against the baseline's
     (``model_new``); a winner whose file does not reproduce its pins falls back. With ``beat``
     above 1, the kernels are searched only when their Amdahl ceiling exceeds it
-    (:func:`pruned_why`). With ``until`` (Unix seconds: the step's deadline) a kernel is tuned
-    only while its tuning and what follows it fit before then (:func:`next_fits`); the others
-    are listed in ``not_tuned``. With ``end`` (Unix seconds: the step's end, after ``until``) the
+    (:func:`pruned_why`). With ``tune_until`` (Unix seconds: the tuning's deadline) a kernel is
+    tuned only while its tuning and what follows it fit before then (:func:`next_fits`); the others
+    are listed in ``not_tuned``. With ``end`` (Unix seconds: the step's end, after ``tune_until``) the
     re-stitched model's timing rounds past the first two stop before it (``rounds_cut``)."""
     import torch
     import torch._inductor.config as icfg
@@ -748,7 +748,7 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
         not_tuned: List[str] = []
         for sel in selected:
             name = sel["kernel"]
-            if not next_fits(time.time(), until, reserve_s(compile_s, mode), tuned_s):
+            if not next_fits(time.time(), tune_until, reserve_s(compile_s, mode), tuned_s):
                 not_tuned.append(name)
                 continue
             _mod, old, src = by_name[name]
@@ -764,7 +764,7 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
             "baseline": mode, "kernels_seen": len(found), "skipped": skipped, "kernels": kernels,
             "device_us": {n: round(v, 2) for n, v in sorted(us.items(), key=lambda t: -t[1])[:40]},
             "triton_share": share, "beat": beat, "compile_s": round(compile_s, 2),
-            "tune_until": until, "until": end, "not_tuned": not_tuned,
+            "tune_until": tune_until, "until": end, "not_tuned": not_tuned,
             "prepared": {mode: {"ok": True}}, "modes": {}, "noise_floor": None, "winner": mode, "fallback": True,
             "compile_options": compile_options(mode),
             "pins": {lookup_hash(s): {"kernel": n, **(winners.get(s) or pins[s]).entry()} for _m, n, _k, s in found if s in pins}}
@@ -781,8 +781,8 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
             return result
         timed = model_rounds(first, second, rounds, end)
         result.update(choose(mode, {"config": timed}))
-        if rounds_cut(len(timed), rounds):
-            result["rounds_cut"] = rounds_cut(len(timed), rounds)
+        if cut := rounds_cut(len(timed), rounds):
+            result["rounds_cut"] = cut
         del first, second, out  # the re-stitched compile (with CUDA graphs a second one) before the file's
         torch.cuda.empty_cache()
         if problem_path is not None and result_dir is not None:

@@ -1053,8 +1053,8 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
     else:
         result.update(choose(baseline, time_rounds(problem, fns, baseline, dev, rounds, end)))
         timed = max((len(m["per_round"]) for m in result["modes"].values()), default=rounds)
-        if rounds_cut(timed, rounds):
-            result["rounds_cut"] = rounds_cut(timed, rounds)
+        if cut_rounds := rounds_cut(timed, rounds):
+            result["rounds_cut"] = cut_rounds
         if graphs is not None and not late():  # its plans compile: the preparation's deadline
             result["graphs"] = graph_search(problem, ref, graphs, fns, result, dev, rounds, graph_rounds)
         elif graphs is not None:
