@@ -690,12 +690,12 @@ fn a_step_admitted_in_full_under_a_wall_budget_gets_a_safety_net() {
     let measured = j.steps.iter().find(|s| s.step == "measure").unwrap();
     assert_eq!(measured.outcome.as_deref(), Some("bounded"), "{measured:?}\n{text}");
 
-    // Cut after `ran` s, it takes at least that: a resumed run whose whole budget is less does
-    // not run it in full to be cut again (session 19's livelock). It takes the cut result; or,
-    // when the baseline's own compile outlived the 6 s (a loaded machine) and the step failed,
-    // it starts bounded (at a run's start) or is held back naming its floor.
-    let ran = measured.seconds.unwrap() - 0.5; // less the instant before its work began
-    let budget = format!("{:.1}", ran / 2.0);
+    // Cut after what it ran (its floor, about 6 s), it takes at least that: a resumed run whose
+    // whole budget is less does not run it in full to be cut again (session 19's livelock). It
+    // takes the cut result; or, when the baseline's own compile outlived the 6 s (a loaded
+    // machine) and the step failed, it starts bounded (at a run's start) or is held back naming
+    // its floor. The budget is a second under the floor: more than the run's start takes.
+    let budget = format!("{:.1}", measured.seconds.unwrap() - 1.0);
     let (code, text) = optimize(&[&agents[..], &["--resume", "--budget-wall-s", &budget]].concat(), &out);
     assert!(code == Some(0) || code == Some(2), "{text}");
     let j = journal(&out);
