@@ -227,8 +227,8 @@ impl Spending {
     }
 
     /// Count an unfinished step of an earlier, killed run: it had run `seconds` when its run was
-    /// killed (`Journal::floor_seconds`). It counts among its kind and group's steps at that, and its problem's step takes
-    /// at least that (the longest, if counted twice).
+    /// killed (`Journal::floor_seconds`). It counts among its kind and group's steps at that,
+    /// and its problem's step takes at least that (the longest, if counted twice).
     pub fn observe_unfinished(&self, of: StepOf<'_>, seconds: f64) {
         if seconds.is_finite() && seconds > 0.0 {
             let mut d = self.durations.lock().unwrap_or_else(|e| e.into_inner());
@@ -286,8 +286,8 @@ impl Spending {
 
     /// Whether the step `of` starts, and how: refused when a budget is spent or the wall
     /// budget's remainder is below what the step is expected to take, except that a step that
-    /// `bounds_itself` (a measure step: `--prepare-until`; a config step: `--tune-until`), which killed or bounded runs showed to take
-    /// longer than the whole wall budget (its own problem's, or its kind's quartile), starts
+    /// `bounds_itself` (a measure step: `--prepare-until`; a config step: `--tune-until`), which
+    /// killed or bounded runs showed to take longer than the whole wall budget (its own problem's, or its kind's quartile), starts
     /// bounded while at least `BOUNDED_START` of the budget is left (a run's start): held back,
     /// it would never start in a run of this budget, and unbounded it would be killed again.
     pub fn admit(&self, of: StepOf<'_>, bounds_itself: bool) -> Admission {
@@ -389,8 +389,8 @@ impl Spending {
     }
 
     /// Whether the step `of` starts only at a run's start, bounded: its own problem's step, left
-    /// unfinished by a killed run or ended bounded, had run longer than the whole wall budget (a campaign starts
-    /// such a problem first, so that it is not held back again).
+    /// unfinished by a killed run or ended bounded, had run longer than the whole wall budget (a
+    /// campaign starts such a problem first, so that it is not held back again).
     pub fn starts_only_at_a_runs_start(&self, of: StepOf<'_>) -> bool {
         let (Some(budget), Some(e)) = (self.budget.wall_s, self.expected_s(of)) else { return false };
         e.basis == Basis::OwnFloor && Self::bounded_at_a_runs_start(&e, budget)
