@@ -646,8 +646,7 @@ impl Run<'_> {
     /// in the progress lines and its place in the summary): with `--resume`, first the measured
     /// problems whose beam or config step starts only at a run's start (bounded: its own floor,
     /// a killed or bounded earlier run's, is over the wall budget; reached later it would be
-    /// held back again), then the
-    /// problems whose measure step is still to run (none finished, or `--redecide` names them), the
+    /// held back again), then the problems whose measure step is still to run (none finished, or `--redecide` names them), the
     /// longest expected first (`Spending::expected_s`: a killed one's own floor, else its
     /// folder's quartile), so that a wall budget's long steps start while it can hold them (a
     /// bounded one only starts at a run's start) and the short steps left of others fill the

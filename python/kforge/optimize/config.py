@@ -922,7 +922,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="the speedup another family's verified result already has: the kernels are searched "
                          "only when their Amdahl ceiling exceeds it (kforge optimize passes the dispatch family's)")
     ap.add_argument("--tune-until", type=float, default=None, metavar="UNIX_S",
-                    help="the step's deadline: a kernel is tuned only while its tuning, the re-stitch and the "
+                    help="the tuning's deadline: a kernel is tuned only while its tuning, the re-stitch and the "
                          "result's check fit before it (kforge optimize bounds a config step no wall budget holds)")
     ap.add_argument("--until", type=float, default=None, metavar="UNIX_S",
                     help="the step's end: no timing round of the re-stitched model past the first two starts that "
