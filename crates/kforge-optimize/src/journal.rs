@@ -477,6 +477,11 @@ mod tests {
     use super::*;
     use crate::{Baseline, ConfigMeasurement, DispatchMeasurement};
 
+    /// A run of the journal at `path` with `--resume` (every earlier run's steps read).
+    fn resuming(path: &Path) -> Journal {
+        Journal::open(path, &question(3), Budget::default(), 1, true).unwrap()
+    }
+
     fn question(rounds: u32) -> Question {
         Question {
             problem: "p.py".into(),
@@ -537,7 +542,7 @@ mod tests {
         let fresh = Journal::open(&path, &question(3), Budget::default(), 1, false).unwrap();
         assert_eq!(fresh.finished(Step::Measure, "h").unwrap(), None);
         assert_eq!(fresh.decision_for(&question(3)).unwrap(), None);
-        let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let resumed = resuming(&path);
         let from = resumed.finished(Step::Measure, "h").unwrap().unwrap();
         assert_eq!(resumed.decision_for(&question(3)).unwrap().unwrap().reason.as_deref(), Some("nothing won"));
         assert_eq!(resumed.decision_for(&question(4)).unwrap(), None, "another question is run again");
@@ -567,7 +572,7 @@ mod tests {
     fn time_in_the_daemons_queue_is_not_what_a_step_takes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.db");
-        let killed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let killed = resuming(&path);
         let waited = killed.started("l1/a.py", Step::Measure, "ha").unwrap();
         let queued = killed.started("l1/b.py", Step::Config, "hb").unwrap(); // never left the queue
         let ran = killed.started("l1/c.py", Step::Config, "hc").unwrap();
@@ -579,7 +584,7 @@ mod tests {
         killed.done(waited, &StepDone { seconds: 40.0, ..done("o/dispatch.json") }).unwrap();
         store.run_alive(run, began(&store.journal(None).unwrap().steps[2]) + 60_000_000_000).unwrap();
         drop((killed, store));
-        let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let resumed = resuming(&path);
         let took: Vec<(String, f64)> = resumed.step_seconds().unwrap().into_iter().map(|(p, _, s)| (p, s)).collect();
         assert_eq!(took.len(), 1);
         assert!((took[0].1 - 10.0).abs() < 1e-6 && took[0].0 == "l1/a.py", "the 30 s in the queue left out: {took:?}");
@@ -594,12 +599,12 @@ mod tests {
     fn a_withdrawn_step_neither_clears_a_floor_nor_counts_as_what_its_kind_takes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.db");
-        let killed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let killed = resuming(&path);
         let a = killed.started("l3/a.py", Step::Measure, "ha").unwrap();
         killed.work_began(a).unwrap();
         killed.alive().unwrap();
         drop(killed);
-        let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let resumed = resuming(&path);
         let floor = triples(resumed.floor_seconds(|_| false).unwrap());
         assert_eq!(floor.len(), 1);
         let again = resumed.started("l3/a.py", Step::Measure, "ha").unwrap();
@@ -618,11 +623,11 @@ mod tests {
     fn a_later_run_declares_what_a_steps_job_used_with_a_margin() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.db");
-        let first = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let first = resuming(&path);
         assert_eq!(first.step_memory("l3/a.py", "dispatch").unwrap(), None);
         first.record_step_memory("l3/a.py", "dispatch", 8 << 30).unwrap();
         drop(first);
-        let later = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let later = resuming(&path);
         let declared = later.step_memory("l3/a.py", "dispatch").unwrap().unwrap();
         assert_eq!(declared, (10 << 30) + (512 << 20), "8 GiB and a quarter, and 512 MiB");
         assert_eq!(later.step_memory("l3/a.py", "config").unwrap(), None, "per step");
@@ -633,7 +638,7 @@ mod tests {
     fn a_step_a_killed_run_left_running_is_a_lower_bound_until_one_finishes() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.db");
-        let killed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let killed = resuming(&path);
         let a = killed.started("l3/a.py", Step::Measure, "ha").unwrap();
         killed.work_began(a).unwrap(); // its job started
         let b = killed.started("l1/b.py", Step::Measure, "hb").unwrap();
@@ -644,11 +649,11 @@ mod tests {
             "its own running step is in flight, not unfinished"
         );
         drop(killed); // killed: `a` stays running
-        let rows = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap().rows().unwrap();
+        let rows = resuming(&path).rows().unwrap();
         assert!(rows.steps.is_empty(), "a new run journals nothing by opening");
         let all = kforge_store::Store::open(&path).unwrap().journal(None).unwrap();
         let (start, alive) = (began(&all.steps[0]), all.steps[1].finished_ns.unwrap());
-        let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let resumed = resuming(&path);
         let u = triples(resumed.floor_seconds(|_| false).unwrap());
         assert!(resumed.floor_seconds(|_| false).unwrap()[0].killed, "left running by a killed run");
         assert_eq!(u, [("l3/a.py".to_string(), "measure".to_string(), (alive - start) as f64 / 1e9)]);
@@ -684,7 +689,7 @@ mod tests {
     fn a_bounded_step_is_a_floor_of_what_its_work_ran_for_later_runs() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.db");
-        let first = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let first = resuming(&path);
         let cut = first.started("l3/a.py", Step::Measure, "ha").unwrap();
         first.work_began(cut).unwrap();
         first
@@ -699,7 +704,7 @@ mod tests {
         first.done(full, &StepDone { seconds: 90.0, ..done("o/dispatch.json") }).unwrap();
         assert_eq!(triples(first.floor_seconds(|_| false).unwrap()), [], "its own run's steps are no floor of it");
         drop(first);
-        let second = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let second = resuming(&path);
         let floors = triples(second.floor_seconds(|_| false).unwrap());
         // Less the instant between the step's start and its work's (the test's own calls).
         let of = |p: &str| floors.iter().find(|f| f.0 == p).map(|f| (f.1.as_str(), f.2.round()));
@@ -715,7 +720,7 @@ mod tests {
         let again = second.started("l3/b.py", Step::Measure, "hb").unwrap();
         second.done(again, &done("o/dispatch.json")).unwrap();
         drop(second);
-        let third = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let third = resuming(&path);
         let floors: Vec<(String, String, f64)> =
             triples(third.floor_seconds(|_| false).unwrap()).into_iter().map(|(p, s, f)| (p, s, f.round())).collect();
         assert_eq!(
@@ -729,7 +734,7 @@ mod tests {
     fn a_killed_runs_heartbeat_is_its_last_sign_of_life_and_a_decision_clears_its_floor() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("journal.db");
-        let killed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let killed = resuming(&path);
         let a = killed.started("l3/a.py", Step::Measure, "ha").unwrap();
         killed.work_began(a).unwrap(); // its last journaled event
         assert_eq!(triples(killed.floor_seconds(|_| false).unwrap()), []);
@@ -742,7 +747,7 @@ mod tests {
         store.run_alive(run, start + 5_000_000_000).unwrap(); // an older beat does not move it back
         assert_eq!(store.heartbeats().unwrap(), [(run, start + 90_000_000_000)]);
         drop(store);
-        let resumed = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let resumed = resuming(&path);
         assert_eq!(
             triples(resumed.floor_seconds(|_| false).unwrap()),
             [("l3/a.py".to_string(), "measure".to_string(), 90.0)]
@@ -762,7 +767,7 @@ mod tests {
             "decided again in this run: the floor is back"
         );
         drop(resumed);
-        let again = Journal::open(&path, &question(3), Budget::default(), 1, true).unwrap();
+        let again = resuming(&path);
         again.redecide("l3/a.py").unwrap();
         assert_eq!(
             triples(again.floor_seconds(|_| false).unwrap()),
