@@ -1,0 +1,62 @@
+"""scripts/device/campaign.sh's state pack, run for real on the CPU (the debug kforge, one small
+problem): an Inductor cache too large for the pack leaves it, but for its autotuning results
+(select_algorithm's timings under ``cache/``, the ``*.best_config`` files), which a fresh
+machine's call then starts from. Session 19's caches were 275 MB to 1.1 GB: without this a
+max-autotune compile that outlives a call started its benchmarks over on every new machine."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+KFORGE = ROOT / "target" / "debug" / "kforge"
+VECTOR_ADD = ROOT / "tests" / "candidates" / "problems" / "vector_add.py"
+
+
+def campaign(problems: Path, out: Path, state: Path, cache: Path) -> "subprocess.CompletedProcess[str]":
+    """One call of campaign.sh on the CPU: the dispatch agent, no re-verification."""
+    env: Dict[str, str] = {k: v for k, v in os.environ.items() if not k.startswith("KFORGE_")}
+    env.update(OUT=str(out), STATE=str(state), K=str(KFORGE), RESERVE_CORES="0", DEVICE="cpu",
+               INDUCTOR_CACHE=str(cache), REVERIFY="0", BUDGET_WALL_S="300")
+    args = ["--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2", "--jobs", "1"]
+    r = subprocess.run(["bash", "scripts/device/campaign.sh", str(problems), *args], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r
+
+
+def test_a_cache_too_large_for_the_pack_leaves_its_autotuning_results_in_it(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    if not KFORGE.exists():
+        pytest.skip("target/debug/kforge is not built (cargo test builds it)")
+    problems = tmp_path / "problems" / "level1"
+    problems.mkdir(parents=True)
+    (problems / "a.py").write_text(VECTOR_ADD.read_text())
+    cache = tmp_path / "cache"
+    (cache / "cache").mkdir(parents=True)
+    (cache / "ab").mkdir()
+    (cache / "cache" / "0123abcd").write_text('{"system": {}, "cache": {}}')  # select_algorithm's timings
+    (cache / "ab" / "k.best_config").write_text('{"XBLOCK": 64}')
+    with open(cache / "ab" / "compiled.so", "wb") as f:  # the bulk: over the 60 MiB a whole pack is tried for
+        f.truncate(61 * 1024 * 1024)
+    out, state = tmp_path / "out", tmp_path / "missing.tgz"
+    r = campaign(tmp_path / "problems", out, state, cache)
+    assert "but for its 2 autotuning results" in r.stdout, r.stdout[-2000:]
+    with tarfile.open(out / "campaign.tgz") as t:
+        names = set(t.getnames())
+    assert {"inductor-cache/cache/0123abcd", "inductor-cache/ab/k.best_config", "machine.txt"} <= names, names
+    assert not any(n.endswith("compiled.so") for n in names), names
+
+    # A fresh machine (an empty cache) starts from the pack: the autotuning results, nothing else.
+    fresh = tmp_path / "fresh-cache"
+    r = campaign(tmp_path / "problems", tmp_path / "out2", out / "campaign.tgz", fresh)
+    assert "Inductor's cache: from the pack" in r.stdout, r.stdout[-2000:]
+    assert (fresh / "cache" / "0123abcd").read_text() == '{"system": {}, "cache": {}}'
+    assert (fresh / "ab" / "k.best_config").read_text() == '{"XBLOCK": 64}'
+    assert not (fresh / "ab" / "compiled.so").exists()
