@@ -324,9 +324,9 @@ impl Journal {
     /// start to its run's last sign of life (the latest heartbeat, start, end or decision that
     /// run journaled); a bounded one (`BOUNDED`: its deadlines cut it, or it started bounded),
     /// done or failed, for the seconds its work ran (none whose job never left the daemon's
-    /// queue). Without the second, a step the safety net
-    /// cut would be expected to take what its folder's others take, run in full by every next
-    /// run and cut again, its problem never decided. A decision that `--redecide` set aside (a
+    /// queue). Without the second, a step the safety net cut would be expected to take what its
+    /// folder's others take, run in full by every next run and cut again, its problem never
+    /// decided. A decision that `--redecide` set aside (a
     /// later run's mark, or `redeciding` in this run) clears no floor: the problem's steps run
     /// again, and the unfinished step showed what one of them takes. With `--resume` only;
     /// none without it.
