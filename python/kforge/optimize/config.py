@@ -32,7 +32,6 @@ import hashlib
 import importlib.util
 import json
 import math
-import os
 import re
 import statistics
 import sys
