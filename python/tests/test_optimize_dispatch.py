@@ -371,6 +371,74 @@ def test_the_rewrite_agents_variants_are_measured_beside_the_modes(tmp_path: Pat
     assert (rw["introduced_ops"], rw["introduced_torch_calls"], rw["analytic_flops"]) == (["mul", "unsqueeze"], [], 0)
 
 
+def order_of_preparation(monkeypatch: pytest.MonkeyPatch) -> List[str]:
+    """What the measure step prepares, in order: each compile's mode and the rewrite agent's
+    start (``REWRITE``); every compile is eager's (quick, exact)."""
+    built: List[str] = []
+    real_build, real_rewrite = dispatch.build, dispatch.prepare_rewrite
+    monkeypatch.setattr(dispatch, "build", lambda model, mode: built.append(mode) or real_build(model, "eager"))
+
+    def prepare_rewrite(*args: Any) -> Any:
+        built.append("REWRITE")
+        return real_rewrite(*args)
+
+    monkeypatch.setattr(dispatch, "prepare_rewrite", prepare_rewrite)
+    return built
+
+
+def test_a_bounded_step_prepares_the_rewrite_before_the_autotuning_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the large preset a max-autotune compile outlasted the bounded step and left the rewrite
+    out (a decoder layer's attention-sdpa, 1.108x at the default preset): a bounded step whose
+    rewrite compiles do not autotune prepares the rewrite before those that do."""
+    built = order_of_preparation(monkeypatch)
+    problem = dispatch.load_problem(DIAG_SCALE, "default")
+    modes = ["default", "max-autotune-no-cudagraphs", "eager", "default+coordinate-descent"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = dispatch.measure(problem, modes, torch.device("cpu"), 2, ["exact"], until=time.time() + 600.0)
+    assert built == ["default", "eager", "REWRITE", "eager", "default", "max-autotune-no-cudagraphs",
+                     "default+coordinate-descent"], built
+    assert r["rewrite"]["fired"] and {"eager~rewrite", "default~rewrite"} <= set(r["modes"]), r["modes"].keys()
+    built.clear()  # unbounded: the rewrite after every mode, as before
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dispatch.measure(problem, modes, torch.device("cpu"), 2, ["exact"])
+    assert built == modes + ["REWRITE", "eager", "default"], built
+    built.clear()  # against an autotuning baseline its BASELINE~rewrite autotunes too: last
+    problem = dispatch.load_problem(DIAG_SCALE, "default")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dispatch.measure(problem, ["max-autotune-no-cudagraphs", "default", "eager"], torch.device("cpu"), 2, ["exact"],
+                         until=time.time() + 600.0)
+    assert built == ["max-autotune-no-cudagraphs", "eager", "default", "REWRITE", "eager",
+                     "max-autotune-no-cudagraphs"], built
+
+
+def test_a_deadline_during_an_early_rewrite_leaves_it_and_the_autotuning_compiles_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step's deadline comes while the rewrite is prepared: none of its variants is timed
+    (a half-prepared rewrite has no proposal to ship), and the autotuning compiles after it are
+    not prepared; what was prepared before it is timed."""
+    real = dispatch.prepare_rewrite
+
+    def prepare_rewrite(*args: Any) -> Any:
+        real(*args)  # its variants prepared, then the alarm
+        raise dispatch.StepDeadline()
+
+    monkeypatch.setattr(dispatch, "prepare_rewrite", prepare_rewrite)
+    real_build = dispatch.build
+    monkeypatch.setattr(dispatch, "build", lambda model, mode: real_build(model, "eager"))
+    problem = dispatch.load_problem(DIAG_SCALE, "default")
+    modes = ["default", "eager", "max-autotune-no-cudagraphs"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = dispatch.measure(problem, modes, torch.device("cpu"), 2, ["exact"], until=time.time() + 600.0)
+    assert r["rewrite"] is None and not any("~" in v for v in list(r["prepared"]) + list(r["modes"])), r["prepared"]
+    assert r["prepared"]["max-autotune-no-cudagraphs"] == {"ok": False, "not_prepared": dispatch.NOT_PREPARED}
+    assert r["not_prepared"] == ["max-autotune-no-cudagraphs", "the rewrite"]
+    assert set(r["modes"]) == {"eager"}, "what was prepared before the deadline is timed"
+
+
 def test_no_rule_fired_means_the_rewrite_agent_proposes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KFORGE_SOCKET", str(tmp_path / "no-daemon.sock"))
     r = measure_rewrite(tmp_path, ROW_SOFTMAX, "--modes", "")  # the rewrite agent alone: the baseline is enough

@@ -299,8 +299,13 @@ def reference(problem: Any, dev: Any) -> Reference:
     return Reference(ref, xs, expected, Fp64Reference(ref))
 
 
+#: Work :func:`prepare_modes` runs between its variants, on what it prepared so far.
+PrepareHook = Callable[[Dict[str, Callable[..., Any]], Dict[str, Dict[str, Any]]], None]
+
+
 def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optional[float] = None,
-                  workers: Optional[CompileWorkers] = None, end: Optional[float] = None
+                  workers: Optional[CompileWorkers] = None, end: Optional[float] = None,
+                  before_autotuning: Optional[PrepareHook] = None
                   ) -> Tuple[Dict[str, Callable[..., Any]], Dict[str, Dict[str, Any]]]:
     """Per mode its callable on its own copy of the reference, its compile time and how its
     output compares with eager's; modes that fail or compute otherwise are left out of the first
@@ -312,7 +317,9 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optiona
     add a chance to win by noise. With ``workers``, a variant one of them has is prepared after
     that worker said it compiled it (its compile then a cache hit: ``warmed`` in the second
     dict); one that ran out of GPU memory beside them is prepared again after they are
-    stopped (``retried_alone``)."""
+    stopped (``retried_alone``). ``before_autotuning`` runs once, under the same deadline, just
+    before the first variant but the baseline whose compile autotunes (:func:`compile_class`), or
+    after the last variant when none does: a bounded step's other work that fits before them."""
     ready: Dict[str, Callable[..., Any]] = {}
     report: Dict[str, Dict[str, Any]] = {}
     codes: Dict[str, Tuple[str, ...]] = {}
@@ -329,16 +336,24 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optiona
                 for other in modes[1:]:
                     report[other] = {"ok": False, "not_prepared": NOT_PREPARED}
                 return {}, report
-    current: List[int] = []  # the index of the variant being prepared (none: all done)
+    current: List[int] = []  # the index of the variant being prepared (none: all done, or in the hook)
+    hook = [before_autotuning] if before_autotuning is not None else []
     try:  # outside the alarm's block: the alarm may come anywhere in it, its end included
         with deadline_alarm(until):
             for i in range(2, len(modes) + 1):
+                if hook and compile_class(modes[i - 1]) == 2:
+                    current.clear()
+                    hook.pop()(ready, report)
                 current[:] = [i]
                 prepare_next(i, modes, ref, dev, ready, report, codes, longest, workers, until)
             current.clear()
+            if hook:
+                hook.pop()(ready, report)
     except StepDeadline:
         if current:
             mark_interrupted(modes[current[0] - 1], modes[current[0]:], ready, report, time.perf_counter() - started)
+        for mode in modes:  # those after an interrupted hook
+            report.setdefault(mode, {"ok": False, "not_prepared": NOT_PREPARED})
     for variant, other in same_code(modes, codes, ready).items():
         del ready[variant]  # not timed (Dynamo's cache may still hold its compiled copy)
         report[variant]["same_code_as"] = other
@@ -998,6 +1013,37 @@ def room_to_compile(variants: int) -> Iterator[None]:
             setattr(dynamo_config, n, v)
 
 
+class RewriteStep:
+    """The rewrite agent's part of a measure step (:func:`prepare_rewrite`), run after the
+    baseline is prepared: after every mode, or in a bounded step whose rewrite compiles do not
+    autotune, before the autotuning compiles (:func:`prepare_modes`' ``before_autotuning``), which
+    at the large preset can outlast the step and used to leave the rewrite out."""
+
+    def __init__(self, problem: Any, ref: Reference, baseline: str, classes: Optional[Sequence[str]],
+                 dev: Any, late: Callable[[float], bool]) -> None:
+        self.problem, self.ref, self.baseline, self.classes, self.dev, self.late = problem, ref, baseline, classes, dev, late
+        self.proposed: Optional[Dict[str, Any]] = None
+
+    def run(self, ready: Dict[str, Callable[..., Any]], report: Dict[str, Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+        """What the agent proposed; None when it was not asked for or would end past the deadline
+        (it compiles twice, eager~rewrite and BASELINE~rewrite: twice the baseline's compile)."""
+        rewrite_s = 2.0 * float(report.get(self.baseline, {}).get("first_call_s") or 0.0)
+        if self.classes is None or self.baseline not in ready or self.late(rewrite_s):
+            return None
+        try:
+            self.proposed = prepare_rewrite(self.problem, self.ref, self.baseline, self.classes, self.dev, ready, report)
+        except StepDeadline:  # interrupted: none of its variants is timed without what it proposed
+            for variant in [v for v in report if v.endswith(REWRITE)]:
+                ready.pop(variant, None)
+                del report[variant]
+            raise
+        return self.proposed
+
+    def prepare(self, ready: Dict[str, Callable[..., Any]], report: Dict[str, Dict[str, Any]]) -> None:
+        """:meth:`run` as :func:`prepare_modes` calls it (on its own dicts)."""
+        self.run(ready, report)
+
+
 def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
                rewrite: Optional[Sequence[str]], graph_rounds: int = 0, profile_baseline: bool = False,
                until: Optional[float] = None, warm: Optional[WarmSpec] = None, end: Optional[float] = None
@@ -1018,16 +1064,16 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
     if until is not None:  # bounded: what fits first, the long autotuning compiles last
         to_prepare = to_prepare[:1] + sorted(to_prepare[1:], key=compile_class)
     spec, workers_said = compile_workers(warm, to_prepare[1:], dev)
+    rewriting = RewriteStep(problem, ref, baseline, rewrite, dev, late)
+    early = rewriting.prepare if until is not None and compile_class(baseline) < 2 else None
     with CompileWorkers(spec, to_prepare[1:]) as workers:
-        fns, report = prepare_modes(ref, to_prepare, dev, until, workers if workers.count else None, end)
+        fns, report = prepare_modes(ref, to_prepare, dev, until, workers if workers.count else None, end, early)
     report.update({v: {"ok": True, "no_effect": why} for v, why in idle.items()})
     if baseline not in fns:
         why = str(report[baseline].get("why", "its output differs from eager"))
         raise DispatchError(f"the baseline {baseline!r} " + ("was not prepared in time: " if why.startswith(BASELINE_PAST_END)
                                                               else "does not run: ") + why)
-    # The rewrite compiles twice (eager~rewrite and BASELINE~rewrite): twice the baseline's compile.
-    rewrite_s = 2.0 * float(report[baseline].get("first_call_s") or 0.0)
-    proposed = prepare_rewrite(problem, ref, baseline, rewrite, dev, fns, report) if rewrite is not None and not late(rewrite_s) else None
+    proposed = rewriting.proposed if early is not None else rewriting.run(fns, report)
     cut = sorted(v for v, p in report.items() if p.get("not_prepared"))
     result: Dict[str, Any] = {"baseline": baseline, "prepared": report, "rewrite": proposed, "duplicates": same}
     if workers_said is not None:
