@@ -968,3 +968,24 @@ def test_a_silent_worker_is_given_up_at_the_deadline_and_a_stopped_one_is_asked_
                               python=str(fake))
     two.stop()
     assert two.wait("default+freezing") is None, "stopped: not a read of a closed pipe"
+
+
+def test_a_step_leaves_at_once_when_a_thread_would_hold_its_exit(tmp_path: Path) -> None:
+    """A thread still running at exit (an interrupted compile's pool) would be joined by the
+    interpreter's shutdown: the step names it and exits without waiting, with its exit status
+    and its output flushed; without such a thread it exits as usual (atexit handlers run)."""
+    script = tmp_path / "step.py"
+    script.write_text(
+        "import atexit, sys, threading\n"
+        "from kforge.optimize.dispatch import leave\n"
+        "atexit.register(lambda: print('atexit ran', flush=True))\n"
+        "if sys.argv[1] == 'held':\n"
+        "    threading.Thread(target=threading.Event().wait, name='compile-pool-0').start()\n"
+        "print('result written')\n"
+        "leave(3, 'config')\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
+    held = subprocess.run([sys.executable, str(script), "held"], capture_output=True, text=True, env=env, timeout=120)
+    assert held.returncode == 3 and held.stdout == "result written\n", (held.stdout, held.stderr)
+    assert "config: leaving 1 thread(s) still running at exit, not waited for: compile-pool-0" in held.stderr
+    free = subprocess.run([sys.executable, str(script), "free"], capture_output=True, text=True, env=env, timeout=120)
+    assert free.returncode == 3 and free.stdout == "result written\natexit ran\n" and "leaving" not in free.stderr

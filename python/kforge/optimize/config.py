@@ -46,8 +46,8 @@ from ..harness import SIZES, clone_output, compare, finite_json, identical, max_
 from ..inspect.capture import copy_strided
 from ..inspect.inductor import CUDA_GRAPH_MODES, WrapperHook, kernel_sources, triton_globals
 from ..inspect.restitch import compile_problem, swapping
-from .dispatch import (MODES, DispatchError, another_round_fits, choose, device_us, load_problem, rounds_cut,
-                       triton_version)
+from .dispatch import (MODES, DispatchError, another_round_fits, choose, device_us, leave, load_problem,
+                       rounds_cut, triton_version)
 from .result import ResultError, policy_text, renamed_reference, write_files
 
 #: The heuristics (``@triton_heuristics.KIND``) whose kernels the agent tunes.
@@ -970,4 +970,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main(), "config")

@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, FrozenSet, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterator, List, NoReturn, Optional, Sequence, Tuple
 
 from ..autoregions import inductor_regions
 from ..bench import do_bench_interleaved
@@ -398,6 +398,25 @@ def prepare_next(i: int, modes: Sequence[str], ref: Reference, dev: Any, ready: 
     longest[hit] = max(longest[hit] or 0.0, took)
     state = "ready" if mode in ready else f"left out: {report[mode].get('why', 'its output differs from eager')}"
     say(f"prepared {mode} ({i} of {len(modes)}) in {took:.1f} s: {state}")
+
+
+def leave(rc: int, who: str = "dispatch") -> NoReturn:
+    """The step's process exits with ``rc``. When threads besides the main one are still running,
+    the interpreter's shutdown would join them (a thread pool's workers are joined at exit): an
+    interrupted compile's pool goes on compiling and benchmarking Inductor's choices after the
+    step's deadline, and on an H100 a step so carried 60 s past its run's budget was killed with
+    the run. So they are named (a line on stderr) and not waited for: the output is written, the
+    standard streams are flushed, and the process ends at once (``os._exit``; its regions end with
+    its connections to the daemon). ``who`` starts the line (the step's agent)."""
+    others = [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+    if not others:
+        sys.exit(rc)
+    names = ", ".join(sorted(t.name for t in others)[:8]) + (", …" if len(others) > 8 else "")
+    print(f"{who}: leaving {len(others)} thread(s) still running at exit, not waited for: {names}", file=sys.stderr)
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(rc)
 
 
 class StepDeadline(BaseException):
@@ -1212,4 +1231,4 @@ def triton_version() -> Optional[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())
