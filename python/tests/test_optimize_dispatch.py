@@ -989,3 +989,15 @@ def test_a_step_leaves_at_once_when_a_thread_would_hold_its_exit(tmp_path: Path)
     assert "config: leaving 1 thread(s) still running at exit, not waited for: compile-pool-0" in held.stderr
     free = subprocess.run([sys.executable, str(script), "free"], capture_output=True, text=True, env=env, timeout=120)
     assert free.returncode == 3 and free.stdout == "result written\natexit ran\n" and "leaving" not in free.stderr
+
+
+def test_the_inputs_a_cuda_graph_copies_are_counted_on_a_gpu_only() -> None:
+    """``input_bytes``: the tensor inputs' bytes (what max-autotune's CUDA graphs copy every
+    call); recorded only on a GPU, where Inductor replays graphs."""
+    xs = [torch.zeros(4, 8, dtype=torch.bfloat16), 3, torch.zeros(5, dtype=torch.float32), None]
+    assert dispatch.input_bytes(xs) == 4 * 8 * 2 + 5 * 4
+    problem = dispatch.load_problem(VECTOR_ADD, "default")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = dispatch.measure(problem, ["eager", "default", "max-autotune"], torch.device("cpu"), 2)
+    assert "input_bytes" not in r

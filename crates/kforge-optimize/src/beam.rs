@@ -103,6 +103,7 @@ mod tests {
             duplicates: Default::default(),
             not_prepared: Vec::new(),
             rounds_cut: None,
+            input_bytes: None,
         }
     }
 

@@ -585,6 +585,7 @@ mod tests {
             duplicates: BTreeMap::new(),
             not_prepared: Vec::new(),
             rounds_cut: None,
+            input_bytes: None,
         };
         Report {
             question: Question {

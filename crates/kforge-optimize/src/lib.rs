@@ -218,6 +218,7 @@ impl DispatchMeasurement {
             duplicates: BTreeMap::new(),
             not_prepared: Vec::new(),
             rounds_cut: None,
+            input_bytes: None,
         }
     }
 }
@@ -257,6 +258,50 @@ pub struct DispatchMeasurement {
     /// much wider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rounds_cut: Option<String>,
+    /// The bytes of the forward's tensor inputs, recorded on a GPU when a mode with CUDA graphs
+    /// was measured: what such a mode copies into its graphs' static buffers every call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_bytes: Option<u64>,
+}
+
+/// Modes whose compiled forward replays CUDA graphs (on a GPU).
+pub const CUDA_GRAPH_MODES: [&str; 2] = ["max-autotune", "reduce-overhead"];
+
+/// Whether `variant` (`MODE[+KNOB...][~rewrite]`) replays CUDA graphs: its mode is one of
+/// [`CUDA_GRAPH_MODES`]. A per-graph plan (`graphs:...`) is not judged.
+pub fn uses_cuda_graphs(variant: &str) -> bool {
+    let mode = variant.split(['+', '~']).next().unwrap_or(variant);
+    CUDA_GRAPH_MODES.contains(&mode)
+}
+
+impl DispatchMeasurement {
+    /// The table's line on CUDA graphs' input copies, when the baseline replays CUDA graphs and
+    /// the inputs' size is known: at the large preset that copy made max-autotune 2.3-3.7x slower
+    /// than the same kernels without graphs on bandwidth-bound problems, so a winner without
+    /// CUDA graphs may owe its speedup to it rather than to its kernels.
+    pub fn cuda_graph_line(&self) -> Option<String> {
+        let bytes = self.input_bytes.filter(|_| uses_cuda_graphs(&self.baseline))?;
+        let without = if uses_cuda_graphs(&self.winner) || self.winner == self.baseline {
+            String::new()
+        } else {
+            format!("; {} has none: part of its speedup may be that copy", self.winner)
+        };
+        Some(format!(
+            "CUDA graphs: {} copies the forward's {} of tensor inputs into its graphs' buffers every call{without}\n",
+            self.baseline,
+            human_bytes(bytes)
+        ))
+    }
+}
+
+/// `bytes` for people: GiB, MiB or KiB with two decimals, or bytes.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    UNITS
+        .iter()
+        .find(|(_, size)| bytes >= *size)
+        .map(|(unit, size)| format!("{:.2} {unit}", bytes as f64 / *size as f64))
+        .unwrap_or_else(|| format!("{bytes} B"))
 }
 
 /// The dispatch agent's per-graph search: the graphs Dynamo split the forward into, why each
@@ -969,6 +1014,9 @@ impl Report {
         if let Some(f) = self.measurement.noise_floor {
             t.push_str(&format!("noise floor {f:.3}\n"));
         }
+        if let Some(line) = self.decisive().cuda_graph_line() {
+            t.push_str(&line);
+        }
         if let Some(r) = &self.measurement.rewrite {
             t.push_str(&format!("{}\n", r.line()));
         }
@@ -1268,6 +1316,36 @@ pub(crate) mod tests {
                              "reduce-overhead": {{"ok": false, "why": "RuntimeError: boom"}}}}}}"#
         ))
         .unwrap()
+    }
+
+    #[test]
+    fn a_baseline_with_cuda_graphs_says_what_it_copies_every_call() {
+        let mut m = measured("default", false);
+        m.winner = "max-autotune-no-cudagraphs".into();
+        assert_eq!(m.cuda_graph_line(), None, "no size recorded (a CPU run): no line");
+        m.input_bytes = Some(3 << 30);
+        assert_eq!(
+            m.cuda_graph_line().as_deref(),
+            Some(
+                "CUDA graphs: max-autotune copies the forward's 3.00 GiB of tensor inputs into its graphs' buffers \
+                 every call; max-autotune-no-cudagraphs has none: part of its speedup may be that copy\n"
+            )
+        );
+        m.winner = "reduce-overhead".into(); // graphs too: no claim about the winner
+        assert!(m.cuda_graph_line().unwrap().ends_with("every call\n"));
+        m.winner = "max-autotune+freezing~rewrite".into();
+        assert!(m.cuda_graph_line().unwrap().ends_with("every call\n"));
+        let mut r = report_for("p.py", "max-autotune");
+        assert!(!r.table().contains("CUDA graphs"));
+        r.measurement.input_bytes = Some(151 << 20);
+        assert!(r.table().contains("CUDA graphs: max-autotune copies the forward's 151.00 MiB of tensor inputs"));
+        m.baseline = "default".into(); // a baseline without graphs copies nothing
+        assert_eq!(m.cuda_graph_line(), None);
+        assert!(uses_cuda_graphs("reduce-overhead+freezing") && !uses_cuda_graphs("max-autotune-no-cudagraphs"));
+        assert_eq!(
+            [human_bytes(512), human_bytes(1536), human_bytes(151 << 20)],
+            ["512 B".to_string(), "1.50 KiB".into(), "151.00 MiB".into()]
+        );
     }
 
     #[test]

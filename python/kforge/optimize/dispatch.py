@@ -287,6 +287,20 @@ class Reference:
     fp64: Fp64Reference
 
 
+#: Modes whose compiled forward replays CUDA graphs (on a GPU).
+CUDA_GRAPH_MODES = frozenset({"max-autotune", "reduce-overhead"})
+
+
+def input_bytes(xs: Sequence[Any]) -> int:
+    """The bytes of the forward's tensor inputs: what a mode with CUDA graphs copies into its
+    graphs' static input buffers before every replay (inputs that come from eager code are
+    copied; parameters and buffers are not). At the large preset that copy alone made
+    max-autotune 2.3-3.7x slower than max-autotune-no-cudagraphs on bandwidth-bound problems."""
+    import torch
+
+    return sum(int(x.numel()) * int(x.element_size()) for x in xs if isinstance(x, torch.Tensor))
+
+
 def reference(problem: Any, dev: Any) -> Reference:
     import torch
 
@@ -1095,6 +1109,8 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
     proposed = rewriting.proposed if early is not None else rewriting.run(fns, report)
     cut = sorted(v for v, p in report.items() if p.get("not_prepared"))
     result: Dict[str, Any] = {"baseline": baseline, "prepared": report, "rewrite": proposed, "duplicates": same}
+    if getattr(dev, "type", str(dev)) == "cuda" and any(variant_knobs(v.split("~")[0])[0] in CUDA_GRAPH_MODES for v in modes):
+        result["input_bytes"] = input_bytes(ref.xs)
     if workers_said is not None:
         result["compile_workers"] = workers_said
     if until is not None:
