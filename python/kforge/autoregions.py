@@ -892,6 +892,20 @@ def write_boot_dir(parent: str) -> str:
     return boot
 
 
+#: Bootstrap directories :func:`inductor_regions` made (removed at exit).
+_boot_parents: List[str] = []
+
+
+def release_inductor_regions() -> None:
+    """What exit does for :func:`inductor_regions`' hooks: every event region they hold exited,
+    their bootstrap directories removed. Run at interpreter exit, and by a step that leaves with
+    ``os._exit`` (:func:`kforge.optimize.dispatch.leave`). Idempotent."""
+    if _inductor is not None:
+        _inductor.close_all()
+    while _boot_parents:
+        shutil.rmtree(_boot_parents.pop(), True)
+
+
 def inductor_regions(environ: Optional[Dict[str, str]] = None) -> Optional[AutoRegions]:
     """Make every benchmark of Inductor's own autotuning in this process (and in its autotune
     subprocesses) a region, for a kforge step that compiles with ``torch.compile`` under a daemon
@@ -911,9 +925,9 @@ def inductor_regions(environ: Optional[Dict[str, str]] = None) -> Optional[AutoR
         if _inductor.boot_dir is None:
             parent = tempfile.mkdtemp(prefix="kforge-boot-")
             _inductor.boot_dir = write_boot_dir(parent)
-            atexit.register(shutil.rmtree, parent, True)
+            _boot_parents.append(parent)
         _inductor.install()
-        atexit.register(_inductor.close_all)
+        atexit.register(release_inductor_regions)
     elif _inductor._finder is None:
         _inductor.install()  # uninstalled since: again
     else:

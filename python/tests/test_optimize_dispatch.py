@@ -970,25 +970,66 @@ def test_a_silent_worker_is_given_up_at_the_deadline_and_a_stopped_one_is_asked_
     assert two.wait("default+freezing") is None, "stopped: not a read of a closed pipe"
 
 
-def test_a_step_leaves_at_once_when_a_thread_would_hold_its_exit(tmp_path: Path) -> None:
-    """A thread still running at exit (an interrupted compile's pool) would be joined by the
-    interpreter's shutdown: the step names it and exits without waiting, with its exit status
-    and its output flushed; without such a thread it exits as usual (atexit handlers run)."""
+LEAVING_STEP = """\
+import atexit, concurrent.futures, sys, threading
+from kforge.optimize import dispatch
+atexit.register(lambda: print('atexit ran', flush=True))
+held = threading.Event()
+if sys.argv[1] == 'thread':
+    threading.Thread(target=held.wait, name='compile-pool-0').start()
+elif sys.argv[1] in ('idle-pool', 'busy-pool'):
+    pool = concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix='autotune')
+    pool.submit(lambda: None).result()
+    if sys.argv[1] == 'busy-pool':
+        pool.submit(held.wait)
+def main():
+    print('result written')
+    if sys.argv[2] == 'raise':
+        raise RuntimeError('the benchmark exploded')
+    return 3
+dispatch.LEAVE_GRACE_S = 0.5
+dispatch.run_then_leave(main, 'config')
+"""
+
+
+def run_leaving_step(tmp_path: Path, threads: str, ending: str = "return") -> "subprocess.CompletedProcess[str]":
     script = tmp_path / "step.py"
-    script.write_text(
-        "import atexit, sys, threading\n"
-        "from kforge.optimize.dispatch import leave\n"
-        "atexit.register(lambda: print('atexit ran', flush=True))\n"
-        "if sys.argv[1] == 'held':\n"
-        "    threading.Thread(target=threading.Event().wait, name='compile-pool-0').start()\n"
-        "print('result written')\n"
-        "leave(3, 'config')\n")
+    script.write_text(LEAVING_STEP)
     env = {**os.environ, "PYTHONPATH": str(REPO / "python")}
-    held = subprocess.run([sys.executable, str(script), "held"], capture_output=True, text=True, env=env, timeout=120)
-    assert held.returncode == 3 and held.stdout == "result written\n", (held.stdout, held.stderr)
-    assert "config: leaving 1 thread(s) still running at exit, not waited for: compile-pool-0" in held.stderr
-    free = subprocess.run([sys.executable, str(script), "free"], capture_output=True, text=True, env=env, timeout=120)
-    assert free.returncode == 3 and free.stdout == "result written\natexit ran\n" and "leaving" not in free.stderr
+    return subprocess.run([sys.executable, str(script), threads, ending], capture_output=True, text=True, env=env,
+                          timeout=120)
+
+
+def test_a_step_leaves_without_the_threads_that_would_hold_its_exit(tmp_path: Path) -> None:
+    """A thread still running at exit (an interrupted compile's pool) would be joined by the
+    interpreter's shutdown: after its grace the step names it and exits without waiting, with its
+    exit status and its output flushed. Idle pool workers end when told to: that step exits as
+    usual (atexit handlers run), as one without threads does."""
+    for threads, name in (("thread", "compile-pool-0"), ("busy-pool", "autotune_")):
+        held = run_leaving_step(tmp_path, threads)
+        assert held.returncode == 3 and held.stdout == "result written\n", (threads, held.stdout, held.stderr)
+        assert f"config: leaving 1 thread(s) still running 0.5 s after the step ended, not waited for: {name}" \
+            in held.stderr, held.stderr
+    for threads in ("none", "idle-pool"):
+        free = run_leaving_step(tmp_path, threads)
+        assert free.returncode == 3 and free.stdout == "result written\natexit ran\n", (threads, free.stdout, free.stderr)
+        assert "leaving" not in free.stderr
+
+
+def test_a_step_that_raises_still_leaves_without_its_threads(tmp_path: Path) -> None:
+    """An exception out of ``main`` is printed as the interpreter would and exits 1, without
+    joining a thread still running."""
+    r = run_leaving_step(tmp_path, "thread", "raise")
+    assert r.returncode == 1 and r.stdout == "result written\n", (r.stdout, r.stderr)
+    assert "RuntimeError: the benchmark exploded" in r.stderr and "config: leaving 1 thread(s)" in r.stderr
+    r = run_leaving_step(tmp_path, "none", "raise")
+    assert r.returncode == 1 and "RuntimeError: the benchmark exploded" in r.stderr and r.stdout.endswith("atexit ran\n")
+
+
+def test_only_modes_with_cuda_graphs_count_as_measuring_them() -> None:
+    assert dispatch.measures_cuda_graphs(["default", "max-autotune+freezing"])
+    assert dispatch.measures_cuda_graphs(["eager", "reduce-overhead~rewrite"])
+    assert not dispatch.measures_cuda_graphs(["eager", "default+coordinate-descent", "max-autotune-no-cudagraphs"])
 
 
 def test_the_inputs_a_cuda_graph_copies_are_counted_on_a_gpu_only() -> None:
@@ -1001,3 +1042,37 @@ def test_the_inputs_a_cuda_graph_copies_are_counted_on_a_gpu_only() -> None:
         warnings.simplefilter("ignore")
         r = dispatch.measure(problem, ["eager", "default", "max-autotune"], torch.device("cpu"), 2)
     assert "input_bytes" not in r
+
+
+def test_an_early_rewrite_out_of_memory_beside_the_compile_workers_is_prepared_again_alone(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The early rewrite runs while compile workers compile the autotuning variants: a variant of
+    it that ran out of GPU memory beside them makes the step stop them and prepare it again."""
+
+    class Workers:
+        count, stopped = 1, False
+
+        def stop(self) -> None:
+            self.stopped = True
+
+    tries: List[int] = []
+
+    def prepare_rewrite(problem: Any, ref: Any, baseline: str, classes: Any, dev: Any, ready: Dict[str, Any],
+                        report: Dict[str, Any]) -> Dict[str, Any]:
+        tries.append(len(tries))
+        report["eager~rewrite"] = {"ok": True} if len(tries) > 1 else {"ok": False, "why": "OutOfMemoryError: CUDA out of memory"}
+        return {"fired": True}
+
+    monkeypatch.setattr(dispatch, "prepare_rewrite", prepare_rewrite)
+    step = dispatch.RewriteStep(None, None, "default", ["exact"], torch.device("cpu"), lambda ahead: False)
+    workers = Workers()
+    step.workers = workers
+    report: Dict[str, Dict[str, Any]] = {"default": {"ok": True, "first_call_s": 1.0}}
+    assert step.run({"default": lambda: None}, report) == {"fired": True}
+    assert workers.stopped and len(tries) == 2
+    assert report["eager~rewrite"] == {"ok": True, "retried_alone": True}
+    step.workers = None  # alone already: an out-of-memory failure is the rewrite's own
+    tries.clear()
+    report = {"default": {"ok": True, "first_call_s": 1.0}}
+    step.run({"default": lambda: None}, report)
+    assert len(tries) == 1 and "OutOfMemoryError" in report["eager~rewrite"]["why"]

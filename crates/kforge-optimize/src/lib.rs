@@ -268,8 +268,11 @@ pub struct DispatchMeasurement {
 pub const CUDA_GRAPH_MODES: [&str; 2] = ["max-autotune", "reduce-overhead"];
 
 /// Whether `variant` (`MODE[+KNOB...][~rewrite]`) replays CUDA graphs: its mode is one of
-/// [`CUDA_GRAPH_MODES`]. A per-graph plan (`graphs:...`) is not judged.
+/// [`CUDA_GRAPH_MODES`]; a per-graph plan (`graphs:M0/M1/...`) when one of its graphs' does.
 pub fn uses_cuda_graphs(variant: &str) -> bool {
+    if let Some(plan) = variant.strip_prefix("graphs:") {
+        return plan.split('/').any(uses_cuda_graphs);
+    }
     let mode = variant.split(['+', '~']).next().unwrap_or(variant);
     CUDA_GRAPH_MODES.contains(&mode)
 }
@@ -1335,6 +1338,10 @@ pub(crate) mod tests {
         assert!(m.cuda_graph_line().unwrap().ends_with("every call\n"));
         m.winner = "max-autotune+freezing~rewrite".into();
         assert!(m.cuda_graph_line().unwrap().ends_with("every call\n"));
+        m.winner = "graphs:eager/max-autotune".into(); // one of its graphs replays: no claim
+        assert!(m.cuda_graph_line().unwrap().ends_with("every call\n"));
+        m.winner = "max-autotune".into(); // the baseline kept
+        assert!(m.cuda_graph_line().unwrap().ends_with("every call\n"));
         let mut r = report_for("p.py", "max-autotune");
         assert!(!r.table().contains("CUDA graphs"));
         r.measurement.input_bytes = Some(151 << 20);
@@ -1342,6 +1349,7 @@ pub(crate) mod tests {
         m.baseline = "default".into(); // a baseline without graphs copies nothing
         assert_eq!(m.cuda_graph_line(), None);
         assert!(uses_cuda_graphs("reduce-overhead+freezing") && !uses_cuda_graphs("max-autotune-no-cudagraphs"));
+        assert!(uses_cuda_graphs("graphs:eager/max-autotune") && !uses_cuda_graphs("graphs:eager/default"));
         assert_eq!(
             [human_bytes(512), human_bytes(1536), human_bytes(151 << 20)],
             ["512 B".to_string(), "1.50 KiB".into(), "151.00 MiB".into()]

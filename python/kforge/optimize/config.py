@@ -46,7 +46,7 @@ from ..harness import SIZES, clone_output, compare, finite_json, identical, max_
 from ..inspect.capture import copy_strided
 from ..inspect.inductor import CUDA_GRAPH_MODES, WrapperHook, kernel_sources, triton_globals
 from ..inspect.restitch import compile_problem, swapping
-from .dispatch import (MODES, DispatchError, another_round_fits, choose, device_us, leave, load_problem,
+from .dispatch import (MODES, DispatchError, another_round_fits, choose, device_us, load_problem, run_then_leave,
                        rounds_cut, triton_version)
 from .result import ResultError, policy_text, renamed_reference, write_files
 
@@ -970,4 +970,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    leave(main(), "config")
+    run_then_leave(main, "config")

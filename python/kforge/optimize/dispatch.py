@@ -41,14 +41,15 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, FrozenSet, Iterator, List, NoReturn, Optional, Sequence, Tuple
 
-from ..autoregions import inductor_regions
+from ..autoregions import inductor_regions, release_inductor_regions
 from ..bench import do_bench_interleaved
 from ..harness import SIZES, Fp64Reference, clone_output, finite_json, judge, make_inputs, mean_half, noise_floor
 from ..harness import load_problem as harness_load_problem
-from ..inspect.inductor import WrapperHook
+from ..inspect.inductor import CUDA_GRAPH_MODES, WrapperHook
 from ..inspect.traces import device_totals, trace_events
 from ..region import region
 from .rewrite import EXACTNESS, RuleError, candidate, introduced, rewrite_model, rules_of
@@ -287,8 +288,10 @@ class Reference:
     fp64: Fp64Reference
 
 
-#: Modes whose compiled forward replays CUDA graphs (on a GPU).
-CUDA_GRAPH_MODES = frozenset({"max-autotune", "reduce-overhead"})
+def measures_cuda_graphs(modes: Sequence[str]) -> bool:
+    """Whether a variant of ``modes`` (``MODE[+KNOB...][~rewrite]``) replays CUDA graphs (on a
+    GPU): its mode is one of :data:`CUDA_GRAPH_MODES`."""
+    return any(variant_knobs(v.split("~")[0])[0] in CUDA_GRAPH_MODES for v in modes)
 
 
 def input_bytes(xs: Sequence[Any]) -> int:
@@ -414,23 +417,70 @@ def prepare_next(i: int, modes: Sequence[str], ref: Reference, dev: Any, ready: 
     say(f"prepared {mode} ({i} of {len(modes)}) in {took:.1f} s: {state}")
 
 
-def leave(rc: int, who: str = "dispatch") -> NoReturn:
-    """The step's process exits with ``rc``. When threads besides the main one are still running,
-    the interpreter's shutdown would join them (a thread pool's workers are joined at exit): an
-    interrupted compile's pool goes on compiling and benchmarking Inductor's choices after the
-    step's deadline, and on an H100 a step so carried 60 s past its run's budget was killed with
-    the run. So they are named (a line on stderr) and not waited for: the output is written, the
-    standard streams are flushed, and the process ends at once (``os._exit``; its regions end with
-    its connections to the daemon). ``who`` starts the line (the step's agent)."""
-    others = [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+#: Seconds a step's exit gives the threads still running to end (idle pool workers end at once
+#: when told to) before it leaves without them.
+LEAVE_GRACE_S = 10.0
+
+
+def running_threads() -> List[threading.Thread]:
+    """The threads besides this main one that the interpreter's shutdown would join."""
+    return [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+
+
+def leave(rc: int, who: str = "dispatch", grace_s: Optional[float] = None) -> NoReturn:
+    """The step's process exits with ``rc``. The interpreter's shutdown joins every thread still
+    running, and an interrupted compile's pool goes on compiling and benchmarking Inductor's
+    choices after the step's deadline (on an H100 a step was still in max-autotune's benchmarks
+    when its run, 60 s past its budget, was killed). So the thread pools are told to stop (what
+    shutdown does first: idle workers end at once) and the threads get ``grace_s`` to end
+    (:data:`LEAVE_GRACE_S` without it); those
+    still running then are named (a line on stderr) and not waited for: kforge's own exit work is
+    done (:func:`kforge.autoregions.release_inductor_regions`), the standard streams are flushed
+    and the process ends at once (``os._exit``; the daemon ends its regions with its connections).
+    The output is written before: ``main`` returned."""
+    grace = LEAVE_GRACE_S if grace_s is None else grace_s
+    others = running_threads()
+    if others:
+        import concurrent.futures.thread as pool_threads
+
+        started = time.monotonic()
+        stop_pools = getattr(pool_threads, "_python_exit", None)  # what shutdown runs first (3.9+)
+        if callable(stop_pools):
+            stopper = threading.Thread(target=stop_pools, name="kforge-leave", daemon=True)
+            stopper.start()
+            stopper.join(grace)
+        for t in others:
+            t.join(max(0.0, grace - (time.monotonic() - started)))
+        others = running_threads()
     if not others:
         sys.exit(rc)
     names = ", ".join(sorted(t.name for t in others)[:8]) + (", …" if len(others) > 8 else "")
-    print(f"{who}: leaving {len(others)} thread(s) still running at exit, not waited for: {names}", file=sys.stderr)
+    print(f"{who}: leaving {len(others)} thread(s) still running {grace:g} s after the step ended, "
+          f"not waited for: {names}", file=sys.stderr)
+    release_inductor_regions()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(rc)
+
+
+def run_then_leave(main: Callable[[], int], who: str) -> NoReturn:
+    """A step's ``__main__``: ``main()``, then :func:`leave` with its exit status, also when it
+    raised (the traceback printed as the interpreter would: 1, 130 for an interrupt; a
+    ``SystemExit`` keeps its status, argparse's 2 included)."""
+    try:
+        rc = main()
+    except SystemExit as e:
+        if isinstance(e.code, str):
+            print(e.code, file=sys.stderr)
+        rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except KeyboardInterrupt:
+        traceback.print_exc()
+        rc = 130
+    except BaseException:  # printed as the interpreter would, then the same exit
+        traceback.print_exc()
+        rc = 1
+    leave(rc, who)
 
 
 class StepDeadline(BaseException):
@@ -1056,6 +1106,9 @@ class RewriteStep:
                  dev: Any, late: Callable[[float], bool]) -> None:
         self.problem, self.ref, self.baseline, self.classes, self.dev, self.late = problem, ref, baseline, classes, dev, late
         self.proposed: Optional[Dict[str, Any]] = None
+        #: The compile workers running beside it (the early rewrite: they compile the autotuning
+        #: variants meanwhile), stopped when it runs out of GPU memory beside them.
+        self.workers: Optional[CompileWorkers] = None
 
     def run(self, ready: Dict[str, Callable[..., Any]], report: Dict[str, Dict[str, Any]]) -> Optional[Dict[str, Any]]:
         """What the agent proposed; None when it was not asked for or would end past the deadline
@@ -1065,12 +1118,28 @@ class RewriteStep:
             return None
         try:
             self.proposed = prepare_rewrite(self.problem, self.ref, self.baseline, self.classes, self.dev, ready, report)
+            if self.workers is not None and self.workers.count and any(
+                    out_of_memory(str(p.get("why", ""))) for v, p in report.items() if v.endswith(REWRITE)):
+                import torch
+
+                say("the rewrite ran out of GPU memory beside the compile workers: they are stopped, it is prepared again")
+                self.workers.stop()
+                torch.cuda.empty_cache()
+                self.forget(ready, report)
+                self.proposed = prepare_rewrite(self.problem, self.ref, self.baseline, self.classes, self.dev, ready, report)
+                for variant in [v for v in report if v.endswith(REWRITE)]:
+                    report[variant]["retried_alone"] = True
         except StepDeadline:  # interrupted: none of its variants is timed without what it proposed
-            for variant in [v for v in report if v.endswith(REWRITE)]:
-                ready.pop(variant, None)
-                del report[variant]
+            self.forget(ready, report)
             raise
         return self.proposed
+
+    @staticmethod
+    def forget(ready: Dict[str, Callable[..., Any]], report: Dict[str, Dict[str, Any]]) -> None:
+        """The rewrite's variants out of both dicts."""
+        for variant in [v for v in report if v.endswith(REWRITE)]:
+            ready.pop(variant, None)
+            del report[variant]
 
     def prepare(self, ready: Dict[str, Callable[..., Any]], report: Dict[str, Dict[str, Any]]) -> None:
         """:meth:`run` as :func:`prepare_modes` calls it (on its own dicts)."""
@@ -1100,7 +1169,9 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
     rewriting = RewriteStep(problem, ref, baseline, rewrite, dev, late)
     early = rewriting.prepare if until is not None and compile_class(baseline) < 2 else None
     with CompileWorkers(spec, to_prepare[1:]) as workers:
+        rewriting.workers = workers
         fns, report = prepare_modes(ref, to_prepare, dev, until, workers if workers.count else None, end, early)
+    rewriting.workers = None  # stopped: the rewrite prepared after them runs alone
     report.update({v: {"ok": True, "no_effect": why} for v, why in idle.items()})
     if baseline not in fns:
         why = str(report[baseline].get("why", "its output differs from eager"))
@@ -1109,7 +1180,7 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
     proposed = rewriting.proposed if early is not None else rewriting.run(fns, report)
     cut = sorted(v for v, p in report.items() if p.get("not_prepared"))
     result: Dict[str, Any] = {"baseline": baseline, "prepared": report, "rewrite": proposed, "duplicates": same}
-    if getattr(dev, "type", str(dev)) == "cuda" and any(variant_knobs(v.split("~")[0])[0] in CUDA_GRAPH_MODES for v in modes):
+    if getattr(dev, "type", str(dev)) == "cuda" and measures_cuda_graphs(modes):
         result["input_bytes"] = input_bytes(ref.xs)
     if workers_said is not None:
         result["compile_workers"] = workers_said
@@ -1247,4 +1318,4 @@ def triton_version() -> Optional[str]:
 
 
 if __name__ == "__main__":
-    leave(main())
+    run_then_leave(main, "dispatch")
