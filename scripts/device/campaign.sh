@@ -89,7 +89,7 @@ timeout --signal=TERM --kill-after=10 "${HARD_S:-$((BUDGET_WALL_S + 60))}" \
   "$K" --socket "$S" optimize "$PROBLEMS" --daemon --resume --out "$W/state/out" --budget-wall-s "$BUDGET_WALL_S" \
   --json "$OUT/campaign.json" --html "$OUT/campaign.html" ${DECISIONS_ARGS[@]+"${DECISIONS_ARGS[@]}"} "$@" 2>"$W/progress.log"
 rc=$?
-echo "kforge optimize exited $rc after $(( $(date +%s) - t0 )) s"
+echo "kforge optimize exited $rc after $(( $(date +%s) - t0 )) s (started $(date -d "@$t0" +%T), ended $(date +%T))"
 # The run's own last lines (a summary pass after a kill writes to its own log), then the end of
 # each log of a step the run left unfinished (the logs themselves stay out of the pack): what a
 # step that outlives a call was doing.
@@ -101,6 +101,9 @@ tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"
     "$W/progress.log" | head -n 120; } >>"$OUT/progress-tail.txt" || true
 # Regions held long (the long-hold report of --auto-regions: where the holding thread was), from
 # every step's log of this call: the logs themselves do not come back.
+{ echo; echo "== steps that left threads running at their exit (at most 20 lines)"
+  grep -rh --include='*.log' "leaving .* thread(s) still running" "$W/state/out" | cut -c1-400 | head -n 20
+} >>"$OUT/progress-tail.txt" || true
 { echo; echo "== regions held past half their lease (at most 40 lines)"
   grep -rh --include='*.log' "kforge --auto-regions: region .* held for .* lease; thread" "$W/state/out" | cut -c1-600 | head -n 40
 } >>"$OUT/progress-tail.txt" || true
@@ -117,7 +120,9 @@ for problem, step in rows:
     for log in sorted(glob.glob(os.path.join(out, level, stem, "logs", "*.log"))):
         lines = [l.rstrip() for l in open(log, errors="replace") if l.strip()]
         print(f"-- {level}/{stem} (running: {step}) {os.path.basename(log)}, {len(lines)} lines:")
-        for l in lines[-4:]:
+        # The step's own progress lines (stamped [HH:MM:SS]), then its last lines whatever they are.
+        own = [l for l in lines[:-4] if l.startswith(("dispatch: ", "config: "))]
+        for l in own[-12:] + lines[-4:]:
             print("   " + l[:200])
 PY
   echo "kforge optimize killed at HARD_S (a step outlived the budget): the next call redoes it"

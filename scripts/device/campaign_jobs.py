@@ -2,11 +2,14 @@
 two parts: optimize:dispatch, optimize:result, optimize:config, verify), the count, the median and
 total seconds queued (admitted late: slots or memory), running, waiting for regions (frozen behind
 a sibling's exclusive region) and inside regions (exclusive GPU time); and how many never started
-(queued until the call ended them).
+(queued until the call ended them). Then the jobs that waited longest for regions, each with its
+label (its step and problem), its regions' count, wait and time inside: whose exclusive regions
+held back whose (in session 20 two level-3 measure steps waited 326 s each, median, behind each
+other's autotuning benchmarks, and the aggregate could not say which).
 
     python3 scripts/device/campaign_jobs.py STORE.db OUT.json
 
-Prints the table last."""
+Prints the tables last."""
 
 from __future__ import annotations
 
@@ -23,14 +26,39 @@ def kind(label: str) -> str:
     return ":".join(parts[:2]) if parts[0] == "optimize" else parts[0]
 
 
-def summarize(db: str) -> Dict[str, Dict[str, Any]]:
-    c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    regions: Dict[int, List[float]] = defaultdict(lambda: [0.0, 0.0])
+#: How many jobs the longest-waits table lists.
+LONGEST_WAITS = 6
+
+
+def region_totals(c: sqlite3.Connection) -> Dict[int, List[float]]:
+    """Per job: its regions' wait (s), time inside (s) and count."""
+    regions: Dict[int, List[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     for job, wait_ms, granted, released in c.execute(
             "SELECT job, wait_ms, granted_ns, released_ns FROM regions WHERE job IS NOT NULL"):
-        regions[job][0] += wait_ms / 1e3
-        if released is not None:
+        regions[job][0] += (wait_ms or 0.0) / 1e3
+        if released is not None and granted is not None:
             regions[job][1] += (released - granted) / 1e9
+        regions[job][2] += 1
+    return regions
+
+
+def longest_waits(db: str, n: int = LONGEST_WAITS) -> List[Dict[str, Any]]:
+    """The ``n`` jobs that waited longest for regions, longest first."""
+    c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    regions = region_totals(c)
+    rows = []
+    for jid, label, started, ended in c.execute("SELECT id, label, started_ns, ended_ns FROM jobs"):
+        wait, inside, count = regions.get(jid, [0.0, 0.0, 0.0])
+        if count:
+            running = ((ended or started) - started) / 1e9 if started else 0.0
+            rows.append({"job": jid, "label": label or "unlabelled", "running_s": round(running, 1),
+                         "regions": int(count), "region_wait_s": round(wait, 1), "region_s": round(inside, 1)})
+    return sorted(rows, key=lambda r: -r["region_wait_s"])[:n]
+
+
+def summarize(db: str) -> Dict[str, Dict[str, Any]]:
+    c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    regions = region_totals(c)
     rows: Dict[str, Dict[str, List[float]]] = defaultdict(lambda: defaultdict(list))
     for jid, label, queued, started, ended in c.execute(
             "SELECT id, label, queued_ns, started_ns, ended_ns FROM jobs"):
@@ -39,7 +67,7 @@ def summarize(db: str) -> Dict[str, Dict[str, Any]]:
         # A job that never started (queued until the call ended it) ran for no time.
         r["running_s"].append(((ended or started) - started) / 1e9 if started else 0.0)
         r["never_started"].append(0.0 if started else 1.0)
-        wait, inside = regions.get(jid, [0.0, 0.0])
+        wait, inside, _ = regions.get(jid, [0.0, 0.0, 0.0])
         r["region_wait_s"].append(wait)
         r["region_s"].append(inside)
     out: Dict[str, Dict[str, Any]] = {}
@@ -56,13 +84,17 @@ def summarize(db: str) -> Dict[str, Dict[str, Any]]:
 def main() -> int:
     db, dest = sys.argv[1], sys.argv[2]
     out = summarize(db)
+    waits = longest_waits(db)
     with open(dest, "w") as f:
-        json.dump(out, f, indent=1)
+        json.dump({**out, "longest_region_waits": waits}, f, indent=1)
     cols = ("queued_s", "running_s", "region_wait_s", "region_s")
     print(f"{'JOBS OF':<20} {'N':>4} {'NEVER RAN':>9} " + " ".join(f"{c + ' med/total':>22}" for c in cols))
     for k, v in out.items():
         cells = " ".join(f"{v[c]['median']:>10.1f} / {v[c]['total']:>9.1f}" for c in cols)
         print(f"{k:<20} {v['jobs']:>4} {v['never_started']:>9} {cells}")
+    print(f"\n{'LONGEST REGION WAITS':<60} {'RUNNING S':>9} {'REGIONS':>7} {'WAIT S':>8} {'INSIDE S':>8}")
+    for w in waits:
+        print(f"{w['label'][-60:]:<60} {w['running_s']:>9.1f} {w['regions']:>7} {w['region_wait_s']:>8.1f} {w['region_s']:>8.1f}")
     return 0
 
 

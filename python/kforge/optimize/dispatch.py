@@ -31,6 +31,7 @@ torch is imported inside the functions that use it (the entry point reports a mi
 from __future__ import annotations
 
 import argparse
+import concurrent.futures.thread as pool_threads
 import contextlib
 import copy
 import hashlib
@@ -441,8 +442,6 @@ def leave(rc: int, who: str = "dispatch", grace_s: Optional[float] = None) -> No
     grace = LEAVE_GRACE_S if grace_s is None else grace_s
     others = running_threads()
     if others:
-        import concurrent.futures.thread as pool_threads
-
         started = time.monotonic()
         stop_pools = getattr(pool_threads, "_python_exit", None)  # what shutdown runs first (3.9+)
         if callable(stop_pools):

@@ -200,8 +200,10 @@ def read_rows(proc: "subprocess.Popen[str]", rows: "queue.Queue[Optional[Dict[st
 def say(line: str) -> None:
     """A progress line of the measure step on stderr, which ``kforge optimize`` keeps in the
     step's log: what a long measure step was doing when it was stopped (the one writer of such
-    lines, for :mod:`.dispatch` too)."""
-    print(f"dispatch: {line}", file=sys.stderr, flush=True)
+    lines, for :mod:`.dispatch` too), stamped with the wall clock (``[HH:MM:SS]``, the time
+    ``campaign.sh`` gives its run's start and end too: what a step did by the time a run was
+    killed)."""
+    print(f"dispatch: {line} [{time.strftime('%H:%M:%S')}]", file=sys.stderr, flush=True)
 
 
 def worker_env() -> Dict[str, str]:
