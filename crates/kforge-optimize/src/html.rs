@@ -213,6 +213,9 @@ pub fn problem_html(r: &Report, change: Option<&Change>) -> String {
     if let Some(g) = m.graphs.as_ref().filter(|g| g.count > 1) {
         let _ = write!(body, "<p>{}</p>", escape(g.line().trim_end()));
     }
+    if let Some(line) = r.decisive().cuda_graph_line() {
+        let _ = write!(body, "<p class=\"note\">{}</p>", escape(line.trim_end()));
+    }
     body.push_str(&beam_section(r));
     body.push_str(&config_section(r));
     body.push_str(&llm_section(r));
@@ -647,6 +650,19 @@ mod tests {
             html.contains(
                 "Verified in turn: <b>default+aggressive-fusion</b> rejected, then <b>default+freezing</b> accepted"
             ),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn a_baseline_with_cuda_graphs_has_its_input_copy_said_on_the_page() {
+        let mut r = report();
+        r.measurement.baseline = "max-autotune".into();
+        assert!(!problem_html(&r, None).contains("CUDA graphs:"), "no size recorded: nothing said");
+        r.measurement.input_bytes = Some(2 << 30);
+        let html = problem_html(&r, None);
+        assert!(
+            html.contains("CUDA graphs: max-autotune copies the forward&#39;s 2.00 GiB of tensor inputs"),
             "{html}"
         );
     }
