@@ -226,6 +226,29 @@ impl Spending {
         }
     }
 
+    /// Per step name, what `problem`'s step is known to take at least: the longest it ran
+    /// bounded, or had run when a run was killed, until one ran in full (`observe` clears the
+    /// bounded one and replaces the killed sample). What a decisions file carries to a fresh
+    /// journal on another machine (`Decisions::set_floors`).
+    pub fn floors_of(&self, problem: &str) -> BTreeMap<String, f64> {
+        let mut floors: BTreeMap<String, f64> = BTreeMap::new();
+        let mut keep = |step: &str, seconds: f64| {
+            let f = floors.entry(step.to_string()).or_insert(seconds);
+            *f = f.max(seconds);
+        };
+        for ((step, p), seconds) in self.bounded.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            if p == problem {
+                keep(step, *seconds);
+            }
+        }
+        for ((step, _), samples) in self.durations.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            for x in samples.iter().filter(|x| x.killed.as_deref() == Some(problem)) {
+                keep(step, x.seconds);
+            }
+        }
+        floors
+    }
+
     /// Count an unfinished step of an earlier, killed run: it had run `seconds` when its run was
     /// killed (`Journal::floor_seconds`). It counts among its kind and group's steps at that,
     /// and its problem's step takes at least that (the longest, if counted twice).
@@ -688,6 +711,25 @@ mod tests {
         s.observe(of("level3/004.py"), 380.0);
         let e = s.expected_s(of("level3/004.py")).unwrap();
         assert_eq!((e.seconds, e.basis), (380.0, Basis::Quartile), "finished in full since: no floor");
+    }
+
+    #[test]
+    fn a_problems_floors_are_its_bounded_and_killed_steps_until_one_runs_in_full() {
+        let s = Spending::new(Budget { wall_s: Some(430.0), ..Budget::default() });
+        let step = |step, problem| StepOf { step, group: "level3", problem };
+        s.observe_bounded(step("measure", "level3/004.py"), 189.0);
+        s.observe_bounded(step("measure", "level3/004.py"), 462.0);
+        s.observe_unfinished(step("config", "level3/004.py"), 120.0);
+        s.observe_unfinished(step("measure", "level3/007.py"), 300.0);
+        s.observe(step("measure", "level3/001.py"), 100.0);
+        let floors = s.floors_of("level3/004.py");
+        assert_eq!(floors, [("config".to_string(), 120.0), ("measure".to_string(), 462.0)].into());
+        assert_eq!(s.floors_of("level3/007.py"), [("measure".to_string(), 300.0)].into());
+        assert!(s.floors_of("level3/001.py").is_empty(), "a full step is a sample, not a floor");
+        s.observe(step("measure", "level3/004.py"), 380.0);
+        s.observe(step("measure", "level3/007.py"), 250.0);
+        assert_eq!(s.floors_of("level3/004.py").keys().collect::<Vec<_>>(), ["config"], "ran in full since");
+        assert!(s.floors_of("level3/007.py").is_empty(), "its killed sample replaced by the full one");
     }
 
     #[test]

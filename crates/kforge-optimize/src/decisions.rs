@@ -10,10 +10,15 @@
 //! rounds, beam width, steps' version): one file may hold several campaigns' decisions, and a
 //! decision made by older steps or for another baseline answers nothing here. A report whose
 //! LLM search was cut short (a budget, the provider) is never taken: its search is continued.
+//!
+//! Beside the entries, the file carries the undecided problems' step floors ([`StepFloor`]):
+//! what a step of theirs ran bounded, or had run when its run was killed, on a machine; a fresh
+//! journal there starts such a step bounded at a run's start instead of late.
 
 use crate::Question;
 use crate::Report;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::Path;
 
 /// The file format's version; a decisions file of another version is refused, not misread.
@@ -67,16 +72,31 @@ pub enum Answer<'a> {
     Stale(String),
 }
 
-/// Every decided problem, one entry per question.
+/// What an undecided problem's step is known to take at least on a machine (it ran that long
+/// bounded, or when its run was killed: `Spending::floors_of`), carried to the next machine with
+/// the decisions: a fresh journal there would not know it, and would start the step late in a
+/// run, where the budget's end cuts it again, instead of bounded at a run's start (session 20
+/// lost a call so, redoing two level-3 measure steps the session before had bounded).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepFloor {
+    pub machine: String,
+    pub question: Question,
+    pub step: String,
+    pub seconds: f64,
+}
+
+/// Every decided problem, one entry per question; and the step floors of undecided ones.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decisions {
     pub decisions: u32,
     pub entries: Vec<Entry>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub floors: Vec<StepFloor>,
 }
 
 impl Default for Decisions {
     fn default() -> Self {
-        Decisions { decisions: DECISIONS_VERSION, entries: Vec::new() }
+        Decisions { decisions: DECISIONS_VERSION, entries: Vec::new(), floors: Vec::new() }
     }
 }
 
@@ -177,7 +197,43 @@ impl Decisions {
         before - self.entries.len()
     }
 
+    /// The step floors of `question` on `machine`, per step name.
+    pub fn floors_of(&self, machine: &str, question: &Question) -> BTreeMap<String, f64> {
+        self.floors
+            .iter()
+            .filter(|f| f.machine == machine && f.question == *question)
+            .map(|f| (f.step.clone(), f.seconds))
+            .collect()
+    }
+
+    /// `question`'s step floors on `machine` made `floors` (what the run knows now: the file's
+    /// as read at its start, the journal's, its own; a step that ran in full has none); whether
+    /// the file changed. A decided question keeps none.
+    pub fn set_floors(&mut self, machine: &str, question: &Question, floors: &BTreeMap<String, f64>) -> bool {
+        let decided = self.entries.iter().any(|e| e.machine == machine && e.report.question == *question);
+        let now: BTreeMap<String, f64> = if decided { BTreeMap::new() } else { floors.clone() };
+        if self.floors_of(machine, question) == now {
+            return false;
+        }
+        self.floors.retain(|f| f.machine != machine || f.question != *question);
+        self.floors.extend(now.into_iter().map(|(step, seconds)| StepFloor {
+            machine: machine.into(),
+            question: question.clone(),
+            step,
+            seconds,
+        }));
+        true
+    }
+
+    /// `entry` recorded over its question's entry of its machine (and that question's step
+    /// floors there dropped: it is decided); whether the file changed.
     pub fn record(&mut self, entry: Entry) -> bool {
+        let floors = self.floors.len();
+        self.floors.retain(|f| f.machine != entry.machine || f.question != entry.report.question);
+        self.record_entry(entry) || self.floors.len() != floors
+    }
+
+    fn record_entry(&mut self, entry: Entry) -> bool {
         let same = |a: &Entry, b: &Entry| {
             (&a.report, &a.machine, &a.source_hash, &a.result_hash)
                 == (&b.report, &b.machine, &b.source_hash, &b.result_hash)
@@ -202,7 +258,14 @@ impl Decisions {
         let mut entries: Vec<&Entry> = self.entries.iter().collect();
         entries.sort_by(|a, b| (&a.report.question.problem, &a.machine).cmp(&(&b.report.question.problem, &b.machine)));
         let lines = entries.iter().map(serde_json::to_string).collect::<Result<Vec<_>, _>>()?;
-        Ok(format!("{{\"decisions\": {},\n\"entries\": [\n{}\n]}}\n", self.decisions, lines.join(",\n")))
+        let mut floors: Vec<&StepFloor> = self.floors.iter().collect();
+        floors.sort_by(|a, b| {
+            (&a.question.problem, &a.machine, &a.step).cmp(&(&b.question.problem, &b.machine, &b.step))
+        });
+        let floors = floors.iter().map(serde_json::to_string).collect::<Result<Vec<_>, _>>()?;
+        let floors =
+            if floors.is_empty() { String::new() } else { format!(",\n\"floors\": [\n{}\n]", floors.join(",\n")) };
+        Ok(format!("{{\"decisions\": {},\n\"entries\": [\n{}\n]{floors}}}\n", self.decisions, lines.join(",\n")))
     }
 
     /// The file written whole: a temporary file beside it, synced, then renamed over it (a run
@@ -318,6 +381,41 @@ mod tests {
             let back: f64 = serde_json::from_str(&serde_json::to_string(&v).unwrap()).unwrap();
             assert_eq!(back.to_bits(), v.to_bits(), "{v:?} came back as {back:?}");
         }
+    }
+
+    #[test]
+    fn step_floors_are_carried_per_machine_and_question_until_decided() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("decisions.json");
+        let (h100, h200) = ("NVIDIA H100, torch 2.11", "NVIDIA H200, torch 2.11");
+        let a = entry("level3/a.py", "default", 1);
+        let q = a.report.question.clone();
+        let floors: BTreeMap<String, f64> = [("measure".to_string(), 462.3), ("config".into(), 120.0)].into();
+        let mut d = Decisions::default();
+        assert!(d.set_floors(h100, &q, &floors) && !d.set_floors(h100, &q, &floors), "the same again: no change");
+        assert!(d.set_floors(h200, &q, &[("measure".to_string(), 300.0)].into()));
+        d.write(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("\n\"floors\": [\n") && text.lines().filter(|l| l.contains("\"step\"")).count() == 3);
+        let back = Decisions::read(&path).unwrap();
+        assert_eq!(back, d);
+        assert_eq!(back.floors_of(h100, &q), floors);
+        let mut other = q.clone();
+        other.baseline = crate::Baseline::MaxAutotune;
+        assert!(back.floors_of(h100, &other).is_empty(), "another question's");
+        // A step that ran in full has none: the set is replaced, not merged.
+        let mut d = back;
+        assert!(d.set_floors(h100, &q, &[("config".to_string(), 120.0)].into()));
+        assert_eq!(d.floors_of(h100, &q).keys().collect::<Vec<_>>(), ["config"]);
+        // Decided on the H100: its floors there go, the H200's stay; none is set again there.
+        let mut decided = a.clone();
+        decided.machine = h100.into();
+        assert!(d.record(decided));
+        assert!(d.floors_of(h100, &q).is_empty() && d.floors_of(h200, &q).len() == 1);
+        assert!(!d.set_floors(h100, &q, &floors), "a decided question keeps none");
+        // A file without floors (older runs') reads as none, and is written without the field.
+        let plain = Decisions { floors: Vec::new(), ..d.clone() };
+        assert!(!plain.text().unwrap().contains("floors"));
     }
 
     #[test]

@@ -215,6 +215,9 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
         None => None,
     };
     let spending = spending(plan.budget, started, &journal, &redecide)?;
+    if let Some(d) = decisions.as_ref().filter(|_| a.resume) {
+        carry_floors_in(&spending, d, problems.iter().map(|(_, p)| question(&a, &plan, p)));
+    }
     let run = Run {
         chat,
         decisions,
@@ -270,6 +273,18 @@ fn spending(budget: Budget, started: Instant, journal: &Journal, redecide: &Rede
         }
     }
     Ok(spending)
+}
+
+/// The decisions file's step floors of these questions on this machine, each its problem's step
+/// floor (`Spending::observe_bounded`): what a journal of another machine knew of steps that ran
+/// bounded or were killed there.
+fn carry_floors_in(spending: &Spending, d: &DecisionsFile, questions: impl Iterator<Item = Question>) {
+    for q in questions {
+        for (step, seconds) in d.read.floors_of(&d.machine, &q) {
+            spending
+                .observe_bounded(StepOf { step: &step, group: &step_group(&q.problem), problem: &q.problem }, seconds);
+        }
+    }
 }
 
 /// The group whose steps estimate a problem's (`Spending::expected_s`): its folder, a
@@ -431,6 +446,13 @@ impl DecisionsFile {
         })
         .map(|_| gone > 0)
         .map_err(|e| e.to_string())
+    }
+
+    /// `question`'s step floors on this machine made `floors` (`Decisions::set_floors`).
+    fn save_floors(&self, question: &Question, floors: &BTreeMap<String, f64>) -> std::result::Result<(), String> {
+        Decisions::update(&self.path, |d| d.set_floors(&self.machine, question, floors))
+            .map(|_| ())
+            .map_err(|e| e.to_string())
     }
 
     /// `report` added with this machine, its problem's source hash (as the run read it) and its
@@ -1602,7 +1624,10 @@ impl ProblemRun<'_> {
                 let ran = self.began.get().map_or(d.seconds, |b| b.elapsed().as_secs_f64().min(d.seconds));
                 if d.outcome.as_deref() != Some(kforge_optimize::journal::BOUNDED) {
                     self.run.spending.observe(self.step_of(step), ran);
+                } else {
+                    self.run.spending.observe_bounded(self.step_of(step), ran);
                 }
+                self.save_floors();
                 let gpu = d.gpu_seconds.map(|g| g.0).unwrap_or(0.0);
                 if !charged {
                     self.run.spending.charge(gpu);
@@ -1617,8 +1642,22 @@ impl ProblemRun<'_> {
             }
             Err(e) => {
                 journal.failed(id, t0.elapsed().as_secs_f64(), &format!("{e:#}"), self.deadline.get().is_some())?;
+                if self.deadline.get().is_some() {
+                    let ran = self.began.get().map_or(0.0, |b| b.elapsed().as_secs_f64());
+                    self.run.spending.observe_bounded(self.step_of(step), ran);
+                    self.save_floors();
+                }
                 Err(e)
             }
+        }
+    }
+
+    /// With `--decisions`, the problem's step floors as the run knows them now, into the file,
+    /// for a fresh journal on the next machine (a failed write is said, not the step's failure).
+    fn save_floors(&self) {
+        let Some(d) = &self.run.decisions else { return };
+        if let Err(e) = d.save_floors(&self.question, &self.run.spending.floors_of(&self.question.problem)) {
+            self.progress(&format!("warning: the decisions file's step floors were not written: {e}"));
         }
     }
 

@@ -780,6 +780,58 @@ fn a_measure_step_killed_past_the_budget_starts_bounded_next_time() {
     assert_eq!(measured.outcome.as_deref(), Some("bounded"), "{measured:?}");
 }
 
+/// A step's floor outlives its machine in the decisions file: a run that knows a killed measure
+/// step's floor writes it into `--decisions` while the problem is undecided; a fresh folder (a new
+/// machine: no journal) resumed from that file starts the step bounded at its run's start, naming
+/// the floor, instead of late in a run; once the problem is decided the file keeps no floor of it.
+#[test]
+fn a_steps_floor_travels_with_the_decisions_file_to_a_fresh_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = problems(dir.path(), &[("level3", "vector_add.py", "a.py")]);
+    let out = dir.path().join("o");
+    journal_with_a_killed_measure(&p, &out);
+    let file = dir.path().join("decisions.json");
+    let args = [
+        p.to_str().unwrap(),
+        "--device",
+        "cpu",
+        "--baseline",
+        "default",
+        "--agents",
+        "dispatch",
+        "--rounds",
+        "2",
+        "--decisions",
+        file.to_str().unwrap(),
+    ];
+    let read = || -> Value { serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap() };
+    // Bounded by the killed step's 1000 s, then the GPU budget is spent: undecided, its floor kept.
+    let (code, text) =
+        optimize(&[&args[..], &["--resume", "--budget-wall-s", "200", "--budget-gpu-s", "0.001"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("measure: bounded: "), "{text}");
+    let d = read();
+    assert_eq!(d["entries"].as_array().map(Vec::len), Some(0), "{d}");
+    let floors = d["floors"].as_array().unwrap_or_else(|| panic!("no floors in {d}"));
+    let measure = floors.iter().find(|f| f["step"] == "measure").unwrap_or_else(|| panic!("{d}"));
+    assert!(measure["seconds"].as_f64().unwrap() >= 1000.0, "{measure}");
+    assert!(measure["question"]["problem"].as_str().unwrap().ends_with("level3/a.py"), "{measure}");
+
+    // A new machine: an empty folder, the file alone.
+    let fresh = dir.path().join("fresh");
+    let (code, text) = optimize(&[&args[..], &["--resume", "--budget-wall-s", "200"]].concat(), &fresh);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains(
+            "measure: bounded: no measure step fits a --budget-wall-s of 200 in full: one takes at least 1000 s here"
+        ),
+        "{text}"
+    );
+    let d = read();
+    assert_eq!(d["entries"].as_array().map(Vec::len), Some(1), "decided: {d}");
+    assert!(d.get("floors").is_none(), "a decided problem keeps no floor: {d}");
+}
+
 /// Two identical problems (the same source) in one run, in flight at once (`--jobs 2`): measured
 /// and verified once, the other waits and takes the first's outputs. Two different problems with
 /// `--jobs 2` run side by side, and the journal and summary stay whole.
