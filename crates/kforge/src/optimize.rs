@@ -239,6 +239,8 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
         scope.spawn(move || heartbeat(journal, &ticks));
         let ran = if a.problem.is_dir() { run.campaign(&problems) } else { run.single(&problems[0].1) };
         drop(stop);
+        // Every problem's floors as the run ends (one held back has no step end to write them).
+        run.save_floors(problems.iter().map(|(_, p)| question(&a, &plan, p)));
         ran
     })
 }
@@ -273,6 +275,20 @@ fn spending(budget: Budget, started: Instant, journal: &Journal, redecide: &Rede
         }
     }
     Ok(spending)
+}
+
+impl Run<'_> {
+    /// With `--decisions`, these questions' step floors as the run knows them, into the file (a
+    /// failed write is a warning).
+    fn save_floors(&self, questions: impl Iterator<Item = Question>) {
+        let Some(d) = &self.decisions else { return };
+        for q in questions {
+            if let Err(e) = d.save_floors(&q, &self.spending.floors_of(&q.problem)) {
+                eprintln!("kforge optimize: warning: the decisions file's step floors were not written: {e}");
+                return;
+            }
+        }
+    }
 }
 
 /// The decisions file's step floors of these questions on this machine, each its problem's step
