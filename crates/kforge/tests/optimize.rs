@@ -791,19 +791,9 @@ fn a_steps_floor_travels_with_the_decisions_file_to_a_fresh_machine() {
     let out = dir.path().join("o");
     journal_with_a_killed_measure(&p, &out);
     let file = dir.path().join("decisions.json");
-    let args = [
-        p.to_str().unwrap(),
-        "--device",
-        "cpu",
-        "--baseline",
-        "default",
-        "--agents",
-        "dispatch",
-        "--rounds",
-        "2",
-        "--decisions",
-        file.to_str().unwrap(),
-    ];
+    let plain =
+        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let args = [&plain[..], &["--decisions", file.to_str().unwrap()]].concat();
     let read = || -> Value { serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap() };
     // Bounded by the killed step's 1000 s, then the GPU budget is spent: undecided, its floor kept.
     let (code, text) =
