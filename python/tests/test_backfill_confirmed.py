@@ -68,3 +68,18 @@ def test_not_a_folder_is_named(tmp_path: Path, capsys: Any) -> None:
     path.write_text(json.dumps({"decisions": 1, "entries": []}))
     assert module().main([str(path), str(tmp_path / "missing")]) == 2
     assert "is not a folder" in capsys.readouterr().err
+
+
+def test_the_rewritten_file_keeps_its_step_floors(tmp_path: Path) -> None:
+    """A decisions file's undecided problems' step floors (kforge's ``"floors"``, one a line after
+    the entries) survive the rewrite; a file without them gets none."""
+    m = module()
+    path = str(tmp_path / "decisions.json")
+    floor = {"machine": "gpu", "question": {"problem": "level3/a.py"}, "step": "measure", "seconds": 462.3}
+    d = {"decisions": 1, "entries": [entry("level1/a.py", {"fallback": {"reason": "r"}}, None)], "floors": [floor]}
+    m.write(path, d)
+    text = Path(path).read_text()
+    assert json.loads(text) == d and text.endswith('"floors": [\n' + json.dumps(floor, separators=(",", ":")) + "\n]}\n")
+    del d["floors"]
+    m.write(path, d)
+    assert "floors" not in Path(path).read_text() and json.loads(Path(path).read_text()) == d
