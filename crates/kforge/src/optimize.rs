@@ -240,7 +240,9 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
         let ran = if a.problem.is_dir() { run.campaign(&problems) } else { run.single(&problems[0].1) };
         drop(stop);
         // Every problem's floors as the run ends (one held back has no step end to write them).
-        run.save_floors(problems.iter().map(|(_, p)| question(&a, &plan, p)));
+        if let Err(e) = run.save_floors(problems.iter().map(|(_, p)| question(&a, &plan, p))) {
+            eprintln!("kforge optimize: warning: the decisions file's step floors were not written: {e}");
+        }
         ran
     })
 }
@@ -278,16 +280,11 @@ fn spending(budget: Budget, started: Instant, journal: &Journal, redecide: &Rede
 }
 
 impl Run<'_> {
-    /// With `--decisions`, these questions' step floors as the run knows them, into the file (a
-    /// failed write is a warning).
-    fn save_floors(&self, questions: impl Iterator<Item = Question>) {
-        let Some(d) = &self.decisions else { return };
-        for q in questions {
-            if let Err(e) = d.save_floors(&q, &self.spending.floors_of(&q.problem)) {
-                eprintln!("kforge optimize: warning: the decisions file's step floors were not written: {e}");
-                return;
-            }
-        }
+    /// With `--decisions`, these questions' step floors as the run knows them, into the file;
+    /// the first write that failed, why (the caller warns: a step's result does not depend on it).
+    fn save_floors(&self, questions: impl Iterator<Item = Question>) -> std::result::Result<(), String> {
+        let Some(d) = &self.decisions else { return Ok(()) };
+        questions.into_iter().try_for_each(|q| d.save_floors(&q, &self.spending.floors_of(&q.problem)))
     }
 }
 
@@ -1671,8 +1668,7 @@ impl ProblemRun<'_> {
     /// With `--decisions`, the problem's step floors as the run knows them now, into the file,
     /// for a fresh journal on the next machine (a failed write is said, not the step's failure).
     fn save_floors(&self) {
-        let Some(d) = &self.run.decisions else { return };
-        if let Err(e) = d.save_floors(&self.question, &self.run.spending.floors_of(&self.question.problem)) {
+        if let Err(e) = self.run.save_floors(std::iter::once(self.question.clone())) {
             self.progress(&format!("warning: the decisions file's step floors were not written: {e}"));
         }
     }
