@@ -4,7 +4,7 @@
 //! ("Worker" means a warm worker process only: see `warm`.)
 
 use crate::effect::RegionStep;
-use crate::event::{EnterReport, Event, Inbound};
+use crate::event::{EnterReport, Event, Inbound, PendingProcess};
 use kforge_freeze::{Freezer, JobTarget};
 use kforge_gate::Gate;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -119,7 +119,7 @@ impl DeviceThread {
             let d = g.wait_acks(epoch, cfg.drain_timeout);
             s.timings.drain_ms = ms(d.elapsed);
             s.timings.drain_timed_out = d.timed_out;
-            s.pending_pids = d.pending_pids;
+            s.pending = d.pending_pids.into_iter().map(pending_process).collect();
         }
     }
 
@@ -264,4 +264,15 @@ fn sample(n: &nvml_wrapper::Nvml, index: u32) -> Option<kforge_proto::GpuSample>
         sm_clock_mhz: d.clock_info(Clock::SM).ok()?,
         throttle_reasons: d.current_throttle_reasons().map(|r| r.bits()).unwrap_or(0),
     })
+}
+
+/// A process that did not acknowledge a drain, as `/proc` has it: its process group and its
+/// command line (arguments joined by spaces, at most 160 characters).
+fn pending_process(pid: u32) -> PendingProcess {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    let line = String::from_utf8_lossy(&raw).replace('\0', " ");
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // After the command's closing parenthesis: state, ppid, pgrp.
+    let pgid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse().ok());
+    PendingProcess { pid, pgid, command: line.trim_end().chars().take(160).collect() }
 }

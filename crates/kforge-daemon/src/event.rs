@@ -193,13 +193,23 @@ pub enum WorkerMsg {
     },
 }
 
+/// A gate participant that had not acknowledged a drain when it timed out, as `/proc` had it
+/// then (`pgid` None and `command` empty when it was gone).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingProcess {
+    pub pid: u32,
+    /// Its process group: its job's, when a job's process (or a child of it) holds the slot.
+    pub pgid: Option<u32>,
+    pub command: String,
+}
+
 /// What entering a region took and found (the device thread's report).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct EnterReport {
     /// How long each step took.
     pub timings: StepTimings,
     /// Processes that had not acknowledged the drain when it timed out.
-    pub pending_pids: Vec<u32>,
+    pub pending: Vec<PendingProcess>,
     pub freeze_errors: Vec<String>,
     /// The measuring thread was pinned to the region's reserved core.
     pub pinned: bool,

@@ -346,6 +346,10 @@ impl Daemon {
         for e in &report.freeze_errors {
             self.log(format!("region {id}: freeze failed: {e}"));
         }
+        if report.timings.drain_timed_out {
+            let line = self.drain_timeout_line(id, &report);
+            self.log(line);
+        }
         if !report.unmanaged_pids.is_empty() {
             self.log(format!("region {id}: tainted: unmanaged GPU processes {:?}", report.unmanaged_pids));
         }
@@ -355,6 +359,25 @@ impl Daemon {
             return self.start_leave(id, Leave::Abandoned);
         }
         self.grant(id, report);
+    }
+
+    /// What a drain that timed out waited for: each process that had not acknowledged the
+    /// gate's close, named by its job when it leads one, and its command line.
+    fn drain_timeout_line(&self, id: u64, report: &EnterReport) -> String {
+        let who: Vec<String> = report
+            .pending
+            .iter()
+            .map(|p| {
+                let job = self.jobs.values().find(|j| j.state.pid().is_some_and(|leader| p.pgid == Some(leader)));
+                let of = job.map_or_else(|| "no job's".to_string(), |j| format!("job {}'s", j.id));
+                format!("pid {} ({of}: {})", p.pid, if p.command.is_empty() { "gone" } else { &p.command })
+            })
+            .collect();
+        format!(
+            "region {id}: drain timed out after {:.0} ms; not acknowledged by {}",
+            report.timings.drain_ms,
+            if who.is_empty() { "(no process named)".to_string() } else { who.join(", ") }
+        )
     }
 
     /// Hand the region to its client.

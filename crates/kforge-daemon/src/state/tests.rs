@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::effect::{RegionStep, StoreWrite};
-use crate::event::{EnterReport, WorkerMsg};
+use crate::event::{EnterReport, PendingProcess, WorkerMsg};
 use kforge_proto::{Grant, Policy, Reply, Request, SubmitSpec};
 use std::collections::VecDeque;
 
@@ -393,6 +393,39 @@ fn a_job_that_exits_while_frozen_leaves_nothing_frozen() {
     let st = s.status();
     assert!(frozen(&st).is_empty());
     assert_eq!(queue_of(&st, GPU0), (None, vec![]));
+}
+
+/// A drain that timed out is logged with what it waited for: each process that had not
+/// acknowledged the gate's close, named by the job whose process group it is in (a child of a
+/// job's process, like Inductor's autotune subprocess, too) and by its command line.
+#[test]
+fn a_drain_that_timed_out_names_the_processes_it_waited_for() {
+    let mut s = Sim::new(|_| {});
+    let (a, b) = (s.connect(), s.connect());
+    let ja = s.submit(a, "0", Policy::Region);
+    let jb = s.submit(b, "0", Policy::Region);
+    let leader = s.status().jobs.iter().find(|j| j.job == ja).and_then(|j| j.pid).expect("ja runs");
+    let rb = enters(&s.enter(b, Some(jb), "", None))[0].1;
+    let child = PendingProcess { pid: leader + 50, pgid: Some(leader), command: "python3 -m autotune".into() };
+    let gone = PendingProcess { pid: 4242, pgid: None, command: String::new() };
+    let mut report = EnterReport { pending: vec![child, gone], ..EnterReport::default() };
+    report.timings.drain_ms = 2001.0;
+    report.timings.drain_timed_out = true;
+    let x = s.handle(Event::RegionEntered { region: rb, report });
+    let logs: Vec<&String> = x.iter().filter_map(|e| if let Effect::Log(l) = e { Some(l) } else { None }).collect();
+    let want = format!(
+        "region {rb}: drain timed out after 2001 ms; not acknowledged by pid {} (job {ja}'s: python3 -m autotune), \
+         pid 4242 (no job's: gone)",
+        leader + 50
+    );
+    assert_eq!(logs, [&want], "{x:?}");
+    assert!(grant_to(&x, b).is_some(), "granted all the same");
+    // A drain in time logs nothing.
+    s.request(b, Request::RegionExit { region: rb });
+    s.left(rb);
+    let rb = enters(&s.enter(b, Some(jb), "", None))[0].1;
+    let x = s.entered(rb);
+    assert!(!x.iter().any(|e| matches!(e, Effect::Log(_))), "{x:?}");
 }
 
 #[test]
