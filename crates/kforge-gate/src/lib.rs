@@ -70,7 +70,8 @@
 //! **Daemon drain wait** ([`Gate::wait_acks`]): returns when every slot with
 //! `pid != 0`, `pid != holder_pid` and a live process has
 //! `acked_epoch >= E`, or when the timeout expires. Liveness is
-//! `kill(pid, 0)`; `ESRCH` means dead and the daemon clears the slot (CAS
+//! `kill(pid, 0)` and `/proc/PID/stat` ([`process_alive`]): `ESRCH`, a zombie
+//! or an exiting process means dead and the daemon clears the slot (CAS
 //! `pid -> 0`). Between scans it `FUTEX_WAIT`s on `acks` with the value read
 //! *before* the scan, so an acknowledgement racing with the scan is never
 //! lost. A participant that dies mid-drain does not bump `acks`, so each wait
@@ -500,7 +501,7 @@ impl Gate {
     /// holder has acknowledged `epoch` (or a later one), or `timeout` passes.
     ///
     /// Slots whose process no longer exists (`kill(pid, 0)` fails with
-    /// `ESRCH`) are cleared and ignored. Sleeps with `FUTEX_WAIT` on the
+    /// `ESRCH`), is a zombie or is exiting are cleared and ignored. Sleeps with `FUTEX_WAIT` on the
     /// `acks` word between scans (each sleep capped at [`LIVENESS_POLL`] so
     /// participants dying mid-drain are noticed).
     pub fn wait_acks(&self, epoch: u64, timeout: Duration) -> DrainOutcome {

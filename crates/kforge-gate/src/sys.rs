@@ -88,16 +88,53 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// Whether a process with this pid exists (`kill(pid, 0)`). Only `ESRCH`
-/// counts as dead; `EPERM` means it exists but belongs to someone else.
-/// Zombies (exited, not yet reaped) still count as alive.
+/// Whether a process with this pid can still acknowledge a drain: it exists (`kill(pid, 0)`:
+/// only `ESRCH` counts as gone; `EPERM` means it exists but belongs to someone else) and it is
+/// neither a zombie (exited, not yet reaped: `kill` still finds it) nor exiting (its threads,
+/// the drain helper among them, are gone or going while the kernel tears it down). A zombie
+/// whose parent never reaps it (a job's killed child, orphaned to an init that does not reap)
+/// would otherwise make every later drain wait out its timeout. A zombie's pid is not reused
+/// before it is reaped, so its slot is safe to clear.
 pub fn process_alive(pid: u32) -> bool {
     if pid == 0 || pid > i32::MAX as u32 {
         return false;
     }
     // SAFETY: signal 0 performs only the existence/permission check.
     let rc = unsafe { libc::kill(pid as libc::pid_t, 0) };
-    rc == 0 || errno() != libc::ESRCH
+    if rc != 0 && errno() == libc::ESRCH {
+        return false;
+    }
+    !std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| ended(&stat))
+}
+
+/// The kernel's `PF_EXITING` task flag: the task has begun to exit.
+const PF_EXITING: u64 = 0x4;
+
+/// Whether a `/proc/PID/stat` line is a zombie's, a dead task's or an exiting one's (its state,
+/// the first field after the command's closing parenthesis, and its flags, the seventh).
+fn ended(stat: &str) -> bool {
+    let Some((_, rest)) = stat.rsplit_once(')') else { return false };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first().copied().unwrap_or("");
+    let flags = fields.get(6).and_then(|f| f.parse::<u64>().ok()).unwrap_or(0);
+    matches!(state, "Z" | "X" | "x") || flags & PF_EXITING != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ended;
+
+    #[test]
+    fn a_zombie_a_dead_task_and_an_exiting_one_have_ended() {
+        // pid (comm) state ppid pgrp session tty tpgid flags ...
+        let line = |state: &str, flags: u64| format!("42 (py thon) x) {state} 1 42 42 0 -1 {flags} 0 0");
+        assert!(!ended(&line("S", 0x400000)), "sleeping");
+        assert!(!ended(&line("R", 0x400040)), "running");
+        assert!(ended(&line("Z", 0x400000)), "zombie");
+        assert!(ended(&line("X", 0)), "dead");
+        assert!(ended(&line("D", 0x400004)), "exiting, in uninterruptible sleep (a GPU context's teardown)");
+        assert!(!ended("garbage"), "unreadable: alive");
+    }
 }
 
 /// The calling process's pid.

@@ -359,6 +359,32 @@ fn wait_acks_clears_slots_of_dead_processes() {
     assert!(d.registered_pids().is_empty());
 }
 
+/// A participant that exited but was never reaped (a zombie: `kill(pid, 0)` still finds it)
+/// cannot acknowledge: its slot is cleared at once instead of making every drain wait out its
+/// timeout.
+#[test]
+fn wait_acks_clears_slots_of_zombies() {
+    let p = shm_path("zombie");
+    let d = Gate::create(&p, 4).unwrap();
+    let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = child.id();
+    child.kill().unwrap(); // not reaped until the end of the test: a zombie
+    let stat = || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while !stat().contains(") Z ") && std::time::Instant::now() < until {
+        std::thread::yield_now();
+    }
+    assert!(stat().contains(") Z "), "a zombie: {}", stat());
+    assert!(!process_alive(pid));
+    let slot = d.register(pid).unwrap();
+    let e = d.close(0);
+    let out = d.wait_acks(e, Duration::from_secs(10));
+    assert!(!out.timed_out && out.pending_pids.is_empty(), "{out:?}");
+    assert!(out.elapsed < Duration::from_secs(5), "{out:?}");
+    assert_eq!(d.slot_pid(slot), 0, "the zombie's slot cleared");
+    child.wait().unwrap();
+}
+
 #[test]
 fn wait_acks_notices_a_participant_dying_mid_wait() {
     let p = shm_path("dies");
