@@ -120,6 +120,12 @@ fn ended(stat: &str) -> bool {
     matches!(state, "Z" | "X" | "x") || flags & PF_EXITING != 0
 }
 
+/// The calling process's pid.
+pub fn current_pid() -> u32 {
+    // SAFETY: getpid never fails.
+    unsafe { libc::getpid() as u32 }
+}
+
 #[cfg(test)]
 mod tests {
     use super::ended;
@@ -135,10 +141,4 @@ mod tests {
         assert!(ended(&line("D", 0x400004)), "exiting, in uninterruptible sleep (a GPU context's teardown)");
         assert!(!ended("garbage"), "unreadable: alive");
     }
-}
-
-/// The calling process's pid.
-pub fn current_pid() -> u32 {
-    // SAFETY: getpid never fails.
-    unsafe { libc::getpid() as u32 }
 }
