@@ -593,6 +593,50 @@ def test_a_warmup_round_is_timed_first_and_not_counted(monkeypatch: pytest.Monke
     assert out == {"default": [(1.0, 2.0, 3.0)] * 3}
 
 
+def test_a_mode_that_raises_in_a_timing_round_is_left_out_and_the_round_run_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """time_rounds with ``failed``: a mode whose call raises in a round (CUDA graph trees'
+    assertion at the large preset) is left out with its error, the round is run again without
+    it, and the other modes keep every round; the baseline raising ends the step with its own
+    error; without ``failed`` any error ends it."""
+    seen: List[Tuple[str, int]] = []
+
+    def bench(fns: List[Any], name: str, **kw: Any) -> List[List[float]]:
+        seen.append((name, len(fns)))
+        for f in fns:
+            f()
+        return [[float(i + 1)] * 3 for i in range(len(fns))]
+
+    calls = {"n": 0}
+
+    def flaky(*xs: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 2:  # its second call: the first counted round (the first: the warm-up)
+            raise AssertionError("len(node.tensor_weakrefs) == len(node.stack_traces)")
+
+    monkeypatch.setattr(dispatch, "do_bench_interleaved", bench)
+    problem = dispatch.load_problem(VECTOR_ADD, "default")
+    fns = {"eager": lambda *xs: None, "reduce-overhead": flaky, "default": lambda *xs: None}
+    failed: Dict[str, str] = {}
+    out = dispatch.time_rounds(problem, fns, "eager", torch.device("cpu"), 2, failed=failed)
+    assert failed == {"reduce-overhead": "raised in a timing round: AssertionError: "
+                                         "len(node.tensor_weakrefs) == len(node.stack_traces)"}
+    assert out == {"default": [(1.0, 2.0, 3.0)] * 2}, "every round of the others, the failed one's none"
+    assert seen == [("optimize:dispatch-warmup", 4), ("optimize:dispatch-round-0", 4),
+                    ("optimize:dispatch-round-0", 3), ("optimize:dispatch-round-1", 3)]
+
+    def broken(*xs: Any) -> None:
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        dispatch.time_rounds(problem, {"eager": broken, "default": lambda *xs: None}, "eager",
+                             torch.device("cpu"), 2, failed={})
+    calls["n"] = 0
+    with pytest.raises(AssertionError, match="tensor_weakrefs"):
+        dispatch.time_rounds(problem, {"eager": lambda *xs: None, "reduce-overhead": flaky}, "eager",
+                             torch.device("cpu"), 2)
+
+
 GRAPH_BREAK = str(REPO / "python" / "tests" / "fixtures" / "graphs" / "linear_hook_softmax.py")
 
 

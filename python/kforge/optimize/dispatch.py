@@ -796,37 +796,72 @@ def rounds_cut(timed: int, rounds: int) -> Optional[str]:
     return f"{timed} of {rounds} rounds timed: another would have ended past the step's end"
 
 
+class VariantRaised(Exception):
+    """A call of the ``index``-th function of a timing round raised ``error``."""
+
+    def __init__(self, index: int, error: Exception) -> None:
+        super().__init__(f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}")
+        self.index = index
+        self.error = error
+
+
+def attributed(index: int, f: Callable[[], Any]) -> Callable[[], Any]:
+    """``f``, whose exception names its place in the round (:class:`VariantRaised`)."""
+
+    def call() -> Any:
+        try:
+            return f()
+        except Exception as e:
+            raise VariantRaised(index, e) from e
+
+    return call
+
+
 def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str, dev: Any,
-                rounds: int, end: Optional[float] = None) -> Dict[str, List[Tuple[float, float, float]]]:
+                rounds: int, end: Optional[float] = None,
+                failed: Optional[Dict[str, str]] = None) -> Dict[str, List[Tuple[float, float, float]]]:
     """Per mode (not the baseline), per round: (baseline ms, mode ms, baseline again ms), all of
     a round called in turn in one region on the round's fresh inputs; after ``WARMUP_ROUNDS``
     rounds timed the same way and dropped. With ``end`` (Unix seconds: the step's end), no
     round starts after ``MIN_ROUNDS`` that would end past it, by the last round's duration:
-    fewer rounds, a wider interval, and a step that ends in its budget."""
+    fewer rounds, a wider interval, and a step that ends in its budget. With ``failed``, a mode
+    whose call raises in a round (torch's CUDA graph trees asserted so at the large preset, with
+    several graph-capturing modes called in turn) is left out, its error in ``failed``, and the
+    round run again without it; the baseline's error ends the step."""
     import torch
 
     others = [m for m in fns if m != baseline]
     out: Dict[str, List[Tuple[float, float, float]]] = {m: [] for m in others}
     last_s = 0.0
-    for r in range(-WARMUP_ROUNDS, rounds):
+    r = -WARMUP_ROUNDS
+    while r < rounds and others:
         if not another_round_fits(r, last_s, end):
             say(f"timed {r} of {rounds} rounds: another would end past the step's end")
             break
         t0 = time.time()
         xs = make_inputs(problem, 10 + r, "normal", dev)
         calls = [fns[baseline]] + [fns[m] for m in others] + [fns[baseline]]
-        timed = [(lambda f=f: f(*xs)) for f in calls]
-        with torch.no_grad():
-            samples = do_bench_interleaved(timed, name=f"optimize:dispatch-round-{r}" if r >= 0 else "optimize:dispatch-warmup",
-                                           prepare_each=timed,
-                                           min_calls=ROUND_MIN_CALLS, device=str(dev))
+        timed = [attributed(i, lambda f=f: f(*xs)) for i, f in enumerate(calls)]
+        try:
+            with torch.no_grad():
+                samples = do_bench_interleaved(timed, name=f"optimize:dispatch-round-{r}" if r >= 0 else "optimize:dispatch-warmup",
+                                               prepare_each=timed,
+                                               min_calls=ROUND_MIN_CALLS, device=str(dev))
+        except VariantRaised as e:
+            if failed is None or e.index in (0, len(calls) - 1):
+                raise e.error from None
+            mode = others.pop(e.index - 1)
+            out.pop(mode)
+            failed[mode] = f"raised in a timing round: {e}"
+            say(f"{mode}: left out, it raised in timing round {r + 1}: {e}")
+            continue  # the round again, without it
         last_s = time.time() - t0
         say(f"timed round {r + 1} of {rounds} ({len(calls)} calls in turn)" if r >= 0 else "timed a warm-up round")
-        if r < 0:
-            continue  # a warm-up round
-        med = [sorted(s)[len(s) // 2] for s in samples]
-        for i, m in enumerate(others):
-            out[m].append((med[0], med[1 + i], med[-1]))
+        if r >= 0:  # not a warm-up round
+            med = [sorted(s)[len(s) // 2] for s in samples]
+            for i, m in enumerate(others):
+                out[m].append((med[0], med[1 + i], med[-1]))
+        r += 1
     return out
 
 
@@ -1202,7 +1237,17 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
             why += f"; not prepared, the step's deadline came first: {', '.join(cut)}"
         result.update({"modes": {}, "noise_floor": None, "winner": baseline, "fallback": True, "why": why})
     else:
-        result.update(choose(baseline, time_rounds(problem, fns, baseline, dev, rounds, end)))
+        failed: Dict[str, str] = {}
+        per_round = time_rounds(problem, fns, baseline, dev, rounds, end, failed)
+        for v, why in failed.items():  # left out as a variant that fails to run is
+            fns.pop(v, None)
+            report[v] = {**report.get(v, {}), "ok": False, "why": why}
+        if per_round:
+            result.update(choose(baseline, per_round))
+        else:
+            result.update({"modes": {}, "noise_floor": None, "winner": baseline, "fallback": True,
+                           "why": "every mode besides the baseline raised in a timing round: "
+                                  + "; ".join(f"{v}: {why}" for v, why in sorted(failed.items()))})
         timed = max((len(m["per_round"]) for m in result["modes"].values()), default=rounds)
         if cut_rounds := rounds_cut(timed, rounds):
             result["rounds_cut"] = cut_rounds
