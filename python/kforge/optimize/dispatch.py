@@ -35,6 +35,7 @@ import concurrent.futures.thread as pool_threads
 import contextlib
 import copy
 import hashlib
+import functools
 import json
 import math
 import os
@@ -841,7 +842,7 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
         t0 = time.time()
         xs = make_inputs(problem, 10 + r, "normal", dev)
         calls = [fns[baseline]] + [fns[m] for m in others] + [fns[baseline]]
-        timed = [attributed(i, lambda f=f: f(*xs)) for i, f in enumerate(calls)]
+        timed = [attributed(i, functools.partial(f, *xs)) for i, f in enumerate(calls)]
         try:
             with torch.no_grad():
                 samples = do_bench_interleaved(timed, name=f"optimize:dispatch-round-{r}" if r >= 0 else "optimize:dispatch-warmup",
