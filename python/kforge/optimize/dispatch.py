@@ -34,8 +34,8 @@ import argparse
 import concurrent.futures.thread as pool_threads
 import contextlib
 import copy
-import hashlib
 import functools
+import hashlib
 import json
 import math
 import os
