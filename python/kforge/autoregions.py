@@ -335,10 +335,25 @@ class AutoRegions:
                 return fn(*args, **kwargs)
             finally:
                 with self._lock:
-                    self._holding.pop(tid, None)
+                    h = self._holding.pop(tid, None)
                 self._exit(r)
+                if h is not None and h.report_at is not None and not self._use_reaper:
+                    self.report_long_hold_at_exit(h, args)
         finally:
             self._local.quiet -= 1
+
+    def report_long_hold_at_exit(self, h: _Holding, args: Sequence[Any]) -> None:
+        """Without a reaper thread (:func:`inductor_regions`' hooks), the long-hold report comes
+        when the call returns: held past :data:`LONG_HOLD_SHARE` of its lease, the region and
+        what it timed (the benchmarked callable, which names the kernel or the template choice).
+        In session 21 a depthwise convolution's max-autotune compile held such regions to their
+        60 s lease, its siblings frozen meanwhile."""
+        held = self.clock() - h.opened
+        if held < LONG_HOLD_SHARE * h.lease_s:
+            return
+        what = " ".join(repr(args[0]).split())[:300] if args else "?"
+        self.warn(f"kforge --auto-regions: region {h.name!r} ({h.region.region}) held for {held:.1f} s of its "
+                  f"{h.lease_s:g} s lease; the call timed: {what}")
 
     def _hold(self, name: str, r: Region) -> int:
         """Note that this thread's wrapped call holds ``r`` (the reaper reports it past

@@ -316,6 +316,30 @@ def test_a_wrapped_call_holding_its_region_long_is_reported_once_with_where_it_i
     assert rig.auto.reap() is None and len(rig.warnings) == 1, "nothing held after the call"
 
 
+def test_without_a_reaper_a_long_hold_is_reported_when_the_call_returns_with_what_it_timed(rig: Rig) -> None:
+    """Inductor's hooks in a kforge step run no reaper thread: a benchmark call that held its
+    region past LONG_HOLD_SHARE of the lease is reported as it returns, naming the callable it
+    timed (session 21: a depthwise convolution's max-autotune benchmarks held their regions to
+    the 60 s lease, unexplained); a short one is not."""
+
+    class Kernel:
+        def __repr__(self) -> str:
+            return "<CachingAutotuner triton_poi_fused_convolution_0\n XBLOCK=1>"
+
+    def benchmark(kernel: Any, seconds: float) -> str:
+        rig.now += seconds
+        return "timed"
+
+    wrapped = rig.auto.wrap(benchmark, "auto:inductor.benchmark_gpu")
+    assert wrapped(Kernel(), 1.0) == "timed"
+    assert rig.warnings == [], "a short hold"
+    assert wrapped(Kernel(), LONG_HOLD_SHARE * 60.0 + 10.0) == "timed"
+    assert len(rig.warnings) == 1, rig.warnings
+    line = rig.warnings[0]
+    assert line.startswith("kforge --auto-regions: region 'auto:inductor.benchmark_gpu' (") and line.endswith(
+        "held for 40.0 s of its 60 s lease; the call timed: <CachingAutotuner triton_poi_fused_convolution_0 XBLOCK=1>"), line
+
+
 def test_elapsed_time_exits_when_the_script_waited_some_other_way(rig: Rig) -> None:
     old_s, old_e = FakeEvent(enable_timing=True), FakeEvent(enable_timing=True)
     s, e = FakeEvent(enable_timing=True), FakeEvent(enable_timing=True)

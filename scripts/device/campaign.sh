@@ -105,7 +105,7 @@ tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"
   grep -rh --include='*.log' "leaving .* thread(s) still running" "$W/state/out" | cut -c1-400 | head -n 20
 } >>"$OUT/progress-tail.txt" || true
 { echo; echo "== regions held past half their lease (at most 40 lines)"
-  grep -rh --include='*.log' "kforge --auto-regions: region .* held for .* lease; thread" "$W/state/out" | cut -c1-600 | head -n 40
+  grep -rh --include='*.log' "kforge --auto-regions: region .* held for .* lease; " "$W/state/out" | cut -c1-600 | head -n 40
 } >>"$OUT/progress-tail.txt" || true
 # Drains that timed out (the daemon's log names each process that had not acknowledged the gate's
 # close, its job and its command line): in session 20 the autotuning benchmarks' regions were
