@@ -149,6 +149,14 @@ TIMER_METHODS = ("timeit", "blocked_autorange", "adaptive_autorange")
 #: every GPU benchmark reaches (``benchmark_gpu_with_cuda_graph`` captures, then calls it).
 INDUCTOR_METHODS = ("benchmark", "benchmark_cpu", "benchmark_gpu", "benchmark_gpu_with_cuda_graph")
 INDUCTOR_BENCHMARKING = "torch._inductor.runtime.benchmarking"
+#: The region names of Inductor's autotuning benchmarks (``auto:inductor.benchmark_gpu``, ...).
+INDUCTOR_REGION_PREFIX = "auto:inductor."
+#: Their lease: one benchmark of a kernel or a template choice takes well under a second (its
+#: regions' median was 0.04-0.06 s in session 21's campaign), but a pathological choice (seconds
+#: a call, at the large preset) held its regions to the daemon's 60 s lease, every sibling job
+#: frozen meanwhile: 231 s of a 468 s device call. Revoked at this lease, the choice's timing
+#: goes on unexclusive (it loses anyway) and the siblings are thawed.
+INDUCTOR_LEASE_S = 15.0
 INDUCTOR_UTILS = "torch._inductor.utils"
 #: The name of the bootstrap directory the daemon puts first on an ``--auto-regions`` job's
 #: ``PYTHONPATH`` (``kforge_python::AUTO_REGIONS_DIR``).
@@ -174,8 +182,10 @@ def enabled(environ: Optional[Dict[str, str]] = None) -> bool:
 
 
 def joinable_region(name: str) -> Region:
-    """The region an automatic hook enters: joinable by kforge's own regions."""
-    return Region(name, joinable=True)
+    """The region an automatic hook enters: joinable by kforge's own regions; one of Inductor's
+    autotuning benchmarks with the shorter lease :data:`INDUCTOR_LEASE_S`."""
+    lease_s = INDUCTOR_LEASE_S if name.startswith(INDUCTOR_REGION_PREFIX) else None
+    return Region(name, lease_s=lease_s, joinable=True)
 
 
 class _Open:
