@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 from pathlib import Path
+from typing import Tuple
 
 REPO = Path(__file__).resolve().parents[2]
 S = 1_000_000_000  # ns
@@ -36,12 +37,18 @@ def store(path: Path) -> None:
     c.commit()
 
 
-def test_the_jobs_that_waited_longest_for_regions_are_named(tmp_path: Path) -> None:
+def summarized(tmp_path: Path) -> Tuple["subprocess.CompletedProcess[str]", Path]:
+    """campaign_jobs.py run on :func:`store`'s jobs: its finished process and its JSON file."""
     db, out = tmp_path / "store.db", tmp_path / "jobs.json"
     store(db)
     r = subprocess.run([sys.executable, str(REPO / "scripts" / "device" / "campaign_jobs.py"), str(db), str(out)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+    return r, out
+
+
+def test_the_jobs_that_waited_longest_for_regions_are_named(tmp_path: Path) -> None:
+    r, out = summarized(tmp_path)
     data = json.loads(out.read_text())
     waits = data["longest_region_waits"]
     assert [w["label"] for w in waits] == ["optimize:dispatch:level3/004_decoder", "optimize:dispatch:level3/007_mobilenet"]
@@ -55,11 +62,7 @@ def test_the_jobs_that_waited_longest_for_regions_are_named(tmp_path: Path) -> N
 
 
 def test_region_entries_split_the_wait_into_queue_drain_settle_and_freeze(tmp_path: Path) -> None:
-    db, out = tmp_path / "store.db", tmp_path / "jobs.json"
-    store(db)
-    r = subprocess.run([sys.executable, str(REPO / "scripts" / "device" / "campaign_jobs.py"), str(db), str(out)],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
+    r, out = summarized(tmp_path)
     entries = json.loads(out.read_text())["region_entries"]
     assert [(e["kind"], e["region"]) for e in entries] == [
         ("optimize:dispatch", "auto:inductor.benchmark"), ("optimize:dispatch", "dispatch:round")]
