@@ -854,7 +854,8 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
             mode = others.pop(e.index - 1)
             out.pop(mode)
             failed[mode] = f"raised in a timing round: {e}"
-            say(f"{mode}: left out, it raised in timing round {r + 1}: {e}")
+            which = f"timing round {r + 1}" if r >= 0 else "the warm-up round"
+            say(f"{mode}: left out, it raised in {which}: {e}")
             continue  # the round again, without it
         last_s = time.time() - t0
         say(f"timed round {r + 1} of {rounds} ({len(calls)} calls in turn)" if r >= 0 else "timed a warm-up round")
