@@ -239,6 +239,36 @@ def test_a_compile_still_running_at_the_deadline_is_interrupted(monkeypatch: pyt
         dispatch.measure(problem, slow, torch.device("cpu"), 2, until=time.time() + 0.5, end=time.time() + 1.0)
 
 
+def test_a_measurement_whose_every_mode_raised_in_timing_keeps_the_baseline_saying_why(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """measure: a mode that ran and matched when prepared but raises in the timing rounds is left
+    out as a variant that fails to run is (``prepared[MODE]``: not ok, why); with no mode left,
+    the baseline is kept and the result says why."""
+    real = dispatch.build
+
+    def build(model: Any, mode: str) -> Any:
+        fn = real(model, "eager")
+        if mode == "eager":
+            return fn
+        calls = {"n": 0}
+
+        def later_raises(*xs: Any) -> Any:
+            calls["n"] += 1
+            if calls["n"] > 1:  # its first call, the preparation's, runs
+                raise AssertionError("len(node.tensor_weakrefs) == len(node.stack_traces)")
+            return fn(*xs)
+
+        return later_raises
+
+    monkeypatch.setattr(dispatch, "build", build)
+    problem = dispatch.load_problem(VECTOR_ADD, "default")
+    r = dispatch.measure(problem, ["eager", "default"], torch.device("cpu"), 2)
+    why = "raised in a timing round: AssertionError: len(node.tensor_weakrefs) == len(node.stack_traces)"
+    assert r["prepared"]["default"]["ok"] is False and r["prepared"]["default"]["why"] == why, r["prepared"]
+    assert (r["winner"], r["fallback"], r["modes"]) == ("eager", True, {})
+    assert r["why"] == f"every mode besides the baseline raised in a timing round: default: {why}"
+
+
 def test_a_bounded_step_prepares_what_fits_first_and_the_autotuning_compiles_last(
         monkeypatch: pytest.MonkeyPatch) -> None:
     built: List[str] = []
