@@ -354,7 +354,8 @@ impl Daemon {
             self.log(format!("region {id}: tainted: unmanaged GPU processes {:?}", report.unmanaged_pids));
         }
         let Some(r) = self.regions.get_mut(&id) else { return };
-        r.tainted |= report.tainted;
+        // Not exclusive either: a sibling's GPU work may still run beside it.
+        r.tainted |= report.tainted || report.timings.drain_timed_out;
         if r.state == (RegionState::Entering { abandoned: true }) {
             return self.start_leave(id, Leave::Abandoned);
         }

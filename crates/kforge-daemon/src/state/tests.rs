@@ -419,13 +419,15 @@ fn a_drain_that_timed_out_names_the_processes_it_waited_for() {
         leader + 50
     );
     assert_eq!(logs, [&want], "{x:?}");
-    assert!(grant_to(&x, b).is_some(), "granted all the same");
+    let grant = grant_to(&x, b).expect("granted all the same");
+    assert!(grant.tainted, "not exclusive: a sibling's work may still run beside it");
     // A drain in time logs nothing.
     s.request(b, Request::RegionExit { region: rb });
     s.left(rb);
     let rb = enters(&s.enter(b, Some(jb), "", None))[0].1;
     let x = s.entered(rb);
     assert!(!x.iter().any(|e| matches!(e, Effect::Log(_))), "{x:?}");
+    assert!(!grant_to(&x, b).expect("granted").tainted);
 }
 
 #[test]
