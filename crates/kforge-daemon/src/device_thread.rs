@@ -266,13 +266,11 @@ fn sample(n: &nvml_wrapper::Nvml, index: u32) -> Option<kforge_proto::GpuSample>
     })
 }
 
-/// A process that did not acknowledge a drain, as `/proc` has it: its process group and its
-/// command line (arguments joined by spaces, at most 160 characters).
+/// A process that did not acknowledge a drain, as `/proc` has it: its process group
+/// (`memory::pgid_of`) and its command line (arguments joined by spaces, at most 160 characters).
 fn pending_process(pid: u32) -> PendingProcess {
     let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     let line = String::from_utf8_lossy(&raw).replace('\0', " ");
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // After the command's closing parenthesis: state, ppid, pgrp.
-    let pgid = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(2)?.parse().ok());
+    let pgid = crate::memory::pgid_of(pid).and_then(|g| u32::try_from(g).ok());
     PendingProcess { pid, pgid, command: line.trim_end().chars().take(160).collect() }
 }
