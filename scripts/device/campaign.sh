@@ -110,8 +110,9 @@ tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"
 # Drains that timed out (the daemon's log names each process that had not acknowledged the gate's
 # close, its job and its command line): in session 20 the autotuning benchmarks' regions were
 # granted after 2.0 or 4.1 s over and over, the drain timeout's 2 s.
-{ echo; echo "== drains that timed out: $(grep -c "drain timed out" "$W/daemon.log") (the first 12)"
+{ echo; echo "== drains that timed out: $(grep -c "drain timed out" "$W/daemon.log") (the first 12); stragglers skipped: $(grep -c "drain did not wait for" "$W/daemon.log")"
   grep "drain timed out" "$W/daemon.log" | cut -c1-500 | head -n 12
+  grep -e "drain did not wait for" -e "is no longer behind" "$W/daemon.log" | cut -c1-300 | head -n 12
 } >>"$OUT/progress-tail.txt" || true
 if [ "$rc" = 124 ]; then
   python3 - "$W/state/out" >>"$OUT/progress-tail.txt" <<'PY' || echo "(the unfinished steps' logs could not be read: exit $?)"

@@ -6,7 +6,7 @@
 use crate::effect::RegionStep;
 use crate::event::{EnterReport, Event, Inbound, PendingProcess};
 use kforge_freeze::{Freezer, JobTarget};
-use kforge_gate::Gate;
+use kforge_gate::{Gate, Straggler};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::Arc;
@@ -30,6 +30,15 @@ pub struct DeviceThreadConfig {
     pub in_region: Arc<AtomicBool>,
 }
 
+/// A region to enter: whose, where its measuring thread goes, and whom its drain skips.
+struct Entering<'a> {
+    region: u64,
+    holder_pid: u32,
+    tid: u32,
+    core: Option<u32>,
+    stragglers: &'a [Straggler],
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -44,8 +53,9 @@ pub fn spawn(name: String, cfg: DeviceThreadConfig, events: Sender<Inbound>) -> 
                 DeviceThread { cfg, events, frozen: Vec::new(), pinned: None, gate_closed: false, nvml: None };
             for op in rx {
                 match op {
-                    RegionStep::Enter { region, holder_pid, tid, targets, core, managed_pgids } => {
-                        device.enter_region(region, holder_pid, tid, targets, core, &managed_pgids)
+                    RegionStep::Enter { region, holder_pid, tid, targets, core, managed_pgids, stragglers } => {
+                        let entering = Entering { region, holder_pid, tid, core, stragglers: &stragglers };
+                        device.enter_region(entering, targets, &managed_pgids)
                     }
                     RegionStep::Leave { region } => device.leave_region(region),
                 }
@@ -73,22 +83,15 @@ impl DeviceThread {
         self.nvml.as_ref().and_then(Option::as_ref)
     }
 
-    fn enter_region(
-        &mut self,
-        region: u64,
-        holder_pid: u32,
-        tid: u32,
-        targets: Vec<JobTarget>,
-        core: Option<u32>,
-        managed_pgids: &[i32],
-    ) {
+    fn enter_region(&mut self, e: Entering<'_>, targets: Vec<JobTarget>, managed_pgids: &[i32]) {
         self.cfg.in_region.store(true, Ordering::Release);
         let mut s = EnterReport::default();
         self.check_unmanaged(&mut s, managed_pgids);
-        self.close_gate_and_drain(&mut s, holder_pid);
+        self.close_gate_and_drain(&mut s, e.holder_pid, e.stragglers);
         self.freeze_siblings(&mut s, targets);
         self.settle_gpu(&mut s);
-        self.isolate_thread(&mut s, tid, core);
+        self.isolate_thread(&mut s, e.tid, e.core);
+        let region = e.region;
         if let (Some(idx), Some(n)) = (self.cfg.nvml_index, self.nvml()) {
             s.gpu = sample(n, idx);
         }
@@ -106,8 +109,9 @@ impl DeviceThread {
         }
     }
 
-    /// a. Close the gate; b. drain: wait (bounded) until every gate participant has acknowledged the close.
-    fn close_gate_and_drain(&mut self, s: &mut EnterReport, holder_pid: u32) {
+    /// a. Close the gate; b. drain: wait (bounded) until every gate participant has acknowledged
+    /// the close, but a straggler still behind on an earlier drain that timed out.
+    fn close_gate_and_drain(&mut self, s: &mut EnterReport, holder_pid: u32, stragglers: &[Straggler]) {
         let cfg = &self.cfg;
         // a. close the gate
         let t = Instant::now();
@@ -116,7 +120,9 @@ impl DeviceThread {
         s.timings.gate_ms = ms(t.elapsed());
         // b. drain
         if let (Some(g), Some(epoch), true) = (&cfg.gate, epoch, cfg.drain) {
-            let d = g.wait_acks(epoch, cfg.drain_timeout);
+            let d = g.wait_acks_skipping(epoch, cfg.drain_timeout, stragglers);
+            s.drain_epoch = Some(epoch);
+            s.skipped = d.skipped_pids;
             s.timings.drain_ms = ms(d.elapsed);
             s.timings.drain_timed_out = d.timed_out;
             s.pending = d.pending_pids.into_iter().map(pending_process).collect();

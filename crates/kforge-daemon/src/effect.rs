@@ -100,6 +100,9 @@ pub enum RegionStep {
         core: Option<u32>,
         /// Process groups of every managed job and worker (for the taint check).
         managed_pgids: Vec<i32>,
+        /// Participants an earlier drain timed out waiting for: not waited for while still
+        /// behind on that drain (`Gate::wait_acks_skipping`).
+        stragglers: Vec<kforge_gate::Straggler>,
     },
     /// Undo what entering did, in reverse.
     Leave { region: u64 },

@@ -210,6 +210,11 @@ pub struct EnterReport {
     pub timings: StepTimings,
     /// Processes that had not acknowledged the drain when it timed out.
     pub pending: Vec<PendingProcess>,
+    /// The drain's epoch (None: no gate, or draining is off).
+    pub drain_epoch: Option<u64>,
+    /// Stragglers the drain did not wait for: still behind on the earlier drain that timed out
+    /// waiting for them.
+    pub skipped: Vec<u32>,
     pub freeze_errors: Vec<String>,
     /// The measuring thread was pinned to the region's reserved core.
     pub pinned: bool,

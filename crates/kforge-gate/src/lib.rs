@@ -285,6 +285,20 @@ pub struct DrainOutcome {
     pub timed_out: bool,
     /// Time spent in `wait_acks`.
     pub elapsed: Duration,
+    /// Pids of live participants not waited for: named in
+    /// [`Gate::wait_acks_skipping`]'s `behind`, and still behind on the
+    /// earlier drain it names for them.
+    pub skipped_pids: Vec<u32>,
+}
+
+/// A participant that had not acknowledged a drain when it timed out: its
+/// pid and that drain's epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Straggler {
+    /// Its process.
+    pub pid: u32,
+    /// The epoch of the drain that timed out waiting for it.
+    pub epoch: u64,
 }
 
 /// A mapping of one device's gate segment.
@@ -505,16 +519,28 @@ impl Gate {
     /// `acks` word between scans (each sleep capped at [`LIVENESS_POLL`] so
     /// participants dying mid-drain are noticed).
     pub fn wait_acks(&self, epoch: u64, timeout: Duration) -> DrainOutcome {
+        self.wait_acks_skipping(epoch, timeout, &[])
+    }
+
+    /// Daemon: [`Gate::wait_acks`], except that a participant named in
+    /// `behind` that has not yet acknowledged the epoch given for it there
+    /// (an earlier drain that timed out waiting for it) is not waited for: it
+    /// is still finishing the GPU work that drain waited on, so it cannot
+    /// acknowledge this one sooner, and waiting would only spend the timeout
+    /// again on every region. Such participants are listed in
+    /// `skipped_pids`; one that has caught up is waited for as any other.
+    pub fn wait_acks_skipping(&self, epoch: u64, timeout: Duration, behind: &[Straggler]) -> DrainOutcome {
         let start = Instant::now();
         let deadline = start.checked_add(timeout);
         let h = self.header();
-        let mut pending = Vec::new();
+        let (mut pending, mut skipped) = (Vec::new(), Vec::new());
         loop {
             // Read the futex word before scanning: an ack landing during the
             // scan changes it and makes the FUTEX_WAIT below return at once.
             let seen_acks = h.acks.load(Ordering::SeqCst);
             let holder = h.holder_pid.load(Ordering::SeqCst);
             pending.clear();
+            skipped.clear();
             let mut acked = 0u32;
             for i in 0..self.slots as usize {
                 let s = self.slot_ref(i).expect("slot in range");
@@ -522,7 +548,8 @@ impl Gate {
                 if pid == 0 || pid == holder {
                     continue;
                 }
-                if s.acked_epoch.load(Ordering::Acquire) >= epoch {
+                let acked_epoch = s.acked_epoch.load(Ordering::Acquire);
+                if acked_epoch >= epoch {
                     acked += 1;
                     continue;
                 }
@@ -531,16 +558,25 @@ impl Gate {
                     let _ = s.pid.compare_exchange(pid, 0, Ordering::AcqRel, Ordering::Relaxed);
                     continue;
                 }
+                if behind.iter().any(|b| b.pid == pid && acked_epoch < b.epoch) {
+                    skipped.push(pid);
+                    continue;
+                }
                 pending.push(pid);
             }
             let now = Instant::now();
+            let outcome = |pending_pids: Vec<u32>, timed_out: bool, skipped_pids: Vec<u32>| DrainOutcome {
+                acked,
+                pending_pids,
+                timed_out,
+                elapsed: now - start,
+                skipped_pids,
+            };
             if pending.is_empty() {
-                return DrainOutcome { acked, pending_pids: Vec::new(), timed_out: false, elapsed: now - start };
+                return outcome(Vec::new(), false, skipped);
             }
             let remaining = match deadline {
-                Some(d) if now >= d => {
-                    return DrainOutcome { acked, pending_pids: pending, timed_out: true, elapsed: now - start };
-                }
+                Some(d) if now >= d => return outcome(pending, true, skipped),
                 Some(d) => d - now,
                 None => LIVENESS_POLL,
             };

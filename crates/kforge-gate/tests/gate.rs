@@ -339,6 +339,37 @@ fn wait_acks_times_out_listing_the_silent_participant() {
 }
 
 #[test]
+fn a_straggler_still_behind_on_a_timed_out_drain_is_skipped_until_it_catches_up() {
+    let p = shm_path("straggler");
+    let d = Gate::create(&p, 4).unwrap();
+    let c = Gate::open(&p).unwrap();
+    let slot = c.register(my_pid()).unwrap(); // alive; acks only by hand
+    let first = d.close(0);
+    let out = d.wait_acks(first, Duration::from_millis(50));
+    assert!(out.timed_out && out.pending_pids == vec![my_pid()], "{out:?}");
+    d.open_gate();
+    let behind = [Straggler { pid: my_pid(), epoch: first }];
+    // Still behind on the first drain: the second does not wait for it.
+    let second = d.close(0);
+    let out = d.wait_acks_skipping(second, Duration::from_secs(30), &behind);
+    assert!(!out.timed_out && out.pending_pids.is_empty(), "{out:?}");
+    assert!(out.elapsed < Duration::from_secs(5), "{out:?}");
+    assert_eq!((out.skipped_pids, out.acked), (vec![my_pid()], 0));
+    // Caught up on the first drain (its late ack), it is waited for again.
+    c.ack(slot, first);
+    let out = d.wait_acks_skipping(second, Duration::from_millis(50), &behind);
+    assert!(out.timed_out && out.skipped_pids.is_empty() && out.pending_pids == vec![my_pid()], "{out:?}");
+    c.ack(slot, second);
+    let out = d.wait_acks_skipping(second, Duration::from_secs(5), &behind);
+    assert!(!out.timed_out && out.acked == 1 && out.skipped_pids.is_empty(), "{out:?}");
+    // Another pid's entry skips nobody.
+    let third = d.close(0);
+    let other = [Straggler { pid: my_pid() + 1, epoch: third + 1 }];
+    let out = d.wait_acks_skipping(third, Duration::from_millis(50), &other);
+    assert!(out.timed_out && out.pending_pids == vec![my_pid()] && out.skipped_pids.is_empty(), "{out:?}");
+}
+
+#[test]
 fn wait_acks_clears_slots_of_dead_processes() {
     let p = shm_path("dead");
     let d = Gate::create(&p, 4).unwrap();

@@ -479,6 +479,45 @@ fn gate_holds_submitters_and_drain_acknowledges_the_epoch() {
 }
 
 #[test]
+fn a_drain_does_not_wait_again_for_a_participant_still_behind_on_one_that_timed_out() {
+    let d = TestDaemon::start(&["--freeze", "none", "--drain-timeout-ms", "300"]);
+    // Each fake submission stays in flight for a minute: the participant drains that long.
+    let mut sub = d.spawn_job(
+        "sub",
+        &["--device", "cpu", "--", KFORGE, "debug", "submitter", "--log", "sub.log", "--in-flight-us", "60000000"],
+    );
+    let log = d.path("sub.log");
+    wait_for("a submission", T, || std::fs::read_to_string(&log).ok().filter(|s| s.contains("submit")));
+    let enter = |tag: &str| {
+        let mut h = d.spawn_job(tag, &holder_args(tag, &[]));
+        let g = wait_for("grant", T, || read_json(&d.path(&format!("{tag}.in"))));
+        std::fs::write(d.path(&format!("{tag}.release")), "").unwrap();
+        assert!(h.wait().unwrap().success());
+        g
+    };
+    let first = enter("h1");
+    assert_eq!((first["drain_timed_out"].as_bool(), first["tainted"].as_bool()), (Some(true), Some(true)), "{first}");
+    assert!(first["drain_ms"].as_f64().unwrap() >= 300.0, "{first}");
+    // Still draining for the first region: the second drain does not wait for it, and says so.
+    let second = enter("h2");
+    assert_eq!(
+        (second["drain_timed_out"].as_bool(), second["tainted"].as_bool()),
+        (Some(false), Some(true)),
+        "{second}"
+    );
+    assert!(second["drain_ms"].as_f64().unwrap() < 300.0, "{second}");
+    let st = d.status();
+    assert_eq!(st.jobs.len(), 1, "only the submitter runs: {:?}", st.jobs);
+    let sub_pid = st.jobs[0].pid.expect("the submitter runs");
+    let daemon_log = d.log();
+    let line =
+        daemon_log.lines().find(|l| l.contains("drain did not wait for pid")).unwrap_or_else(|| panic!("{daemon_log}"));
+    assert!(line.contains(&format!("pid {sub_pid}:")), "{line}");
+    sub.kill().unwrap();
+    let _ = sub.wait();
+}
+
+#[test]
 fn daemon_killed_mid_region_leaves_nothing_frozen() {
     for mechanism in ["cgroup2", "cgroup1", "signals"] {
         let mut d = match TestDaemon::try_start(&["--freeze-mechanism", mechanism]) {

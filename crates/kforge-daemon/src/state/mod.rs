@@ -55,6 +55,8 @@ struct Device {
     pool_start_failures: u32,
     /// The latest memory sample (None: never sampled; admission then ignores memory).
     memory: Option<crate::event::MemorySample>,
+    /// Gate participants an earlier drain here timed out waiting for, still behind on it.
+    stragglers: Vec<region::Behind>,
 }
 
 /// A device as the daemon starts with it.
@@ -151,6 +153,7 @@ impl Daemon {
                     pool,
                     pool_start_failures: 0,
                     memory: None,
+                    stragglers: Vec::new(),
                 }
             })
             .collect();

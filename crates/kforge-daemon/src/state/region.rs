@@ -6,10 +6,24 @@ use crate::config::FreezeScope;
 use crate::effect::{Effect, RegionStep, StoreWrite};
 use crate::event::EnterReport;
 use kforge_freeze::JobTarget;
+use kforge_gate::Straggler;
 use kforge_proto::{ErrorCode, GpuSample, Grant, Policy, RegionStatus, Reply};
 use kforge_store::RegionRow;
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
+
+/// A gate participant that a drain timed out waiting for: the drains after it do not wait for
+/// it while it is still behind on that drain (`kforge_gate::Gate::wait_acks_skipping`).
+#[derive(Debug, Clone)]
+pub(super) struct Behind {
+    pid: u32,
+    /// The epoch of the drain that timed out.
+    epoch: u64,
+    /// That drain's region.
+    region: u64,
+    /// Drains since that did not wait for it.
+    skips: u32,
+}
 
 /// Where a region is in its life. The transitions, and no others:
 ///
@@ -310,11 +324,13 @@ impl Daemon {
         let targets = self.freeze_targets(dev, job);
         let core = self.take_core();
         let managed_pgids = self.managed_pgids();
+        let stragglers =
+            self.devices[dev].stragglers.iter().map(|b| Straggler { pid: b.pid, epoch: b.epoch }).collect();
         let r = self.regions.get_mut(&id).expect("a waiting region exists");
         r.begin_entering(core, targets.iter().map(|t| t.job).collect());
         self.emit(Effect::Step {
             device: dev,
-            step: RegionStep::Enter { region: id, holder_pid: pid, tid, targets, core, managed_pgids },
+            step: RegionStep::Enter { region: id, holder_pid: pid, tid, targets, core, managed_pgids, stragglers },
         });
     }
 
@@ -353,13 +369,50 @@ impl Daemon {
         if !report.unmanaged_pids.is_empty() {
             self.log(format!("region {id}: tainted: unmanaged GPU processes {:?}", report.unmanaged_pids));
         }
+        if let Some(dev) = self.regions.get(&id).map(|r| r.device) {
+            self.track_stragglers(id, dev, &report);
+        }
         let Some(r) = self.regions.get_mut(&id) else { return };
         // Not exclusive either: a sibling's GPU work may still run beside it.
-        r.tainted |= report.tainted || report.timings.drain_timed_out;
+        r.tainted |= report.tainted || report.timings.drain_timed_out || !report.skipped.is_empty();
         if r.state == (RegionState::Entering { abandoned: true }) {
             return self.start_leave(id, Leave::Abandoned);
         }
         self.grant(id, report);
+    }
+
+    /// The device's stragglers after region `id`'s drain: those it skipped (still behind on the
+    /// drain that timed out waiting for them; the first skip logged), then those it timed out
+    /// waiting for, at its epoch. One that caught up is waited for again (logged with how many
+    /// drains skipped it).
+    fn track_stragglers(&mut self, id: u64, dev: usize, report: &EnterReport) {
+        let mut lines = Vec::new();
+        let mut kept = Vec::new();
+        for mut b in std::mem::take(&mut self.devices[dev].stragglers) {
+            if !report.skipped.contains(&b.pid) {
+                if b.skips > 0 {
+                    lines.push(format!(
+                        "region {id}: pid {} is no longer behind on region {}'s drain (acknowledged, or gone); \
+                         {} drain(s) did not wait for it",
+                        b.pid, b.region, b.skips
+                    ));
+                }
+                continue;
+            }
+            if b.skips == 0 {
+                lines.push(format!(
+                    "region {id}: drain did not wait for pid {}: still behind on region {}'s drain, which timed out                      waiting for it (its GPU work then still runs; regions are not exclusive until it catches up)",
+                    b.pid, b.region
+                ));
+            }
+            b.skips += 1;
+            kept.push(b);
+        }
+        if let (true, Some(epoch)) = (report.timings.drain_timed_out, report.drain_epoch) {
+            kept.extend(report.pending.iter().map(|p| Behind { pid: p.pid, epoch, region: id, skips: 0 }));
+        }
+        self.devices[dev].stragglers = kept;
+        lines.into_iter().for_each(|l| self.log(l));
     }
 
     /// What a drain that timed out waited for: each process that had not acknowledged the

@@ -430,6 +430,75 @@ fn a_drain_that_timed_out_names_the_processes_it_waited_for() {
     assert!(!grant_to(&x, b).expect("granted").tainted);
 }
 
+/// The stragglers a region's drain is told to skip while behind (pid, epoch).
+fn stragglers(effects: &[Effect]) -> Vec<(u32, u64)> {
+    effects
+        .iter()
+        .find_map(|e| match e {
+            Effect::Step { step: RegionStep::Enter { stragglers, .. }, .. } => {
+                Some(stragglers.iter().map(|s| (s.pid, s.epoch)).collect())
+            }
+            _ => None,
+        })
+        .expect("a region entered")
+}
+
+fn logs(effects: &[Effect]) -> Vec<&str> {
+    effects.iter().filter_map(|e| if let Effect::Log(l) = e { Some(l.as_str()) } else { None }).collect()
+}
+
+#[test]
+fn a_participant_a_drain_timed_out_on_is_not_waited_for_again_until_it_catches_up() {
+    let mut s = Sim::new(|_| {});
+    let (a, b) = (s.connect(), s.connect());
+    s.submit(a, "0", Policy::Region);
+    let jb = s.submit(b, "0", Policy::Region);
+    let e = s.enter(b, Some(jb), "", None);
+    assert!(stragglers(&e).is_empty(), "no drain has timed out yet");
+    let r1 = enters(&e)[0].1;
+    let slow = PendingProcess { pid: 777, pgid: None, command: "python3 autotune".into() };
+    let mut report = EnterReport { pending: vec![slow], drain_epoch: Some(5), ..EnterReport::default() };
+    report.timings.drain_timed_out = true;
+    s.handle(Event::RegionEntered { region: r1, report });
+    s.request(b, Request::RegionExit { region: r1 });
+    s.left(r1);
+    // The next drain is told to skip it while it is behind on epoch 5; it still is.
+    let e = s.enter(b, Some(jb), "", None);
+    assert_eq!(stragglers(&e), vec![(777, 5)]);
+    let r2 = enters(&e)[0].1;
+    let report = EnterReport { skipped: vec![777], drain_epoch: Some(6), ..EnterReport::default() };
+    let x = s.handle(Event::RegionEntered { region: r2, report });
+    assert_eq!(logs(&x).len(), 1, "{x:?}");
+    assert!(logs(&x)[0].contains(&format!("drain did not wait for pid 777: still behind on region {r1}'s drain")));
+    assert!(grant_to(&x, b).expect("granted").tainted, "its GPU work may still run beside the region");
+    s.request(b, Request::RegionExit { region: r2 });
+    s.left(r2);
+    // Skipped again: not logged again.
+    let e = s.enter(b, Some(jb), "", None);
+    assert_eq!(stragglers(&e), vec![(777, 5)]);
+    let r3 = enters(&e)[0].1;
+    let x = s.handle(Event::RegionEntered {
+        region: r3,
+        report: EnterReport { skipped: vec![777], drain_epoch: Some(7), ..EnterReport::default() },
+    });
+    assert!(logs(&x).is_empty(), "{x:?}");
+    s.request(b, Request::RegionExit { region: r3 });
+    s.left(r3);
+    // It caught up (the drain waited for it and it acknowledged): waited for from then on.
+    let e = s.enter(b, Some(jb), "", None);
+    let r4 = enters(&e)[0].1;
+    let x = s.handle(Event::RegionEntered {
+        region: r4,
+        report: EnterReport { drain_epoch: Some(8), ..EnterReport::default() },
+    });
+    assert_eq!(logs(&x).len(), 1, "{x:?}");
+    assert!(logs(&x)[0].contains("pid 777 is no longer behind") && logs(&x)[0].contains("2 drain(s) did not wait"));
+    assert!(!grant_to(&x, b).expect("granted").tainted);
+    s.request(b, Request::RegionExit { region: r4 });
+    s.left(r4);
+    assert!(stragglers(&s.enter(b, Some(jb), "", None)).is_empty());
+}
+
 #[test]
 fn the_holder_job_exiting_releases_its_region_and_thaws_the_device() {
     let mut s = Sim::new(|_| {});
