@@ -338,6 +338,7 @@ def do_bench_interleaved(
     before_each: Optional[Callable[[], Any]] = None,
     prepare_each: Optional[Sequence[Callable[[], Any]]] = None,
     min_calls: int = 1,
+    regions: Optional[List[Any]] = None,
 ) -> List[List[float]]:
     """Time several functions call by call in turn — A, B, C, A, B, C, … — inside one kforge
     region; returns each function's samples in milliseconds. A slow drift of the machine (clocks,
@@ -352,7 +353,8 @@ def do_bench_interleaved(
     into it (``before_each`` then still gives the timed call fresh inputs). ``min_calls``: at least
     that many timed calls of each function, however long they take (``rep`` alone gives one call
     each when the calls together take longer than ``rep``: a median of one sample is the call's
-    raw jitter)."""
+    raw jitter). ``regions``: a list the region it timed in is appended to once exited (its
+    ``tainted``: not exclusive, a sibling's GPU work may have run beside it)."""
     if not fns or not all(callable(f) for f in fns):
         raise ValueError("do_bench_interleaved: fns must be a non-empty sequence of callables")
     if warmup < 0 or rep <= 0:
@@ -373,6 +375,8 @@ def do_bench_interleaved(
             samples = _interleaved_cuda(list(fns), float(warmup), float(rep), dev, befores, min_calls=min_calls)
         for i, xs in enumerate(samples):
             report_measurement(f"{name or 'do_bench_interleaved'}:{i}", _subsample(xs, MAX_REPORTED_SAMPLES), region=r.region)
+    if regions is not None:
+        regions.append(r)
     return samples
 
 

@@ -12,7 +12,7 @@ import time
 import warnings
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import pytest
 
@@ -665,6 +665,36 @@ def test_a_mode_that_raises_in_a_timing_round_is_left_out_and_the_round_run_agai
     with pytest.raises(AssertionError, match="tensor_weakrefs"):
         dispatch.time_rounds(problem, {"eager": lambda *xs: None, "reduce-overhead": flaky}, "eager",
                              torch.device("cpu"), 2)
+
+
+def test_a_round_timed_in_a_tainted_region_is_timed_again_a_bounded_number_of_times(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """time_rounds: a counted round whose region was not exclusive (tainted) is timed again, at
+    most TAINTED_RETAKES times in a step; later tainted rounds are kept, and ``taint`` counts
+    both; a tainted warm-up round is not timed again."""
+    tainted_calls = {2, 3, 4, 6}  # bench calls (1-based): 1 the warm-up; 2 and 3 round 1 retaken
+    seen: List[str] = []
+
+    class Held:
+        def __init__(self, tainted: bool) -> None:
+            self.tainted = tainted
+
+    def bench(fns: List[Any], name: str, regions: Optional[List[Any]] = None, **kw: Any) -> List[List[float]]:
+        seen.append(name)
+        assert regions is not None, "time_rounds asks for the region"
+        regions.append(Held(len(seen) in tainted_calls or len(seen) == 1))
+        return [[float(len(seen) * 10 + i)] for i in range(len(fns))]
+
+    monkeypatch.setattr(dispatch, "do_bench_interleaved", bench)
+    problem = dispatch.load_problem(VECTOR_ADD, "default")
+    fns = {"eager": lambda *xs: None, "default": lambda *xs: None}
+    taint: Dict[str, int] = {}
+    out = dispatch.time_rounds(problem, fns, "eager", torch.device("cpu"), 3, taint=taint)
+    assert dispatch.TAINTED_RETAKES == 2
+    assert taint == {"retaken": 2, "kept": 2}, "calls 2 and 3 retaken; 4 and 6 kept"
+    assert seen == ["optimize:dispatch-warmup"] + ["optimize:dispatch-round-0"] * 3 + [
+        "optimize:dispatch-round-1", "optimize:dispatch-round-2"]
+    assert out == {"default": [(40.0, 41.0, 42.0), (50.0, 51.0, 52.0), (60.0, 61.0, 62.0)]}
 
 
 GRAPH_BREAK = str(REPO / "python" / "tests" / "fixtures" / "graphs" / "linear_hook_softmax.py")

@@ -818,9 +818,16 @@ def attributed(index: int, f: Callable[[], Any]) -> Callable[[], Any]:
     return call
 
 
+#: Counted rounds a step times again because their region was not exclusive (tainted: a
+#: sibling's drain timed out, or was skipped while the sibling still finished slow GPU work, or
+#: an unmanaged process used the GPU). Past these, a tainted round is kept and counted.
+TAINTED_RETAKES = 2
+
+
 def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str, dev: Any,
                 rounds: int, end: Optional[float] = None,
-                failed: Optional[Dict[str, str]] = None) -> Dict[str, List[Tuple[float, float, float]]]:
+                failed: Optional[Dict[str, str]] = None,
+                taint: Optional[Dict[str, int]] = None) -> Dict[str, List[Tuple[float, float, float]]]:
     """Per mode (not the baseline), per round: (baseline ms, mode ms, baseline again ms), all of
     a round called in turn in one region on the round's fresh inputs; after ``WARMUP_ROUNDS``
     rounds timed the same way and dropped. With ``end`` (Unix seconds: the step's end), no
@@ -828,13 +835,18 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
     fewer rounds, a wider interval, and a step that ends in its budget. With ``failed``, a mode
     whose call raises in a round (torch's CUDA graph trees asserted so at the large preset, with
     several graph-capturing modes called in turn) is left out, its error in ``failed``, and the
-    round run again without it; the baseline's error ends the step."""
+    round run again without it; the baseline's error ends the step. A counted round timed in a
+    tainted region (not exclusive) is timed again, at most ``TAINTED_RETAKES`` times and only
+    when another round fits; with ``taint``, its ``retaken`` and ``kept`` count such rounds."""
     import torch
 
     others = [m for m in fns if m != baseline]
     out: Dict[str, List[Tuple[float, float, float]]] = {m: [] for m in others}
     last_s = 0.0
     r = -WARMUP_ROUNDS
+    counts = taint if taint is not None else {}
+    counts.setdefault("retaken", 0)
+    counts.setdefault("kept", 0)
     while r < rounds and others:
         if not another_round_fits(r, last_s, end):
             say(f"timed {r} of {rounds} rounds: another would end past the step's end")
@@ -843,11 +855,12 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
         xs = make_inputs(problem, 10 + r, "normal", dev)
         calls = [fns[baseline]] + [fns[m] for m in others] + [fns[baseline]]
         timed = [attributed(i, functools.partial(f, *xs)) for i, f in enumerate(calls)]
+        held: List[Any] = []
         try:
             with torch.no_grad():
                 samples = do_bench_interleaved(timed, name=f"optimize:dispatch-round-{r}" if r >= 0 else "optimize:dispatch-warmup",
                                                prepare_each=timed,
-                                               min_calls=ROUND_MIN_CALLS, device=str(dev))
+                                               min_calls=ROUND_MIN_CALLS, device=str(dev), regions=held)
         except VariantRaised as e:
             if failed is None or e.index in (0, len(calls) - 1):
                 raise e.error from None
@@ -858,6 +871,13 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
             say(f"{mode}: left out, it raised in {which}: {e}")
             continue  # the round again, without it
         last_s = time.time() - t0
+        if r >= 0 and any(getattr(h, "tainted", False) for h in held):
+            if counts["retaken"] < TAINTED_RETAKES and another_round_fits(r, last_s, end):
+                counts["retaken"] += 1
+                say(f"timing round {r + 1} again: its region was not exclusive (tainted)")
+                continue
+            counts["kept"] += 1
+            say(f"round {r + 1}: kept, timed in a region that was not exclusive (tainted)")
         say(f"timed round {r + 1} of {rounds} ({len(calls)} calls in turn)" if r >= 0 else "timed a warm-up round")
         if r >= 0:  # not a warm-up round
             med = [sorted(s)[len(s) // 2] for s in samples]
@@ -1240,7 +1260,10 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
         result.update({"modes": {}, "noise_floor": None, "winner": baseline, "fallback": True, "why": why})
     else:
         failed: Dict[str, str] = {}
-        per_round = time_rounds(problem, fns, baseline, dev, rounds, end, failed)
+        taint: Dict[str, int] = {}
+        per_round = time_rounds(problem, fns, baseline, dev, rounds, end, failed, taint)
+        if taint.get("retaken") or taint.get("kept"):
+            result["tainted_rounds"] = taint
         for v, why in failed.items():  # left out as a variant that fails to run is
             fns.pop(v, None)
             report[v] = {**report.get(v, {}), "ok": False, "why": why}
