@@ -1550,6 +1550,47 @@ fn a_resumed_campaign_starts_a_problem_whose_beam_starts_only_at_a_runs_start_fi
     assert!(at("[2/2]") < at("[1/2]"), "b (its beam's floor 1000 s) before a: {text}");
 }
 
+/// With `--resume` and a wall budget, a problem whose measure step already ran longer than the
+/// whole budget without finishing (a killed run's floor of its own) starts after the problems
+/// that can finish, and its progress line says why; it still starts (bounded) once a slot is free
+/// early enough.
+#[test]
+fn a_problem_whose_measure_step_outlived_a_whole_budget_starts_after_those_that_can_finish() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = problems(
+        dir.path(),
+        &[
+            ("level1", "vector_add.py", "a.py"),
+            ("level1", "row_softmax.py", "b.py"),
+            ("level3", "vector_add.py", "c.py"),
+        ],
+    );
+    let out = dir.path().join("o");
+    let args =
+        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--budget-gpu-s", "0.001"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    // A killed run had left a's measure step running for 10000 s: more than the next run's budget.
+    let store = kforge_store::Store::open(&out.join("journal.db")).unwrap();
+    let first = store.journal(None).unwrap().runs[0].clone();
+    let killed = store.insert_run(&kforge_store::RunRow { id: 0, finished_ns: None, stopped: None, ..first }).unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
+    let c = p.join("level3/c.py").display().to_string();
+    let measure = store.step_started(killed, &c, "measure", "an older input", now - 10_000_000_000_000).unwrap();
+    store.step_work_began(measure, now - 10_000_000_000_000).unwrap();
+    store.step_started(killed, &c, "result", "its last sign of life", now).unwrap();
+    drop(store);
+    let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--resume", "--budget-wall-s", "5000"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    let at = |n: &str| text.find(n).unwrap_or_else(|| panic!("{n}: {text}"));
+    assert!(at("[3/3] level3/c.py: starts after the problems that can finish") < at("[2/3]"), "said first: {text}");
+    let started = |n: &str| text.match_indices(n).map(|(i, _)| i).nth(1).unwrap_or_else(|| panic!("{n}: {text}"));
+    assert!(at("[2/3]") < started("[3/3]"), "b (never measured) before c (floor 10000 s): {text}");
+    assert!(text.contains("at least 10000 s here"), "{text}");
+    let c = campaign(&out);
+    assert!(c["problems"].as_array().unwrap().iter().all(|p| p["decision"].is_object()), "all decided: {c}");
+}
+
 /// With `--resume`, a campaign starts the problems whose measure step no run finished first, the
 /// longest expected first (a killed run's floor of its own), then the others; each keeps its
 /// number and its place in the summary.
