@@ -1550,6 +1550,36 @@ fn a_resumed_campaign_starts_a_problem_whose_beam_starts_only_at_a_runs_start_fi
     assert!(at("[2/2]") < at("[1/2]"), "b (its beam's floor 1000 s) before a: {text}");
 }
 
+/// Three problems, a, b (level1) and c (level3), in a campaign folder under `root`, and its
+/// output folder: a run measured a, then its GPU-seconds budget was spent (b and c not reached);
+/// a killed run had left c's measure step running for `floor_s` seconds: c's own floor.
+fn measured_a_and_killed_c(root: &Path, floor_s: i64) -> (PathBuf, PathBuf) {
+    let p = problems(
+        root,
+        &[
+            ("level1", "vector_add.py", "a.py"),
+            ("level1", "row_softmax.py", "b.py"),
+            ("level3", "vector_add.py", "c.py"),
+        ],
+    );
+    let out = root.join("o");
+    let args =
+        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--budget-gpu-s", "0.001"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("[1/3]") && text.contains("not reached"), "{text}");
+    let store = kforge_store::Store::open(&out.join("journal.db")).unwrap();
+    let first = store.journal(None).unwrap().runs[0].clone();
+    let killed = store.insert_run(&kforge_store::RunRow { id: 0, finished_ns: None, stopped: None, ..first }).unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
+    let c = p.join("level3/c.py").display().to_string();
+    let began = now - floor_s * 1_000_000_000;
+    let measure = store.step_started(killed, &c, "measure", "an older input", began).unwrap();
+    store.step_work_began(measure, began).unwrap();
+    store.step_started(killed, &c, "result", "its last sign of life", now).unwrap();
+    (p, out)
+}
+
 /// With `--resume` and a wall budget, a problem whose measure step already ran longer than the
 /// whole budget without finishing (a killed run's floor of its own) starts after the problems
 /// that can finish, and its progress line says why; it still starts (bounded) once a slot is free
@@ -1557,29 +1587,9 @@ fn a_resumed_campaign_starts_a_problem_whose_beam_starts_only_at_a_runs_start_fi
 #[test]
 fn a_problem_whose_measure_step_outlived_a_whole_budget_starts_after_those_that_can_finish() {
     let dir = tempfile::tempdir().unwrap();
-    let p = problems(
-        dir.path(),
-        &[
-            ("level1", "vector_add.py", "a.py"),
-            ("level1", "row_softmax.py", "b.py"),
-            ("level3", "vector_add.py", "c.py"),
-        ],
-    );
-    let out = dir.path().join("o");
+    let (p, out) = measured_a_and_killed_c(dir.path(), 10_000);
     let args =
         [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
-    let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--budget-gpu-s", "0.001"]].concat(), &out);
-    assert_eq!(code, Some(0), "{text}");
-    // A killed run had left a's measure step running for 10000 s: more than the next run's budget.
-    let store = kforge_store::Store::open(&out.join("journal.db")).unwrap();
-    let first = store.journal(None).unwrap().runs[0].clone();
-    let killed = store.insert_run(&kforge_store::RunRow { id: 0, finished_ns: None, stopped: None, ..first }).unwrap();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
-    let c = p.join("level3/c.py").display().to_string();
-    let measure = store.step_started(killed, &c, "measure", "an older input", now - 10_000_000_000_000).unwrap();
-    store.step_work_began(measure, now - 10_000_000_000_000).unwrap();
-    store.step_started(killed, &c, "result", "its last sign of life", now).unwrap();
-    drop(store);
     let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--resume", "--budget-wall-s", "5000"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     let at = |n: &str| text.find(n).unwrap_or_else(|| panic!("{n}: {text}"));
@@ -1597,31 +1607,9 @@ fn a_problem_whose_measure_step_outlived_a_whole_budget_starts_after_those_that_
 #[test]
 fn a_resumed_campaign_starts_the_unmeasured_problems_first_the_longest_first() {
     let dir = tempfile::tempdir().unwrap();
-    let p = problems(
-        dir.path(),
-        &[
-            ("level1", "vector_add.py", "a.py"),
-            ("level1", "row_softmax.py", "b.py"),
-            ("level3", "vector_add.py", "c.py"),
-        ],
-    );
-    let out = dir.path().join("o");
+    let (p, out) = measured_a_and_killed_c(dir.path(), 1000);
     let args =
         [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
-    // a is measured, then the GPU-seconds budget is spent: b and c are not reached.
-    let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--budget-gpu-s", "0.001"]].concat(), &out);
-    assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("[1/3]") && text.contains("not reached"), "{text}");
-    // A killed run had left c's measure step running for 1000 s: its own floor.
-    let store = kforge_store::Store::open(&out.join("journal.db")).unwrap();
-    let first = store.journal(None).unwrap().runs[0].clone();
-    let killed = store.insert_run(&kforge_store::RunRow { id: 0, finished_ns: None, stopped: None, ..first }).unwrap();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
-    let c = p.join("level3/c.py").display().to_string();
-    let measure = store.step_started(killed, &c, "measure", "an older input", now - 1_000_000_000_000).unwrap();
-    store.step_work_began(measure, now - 1_000_000_000_000).unwrap();
-    store.step_started(killed, &c, "result", "its last sign of life", now).unwrap();
-    drop(store);
     let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--resume"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     let at = |n: &str| text.find(n).unwrap_or_else(|| panic!("{n}: {text}"));
