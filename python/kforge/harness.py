@@ -609,6 +609,18 @@ def harness_threads() -> Set[Any]:
 T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
 
 
+#: Counted timing rounds a step (a dispatch measurement, verify's performance gate) times again
+#: because their region was not exclusive (tainted: a sibling's drain timed out, or was skipped
+#: while the sibling still finished slow GPU work, or an unmanaged process used the GPU). Past
+#: these, a tainted round is kept and counted.
+TAINTED_RETAKES = 2
+
+
+def any_tainted(regions: Sequence[Any]) -> bool:
+    """Whether any of these exited regions (``do_bench_interleaved(regions=...)``) was tainted."""
+    return any(getattr(r, "tainted", False) for r in regions)
+
+
 def mean_half(logs: List[float]) -> Tuple[float, float]:
     """Mean of log ratios and the half-width of its 95 % t interval."""
     mean = statistics.fmean(logs)

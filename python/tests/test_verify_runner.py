@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import types
 from pathlib import Path
+from typing import Any, List, Optional
 
 import pytest
 
@@ -336,6 +337,40 @@ def test_performance_gate_validates_timed_outputs_end_to_end_on_the_cpu(monkeypa
         assert len(timed["evidence"]["rounds"]) == 2 and all(r["sampled"] == perf.TIMED_SAMPLES for r in timed["evidence"]["rounds"])
         assert by[("exploits", "revalidation-after-timing")]["ok"] is ok
         assert ("performance", "speedup") in by and ("performance", "thread-count-timed") in by
+
+
+def test_gate_4_times_a_round_in_a_tainted_region_again_a_bounded_number_of_times(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Gate 4: a round whose region was not exclusive (tainted) is timed again, at most
+    TAINTED_RETAKES times; a later tainted round is kept; the speedup check counts both, and
+    every timed round's sample is validated, the retaken ones too."""
+    import warnings
+
+    warnings.simplefilter("ignore")
+    monkeypatch.setattr(torch, "compile", lambda m, mode=None: m)
+    monkeypatch.setattr(perf, "copy_bandwidth", lambda dev: 1e15)
+    monkeypatch.setattr(perf, "matmul_rate", lambda dev, dtype: 1e18)
+    real = perf.do_bench_interleaved
+    calls: List[str] = []
+
+    def bench(fns: Any, regions: Optional[List[Any]] = None, **kw: Any) -> Any:
+        out = real(fns, **kw)
+        calls.append(kw["name"])
+        assert regions is not None, "gate 4 asks for the region"
+        regions.append(types.SimpleNamespace(tainted=len(calls) <= 3))  # the first three
+        return out
+
+    monkeypatch.setattr(perf, "do_bench_interleaved", bench)
+    prob = types.SimpleNamespace(get_inputs=lambda: [torch.randn(512), torch.randn(512)])
+    ck = harness.Check()
+    perf.performance_gate(ck, prob, Model(), Model(), {"rounds": 2}, torch.device("cpu"))
+    by = {(c["gate"], c["name"]): c for c in ck.items}
+    speed = by[("performance", "speedup")]["evidence"]
+    assert harness.TAINTED_RETAKES == 2
+    assert speed["tainted_rounds"] == {"retaken": 2, "kept": 1}, speed
+    assert len(speed["per_round"]) == 2, "two rounds counted"
+    assert calls == ["verify:round-0"] * 3 + ["verify:round-1"]
+    timed = by[("exploits", "revalidation-timed")]
+    assert timed["ok"] and [r["round"] for r in timed["evidence"]["rounds"]] == [0, 0, 0, 1], timed
 
 
 def test_outputs_that_are_nan_in_the_same_places_are_the_same() -> None:

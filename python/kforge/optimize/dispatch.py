@@ -49,7 +49,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterator, List, NoReturn, Opt
 
 from ..autoregions import inductor_regions, release_inductor_regions
 from ..bench import do_bench_interleaved
-from ..harness import SIZES, Fp64Reference, clone_output, finite_json, judge, make_inputs, mean_half, noise_floor
+from ..harness import SIZES, TAINTED_RETAKES, Fp64Reference, any_tainted, clone_output, finite_json, judge, make_inputs, mean_half, noise_floor
 from ..harness import load_problem as harness_load_problem
 from ..inspect.inductor import CUDA_GRAPH_MODES, WrapperHook
 from ..inspect.traces import device_totals, trace_events
@@ -818,12 +818,6 @@ def attributed(index: int, f: Callable[[], Any]) -> Callable[[], Any]:
     return call
 
 
-#: Counted rounds a step times again because their region was not exclusive (tainted: a
-#: sibling's drain timed out, or was skipped while the sibling still finished slow GPU work, or
-#: an unmanaged process used the GPU). Past these, a tainted round is kept and counted.
-TAINTED_RETAKES = 2
-
-
 def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str, dev: Any,
                 rounds: int, end: Optional[float] = None,
                 failed: Optional[Dict[str, str]] = None,
@@ -871,7 +865,7 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
             say(f"{mode}: left out, it raised in {which}: {e}")
             continue  # the round again, without it
         last_s = time.time() - t0
-        if r >= 0 and any(getattr(h, "tainted", False) for h in held):
+        if r >= 0 and any_tainted(held):
             if counts["retaken"] < TAINTED_RETAKES and another_round_fits(r, last_s, end):
                 counts["retaken"] += 1
                 say(f"timing round {r + 1} again: its region was not exclusive (tainted)")
