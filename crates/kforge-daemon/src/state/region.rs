@@ -401,7 +401,8 @@ impl Daemon {
             }
             if b.skips == 0 {
                 lines.push(format!(
-                    "region {id}: drain did not wait for pid {}: still behind on region {}'s drain, which timed out                      waiting for it (its GPU work then still runs; regions are not exclusive until it catches up)",
+                    "region {id}: drain did not wait for pid {}: still behind on region {}'s drain, which timed out \
+                     waiting for it (its GPU work then still runs; regions are not exclusive until it catches up)",
                     b.pid, b.region
                 ));
             }

@@ -469,7 +469,8 @@ fn a_participant_a_drain_timed_out_on_is_not_waited_for_again_until_it_catches_u
     let report = EnterReport { skipped: vec![777], drain_epoch: Some(6), ..EnterReport::default() };
     let x = s.handle(Event::RegionEntered { region: r2, report });
     assert_eq!(logs(&x).len(), 1, "{x:?}");
-    assert!(logs(&x)[0].contains(&format!("drain did not wait for pid 777: still behind on region {r1}'s drain")));
+    let want = format!("drain did not wait for pid 777: still behind on region {r1}'s drain, which timed out waiting");
+    assert!(logs(&x)[0].contains(&want), "{x:?}");
     assert!(grant_to(&x, b).expect("granted").tainted, "its GPU work may still run beside the region");
     s.request(b, Request::RegionExit { region: r2 });
     s.left(r2);
