@@ -362,7 +362,7 @@ def test_gate_4_times_a_round_in_a_tainted_region_again_a_bounded_number_of_time
     monkeypatch.setattr(perf, "do_bench_interleaved", bench)
     prob = types.SimpleNamespace(get_inputs=lambda: [torch.randn(512), torch.randn(512)])
     ck = harness.Check()
-    perf.performance_gate(ck, prob, Model(), Model(), {"rounds": 2}, torch.device("cpu"))
+    phases = perf.performance_gate(ck, prob, Model(), Model(), {"rounds": 2}, torch.device("cpu"))
     by = {(c["gate"], c["name"]): c for c in ck.items}
     speed = by[("performance", "speedup")]["evidence"]
     assert harness.TAINTED_RETAKES == 2
@@ -371,6 +371,7 @@ def test_gate_4_times_a_round_in_a_tainted_region_again_a_bounded_number_of_time
     assert calls == ["verify:round-0"] * 3 + ["verify:round-1"]
     timed = by[("exploits", "revalidation-timed")]
     assert timed["ok"] and [r["round"] for r in timed["evidence"]["rounds"]] == [0, 0, 0, 1], timed
+    assert list(phases) == ["baseline-compile", "timing", "revalidation-after-timing", "plausibility"], phases
 
 
 def test_outputs_that_are_nan_in_the_same_places_are_the_same() -> None:

@@ -317,7 +317,7 @@ def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy:
             sets += [make_inputs(problem, 400 + 3 * r + k, "normal", dev) for k in range(1, 3 if _bytes(sets[0]) <= ROTATION_BYTES else 2)]
             xs = sets[0]
             base(*xs)  # type: ignore[no-untyped-call]
-            if r == 0:
+            if len(t) == 1:  # the first round (not a retaken one)
                 if dev.type == "cuda":
                     torch.cuda.synchronize(dev)
                 t.append(time.perf_counter())  # the baseline compiled
