@@ -290,6 +290,20 @@ pub struct DeviceStatus {
     /// The device's memory as last sampled (None: no sample, so admission does not look at memory).
     #[serde(default)]
     pub memory: Option<DeviceMemoryStatus>,
+    /// Gate participants a drain here timed out waiting for and that are still behind on it: the
+    /// drains of later regions do not wait for them, and those regions are tainted.
+    #[serde(default)]
+    pub stragglers: Vec<StragglerStatus>,
+}
+
+/// A gate participant still behind on a drain that timed out waiting for it.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
+pub struct StragglerStatus {
+    pub pid: u32,
+    /// The region whose drain timed out waiting for it.
+    pub since_region: u64,
+    /// Drains since that did not wait for it.
+    pub skipped: u32,
 }
 
 /// A device's memory as the daemon's admission sees it.

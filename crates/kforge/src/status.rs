@@ -117,6 +117,16 @@ fn device_rows(d: &DeviceStatus) -> String {
     if d.gpu_groups > 0 {
         t += &format!("       GPU groups bound here: {}\n", d.gpu_groups);
     }
+    if !d.stragglers.is_empty() {
+        let who: Vec<String> = d
+            .stragglers
+            .iter()
+            .map(|s| {
+                format!("pid {} (since region {}'s drain, {} drain(s) skipped it)", s.pid, s.since_region, s.skipped)
+            })
+            .collect();
+        t += &format!("       not waited for by drains (still behind, regions tainted): {}\n", who.join(", "));
+    }
     let p = &d.pool;
     if p.size > 0 || !p.recycled.is_empty() {
         let recycled: Vec<String> = p.recycled.iter().map(|(k, v)| format!("{v}× {k}")).collect();

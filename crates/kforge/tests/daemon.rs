@@ -509,6 +509,14 @@ fn a_drain_does_not_wait_again_for_a_participant_still_behind_on_one_that_timed_
     let st = d.status();
     assert_eq!(st.jobs.len(), 1, "only the submitter runs: {:?}", st.jobs);
     let sub_pid = st.jobs[0].pid.expect("the submitter runs");
+    let behind: Vec<u32> = st.devices.iter().flat_map(|dev| dev.stragglers.iter().map(|s| s.pid)).collect();
+    assert_eq!(behind, vec![sub_pid], "status names the straggler");
+    let table = Command::new(KFORGE).arg("--socket").arg(&d.socket).arg("status").output().unwrap();
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        table.contains(&format!("not waited for by drains (still behind, regions tainted): pid {sub_pid}")),
+        "{table}"
+    );
     let daemon_log = d.log();
     let line =
         daemon_log.lines().find(|l| l.contains("drain did not wait for pid")).unwrap_or_else(|| panic!("{daemon_log}"));

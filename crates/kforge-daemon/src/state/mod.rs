@@ -541,6 +541,7 @@ impl Daemon {
             pool: self.pool_status(i),
             gpu_groups: self.placement.bound_to(i),
             memory: self.device_memory_status(i),
+            stragglers: d.stragglers.iter().map(region::Behind::status).collect(),
         }
     }
 }

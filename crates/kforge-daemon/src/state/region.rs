@@ -25,6 +25,12 @@ pub(super) struct Behind {
     skips: u32,
 }
 
+impl Behind {
+    pub(super) fn status(&self) -> kforge_proto::StragglerStatus {
+        kforge_proto::StragglerStatus { pid: self.pid, since_region: self.region, skipped: self.skips }
+    }
+}
+
 /// Where a region is in its life. The transitions, and no others:
 ///
 /// ```text

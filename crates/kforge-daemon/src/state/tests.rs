@@ -472,6 +472,8 @@ fn a_participant_a_drain_timed_out_on_is_not_waited_for_again_until_it_catches_u
     let want = format!("drain did not wait for pid 777: still behind on region {r1}'s drain, which timed out waiting");
     assert!(logs(&x)[0].contains(&want), "{x:?}");
     assert!(grant_to(&x, b).expect("granted").tainted, "its GPU work may still run beside the region");
+    let behind = kforge_proto::StragglerStatus { pid: 777, since_region: r1, skipped: 1 };
+    assert_eq!(s.status().devices[GPU0].stragglers, vec![behind], "status shows it");
     s.request(b, Request::RegionExit { region: r2 });
     s.left(r2);
     // Skipped again: not logged again.
@@ -495,6 +497,7 @@ fn a_participant_a_drain_timed_out_on_is_not_waited_for_again_until_it_catches_u
     assert_eq!(logs(&x).len(), 1, "{x:?}");
     assert!(logs(&x)[0].contains("pid 777 is no longer behind") && logs(&x)[0].contains("2 drain(s) did not wait"));
     assert!(!grant_to(&x, b).expect("granted").tainted);
+    assert!(s.status().devices[GPU0].stragglers.is_empty());
     s.request(b, Request::RegionExit { region: r4 });
     s.left(r4);
     assert!(stragglers(&s.enter(b, Some(jb), "", None)).is_empty());
