@@ -97,13 +97,17 @@ tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"
 # And the run's events from its whole log (a redecision started, a step bounded, a warning, a
 # failure, a decision), which the last 40 lines no longer hold.
 { echo; echo "== events of the whole run (at most 120 lines)"
-  grep -E "decided again|left the decisions file|still in the decisions file|bounded:|warning|failed|decided:" \
+  grep -E "decided again|left the decisions file|still in the decisions file|bounded:|warning|failed|decided:|starts after the problems" \
     "$W/progress.log" | head -n 120; } >>"$OUT/progress-tail.txt" || true
 # Regions held long (the long-hold report of --auto-regions: where the holding thread was), from
 # every step's log of this call: the logs themselves do not come back.
 { echo; echo "== steps that left threads running at their exit (at most 20 lines)"
   grep -rh --include='*.log' "leaving .* thread(s) still running" "$W/state/out" | cut -c1-400 | head -n 20
 } >>"$OUT/progress-tail.txt" || true
+# Timing rounds a step left a mode out of, or timed again for a tainted region (dispatch's log lines).
+{ echo; echo "== timing rounds: modes left out, rounds in regions that were not exclusive (at most 40 lines)"
+  grep -rH --include='*.log' -E "left out, it raised|again: its region was not exclusive|kept, timed in a region" \
+    "$W/state/out" | sed "s|$W/state/out/||" | cut -c1-400 | head -n 40; } >>"$OUT/progress-tail.txt" || true
 { echo; echo "== regions held past half their lease (at most 40 lines)"
   grep -rh --include='*.log' "kforge --auto-regions: region .* held for .* lease; " "$W/state/out" | cut -c1-600 | head -n 40
 } >>"$OUT/progress-tail.txt" || true
