@@ -19,20 +19,21 @@ def store(path: Path) -> None:
     c.execute("CREATE TABLE jobs (id INTEGER, label TEXT, queued_ns INTEGER, started_ns INTEGER, ended_ns INTEGER)")
     c.execute("CREATE TABLE regions (job INTEGER, name TEXT, wait_ms REAL, gate_ms REAL, drain_ms REAL,"
               " drain_timed_out INTEGER, freeze_ms REAL, settle_ms REAL, settle_timed_out INTEGER, isolate_ms REAL,"
-              " granted_ns INTEGER, released_ns INTEGER)")
+              " granted_ns INTEGER, released_ns INTEGER, tainted INTEGER)")
     c.executemany("INSERT INTO jobs VALUES (?, ?, ?, ?, ?)", [
         (1, "optimize:dispatch:level3/004_decoder", 0, 10 * S, 470 * S),
         (2, "optimize:dispatch:level3/007_mobilenet", 0, 5 * S, 470 * S),
         (3, "verify:level1/016_silu", 0, None, 100 * S),  # never started: no regions
     ])
     bench, measure = "auto:inductor.benchmark", "dispatch:round"
-    # job, name, wait, gate, drain, drain timed out, freeze, settle, settle timed out, isolate (ms); granted, released
-    c.executemany("INSERT INTO regions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
-        (1, bench, 300_000.0, 0.1, 2_000.0, 1, 5.0, 1_500.0, 1, 0.2, 400 * S, 410 * S),
-        (1, measure, 20_000.0, 0.1, 40.0, 0, 5.0, 0.0, 0, 0.2, 420 * S, 426 * S),
-        (2, bench, 5_000.0, 0.1, 2_000.0, 1, 5.0, 100.0, 0, 0.2, 20 * S, 200 * S),
-        (2, bench, 1_000.0, 0.1, 900.0, 0, 5.0, 0.0, 0, 0.2, 210 * S, 395 * S),
-        (2, measure, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 0, 0.0, 430 * S, None),
+    # job, name, wait, gate, drain, drain timed out, freeze, settle, settle timed out, isolate (ms); granted,
+    # released; tainted
+    c.executemany("INSERT INTO regions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+        (1, bench, 300_000.0, 0.1, 2_000.0, 1, 5.0, 1_500.0, 1, 0.2, 400 * S, 410 * S, 1),
+        (1, measure, 20_000.0, 0.1, 40.0, 0, 5.0, 0.0, 0, 0.2, 420 * S, 426 * S, 0),
+        (2, bench, 5_000.0, 0.1, 2_000.0, 1, 5.0, 100.0, 0, 0.2, 20 * S, 200 * S, 1),
+        (2, bench, 1_000.0, 0.1, 900.0, 0, 5.0, 0.0, 0, 0.2, 210 * S, 395 * S, 1),  # a skipped straggler
+        (2, measure, 0.0, 0.0, 0.0, 0, 0.0, 0.0, 0, 0.0, 430 * S, None, 0),
     ])
     c.commit()
 
@@ -71,6 +72,8 @@ def test_region_entries_split_the_wait_into_queue_drain_settle_and_freeze(tmp_pa
     # Queued: each wait less its steps (gate, drain, freeze, settle, isolate).
     assert bench["queued_s"] == round((300_000 - 3_505.3 + 5_000 - 2_105.3 + 1_000 - 905.3) / 1e3, 1)
     assert (bench["drain_s"], bench["settle_s"], bench["freeze_s"]) == (4.9, 1.6, 0.0)
+    assert (bench["tainted"], entries[1]["tainted"]) == (3, 0), "every region granted tainted, timed out or not"
+    assert "TAINTED" in r.stdout
     assert bench["held_s"] == {"median": 180.0, "max": 185.0, "total": 375.0}
     measure = entries[1]
     assert measure["held_s"] == {"median": 6.0, "max": 6.0, "total": 6.0}, "an unreleased region holds nothing"

@@ -63,17 +63,19 @@ def longest_waits(db: str, n: int = LONGEST_WAITS) -> List[Dict[str, Any]]:
 def region_entries(db: str) -> List[Dict[str, Any]]:
     """Per kind of job and region name: the regions' count, their entries' seconds split into
     queued (behind other regions), drain, settle and freeze, the drains and settles that timed
-    out, and the regions' held seconds (median, longest); most waited first."""
+    out, the regions granted tainted (not exclusive: a drain timed out or skipped a straggler, or an
+    unmanaged process used the GPU), and the regions' held seconds (median, longest); most waited
+    first."""
     c = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     labels = {jid: label for jid, label in c.execute("SELECT id, label FROM jobs")}
     groups: Dict[tuple, Dict[str, Any]] = {}
-    for job, name, wait, gate, drain, drained_late, freeze, settle, settled_late, isolate, granted, released in c.execute(
+    for job, name, wait, gate, drain, drained_late, freeze, settle, settled_late, isolate, granted, released, tainted in c.execute(
             "SELECT job, name, wait_ms, gate_ms, drain_ms, drain_timed_out, freeze_ms, settle_ms, settle_timed_out,"
-            " isolate_ms, granted_ns, released_ns FROM regions"):
+            " isolate_ms, granted_ns, released_ns, tainted FROM regions"):
         key = (kind(labels.get(job, "") or ""), name)
         g = groups.setdefault(key, {"kind": key[0], "region": name, "regions": 0, "wait_s": 0.0, "queued_s": 0.0,
                                     "drain_s": 0.0, "drain_timeouts": 0, "settle_s": 0.0, "settle_timeouts": 0,
-                                    "freeze_s": 0.0, "held": []})
+                                    "freeze_s": 0.0, "tainted": 0, "held": []})
         steps = sum(x or 0.0 for x in (gate, drain, freeze, settle, isolate))
         g["regions"] += 1
         g["wait_s"] += (wait or 0.0) / 1e3
@@ -83,6 +85,7 @@ def region_entries(db: str) -> List[Dict[str, Any]]:
         g["settle_s"] += (settle or 0.0) / 1e3
         g["settle_timeouts"] += int(bool(settled_late))
         g["freeze_s"] += (freeze or 0.0) / 1e3
+        g["tainted"] += int(bool(tainted))
         if granted is not None and released is not None:
             g["held"].append((released - granted) / 1e9)
     rows = []
@@ -135,14 +138,14 @@ def main() -> int:
     for w in waits:
         print(f"{w['label'][-60:]:<60} {w['running_s']:>9.1f} {w['regions']:>7} {w['region_wait_s']:>8.1f} {w['region_s']:>8.1f}")
     print(f"\n{'REGION ENTRIES (JOBS OF, REGION)':<52} {'N':>5} {'WAIT S':>8} {'QUEUED':>8} {'DRAIN':>7} "
-          f"{'LATE':>5} {'SETTLE':>7} {'LATE':>5} {'FREEZE':>7} {'HELD MED':>8} {'MAX':>6}")
+          f"{'LATE':>5} {'SETTLE':>7} {'LATE':>5} {'FREEZE':>7} {'TAINTED':>7} {'HELD MED':>8} {'MAX':>6}")
     for e in entries[:LONGEST_WAITS]:
         held = e["held_s"]
         med = f"{held['median']:.3f}" if held["median"] is not None else "-"
         top = f"{held['max']:.1f}" if held["max"] is not None else "-"
         print(f"{(e['kind'] + ' ' + e['region'])[-52:]:<52} {e['regions']:>5} {e['wait_s']:>8.1f} {e['queued_s']:>8.1f} "
               f"{e['drain_s']:>7.1f} {e['drain_timeouts']:>5} {e['settle_s']:>7.1f} {e['settle_timeouts']:>5} "
-              f"{e['freeze_s']:>7.1f} {med:>8} {top:>6}")
+              f"{e['freeze_s']:>7.1f} {e['tainted']:>7} {med:>8} {top:>6}")
     return 0
 
 
