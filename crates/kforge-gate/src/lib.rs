@@ -76,7 +76,10 @@
 //! *before* the scan, so an acknowledgement racing with the scan is never
 //! lost. A participant that dies mid-drain does not bump `acks`, so each wait
 //! is capped at [`LIVENESS_POLL`] to re-check liveness; there is no busy
-//! spinning.
+//! spinning. [`Gate::wait_acks_skipping`] also leaves out the stragglers it
+//! is given (a pid and the epoch of an earlier drain that timed out waiting
+//! for it) while their `acked_epoch` is still below that epoch: they are
+//! still finishing the work that drain waited for.
 //!
 //! **Daemon open** ([`Gate::open_gate`]): store `gate = 0` (Release), store
 //! `holder_pid = 0`, `FUTEX_WAKE` all waiters on `gate`.
