@@ -616,9 +616,18 @@ T95 = [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228]
 TAINTED_RETAKES = 2
 
 
-def any_tainted(regions: Sequence[Any]) -> bool:
-    """Whether any of these exited regions (``do_bench_interleaved(regions=...)``) was tainted."""
-    return any(getattr(r, "tainted", False) for r in regions)
+def retake_tainted(regions: Sequence[Any], taint: Dict[str, int], room: bool = True) -> Optional[str]:
+    """What becomes of a counted round timed in these exited regions
+    (``do_bench_interleaved(regions=...)``): ``None`` when none was tainted; ``"retaken"`` (time
+    it again) while fewer than ``TAINTED_RETAKES`` were and there is ``room`` for another round;
+    else ``"kept"``. Counted in ``taint`` under that word."""
+    taint.setdefault("retaken", 0)
+    taint.setdefault("kept", 0)
+    if not any(getattr(r, "tainted", False) for r in regions):
+        return None
+    fate = "retaken" if taint["retaken"] < TAINTED_RETAKES and room else "kept"
+    taint[fate] += 1
+    return fate
 
 
 def mean_half(logs: List[float]) -> Tuple[float, float]:

@@ -49,7 +49,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterator, List, NoReturn, Opt
 
 from ..autoregions import inductor_regions, release_inductor_regions
 from ..bench import do_bench_interleaved
-from ..harness import SIZES, TAINTED_RETAKES, Fp64Reference, any_tainted, clone_output, finite_json, judge, make_inputs, mean_half, noise_floor
+from ..harness import SIZES, TAINTED_RETAKES, Fp64Reference, retake_tainted, clone_output, finite_json, judge, make_inputs, mean_half, noise_floor
 from ..harness import load_problem as harness_load_problem
 from ..inspect.inductor import CUDA_GRAPH_MODES, WrapperHook
 from ..inspect.traces import device_totals, trace_events
@@ -839,8 +839,6 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
     last_s = 0.0
     r = -WARMUP_ROUNDS
     counts = taint if taint is not None else {}
-    counts.setdefault("retaken", 0)
-    counts.setdefault("kept", 0)
     while r < rounds and others:
         if not another_round_fits(r, last_s, end):
             say(f"timed {r} of {rounds} rounds: another would end past the step's end")
@@ -865,12 +863,11 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
             say(f"{mode}: left out, it raised in {which}: {e}")
             continue  # the round again, without it
         last_s = time.time() - t0
-        if r >= 0 and any_tainted(held):
-            if counts["retaken"] < TAINTED_RETAKES and another_round_fits(r, last_s, end):
-                counts["retaken"] += 1
-                say(f"timing round {r + 1} again: its region was not exclusive (tainted)")
-                continue
-            counts["kept"] += 1
+        fate = retake_tainted(held, counts, another_round_fits(r, last_s, end)) if r >= 0 else None
+        if fate == "retaken":
+            say(f"timing round {r + 1} again: its region was not exclusive (tainted)")
+            continue
+        if fate == "kept":
             say(f"round {r + 1}: kept, timed in a region that was not exclusive (tainted)")
         say(f"timed round {r + 1} of {rounds} ({len(calls)} calls in turn)" if r >= 0 else "timed a warm-up round")
         if r >= 0:  # not a warm-up round

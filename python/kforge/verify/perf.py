@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..autoregions import inductor_regions
 from ..bench import do_bench_interleaved, median_ms
-from ..harness import TAINTED_RETAKES, Check, Fp64Reference, any_tainted, clone_all, clone_output, flat, judge, make_inputs, mean_half, native_threads, noise_floor, thread_check
+from ..harness import Check, Fp64Reference, retake_tainted, clone_all, clone_output, flat, judge, make_inputs, mean_half, native_threads, noise_floor, thread_check
 
 #: Timed candidate calls per round whose outputs are kept and compared with the reference.
 TIMED_SAMPLES = 2
@@ -307,7 +307,7 @@ def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy:
     sampled: List[Dict[str, Any]] = []
     threads: Any = None
     native: Any = None
-    taint = {"retaken": 0, "kept": 0}
+    taint: Dict[str, int] = {"retaken": 0, "kept": 0}
     r = 0
     with torch.no_grad():
         while r < rounds:
@@ -327,11 +327,8 @@ def performance_gate(ck: Check, problem: Any, ref_model: Any, cand: Any, policy:
             held: List[Any] = []
             (tb, tc, tb2), check = timed_outputs_round(ref_model, base, cand, sets, f"verify:round-{r}", policy, regions=held)
             sampled.append(dict(check, round=r))  # a retaken round's sample is validated all the same
-            if any_tainted(held):  # not exclusive: timed again, a bounded number of times
-                if taint["retaken"] < TAINTED_RETAKES:
-                    taint["retaken"] += 1
-                    continue
-                taint["kept"] += 1
+            if retake_tainted(held, taint) == "retaken":  # not exclusive: timed again, a bounded number of times
+                continue
             r += 1
             speed.append(math.log(tb / tc))
             noise.append(math.log(tb2 / tb))

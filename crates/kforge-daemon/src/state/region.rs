@@ -16,9 +16,8 @@ use std::time::{Duration, Instant};
 /// it while it is still behind on that drain (`kforge_gate::Gate::wait_acks_skipping`).
 #[derive(Debug, Clone)]
 pub(super) struct Behind {
-    pid: u32,
-    /// The epoch of the drain that timed out.
-    epoch: u64,
+    /// Its pid and the epoch of the drain that timed out.
+    straggler: Straggler,
     /// That drain's region.
     region: u64,
     /// Drains since that did not wait for it.
@@ -27,7 +26,7 @@ pub(super) struct Behind {
 
 impl Behind {
     pub(super) fn status(&self) -> kforge_proto::StragglerStatus {
-        kforge_proto::StragglerStatus { pid: self.pid, since_region: self.region, skipped: self.skips }
+        kforge_proto::StragglerStatus { pid: self.straggler.pid, since_region: self.region, skipped: self.skips }
     }
 }
 
@@ -330,8 +329,7 @@ impl Daemon {
         let targets = self.freeze_targets(dev, job);
         let core = self.take_core();
         let managed_pgids = self.managed_pgids();
-        let stragglers =
-            self.devices[dev].stragglers.iter().map(|b| Straggler { pid: b.pid, epoch: b.epoch }).collect();
+        let stragglers = self.devices[dev].stragglers.iter().map(|b| b.straggler).collect();
         let r = self.regions.get_mut(&id).expect("a waiting region exists");
         r.begin_entering(core, targets.iter().map(|t| t.job).collect());
         self.emit(Effect::Step {
@@ -395,12 +393,13 @@ impl Daemon {
         let mut lines = Vec::new();
         let mut kept = Vec::new();
         for mut b in std::mem::take(&mut self.devices[dev].stragglers) {
-            if !report.skipped.contains(&b.pid) {
+            let pid = b.straggler.pid;
+            if !report.skipped.contains(&pid) {
                 if b.skips > 0 {
                     lines.push(format!(
                         "region {id}: pid {} is no longer behind on region {}'s drain (acknowledged, or gone); \
                          {} drain(s) did not wait for it",
-                        b.pid, b.region, b.skips
+                        pid, b.region, b.skips
                     ));
                 }
                 continue;
@@ -409,14 +408,15 @@ impl Daemon {
                 lines.push(format!(
                     "region {id}: drain did not wait for pid {}: still behind on region {}'s drain, which timed out \
                      waiting for it (its GPU work then still runs; regions are not exclusive until it catches up)",
-                    b.pid, b.region
+                    pid, b.region
                 ));
             }
             b.skips += 1;
             kept.push(b);
         }
         if let (true, Some(epoch)) = (report.timings.drain_timed_out, report.drain_epoch) {
-            kept.extend(report.pending.iter().map(|p| Behind { pid: p.pid, epoch, region: id, skips: 0 }));
+            let behind = report.pending.iter().map(|p| Straggler { pid: p.pid, epoch });
+            kept.extend(behind.map(|straggler| Behind { straggler, region: id, skips: 0 }));
         }
         self.devices[dev].stragglers = kept;
         lines.into_iter().for_each(|l| self.log(l));
