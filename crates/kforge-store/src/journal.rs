@@ -467,6 +467,31 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// The latest attempt of `step` on `input_hash` after row `after` that began its work and
+    /// ended without a result: failed, withdrawn, or still `running` in a run other than
+    /// `run_now` (a killed run's). Reused rows and steps whose job never left the daemon's queue
+    /// are not attempts.
+    pub fn unfinished_attempt_after(
+        &self,
+        step: &str,
+        input_hash: &str,
+        after: u64,
+        run_now: u64,
+    ) -> Result<Option<StepRow>, StoreError> {
+        self.conn
+            .query_row(
+                &format!(
+                    "SELECT {STEP_COLUMNS} WHERE s.step=?1 AND s.input_hash=?2 AND s.id>?3 AND s.reused_from IS NULL
+                       AND (s.status IN ('failed','withdrawn') OR (s.status='running' AND s.run<>?4))
+                       AND (j.step IS NULL OR j.started_ns IS NOT NULL) ORDER BY s.id DESC LIMIT 1"
+                ),
+                params![step, input_hash, after as i64, run_now as i64],
+                step_row,
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
     pub fn finished_step(&self, step: &str, input_hash: &str, run: Option<u64>) -> Result<Option<StepRow>, StoreError> {
         self.conn
             .query_row(
@@ -906,6 +931,34 @@ mod tests {
         s.step_finished(a, &end).unwrap();
         assert_eq!(s.finished_step("measure", "h1", None).unwrap().map(|x| x.work), Some(WorkStart::Since(50)));
         assert!(s.step_work_began(c + 10, 1).is_err(), "no such step");
+    }
+
+    #[test]
+    fn an_unfinished_attempt_is_one_whose_work_began_and_that_ended_without_a_result() {
+        let s = Store::open_in_memory().unwrap();
+        let (r1, r2) = (run(&s), run(&s));
+        let ended = |id: u64, status: &str| {
+            let end = StepEnd { status: status.into(), finished_ns: 9, ..StepEnd::default() };
+            s.step_finished(id, &end).unwrap();
+        };
+        let bounded = s.step_started(r1, "p.py", "measure", "h", 1).unwrap();
+        ended(bounded, "done");
+        let waited = s.step_started(r1, "p.py", "measure", "h", 2).unwrap(); // withdrawn in the queue
+        ended(waited, "withdrawn");
+        let other = s.step_started(r1, "p.py", "measure", "another input", 3).unwrap();
+        s.step_work_began(other, 3).unwrap();
+        ended(other, "failed");
+        let attempt = |now: u64| s.unfinished_attempt_after("measure", "h", bounded, now).unwrap().map(|x| x.id);
+        assert_eq!(attempt(r2), None, "neither began nor the same input");
+        let killed = s.step_started(r1, "p.py", "measure", "h", 4).unwrap();
+        s.step_work_began(killed, 4).unwrap();
+        assert_eq!(attempt(r2), Some(killed), "still running in a run that is not this one: killed");
+        assert_eq!(attempt(r1), None, "running in this run");
+        let failed = s.step_started(r2, "p.py", "measure", "h", 5).unwrap();
+        s.step_work_began(failed, 5).unwrap();
+        ended(failed, "failed");
+        assert_eq!(attempt(r2), Some(failed), "the latest");
+        assert_eq!(s.unfinished_attempt_after("measure", "h", failed, r2).unwrap(), None, "none after it");
     }
 
     #[test]

@@ -681,17 +681,21 @@ impl Run<'_> {
     /// in the progress lines and its place in the summary): with `--resume`, first the measured
     /// problems whose beam or config step starts only at a run's start (bounded: its own floor,
     /// a killed or bounded earlier run's, is over the wall budget; reached later it would be
-    /// held back again), then the problems whose measure step is still to run (none finished, or `--redecide` names them), the
-    /// longest expected first (`Spending::expected_s`: a killed one's own floor, else its
-    /// folder's quartile), so that a wall budget's long steps start while it can hold them (a
-    /// bounded one only starts at a run's start) and the short steps left of others fill the
-    /// end; in session 13's call 7, five measure steps were held back at 198 s of 490 while
-    /// three of four slots then idled. Last, the problems whose measure step already ran a whole
-    /// wall budget without finishing (its own floor is over the budget: it starts only at a
-    /// run's start, bounded, and cannot be expected to finish there): they take a slot only when
-    /// fewer problems that can finish are left than slots. In sessions 20 and 21 such a problem
-    /// (level1/019, whose max-autotune compile outlived every device call) started first in
-    /// every call and held a slot to the budget's end each time. Otherwise, and among equals, in order.
+    /// held back again); then the other measured problems, a beam, result or verify step from a
+    /// decision: a wall budget decides them before it is spent on long measure steps that may not
+    /// finish in it (in session 23's call 6, three level-3 measure steps took three of four slots
+    /// at the start, four problems one verify step from a decision waited, and the call decided
+    /// none); then the problems whose measure step is still to run (none finished, or
+    /// `--redecide` names them), the longest expected first (`Spending::expected_s`: a killed
+    /// one's own floor, else its folder's quartile), so that the long ones start while the
+    /// budget's rest can hold them and the short ones fill the end (in session 13's call 7, five
+    /// measure steps were held back at 198 s of 490 while three of four slots then idled). Last,
+    /// the problems whose measure step already ran a whole wall budget without finishing (its own
+    /// floor is over the budget: it starts only at a run's start, bounded, and cannot be expected
+    /// to finish there): they take a slot only when fewer problems that can finish are left than
+    /// slots. In sessions 20 and 21 such a problem (level1/019, whose max-autotune compile
+    /// outlived every device call) started first in every call and held a slot to the budget's
+    /// end each time. Otherwise, and among equals, in order.
     fn start_order(&self, problems: &[(PathBuf, PathBuf)]) -> Result<Vec<usize>> {
         let mut order: Vec<usize> = (0..problems.len()).collect();
         if !self.a.resume {
@@ -715,15 +719,15 @@ impl Run<'_> {
                     self.spending.starts_only_at_a_runs_start(of)
                 };
                 let first = only_first(Step::Beam) || (config && only_first(Step::Config));
-                return (if first { 0 } else { 2 }, 0.0);
+                return (if first { 0 } else { 1 }, 0.0);
             }
             let of = StepOf { step: Step::Measure.name(), group: &group, problem: &problem };
             let expected = self.spending.expected_s(of).map_or(0.0, |e| e.seconds);
-            (if self.spending.starts_only_at_a_runs_start(of) { 3 } else { 1 }, -expected)
+            (if self.spending.starts_only_at_a_runs_start(of) { 3 } else { 2 }, -expected)
         };
         let keys: Vec<(u8, f64)> = order.iter().map(|&i| key(i)).collect();
         order.sort_by(|&a, &b| keys[a].0.cmp(&keys[b].0).then(keys[a].1.total_cmp(&keys[b].1)));
-        let others_first = order.iter().any(|&j| keys[j].0 == 1);
+        let others_first = order.iter().any(|&j| matches!(keys[j].0, 1 | 2));
         for &i in order.iter().filter(|&&i| keys[i].0 == 3 && others_first) {
             let (seconds, budget) = (-keys[i].1, self.a.budget_wall_s.unwrap_or_default());
             let why = format!(
@@ -1561,6 +1565,35 @@ impl ProblemRun<'_> {
         }
     }
 
+    /// The journaled step that stands for this one, if any. A bounded result is a stopgap: not
+    /// taken when this run can hold the step in full (an older full one still is), unless
+    /// running it in full was tried since and came to nothing. In session 23, level3/004's
+    /// bounded measure step (the rewrite left out) was run again in full, failed after 430 s
+    /// with torch's CUDA graph trees assertion, and took its beam and result steps with it.
+    fn finished_step(&self, step: Step, input_hash: &str) -> Result<Option<kforge_store::StepRow>> {
+        let journal = &self.run.journal;
+        if !self.run.spending.fits_in_full(self.step_of(step)) {
+            return Ok(journal.finished(step, input_hash)?);
+        }
+        if let Some(full) = journal.finished_in_full(step, input_hash)? {
+            return Ok(Some(full));
+        }
+        let Some(bounded) = journal.finished(step, input_hash)? else { return Ok(None) };
+        let Some(tried) = journal.tried_in_full_since(&bounded)? else { return Ok(None) };
+        let why = tried.error.as_deref().map_or(String::new(), |e| format!(": {}", first_chars(e, 200)));
+        self.progress(&format!(
+            "{}: takes its bounded result (step {} of run {}): running it in full again, step {} of run {}, \
+             ended {}{why}",
+            step.name(),
+            bounded.id,
+            bounded.run,
+            tried.id,
+            tried.run,
+            if tried.status == "running" { "with its run (killed)" } else { tried.status.as_str() },
+        ));
+        Ok(Some(bounded))
+    }
+
     /// Run a step unless a finished one with the same input hash stands for it (its outputs
     /// taken, copied when they are another problem's); `None` when a budget is spent. Returns
     /// its one-word answer.
@@ -1577,13 +1610,7 @@ impl ProblemRun<'_> {
         let _one = same.lock().unwrap_or_else(|e| e.into_inner());
         let complete = |f: &kforge_store::StepRow| !f.outcome.as_deref().is_some_and(|o| o.starts_with(INCOMPLETE));
         let taken = |f: &kforge_store::StepRow| self.since.is_none_or(|s| f.run >= s);
-        // A bounded result is a stopgap: not taken when this run can hold the step in full (an
-        // older full one still is).
-        let finished = if self.run.spending.fits_in_full(self.step_of(step)) {
-            journal.finished_in_full(step, input_hash)?
-        } else {
-            journal.finished(step, input_hash)?
-        };
+        let finished = self.finished_step(step, input_hash)?;
         if let Some(from) = finished.filter(complete).filter(taken) {
             if self.take(&from.output, &from.output_hash, outputs)? {
                 self.mark_redecision()?;
@@ -2324,6 +2351,14 @@ fn step_output_in(root: &Path, output: &str, names: &[&str], hash: &str) -> Opti
         let contents = names.iter().map(|n| std::fs::read(d.join(n))).collect::<Result<Vec<_>, _>>().ok()?;
         (hash_of(names, &contents) == hash).then_some((d, contents))
     })
+}
+
+/// At most `n` characters of `text`, with an ellipsis where it was cut.
+fn first_chars(text: &str, n: usize) -> String {
+    match text.char_indices().nth(n) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
 }
 
 #[cfg(test)]
