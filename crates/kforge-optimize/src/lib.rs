@@ -369,7 +369,8 @@ pub fn config_cannot_win(share: f64, beat: f64) -> Option<String> {
     let ceiling = amdahl_ceiling(share);
     (ceiling <= beat).then(|| {
         format!(
-            "its Amdahl ceiling is {ceiling:.3}x (the baseline's Triton kernels: {:.0} % of its device time),              not above the {beat:.3}x the dispatch family's verified result has",
+            "its Amdahl ceiling is {ceiling:.3}x (the baseline's Triton kernels: {:.0} % of its device time), \
+             not above the {beat:.3}x the dispatch family's verified result has",
             share * 100.0
         )
     })
@@ -1512,6 +1513,7 @@ pub(crate) mod tests {
     fn the_config_family_is_not_run_when_its_ceiling_cannot_beat_the_dispatch_family() {
         let why = config_cannot_win(0.25, 3.955).unwrap(); // the pilot's 007: eager 3.955x, share 25 %
         assert!(why.contains("1.333x") && why.contains("25 %") && why.contains("3.955x"), "{why}");
+        assert!(why.contains("device time), not above the 3.955x"), "one space where the line is continued: {why}");
         assert_eq!(config_cannot_win(0.5, 1.9), None, "a ceiling of 2.0 may still beat 1.9");
         assert_eq!(config_cannot_win(1.0, 100.0), None, "all Triton: no ceiling");
         assert!(config_cannot_win(0.0, 1.0).is_some(), "no Triton kernel time: nothing to tune");
