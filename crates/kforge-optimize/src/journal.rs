@@ -300,6 +300,23 @@ impl Journal {
             .collect())
     }
 
+    /// Per problem, its measure steps this journal finished (every run's with `--resume`, else
+    /// this run's): whether one ran in full (or was reused), and the latest bounded one (a
+    /// stopgap a later run may take, `tried_in_full_since`).
+    pub fn measured(&self) -> Result<BTreeMap<String, Measured>, StoreError> {
+        let rows = self.store().journal(if self.resume { None } else { Some(self.run) })?;
+        let mut out: BTreeMap<String, Measured> = BTreeMap::new();
+        for s in rows.steps.into_iter().filter(|s| s.step == Step::Measure.name() && s.status == "done") {
+            let m = out.entry(s.problem.clone()).or_default();
+            if s.outcome.as_deref() == Some(BOUNDED) && s.reused_from.is_none() {
+                m.bounded = Some(s);
+            } else {
+                m.in_full = true;
+            }
+        }
+        Ok(out)
+    }
+
     /// A daemon job of `problem`'s `step` used `peak_bytes` of GPU memory at its highest
     /// (`JobExit::gpu_memory_peak_bytes`); `step` is what the caller keys it by (`kforge
     /// optimize`: the process and the size preset, `dispatch:large`).
@@ -403,6 +420,15 @@ impl Journal {
 /// run; declared much larger, a big job (64 GiB on an 80 GiB H100) would run alone for nothing.
 pub fn with_margin(peak_bytes: u64) -> u64 {
     peak_bytes.saturating_add((peak_bytes / 4).min(4 << 30)).saturating_add(512 << 20)
+}
+
+/// A problem's finished measure steps (`Journal::measured`).
+#[derive(Debug, Clone, Default)]
+pub struct Measured {
+    /// One ran in full, or was taken from an earlier one.
+    pub in_full: bool,
+    /// The latest that ran bounded.
+    pub bounded: Option<StepRow>,
 }
 
 /// The outcome of a step that ran bounded (`budget::Admission::Bounded`, or cut by the safety

@@ -701,31 +701,24 @@ impl Run<'_> {
         if !self.a.resume {
             return Ok(order);
         }
-        let measured: std::collections::BTreeSet<String> = self
-            .journal
-            .step_seconds()
-            .context("reading the journal's finished steps")?
-            .into_iter()
-            .filter(|(_, step, _)| step == Step::Measure.name())
-            .map(|(problem, _, _)| problem)
-            .collect();
+        let measured = self.journal.measured().context("reading the journal's measure steps")?;
         let config = self.plan.agents.contains(&Agent::Config);
-        let key = |i: usize| -> (u8, f64) {
+        let key = |i: usize| -> Result<(u8, f64)> {
             let problem = question(self.a, self.plan, &problems[i].1).problem;
             let group = step_group(&problem);
-            if measured.contains(&problem) && !self.redecide.matches(&problem) {
+            let of = StepOf { step: Step::Measure.name(), group: &group, problem: &problem };
+            if self.is_measured(measured.get(&problem), of)? && !self.redecide.matches(&problem) {
                 let only_first = |step: Step| {
                     let of = StepOf { step: step.name(), group: &group, problem: &problem };
                     self.spending.starts_only_at_a_runs_start(of)
                 };
                 let first = only_first(Step::Beam) || (config && only_first(Step::Config));
-                return (if first { 0 } else { 1 }, 0.0);
+                return Ok((if first { 0 } else { 1 }, 0.0));
             }
-            let of = StepOf { step: Step::Measure.name(), group: &group, problem: &problem };
             let expected = self.spending.expected_s(of).map_or(0.0, |e| e.seconds);
-            (if self.spending.starts_only_at_a_runs_start(of) { 3 } else { 2 }, -expected)
+            Ok((if self.spending.starts_only_at_a_runs_start(of) { 3 } else { 2 }, -expected))
         };
-        let keys: Vec<(u8, f64)> = order.iter().map(|&i| key(i)).collect();
+        let keys: Vec<(u8, f64)> = order.iter().map(|&i| key(i)).collect::<Result<_>>()?;
         order.sort_by(|&a, &b| keys[a].0.cmp(&keys[b].0).then(keys[a].1.total_cmp(&keys[b].1)));
         let others_first = order.iter().any(|&j| matches!(keys[j].0, 1 | 2));
         for &i in order.iter().filter(|&&i| keys[i].0 == 3 && others_first) {
@@ -737,6 +730,20 @@ impl Run<'_> {
             self.progress(i + 1, &problems[i].1, &why);
         }
         Ok(order)
+    }
+
+    /// Whether a problem counts as measured for the start order: a measure step ran in full (or
+    /// was taken), or a bounded one will be taken (`ProblemRun::finished_step`'s rule: this run
+    /// cannot hold the step in full, or running it in full came to nothing since). In session
+    /// 23's call 7, level3/004, measured bounded only, started among the problems whose measure
+    /// step outlived a budget, though a verify step was all it had left.
+    fn is_measured(&self, m: Option<&kforge_optimize::journal::Measured>, of: StepOf<'_>) -> Result<bool> {
+        let Some(m) = m else { return Ok(false) };
+        if m.in_full {
+            return Ok(true);
+        }
+        let Some(bounded) = &m.bounded else { return Ok(false) };
+        Ok(!self.spending.fits_in_full(of) || self.journal.tried_in_full_since(bounded)?.is_some())
     }
 
     /// One problem of a campaign, whatever happened to it.

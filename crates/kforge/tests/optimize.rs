@@ -1652,6 +1652,40 @@ fn a_problem_whose_measure_step_outlived_a_whole_budget_starts_after_those_that_
     assert!(c["problems"].as_array().unwrap().iter().all(|p| p["decision"].is_object()), "all decided: {c}");
 }
 
+/// A problem measured only bounded, whose bounded result the run will take (its budget cannot
+/// hold the step in full), starts among the measured problems, not after the problems that can
+/// finish (session 23's call 7: level3/004, a verify step from a decision, waited so).
+#[test]
+fn a_problem_measured_bounded_starts_among_the_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, out) = measured_a_and_killed_c(dir.path(), 1000);
+    let store = kforge_store::Store::open(&out.join("journal.db")).unwrap();
+    let all = store.journal(None).unwrap();
+    let run = store.insert_run(&kforge_store::RunRow { id: 0, ..all.runs[0].clone() }).unwrap();
+    let c = p.join("level3/c.py").display().to_string();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
+    let measure = store.step_started(run, &c, "measure", "a bounded input", now - 1_000_000_000_000).unwrap();
+    store.step_work_began(measure, now - 1_000_000_000_000).unwrap();
+    let end = kforge_store::StepEnd {
+        status: "done".into(),
+        finished_ns: now,
+        seconds: 1000.0,
+        outcome: Some("bounded".into()),
+        output: Some("level3/c/dispatch.json".into()),
+        ..kforge_store::StepEnd::default()
+    };
+    store.step_finished(measure, &end).unwrap();
+    store.run_finished(run, now, Some("budget")).unwrap();
+    drop(store);
+    let args =
+        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--resume", "--budget-wall-s", "200"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(!text.contains("starts after the problems that can finish"), "{text}");
+    let at = |n: &str| text.find(n).unwrap_or_else(|| panic!("{n}: {text}"));
+    assert!(at("[1/3]") < at("[3/3]") && at("[3/3]") < at("[2/3]"), "a, c (measured bounded), then b: {text}");
+}
+
 /// With `--resume`, a campaign starts the measured problems first (a step or three from a
 /// decision), then those whose measure step no run finished, the longest expected first (a
 /// killed run's floor of its own); each keeps its number and its place in the summary.
