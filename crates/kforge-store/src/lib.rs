@@ -323,8 +323,17 @@ impl Store {
         Ok(())
     }
 
+    /// The job's process runs as `pid` since `started_ns`. A job run again alone (after an
+    /// out-of-memory error beside siblings) keeps its first run's start and takes the new pid:
+    /// in session 23 a second start at a call's end overwrote the first, and two jobs that had
+    /// run for minutes read as queued the whole call.
     pub fn job_started(&self, id: u64, pid: u32, started_ns: i64) -> Result<(), StoreError> {
-        self.update("UPDATE jobs SET pid=?2, started_ns=?3 WHERE id=?1", "job", id, params![id as i64, pid, started_ns])
+        self.update(
+            "UPDATE jobs SET pid=?2, started_ns=COALESCE(started_ns, ?3) WHERE id=?1",
+            "job",
+            id,
+            params![id as i64, pid, started_ns],
+        )
     }
 
     pub fn job_ended(
@@ -641,7 +650,8 @@ mod tests {
         let s = Store::open_in_memory().unwrap();
         s.insert_job(&job(1, Some("a"))).unwrap();
         s.insert_job(&job(2, Some("b"))).unwrap();
-        s.job_started(1, 42, 20).unwrap();
+        s.job_started(1, 41, 20).unwrap();
+        s.job_started(1, 42, 25).unwrap(); // run again alone: the first start counts, the pid is the new run's
         s.job_ended(1, 30, Some(3), None, None).unwrap();
         s.insert_region(&region(1, 1)).unwrap();
         s.insert_region(&region(2, 2)).unwrap();
@@ -659,7 +669,7 @@ mod tests {
         assert_eq!(r.jobs.len(), 1);
         assert_eq!(r.jobs[0].argv, vec!["echo", "hi there"]);
         assert_eq!(r.jobs[0].exit_code, Some(3));
-        assert_eq!(r.jobs[0].pid, Some(42));
+        assert_eq!((r.jobs[0].pid, r.jobs[0].started_ns), (Some(42), Some(20)));
         assert_eq!(r.regions.iter().map(|r| r.id).collect::<Vec<_>>(), vec![1]);
         assert_eq!(r.measurements[0].samples_ms, vec![1.5, 2.5]);
         let all = s.report(None).unwrap();
