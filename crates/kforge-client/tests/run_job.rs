@@ -21,6 +21,7 @@ fn spec(argv: &[&str]) -> SubmitSpec {
         gpu_memory_bytes: None,
         auto_regions: false,
         own_process: false,
+        expected_ms: None,
     }
 }
 

@@ -180,6 +180,7 @@ impl DemoRun<'_> {
             gpu_memory_bytes: None,
             auto_regions: false,
             own_process: false,
+            expected_ms: None,
         }
     }
 

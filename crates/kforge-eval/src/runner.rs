@@ -314,6 +314,7 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
         gpu_memory_bytes: None,
         auto_regions: false,
         own_process: false,
+        expected_ms: None,
     };
     let started_unix =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);

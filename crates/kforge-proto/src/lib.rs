@@ -108,6 +108,13 @@ pub struct SubmitSpec {
     /// --worker-fork`). Under in-process warm workers it runs cold, and `warm` is refused.
     #[serde(default)]
     pub own_process: bool,
+    /// How long the job is expected to run, in milliseconds, when the client knows (`kforge
+    /// optimize`: what its kind of step took here before). Admission only: while a queue's head
+    /// waits to run alone (after an out-of-memory error beside siblings), a later job that fits
+    /// and is expected to end before the device's running jobs do starts beside them (backfill:
+    /// it delays the head by nothing). See docs/protocol.md, "GPU memory admission".
+    #[serde(default)]
+    pub expected_ms: Option<u64>,
 }
 
 /// A job whose peak GPU memory is neither declared nor learned is expected to peak at its
@@ -687,7 +694,7 @@ mod tests {
 
         #[test]
         fn submit_round_trips(argv in proptest::collection::vec(".{0,20}", 1..5), dev in "[a-z0-9]{1,5}") {
-            let m = Request::Submit(SubmitSpec { argv, cwd: "/".into(), env: vec![("A".into(), "b".into())], device: dev, policy: Some(Policy::Region), label: None, warm: false, timeout_ms: Some(5), gpu_group: Some("matmul/g1".into()), gpu_memory_bytes: Some(1 << 30), auto_regions: true, own_process: true });
+            let m = Request::Submit(SubmitSpec { argv, cwd: "/".into(), env: vec![("A".into(), "b".into())], device: dev, policy: Some(Policy::Region), label: None, warm: false, timeout_ms: Some(5), gpu_group: Some("matmul/g1".into()), gpu_memory_bytes: Some(1 << 30), auto_regions: true, own_process: true, expected_ms: Some(7) });
             let f = encode(&m).unwrap();
             prop_assert_eq!(read_msg::<Request, _>(&mut &f[..]).unwrap(), m);
         }

@@ -103,6 +103,7 @@ fn run_capture_job(a: &InspectArgs, socket: &Path, out: &Path) -> Result<()> {
         gpu_memory_bytes: peak,
         warm: false,
         own_process: false,
+        expected_ms: None,
     };
     let (exit, _, _) = crate::job::run_job(socket, req, &mut std::io::stdout()).context("--daemon")?;
     match exit.code {

@@ -21,6 +21,8 @@ pub struct JobRequest<'a> {
     pub warm: bool,
     /// The command needs a process of its own (see `SubmitSpec::own_process`).
     pub own_process: bool,
+    /// How long the job is expected to run (see `SubmitSpec::expected_ms`).
+    pub expected_ms: Option<u64>,
 }
 
 /// Submit the job with the caller's environment (minus PYTHONPATH: the daemon puts its own
@@ -59,7 +61,7 @@ pub fn run_job_to(
     stderr: &mut dyn Write,
     started: &mut dyn FnMut(u64) -> bool,
 ) -> Result<(Option<JobExit>, String, u64)> {
-    let JobRequest { argv, device, label, timeout_s, gpu_memory_bytes, warm, own_process } = req;
+    let JobRequest { argv, device, label, timeout_s, gpu_memory_bytes, warm, own_process, expected_ms } = req;
     let spec = SubmitSpec {
         argv,
         cwd: std::env::current_dir().context("reading the current directory")?.display().to_string(),
@@ -73,6 +75,7 @@ pub fn run_job_to(
         gpu_memory_bytes,
         auto_regions: false,
         own_process,
+        expected_ms,
     };
     let job = kforge_client::Client::connect(socket)
         .with_context(|| format!("no kforge daemon on {}", socket.display()))?
@@ -135,6 +138,17 @@ pub fn gpu_memory_bytes(gib: Option<f64>) -> Result<Option<u64>> {
             anyhow::bail!("--gpu-memory must be a positive number of GiB (such as 40 or 0.5), got {g}")
         }
         Some(g) => Ok(Some((g * (1u64 << 30) as f64).ceil() as u64)),
+        None => Ok(None),
+    }
+}
+
+/// `--expected-s` in milliseconds for `SubmitSpec::expected_ms`.
+pub fn expected_ms(seconds: Option<f64>) -> Result<Option<u64>> {
+    match seconds {
+        Some(s) if !(s > 0.0 && s.is_finite() && s < 1e9) => {
+            anyhow::bail!("--expected-s must be a positive number of seconds (such as 90 or 2.5), got {s}")
+        }
+        Some(s) => Ok(Some((s * 1e3).ceil() as u64)),
         None => Ok(None),
     }
 }

@@ -2008,6 +2008,9 @@ impl ProblemRun<'_> {
         let (file, policy) = (dir.join("model_new.py"), dir.join("policy.toml"));
         let files = (file.as_path(), policy.as_path(), verdict.as_path());
         let mut cmd = self.run.verify_command(self.problem, files, self.declared_memory("verify")?)?;
+        if let (true, Some(ms)) = (self.run.a.daemon, self.expected_ms()) {
+            cmd.arg("--expected-s").arg(format!("{:.3}", ms as f64 / 1e3));
+        }
         std::fs::remove_file(&verdict).ok(); // an earlier run's verdict is not this one's
         let since_ns = now_ns();
         let (log, shown) = self.step_log("verify")?;
@@ -2050,6 +2053,16 @@ impl ProblemRun<'_> {
         Ok(())
     }
 
+    /// How long the running step's job is expected to take, for the daemon's backfill
+    /// (`SubmitSpec::expected_ms`): what its kind of step takes here (`Spending::expected_s`, the
+    /// upper quartile of those that finished, at least its problem's own floor); `None` before
+    /// one finished.
+    fn expected_ms(&self) -> Option<u64> {
+        let (_, step, _) = self.step_id.get()?;
+        let e = self.run.spending.expected_s(self.step_of(step))?;
+        Some((e.seconds * 1e3).ceil() as u64)
+    }
+
     /// Run `python3 ARGS` here (the embedded package on its PYTHONPATH) or as a daemon job (its
     /// label and id returned); its failure says the step, the exit status and the last lines it
     /// wrote.
@@ -2078,6 +2091,7 @@ impl ProblemRun<'_> {
                 gpu_memory_bytes,
                 warm: false,
                 own_process: false,
+                expected_ms: self.expected_ms(),
             };
             let (mut log, shown) = self.step_log(step)?;
             let mut err_log = log.try_clone().with_context(|| format!("opening {shown}"))?;

@@ -198,6 +198,7 @@ fn run_job(a: &ProfileArgs, socket: &Path, at: &Attempt) -> Result<Vec<kforge_nc
         gpu_memory_bytes: peak,
         warm: false,
         own_process: false,
+        expected_ms: None,
     };
     let (exit, _, _) = crate::job::run_job(socket, req, &mut out).context("--daemon")?;
     let how = format!("status {}{}", exit.shell_code(), exit.reason.map(|r| format!(" ({r})")).unwrap_or_default());

@@ -33,6 +33,11 @@ pub struct RunArgs {
     /// quarter of the device's memory).
     #[arg(long, value_name = "GIB")]
     gpu_memory: Option<f64>,
+    /// How long the job is expected to run, seconds. While the device's queue waits for a job to
+    /// run alone (after an out-of-memory error beside siblings), a job expected to end before
+    /// the running ones do starts beside them (backfill); without it, the job waits.
+    #[arg(long, value_name = "SECONDS")]
+    expected_s: Option<f64>,
     /// Put the timing calls of an unmodified Python script inside regions: each call of
     /// `triton.testing.do_bench` / `do_bench_cudagraph` and of `torch.utils.benchmark.Timer`'s
     /// measuring methods, and each CUDA-event interval (see docs/auto-regions.md).
@@ -53,6 +58,7 @@ fn timeout_ms(seconds: Option<f64>) -> Result<Option<u64>> {
 
 pub fn run(socket: &Path, a: RunArgs) -> Result<i32> {
     let gpu_memory_bytes = crate::job::gpu_memory_bytes(a.gpu_memory)?;
+    let expected_ms = crate::job::expected_ms(a.expected_s)?;
     let c = Client::connect(socket)?;
     let cwd = std::env::current_dir().context("reading the current directory")?;
     let spec = SubmitSpec {
@@ -68,6 +74,7 @@ pub fn run(socket: &Path, a: RunArgs) -> Result<i32> {
         gpu_memory_bytes,
         auto_regions: a.auto_regions,
         own_process: false,
+        expected_ms,
     };
     let grouped = spec.gpu_group.is_some();
     let job = c.submit(spec)?;

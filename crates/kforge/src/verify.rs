@@ -65,6 +65,12 @@ pub struct VerifyArgs {
     /// (the job's label is `verify:PROBLEM:SIZE`), else its default for unknown jobs.
     #[arg(long, value_name = "GIB", requires = "daemon")]
     gpu_memory: Option<f64>,
+    /// With --daemon: how long the candidate job is expected to run, seconds. The daemon may
+    /// then start it beside running jobs while its queue's head waits to run alone, when it is
+    /// expected to end before they do (backfill; `kforge optimize` passes what its verify steps
+    /// took before).
+    #[arg(long, value_name = "SECONDS", requires = "daemon")]
+    expected_s: Option<f64>,
     /// With --daemon: run the candidate process in a warm worker, which has imported torch
     /// (and what else the daemon's --worker-preload names) already, so that a verify skips that
     /// start-up. The daemon must fork its workers' jobs (`kforge daemon --worker-fork`): each
@@ -377,6 +383,7 @@ fn run_candidate_job(
         gpu_memory_bytes: peak,
         warm: a.warm,
         own_process: true,
+        expected_ms: crate::job::expected_ms(a.expected_s)?,
     };
     let queued = Instant::now();
     let say = &mut |job| eprintln!("{}", crate::job::started_line("kforge verify", job, queued.elapsed()));

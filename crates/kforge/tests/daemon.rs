@@ -718,7 +718,8 @@ fn memory_admission_waits_retries_an_oom_alone_and_loses_nothing() {
     let (ja, jb, jc) = (&rep.jobs[0], &rep.jobs[1], &rep.jobs[2]);
     assert!(rep.jobs.iter().all(|j| j.exit_code == Some(0)), "{:?}", rep.jobs);
     assert!(jb.reason.as_deref().is_some_and(|r| r.contains("second run, alone")), "{:?}", jb.reason);
-    assert!(jb.started_ns >= ja.ended_ns, "b's second run started after a ended");
+    assert!(jb.started_ns < ja.ended_ns, "b's row keeps its first run's start, beside a");
+    assert!(jb.ended_ns >= ja.ended_ns, "b's second run started after a ended");
     assert!(jc.started_ns >= jb.ended_ns, "nothing ran beside b's second run");
     let mem: Vec<(u64, u64, bool)> = rep.job_memory.iter().map(|m| (m.job, m.peak_bytes, m.retried)).collect();
     assert_eq!(mem, vec![(ja.id, 60 * G, false), (jb.id, 0, true), (jc.id, 0, false)], "memory per job in the store");
@@ -726,12 +727,17 @@ fn memory_admission_waits_retries_an_oom_alone_and_loses_nothing() {
 }
 
 #[test]
-fn run_refuses_a_bad_gpu_memory() {
+fn run_refuses_a_bad_gpu_memory_or_expected_length() {
     let d = TestDaemon::start(&[]);
-    for bad in ["0", "-3", "nan"] {
-        let out = d.run_cmd(&["--gpu-memory", bad, "--", "true"]).output().unwrap();
-        assert_eq!(out.status.code(), Some(2), "{bad}");
-        assert!(String::from_utf8_lossy(&out.stderr).contains("--gpu-memory must be a positive number of GiB"));
+    for (flag, why) in [
+        ("--gpu-memory", "--gpu-memory must be a positive number of GiB"),
+        ("--expected-s", "--expected-s must be a positive number of seconds"),
+    ] {
+        for bad in ["0", "-3", "nan"] {
+            let out = d.run_cmd(&[flag, bad, "--", "true"]).output().unwrap();
+            assert_eq!(out.status.code(), Some(2), "{flag} {bad}");
+            assert!(String::from_utf8_lossy(&out.stderr).contains(why), "{flag} {bad}");
+        }
     }
 }
 

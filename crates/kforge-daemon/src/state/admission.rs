@@ -68,6 +68,8 @@ pub(super) struct Job {
     /// A warm job's stderr said CUDA ran out of memory.
     pub warm_oom: bool,
     pub memory: JobMemory,
+    /// When its current run was started (None: queued).
+    pub started_at: Option<Instant>,
 }
 
 /// Whether the head of a queue may start.
@@ -114,6 +116,9 @@ impl Daemon {
         }
         if spec.gpu_memory_bytes == Some(0) {
             return self.fail(conn, ErrorCode::BadRequest, "submit: gpu_memory_bytes must be positive".into());
+        }
+        if spec.expected_ms == Some(0) {
+            return self.fail(conn, ErrorCode::BadRequest, "submit: expected_ms must be positive".into());
         }
         if self.stopping {
             return self.fail(conn, ErrorCode::ShuttingDown, "the daemon is shutting down".into());
@@ -168,6 +173,7 @@ impl Daemon {
             warm_output_closed: false,
             warm_oom: false,
             memory: JobMemory::default(),
+            started_at: None,
         };
         self.jobs.insert(id, job);
         self.devices[device].queue.push_back(id);
@@ -207,19 +213,57 @@ impl Daemon {
                 }
                 Admit::Wait => break,
                 Admit::WaitMemory => {
-                    if self.jobs[&head].memory.passed >= MAX_PASSES {
-                        break;
-                    }
-                    let q = &self.devices[device].queue;
-                    let Some(pos) = q.iter().skip(1).position(|&id| self.may_start(device, id) == Admit::Yes) else {
-                        break;
-                    };
-                    let id = self.devices[device].queue.remove(pos + 1).expect("a position in the queue");
-                    self.jobs.get_mut(&head).expect("the queue's head exists").memory.passed += 1;
+                    let Some(id) = self.passer(device, head) else { break };
+                    self.devices[device].queue.retain(|&q| q != id);
                     self.start_job(id);
                 }
             }
         }
+    }
+
+    /// A later job of the queue that starts before `head`, which waits for memory: one that
+    /// fits and is expected to end before the device's running jobs do, while `head` waits to
+    /// run alone (backfill: the device empties no later for it); else one that fits, while
+    /// `head` has passes left (each start costs one, `MAX_PASSES`). In session 23 a job retried
+    /// alone held its queue's front for minutes behind a long sibling, and short verify jobs
+    /// behind it waited until the campaign's budget was spent.
+    fn passer(&mut self, device: usize, head: u64) -> Option<u64> {
+        let fits = |id: u64| self.may_start(device, id) == Admit::Yes;
+        let queue = &self.devices[device].queue;
+        if self.starts_only_alone(device, head) {
+            if let Some(end) = self.running_end(device) {
+                let ends_before = |id: u64| self.expected_end(id).is_some_and(|e| e <= end);
+                if let Some(&id) = queue.iter().skip(1).find(|&&id| ends_before(id) && fits(id)) {
+                    let by = end.saturating_duration_since(self.now.at).as_secs_f64();
+                    self.log(format!(
+                        "job {id}: started beside the running jobs while job {head} waits to run alone: \
+                         expected to end before them (within {by:.0} s)"
+                    ));
+                    return Some(id);
+                }
+            }
+        }
+        if self.jobs[&head].memory.passed >= MAX_PASSES {
+            return None;
+        }
+        let id = *queue.iter().skip(1).find(|&&id| fits(id))?;
+        self.jobs.get_mut(&head).expect("the queue's head exists").memory.passed += 1;
+        Some(id)
+    }
+
+    /// When a job would end if it started (queued) or when it is expected to (running): its
+    /// start plus its `expected_ms`; `None` when it declared none.
+    fn expected_end(&self, id: u64) -> Option<Instant> {
+        let j = &self.jobs[&id];
+        let expected = Duration::from_millis(j.spec.expected_ms?);
+        Some(j.started_at.unwrap_or(self.now.at) + expected)
+    }
+
+    /// When the device's running jobs are expected to have ended: the latest expected end;
+    /// `None` when none runs or one declared no expected length (it may run for any time).
+    fn running_end(&self, device: usize) -> Option<Instant> {
+        let running = &self.devices[device].running;
+        running.iter().map(|&id| self.expected_end(id)).collect::<Option<Vec<_>>>()?.into_iter().max()
     }
 
     /// Whether a queued job of a device may start now.
@@ -294,6 +338,7 @@ impl Daemon {
         let now = self.now.at;
         let j = self.jobs.get_mut(&id).expect("a queued job exists");
         j.deadline = limit.map(|l| now + l);
+        j.started_at = Some(now);
         j.state = JobState::Starting;
         let (device, policy, conn, warm) = (j.device, j.policy, j.conn, j.warm_argv.is_some());
         let d = &mut self.devices[device];
@@ -425,6 +470,7 @@ impl Daemon {
         j.memory.expected = None;
         j.memory.current = 0;
         j.memory.retried = Some(why.clone());
+        j.started_at = None;
         let (device, conn) = (j.device, j.conn);
         // The first run's peak is not learned: it was cut short by the out-of-memory error, and
         // a low figure would let the command's next runs in beside siblings again.

@@ -18,7 +18,8 @@
 //!   A job whose peak exceeds the whole device starts only alone (a log line says so).
 //! - **No starvation**: the queue is FIFO per device; while the head waits for memory, a later
 //!   job that fits may start before it at most [`MAX_PASSES`] times; then the queue waits for
-//!   the head.
+//!   the head. While the head waits to run alone, a later job expected to end before the
+//!   running ones (`SubmitSpec::expected_ms`) starts without using a pass (backfill).
 //! - **OOM retry**: a job whose stderr says CUDA ran out of memory, that did not exit 0, was not
 //!   cancelled, and beside which other processes held memory on its device (in a sample while it
 //!   ran, or the latest one when it ended), is queued again at the front, to start only when
@@ -134,6 +135,7 @@ impl LearnedPeaks {
                 gpu_memory_bytes: None,
                 auto_regions: false,
                 own_process: false,
+                expected_ms: None,
             };
             self.record(&spec, p.peak_bytes);
         }
@@ -191,6 +193,17 @@ impl Daemon {
             .filter_map(|id| self.jobs.get(id))
             .filter_map(|j| j.memory.expected.map(|(peak, _)| peak.saturating_sub(j.memory.current)))
             .sum()
+    }
+
+    /// Whether a queued job starts only with nothing else running on its device: it is run
+    /// again alone after an out-of-memory error, or its expected peak exceeds the device.
+    pub(super) fn starts_only_alone(&self, device: usize, id: u64) -> bool {
+        let j = &self.jobs[&id];
+        if j.memory.retried.is_some() {
+            return true;
+        }
+        let total = self.devices[device].memory.as_ref().map(|s| s.total);
+        matches!((self.expected_peak(j), total), (Some((peak, _)), Some(t)) if peak > t)
     }
 
     /// Whether a queued job's memory allows it to start now.

@@ -147,6 +147,7 @@ impl Sim {
             gpu_memory_bytes: None,
             auto_regions: false,
             own_process: false,
+            expected_ms: None,
         };
         self.submit_spec(conn, spec).0
     }
@@ -746,6 +747,7 @@ fn spec(device: &str) -> SubmitSpec {
         gpu_memory_bytes: None,
         auto_regions: false,
         own_process: false,
+        expected_ms: None,
     }
 }
 
@@ -925,6 +927,76 @@ fn an_oom_beside_siblings_runs_again_alone_and_the_client_gets_one_job_ended() {
     assert_eq!(spawned(&x), vec![jc]);
     let reason = stored_end_reason(&x, jb).flatten().unwrap_or_default();
     assert!(reason.contains("second run, alone") && reason.contains("CUDA out of memory"), "{reason}");
+}
+
+#[test]
+fn a_submit_with_a_zero_peak_or_a_zero_length_is_refused_naming_the_field() {
+    let mut s = Sim::new(|_| {});
+    for (spec, field) in [
+        (SubmitSpec { gpu_memory_bytes: Some(0), ..spec("0") }, "gpu_memory_bytes must be positive"),
+        (SubmitSpec { expected_ms: Some(0), ..spec("0") }, "expected_ms must be positive"),
+    ] {
+        let c = s.connect();
+        let q = s.request(c, Request::Submit(spec));
+        let refused =
+            |r: &&Reply| matches!(r, Reply::Error { code: ErrorCode::BadRequest, message } if message.contains(field));
+        assert!(replies(&q, c).first().is_some_and(refused), "{field}: {q:?}");
+        assert!(spawned(&q).is_empty(), "{q:?}");
+    }
+}
+
+/// Submit a command needing `gib` GiB on GPU 0, expected to run `secs` seconds (None: not said).
+fn submit_expected(s: &mut Sim, conn: ConnId, gib: u64, secs: Option<u64>) -> (u64, Vec<Effect>) {
+    let spec = SubmitSpec { gpu_memory_bytes: Some(gib * GIB), expected_ms: secs.map(|t| t * 1000), ..spec("0") };
+    s.submit_spec(conn, spec)
+}
+
+/// While a job retried alone waits at its queue's front, a later job expected to end before the
+/// running ones starts beside them (backfill), without using up the head's passes; one expected
+/// to end later, or one that says nothing, waits once the passes are spent; and no job is
+/// backfilled beside a running job of unknown length.
+#[test]
+fn a_job_expected_to_end_before_the_running_ones_starts_while_the_head_waits_to_run_alone() {
+    let mut s = Sim::new(|c| c.max_concurrent = Some(16));
+    let (a, b) = (s.connect(), s.connect());
+    s.memory(GPU0, 80, 80, &[]);
+    let (long, _) = submit_expected(&mut s, a, 10, Some(100));
+    let (oom, _) = submit_expected(&mut s, b, 10, Some(50));
+    let (pl, po) = (s.pid_of(long), s.pid_of(oom));
+    s.memory(GPU0, 80, 60, &[(pl, 15), (po, 5)]);
+    assert_eq!(retried_to(&s.exit(oom, 1, true), b), vec![oom]);
+    // Each ends after the running ones (at 150, 160, ... s): the head's passes, then FIFO.
+    let passing: Vec<u64> = (0..super::memory::MAX_PASSES as u64 + 1)
+        .map(|i| submit_expected(&mut s, a, 1, Some(150 + 10 * i)).0)
+        .collect();
+    let passes = super::memory::MAX_PASSES as usize;
+    assert_eq!(s.status().devices[GPU0].running, [&[long][..], &passing[..passes]].concat());
+    s.advance(10_000);
+    let (short, q) = submit_expected(&mut s, a, 1, Some(30));
+    assert_eq!(spawned(&q), vec![short], "ends at 40 s, before the running jobs' 180 s: backfilled");
+    let said = format!("job {short}: started beside the running jobs while job {oom} waits to run alone");
+    assert!(q.iter().any(|e| matches!(e, Effect::Log(l) if l.contains(&said) && l.contains("within 170 s"))), "{q:?}");
+    let (longer, q) = submit_expected(&mut s, a, 1, Some(175));
+    assert!(spawned(&q).is_empty(), "would end at 185 s, after the running jobs: waits");
+    s.advance(130_000);
+    let (late, q) = submit_expected(&mut s, a, 1, Some(45));
+    assert!(spawned(&q).is_empty(), "at 140 s, it would end at 185 s: waits");
+    assert_eq!(s.status().devices[GPU0].queued, vec![oom, passing[passes], longer, late], "the head keeps its place");
+    // A running job of unknown length: nothing is expected to end before it, nothing backfills.
+    let mut t = Sim::new(|c| c.max_concurrent = Some(16));
+    let (a, b) = (t.connect(), t.connect());
+    t.memory(GPU0, 80, 80, &[]);
+    let (unknown, _) = t.submit_mem(a, "0", Some(10));
+    let (oom, _) = submit_expected(&mut t, b, 10, Some(50));
+    let (pu, po) = (t.pid_of(unknown), t.pid_of(oom));
+    t.memory(GPU0, 80, 60, &[(pu, 15), (po, 5)]);
+    assert_eq!(retried_to(&t.exit(oom, 1, true), b), vec![oom]);
+    for _ in 0..super::memory::MAX_PASSES {
+        t.submit_mem(a, "0", Some(1));
+    }
+    let (short, q) = submit_expected(&mut t, a, 1, Some(1));
+    assert!(spawned(&q).is_empty(), "beside a job of unknown length: waits");
+    assert!(t.status().devices[GPU0].queued.contains(&short));
 }
 
 #[test]
@@ -1297,6 +1369,7 @@ fn a_job_that_needs_its_own_process_runs_warm_only_in_a_forked_child() {
     let runner = SubmitSpec {
         argv: vec!["python3".into(), "-m".into(), "kforge.verify.runner".into()],
         own_process: true,
+        expected_ms: None,
         ..spec("0")
     };
     let cold = |q: &[Effect]| q.iter().any(|e| matches!(e, Effect::SpawnJob(_)));
