@@ -157,6 +157,15 @@ INDUCTOR_REGION_PREFIX = "auto:inductor."
 #: frozen meanwhile: 231 s of a 468 s device call. Revoked at this lease, the choice's timing
 #: goes on unexclusive (it loses anyway) and the siblings are thawed.
 INDUCTOR_LEASE_S = 15.0
+#: An autotuning benchmark whose region came back tainted (not exclusive: a sibling's drain timed
+#: out or was skipped, its GPU work ran beside the benchmark) is timed once more, in a region of
+#: its own: its choice is then made on an exclusive timing, as in an isolated compile. Not a
+#: revoked one (it outlived its lease: timing it again would hold the GPU as long again).
+INDUCTOR_TAINTED_RETAKES = 1
+#: Retakes pause after this many in a row came back tainted again (a sibling's long kernels are
+#: still in flight; in session 23 one process stayed behind for 424 drains, and 838 of 903
+#: autotuning regions were tainted), until a benchmark's region comes back clean.
+INDUCTOR_RETAKE_STREAK = 3
 INDUCTOR_UTILS = "torch._inductor.utils"
 #: The name of the bootstrap directory the daemon puts first on an ``--auto-regions`` job's
 #: ``PYTHONPATH`` (``kforge_python::AUTO_REGIONS_DIR``).
@@ -266,6 +275,10 @@ class AutoRegions:
         self.clock = clock
         self.warn = warn or (lambda line: sys.stderr.write(line + "\n"))
         self.entered: Dict[str, int] = {}
+        #: Autotuning benchmarks timed in a tainted region: ``retaken`` (timed again; of those,
+        #: ``tainted_again``) and ``kept`` (retakes paused, or the region was revoked).
+        self.retakes: Dict[str, int] = {"retaken": 0, "tainted_again": 0, "kept": 0}
+        self._tainted_streak = 0
         #: Intervals that started in a lingering region instead of entering one.
         self.continued = 0
         self._patched: List[Tuple[Any, str, Any]] = []
@@ -337,20 +350,64 @@ class AutoRegions:
         try:
             if active_region() is not None:
                 return fn(*args, **kwargs)
-            r = self._enter(name)
-            if r is None:
-                return fn(*args, **kwargs)
-            tid = self._hold(name, r)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                with self._lock:
-                    h = self._holding.pop(tid, None)
-                self._exit(r)
-                if h is not None and h.report_at is not None and not self._use_reaper:
-                    self.report_long_hold_at_exit(h, args)
+            result, r = self._timed(name, fn, args, kwargs)
+            if r is not None and self._retake(name, r):
+                result, again = self._timed(name, fn, args, kwargs)
+                self._retaken(again)
+            return result
         finally:
             self._local.quiet -= 1
+
+    def _timed(self, name: str, fn: Callable[..., Any], args: Sequence[Any],
+               kwargs: Dict[str, Any]) -> Tuple[Any, Optional[Region]]:
+        """``fn``'s result, called inside a new region ``name`` (None: none could be entered;
+        the call runs as is), and that region, exited."""
+        r = self._enter(name)
+        if r is None:
+            return fn(*args, **kwargs), None
+        tid = self._hold(name, r)
+        try:
+            return fn(*args, **kwargs), r
+        finally:
+            with self._lock:
+                h = self._holding.pop(tid, None)
+            self._exit(r)
+            if h is not None and h.report_at is not None and not self._use_reaper:
+                self.report_long_hold_at_exit(h, args)
+
+    def _retake(self, name: str, r: Region) -> bool:
+        """Whether the call that region ``r`` timed is timed again (:data:`INDUCTOR_TAINTED_RETAKES`):
+        one of Inductor's autotuning benchmarks, ``r`` tainted and not revoked, and retakes not
+        paused (:data:`INDUCTOR_RETAKE_STREAK`)."""
+        if not name.startswith(INDUCTOR_REGION_PREFIX):
+            return False
+        if not r.tainted:
+            self._tainted_streak = 0
+            return False
+        if r.revoked or self._tainted_streak >= INDUCTOR_RETAKE_STREAK:
+            self.retakes["kept"] += 1
+            return False
+        if self.retakes["retaken"] == 0:
+            self.warn(f"kforge --auto-regions: region {name!r} ({r.region}) was not exclusive (tainted): "
+                      "its benchmark is timed again, and so is each such one (the count at exit)")
+        return True
+
+    def _retaken(self, again: Optional[Region]) -> None:
+        """Count a retake; ``again``: its region (None: it ran outside one)."""
+        self.retakes["retaken"] += 1
+        if again is None or again.tainted:
+            self.retakes["tainted_again"] += 1
+            self._tainted_streak += 1
+        else:
+            self._tainted_streak = 0
+
+    def report_retakes(self) -> None:
+        """The count of autotuning benchmarks timed in tainted regions (a line at exit, when any)."""
+        t = self.retakes
+        if t["retaken"] or t["kept"]:
+            self.warn(f"kforge --auto-regions: {t['retaken']} autotuning benchmark(s) timed again after a "
+                      f"tainted region ({t['tainted_again']} tainted again); {t['kept']} kept as timed "
+                      "(revoked, or retakes paused while regions stayed tainted)")
 
     def report_long_hold_at_exit(self, h: _Holding, args: Sequence[Any]) -> None:
         """Without a reaper thread (:func:`inductor_regions`' hooks), the long-hold report comes
@@ -927,6 +984,8 @@ def release_inductor_regions() -> None:
     ``os._exit`` (:func:`kforge.optimize.dispatch.leave`). Idempotent."""
     if _inductor is not None:
         _inductor.close_all()
+        _inductor.report_retakes()
+        _inductor.retakes = {k: 0 for k in _inductor.retakes}
     while _boot_parents:
         shutil.rmtree(_boot_parents.pop(), True)
 
@@ -978,6 +1037,7 @@ def install() -> AutoRegions:
         _process = AutoRegions()
         _process.install()
         atexit.register(_process.close_all)
+        atexit.register(_process.report_retakes)  # runs first (last registered)
     return _process
 
 

@@ -35,8 +35,9 @@ class FakeDaemon:
 
     Every request is appended to ``requests`` and answered by :meth:`handle`, which speaks the
     protocol: ``welcome`` (or ``error``/close on a protocol mismatch), ``region_granted`` (ids
-    from 5), ``region_revoked`` for regions in ``revoke``, ``region_released`` and ``recorded``
-    (ids from 11). ``fail_enter`` makes region_enter answer with that error code.
+    from 5), ``region_revoked`` for regions in ``revoke``, ``region_released`` (``tainted`` for
+    regions in ``taint``) and ``recorded`` (ids from 11). ``fail_enter`` makes region_enter answer
+    with that error code.
     """
 
     def __init__(self, protocol: int = kforge.PROTOCOL_VERSION) -> None:
@@ -50,6 +51,7 @@ class FakeDaemon:
         self.requests: List[Message] = []
         self.errors: List[BaseException] = []
         self.revoke: Set[int] = set()
+        self.taint: Set[int] = set()
         self.revoke_after_grant: bool = True
         self.fail_enter: Optional[str] = None
         self.next_region = 5
@@ -91,7 +93,7 @@ class FakeDaemon:
             if revoked and not self.revoke_after_grant:
                 out.append({"type": "region_revoked", "region": rid, "reason": "lease of 1 ms expired"})
             out.append({"type": "region_released", "region": rid, "valid": not revoked,
-                        "revoked": revoked, "tainted": False, "held_ms": 12.5})
+                        "revoked": revoked, "tainted": rid in self.taint, "held_ms": 12.5})
             return out
         if kind == "measurement":
             mid = self.next_measurement

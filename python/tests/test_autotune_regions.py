@@ -100,6 +100,51 @@ def test_each_benchmark_call_is_one_region_at_the_outermost_entry(daemon: FakeDa
     assert active_region() is None
 
 
+def test_a_benchmark_timed_in_a_tainted_region_is_timed_again_once(daemon: FakeDaemon) -> None:
+    lines: List[str] = []
+    hooks = AutoRegions(warn=lines.append, reaper=False)
+    try:
+        m = fake_benchmarking()
+        hooks.patch_inductor_benchmarking(m)
+        bm = m.benchmarker  # type: ignore[attr-defined]
+        daemon.taint.add(5)  # the first region: its call is timed again, in region 6
+        assert bm.benchmark_gpu(lambda: None) == 2.0
+        assert region_log(daemon) == ["enter auto:inductor.benchmark_gpu", "exit"] * 2
+        assert m.seen == ["gpu:in", "gpu:in"]  # type: ignore[attr-defined]
+        assert hooks.retakes == {"retaken": 1, "tainted_again": 0, "kept": 0}
+        assert len(lines) == 1 and "(5) was not exclusive (tainted): its benchmark is timed again" in lines[0]
+        # A revoked one is kept as timed (it outlived its lease).
+        daemon.taint.add(7)
+        daemon.revoke.add(7)
+        bm.benchmark_gpu(lambda: None)
+        assert hooks.retakes["kept"] == 1 and daemon.next_region == 8
+        # Retaken and tainted again, INDUCTOR_RETAKE_STREAK times in a row: retakes pause ...
+        streak = ar.INDUCTOR_RETAKE_STREAK
+        daemon.taint.update(range(8, 8 + 2 * streak + 1))
+        for _ in range(streak + 1):
+            bm.benchmark_gpu(lambda: None)
+        assert hooks.retakes == {"retaken": 1 + streak, "tainted_again": streak, "kept": 2}
+        # ... until a region comes back clean.
+        first = daemon.next_region
+        daemon.taint.difference_update(range(first, first + 1))
+        daemon.taint.add(first + 1)
+        bm.benchmark_gpu(lambda: None)  # clean: the streak ends
+        bm.benchmark_gpu(lambda: None)  # tainted: timed again (clean)
+        assert hooks.retakes == {"retaken": 2 + streak, "tainted_again": streak, "kept": 2}
+        assert daemon.next_region == first + 3
+        # A user's own timing call (not Inductor's) is never timed again.
+        tt = types.ModuleType("fake_triton_testing")
+        setattr(tt, "do_bench", lambda fn: 3.0)
+        hooks.patch_triton_testing(tt)
+        daemon.taint.add(daemon.next_region)
+        assert tt.do_bench(lambda: None) == 3.0  # type: ignore[attr-defined]
+        assert hooks.retakes["retaken"] == 2 + streak
+        hooks.report_retakes()
+        assert f"{2 + streak} autotuning benchmark(s) timed again after a tainted region ({streak} tainted again); 2 kept" in lines[-1]
+    finally:
+        hooks.uninstall()
+
+
 def test_a_bound_method_taken_after_install_is_wrapped(daemon: FakeDaemon, hooks: AutoRegions) -> None:
     # pad_mm and overlap_scheduling take ``benchmarker.benchmark_gpu`` into a functools.partial
     # when they run (after the hooks): patched on the class, the bound method is the wrapper.
