@@ -119,47 +119,13 @@ tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"
   grep "drain timed out" "$W/daemon.log" | cut -c1-500 | head -n 12
   grep -e "drain did not wait for" -e "is no longer behind" "$W/daemon.log" | cut -c1-300 | head -n 12
 } >>"$OUT/progress-tail.txt" || true
-# Steps that failed in this call: the end of each one's log from its last traceback (the error in
-# the journal keeps only the last lines; in session 23 level3/004's measure step failed with torch's
-# CUDA graph trees assertion and its log, which says where, did not come back).
-python3 - "$W/state/out" >>"$OUT/progress-tail.txt" <<'PY' || echo "(the failed steps' logs could not be read: exit $?)"
-import os, re, sqlite3, sys
-out = sys.argv[1]
-db = sqlite3.connect(f"file:{os.path.join(out, 'journal.db')}?mode=ro", uri=True)
-last = db.execute("SELECT max(id) FROM optimize_runs").fetchone()[0]
-rows = db.execute("SELECT problem, step, error FROM optimize_steps WHERE run=? AND status='failed'", (last,)).fetchall()
-print(f"\n== {len(rows)} step(s) failed in this call; each log's end from its last traceback (at most 40 lines):")
-for problem, step, error in rows:
-    m = re.search(r"\(all of it: (.*?)\)\s*$", error or "")
-    if not m or not os.path.exists(m.group(1)):
-        print(f"-- {problem} {step}: no log ({(error or '')[:200]})")
-        continue
-    lines = [l.rstrip() for l in open(m.group(1), errors="replace")]
-    starts = [i for i, l in enumerate(lines) if l.startswith("Traceback (most recent call last)")]
-    tail = lines[starts[-1]:] if starts else lines[-20:]
-    own = [l for l in lines[: starts[-1] if starts else 0] if l.startswith(("dispatch: ", "config: ", "beam: "))][-6:]
-    print(f"-- {problem} {step} ({os.path.relpath(m.group(1), out)}, {len(lines)} lines):")
-    for l in own + (tail[:16] + ["   [...]"] + tail[-18:] if len(tail) > 34 else tail):
-        print("   " + l[:240])
-PY
+# Steps that failed in this call: each one's log from its last traceback; after a kill, each
+# step left running: the end of its problem's logs (scripts/device/campaign_steps.py).
+python3 scripts/device/campaign_steps.py failed "$W/state/out" >>"$OUT/progress-tail.txt" ||
+  echo "(the failed steps' logs could not be read: exit $?)"
 if [ "$rc" = 124 ]; then
-  python3 - "$W/state/out" >>"$OUT/progress-tail.txt" <<'PY' || echo "(the unfinished steps' logs could not be read: exit $?)"
-import glob, os, sqlite3, sys
-out = sys.argv[1]
-db = sqlite3.connect(f"file:{os.path.join(out, 'journal.db')}?mode=ro", uri=True)
-last = db.execute("SELECT max(id) FROM optimize_runs").fetchone()[0]
-rows = db.execute("SELECT problem, step FROM optimize_steps WHERE run=? AND status='running'", (last,)).fetchall()
-print(f"\n== {len(rows)} step(s) left running when the run was killed; the end of each log of its problem:")
-for problem, step in rows:
-    level, stem = os.path.basename(os.path.dirname(problem)), os.path.splitext(os.path.basename(problem))[0]
-    for log in sorted(glob.glob(os.path.join(out, level, stem, "logs", "*.log"))):
-        lines = [l.rstrip() for l in open(log, errors="replace") if l.strip()]
-        print(f"-- {level}/{stem} (running: {step}) {os.path.basename(log)}, {len(lines)} lines:")
-        # The step's own progress lines (stamped [HH:MM:SS]), then its last lines whatever they are.
-        own = [l for l in lines[:-4] if l.startswith(("dispatch: ", "config: "))]
-        for l in own[-12:] + lines[-4:]:
-            print("   " + l[:200])
-PY
+  python3 scripts/device/campaign_steps.py killed "$W/state/out" >>"$OUT/progress-tail.txt" ||
+    echo "(the unfinished steps' logs could not be read: exit $?)"
   echo "kforge optimize killed at HARD_S (a step outlived the budget): the next call redoes it"
   # The summary the killed run could not write: every decision so far, from the journal, no step
   # started (a spent budget), so that each call's campaign.json and campaign.html hold. Without

@@ -715,22 +715,31 @@ fn a_step_admitted_in_full_under_a_wall_budget_gets_a_safety_net() {
     }
 }
 
+/// A level-3 problem in a campaign folder under `root`, and its output folder, whose measure step
+/// ran bounded (a killed run's floor, 1000 s, passes the 200 s budget); then the GPU budget was
+/// spent: undecided.
+fn measured_bounded(root: &Path) -> (PathBuf, PathBuf) {
+    let p = problems(root, &[("level3", "vector_add.py", "a.py")]);
+    let out = root.join("o");
+    journal_with_a_killed_measure(&p, &out);
+    let args =
+        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let (code, text) =
+        optimize(&[&args[..], &["--resume", "--budget-wall-s", "200", "--budget-gpu-s", "0.001"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("measure: bounded: "), "{text}");
+    (p, out)
+}
+
 /// A bounded measurement is a stopgap: a later run whose budget holds the step in full runs it
 /// in full instead of taking it (a floor set wrongly, by a step that had waited in the daemon's
 /// queue, had bounded level-1 measure steps for good in session 17).
 #[test]
 fn a_bounded_measurement_is_not_taken_by_a_run_that_holds_the_step_in_full() {
     let dir = tempfile::tempdir().unwrap();
-    let p = problems(dir.path(), &[("level3", "vector_add.py", "a.py")]);
-    let out = dir.path().join("o");
-    journal_with_a_killed_measure(&p, &out);
+    let (p, out) = measured_bounded(dir.path());
     let args =
         [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
-    // Bounded (the floor, 1000 s, passes the 200 s budget), then the GPU budget is spent: undecided.
-    let (code, text) =
-        optimize(&[&args[..], &["--resume", "--budget-wall-s", "200", "--budget-gpu-s", "0.001"]].concat(), &out);
-    assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("measure: bounded: "), "{text}");
     // A budget that holds the floor: measured in full, the bounded result not taken.
     let (code, text) = optimize(&[&args[..], &["--resume", "--budget-wall-s", "2000"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
@@ -750,15 +759,9 @@ fn a_bounded_measurement_is_not_taken_by_a_run_that_holds_the_step_in_full() {
 #[test]
 fn a_bounded_measurement_is_taken_once_running_it_in_full_failed() {
     let dir = tempfile::tempdir().unwrap();
-    let p = problems(dir.path(), &[("level3", "vector_add.py", "a.py")]);
-    let out = dir.path().join("o");
-    journal_with_a_killed_measure(&p, &out);
+    let (p, out) = measured_bounded(dir.path());
     let args =
         [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
-    let (code, text) =
-        optimize(&[&args[..], &["--resume", "--budget-wall-s", "200", "--budget-gpu-s", "0.001"]].concat(), &out);
-    assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("measure: bounded: "), "{text}");
     // A later run tried the step in full: its work began, then it failed.
     let store = kforge_store::Store::open(&out.join("journal.db")).unwrap();
     let all = store.journal(None).unwrap();
