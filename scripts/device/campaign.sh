@@ -119,6 +119,12 @@ tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"
   grep "drain timed out" "$W/daemon.log" | cut -c1-500 | head -n 12
   grep -e "drain did not wait for" -e "is no longer behind" "$W/daemon.log" | cut -c1-300 | head -n 12
 } >>"$OUT/progress-tail.txt" || true
+# Jobs run again alone after an out-of-memory error, and jobs started beside the running ones
+# while such a job waited at its queue's front (the daemon's backfill).
+{ echo; echo "== out-of-memory retries: $(grep -c ": run again, alone" "$W/daemon.log"); backfilled: $(grep -c "started beside the running jobs" "$W/daemon.log") (the first 12 of each)"
+  grep ": run again, alone" "$W/daemon.log" | cut -c1-300 | head -n 12
+  grep "started beside the running jobs" "$W/daemon.log" | cut -c1-300 | head -n 12
+} >>"$OUT/progress-tail.txt" || true
 # Steps that failed in this call: each one's log from its last traceback; after a kill, each
 # step left running: the end of its problem's logs (scripts/device/campaign_steps.py).
 python3 scripts/device/campaign_steps.py failed "$W/state/out" >>"$OUT/progress-tail.txt" ||
