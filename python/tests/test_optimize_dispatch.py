@@ -3,6 +3,7 @@ given round times, and one measurement end to end (eager against Inductor's CPU 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -665,6 +666,58 @@ def test_a_mode_that_raises_in_a_timing_round_is_left_out_and_the_round_run_agai
     with pytest.raises(AssertionError, match="tensor_weakrefs"):
         dispatch.time_rounds(problem, {"eager": lambda *xs: None, "reduce-overhead": flaky}, "eager",
                              torch.device("cpu"), 2)
+
+
+def test_a_baseline_that_raises_inside_cuda_graph_trees_resets_them_once(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """time_rounds with ``failed``: the baseline raising inside torch's CUDA graph trees
+    (``cudagraph_trees.py`` in its traceback) resets the trees, times a warm-up round and the
+    round again, every mode kept; a second such error, or one raised elsewhere, ends the step."""
+    trees = tmp_path / "cudagraph_trees.py"
+    trees.write_text("def dealloc():\n    raise AssertionError('len(node.tensor_weakrefs) == len(node.stack_traces)')\n")
+    spec = importlib.util.spec_from_file_location("fake_cudagraph_trees", trees)
+    assert spec is not None and spec.loader is not None
+    fake = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fake)
+    seen: List[str] = []
+    resets: List[int] = []
+
+    def bench(fns: List[Any], name: str, **kw: Any) -> List[List[float]]:
+        seen.append(name)
+        for f in fns:
+            f()
+        return [[float(i + 1)] * 3 for i in range(len(fns))]
+
+    monkeypatch.setattr(dispatch, "do_bench_interleaved", bench)
+    monkeypatch.setattr(dispatch, "reset_graph_trees", lambda: resets.append(len(seen)))
+    problem = dispatch.load_problem(VECTOR_ADD, "default")
+    calls = {"n": 0}
+
+    def baseline(*xs: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] in raising:
+            fake.dealloc()
+
+    raising = {3}  # the first counted round's first call (the warm-up: calls 1 and 2)
+    fns = {"eager": baseline, "reduce-overhead": lambda *xs: None}
+    failed: Dict[str, str] = {}
+    out = dispatch.time_rounds(problem, fns, "eager", torch.device("cpu"), 2, failed=failed)
+    assert resets == [2], "once, after the round that raised"
+    assert seen == ["optimize:dispatch-warmup", "optimize:dispatch-round-0", "optimize:dispatch-warmup",
+                    "optimize:dispatch-round-0", "optimize:dispatch-round-1"]
+    assert failed == {} and out == {"reduce-overhead": [(1.0, 2.0, 3.0)] * 2}, "every mode, every round"
+    calls["n"], raising = 0, {3, 7}  # and again after the reset: the step ends
+    with pytest.raises(AssertionError, match="tensor_weakrefs"):
+        dispatch.time_rounds(problem, fns, "eager", torch.device("cpu"), 2, failed={})
+
+    def elsewhere(*xs: Any) -> None:
+        raise AssertionError("len(node.tensor_weakrefs) == len(node.stack_traces)")  # not in the trees' file
+
+    resets.clear()
+    with pytest.raises(AssertionError, match="tensor_weakrefs"):
+        dispatch.time_rounds(problem, {"eager": elsewhere, "default": lambda *xs: None}, "eager",
+                             torch.device("cpu"), 2, failed={})
+    assert resets == []
 
 
 def test_a_round_timed_in_a_tainted_region_is_timed_again_a_bounded_number_of_times(

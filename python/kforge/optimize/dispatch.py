@@ -818,6 +818,20 @@ def attributed(index: int, f: Callable[[], Any]) -> Callable[[], Any]:
     return call
 
 
+def raised_in_graph_trees(error: BaseException) -> bool:
+    """Whether ``error`` was raised inside torch's CUDA graph trees (``cudagraph_trees.py``)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return any(os.path.basename(f.filename) == "cudagraph_trees.py" for f in frames)
+
+
+def reset_graph_trees() -> None:
+    """Drop every CUDA graph tree of this process: each graph-capturing function records its
+    graphs again at its next calls (``torch._inductor.cudagraph_trees.reset_cudagraph_trees``)."""
+    from torch._inductor import cudagraph_trees
+
+    cudagraph_trees.reset_cudagraph_trees()
+
+
 def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str, dev: Any,
                 rounds: int, end: Optional[float] = None,
                 failed: Optional[Dict[str, str]] = None,
@@ -829,9 +843,12 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
     fewer rounds, a wider interval, and a step that ends in its budget. With ``failed``, a mode
     whose call raises in a round (torch's CUDA graph trees asserted so at the large preset, with
     several graph-capturing modes called in turn) is left out, its error in ``failed``, and the
-    round run again without it; the baseline's error ends the step. A counted round timed in a
-    tainted region (not exclusive) is timed again, at most ``TAINTED_RETAKES`` times and only
-    when another round fits; with ``taint``, its ``retaken`` and ``kept`` count such rounds."""
+    round run again without it. The baseline's error ends the step, but once: raised inside
+    torch's CUDA graph trees (in session 23 the baseline max-autotune asserted so after 430 s of
+    level3/004's measure step, beside other graph-capturing modes), the trees are reset and the
+    round is run again after a warm-up round. A counted round timed in a tainted region (not
+    exclusive) is timed again, at most ``TAINTED_RETAKES`` times and only when another round
+    fits; with ``taint``, its ``retaken`` and ``kept`` count such rounds."""
     import torch
 
     others = [m for m in fns if m != baseline]
@@ -839,10 +856,12 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
     last_s = 0.0
     r = -WARMUP_ROUNDS
     counts = taint if taint is not None else {}
+    trees_reset, rewarm = False, False
     while r < rounds and others:
         if not another_round_fits(r, last_s, end):
             say(f"timed {r} of {rounds} rounds: another would end past the step's end")
             break
+        warm = r < 0 or rewarm
         t0 = time.time()
         xs = make_inputs(problem, 10 + r, "normal", dev)
         calls = [fns[baseline]] + [fns[m] for m in others] + [fns[baseline]]
@@ -850,31 +869,40 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
         held: List[Any] = []
         try:
             with torch.no_grad():
-                samples = do_bench_interleaved(timed, name=f"optimize:dispatch-round-{r}" if r >= 0 else "optimize:dispatch-warmup",
+                samples = do_bench_interleaved(timed, name="optimize:dispatch-warmup" if warm else f"optimize:dispatch-round-{r}",
                                                prepare_each=timed,
                                                min_calls=ROUND_MIN_CALLS, device=str(dev), regions=held)
         except VariantRaised as e:
+            which = "the warm-up round" if warm else f"timing round {r + 1}"
             if failed is None or e.index in (0, len(calls) - 1):
-                raise e.error from None
+                if failed is None or trees_reset or not raised_in_graph_trees(e.error):
+                    raise e.error from None
+                trees_reset = rewarm = True
+                reset_graph_trees()
+                say(f"{baseline}: raised in {which} inside torch's CUDA graph trees ({e}): the trees reset, "
+                    "a warm-up round, then the round again")
+                continue
             mode = others.pop(e.index - 1)
             out.pop(mode)
             failed[mode] = f"raised in a timing round: {e}"
-            which = f"timing round {r + 1}" if r >= 0 else "the warm-up round"
             say(f"{mode}: left out, it raised in {which}: {e}")
             continue  # the round again, without it
         last_s = time.time() - t0
-        fate = retake_tainted(held, counts, another_round_fits(r, last_s, end)) if r >= 0 else None
+        fate = None if warm else retake_tainted(held, counts, another_round_fits(r, last_s, end))
         if fate == "retaken":
             say(f"timing round {r + 1} again: its region was not exclusive (tainted)")
             continue
         if fate == "kept":
             say(f"round {r + 1}: kept, timed in a region that was not exclusive (tainted)")
-        say(f"timed round {r + 1} of {rounds} ({len(calls)} calls in turn)" if r >= 0 else "timed a warm-up round")
-        if r >= 0:  # not a warm-up round
+        say("timed a warm-up round" if warm else f"timed round {r + 1} of {rounds} ({len(calls)} calls in turn)")
+        if not warm:
             med = [sorted(s)[len(s) // 2] for s in samples]
             for i, m in enumerate(others):
                 out[m].append((med[0], med[1 + i], med[-1]))
-        r += 1
+        if rewarm:
+            rewarm = False  # the round that raised, again
+        else:
+            r += 1
     return out
 
 
