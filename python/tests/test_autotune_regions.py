@@ -361,6 +361,8 @@ def test_the_real_subprocess_env_carries_the_bootstrap(hooks: AutoRegions, tmp_p
 
     if not hasattr(utils, "python_subprocess_env"):
         pytest.skip("this torch builds its subprocess environments inline")
+    if ar._inductor is not None:  # an earlier test's inductor_regions() (a dispatch step's) wrapped it first
+        ar._inductor.uninstall()
     hooks.boot_dir = str(tmp_path / BOOT_DIR_NAME)
     hooks.patch_inductor_utils(utils)
     env = utils.python_subprocess_env()
