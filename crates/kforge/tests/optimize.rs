@@ -715,6 +715,22 @@ fn a_step_admitted_in_full_under_a_wall_budget_gets_a_safety_net() {
     }
 }
 
+/// Journal `problem`'s `step` (input hash `input`) in `run`: its work began `seconds` ago and it
+/// ended now as `end` says (`finished_ns` and `seconds` filled in). Returns the step's id.
+fn journal_step(
+    store: &kforge_store::Store,
+    (run, problem, step, input): (u64, &str, &str, &str),
+    seconds: f64,
+    end: kforge_store::StepEnd,
+) -> u64 {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
+    let began = now - (seconds * 1e9) as i64;
+    let id = store.step_started(run, problem, step, input, began).unwrap();
+    store.step_work_began(id, began).unwrap();
+    store.step_finished(id, &kforge_store::StepEnd { finished_ns: now, seconds, ..end }).unwrap();
+    id
+}
+
 /// A level-3 problem in a campaign folder under `root`, and its output folder, whose measure step
 /// ran bounded (a killed run's floor, 1000 s, passes the 200 s budget); then the GPU budget was
 /// spent: undecided.
@@ -767,18 +783,12 @@ fn a_bounded_measurement_is_taken_once_running_it_in_full_failed() {
     let all = store.journal(None).unwrap();
     let bounded = all.steps.iter().find(|s| s.step == "measure" && s.status == "done").unwrap().clone();
     let run = store.insert_run(&kforge_store::RunRow { id: 0, ..all.runs[0].clone() }).unwrap();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
-    let tried =
-        store.step_started(run, &bounded.problem, "measure", &bounded.input_hash, now - 430_000_000_000).unwrap();
-    store.step_work_began(tried, now - 430_000_000_000).unwrap();
     let end = kforge_store::StepEnd {
         status: "failed".into(),
-        finished_ns: now,
-        seconds: 430.0,
         error: Some("the dispatch step ended with Some(1): AssertionError".into()),
         ..kforge_store::StepEnd::default()
     };
-    store.step_finished(tried, &end).unwrap();
+    let tried = journal_step(&store, (run, &bounded.problem, "measure", &bounded.input_hash), 430.0, end);
     drop(store);
     let (code, text) = optimize(&[&args[..], &["--resume", "--budget-wall-s", "2000"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
@@ -1581,19 +1591,14 @@ fn a_resumed_campaign_starts_a_problem_whose_beam_starts_only_at_a_runs_start_fi
     let store = kforge_store::Store::open(&out.join("journal.db")).unwrap();
     let first = store.journal(None).unwrap().runs[0].clone();
     let earlier = store.insert_run(&kforge_store::RunRow { id: 0, ..first }).unwrap();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
     let b = p.join("level1/b.py").display().to_string();
-    let beam = store.step_started(earlier, &b, "beam", "an older input", now - 1_000_000_000_000).unwrap();
-    store.step_work_began(beam, now - 1_000_000_000_000).unwrap();
     let end = kforge_store::StepEnd {
         status: "failed".into(),
-        finished_ns: now,
-        seconds: 1000.0,
         outcome: Some("bounded".into()),
         error: Some("the step's end came first".into()),
         ..kforge_store::StepEnd::default()
     };
-    store.step_finished(beam, &end).unwrap();
+    journal_step(&store, (earlier, &b, "beam", "an older input"), 1000.0, end);
     let all = store.journal(None).unwrap();
     let measured = all.steps.iter().filter(|s| s.step == "measure" && s.status == "done").count();
     assert_eq!(measured, 2, "both measured in full: {text}");
@@ -1666,18 +1671,14 @@ fn a_problem_measured_bounded_starts_among_the_measured() {
     let all = store.journal(None).unwrap();
     let run = store.insert_run(&kforge_store::RunRow { id: 0, ..all.runs[0].clone() }).unwrap();
     let c = p.join("level3/c.py").display().to_string();
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
-    let measure = store.step_started(run, &c, "measure", "a bounded input", now - 1_000_000_000_000).unwrap();
-    store.step_work_began(measure, now - 1_000_000_000_000).unwrap();
     let end = kforge_store::StepEnd {
         status: "done".into(),
-        finished_ns: now,
-        seconds: 1000.0,
         outcome: Some("bounded".into()),
         output: Some("level3/c/dispatch.json".into()),
         ..kforge_store::StepEnd::default()
     };
-    store.step_finished(measure, &end).unwrap();
+    journal_step(&store, (run, &c, "measure", "a bounded input"), 1000.0, end);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
     store.run_finished(run, now, Some("budget")).unwrap();
     drop(store);
     let args =
