@@ -3,10 +3,10 @@ given round times, and one measurement end to end (eager against Inductor's CPU 
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
+import runpy
 import subprocess
 import sys
 import time
@@ -675,10 +675,7 @@ def test_a_baseline_that_raises_inside_cuda_graph_trees_resets_them_once(
     round again, every mode kept; a second such error, or one raised elsewhere, ends the step."""
     trees = tmp_path / "cudagraph_trees.py"
     trees.write_text("def dealloc():\n    raise AssertionError('len(node.tensor_weakrefs) == len(node.stack_traces)')\n")
-    spec = importlib.util.spec_from_file_location("fake_cudagraph_trees", trees)
-    assert spec is not None and spec.loader is not None
-    fake = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fake)
+    dealloc = runpy.run_path(str(trees))["dealloc"]  # its frames name cudagraph_trees.py
     seen: List[str] = []
     resets: List[int] = []
 
@@ -696,7 +693,7 @@ def test_a_baseline_that_raises_inside_cuda_graph_trees_resets_them_once(
     def baseline(*xs: Any) -> None:
         calls["n"] += 1
         if calls["n"] in raising:
-            fake.dealloc()
+            dealloc()
 
     raising = {3}  # the first counted round's first call (the warm-up: calls 1 and 2)
     fns = {"eager": baseline, "reduce-overhead": lambda *xs: None}

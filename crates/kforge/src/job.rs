@@ -133,22 +133,21 @@ impl Write for Kept<'_> {
 
 /// `--gpu-memory GiB` in bytes (`kforge run`, `verify --daemon`, `inspect --daemon`).
 pub fn gpu_memory_bytes(gib: Option<f64>) -> Result<Option<u64>> {
-    match gib {
-        Some(g) if !(g > 0.0 && g.is_finite() && g < 1e9) => {
-            anyhow::bail!("--gpu-memory must be a positive number of GiB (such as 40 or 0.5), got {g}")
-        }
-        Some(g) => Ok(Some((g * (1u64 << 30) as f64).ceil() as u64)),
-        None => Ok(None),
-    }
+    scaled("--gpu-memory", gib, "GiB (such as 40 or 0.5)", (1u64 << 30) as f64)
 }
 
 /// `--expected-s` in milliseconds for `SubmitSpec::expected_ms`.
 pub fn expected_ms(seconds: Option<f64>) -> Result<Option<u64>> {
-    match seconds {
-        Some(s) if !(s > 0.0 && s.is_finite() && s < 1e9) => {
-            anyhow::bail!("--expected-s must be a positive number of seconds (such as 90 or 2.5), got {s}")
+    scaled("--expected-s", seconds, "seconds (such as 90 or 2.5)", 1e3)
+}
+
+/// A flag's positive number of `unit` times `scale`, rounded up; a clear error for anything else.
+fn scaled(flag: &str, value: Option<f64>, unit: &str, scale: f64) -> Result<Option<u64>> {
+    match value {
+        Some(v) if !(v > 0.0 && v.is_finite() && v < 1e9) => {
+            anyhow::bail!("{flag} must be a positive number of {unit}, got {v}")
         }
-        Some(s) => Ok(Some((s * 1e3).ceil() as u64)),
+        Some(v) => Ok(Some((v * scale).ceil() as u64)),
         None => Ok(None),
     }
 }

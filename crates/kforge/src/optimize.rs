@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use kforge_optimize::budget::{Admission, Budget, Spending, StepOf};
 use kforge_optimize::decisions::{Answer, Decisions, Entry};
-use kforge_optimize::journal::{content_hash, verified_name, verified_of, Journal, StepDone};
+use kforge_optimize::journal::{content_hash, verified_name, verified_of, Journal, Measured, StepDone};
 use kforge_optimize::redecide::Redecide;
 use kforge_optimize::search::{measure_args, Step};
 use kforge_optimize::{
@@ -733,17 +733,29 @@ impl Run<'_> {
     }
 
     /// Whether a problem counts as measured for the start order: a measure step ran in full (or
-    /// was taken), or a bounded one will be taken (`ProblemRun::finished_step`'s rule: this run
-    /// cannot hold the step in full, or running it in full came to nothing since). In session
-    /// 23's call 7, level3/004, measured bounded only, started among the problems whose measure
-    /// step outlived a budget, though a verify step was all it had left.
-    fn is_measured(&self, m: Option<&kforge_optimize::journal::Measured>, of: StepOf<'_>) -> Result<bool> {
-        let Some(m) = m else { return Ok(false) };
-        if m.in_full {
-            return Ok(true);
+    /// was taken), or its bounded one will be taken (`stopgap`). In session 23's call 7,
+    /// level3/004, measured bounded only, started among the problems whose measure step outlived
+    /// a budget, though a verify step was all it had left.
+    fn is_measured(&self, m: Option<&Measured>, of: StepOf<'_>) -> Result<bool> {
+        match m {
+            Some(m) if m.in_full => Ok(true),
+            Some(Measured { bounded: Some(bounded), .. }) => Ok(self.stopgap(of, bounded)?.is_some()),
+            _ => Ok(false),
         }
-        let Some(bounded) = &m.bounded else { return Ok(false) };
-        Ok(!self.spending.fits_in_full(of) || self.journal.tried_in_full_since(bounded)?.is_some())
+    }
+
+    /// Why a finished step's result (`latest`: bounded, or an older full one) stands for `of`'s
+    /// step in this run: this run cannot hold the step in full; or running it in full was tried
+    /// since and came to nothing (failed, withdrawn, or killed with its run after its work
+    /// began). `None`: run it in full. A bounded result is a stopgap, but in session 23
+    /// level3/004's bounded measure step (the rewrite left out) was run again in full, failed
+    /// after 430 s with torch's CUDA graph trees assertion, and took its beam and result steps
+    /// with it.
+    fn stopgap(&self, of: StepOf<'_>, latest: &kforge_store::StepRow) -> Result<Option<Stopgap>> {
+        if !self.spending.fits_in_full(of) {
+            return Ok(Some(Stopgap::NoRoom));
+        }
+        Ok(self.journal.tried_in_full_since(latest)?.map(Stopgap::FullFailed))
     }
 
     /// One problem of a campaign, whatever happened to it.
@@ -1175,6 +1187,14 @@ struct Deadline {
     end: f64,
 }
 
+/// Why a bounded result stands for a step (`Run::stopgap`).
+enum Stopgap {
+    /// The run's wall budget cannot hold the step in full.
+    NoRoom,
+    /// Running it in full was tried since and came to nothing: that attempt.
+    FullFailed(kforge_store::StepRow),
+}
+
 /// One problem's run: its steps, each journaled.
 struct ProblemRun<'a> {
     run: &'a Run<'a>,
@@ -1572,33 +1592,33 @@ impl ProblemRun<'_> {
         }
     }
 
-    /// The journaled step that stands for this one, if any. A bounded result is a stopgap: not
-    /// taken when this run can hold the step in full (an older full one still is), unless
-    /// running it in full was tried since and came to nothing. In session 23, level3/004's
-    /// bounded measure step (the rewrite left out) was run again in full, failed after 430 s
-    /// with torch's CUDA graph trees assertion, and took its beam and result steps with it.
+    /// The journaled step that stands for this one, if any: one that ran in full while this run
+    /// can hold the step in full, else the latest finished one where its stopgap rule
+    /// (`Run::stopgap`) lets a bounded result stand.
     fn finished_step(&self, step: Step, input_hash: &str) -> Result<Option<kforge_store::StepRow>> {
-        let journal = &self.run.journal;
-        if !self.run.spending.fits_in_full(self.step_of(step)) {
-            return Ok(journal.finished(step, input_hash)?);
+        let (journal, of) = (&self.run.journal, self.step_of(step));
+        if self.run.spending.fits_in_full(of) {
+            if let Some(full) = journal.finished_in_full(step, input_hash)? {
+                return Ok(Some(full));
+            }
         }
-        if let Some(full) = journal.finished_in_full(step, input_hash)? {
-            return Ok(Some(full));
+        let Some(latest) = journal.finished(step, input_hash)? else { return Ok(None) };
+        let Some(why) = self.run.stopgap(of, &latest)? else { return Ok(None) };
+        if let Stopgap::FullFailed(tried) = why {
+            let error =
+                tried.error.as_deref().map_or(String::new(), |e| format!(": {}", kforge_llm::wire::excerpt(e, 200)));
+            let ended = if tried.status == "running" { "with its run (killed)" } else { tried.status.as_str() };
+            self.progress(&format!(
+                "{}: takes its bounded result (step {} of run {}): running it in full again, step {} of run {}, \
+                 ended {ended}{error}",
+                step.name(),
+                latest.id,
+                latest.run,
+                tried.id,
+                tried.run,
+            ));
         }
-        let Some(bounded) = journal.finished(step, input_hash)? else { return Ok(None) };
-        let Some(tried) = journal.tried_in_full_since(&bounded)? else { return Ok(None) };
-        let why = tried.error.as_deref().map_or(String::new(), |e| format!(": {}", first_chars(e, 200)));
-        self.progress(&format!(
-            "{}: takes its bounded result (step {} of run {}): running it in full again, step {} of run {}, \
-             ended {}{why}",
-            step.name(),
-            bounded.id,
-            bounded.run,
-            tried.id,
-            tried.run,
-            if tried.status == "running" { "with its run (killed)" } else { tried.status.as_str() },
-        ));
-        Ok(Some(bounded))
+        Ok(Some(latest))
     }
 
     /// Run a step unless a finished one with the same input hash stands for it (its outputs
@@ -2372,14 +2392,6 @@ fn step_output_in(root: &Path, output: &str, names: &[&str], hash: &str) -> Opti
         let contents = names.iter().map(|n| std::fs::read(d.join(n))).collect::<Result<Vec<_>, _>>().ok()?;
         (hash_of(names, &contents) == hash).then_some((d, contents))
     })
-}
-
-/// At most `n` characters of `text`, with an ellipsis where it was cut.
-fn first_chars(text: &str, n: usize) -> String {
-    match text.char_indices().nth(n) {
-        Some((at, _)) => format!("{}…", &text[..at]),
-        None => text.to_string(),
-    }
 }
 
 #[cfg(test)]
