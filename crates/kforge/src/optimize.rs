@@ -755,7 +755,7 @@ impl Run<'_> {
         if !self.spending.fits_in_full(of) {
             return Ok(Some(Stopgap::NoRoom));
         }
-        Ok(self.journal.tried_in_full_since(latest)?.map(Stopgap::FullFailed))
+        Ok(self.journal.tried_in_full_since(latest)?.map(|tried| Stopgap::FullFailed(Box::new(tried))))
     }
 
     /// One problem of a campaign, whatever happened to it.
@@ -1192,7 +1192,7 @@ enum Stopgap {
     /// The run's wall budget cannot hold the step in full.
     NoRoom,
     /// Running it in full was tried since and came to nothing: that attempt.
-    FullFailed(kforge_store::StepRow),
+    FullFailed(Box<kforge_store::StepRow>),
 }
 
 /// One problem's run: its steps, each journaled.
