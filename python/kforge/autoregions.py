@@ -166,6 +166,15 @@ INDUCTOR_TAINTED_RETAKES = 1
 #: still in flight; in session 23 one process stayed behind for 424 drains, and 838 of 903
 #: autotuning regions were tainted), until a benchmark's region comes back clean.
 INDUCTOR_RETAKE_STREAK = 3
+#: An autotuning benchmark (``benchmark_gpu``) whose callable takes longer than this a call, on
+#: its first call and again on a second (the first may have compiled or loaded it), is timed by
+#: that second call alone: Inductor's own benchmark would run it 5 more times (its runtime
+#: estimate, then at least one timed call), and such a choice never wins against the kernels of
+#: a 1-15 ms forward. In sessions 22 and 23 one such choice of level3/007 held its regions for
+#: 20-152 s, its kernels still in flight after the 15 s lease had revoked them (the siblings'
+#: drains timed out on them). An isolated compile would time it as slow too: the choice made is
+#: the same, from one sample.
+INDUCTOR_SLOW_CALL_S = 1.0
 INDUCTOR_UTILS = "torch._inductor.utils"
 #: The name of the bootstrap directory the daemon puts first on an ``--auto-regions`` job's
 #: ``PYTHONPATH`` (``kforge_python::AUTO_REGIONS_DIR``).
@@ -236,6 +245,24 @@ class _Waiting:
         self.reported = False
 
 
+def cuda_synchronize() -> bool:
+    """Wait for the current CUDA device's queued work; False (nothing waited for) when CUDA is
+    not initialized in this process."""
+    torch = sys.modules.get("torch")
+    cuda = getattr(torch, "cuda", None)
+    if cuda is None or not cuda.is_initialized():
+        return False
+    cuda.synchronize()
+    return True
+
+
+def what_was_timed(args: Sequence[Any]) -> str:
+    """The callable a wrapped benchmark call timed, for a report: its first callable argument
+    (a method's first argument is the benchmarker itself), on one line, at most 300 characters."""
+    what = next((a for a in args if callable(a)), args[0] if args else "?")
+    return " ".join(repr(what).split())[:300]
+
+
 def lease_of(r: Region) -> float:
     """Region ``r``'s lease in seconds, from its grant (:data:`DEFAULT_LEASE_S` when it names
     none)."""
@@ -279,6 +306,12 @@ class AutoRegions:
         #: ``tainted_again``) and ``kept`` (retakes paused, or the region was revoked).
         self.retakes: Dict[str, int] = {"retaken": 0, "tainted_again": 0, "kept": 0}
         self._tainted_streak = 0
+        #: Autotuning benchmarks timed by one call (:data:`INDUCTOR_SLOW_CALL_S`), and the
+        #: slowest such call in seconds.
+        self.slow_calls: Dict[str, float] = {"count": 0, "slowest_s": 0.0}
+        #: Waits for the device's queued work (``torch.cuda.synchronize`` once CUDA is
+        #: initialized); a test sets its own.
+        self.device_sync: Callable[[], bool] = cuda_synchronize
         #: Intervals that started in a lingering region instead of entering one.
         self.continued = 0
         self._patched: List[Tuple[Any, str, Any]] = []
@@ -402,12 +435,54 @@ class AutoRegions:
             self._tainted_streak = 0
 
     def report_retakes(self) -> None:
-        """The count of autotuning benchmarks timed in tainted regions (a line at exit, when any)."""
+        """The counts of autotuning benchmarks timed in tainted regions and of those timed by one
+        slow call (a line at exit for each, when any)."""
         t = self.retakes
         if t["retaken"] or t["kept"]:
             self.warn(f"kforge --auto-regions: {t['retaken']} autotuning benchmark(s) timed again after a "
                       f"tainted region ({t['tainted_again']} tainted again); {t['kept']} kept as timed "
                       "(revoked, or retakes paused while regions stayed tainted)")
+        s = self.slow_calls
+        if s["count"]:
+            self.warn(f"kforge --auto-regions: {s['count']:g} autotuning benchmark(s) timed by one call, each call "
+                      f"over {INDUCTOR_SLOW_CALL_S:g} s (the slowest {s['slowest_s']:.1f} s)")
+
+    def slow_call_first(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Inductor's ``benchmark_gpu`` ``fn`` with its callable called once first, and again if
+        that took longer than :data:`INDUCTOR_SLOW_CALL_S`: when the second call is as slow, its
+        time (ms) is the benchmark's result and Inductor's benchmark is not run. Without a device
+        to wait for (``device_sync`` returns False) ``fn`` runs as is."""
+
+        @functools.wraps(fn)
+        def benchmark_gpu(bench: Any, _callable: Callable[[], Any], *args: Any, **kwargs: Any) -> Any:
+            slow = self._slow_call_s(_callable)
+            if slow is None:
+                return fn(bench, _callable, *args, **kwargs)
+            self.slow_calls["count"] += 1
+            self.slow_calls["slowest_s"] = max(self.slow_calls["slowest_s"], slow)
+            if self.slow_calls["count"] == 1:
+                self.warn(f"kforge --auto-regions: an autotuning benchmark's call took {slow:.1f} s (over "
+                          f"{INDUCTOR_SLOW_CALL_S:g} s, twice): it is timed by that call alone, and so is each "
+                          f"such one (the count at exit); the call timed: {what_was_timed((_callable,))}")
+            return [slow * 1e3] if kwargs.get("return_mode") == "all" else slow * 1e3
+
+        return benchmark_gpu
+
+    def _slow_call_s(self, fn: Callable[[], Any]) -> Optional[float]:
+        """Seconds of ``fn``'s second call when its first and second both took longer than
+        :data:`INDUCTOR_SLOW_CALL_S` (each timed from a device wait to a device wait); None
+        otherwise, and after the first call when that was quick or no device can be waited for."""
+        if not self.device_sync():
+            return None
+        took = 0.0
+        for _ in range(2):
+            start = self.clock()
+            fn()
+            self.device_sync()
+            took = self.clock() - start
+            if took <= INDUCTOR_SLOW_CALL_S:
+                return None
+        return took
 
     def report_long_hold_at_exit(self, h: _Holding, args: Sequence[Any]) -> None:
         """Without a reaper thread (:func:`inductor_regions`' hooks), the long-hold report comes
@@ -418,7 +493,7 @@ class AutoRegions:
         held = self.clock() - h.opened
         if held < LONG_HOLD_SHARE * h.lease_s:
             return
-        what = " ".join(repr(args[0]).split())[:300] if args else "?"
+        what = what_was_timed(args)
         self.warn(f"kforge --auto-regions: region {h.name!r} ({h.region.region}) held for {held:.1f} s of its "
                   f"{h.lease_s:g} s lease; the call timed: {what}")
 
@@ -796,7 +871,8 @@ class AutoRegions:
             for attr in INDUCTOR_METHODS:
                 fn = vars(cls).get(attr)
                 if callable(fn) and not getattr(fn, WRAPPED_MARK, False):
-                    self._set(cls, attr, self.wrap(fn, f"auto:inductor.{attr}"))
+                    inner = self.slow_call_first(fn) if attr == "benchmark_gpu" else fn
+                    self._set(cls, attr, self.wrap(inner, f"auto:inductor.{attr}"))
 
     def patch_inductor_utils(self, module: Any) -> None:
         """Wrap ``do_bench_using_profiling`` (a region per call) and ``python_subprocess_env``
@@ -986,6 +1062,7 @@ def release_inductor_regions() -> None:
         _inductor.close_all()
         _inductor.report_retakes()
         _inductor.retakes = {k: 0 for k in _inductor.retakes}
+        _inductor.slow_calls = {k: 0 for k in _inductor.slow_calls}
     while _boot_parents:
         shutil.rmtree(_boot_parents.pop(), True)
 

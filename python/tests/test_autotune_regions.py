@@ -145,6 +145,68 @@ def test_a_benchmark_timed_in_a_tainted_region_is_timed_again_once(daemon: FakeD
         hooks.uninstall()
 
 
+class SlowDevice:
+    """A fake clock and device wait for :meth:`AutoRegions.slow_call_first`: each call of
+    :meth:`callable` takes the next of ``seconds`` on the clock."""
+
+    def __init__(self, seconds: List[float]) -> None:
+        self.now = 0.0
+        self.seconds = list(seconds)
+        self.calls = 0
+
+    def clock(self) -> float:
+        return self.now
+
+    def call(self) -> None:
+        self.calls += 1
+        self.now += self.seconds.pop(0) if self.seconds else 0.001
+
+
+def test_a_benchmark_whose_calls_take_over_the_slow_limit_is_timed_by_one_call(daemon: FakeDaemon) -> None:
+    lines: List[str] = []
+    dev = SlowDevice([])
+    hooks = AutoRegions(warn=lines.append, reaper=False, clock=dev.clock)
+    hooks.device_sync = lambda: True
+    try:
+        m = fake_benchmarking()
+        hooks.patch_inductor_benchmarking(m)
+        bm = m.benchmarker  # type: ignore[attr-defined]
+        slow = ar.INDUCTOR_SLOW_CALL_S
+        # Quick first call: Inductor's benchmark runs (one more call of its own).
+        assert bm.benchmark_gpu(dev.call) == 2.0 and dev.calls == 2
+        # Slow first call (a compile), quick second: Inductor's benchmark runs.
+        dev.seconds = [slow + 5.0, 0.01]
+        assert bm.benchmark_gpu(dev.call) == 2.0 and dev.calls == 5
+        # Slow twice: the second call's time is the result, in ms; Inductor's is not run.
+        dev.seconds = [slow + 1.0, slow + 2.5]
+        assert bm.benchmark_gpu(dev.call) == pytest.approx((slow + 2.5) * 1e3) and dev.calls == 7
+        dev.seconds = [slow + 1.0, slow + 1.5]
+        assert bm.benchmark_gpu(dev.call, return_mode="all") == [pytest.approx((slow + 1.5) * 1e3)]
+        assert m.seen == ["gpu:in", "gpu:in"]  # type: ignore[attr-defined]
+        assert region_log(daemon) == ["enter auto:inductor.benchmark_gpu", "exit"] * 4
+        assert hooks.slow_calls == {"count": 2, "slowest_s": pytest.approx(slow + 2.5)}
+        assert len(lines) == 1 and "it is timed by that call alone" in lines[0] and "SlowDevice.call" in lines[0]
+        hooks.report_retakes()
+        assert f"2 autotuning benchmark(s) timed by one call, each call over {slow:g} s (the slowest {slow + 2.5:.1f} s)" in lines[-1]
+        # Without a device to wait for (CUDA not initialized), nothing is called first.
+        hooks.device_sync = lambda: False
+        before = dev.calls
+        assert bm.benchmark_gpu(dev.call) == 2.0 and dev.calls == before + 1
+    finally:
+        hooks.uninstall()
+
+
+def test_the_slow_call_check_waits_for_cuda_only_once_it_is_initialized(monkeypatch: pytest.MonkeyPatch) -> None:
+    waits: List[str] = []
+    cuda = types.SimpleNamespace(is_initialized=lambda: False, synchronize=lambda: waits.append("sync"))
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda))
+    assert ar.cuda_synchronize() is False and waits == []
+    cuda.is_initialized = lambda: True
+    assert ar.cuda_synchronize() is True and waits == ["sync"]
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace())
+    assert ar.cuda_synchronize() is False
+
+
 def test_a_bound_method_taken_after_install_is_wrapped(daemon: FakeDaemon, hooks: AutoRegions) -> None:
     # pad_mm and overlap_scheduling take ``benchmarker.benchmark_gpu`` into a functools.partial
     # when they run (after the hooks): patched on the class, the bound method is the wrapper.

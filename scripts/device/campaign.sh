@@ -107,7 +107,7 @@ tail -n 40 "$W/progress.log" >"$OUT/progress-tail.txt"
 # Timing rounds a step left a mode out of, or timed again for a tainted region (dispatch's log
 # lines), and each step's count of autotuning benchmarks timed again so (at its exit).
 { echo; echo "== timing rounds: modes left out, rounds in regions that were not exclusive (at most 40 lines)"
-  grep -rH --include='*.log' -E "left out, it raised|again: its region was not exclusive|kept, timed in a region|timed again after a tainted region" \
+  grep -rH --include='*.log' -E "left out, it raised|again: its region was not exclusive|kept, timed in a region|timed again after a tainted region|timed by one call|timed by that call alone" \
     "$W/state/out" | sed "s|$W/state/out/||" | cut -c1-400 | head -n 40; } >>"$OUT/progress-tail.txt" || true
 { echo; echo "== regions held past half their lease (at most 40 lines)"
   grep -rh --include='*.log' "kforge --auto-regions: region .* held for .* lease; " "$W/state/out" | cut -c1-600 | head -n 40
