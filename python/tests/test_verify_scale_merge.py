@@ -43,8 +43,25 @@ def test_calls_merge_into_compact_rows_and_the_done_list(tmp_path: Path) -> None
     assert rows[1]["verify"]["speedup"] == 0.98
     assert run("done", "--kept", str(kept)).split() == ["eager-a", "eager-b"]
     table = run("table", "--kept", str(kept))
-    assert "| eager-a | 5.0 | 12.5 | 2.50 | 4.0 | accepted (1.010×) | 3.0 | - | 2.0 | 3.0 | - | - |" in table
-    assert "2/2 with a verdict; verify ÷ naive: median 4.00, max 4.00, 1/2 at most 3" in table
+    assert "| eager-a | - | 5.0 | 12.5 | 2.50 | 4.0 | accepted (1.010×) | 3.0 | - | 2.0 | 3.0 | - | - |" in table
+    assert "2/2 with a verdict\n- -: 2; verify ÷ naive: median 4.00, max 4.00, 1/2 at most 3" in table
+
+
+def test_rows_from_calls_on_different_gpus_are_summarized_per_gpu(tmp_path: Path) -> None:
+    """Session 15's rows came from an H200, later ones may come from an H100: each row names its
+    GPU, a later call on another GPU keeps the earlier rows' names, and each GPU gets its summary."""
+    kept, c1, c2 = tmp_path / "kept.json", tmp_path / "c1.json", tmp_path / "c2.json"
+    c1.write_text(json.dumps([{"name": "eager-a", "gpu": "NVIDIA H200", "naive-device": {"exit": 0, "seconds": 5.0},
+                               "verify": verify(10.0, "accepted", 1.0)}]))
+    c2.write_text(json.dumps([{"name": "eager-b", "gpu": "NVIDIA H100 80GB HBM3", "naive-device": {"exit": 0, "seconds": 4.0},
+                               "verify": verify(16.0, "rejected", 0.9)}]))
+    run("merge", str(c1), "--kept", str(kept))
+    run("merge", str(c2), "--kept", str(kept))
+    assert [r["gpu"] for r in json.loads(kept.read_text())["rows"]] == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
+    table = run("table", "--kept", str(kept))
+    assert "| eager-a | H200 | 5.0 | 10.0 | 2.00 |" in table and "| eager-b | H100 | 4.0 | 16.0 | 4.00 |" in table
+    assert "- H100: 1; verify ÷ naive: median 4.00, max 4.00, 0/1 at most 3" in table
+    assert "- H200: 1; verify ÷ naive: median 2.00, max 2.00, 1/1 at most 3" in table
 
 
 def test_a_warm_verify_is_kept_beside_the_cold_one(tmp_path: Path) -> None:

@@ -36,6 +36,8 @@ PHASES = ("setup.import-torch", "setup.prime-torch-compile", "checks", "baseline
 def compact(row: Dict[str, Any]) -> Dict[str, Any]:
     """One verify_scale.sh row cut to what the table needs."""
     out: Dict[str, Any] = {"name": row["name"]}
+    if row.get("gpu"):  # the call's GPU (calls before it named none: the merge keeps an earlier name)
+        out["gpu"] = row["gpu"]
     for what in ("naive-host", "naive-device"):
         if isinstance(row.get(what), dict):
             r = row[what]
@@ -78,7 +80,7 @@ def cell(x: Optional[float], fmt: str = "%.1f") -> str:
 
 
 def table(rows: List[Dict[str, Any]]) -> str:
-    head = ("| problem (its eager forward as the candidate) | naive, device inputs (s) | `kforge verify` (s) "
+    head = ("| problem (its eager forward as the candidate) | GPU | naive, device inputs (s) | `kforge verify` (s) "
             "| ÷ naive | GPU peak (GiB) | verdict | import torch | prime compile | checks | timing "
             "| `--daemon --warm` (s) | ÷ naive |")
     lines = [head, "|---" * (head.count("|") - 1) + "|"]
@@ -92,21 +94,32 @@ def table(rows: List[Dict[str, Any]]) -> str:
             verdict += f" ({v['speedup']:.3f}×)"
         ph = v.get("phase_seconds", {})
         warm = warm_cell(r.get("verify-warm", {}), v, naive)
-        lines.append(f"| {r['name']} | {cell(naive)} | {cell(secs)} | {cell(ratio, '%.2f')} | "
+        lines.append(f"| {r['name']} | {short_gpu(r.get('gpu'))} | {cell(naive)} | {cell(secs)} | {cell(ratio, '%.2f')} | "
                      f"{cell(float(peak) / 1024 if peak else None)} | {verdict} | {cell(ph.get('setup.import-torch'))} | "
                      f"{cell(ph.get('setup.prime-torch-compile'))} | {cell(ph.get('checks'))} | {cell(ph.get('timing'))} | "
                      f"{warm} |")
     done = [r for r in rows if has_verdict(r)]
-    ratios = [float(r["verify"]["seconds"]) / float(r["naive-device"]["seconds"]) for r in done
-              if r.get("naive-device", {}).get("seconds") and r["verify"].get("seconds")]
     lines.append("")
-    lines.append(f"{len(done)}/{len(rows)} with a verdict; verify ÷ naive: " + ratio_summary(ratios))
+    lines.append(f"{len(done)}/{len(rows)} with a verdict")
+    for gpu in sorted({short_gpu(r.get("gpu")) for r in done}):
+        ratios = [float(r["verify"]["seconds"]) / float(r["naive-device"]["seconds"]) for r in done
+                  if short_gpu(r.get("gpu")) == gpu and r.get("naive-device", {}).get("seconds")
+                  and r["verify"].get("seconds")]
+        lines.append(f"- {gpu}: {len(ratios)}; verify ÷ naive: " + ratio_summary(ratios))
     warm_ratios = [float(r["verify-warm"]["seconds"]) / float(r["naive-device"]["seconds"]) for r in rows
                    if r.get("verify-warm", {}).get("outcome") and r.get("naive-device", {}).get("seconds")]
     if warm_ratios:
         lines.append(f"{len(warm_ratios)} through a forking warm worker (`--daemon --warm`); ÷ naive: "
                      + ratio_summary(warm_ratios))
     return "\n".join(lines)
+
+
+def short_gpu(name: Optional[str]) -> str:
+    """``NVIDIA H100 80GB HBM3`` → ``H100``; a row without a name: ``-``."""
+    if not name:
+        return "-"
+    words = [w for w in name.split() if w.upper() not in ("NVIDIA",)]
+    return words[0] if words else name
 
 
 def ratio_summary(ratios: List[float]) -> str:

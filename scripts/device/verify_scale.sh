@@ -35,15 +35,18 @@ declare -A PROBLEM=(
 )
 W=$(mktemp -d /tmp/kforge-vscale.XXXXXX)
 : >"$W/walls.txt"
+# The GPU's name, in every row (a problem's rows may come from calls on different GPUs).
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 >"$W/gpu.txt" || true
 now() { date +%s.%N; }
 summarize() {  # quiet | table: $OUT/verify_scale.json from what ran so far; the table with "table"
 python3 - "$W" "$OUT/verify_scale.json" "$1" <<'PY'
 import json, os, sys
 w, out, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 rows = {}
+gpu = open(os.path.join(w, "gpu.txt")).read().strip() or None
 for line in open(os.path.join(w, "walls.txt")):
     name, what, rc, secs = line.split()
-    r = rows.setdefault(name, {"name": name})
+    r = rows.setdefault(name, {"name": name, "gpu": gpu})
     r[what] = {"exit": int(rc), "seconds": float(secs)}
     if what.startswith("naive"):
         try:
