@@ -383,8 +383,11 @@ class AutoRegions:
         try:
             if active_region() is not None:
                 return fn(*args, **kwargs)
+            self._local.slow_call = False
             result, r = self._timed(name, fn, args, kwargs)
-            if r is not None and self._retake(name, r):
+            # Timed by one slow call: it loses whatever ran beside it, and a retake would cost
+            # two such calls again.
+            if r is not None and not self._local.slow_call and self._retake(name, r):
                 result, again = self._timed(name, fn, args, kwargs)
                 self._retaken(again)
             return result
@@ -458,6 +461,7 @@ class AutoRegions:
             slow = self._slow_call_s(_callable)
             if slow is None:
                 return fn(bench, _callable, *args, **kwargs)
+            self._local.slow_call = True
             self.slow_calls["count"] += 1
             self.slow_calls["slowest_s"] = max(self.slow_calls["slowest_s"], slow)
             if self.slow_calls["count"] == 1:

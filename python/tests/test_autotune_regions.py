@@ -185,9 +185,15 @@ def test_a_benchmark_whose_calls_take_over_the_slow_limit_is_timed_by_one_call(d
         assert m.seen == ["gpu:in", "gpu:in"]  # type: ignore[attr-defined]
         assert region_log(daemon) == ["enter auto:inductor.benchmark_gpu", "exit"] * 4
         assert hooks.slow_calls == {"count": 2, "slowest_s": pytest.approx(slow + 2.5)}
+        assert hooks.retakes["retaken"] == 0
         assert len(lines) == 1 and "it is timed by that call alone" in lines[0] and "SlowDevice.call" in lines[0]
         hooks.report_retakes()
         assert f"2 autotuning benchmark(s) timed by one call, each call over {slow:g} s (the slowest {slow + 2.5:.1f} s)" in lines[-1]
+        # Timed by a slow call in a tainted region: not timed again (two slow calls more).
+        daemon.taint.add(daemon.next_region)
+        dev.seconds = [slow + 1.0, slow + 1.0]
+        bm.benchmark_gpu(dev.call)
+        assert dev.calls == 11 and hooks.retakes["retaken"] == 0
         # Without a device to wait for (CUDA not initialized), nothing is called first.
         hooks.device_sync = lambda: False
         before = dev.calls
