@@ -703,9 +703,25 @@ def test_a_baseline_that_raises_inside_cuda_graph_trees_resets_them_once(
     assert seen == ["optimize:dispatch-warmup", "optimize:dispatch-round-0", "optimize:dispatch-warmup",
                     "optimize:dispatch-round-0", "optimize:dispatch-round-1"]
     assert failed == {} and out == {"reduce-overhead": [(1.0, 2.0, 3.0)] * 2}, "every mode, every round"
-    calls["n"], raising = 0, {3, 7}  # and again after the reset: the step ends
-    with pytest.raises(AssertionError, match="tensor_weakrefs"):
-        dispatch.time_rounds(problem, fns, "eager", torch.device("cpu"), 2, failed={})
+    # Again after the reset (torch's own second error: the shut-down manager): the step ends,
+    # with the first error, the second in its notes.
+    trees.write_text("def dealloc():\n    raise AssertionError('len(node.tensor_weakrefs) == len(node.stack_traces)')\n"
+                     "def shutdown():\n    raise AssertionError('Running CUDAGraph after shutdown')\n")
+    shutdown = runpy.run_path(str(trees))["shutdown"]
+
+    def baseline_then_shutdown(*xs: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 3:
+            dealloc()
+        if calls["n"] == 5:
+            shutdown()
+
+    calls["n"] = 0
+    with pytest.raises(AssertionError, match="tensor_weakrefs") as raised:
+        dispatch.time_rounds(problem, {"eager": baseline_then_shutdown, "reduce-overhead": lambda *xs: None},
+                             "eager", torch.device("cpu"), 2, failed={})
+    assert any("after the trees were reset, the warm-up round raised again" in n and "after shutdown" in n
+               for n in getattr(raised.value, "__notes__", [])), raised.value
 
     def elsewhere(*xs: Any) -> None:
         raise AssertionError("len(node.tensor_weakrefs) == len(node.stack_traces)")  # not in the trees' file
@@ -1230,3 +1246,15 @@ def test_an_early_rewrite_out_of_memory_beside_the_compile_workers_is_prepared_a
     report = {"default": {"ok": True, "first_call_s": 1.0}}
     step.run({"default": lambda: None}, report)
     assert len(tries) == 1 and "OutOfMemoryError" in report["eager~rewrite"]["why"]
+
+
+def test_resetting_the_graph_trees_drops_dynamos_compiled_code_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trees alone leave each compiled function calling a shut-down manager: the reset drops
+    Dynamo's compiled code as well, after the trees."""
+    from torch._inductor import cudagraph_trees
+
+    order: List[str] = []
+    monkeypatch.setattr(cudagraph_trees, "reset_cudagraph_trees", lambda: order.append("trees"))
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: order.append("dynamo"))
+    dispatch.reset_graph_trees()
+    assert order == ["trees", "dynamo"]

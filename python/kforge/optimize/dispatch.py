@@ -825,11 +825,16 @@ def raised_in_graph_trees(error: BaseException) -> bool:
 
 
 def reset_graph_trees() -> None:
-    """Drop every CUDA graph tree of this process: each graph-capturing function records its
-    graphs again at its next calls (``torch._inductor.cudagraph_trees.reset_cudagraph_trees``)."""
+    """Drop every CUDA graph tree of this process and Dynamo's compiled code with them: each
+    compiled mode compiles again at its next call (from Inductor's caches) and records its graphs
+    anew. The trees alone (``reset_cudagraph_trees``) are not enough: it shuts their managers
+    down, and a compiled function keeps calling its old manager (``Running CUDAGraph after
+    shutdown``); ``torch._dynamo.reset`` drops those functions too."""
+    import torch
     from torch._inductor import cudagraph_trees
 
     cudagraph_trees.reset_cudagraph_trees()
+    torch._dynamo.reset()
 
 
 def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str, dev: Any,
@@ -846,7 +851,9 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
     round run again without it. The baseline's error ends the step, but once: raised inside
     torch's CUDA graph trees (in session 23 the baseline max-autotune asserted so after 430 s of
     level3/004's measure step, beside other graph-capturing modes), the trees are reset and the
-    round is run again after a warm-up round. A counted round timed in a tainted region (not
+    round is run again after a warm-up round (Dynamo's compiled code is reset with them: every
+    mode compiles again, from Inductor's caches); when the baseline raises again after that, the
+    step ends with the first error (the second in its notes). A counted round timed in a tainted region (not
     exclusive) is timed again, at most ``TAINTED_RETAKES`` times and only when another round
     fits; with ``taint``, its ``retaken`` and ``kept`` count such rounds."""
     import torch
@@ -856,7 +863,8 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
     last_s = 0.0
     r = -WARMUP_ROUNDS
     counts = taint if taint is not None else {}
-    trees_reset, rewarm = False, False
+    trees_error: Optional[BaseException] = None  # the baseline's error that reset the trees
+    rewarm = False
     while r < rounds and others:
         if not another_round_fits(r, last_s, end):
             say(f"timed {r} of {rounds} rounds: another would end past the step's end")
@@ -875,12 +883,15 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
         except VariantRaised as e:
             which = "the warm-up round" if warm else f"timing round {r + 1}"
             if failed is None or e.index in (0, len(calls) - 1):
-                if failed is None or trees_reset or not raised_in_graph_trees(e.error):
+                if trees_error is not None:
+                    trees_error.add_note(f"after the trees were reset, {which} raised again: {e}")
+                    raise trees_error from None
+                if failed is None or not raised_in_graph_trees(e.error):
                     raise e.error from None
-                trees_reset = rewarm = True
+                trees_error, rewarm = e.error, True
                 reset_graph_trees()
-                say(f"{baseline}: raised in {which} inside torch's CUDA graph trees ({e}): the trees reset, "
-                    "a warm-up round, then the round again")
+                say(f"{baseline}: raised in {which} inside torch's CUDA graph trees ({e}): the trees and the "
+                    "compiled code reset, a warm-up round (each mode compiles again), then the round again")
                 continue
             mode = others.pop(e.index - 1)
             out.pop(mode)
