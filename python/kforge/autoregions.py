@@ -256,6 +256,12 @@ def cuda_synchronize() -> bool:
     return True
 
 
+def inductor_deterministic() -> bool:
+    """Whether Inductor's deterministic mode is on (``torch._inductor.config.deterministic``)."""
+    config = sys.modules.get("torch._inductor.config")
+    return bool(getattr(config, "deterministic", False))
+
+
 def what_was_timed(args: Sequence[Any]) -> str:
     """The callable a wrapped benchmark call timed, for a report: its first callable argument
     (a method's first argument is the benchmarker itself), on one line, at most 300 characters."""
@@ -475,17 +481,23 @@ class AutoRegions:
     def _slow_call_s(self, fn: Callable[[], Any]) -> Optional[float]:
         """Seconds of ``fn``'s second call when its first and second both took longer than
         :data:`INDUCTOR_SLOW_CALL_S` (each timed from a device wait to a device wait); None
-        otherwise, and after the first call when that was quick or no device can be waited for."""
-        if not self.device_sync():
+        otherwise, and after the first call when that was quick or no device can be waited for.
+        Not in Inductor's deterministic mode (its benchmark refuses to run unless vetted), and
+        None when a call raises: Inductor's benchmark then calls it again and handles the error
+        as it does (an invalid launch configuration is timed as infinite)."""
+        if inductor_deterministic() or not self.device_sync():
             return None
         took = 0.0
-        for _ in range(2):
-            start = self.clock()
-            fn()
-            self.device_sync()
-            took = self.clock() - start
-            if took <= INDUCTOR_SLOW_CALL_S:
-                return None
+        try:
+            for _ in range(2):
+                start = self.clock()
+                fn()
+                self.device_sync()
+                took = self.clock() - start
+                if took <= INDUCTOR_SLOW_CALL_S:
+                    return None
+        except Exception:
+            return None
         return took
 
     def report_long_hold_at_exit(self, h: _Holding, args: Sequence[Any]) -> None:

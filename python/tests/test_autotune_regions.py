@@ -162,7 +162,8 @@ class SlowDevice:
         self.now += self.seconds.pop(0) if self.seconds else 0.001
 
 
-def test_a_benchmark_whose_calls_take_over_the_slow_limit_is_timed_by_one_call(daemon: FakeDaemon) -> None:
+def test_a_benchmark_whose_calls_take_over_the_slow_limit_is_timed_by_one_call(
+        daemon: FakeDaemon, monkeypatch: pytest.MonkeyPatch) -> None:
     lines: List[str] = []
     dev = SlowDevice([])
     hooks = AutoRegions(warn=lines.append, reaper=False, clock=dev.clock)
@@ -194,6 +195,17 @@ def test_a_benchmark_whose_calls_take_over_the_slow_limit_is_timed_by_one_call(d
         dev.seconds = [slow + 1.0, slow + 1.0]
         bm.benchmark_gpu(dev.call)
         assert dev.calls == 11 and hooks.retakes["retaken"] == 0
+        # A first call that raises: Inductor's benchmark calls it again and handles its error.
+        def invalid() -> None:
+            dev.calls += 1
+            if dev.calls == 12:
+                raise RuntimeError("triton: invalid configuration argument")
+
+        assert bm.benchmark_gpu(invalid) == 2.0 and dev.calls == 13
+        # In Inductor's deterministic mode nothing is called first.
+        monkeypatch.setitem(sys.modules, "torch._inductor.config", types.SimpleNamespace(deterministic=True))
+        assert bm.benchmark_gpu(dev.call) == 2.0 and dev.calls == 14
+        monkeypatch.setitem(sys.modules, "torch._inductor.config", types.SimpleNamespace(deterministic=False))
         # Without a device to wait for (CUDA not initialized), nothing is called first.
         hooks.device_sync = lambda: False
         before = dev.calls

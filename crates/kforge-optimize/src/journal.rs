@@ -127,8 +127,8 @@ impl Journal {
         self.store().finished_step_without(step.name(), input_hash, run, BOUNDED)
     }
 
-    /// Whether running `bounded`'s step in full was tried since and came to nothing (failed,
-    /// withdrawn, or killed with its run after its work began): the attempt, if so. A bounded
+    /// Whether running `bounded`'s step in full was tried since and came to nothing (failed, or
+    /// killed with its run after its work began; a withdrawn step did no work): the attempt, if so. A bounded
     /// result is then taken rather than tried in full again.
     pub fn tried_in_full_since(&self, bounded: &StepRow) -> Result<Option<StepRow>, StoreError> {
         self.store().unfinished_attempt_after(&bounded.step, &bounded.input_hash, bounded.id, self.run)

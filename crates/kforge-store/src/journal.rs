@@ -468,9 +468,10 @@ impl Store {
     }
 
     /// The latest attempt of `step` on `input_hash` after row `after` that began its work and
-    /// ended without a result: failed, withdrawn, or still `running` in a run other than
-    /// `run_now` (a killed run's). Reused rows and steps whose job never left the daemon's queue
-    /// are not attempts.
+    /// ended without a result: failed, or still `running` in a run other than `run_now` (a
+    /// killed run's). Reused rows, steps whose job never left the daemon's queue and withdrawn
+    /// steps are not attempts: a step is withdrawn as its job starts (it waited in the queue
+    /// until the budget could no longer hold it), so its work began and did nothing.
     pub fn unfinished_attempt_after(
         &self,
         step: &str,
@@ -482,7 +483,7 @@ impl Store {
             .query_row(
                 &format!(
                     "SELECT {STEP_COLUMNS} WHERE s.step=?1 AND s.input_hash=?2 AND s.id>?3 AND s.reused_from IS NULL
-                       AND (s.status IN ('failed','withdrawn') OR (s.status='running' AND s.run<>?4))
+                       AND (s.status='failed' OR (s.status='running' AND s.run<>?4))
                        AND (j.step IS NULL OR j.started_ns IS NOT NULL) ORDER BY s.id DESC LIMIT 1"
                 ),
                 params![step, input_hash, after as i64, run_now as i64],
@@ -943,13 +944,14 @@ mod tests {
         };
         let bounded = s.step_started(r1, "p.py", "measure", "h", 1).unwrap();
         ended(bounded, "done");
-        let waited = s.step_started(r1, "p.py", "measure", "h", 2).unwrap(); // withdrawn in the queue
+        let waited = s.step_started(r1, "p.py", "measure", "h", 2).unwrap(); // withdrawn as its job started
+        s.step_work_began(waited, 2).unwrap();
         ended(waited, "withdrawn");
         let other = s.step_started(r1, "p.py", "measure", "another input", 3).unwrap();
         s.step_work_began(other, 3).unwrap();
         ended(other, "failed");
         let attempt = |now: u64| s.unfinished_attempt_after("measure", "h", bounded, now).unwrap().map(|x| x.id);
-        assert_eq!(attempt(r2), None, "neither began nor the same input");
+        assert_eq!(attempt(r2), None, "withdrawn (no work done), or another input");
         let killed = s.step_started(r1, "p.py", "measure", "h", 4).unwrap();
         s.step_work_began(killed, 4).unwrap();
         assert_eq!(attempt(r2), Some(killed), "still running in a run that is not this one: killed");

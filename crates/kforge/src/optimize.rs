@@ -746,7 +746,7 @@ impl Run<'_> {
 
     /// Why a finished step's result (`latest`: bounded, or an older full one) stands for `of`'s
     /// step in this run: this run cannot hold the step in full; or running it in full was tried
-    /// since and came to nothing (failed, withdrawn, or killed with its run after its work
+    /// since and came to nothing (failed, or killed with its run after its work
     /// began). `None`: run it in full. A bounded result is a stopgap, but in session 23
     /// level3/004's bounded measure step (the rewrite left out) was run again in full, failed
     /// after 430 s with torch's CUDA graph trees assertion, and took its beam and result steps
@@ -2076,11 +2076,11 @@ impl ProblemRun<'_> {
     /// How long the running step's job is expected to take, for the daemon's backfill
     /// (`SubmitSpec::expected_ms`): what its kind of step takes here (`Spending::expected_s`, the
     /// upper quartile of those that finished, at least its problem's own floor); `None` before
-    /// one finished.
+    /// one finished. At least 1 ms: the daemon refuses an expected length of 0.
     fn expected_ms(&self) -> Option<u64> {
         let (_, step, _) = self.step_id.get()?;
         let e = self.run.spending.expected_s(self.step_of(step))?;
-        Some((e.seconds * 1e3).ceil() as u64)
+        Some(expected_ms_of(e.seconds))
     }
 
     /// Run `python3 ARGS` here (the embedded package on its PYTHONPATH) or as a daemon job (its
@@ -2394,9 +2394,23 @@ fn step_output_in(root: &Path, output: &str, names: &[&str], hash: &str) -> Opti
     })
 }
 
+/// An expected length in seconds as the daemon takes it: whole milliseconds, at least 1 (a step
+/// that finished within a clock tick reads 0 s; an expected length of 0 is refused).
+fn expected_ms_of(seconds: f64) -> u64 {
+    ((seconds * 1e3).ceil() as u64).max(1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_expected_length_is_whole_milliseconds_and_never_zero() {
+        assert_eq!(expected_ms_of(0.0), 1, "a step within a clock tick: the daemon refuses 0");
+        assert_eq!(expected_ms_of(0.0004), 1);
+        assert_eq!(expected_ms_of(2.0001), 2001);
+        assert_eq!(expected_ms_of(420.0), 420_000);
+    }
 
     #[test]
     fn more_problems_in_flight_than_the_daemon_admits_get_a_note() {
