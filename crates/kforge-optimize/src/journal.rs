@@ -128,8 +128,8 @@ impl Journal {
     }
 
     /// Whether running `bounded`'s step in full was tried since and came to nothing (failed, or
-    /// killed with its run after its work began; a withdrawn step did no work): the attempt, if so. A bounded
-    /// result is then taken rather than tried in full again.
+    /// killed with its run after its work began; a withdrawn step did no work): the attempt, if
+    /// so. A bounded result is then taken rather than tried in full again.
     pub fn tried_in_full_since(&self, bounded: &StepRow) -> Result<Option<StepRow>, StoreError> {
         self.store().unfinished_attempt_after(&bounded.step, &bounded.input_hash, bounded.id, self.run)
     }

@@ -746,8 +746,8 @@ impl Run<'_> {
 
     /// Why a finished step's result (`latest`: bounded, or an older full one) stands for `of`'s
     /// step in this run: this run cannot hold the step in full; or running it in full was tried
-    /// since and came to nothing (failed, or killed with its run after its work
-    /// began). `None`: run it in full. A bounded result is a stopgap, but in session 23
+    /// since and came to nothing (failed, or killed with its run after its work began).
+    /// `None`: run it in full. A bounded result is a stopgap, but in session 23
     /// level3/004's bounded measure step (the rewrite left out) was run again in full, failed
     /// after 430 s with torch's CUDA graph trees assertion, and took its beam and result steps
     /// with it.
