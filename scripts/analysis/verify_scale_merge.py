@@ -87,14 +87,13 @@ def table(rows: List[Dict[str, Any]]) -> str:
     for r in rows:
         v, nd = r.get("verify", {}), r.get("naive-device", {})
         secs, naive = v.get("seconds"), nd.get("seconds")
-        ratio = float(secs) / float(naive) if secs and naive else None
         peak = v.get("gpu_memory_peak_mib")
         verdict = " by ".join(x for x in (v.get("outcome") or "no verdict", v.get("rejected_by")) if x)
         if isinstance(v.get("speedup"), (int, float)):
             verdict += f" ({v['speedup']:.3f}×)"
         ph = v.get("phase_seconds", {})
-        warm = warm_cell(r.get("verify-warm", {}), v, naive)
-        lines.append(f"| {r['name']} | {short_gpu(r.get('gpu'))} | {cell(naive)} | {cell(secs)} | {cell(ratio, '%.2f')} | "
+        warm = warm_cell(r)
+        lines.append(f"| {r['name']} | {short_gpu(r.get('gpu'))} | {cell(naive)} | {cell(secs)} | {cell(ratio(r, 'verify'), '%.2f')} | "
                      f"{cell(float(peak) / 1024 if peak else None)} | {verdict} | {cell(ph.get('setup.import-torch'))} | "
                      f"{cell(ph.get('setup.prime-torch-compile'))} | {cell(ph.get('checks'))} | {cell(ph.get('timing'))} | "
                      f"{warm} |")
@@ -102,24 +101,31 @@ def table(rows: List[Dict[str, Any]]) -> str:
     lines.append("")
     lines.append(f"{len(done)}/{len(rows)} with a verdict")
     for gpu in sorted({short_gpu(r.get("gpu")) for r in done}):
-        ratios = [float(r["verify"]["seconds"]) / float(r["naive-device"]["seconds"]) for r in done
-                  if short_gpu(r.get("gpu")) == gpu and r.get("naive-device", {}).get("seconds")
-                  and r["verify"].get("seconds")]
+        ratios = ratios_of([r for r in done if short_gpu(r.get("gpu")) == gpu], "verify")
         lines.append(f"- {gpu}: {len(ratios)}; verify ÷ naive: " + ratio_summary(ratios))
-    warm_ratios = [float(r["verify-warm"]["seconds"]) / float(r["naive-device"]["seconds"]) for r in rows
-                   if r.get("verify-warm", {}).get("outcome") and r.get("naive-device", {}).get("seconds")]
+    warm_ratios = ratios_of([r for r in rows if r.get("verify-warm", {}).get("outcome")], "verify-warm")
     if warm_ratios:
         lines.append(f"{len(warm_ratios)} through a forking warm worker (`--daemon --warm`); ÷ naive: "
                      + ratio_summary(warm_ratios))
     return "\n".join(lines)
 
 
+def ratio(r: Dict[str, Any], what: str) -> Optional[float]:
+    """Row ``r``'s ``what`` (``verify``, ``verify-warm``) seconds ÷ its naive harness's; None
+    without both."""
+    secs, naive = r.get(what, {}).get("seconds"), r.get("naive-device", {}).get("seconds")
+    return float(secs) / float(naive) if secs and naive else None
+
+
+def ratios_of(rows: List[Dict[str, Any]], what: str) -> List[float]:
+    """The rows' ratios (:func:`ratio`) where they have one."""
+    return [x for x in (ratio(r, what) for r in rows) if x is not None]
+
+
 def short_gpu(name: Optional[str]) -> str:
     """``NVIDIA H100 80GB HBM3`` → ``H100``; a row without a name: ``-``."""
-    if not name:
-        return "-"
-    words = [w for w in name.split() if w.upper() not in ("NVIDIA",)]
-    return words[0] if words else name
+    words = [w for w in (name or "").split() if w.upper() != "NVIDIA"]
+    return words[0] if words else (name or "-")
 
 
 def ratio_summary(ratios: List[float]) -> str:
@@ -129,15 +135,15 @@ def ratio_summary(ratios: List[float]) -> str:
             f"{sum(x <= 3 for x in ratios)}/{len(ratios)} at most 3")
 
 
-def warm_cell(w: Dict[str, Any], cold: Dict[str, Any], naive: Optional[float]) -> str:
-    """The warm verify's seconds and ratio; its verdict when it differs from the cold one's."""
+def warm_cell(r: Dict[str, Any]) -> str:
+    """Row ``r``'s warm verify: its seconds and ratio; its verdict when it differs from the cold
+    one's."""
+    w, cold = r.get("verify-warm", {}), r.get("verify", {})
     if not w:
         return "- | -"
-    secs = w.get("seconds")
-    ratio = float(secs) / float(naive) if secs and naive else None
     same = (w.get("outcome"), w.get("rejected_by")) == (cold.get("outcome"), cold.get("rejected_by"))
     note = "" if same else f" ({w.get('outcome') or 'no verdict'}{' by ' + w['rejected_by'] if w.get('rejected_by') else ''})"
-    return f"{cell(secs)}{note} | {cell(ratio, '%.2f')}"
+    return f"{cell(w.get('seconds'))}{note} | {cell(ratio(r, 'verify-warm'), '%.2f')}"
 
 
 def main(argv: List[str]) -> int:

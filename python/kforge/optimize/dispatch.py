@@ -853,9 +853,9 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
     level3/004's measure step, beside other graph-capturing modes), the trees are reset and the
     round is run again after a warm-up round (Dynamo's compiled code is reset with them: every
     mode compiles again, from Inductor's caches); when the baseline raises again after that, the
-    step ends with the first error (the second in its notes). A counted round timed in a tainted region (not
-    exclusive) is timed again, at most ``TAINTED_RETAKES`` times and only when another round
-    fits; with ``taint``, its ``retaken`` and ``kept`` count such rounds."""
+    step ends with the first error (the second in its notes). A counted round timed in a tainted
+    region (not exclusive) is timed again, at most ``TAINTED_RETAKES`` times and only when
+    another round fits; with ``taint``, its ``retaken`` and ``kept`` count such rounds."""
     import torch
 
     others = [m for m in fns if m != baseline]
