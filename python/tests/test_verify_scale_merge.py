@@ -80,7 +80,8 @@ def test_a_warm_verify_is_kept_beside_the_cold_one(tmp_path: Path) -> None:
     table = run("table", "--kept", str(kept))
     assert "| 2.0 | 3.0 | 6.0 | 1.20 |" in table, table
     assert "| 5.0 (rejected) | 1.25 |" in table, table
-    assert "2 through a forking warm worker (`--daemon --warm`); ÷ naive: median 1.25, max 1.25, 2/2 at most 3" in table
+    assert "- -: 2; verify ÷ naive: median 4.00, max 4.00, 1/2 at most 3\n" \
+           "  - 2 through a forking warm worker (`--daemon --warm`); ÷ naive: median 1.25, max 1.25, 2/2 at most 3" in table
 
 
 def test_merge_without_the_call_file_is_refused(tmp_path: Path) -> None:

@@ -101,12 +101,13 @@ def table(rows: List[Dict[str, Any]]) -> str:
     lines.append("")
     lines.append(f"{len(done)}/{len(rows)} with a verdict")
     for gpu in sorted({short_gpu(r.get("gpu")) for r in done}):
-        ratios = ratios_of([r for r in done if short_gpu(r.get("gpu")) == gpu], "verify")
+        on_gpu = [r for r in rows if short_gpu(r.get("gpu")) == gpu]
+        ratios = ratios_of([r for r in on_gpu if has_verdict(r)], "verify")
         lines.append(f"- {gpu}: {len(ratios)}; verify ÷ naive: " + ratio_summary(ratios))
-    warm_ratios = ratios_of([r for r in rows if r.get("verify-warm", {}).get("outcome")], "verify-warm")
-    if warm_ratios:
-        lines.append(f"{len(warm_ratios)} through a forking warm worker (`--daemon --warm`); ÷ naive: "
-                     + ratio_summary(warm_ratios))
+        warm_ratios = ratios_of([r for r in on_gpu if r.get("verify-warm", {}).get("outcome")], "verify-warm")
+        if warm_ratios:
+            lines.append(f"  - {len(warm_ratios)} through a forking warm worker (`--daemon --warm`); ÷ naive: "
+                         + ratio_summary(warm_ratios))
     return "\n".join(lines)
 
 
