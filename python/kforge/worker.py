@@ -85,7 +85,10 @@ and counts GPU memory by, as for an in-process job. ``done`` then carries ``"sig
 child was killed by one (``exit_code`` is 128 + the signal, as a shell reports it), and
 ``"child_pid"``. The worker refuses to start (status 2) when a preload left a Python thread
 running: a fork copies only the forking thread, and another's locks would stay held in the child.
-What a fresh interpreter has that such a child has not: interpreter-wide settings fixed at the
+On a GPU device it leaves out a preload whose import initializes the CUDA driver (each is tried
+in a forked child first, and the ready message's ``error`` names it): torch refuses CUDA in every
+fork made after that, and the jobs could not use the GPU. It also has torch ask NVML, not the
+driver, whether CUDA is there (``PYTORCH_NVML_BASED_CUDA_CHECK``). What a fresh interpreter has that such a child has not: interpreter-wide settings fixed at the
 worker's start (as above), and the state the preloads' imports made (the same in every child).
 This is the mode for jobs that must be isolated from each other, such as ``kforge verify``'s
 runner (``kforge verify --daemon --warm``).
@@ -889,7 +892,16 @@ def preload(spec: str, device: str, fork: bool = False) -> Tuple[List[str], bool
         names = [n.strip() for n in spec.split(",") if n.strip()]
     loaded: List[str] = []
     errors: List[str] = []
+    fork_gpu = fork and device not in ("", "cpu")
+    if fork_gpu:
+        # torch.cuda.is_available() asks NVML, not the CUDA driver: the driver initialized here
+        # would leave every forked job unable to use the GPU (the jobs' env is their own).
+        os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     for name in names:
+        why = _import_poisons_fork(name) if fork_gpu else None
+        if why is not None:
+            errors.append(f"preload {name} left out: {why}")
+            continue
         try:
             importlib.import_module(name)
             loaded.append(name)
@@ -911,6 +923,47 @@ def preload(spec: str, device: str, fork: bool = False) -> Tuple[List[str], bool
         except Exception as e:
             errors.append(f"cuda init failed: {type(e).__name__}: {e}")
     return loaded, cuda, errors
+
+
+def _import_poisons_fork(name: str) -> Optional[str]:
+    """Why importing ``name`` in this worker would leave its forked jobs unable to use CUDA, or
+    None. The import is tried first in a child forked for it, and that child's own forked child
+    asks torch whether it is in a bad fork: torch marks every fork made after this process
+    initialized the CUDA driver (``torch.cuda.is_available()``, a device count, a tensor), and
+    CUDA then fails in the fork with ``Cannot re-initialize CUDA in forked subprocess``. So it
+    failed in session 25's first warm verifies on an H100 (torch 2.11), all in their first CUDA
+    call, with Inductor and Dynamo among the preloads. An import that fails here is left to the
+    worker's own import, which reports it."""
+    try:
+        pid = os.fork()
+    except OSError:
+        return None
+    if pid == 0:
+        code = 0
+        try:
+            importlib.import_module(name)
+            torch = sys.modules.get("torch")
+            code = 1 if torch is not None and _fork_is_bad(torch) else 0
+        except BaseException:  # noqa: B036 (the worker's own import reports it)
+            code = 0
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 1:
+        return None
+    return ("importing it initializes the CUDA driver in the worker, so that torch refuses CUDA in every "
+            "forked job ('Cannot re-initialize CUDA in forked subprocess'); the jobs import it themselves")
+
+
+def _fork_is_bad(torch: Any) -> bool:
+    """Whether a child forked now is in torch's bad fork (CUDA refused there)."""
+    in_bad_fork = getattr(torch._C, "_cuda_isInBadFork", None)
+    if in_bad_fork is None:
+        return False
+    pid = os.fork()
+    if pid == 0:
+        os._exit(1 if in_bad_fork() else 0)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status) == 1
 
 
 def _warm_torch_pools(torch: Any, device: Optional[str], errors: List[str]) -> None:

@@ -525,6 +525,30 @@ def test_a_forking_worker_runs_each_job_in_a_child_of_its_own(forking: FakeDaemo
     assert forking.proc.pid not in pids and pids[0] != pids[1]
 
 
+def test_a_preload_that_initializes_cuda_is_left_out_of_a_forking_gpu_worker(tmp_path: Path) -> None:
+    """On a GPU, a preload whose import initializes the CUDA driver (here a device count, as
+    torch's own imports did in session 25's warm verifies on an H100) is left out, said so in
+    the ready message, and the other preloads are imported: a forked job can still use CUDA
+    (torch does not mark it a bad fork)."""
+    torch = pytest.importorskip("torch")
+    if getattr(torch._C, "_cuda_getDeviceCount", None) is None or getattr(torch._C, "_cuda_isInBadFork", None) is None:
+        pytest.skip("a torch built without CUDA")
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    write(mods / "plain_torch.py", "import torch\n")
+    write(mods / "counts_devices.py", "import torch\nCOUNT = torch._C._cuda_getDeviceCount()\n")
+    d = FakeDaemon(tmp_path, KFORGE_WORKER_ISOLATION="fork", KFORGE_DEVICE="0",
+                   KFORGE_WORKER_PRELOAD="plain_torch,counts_devices,json", PYTHONPATH=f"{PYTHON_DIR}:{mods}")
+    try:
+        r = d.ready
+        assert r is not None and r["preloaded"] == ["plain_torch", "json"], r
+        assert "preload counts_devices left out: importing it initializes the CUDA driver" in r.get("error", ""), r
+        code = "import sys, torch; print(torch._C._cuda_isInBadFork(), 'counts_devices' in sys.modules)"
+        assert d.run(["-c", code], tmp_path).stdout == "False False\n"
+    finally:
+        d.close()
+
+
 def test_a_forked_job_leaves_nothing_for_the_next(forking: FakeDaemon, tmp_path: Path) -> None:
     """What one job patches process-wide (a timer, a module attribute, the environment) is gone
     for the next: each starts from the worker's untouched state, and nothing is recycled."""

@@ -141,4 +141,8 @@ for name in "${NAMES[@]}"; do
   summarize quiet  # $OUT/verify_scale.json after every candidate: a call cut at its limit keeps them
   [ -f "$W/$name.verify.verdict.json" ] && echo "$name" >>"$OUT/done.txt"
 done
+if [ "${WARM:-0}" = 1 ]; then  # the warm worker's start: its preloads, and any it left out
+  echo "== warm worker (daemon log):"
+  grep -E "left out|ready on device" "$W/daemon.log" | head -n 6
+fi
 summarize table

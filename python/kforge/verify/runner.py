@@ -197,6 +197,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         background = dev_s.startswith("cuda") and not a.no_performance and not a.kernel
         laps.mark("setup.load-problem")
         if a.kernel or background:
+            ck.begin("setup", "prime-torch-compile")  # a failure here names it, not the problem's load
             prime_torch_compile(torch.device(dev_s))
             laps.mark("setup.prime-torch-compile")
         timers0, threads0, native0 = timer_identities(), set(threading.enumerate()), native_threads()
