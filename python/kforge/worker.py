@@ -88,8 +88,10 @@ running: a fork copies only the forking thread, and another's locks would stay h
 On a GPU device it leaves out a preload whose import initializes the CUDA driver (each is tried
 in a forked child first, and the ready message's ``error`` names it): torch refuses CUDA in every
 fork made after that, and the jobs could not use the GPU. It also has torch ask NVML, not the
-driver, whether CUDA is there (``PYTORCH_NVML_BASED_CUDA_CHECK``). What a fresh interpreter has that such a child has not: interpreter-wide settings fixed at the
-worker's start (as above), and the state the preloads' imports made (the same in every child).
+driver, whether CUDA is there (``PYTORCH_NVML_BASED_CUDA_CHECK``), and refuses to start (status
+2) when a fork would still be refused CUDA. What a fresh interpreter has that such a child has
+not: interpreter-wide settings fixed at the worker's start (as above), and the state the
+preloads' imports made (the same in every child).
 This is the mode for jobs that must be isolated from each other, such as ``kforge verify``'s
 runner (``kforge verify --daemon --warm``).
 """
@@ -893,12 +895,14 @@ def preload(spec: str, device: str, fork: bool = False) -> Tuple[List[str], bool
     loaded: List[str] = []
     errors: List[str] = []
     fork_gpu = fork and device not in ("", "cpu")
+    if fork_gpu and "torch" in sys.modules and _fork_is_bad(sys.modules["torch"]):
+        fork_gpu = False  # spoilt before any preload: no preload is to blame (main refuses to start)
     if fork_gpu:
         # torch.cuda.is_available() asks NVML, not the CUDA driver: the driver initialized here
         # would leave every forked job unable to use the GPU (the jobs' env is their own).
         os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     for name in names:
-        why = _import_poisons_fork(name) if fork_gpu else None
+        why = _import_poisons_fork(name) if fork_gpu and name not in sys.modules else None
         if why is not None:
             errors.append(f"preload {name} left out: {why}")
             continue
@@ -994,8 +998,8 @@ def main() -> int:
         _log(f"KFORGE_WORKER_ISOLATION must be one of {', '.join(ISOLATIONS)}, got {isolation!r}")
         return 2
     fork = isolation == "fork"
-    loaded, cuda, errors = preload(os.environ.get("KFORGE_WORKER_PRELOAD", "auto"),
-                                   os.environ.get("KFORGE_DEVICE", "cpu"), fork)
+    device = os.environ.get("KFORGE_DEVICE", "cpu")
+    loaded, cuda, errors = preload(os.environ.get("KFORGE_WORKER_PRELOAD", "auto"), device, fork)
     threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     if fork and threads:
         _log(f"fork isolation: the preloads left Python threads running ({', '.join(threads)}); "
@@ -1004,6 +1008,11 @@ def main() -> int:
     if fork:
         become_subreaper()
     worker = Worker(sock, cuda, fork)
+    torch = sys.modules.get("torch")
+    if fork and device not in ("", "cpu") and torch is not None and _fork_is_bad(torch):
+        _log("fork isolation: the CUDA driver was initialized in the worker before any job (torch refuses CUDA "
+             "in its forks: 'Cannot re-initialize CUDA in forked subprocess'); every job would fail: not starting")
+        return 2
     gc.collect()
     gc.freeze()  # start-up objects are not the jobs' garbage: keeps per-job collections cheap
     ready: Dict[str, Any] = {"type": "ready", "pid": os.getpid(), "preloaded": loaded, "cuda": cuda,

@@ -41,7 +41,7 @@ def cold(argv: Sequence[str], cwd: Path, env: Dict[str, str]) -> Result:
 class FakeDaemon:
     """Starts a worker and speaks the daemon's side of the control protocol."""
 
-    def __init__(self, tmp: Path, **env: str) -> None:
+    def __init__(self, tmp: Path, expect_ready: bool = True, **env: str) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         fd = theirs.fileno()
 
@@ -66,8 +66,8 @@ class FakeDaemon:
         self.sock = ours
         self.sock.settimeout(TIMEOUT)
         self.next_job = 1
-        self.ready = self.recv()
-        assert self.ready is not None, self.log.read_text()
+        self.ready = self.recv() if expect_ready else None
+        assert self.ready is not None or not expect_ready, self.log.read_text()
 
     def send(self, msg: Dict[str, Any], fds: Sequence[int] = ()) -> None:
         socket.send_fds(self.sock, [json.dumps(msg).encode()], list(fds))
@@ -545,6 +545,27 @@ def test_a_preload_that_initializes_cuda_is_left_out_of_a_forking_gpu_worker(tmp
         assert "preload counts_devices left out: importing it initializes the CUDA driver" in r.get("error", ""), r
         code = "import sys, torch; print(torch._C._cuda_isInBadFork(), 'counts_devices' in sys.modules)"
         assert d.run(["-c", code], tmp_path).stdout == "False False\n"
+    finally:
+        d.close()
+
+
+def test_a_forking_gpu_worker_whose_forks_cannot_use_cuda_does_not_start(tmp_path: Path) -> None:
+    """Where the CUDA driver was initialized before any preload (here by a ``sitecustomize``), no
+    preload is to blame and none left out: the worker says why and ends with status 2, rather
+    than fail every job in its first CUDA call."""
+    torch = pytest.importorskip("torch")
+    if getattr(torch._C, "_cuda_getDeviceCount", None) is None or getattr(torch._C, "_cuda_isInBadFork", None) is None:
+        pytest.skip("a torch built without CUDA")
+    site = tmp_path / "site"
+    site.mkdir()
+    write(site / "sitecustomize.py", "import torch\ntorch._C._cuda_getDeviceCount()\n")
+    d = FakeDaemon(tmp_path, expect_ready=False, KFORGE_WORKER_ISOLATION="fork", KFORGE_DEVICE="0",
+                   KFORGE_WORKER_PRELOAD="json,email.mime.text", PYTHONPATH=f"{PYTHON_DIR}:{site}")
+    try:
+        assert d.wait_exit() == 2
+        log = d.log.read_text()
+        assert "the CUDA driver was initialized in the worker before any job" in log
+        assert "left out" not in log, "no preload is blamed for what came before them"
     finally:
         d.close()
 
