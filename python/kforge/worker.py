@@ -938,21 +938,16 @@ def _import_poisons_fork(name: str) -> Optional[str]:
     failed in session 25's first warm verifies on an H100 (torch 2.11), all in their first CUDA
     call, with Inductor and Dynamo among the preloads. An import that fails here is left to the
     worker's own import, which reports it."""
+    def child() -> bool:
+        importlib.import_module(name)
+        torch = sys.modules.get("torch")
+        return torch is not None and _fork_is_bad(torch)
+
     try:
-        pid = os.fork()
-    except OSError:
+        poisons = _true_in_a_fork(child)
+    except OSError:  # no fork now: the import is not tried first
         return None
-    if pid == 0:
-        code = 0
-        try:
-            importlib.import_module(name)
-            torch = sys.modules.get("torch")
-            code = 1 if torch is not None and _fork_is_bad(torch) else 0
-        except BaseException:  # noqa: B036 (the worker's own import reports it)
-            code = 0
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    if os.waitstatus_to_exitcode(status) != 1:
+    if not poisons:
         return None
     return ("importing it initializes the CUDA driver in the worker, so that torch refuses CUDA in every "
             "forked job ('Cannot re-initialize CUDA in forked subprocess'); the jobs import it themselves")
@@ -961,11 +956,19 @@ def _import_poisons_fork(name: str) -> Optional[str]:
 def _fork_is_bad(torch: Any) -> bool:
     """Whether a child forked now is in torch's bad fork (CUDA refused there)."""
     in_bad_fork = getattr(torch._C, "_cuda_isInBadFork", None)
-    if in_bad_fork is None:
-        return False
+    return in_bad_fork is not None and _true_in_a_fork(lambda: bool(in_bad_fork()))
+
+
+def _true_in_a_fork(check: Callable[[], bool]) -> bool:
+    """Whether ``check()``, run in a child forked for it, returned True (False when it raised);
+    the child ends with ``os._exit``, so that nothing of the worker's runs there."""
     pid = os.fork()
     if pid == 0:
-        os._exit(1 if in_bad_fork() else 0)
+        try:
+            code = 1 if check() else 0
+        except BaseException:  # noqa: B036 (a failed import: the worker's own import reports it)
+            code = 0
+        os._exit(code)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status) == 1
 

@@ -525,14 +525,19 @@ def test_a_forking_worker_runs_each_job_in_a_child_of_its_own(forking: FakeDaemo
     assert forking.proc.pid not in pids and pids[0] != pids[1]
 
 
+def skip_without_cuda_torch() -> None:
+    """Skip unless torch is built with CUDA (its device count and bad-fork flag; no GPU needed)."""
+    torch = pytest.importorskip("torch")
+    if getattr(torch._C, "_cuda_getDeviceCount", None) is None or getattr(torch._C, "_cuda_isInBadFork", None) is None:
+        pytest.skip("a torch built without CUDA")
+
+
 def test_a_preload_that_initializes_cuda_is_left_out_of_a_forking_gpu_worker(tmp_path: Path) -> None:
     """On a GPU, a preload whose import initializes the CUDA driver (here a device count, as
     torch's own imports did in session 25's warm verifies on an H100) is left out, said so in
     the ready message, and the other preloads are imported: a forked job can still use CUDA
     (torch does not mark it a bad fork)."""
-    torch = pytest.importorskip("torch")
-    if getattr(torch._C, "_cuda_getDeviceCount", None) is None or getattr(torch._C, "_cuda_isInBadFork", None) is None:
-        pytest.skip("a torch built without CUDA")
+    skip_without_cuda_torch()
     mods = tmp_path / "mods"
     mods.mkdir()
     write(mods / "plain_torch.py", "import torch\n")
@@ -553,9 +558,7 @@ def test_a_forking_gpu_worker_whose_forks_cannot_use_cuda_does_not_start(tmp_pat
     """Where the CUDA driver was initialized before any preload (here by a ``sitecustomize``), no
     preload is to blame and none left out: the worker says why and ends with status 2, rather
     than fail every job in its first CUDA call."""
-    torch = pytest.importorskip("torch")
-    if getattr(torch._C, "_cuda_getDeviceCount", None) is None or getattr(torch._C, "_cuda_isInBadFork", None) is None:
-        pytest.skip("a torch built without CUDA")
+    skip_without_cuda_torch()
     site = tmp_path / "site"
     site.mkdir()
     write(site / "sitecustomize.py", "import torch\ntorch._C._cuda_getDeviceCount()\n")
