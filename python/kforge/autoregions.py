@@ -314,7 +314,8 @@ class AutoRegions:
         self._tainted_streak = 0
         #: Autotuning benchmarks timed by one call (:data:`INDUCTOR_SLOW_CALL_S`), and the
         #: slowest such call in seconds.
-        self.slow_calls: Dict[str, float] = {"count": 0, "slowest_s": 0.0}
+        self.slow_call_count = 0
+        self.slowest_call_s = 0.0
         #: Waits for the device's queued work (``torch.cuda.synchronize`` once CUDA is
         #: initialized); a test sets its own.
         self.device_sync: Callable[[], bool] = cuda_synchronize
@@ -451,10 +452,9 @@ class AutoRegions:
             self.warn(f"kforge --auto-regions: {t['retaken']} autotuning benchmark(s) timed again after a "
                       f"tainted region ({t['tainted_again']} tainted again); {t['kept']} kept as timed "
                       "(revoked, or retakes paused while regions stayed tainted)")
-        s = self.slow_calls
-        if s["count"]:
-            self.warn(f"kforge --auto-regions: {s['count']:g} autotuning benchmark(s) timed by one call, each call "
-                      f"over {INDUCTOR_SLOW_CALL_S:g} s (the slowest {s['slowest_s']:.1f} s)")
+        if self.slow_call_count:
+            self.warn(f"kforge --auto-regions: {self.slow_call_count} autotuning benchmark(s) timed by one call, "
+                      f"each call over {INDUCTOR_SLOW_CALL_S:g} s (the slowest {self.slowest_call_s:.1f} s)")
 
     def slow_call_first(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Inductor's ``benchmark_gpu`` ``fn`` with its callable called once first, and again if
@@ -468,9 +468,9 @@ class AutoRegions:
             if slow is None:
                 return fn(bench, _callable, *args, **kwargs)
             self._local.slow_call = True
-            self.slow_calls["count"] += 1
-            self.slow_calls["slowest_s"] = max(self.slow_calls["slowest_s"], slow)
-            if self.slow_calls["count"] == 1:
+            self.slow_call_count += 1
+            self.slowest_call_s = max(self.slowest_call_s, slow)
+            if self.slow_call_count == 1:
                 self.warn(f"kforge --auto-regions: an autotuning benchmark's call took {slow:.1f} s (over "
                           f"{INDUCTOR_SLOW_CALL_S:g} s, twice): it is timed by that call alone, and so is each "
                           f"such one (the count at exit); the call timed: {what_was_timed((_callable,))}")
@@ -1078,7 +1078,7 @@ def release_inductor_regions() -> None:
         _inductor.close_all()
         _inductor.report_retakes()
         _inductor.retakes = {k: 0 for k in _inductor.retakes}
-        _inductor.slow_calls = {k: 0 for k in _inductor.slow_calls}
+        _inductor.slow_call_count, _inductor.slowest_call_s = 0, 0.0
     while _boot_parents:
         shutil.rmtree(_boot_parents.pop(), True)
 
