@@ -852,7 +852,8 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
     torch's CUDA graph trees (in session 23 the baseline max-autotune asserted so after 430 s of
     level3/004's measure step, beside other graph-capturing modes), the trees are reset and the
     round is run again after a warm-up round (Dynamo's compiled code is reset with them: every
-    mode compiles again, from Inductor's caches); when the baseline raises again after that, the
+    mode compiles again, from Inductor's caches; a warm-up round that raised is that warm-up
+    round, run once more); when the baseline raises again after that, the
     step ends with the first error (the second in its notes). A counted round timed in a tainted
     region (not exclusive) is timed again, at most ``TAINTED_RETAKES`` times and only when
     another round fits; with ``taint``, its ``retaken`` and ``kept`` count such rounds."""
@@ -910,10 +911,10 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
             med = [sorted(s)[len(s) // 2] for s in samples]
             for i, m in enumerate(others):
                 out[m].append((med[0], med[1 + i], med[-1]))
-        if rewarm:
-            rewarm = False  # the round that raised, again
+        if rewarm and r >= 0:
+            rewarm = False  # a counted round raised: it comes again, after this warm-up
         else:
-            r += 1
+            rewarm, r = False, r + 1  # a warm-up round that raised was this one, again
     return out
 
 
