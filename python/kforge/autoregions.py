@@ -312,9 +312,9 @@ class AutoRegions:
         #: ``tainted_again``) and ``kept`` (retakes paused, or the region was revoked).
         self.retakes: Dict[str, int] = {"retaken": 0, "tainted_again": 0, "kept": 0}
         self._tainted_streak = 0
-        #: Autotuning benchmarks timed by one call (:data:`INDUCTOR_SLOW_CALL_S`), and the
-        #: slowest such call in seconds.
+        #: Autotuning benchmarks timed by one call (:data:`INDUCTOR_SLOW_CALL_S`).
         self.slow_call_count = 0
+        #: The slowest such call, in seconds.
         self.slowest_call_s = 0.0
         #: Waits for the device's queued work (``torch.cuda.synchronize`` once CUDA is
         #: initialized); a test sets its own.

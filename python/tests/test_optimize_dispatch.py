@@ -705,7 +705,8 @@ def test_a_baseline_that_raises_inside_cuda_graph_trees_resets_them_once(
     assert failed == {} and out == {"reduce-overhead": [(1.0, 2.0, 3.0)] * 2}, "every mode, every round"
     # Raised in the warm-up round itself: the trees reset, that warm-up once more, then the
     # counted rounds (not a second warm-up).
-    seen.clear(), resets.clear()
+    seen.clear()
+    resets.clear()
     calls["n"], raising = 0, {1}
     out = dispatch.time_rounds(problem, fns, "eager", torch.device("cpu"), 2, failed=failed)
     assert resets == [1] and seen == ["optimize:dispatch-warmup", "optimize:dispatch-warmup",

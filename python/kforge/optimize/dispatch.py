@@ -891,8 +891,9 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
                     raise e.error from None
                 trees_error, rewarm = e.error, True
                 reset_graph_trees()
+                again = "that warm-up round again" if warm else "a warm-up round, then the round again"
                 say(f"{baseline}: raised in {which} inside torch's CUDA graph trees ({e}): the trees and the "
-                    "compiled code reset, a warm-up round (each mode compiles again), then the round again")
+                    f"compiled code reset, {again} (each mode compiles again)")
                 continue
             mode = others.pop(e.index - 1)
             out.pop(mode)
