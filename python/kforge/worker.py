@@ -894,9 +894,8 @@ def preload(spec: str, device: str, fork: bool = False) -> Tuple[List[str], bool
         names = [n.strip() for n in spec.split(",") if n.strip()]
     loaded: List[str] = []
     errors: List[str] = []
-    fork_gpu = fork and device not in ("", "cpu")
-    if fork_gpu and "torch" in sys.modules and _fork_is_bad(sys.modules["torch"]):
-        fork_gpu = False  # spoilt before any preload: no preload is to blame (main refuses to start)
+    # Forks spoilt before any preload: no preload is to blame (main refuses to start).
+    fork_gpu = fork and _on_gpu(device) and not _forks_refuse_cuda()
     if fork_gpu:
         # torch.cuda.is_available() asks NVML, not the CUDA driver: the driver initialized here
         # would leave every forked job unable to use the GPU (the jobs' env is their own).
@@ -917,7 +916,7 @@ def preload(spec: str, device: str, fork: bool = False) -> Tuple[List[str], bool
         return loaded, cuda, errors
     if torch is not None:
         _warm_torch_pools(torch, None, errors)
-    if torch is not None and device not in ("", "cpu"):
+    if torch is not None and _on_gpu(device):
         try:
             torch.cuda.init()
             torch.empty(1, device="cuda")
@@ -940,8 +939,7 @@ def _import_poisons_fork(name: str) -> Optional[str]:
     worker's own import, which reports it."""
     def child() -> bool:
         importlib.import_module(name)
-        torch = sys.modules.get("torch")
-        return torch is not None and _fork_is_bad(torch)
+        return _forks_refuse_cuda()
 
     try:
         poisons = _true_in_a_fork(child)
@@ -951,6 +949,17 @@ def _import_poisons_fork(name: str) -> Optional[str]:
         return None
     return ("importing it initializes the CUDA driver in the worker, so that torch refuses CUDA in every "
             "forked job ('Cannot re-initialize CUDA in forked subprocess'); the jobs import it themselves")
+
+
+def _on_gpu(device: str) -> bool:
+    """Whether ``KFORGE_DEVICE``'s value names a GPU (not ``cpu``, not unset)."""
+    return device not in ("", "cpu")
+
+
+def _forks_refuse_cuda() -> bool:
+    """Whether torch is imported and a child forked now would be refused CUDA by it."""
+    torch = sys.modules.get("torch")
+    return torch is not None and _fork_is_bad(torch)
 
 
 def _fork_is_bad(torch: Any) -> bool:
@@ -1011,8 +1020,7 @@ def main() -> int:
     if fork:
         become_subreaper()
     worker = Worker(sock, cuda, fork)
-    torch = sys.modules.get("torch")
-    if fork and device not in ("", "cpu") and torch is not None and _fork_is_bad(torch):
+    if fork and _on_gpu(device) and _forks_refuse_cuda():
         _log("fork isolation: the CUDA driver was initialized in the worker before any job (torch refuses CUDA "
              "in its forks: 'Cannot re-initialize CUDA in forked subprocess'); every job would fail: not starting")
         return 2
