@@ -82,6 +82,7 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
     let store = open_store(&cfg.db)?;
     let first_ids = store.max_ids()?;
     let learned_peaks = store.learned_peaks(crate::state::LEARNED_CAPACITY)?;
+    let learned_lengths = store.learned_lengths(crate::state::LEARNED_CAPACITY)?;
 
     let python_dir = state_dir.join("python");
     kforge_python::write_package(&python_dir)?;
@@ -125,6 +126,7 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
             job_cores: cores.jobs,
             first_ids,
             learned_peaks,
+            learned_lengths,
         },
         Now::current(),
     );

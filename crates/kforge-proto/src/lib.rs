@@ -112,7 +112,8 @@ pub struct SubmitSpec {
     /// optimize`: what its kind of step took here before). Admission only: while a queue's head
     /// waits to run alone (after an out-of-memory error beside siblings), a later job that fits
     /// and is expected to end before the device's running jobs do starts beside them (backfill:
-    /// it delays the head by nothing). See docs/protocol.md, "GPU memory admission".
+    /// it delays the head by nothing). Its length is this or, when longer, the longest run of
+    /// its command line the daemon saw. See docs/protocol.md, "GPU memory admission".
     #[serde(default)]
     pub expected_ms: Option<u64>,
 }

@@ -208,12 +208,13 @@ pub struct RegionTime {
     pub seconds: f64,
 }
 
-/// A peak seen of an earlier job, for the daemon's learned expected peaks.
+/// A value seen of an earlier job, for the daemon's learned values: its GPU memory peak in bytes
+/// (`Store::learned_peaks`) or its run's length in milliseconds (`Store::learned_lengths`).
 #[derive(Debug, Clone, PartialEq)]
-pub struct LearnedPeak {
+pub struct LearnedValue {
     pub argv: Vec<String>,
     pub label: Option<String>,
-    pub peak_bytes: u64,
+    pub value: u64,
 }
 
 pub struct Store {
@@ -416,21 +417,36 @@ impl Store {
 
     /// The peaks of the `limit` most recent jobs with a peak, oldest first (so that replaying
     /// them leaves the most recent ones the most recently used).
-    pub fn learned_peaks(&self, limit: usize) -> Result<Vec<LearnedPeak>, StoreError> {
-        let mut st = self
-            .conn
-            .prepare(
-                "SELECT j.argv, j.label, m.peak_bytes FROM job_memory m JOIN jobs j ON j.id = m.job
-                 WHERE m.peak_bytes > 0 ORDER BY m.job DESC LIMIT ?1",
-            )
-            .map_err(|e| self.err(e))?;
+    pub fn learned_peaks(&self, limit: usize) -> Result<Vec<LearnedValue>, StoreError> {
+        self.learned(
+            "SELECT j.argv, j.label, m.peak_bytes FROM job_memory m JOIN jobs j ON j.id = m.job
+             WHERE m.peak_bytes > 0 ORDER BY m.job DESC LIMIT ?1",
+            limit,
+        )
+    }
+
+    /// How long each of the `limit` most recent ended jobs ran (ms, from its start to its end),
+    /// oldest first. A job retried alone is left out: its row's start is its first run's.
+    pub fn learned_lengths(&self, limit: usize) -> Result<Vec<LearnedValue>, StoreError> {
+        self.learned(
+            "SELECT j.argv, j.label, (j.ended_ns - j.started_ns) / 1000000 FROM jobs j
+             LEFT JOIN job_memory m ON m.job = j.id
+             WHERE j.started_ns IS NOT NULL AND j.ended_ns > j.started_ns AND COALESCE(m.retried, 0) = 0
+             ORDER BY j.id DESC LIMIT ?1",
+            limit,
+        )
+    }
+
+    /// Rows of (argv as JSON, label, value) from `sql`, newest first, returned oldest first.
+    fn learned(&self, sql: &str, limit: usize) -> Result<Vec<LearnedValue>, StoreError> {
+        let mut st = self.conn.prepare(sql).map_err(|e| self.err(e))?;
         let mut rows = st
             .query_map([limit as i64], |r| {
                 let argv: String = r.get(0)?;
-                Ok(LearnedPeak {
+                Ok(LearnedValue {
                     argv: serde_json::from_str(&argv).unwrap_or_default(),
                     label: r.get(1)?,
-                    peak_bytes: r.get::<_, i64>(2)? as u64,
+                    value: r.get::<_, i64>(2)?.max(0) as u64,
                 })
             })
             .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
@@ -792,9 +808,37 @@ mod tests {
         assert_eq!(r.job_memory, vec![mem(1, 10), mem(2, 20), mem(3, 0)]);
         assert!(s.report(Some("other")).unwrap().job_memory.is_empty());
         let learned = s.learned_peaks(10).unwrap();
-        let got: Vec<(String, u64)> = learned.iter().map(|l| (l.argv[0].clone(), l.peak_bytes)).collect();
+        let got: Vec<(String, u64)> = learned.iter().map(|l| (l.argv[0].clone(), l.value)).collect();
         assert_eq!(got, vec![("cmd1".to_string(), 10), ("cmd2".to_string(), 20)], "no zero peaks; newest last");
         assert_eq!(s.learned_peaks(1).unwrap()[0].argv, vec!["cmd2"], "the limit keeps the newest");
+    }
+
+    #[test]
+    fn learned_lengths_are_the_ended_jobs_runs_newest_last() {
+        let s = Store::open_in_memory().unwrap();
+        let ms = 1_000_000;
+        let rows =
+            [(1, Some(5 * ms), Some(9 * ms)), (2, Some(5 * ms), None), (3, None, None), (4, Some(ms), Some(31 * ms))];
+        for (id, started, ended) in rows {
+            let row =
+                JobRow { argv: vec![format!("cmd{id}")], started_ns: started, ended_ns: ended, ..job(id, Some("a")) };
+            s.insert_job(&row).unwrap();
+        }
+        let got: Vec<(String, u64)> =
+            s.learned_lengths(10).unwrap().into_iter().map(|l| (l.argv[0].clone(), l.value)).collect();
+        assert_eq!(got, vec![("cmd1".to_string(), 4), ("cmd4".to_string(), 30)], "ended jobs only; newest last");
+        let retried = JobMemoryRow {
+            job: 4,
+            expected_bytes: None,
+            source: None,
+            peak_bytes: 1,
+            siblings_peak_bytes: 1,
+            retried: true,
+        };
+        s.insert_job_memory(&retried).unwrap();
+        let got: Vec<String> = s.learned_lengths(10).unwrap().into_iter().map(|l| l.argv[0].clone()).collect();
+        assert_eq!(got, vec!["cmd1"], "a job retried alone is left out");
+        assert_eq!(s.learned_lengths(1).unwrap()[0].label.as_deref(), Some("a"));
     }
 
     #[test]

@@ -228,21 +228,11 @@ impl Daemon {
     /// alone held its queue's front for minutes behind a long sibling, and short verify jobs
     /// behind it waited until the campaign's budget was spent.
     fn passer(&mut self, device: usize, head: u64) -> Option<u64> {
+        if let Some(id) = self.backfill(device, head) {
+            return Some(id);
+        }
         let fits = |id: u64| self.may_start(device, id) == Admit::Yes;
         let queue = &self.devices[device].queue;
-        if self.starts_only_alone(device, head) {
-            if let Some(end) = self.running_end(device) {
-                let ends_before = |id: u64| self.expected_end(id).is_some_and(|e| e <= end);
-                if let Some(&id) = queue.iter().skip(1).find(|&&id| ends_before(id) && fits(id)) {
-                    let by = end.saturating_duration_since(self.now.at).as_secs_f64();
-                    self.log(format!(
-                        "job {id}: started beside the running jobs while job {head} waits to run alone: \
-                         expected to end before them (within {by:.0} s)"
-                    ));
-                    return Some(id);
-                }
-            }
-        }
         if self.jobs[&head].memory.passed >= MAX_PASSES {
             return None;
         }
@@ -251,8 +241,43 @@ impl Daemon {
         Some(id)
     }
 
-    /// When a job would end if it started (queued) or when it is expected to (running): its
-    /// start plus its `expected_ms`; `None` when it declared none.
+    /// A later job of the queue that fits and would end before the device's running jobs are
+    /// expected to, while `head` waits to run alone. Its length is what it declares or, when
+    /// longer, the longest run of its command line (else its label) the daemon saw: a job
+    /// that declares too short a length is not started beside them again and again, each
+    /// time holding the device past the head's turn.
+    fn backfill(&mut self, device: usize, head: u64) -> Option<u64> {
+        if !self.starts_only_alone(device, head) {
+            return None;
+        }
+        let end = self.running_end(device)?;
+        let fits = |id: u64| self.may_start(device, id) == Admit::Yes;
+        let ends_before = |id: u64| self.backfill_length(id).is_some_and(|(len, _)| self.now.at + len <= end);
+        let id = *self.devices[device].queue.iter().skip(1).find(|&&id| ends_before(id) && fits(id))?;
+        let by = end.saturating_duration_since(self.now.at).as_secs_f64();
+        let (len, source) = self.backfill_length(id).expect("it ends before them");
+        self.log(format!(
+            "job {id}: started beside the running jobs while job {head} waits to run alone: \
+             expected to end before them (within {by:.0} s; it runs {:.0} s, {source})",
+            len.as_secs_f64()
+        ));
+        Some(id)
+    }
+
+    /// How long a queued job is expected to run when backfilled, and from what: its
+    /// `expected_ms` (`declared`), or the longest run of its command line or label when longer
+    /// (`learned`); `None` when it declared none.
+    fn backfill_length(&self, id: u64) -> Option<(Duration, &'static str)> {
+        let j = &self.jobs[&id];
+        let declared = j.spec.expected_ms?;
+        Some(match self.learned_lengths.get(&j.spec) {
+            Some(ms) if ms > declared => (Duration::from_millis(ms), "learned"),
+            _ => (Duration::from_millis(declared), "declared"),
+        })
+    }
+
+    /// When a running job is expected to end: its start plus its `expected_ms`; `None` when it
+    /// declared none.
     fn expected_end(&self, id: u64) -> Option<Instant> {
         let j = &self.jobs[&id];
         let expected = Duration::from_millis(j.spec.expected_ms?);
@@ -490,7 +515,11 @@ impl Daemon {
     /// Record the end of a job, tell its client, and let others in.
     pub(super) fn finish_job(&mut self, id: u64, code: Option<i32>, signal: Option<i32>, reason: Option<String>) {
         let Some(j) = self.jobs.remove(&id) else { return };
-        self.learned.record(&j.spec, j.memory.observed_peak);
+        self.learned_peaks.record(&j.spec, j.memory.observed_peak);
+        if let Some(started) = j.started_at {
+            let ms = self.now.at.saturating_duration_since(started).as_millis();
+            self.learned_lengths.record(&j.spec, u64::try_from(ms).unwrap_or(u64::MAX));
+        }
         let d = &mut self.devices[j.device];
         d.running.remove(&id);
         if d.command_holder == Some(id) {

@@ -8,7 +8,7 @@
 //! - **Expected peak** of a job: declared (`SubmitSpec::gpu_memory_bytes`), else learned (the
 //!   highest use seen of an earlier job with the same command line (temporary paths left out),
 //!   else the same label: the
-//!   [`LEARNED_CAPACITY`] most recently used, filled at start from the store's `job_memory`
+//!   [`super::learned::LEARNED_CAPACITY`] most recently used, filled at start from the store's `job_memory`
 //!   rows), else the default: a quarter of the
 //!   device's total memory ([`DEFAULT_SHARE`]).
 //! - **Fit**: expected peak ≤ free − reserved, where reserved is, over the device's started jobs,
@@ -19,7 +19,8 @@
 //! - **No starvation**: the queue is FIFO per device; while the head waits for memory, a later
 //!   job that fits may start before it at most [`MAX_PASSES`] times; then the queue waits for
 //!   the head. While the head waits to run alone, a later job expected to end before the
-//!   running ones (`SubmitSpec::expected_ms`) starts without using a pass (backfill).
+//!   running ones (`SubmitSpec::expected_ms`, or its command's longest run when longer:
+//!   `learned`) starts without using a pass (backfill).
 //! - **OOM retry**: a job whose stderr says CUDA ran out of memory, that did not exit 0, was not
 //!   cancelled, and beside which other processes held memory on its device (in a sample while it
 //!   ran, or the latest one when it ended), is queued again at the front, to start only when
@@ -30,17 +31,13 @@
 use super::admission::Job;
 use super::Daemon;
 use crate::event::MemorySample;
-use kforge_proto::{DeviceMemoryStatus, JobMemoryStatus, SubmitSpec};
-use kforge_store::{JobMemoryRow, LearnedPeak};
-use std::collections::HashMap;
+use kforge_proto::{DeviceMemoryStatus, JobMemoryStatus};
+use kforge_store::JobMemoryRow;
 
 /// An unknown job is expected to peak at the device's total memory divided by this.
 pub(super) const DEFAULT_SHARE: u64 = kforge_proto::DEFAULT_GPU_MEMORY_SHARE;
 /// How many later jobs may start before a queue head that waits for memory.
 pub(super) const MAX_PASSES: u32 = 4;
-/// Learned peaks kept (by command line and by label; the least recently used go). At start the
-/// daemon replays the peaks of the most recent jobs of this many in its store.
-pub const LEARNED_CAPACITY: usize = 4096;
 
 const GIB: f64 = (1u64 << 30) as f64;
 
@@ -81,72 +78,6 @@ pub(super) struct JobMemory {
     pub oversized_logged: bool,
 }
 
-/// Peaks seen of earlier jobs, by command line and by label.
-#[derive(Default)]
-pub(super) struct LearnedPeaks {
-    peaks: HashMap<String, (u64, u64)>,
-    clock: u64,
-}
-
-/// The keys a job's peak is learned under: its command line without temporary paths (a
-/// `--out /tmp/…/result.json` differs from run to run of the same command), and its label.
-fn keys(spec: &SubmitSpec) -> impl Iterator<Item = String> + '_ {
-    let tmpdir = spec.env.iter().find(|(k, _)| k == "TMPDIR").map(|(_, v)| v.as_str()).filter(|v| !v.is_empty());
-    let temporary =
-        move |a: &str| a.starts_with("/tmp/") || a.starts_with("/var/tmp/") || tmpdir.is_some_and(|t| a.starts_with(t));
-    let argv: Vec<&str> = spec.argv.iter().map(|a| if temporary(a) { "<tmp>" } else { a.as_str() }).collect();
-    std::iter::once(format!("argv:{}", argv.join("\u{1f}"))).chain(spec.label.as_ref().map(|l| format!("label:{l}")))
-}
-
-impl LearnedPeaks {
-    /// The learned peak of a command line, else of its label.
-    pub fn get(&self, spec: &SubmitSpec) -> Option<u64> {
-        keys(spec).find_map(|k| self.peaks.get(&k).map(|p| p.0))
-    }
-
-    pub fn record(&mut self, spec: &SubmitSpec, peak: u64) {
-        if peak == 0 {
-            return;
-        }
-        for k in keys(spec) {
-            self.clock += 1;
-            let e = self.peaks.entry(k).or_insert((0, 0));
-            *e = (e.0.max(peak), self.clock);
-        }
-        while self.peaks.len() > LEARNED_CAPACITY {
-            let Some(oldest) = self.peaks.iter().min_by_key(|(_, v)| v.1).map(|(k, _)| k.clone()) else { break };
-            self.peaks.remove(&oldest);
-        }
-    }
-
-    /// Peaks of earlier jobs (from the store), oldest first.
-    pub fn replay(&mut self, peaks: &[LearnedPeak]) {
-        for p in peaks {
-            let spec = SubmitSpec {
-                argv: p.argv.clone(),
-                cwd: String::new(),
-                env: Vec::new(),
-                device: String::new(),
-                policy: None,
-                label: p.label.clone(),
-                warm: false,
-                timeout_ms: None,
-                gpu_group: None,
-                gpu_memory_bytes: None,
-                auto_regions: false,
-                own_process: false,
-                expected_ms: None,
-            };
-            self.record(&spec, p.peak_bytes);
-        }
-    }
-
-    #[cfg(test)]
-    pub fn len(&self) -> usize {
-        self.peaks.len()
-    }
-}
-
 fn gib(b: u64) -> String {
     format!("{:.1} GiB", b as f64 / GIB)
 }
@@ -178,7 +109,7 @@ impl Daemon {
     /// A job's expected peak on its device (None: the device has no sample).
     pub(super) fn expected_peak(&self, j: &Job) -> Option<(u64, PeakSource)> {
         let s = self.devices[j.device].memory.as_ref()?;
-        Some(match (j.spec.gpu_memory_bytes, self.learned.get(&j.spec)) {
+        Some(match (j.spec.gpu_memory_bytes, self.learned_peaks.get(&j.spec)) {
             (Some(b), _) => (b, PeakSource::Declared),
             (None, Some(b)) => (b, PeakSource::Learned),
             (None, None) => (s.total / DEFAULT_SHARE, PeakSource::Default),

@@ -8,12 +8,14 @@
 //! - `region`: a region's life (one enum) and the handlers that move it; the grant order.
 //! - `admission`: jobs: where a job goes, when it starts, how it ends.
 //! - `memory`: GPU-memory-aware admission (expected peaks, learned peaks, the OOM retry).
+//! - `learned`: what earlier jobs showed, by command line and label (peaks, run lengths).
 //! - `warm_pool`: the warm worker pools and the hand-off of jobs to workers.
 //! - this module: the `Daemon`, the dispatch of events, connections and requests, `status`.
 
 mod admission;
+mod learned;
 mod memory;
-pub use memory::LEARNED_CAPACITY;
+pub use learned::LEARNED_CAPACITY;
 mod region;
 #[cfg(test)]
 mod tests;
@@ -85,7 +87,9 @@ pub struct DaemonParts {
     /// The largest job, region and measurement ids in the store.
     pub first_ids: (u64, u64, u64),
     /// Peaks of the store's most recent jobs, oldest first (admission's learned peaks).
-    pub learned_peaks: Vec<kforge_store::LearnedPeak>,
+    pub learned_peaks: Vec<kforge_store::LearnedValue>,
+    /// Run lengths of the store's most recent ended jobs, oldest first (backfill's learned lengths).
+    pub learned_lengths: Vec<kforge_store::LearnedValue>,
 }
 
 pub struct Daemon {
@@ -113,8 +117,10 @@ pub struct Daemon {
     next_worker: u64,
     /// GPU groups and the GPU each was placed on (`SubmitSpec::gpu_group`).
     placement: crate::placement::Placement,
-    /// Peaks seen of earlier jobs (admission's expected peak of a job that declares none).
-    learned: memory::LearnedPeaks,
+    /// Peaks seen of earlier jobs, in bytes (admission's expected peak of a job that declares none).
+    learned_peaks: learned::Learned,
+    /// Run lengths of earlier jobs, in ms (a backfilled job is expected to run at least that long).
+    learned_lengths: learned::Learned,
     stopping: bool,
     /// The moment of the event being handled.
     now: Now,
@@ -178,11 +184,8 @@ impl Daemon {
             workers: BTreeMap::new(),
             next_worker: 1,
             placement: Default::default(),
-            learned: {
-                let mut l = memory::LearnedPeaks::default();
-                l.replay(&p.learned_peaks);
-                l
-            },
+            learned_peaks: learned::Learned::replayed(&p.learned_peaks),
+            learned_lengths: learned::Learned::replayed(&p.learned_lengths),
             next_job: p.first_ids.0 + 1,
             next_region: p.first_ids.1 + 1,
             next_measurement: p.first_ids.2 + 1,

@@ -53,6 +53,7 @@ impl Sim {
             job_cores: vec![1],
             first_ids: (0, 0, 0),
             learned_peaks: vec![],
+            learned_lengths: vec![],
         };
         let now = Now { at: t0, unix_ns: 1_000_000_000 };
         let mut sim = Sim {
@@ -999,6 +1000,53 @@ fn a_job_expected_to_end_before_the_running_ones_starts_while_the_head_waits_to_
     assert!(t.status().devices[GPU0].queued.contains(&short));
 }
 
+/// A job whose command ran longer before than it declares now is backfilled by the longer
+/// length: it waits when that one would end after the running jobs, and starts (the log naming
+/// the learned length) when it fits in their time.
+#[test]
+fn a_backfilled_job_counts_with_the_longest_run_of_its_command_when_it_declares_less() {
+    let mut s = Sim::new(|c| c.max_concurrent = Some(16));
+    let (a, b) = (s.connect(), s.connect());
+    s.memory(GPU0, 80, 80, &[]);
+    let says_10_s = |cmd: &str| SubmitSpec {
+        argv: vec![cmd.into(), "p.py".into()],
+        gpu_memory_bytes: Some(GIB),
+        expected_ms: Some(10_000),
+        ..spec("0")
+    };
+    // Each command says 10 s; `verify` ran 60 s once, `check` 20 s.
+    for (cmd, ran_ms) in [("verify", 60_000), ("check", 20_000)] {
+        let (j, _) = s.submit_spec(a, says_10_s(cmd));
+        s.advance(ran_ms);
+        s.exit(j, 0, false);
+    }
+    // At 80 s: a job expected to end at 180 s runs, and one retried alone heads the queue.
+    let (long, _) = submit_expected(&mut s, a, 10, Some(100));
+    let (oom, _) = submit_expected(&mut s, b, 10, Some(50));
+    let (pl, po) = (s.pid_of(long), s.pid_of(oom));
+    s.memory(GPU0, 80, 60, &[(pl, 15), (po, 5)]);
+    assert_eq!(retried_to(&s.exit(oom, 1, true), b), vec![oom]);
+    // The head's passes spent by jobs that each end after the running ones, then ended.
+    let passing: Vec<u64> =
+        (0..super::memory::MAX_PASSES as u64).map(|i| submit_expected(&mut s, a, 1, Some(500 + 10 * i)).0).collect();
+    assert_eq!(s.status().devices[GPU0].running.len(), 1 + passing.len());
+    for p in passing {
+        s.exit(p, 0, false);
+    }
+    s.advance(50_000);
+    let backfilled = |q: &[Effect], id: u64, says: &str| {
+        let line = format!("job {id}: started beside the running jobs while job {oom} waits to run alone");
+        spawned(q) == vec![id] && q.iter().any(|e| matches!(e, Effect::Log(l) if l.contains(&line) && l.contains(says)))
+    };
+    let (waits, q) = s.submit_spec(a, says_10_s("verify"));
+    assert!(spawned(&q).is_empty(), "its 60 s from 130 s end after the running job's 180 s: {q:?}");
+    let (check, q) = s.submit_spec(a, says_10_s("check"));
+    assert!(backfilled(&q, check, "(within 50 s; it runs 20 s, learned)"), "{q:?}");
+    let (new, q) = s.submit_spec(a, says_10_s("new"));
+    assert!(backfilled(&q, new, "it runs 10 s, declared)"), "a command never seen: {q:?}");
+    assert_eq!(s.status().devices[GPU0].queued, vec![oom, waits], "the head keeps its place");
+}
+
 #[test]
 fn the_cut_short_peak_of_a_run_that_ran_out_of_memory_is_not_learned() {
     let mut s = Sim::new(|_| {});
@@ -1099,23 +1147,21 @@ fn the_learned_peak_is_used_on_the_next_run_of_the_same_command() {
 
 #[test]
 fn learned_peaks_are_replayed_from_the_store_at_start() {
-    let mut l = super::memory::LearnedPeaks::default();
-    let peak =
-        |argv: &str, gib| kforge_store::LearnedPeak { argv: vec![argv.into()], label: None, peak_bytes: gib * GIB };
-    l.replay(&[peak("a", 3), peak("b", 5), peak("a", 2)]);
+    let peak = |argv: &str, gib| kforge_store::LearnedValue { argv: vec![argv.into()], label: None, value: gib * GIB };
+    let l = super::learned::Learned::replayed(&[peak("a", 3), peak("b", 5), peak("a", 2)]);
     let get = |argv: &str| l.get(&SubmitSpec { argv: vec![argv.into()], ..spec("0") });
     assert_eq!((get("a"), get("b"), get("c")), (Some(3 * GIB), Some(5 * GIB), None), "the highest of each");
 }
 
 #[test]
 fn the_learned_table_is_bounded() {
-    let mut l = super::memory::LearnedPeaks::default();
-    for i in 0..super::memory::LEARNED_CAPACITY + 10 {
+    let mut l = super::learned::Learned::default();
+    for i in 0..super::LEARNED_CAPACITY + 10 {
         l.record(&SubmitSpec { argv: vec![format!("cmd{i}")], ..spec("0") }, GIB);
     }
-    assert_eq!(l.len(), super::memory::LEARNED_CAPACITY);
+    assert_eq!(l.len(), super::LEARNED_CAPACITY);
     assert_eq!(l.get(&SubmitSpec { argv: vec!["cmd0".into()], ..spec("0") }), None, "the oldest went");
-    let last = format!("cmd{}", super::memory::LEARNED_CAPACITY + 9);
+    let last = format!("cmd{}", super::LEARNED_CAPACITY + 9);
     assert_eq!(l.get(&SubmitSpec { argv: vec![last], ..spec("0") }), Some(GIB));
 }
 
