@@ -617,6 +617,7 @@ mod tests {
             tried: Vec::new(),
             spent: None,
             machine: None,
+            source_hash: None,
             confirmed: None,
         }
     }

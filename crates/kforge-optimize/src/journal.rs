@@ -300,14 +300,16 @@ impl Journal {
             .collect())
     }
 
-    /// Per problem, its measure steps this journal finished (every run's with `--resume`, else
-    /// this run's): whether one ran in full (or was reused), and the latest bounded one (a
-    /// stopgap a later run may take, `tried_in_full_since`).
+    /// Per input hash, the measure steps this journal finished (every run's with `--resume`,
+    /// else this run's): whether one ran in full (or was reused), and the latest bounded one (a
+    /// stopgap a later run may take, `tried_in_full_since`). By input hash, not by problem: a
+    /// problem whose source or options changed since is not measured, as its step would not
+    /// take the old result.
     pub fn measured(&self) -> Result<BTreeMap<String, Measured>, StoreError> {
         let rows = self.store().journal(if self.resume { None } else { Some(self.run) })?;
         let mut out: BTreeMap<String, Measured> = BTreeMap::new();
         for s in rows.steps.into_iter().filter(|s| s.step == Step::Measure.name() && s.status == "done") {
-            let m = out.entry(s.problem.clone()).or_default();
+            let m = out.entry(s.input_hash.clone()).or_default();
             if s.outcome.as_deref() == Some(BOUNDED) && s.reused_from.is_none() {
                 m.bounded = Some(s);
             } else {
@@ -422,7 +424,7 @@ pub fn with_margin(peak_bytes: u64) -> u64 {
     peak_bytes.saturating_add((peak_bytes / 4).min(4 << 30)).saturating_add(512 << 20)
 }
 
-/// A problem's finished measure steps (`Journal::measured`).
+/// The finished measure steps of one input hash (`Journal::measured`).
 #[derive(Debug, Clone, Default)]
 pub struct Measured {
     /// One ran in full, or was taken from an earlier one.

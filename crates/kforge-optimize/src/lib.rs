@@ -958,6 +958,10 @@ pub struct Report {
     /// run could tell: `--resume` does not take it on another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine: Option<String>,
+    /// The content hash of the problem's source it was decided for: `--resume` does not take
+    /// it once the file changed (absent in reports from before it: taken).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_hash: Option<String>,
     /// The winner's speedup as gate 4 measured its shipped result file: in `kforge verify`'s
     /// own process, against a fresh compile of the baseline (`Verdict::speedup`). The decision's
     /// speedup was measured beside every other variant in the agent's process; a host-paced
@@ -1307,6 +1311,7 @@ pub(crate) mod tests {
             tried: Vec::new(),
             spent: None,
             machine: None,
+            source_hash: None,
             confirmed: None,
         }
     }
@@ -1631,6 +1636,7 @@ pub(crate) mod tests {
             tried: Vec::new(),
             spent: None,
             machine: None,
+            source_hash: None,
             confirmed: None,
         };
         assert_eq!(r.decisive().winner, "max-autotune+freezing+coordinate-descent");
@@ -1899,6 +1905,7 @@ pub(crate) mod tests {
             tried: Vec::new(),
             spent: None,
             machine: None,
+            source_hash: None,
             confirmed: None,
         };
         let t = r.table();

@@ -384,6 +384,18 @@ fn cores() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
+/// A measure step's input hash: the steps' version, the problem's source, size, device,
+/// baseline, rounds and every agent's variants (`flags`).
+fn measure_hash(a: &OptimizeArgs, plan: &Plan, source: &[u8], flags: &[(&str, String)]) -> String {
+    let (rounds, steps, device) = (a.rounds.to_string(), STEPS_VERSION.to_string(), plan.device_key(&a.device));
+    let mut parts: Vec<&[u8]> = vec![steps.as_bytes(), source, a.size.as_bytes(), device.as_bytes()];
+    parts.extend([plan.baseline.mode().as_bytes(), rounds.as_bytes()]);
+    for (flag, v) in flags {
+        parts.extend([flag.as_bytes(), v.as_bytes()]);
+    }
+    content_hash(&parts)
+}
+
 fn question(a: &OptimizeArgs, plan: &Plan, problem: &Path) -> Question {
     Question {
         problem: problem.display().to_string(),
@@ -703,11 +715,14 @@ impl Run<'_> {
         }
         let measured = self.journal.measured().context("reading the journal's measure steps")?;
         let config = self.plan.agents.contains(&Agent::Config);
+        let flags = measure_args(&self.plan.agents, self.plan.gpu);
         let key = |i: usize| -> Result<(u8, f64)> {
-            let problem = question(self.a, self.plan, &problems[i].1).problem;
+            let (problem, path) = (question(self.a, self.plan, &problems[i].1).problem, &problems[i].1);
+            let source = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+            let hash = measure_hash(self.a, self.plan, &source, &flags);
             let group = step_group(&problem);
             let of = StepOf { step: Step::Measure.name(), group: &group, problem: &problem };
-            if self.is_measured(measured.get(&problem), of)? && !self.redecide.matches(&problem) {
+            if self.is_measured(measured.get(&hash), of)? && !self.redecide.matches(&problem) {
                 let only_first = |step: Step| {
                     let of = StepOf { step: step.name(), group: &group, problem: &problem };
                     self.spending.starts_only_at_a_runs_start(of)
@@ -782,7 +797,7 @@ impl Run<'_> {
     fn problem(&self, index: usize, problem: &Path, out: &Path, gpu_s: &Cell<f64>) -> Result<Outcome> {
         let q = question(self.a, self.plan, problem);
         let (since, starts_redecision) = self.redecided_since(index, problem, &q)?;
-        if let Some(report) = self.resumed(&q, out, since)? {
+        if let Some(report) = self.resumed(index, problem, &q, out, since)? {
             match (&report.machine, &self.plan.machine) {
                 (Some(then), Ok(now)) if then != now => self.progress(
                     index,
@@ -883,6 +898,7 @@ impl Run<'_> {
         };
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
         let mut report = entry.report.clone();
+        report.source_hash = Some(entry.source_hash.clone());
         let here = files_hash(out, &RESULT_FILES).ok();
         if here.is_none() || here != entry.result_hash {
             // Not the result it names (or half of one): another decision's files; the report that
@@ -901,9 +917,17 @@ impl Run<'_> {
     }
 
     /// With `--resume`, the problem's report (`out/report.json`) when it answers the same
-    /// question and the journal holds a decision for it (or the report is from before the
-    /// journal: a journal without any decision of this problem).
-    fn resumed(&self, q: &Question, out: &Path, since: Option<u64>) -> Result<Option<Report>> {
+    /// question for the same source (the file unchanged since; a report from before
+    /// `Report::source_hash` is taken) and the journal holds a decision for it (or the report
+    /// is from before the journal: a journal without any decision of this problem).
+    fn resumed(
+        &self,
+        index: usize,
+        problem: &Path,
+        q: &Question,
+        out: &Path,
+        since: Option<u64>,
+    ) -> Result<Option<Report>> {
         if !self.a.resume {
             return Ok(None);
         }
@@ -919,6 +943,13 @@ impl Run<'_> {
         };
         if report.llm.as_ref().is_some_and(|l| l.cut_short()) {
             return Ok(None); // its llm search was cut short: continued, not taken
+        }
+        if let Some(decided_for) = &report.source_hash {
+            let source = std::fs::read(problem).with_context(|| format!("reading {}", problem.display()))?;
+            if *decided_for != content_hash(&[&source]) {
+                self.progress(index, problem, "its source changed since its decision: decided again");
+                return Ok(None);
+            }
         }
         let journaled = self.journal.decision_for(q)?.is_some();
         Ok((journaled || !self.journal.decided_any(&q.problem)?).then_some(report))
@@ -1327,17 +1358,9 @@ impl ProblemRun<'_> {
         ])
     }
 
-    /// The measure step's input hash: the steps' version, the problem's source, size, device,
-    /// baseline, rounds and every agent's variants.
+    /// The measure step's input hash (`measure_hash`) of this problem.
     fn measure_hash(&self, flags: &[(&str, String)]) -> String {
-        let (a, plan) = (self.run.a, self.run.plan);
-        let (rounds, steps, device) = (a.rounds.to_string(), STEPS_VERSION.to_string(), plan.device_key(&a.device));
-        let mut parts: Vec<&[u8]> = vec![steps.as_bytes(), &self.source, a.size.as_bytes(), device.as_bytes()];
-        parts.extend([plan.baseline.mode().as_bytes(), rounds.as_bytes()]);
-        for (flag, v) in flags {
-            parts.extend([flag.as_bytes(), v.as_bytes()]);
-        }
-        content_hash(&parts)
+        measure_hash(self.run.a, self.run.plan, &self.source, flags)
     }
 
     /// One step, what it found kept in `found`; false when a budget kept it from starting.
@@ -1821,6 +1844,7 @@ impl ProblemRun<'_> {
             tried: found.tried,
             spent: Some(self.spent()),
             machine: self.run.plan.machine.clone().ok(),
+            source_hash: Some(content_hash(&[&self.source])),
             confirmed,
         };
         let body = serde_json::to_string_pretty(&report).context("serializing the report")?;

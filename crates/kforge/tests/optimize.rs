@@ -298,6 +298,19 @@ fn a_campaign_summarizes_per_level_and_resumes() {
     let (code, text) = optimize(&[&args[..], &["--resume"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     assert!(campaign(&out)["problems"].as_array().unwrap().iter().all(|p| p["resumed"] == true), "{text}");
+    // A problem whose source changed since its decision is decided again; the other is taken.
+    let edited = problems.join("level2/vector_add.py");
+    let source = std::fs::read_to_string(&edited).unwrap();
+    std::fs::write(&edited, format!("{source}\n# edited after its decision\n")).unwrap();
+    let (code, text) = optimize(&[&args[..], &["--resume"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains("[2/2] level2/vector_add.py: its source changed since its decision: decided again"),
+        "{text}"
+    );
+    let resumed: Vec<bool> =
+        campaign(&out)["problems"].as_array().unwrap().iter().map(|p| p["resumed"] == true).collect();
+    assert_eq!(resumed, [true, false], "{text}");
     // Output from before the journal: its reports answer the same question, so they count.
     for f in ["journal.db", "journal.db-wal", "journal.db-shm"] {
         std::fs::remove_file(out.join(f)).ok();
@@ -1611,8 +1624,9 @@ fn a_resumed_campaign_starts_a_problem_whose_beam_starts_only_at_a_runs_start_fi
 
 /// Three problems, a, b (level1) and c (level3), in a campaign folder under `root`, and its
 /// output folder: a run measured a, then its GPU-seconds budget was spent (b and c not reached);
-/// a killed run had left c's measure step running for `floor_s` seconds: c's own floor.
-fn measured_a_and_killed_c(root: &Path, floor_s: i64) -> (PathBuf, PathBuf) {
+/// a killed run had left c's measure step running for `floor_s` seconds: c's own floor. c's
+/// source is a's (its measure step would take a's) when `c_is_a`, else a's with a comment.
+fn measured_a_and_killed_c(root: &Path, floor_s: i64, c_is_a: bool) -> (PathBuf, PathBuf) {
     let p = problems(
         root,
         &[
@@ -1621,6 +1635,11 @@ fn measured_a_and_killed_c(root: &Path, floor_s: i64) -> (PathBuf, PathBuf) {
             ("level3", "vector_add.py", "c.py"),
         ],
     );
+    if !c_is_a {
+        let c = p.join("level3/c.py");
+        let source = std::fs::read_to_string(&c).unwrap();
+        std::fs::write(&c, format!("{source}\n# c, not a\n")).unwrap();
+    }
     let out = root.join("o");
     let args =
         [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
@@ -1646,7 +1665,7 @@ fn measured_a_and_killed_c(root: &Path, floor_s: i64) -> (PathBuf, PathBuf) {
 #[test]
 fn a_problem_whose_measure_step_outlived_a_whole_budget_starts_after_those_that_can_finish() {
     let dir = tempfile::tempdir().unwrap();
-    let (p, out) = measured_a_and_killed_c(dir.path(), 10_000);
+    let (p, out) = measured_a_and_killed_c(dir.path(), 10_000, false);
     let args =
         [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
     let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--resume", "--budget-wall-s", "5000"]].concat(), &out);
@@ -1662,24 +1681,26 @@ fn a_problem_whose_measure_step_outlived_a_whole_budget_starts_after_those_that_
 
 /// A problem measured only bounded, whose bounded result the run will take (its budget cannot
 /// hold the step in full), starts among the measured problems, not after the problems that can
-/// finish (session 23's call 7: level3/004, a verify step from a decision, waited so).
+/// finish (session 23's call 7: level3/004, a verify step from a decision, waited so). Measured
+/// is by the step's input: c, whose source is a's, takes a's measure step, here bounded.
 #[test]
 fn a_problem_measured_bounded_starts_among_the_measured() {
     let dir = tempfile::tempdir().unwrap();
-    let (p, out) = measured_a_and_killed_c(dir.path(), 1000);
+    let (p, out) = measured_a_and_killed_c(dir.path(), 1000, true);
     let store = kforge_store::Store::open(&out.join("journal.db")).unwrap();
-    let all = store.journal(None).unwrap();
-    let run = store.insert_run(&kforge_store::RunRow { id: 0, ..all.runs[0].clone() }).unwrap();
-    let c = p.join("level3/c.py").display().to_string();
+    let a = p.join("level1/a.py").display().to_string();
+    let steps = store.journal(None).unwrap().steps;
+    let measured_a = steps.iter().find(|s| s.problem == a && s.step == "measure").expect("a was measured");
     let end = kforge_store::StepEnd {
         status: "done".into(),
         outcome: Some("bounded".into()),
-        output: Some("level3/c/dispatch.json".into()),
+        output: measured_a.output.clone(),
+        output_hash: measured_a.output_hash.clone(),
+        finished_ns: measured_a.finished_ns.unwrap(),
+        seconds: 1000.0,
         ..kforge_store::StepEnd::default()
     };
-    journal_step(&store, (run, &c, "measure", "a bounded input"), 1000.0, end);
-    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as i64;
-    store.run_finished(run, now, Some("budget")).unwrap();
+    store.step_finished(measured_a.id, &end).unwrap();
     drop(store);
     let args =
         [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
@@ -1696,7 +1717,7 @@ fn a_problem_measured_bounded_starts_among_the_measured() {
 #[test]
 fn a_resumed_campaign_starts_the_measured_problems_first_then_the_unmeasured_the_longest_first() {
     let dir = tempfile::tempdir().unwrap();
-    let (p, out) = measured_a_and_killed_c(dir.path(), 1000);
+    let (p, out) = measured_a_and_killed_c(dir.path(), 1000, false);
     let args =
         [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
     let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--resume"]].concat(), &out);
@@ -1707,4 +1728,22 @@ fn a_resumed_campaign_starts_the_measured_problems_first_then_the_unmeasured_the
     let names: Vec<&str> = c["problems"].as_array().unwrap().iter().map(|p| p["problem"].as_str().unwrap()).collect();
     assert!(names[0].ends_with("a.py") && names[2].ends_with("c.py"), "the summary keeps the order: {names:?}");
     assert!(c["problems"].as_array().unwrap().iter().all(|p| p["decision"].is_object()), "{c}");
+}
+
+/// Measured is by the measure step's input, not by the problem's name: a problem whose source
+/// changed since it was measured starts among those whose measure step is still to run (after
+/// c, whose killed run's floor is longer), not among the measured.
+#[test]
+fn a_problem_whose_source_changed_since_it_was_measured_is_not_started_as_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, out) = measured_a_and_killed_c(dir.path(), 1000, false);
+    let a = p.join("level1/a.py");
+    let source = std::fs::read_to_string(&a).unwrap();
+    std::fs::write(&a, format!("{source}\n# edited since\n")).unwrap();
+    let args =
+        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--resume"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    let at = |n: &str| text.find(n).unwrap_or_else(|| panic!("{n}: {text}"));
+    assert!(at("[3/3]") < at("[1/3]") && at("[1/3]") < at("[2/3]"), "c (floor 1000 s), then a and b: {text}");
 }
