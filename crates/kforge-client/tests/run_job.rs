@@ -11,17 +11,10 @@ fn spec(argv: &[&str]) -> SubmitSpec {
     SubmitSpec {
         argv: argv.iter().map(|s| s.to_string()).collect(),
         cwd: "/".into(),
-        env: Vec::new(),
         device: "cpu".into(),
         policy: Some(Policy::Command),
         label: Some("test".into()),
-        warm: false,
-        timeout_ms: None,
-        gpu_group: None,
-        gpu_memory_bytes: None,
-        auto_regions: false,
-        own_process: false,
-        expected_ms: None,
+        ..SubmitSpec::default()
     }
 }
 

@@ -174,13 +174,7 @@ impl DemoRun<'_> {
             device: "cpu".into(),
             policy: Some(policy),
             label: Some(label.into()),
-            warm: false,
-            timeout_ms: None,
-            gpu_group: None,
-            gpu_memory_bytes: None,
-            auto_regions: false,
-            own_process: false,
-            expected_ms: None,
+            ..SubmitSpec::default()
         }
     }
 

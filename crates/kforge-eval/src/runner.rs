@@ -311,10 +311,7 @@ pub fn run(o: &RunOptions) -> Result<(RunManifest, PathBuf)> {
         warm,
         timeout_ms: Some(o.timeout.as_millis() as u64),
         gpu_group: placement.gpu_groups.then(|| format!("{}/{}", c.operator, c.group)),
-        gpu_memory_bytes: None,
-        auto_regions: false,
-        own_process: false,
-        expected_ms: None,
+        ..SubmitSpec::default()
     };
     let started_unix =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);

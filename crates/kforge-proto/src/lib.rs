@@ -62,8 +62,8 @@ impl Policy {
     }
 }
 
-/// What to run and where.
-#[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
+/// What to run and where. `Default`: nothing to run, on no device, every option unset.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct SubmitSpec {
     /// Program and arguments; `argv[0]` is looked up on `PATH`.
     pub argv: Vec<String>,

@@ -31,21 +31,7 @@ fn keys(spec: &SubmitSpec) -> impl Iterator<Item = String> + '_ {
 
 /// A spec holding only what `keys` reads (a store row's command line and label).
 fn spec_of(argv: &[String], label: Option<&str>) -> SubmitSpec {
-    SubmitSpec {
-        argv: argv.to_vec(),
-        cwd: String::new(),
-        env: Vec::new(),
-        device: String::new(),
-        policy: None,
-        label: label.map(str::to_owned),
-        warm: false,
-        timeout_ms: None,
-        gpu_group: None,
-        gpu_memory_bytes: None,
-        auto_regions: false,
-        own_process: false,
-        expected_ms: None,
-    }
+    SubmitSpec { argv: argv.to_vec(), label: label.map(str::to_owned), ..SubmitSpec::default() }
 }
 
 impl Learned {

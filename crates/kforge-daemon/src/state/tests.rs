@@ -138,17 +138,9 @@ impl Sim {
         let spec = SubmitSpec {
             argv: vec!["bench".into()],
             cwd: "/".into(),
-            env: vec![],
             device: device.into(),
             policy: Some(policy),
-            label: None,
-            warm: false,
-            timeout_ms: None,
-            gpu_group: None,
-            gpu_memory_bytes: None,
-            auto_regions: false,
-            own_process: false,
-            expected_ms: None,
+            ..SubmitSpec::default()
         };
         self.submit_spec(conn, spec).0
     }
@@ -735,21 +727,7 @@ impl Sim {
 }
 
 fn spec(device: &str) -> SubmitSpec {
-    SubmitSpec {
-        argv: vec!["bench".into()],
-        cwd: "/".into(),
-        env: vec![],
-        device: device.into(),
-        policy: None,
-        label: None,
-        warm: false,
-        timeout_ms: None,
-        gpu_group: None,
-        gpu_memory_bytes: None,
-        auto_regions: false,
-        own_process: false,
-        expected_ms: None,
-    }
+    SubmitSpec { argv: vec!["bench".into()], cwd: "/".into(), device: device.into(), ..SubmitSpec::default() }
 }
 
 // GPU-memory-aware admission (`state/memory.rs`).
