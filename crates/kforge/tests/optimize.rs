@@ -46,6 +46,17 @@ fn campaign(out: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(out.join("campaign.json")).unwrap()).unwrap()
 }
 
+/// A dispatch-only campaign over the folder `p` on the CPU against default mode, two rounds.
+fn dispatch_args(p: &Path) -> Vec<&str> {
+    vec![p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"]
+}
+
+/// Edit a problem file: `# comment` appended (its source, and so its hash, changes).
+fn append_comment(path: &Path, comment: &str) {
+    let source = std::fs::read_to_string(path).unwrap();
+    std::fs::write(path, format!("{source}\n# {comment}\n")).unwrap();
+}
+
 /// A campaign directory with these (level, file) problems copied from the test corpus, under
 /// `name` when given.
 fn problems(dir: &Path, files: &[(&str, &str, &str)]) -> PathBuf {
@@ -300,8 +311,7 @@ fn a_campaign_summarizes_per_level_and_resumes() {
     assert!(campaign(&out)["problems"].as_array().unwrap().iter().all(|p| p["resumed"] == true), "{text}");
     // A problem whose source changed since its decision is decided again; the other is taken.
     let edited = problems.join("level2/vector_add.py");
-    let source = std::fs::read_to_string(&edited).unwrap();
-    std::fs::write(&edited, format!("{source}\n# edited after its decision\n")).unwrap();
+    append_comment(&edited, "edited after its decision");
     let (code, text) = optimize(&[&args[..], &["--resume"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     assert!(
@@ -679,8 +689,7 @@ fn journal_with_a_killed_measure(p: &Path, out: &Path) -> i64 {
 fn a_step_admitted_in_full_under_a_wall_budget_gets_a_safety_net() {
     let dir = tempfile::tempdir().unwrap();
     let p = problems(dir.path(), &[("level1", "vector_add.py", "a.py")]);
-    let args =
-        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let args = dispatch_args(&p);
     let out = dir.path().join("o");
     let at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
     let (code, text) = optimize(&[&args[..], &["--budget-wall-s", "600"]].concat(), &out);
@@ -751,8 +760,7 @@ fn measured_bounded(root: &Path) -> (PathBuf, PathBuf) {
     let p = problems(root, &[("level3", "vector_add.py", "a.py")]);
     let out = root.join("o");
     journal_with_a_killed_measure(&p, &out);
-    let args =
-        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let args = dispatch_args(&p);
     let (code, text) =
         optimize(&[&args[..], &["--resume", "--budget-wall-s", "200", "--budget-gpu-s", "0.001"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
@@ -767,8 +775,7 @@ fn measured_bounded(root: &Path) -> (PathBuf, PathBuf) {
 fn a_bounded_measurement_is_not_taken_by_a_run_that_holds_the_step_in_full() {
     let dir = tempfile::tempdir().unwrap();
     let (p, out) = measured_bounded(dir.path());
-    let args =
-        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let args = dispatch_args(&p);
     // A budget that holds the floor: measured in full, the bounded result not taken.
     let (code, text) = optimize(&[&args[..], &["--resume", "--budget-wall-s", "2000"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
@@ -789,8 +796,7 @@ fn a_bounded_measurement_is_not_taken_by_a_run_that_holds_the_step_in_full() {
 fn a_bounded_measurement_is_taken_once_running_it_in_full_failed() {
     let dir = tempfile::tempdir().unwrap();
     let (p, out) = measured_bounded(dir.path());
-    let args =
-        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let args = dispatch_args(&p);
     // A later run tried the step in full: its work began, then it failed.
     let store = kforge_store::Store::open(&out.join("journal.db")).unwrap();
     let all = store.journal(None).unwrap();
@@ -832,8 +838,7 @@ fn a_measure_step_killed_past_the_budget_starts_bounded_next_time() {
     let out = dir.path().join("o");
     let now = journal_with_a_killed_measure(&p, &out);
 
-    let args =
-        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let args = dispatch_args(&p);
     let (code, text) = optimize(&[&args[..], &["--resume", "--budget-wall-s", "200"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     assert!(
@@ -868,8 +873,7 @@ fn a_steps_floor_travels_with_the_decisions_file_to_a_fresh_machine() {
     let out = dir.path().join("o");
     journal_with_a_killed_measure(&p, &out);
     let file = dir.path().join("decisions.json");
-    let plain =
-        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let plain = dispatch_args(&p);
     let args = [&plain[..], &["--decisions", file.to_str().unwrap()]].concat();
     let read = || -> Value { serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap() };
     // Bounded by the killed step's 1000 s, then the GPU budget is spent: undecided, its floor kept.
@@ -1517,8 +1521,7 @@ fn a_decided_problem_is_decided_again_with_redecide_and_a_later_resume_continues
     let dir = tempfile::tempdir().unwrap();
     let p = problems(dir.path(), &[("level1", "vector_add.py", "a.py"), ("level1", "row_softmax.py", "b.py")]);
     let (out, decisions) = (dir.path().join("o"), dir.path().join("decisions.json"));
-    let args =
-        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let args = dispatch_args(&p);
     let with_file = [&args[..], &["--decisions", decisions.to_str().unwrap()]].concat();
     let (code, text) = optimize(&with_file, &out);
     assert_eq!(code, Some(0), "{text}");
@@ -1595,8 +1598,7 @@ fn a_resumed_campaign_starts_a_problem_whose_beam_starts_only_at_a_runs_start_fi
     let dir = tempfile::tempdir().unwrap();
     let p = problems(dir.path(), &[("level1", "vector_add.py", "a.py"), ("level1", "row_softmax.py", "b.py")]);
     let out = dir.path().join("o");
-    let args =
-        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let args = dispatch_args(&p);
     // Both measured side by side, then the GPU-seconds budget is spent.
     let (code, text) = optimize(&[&args[..], &["--jobs", "2", "--budget-gpu-s", "0.001"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
@@ -1637,12 +1639,10 @@ fn measured_a_and_killed_c(root: &Path, floor_s: i64, c_is_a: bool) -> (PathBuf,
     );
     if !c_is_a {
         let c = p.join("level3/c.py");
-        let source = std::fs::read_to_string(&c).unwrap();
-        std::fs::write(&c, format!("{source}\n# c, not a\n")).unwrap();
+        append_comment(&c, "c, not a");
     }
     let out = root.join("o");
-    let args =
-        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let args = dispatch_args(&p);
     let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--budget-gpu-s", "0.001"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("[1/3]") && text.contains("not reached"), "{text}");
@@ -1666,8 +1666,7 @@ fn measured_a_and_killed_c(root: &Path, floor_s: i64, c_is_a: bool) -> (PathBuf,
 fn a_problem_whose_measure_step_outlived_a_whole_budget_starts_after_those_that_can_finish() {
     let dir = tempfile::tempdir().unwrap();
     let (p, out) = measured_a_and_killed_c(dir.path(), 10_000, false);
-    let args =
-        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let args = dispatch_args(&p);
     let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--resume", "--budget-wall-s", "5000"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     let at = |n: &str| text.find(n).unwrap_or_else(|| panic!("{n}: {text}"));
@@ -1702,8 +1701,7 @@ fn a_problem_measured_bounded_starts_among_the_measured() {
     };
     store.step_finished(measured_a.id, &end).unwrap();
     drop(store);
-    let args =
-        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let args = dispatch_args(&p);
     let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--resume", "--budget-wall-s", "200"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     assert!(!text.contains("starts after the problems that can finish"), "{text}");
@@ -1718,8 +1716,7 @@ fn a_problem_measured_bounded_starts_among_the_measured() {
 fn a_resumed_campaign_starts_the_measured_problems_first_then_the_unmeasured_the_longest_first() {
     let dir = tempfile::tempdir().unwrap();
     let (p, out) = measured_a_and_killed_c(dir.path(), 1000, false);
-    let args =
-        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    let args = dispatch_args(&p);
     let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--resume"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     let at = |n: &str| text.find(n).unwrap_or_else(|| panic!("{n}: {text}"));
@@ -1738,10 +1735,8 @@ fn a_problem_whose_source_changed_since_it_was_measured_is_not_started_as_measur
     let dir = tempfile::tempdir().unwrap();
     let (p, out) = measured_a_and_killed_c(dir.path(), 1000, false);
     let a = p.join("level1/a.py");
-    let source = std::fs::read_to_string(&a).unwrap();
-    std::fs::write(&a, format!("{source}\n# edited since\n")).unwrap();
-    let args =
-        [p.to_str().unwrap(), "--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2"];
+    append_comment(&a, "edited since");
+    let args = dispatch_args(&p);
     let (code, text) = optimize(&[&args[..], &["--jobs", "1", "--resume"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     let at = |n: &str| text.find(n).unwrap_or_else(|| panic!("{n}: {text}"));

@@ -251,11 +251,11 @@ impl Daemon {
             return None;
         }
         let end = self.running_end(device)?;
-        let fits = |id: u64| self.may_start(device, id) == Admit::Yes;
-        let ends_before = |id: u64| self.backfill_length(id).is_some_and(|(len, _)| self.now.at + len <= end);
-        let id = *self.devices[device].queue.iter().skip(1).find(|&&id| ends_before(id) && fits(id))?;
+        let (id, len, source) = self.devices[device].queue.iter().skip(1).find_map(|&id| {
+            let (len, source) = self.backfill_length(id)?;
+            (self.now.at + len <= end && self.may_start(device, id) == Admit::Yes).then_some((id, len, source))
+        })?;
         let by = end.saturating_duration_since(self.now.at).as_secs_f64();
-        let (len, source) = self.backfill_length(id).expect("it ends before them");
         self.log(format!(
             "job {id}: started beside the running jobs while job {head} waits to run alone: \
              expected to end before them (within {by:.0} s; it runs {:.0} s, {source})",
