@@ -85,9 +85,11 @@ and counts GPU memory by, as for an in-process job. ``done`` then carries ``"sig
 child was killed by one (``exit_code`` is 128 + the signal, as a shell reports it), and
 ``"child_pid"``. The worker refuses to start (status 2) when a preload left a Python thread
 running: a fork copies only the forking thread, and another's locks would stay held in the child.
-On a GPU device it leaves out a preload whose import initializes the CUDA driver (each is tried
-in a forked child first, and the ready message's ``error`` names it): torch refuses CUDA in every
-fork made after that, and the jobs could not use the GPU. It also has torch ask NVML, not the
+On a GPU device it leaves out a preload whose import initializes the CUDA driver, and the ready
+message's ``error`` names it: torch refuses CUDA in every fork made after that, and the jobs could
+not use the GPU. Each preload is imported once, in the worker; when one leaves its forks refused
+CUDA, the worker starts again in the same process (``exec``: the same pid, control socket and
+cgroup) without that one, so only the preloads before it are imported twice. It also has torch ask NVML, not the
 driver, whether CUDA is there (``PYTORCH_NVML_BASED_CUDA_CHECK``), and refuses to start (status
 2) when a fork would still be refused CUDA. What a fresh interpreter has that such a child has
 not: interpreter-wide settings fixed at the worker's start (as above), and the state the
@@ -121,7 +123,7 @@ import traceback
 import types
 import warnings
 import zipfile
-from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 # The client is imported once and kept across jobs; its state is reset after each job.
 import kforge
@@ -884,16 +886,40 @@ class Worker:
 ISOLATIONS = ("in-process", "fork")
 
 
-def preload(spec: str, device: str, fork: bool = False) -> Tuple[List[str], bool, List[str]]:
-    """Import the modules named by ``spec`` and, unless the worker forks its jobs (``fork``: a
-    CUDA context and torch's thread pools do not survive a fork), create the CUDA context on a
-    GPU device; return (preloaded, cuda, errors)."""
+#: Set by a forking GPU worker for its own ``exec`` (see :func:`_start_again_without`): the preloads
+#: it leaves out, comma-separated, and when it first started (``_clock``'s monotonic reading).
+LEFT_OUT_ENV = "KFORGE_WORKER_LEFT_OUT"
+STARTED_ENV = "KFORGE_WORKER_STARTED"
+
+POISONS_FORKS = ("importing it initializes the CUDA driver in the worker, so that torch refuses CUDA in every "
+                 "forked job ('Cannot re-initialize CUDA in forked subprocess'); the jobs import it themselves")
+
+
+class PoisonedForks(Exception):
+    """Importing preload ``name`` left the forking GPU worker's forks refused CUDA."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+def preload(spec: str, device: str, fork: bool = False,
+            left_out: FrozenSet[str] = frozenset()) -> Tuple[List[str], bool, List[str]]:
+    """Import the modules named by ``spec`` (but those in ``left_out``) and, unless the worker
+    forks its jobs (``fork``: a CUDA context and torch's thread pools do not survive a fork),
+    create the CUDA context on a GPU device; return (preloaded, cuda, errors). A forking worker
+    on a GPU checks after each import that its forks may still use CUDA, and raises
+    :class:`PoisonedForks` when one may not: torch marks every fork made after this process
+    initialized the CUDA driver (``torch.cuda.is_available()``, a device count, a tensor), and
+    CUDA then fails in the fork with ``Cannot re-initialize CUDA in forked subprocess``. So it
+    failed in session 25's first warm verifies on an H100 (torch 2.11), all in their first CUDA
+    call, with Inductor and Dynamo among the preloads."""
     if spec.strip() == "auto":
         names = [n for n in ("torch", "triton") if importlib.util.find_spec(n) is not None]
     else:
         names = [n.strip() for n in spec.split(",") if n.strip()]
     loaded: List[str] = []
-    errors: List[str] = []
+    errors = [f"preload {n} left out: {POISONS_FORKS}" for n in names if n in left_out]
     # Forks spoilt before any preload: no preload is to blame (main refuses to start).
     fork_gpu = fork and _on_gpu(device) and not _forks_refuse_cuda()
     if fork_gpu:
@@ -901,15 +927,15 @@ def preload(spec: str, device: str, fork: bool = False) -> Tuple[List[str], bool
         # would leave every forked job unable to use the GPU (the jobs' env is their own).
         os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     for name in names:
-        why = _import_poisons_fork(name) if fork_gpu and name not in sys.modules else None
-        if why is not None:
-            errors.append(f"preload {name} left out: {why}")
+        if name in left_out:
             continue
         try:
             importlib.import_module(name)
             loaded.append(name)
         except BaseException as e:  # noqa: B036 (a preload may even call sys.exit)
             errors.append(f"preload {name} failed: {type(e).__name__}: {e}")
+        if fork_gpu and _forks_refuse_cuda():
+            raise PoisonedForks(name)
     cuda = False
     torch = sys.modules.get("torch")
     if fork:
@@ -928,27 +954,32 @@ def preload(spec: str, device: str, fork: bool = False) -> Tuple[List[str], bool
     return loaded, cuda, errors
 
 
-def _import_poisons_fork(name: str) -> Optional[str]:
-    """Why importing ``name`` in this worker would leave its forked jobs unable to use CUDA, or
-    None. The import is tried first in a child forked for it, and that child's own forked child
-    asks torch whether it is in a bad fork: torch marks every fork made after this process
-    initialized the CUDA driver (``torch.cuda.is_available()``, a device count, a tensor), and
-    CUDA then fails in the fork with ``Cannot re-initialize CUDA in forked subprocess``. So it
-    failed in session 25's first warm verifies on an H100 (torch 2.11), all in their first CUDA
-    call, with Inductor and Dynamo among the preloads. An import that fails here is left to the
-    worker's own import, which reports it."""
-    def child() -> bool:
-        importlib.import_module(name)
-        return _forks_refuse_cuda()
-
+def _taken_from_env() -> Tuple[Optional[float], FrozenSet[str]]:
+    """What the worker's earlier self left for it before its ``exec`` (start time, left-out
+    preloads), removed from the environment so that no job sees it."""
+    started, left = os.environ.pop(STARTED_ENV, None), os.environ.pop(LEFT_OUT_ENV, "")
     try:
-        poisons = _true_in_a_fork(child)
-    except OSError:  # no fork now: the import is not tried first
-        return None
-    if not poisons:
-        return None
-    return ("importing it initializes the CUDA driver in the worker, so that torch refuses CUDA in every "
-            "forked job ('Cannot re-initialize CUDA in forked subprocess'); the jobs import it themselves")
+        t0 = float(started) if started else None
+    except ValueError:
+        t0 = None
+    return t0, frozenset(n for n in left.split(",") if n)
+
+
+def _start_again_without(name: str, left_out: FrozenSet[str], t0: float, fd: int) -> str:
+    """Replace this process by a fresh worker (the same pid, cgroup, process group and control
+    socket on ``fd``) that leaves out preload ``name`` too; return why that failed (it returns
+    only then)."""
+    os.environ[LEFT_OUT_ENV] = ",".join(sorted(left_out | {name}))
+    os.environ[STARTED_ENV] = repr(t0)
+    argv = list(getattr(sys, "orig_argv", []) or [sys.executable, "-m", "kforge.worker"])
+    try:
+        os.set_inheritable(fd, True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execv(sys.executable, argv)
+    except OSError as e:
+        return f"cannot start again without preload {name}: {e}"
+    return "unreachable"  # pragma: no cover (execv returns only by raising)
 
 
 def _on_gpu(device: str) -> bool:
@@ -998,7 +1029,8 @@ def _warm_torch_pools(torch: Any, device: Optional[str], errors: List[str]) -> N
 
 
 def main() -> int:
-    t0 = _clock()
+    started, left_out = _taken_from_env()
+    t0 = _clock() if started is None else started
     fd = _env_int("KFORGE_WORKER_FD", 3)
     try:
         sock = socket.socket(fileno=fd)
@@ -1011,7 +1043,12 @@ def main() -> int:
         return 2
     fork = isolation == "fork"
     device = os.environ.get("KFORGE_DEVICE", "cpu")
-    loaded, cuda, errors = preload(os.environ.get("KFORGE_WORKER_PRELOAD", "auto"), device, fork)
+    try:
+        loaded, cuda, errors = preload(os.environ.get("KFORGE_WORKER_PRELOAD", "auto"), device, fork, left_out)
+    except PoisonedForks as e:
+        _log(f"preload {e.name}: {POISONS_FORKS}; starting again without it")
+        _log(_start_again_without(e.name, left_out, t0, fd))
+        return 2
     threads = [t.name for t in threading.enumerate() if t is not threading.main_thread()]
     if fork and threads:
         _log(f"fork isolation: the preloads left Python threads running ({', '.join(threads)}); "

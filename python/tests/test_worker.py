@@ -536,18 +536,26 @@ def test_a_preload_that_initializes_cuda_is_left_out_of_a_forking_gpu_worker(tmp
     """On a GPU, a preload whose import initializes the CUDA driver (here a device count, as
     torch's own imports did in session 25's warm verifies on an H100) is left out, said so in
     the ready message, and the other preloads are imported: a forked job can still use CUDA
-    (torch does not mark it a bad fork)."""
+    (torch does not mark it a bad fork). Each preload is imported once in the worker, which
+    starts again in its own process without the culprit: only the preloads before it are
+    imported twice, and a job sees none of the worker's own bookkeeping."""
     skip_without_cuda_torch()
-    mods = tmp_path / "mods"
+    mods, imports = tmp_path / "mods", tmp_path / "imports"
     mods.mkdir()
-    write(mods / "plain_torch.py", "import torch\n")
-    write(mods / "counts_devices.py", "import torch\nCOUNT = torch._C._cuda_getDeviceCount()\n")
+    note = f"open({str(imports)!r}, 'a').write(__name__ + chr(10))\n"
+    write(mods / "plain_torch.py", "import torch\n" + note)
+    write(mods / "counts_devices.py", "import torch\n" + note + "COUNT = torch._C._cuda_getDeviceCount()\n")
     d = FakeDaemon(tmp_path, KFORGE_WORKER_ISOLATION="fork", KFORGE_DEVICE="0",
                    KFORGE_WORKER_PRELOAD="plain_torch,counts_devices,json", PYTHONPATH=f"{PYTHON_DIR}:{mods}")
     try:
         r = d.ready
         assert r is not None and r["preloaded"] == ["plain_torch", "json"], r
+        assert r["pid"] == d.proc.pid, "the worker started again in its own process"
         assert "preload counts_devices left out: importing it initializes the CUDA driver" in r.get("error", ""), r
+        assert imports.read_text().split() == ["plain_torch", "counts_devices", "plain_torch"]
+        assert "starting again without it" in d.log.read_text()
+        env = "import os; print(sorted(k for k in os.environ if k.startswith('KFORGE_WORKER_')))"
+        assert d.run(["-c", env], tmp_path).stdout == "[]\n"
         code = "import sys, torch; print(torch._C._cuda_isInBadFork(), 'counts_devices' in sys.modules)"
         assert d.run(["-c", code], tmp_path).stdout == "False False\n"
     finally:
