@@ -92,8 +92,8 @@ pub struct SubmitSpec {
     #[serde(default)]
     pub gpu_group: Option<String>,
     /// The job's expected peak GPU memory in bytes: the daemon starts it only when that fits
-    /// beside what runs on the device. Absent: what earlier runs of the same command (or label)
-    /// peaked at, else a default (a quarter of the device's memory). See docs/protocol.md.
+    /// beside what runs on the device. Absent: the most the last 8 runs of the same command (or
+    /// label) peaked at, else a default (a quarter of the device's memory). See docs/protocol.md.
     #[serde(default)]
     pub gpu_memory_bytes: Option<u64>,
     /// `kforge run --auto-regions`: the job's Python processes enter regions around the timing
@@ -112,8 +112,8 @@ pub struct SubmitSpec {
     /// optimize`: what its kind of step took here before). Admission only: while a queue's head
     /// waits to run alone (after an out-of-memory error beside siblings), a later job that fits
     /// and is expected to end before the device's running jobs do starts beside them (backfill:
-    /// it delays the head by nothing). Its length is this or, when longer, the longest run of
-    /// its command line the daemon saw. See docs/protocol.md, "GPU memory admission".
+    /// it delays the head by nothing). Its length is this or, when longer, the longest of the
+    /// last 8 runs of its command line the daemon saw. See docs/protocol.md, "GPU memory admission".
     #[serde(default)]
     pub expected_ms: Option<u64>,
 }

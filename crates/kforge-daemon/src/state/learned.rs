@@ -1,22 +1,35 @@
-//! What earlier jobs showed, by command line and by label: the most each used of a quantity (a
-//! peak of GPU memory in bytes, a run's length in milliseconds). Admission counts with it where
-//! a job declares less or nothing (`memory`: its expected peak; `admission`: the length a
-//! backfilled job is expected to run).
+//! What earlier jobs showed, by command line and by label: the most their recent runs used of a
+//! quantity (a peak of GPU memory in bytes, a run's length in milliseconds). Admission counts
+//! with it where a job declares less or nothing (`memory`: its expected peak; `admission`: the
+//! length a backfilled job is expected to run).
 
 use kforge_proto::SubmitSpec;
 use kforge_store::LearnedValue;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 /// Learned values kept (by command line and by label; the least recently used go). At start the
 /// daemon replays those of the most recent jobs of this many in its store.
 pub const LEARNED_CAPACITY: usize = 4096;
 
-/// The most seen of one quantity of earlier jobs, by command line and by label.
+/// The runs of a key whose values count: the most of the last this many. One outlier (a run
+/// that hit its time limit, a peak that once ran away) is forgotten after this many ordinary
+/// runs, not held against the command for as long as it stays in the table.
+pub const LEARNED_RECENT: usize = 8;
+
+/// The most seen of one quantity in earlier jobs' recent runs, by command line and by label.
 #[derive(Default)]
 pub(super) struct Learned {
-    /// Key → (the most seen, when last recorded: a clock of records).
-    most: HashMap<String, (u64, u64)>,
+    /// Key → its last [`LEARNED_RECENT`] values, oldest first.
+    recent: HashMap<String, Recent>,
     clock: u64,
+}
+
+/// One key's last values and when it was last recorded (a clock of records: the least recently
+/// recorded key goes first when the table is full).
+#[derive(Default)]
+struct Recent {
+    values: VecDeque<u64>,
+    recorded: u64,
 }
 
 /// The keys a job's values are learned under: its command line without temporary paths (a
@@ -35,9 +48,9 @@ fn spec_of(argv: &[String], label: Option<&str>) -> SubmitSpec {
 }
 
 impl Learned {
-    /// The most seen of a command line, else of its label.
+    /// The most of a command line's recent runs, else of its label's.
     pub fn get(&self, spec: &SubmitSpec) -> Option<u64> {
-        keys(spec).find_map(|k| self.most.get(&k).map(|p| p.0))
+        keys(spec).find_map(|k| self.recent.get(&k).and_then(|r| r.values.iter().copied().max()))
     }
 
     /// A job showed `value` (0: nothing seen, not recorded).
@@ -47,12 +60,18 @@ impl Learned {
         }
         for k in keys(spec) {
             self.clock += 1;
-            let e = self.most.entry(k).or_insert((0, 0));
-            *e = (e.0.max(value), self.clock);
+            let r = self.recent.entry(k).or_default();
+            if r.values.len() == LEARNED_RECENT {
+                r.values.pop_front();
+            }
+            r.values.push_back(value);
+            r.recorded = self.clock;
         }
-        while self.most.len() > LEARNED_CAPACITY {
-            let Some(oldest) = self.most.iter().min_by_key(|(_, v)| v.1).map(|(k, _)| k.clone()) else { break };
-            self.most.remove(&oldest);
+        while self.recent.len() > LEARNED_CAPACITY {
+            let Some(oldest) = self.recent.iter().min_by_key(|(_, r)| r.recorded).map(|(k, _)| k.clone()) else {
+                break;
+            };
+            self.recent.remove(&oldest);
         }
     }
 
@@ -67,6 +86,6 @@ impl Learned {
 
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.most.len()
+        self.recent.len()
     }
 }

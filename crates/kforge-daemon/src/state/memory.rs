@@ -6,7 +6,7 @@
 //!   file) give a device's free/total memory and each process's use. A device without samples
 //!   (the cpu device, a GPU whose NVML fails) is admitted on its other rules only.
 //! - **Expected peak** of a job: declared (`SubmitSpec::gpu_memory_bytes`), else learned (the
-//!   highest use seen of an earlier job with the same command line (temporary paths left out),
+//!   highest use of the last [`super::learned::LEARNED_RECENT`] runs of an earlier job with the same command line (temporary paths left out),
 //!   else the same label: the
 //!   [`super::learned::LEARNED_CAPACITY`] most recently used, filled at start from the store's `job_memory`
 //!   rows), else the default: a quarter of the

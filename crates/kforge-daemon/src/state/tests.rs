@@ -1132,6 +1132,19 @@ fn learned_peaks_are_replayed_from_the_store_at_start() {
 }
 
 #[test]
+fn a_learned_value_is_the_most_of_the_recent_runs_so_an_outlier_is_forgotten() {
+    let mut l = super::learned::Learned::default();
+    let a = SubmitSpec { argv: vec!["a".into()], ..spec("0") };
+    l.record(&a, 100 * GIB);
+    for _ in 1..super::learned::LEARNED_RECENT {
+        l.record(&a, GIB);
+    }
+    assert_eq!(l.get(&a), Some(100 * GIB), "still among the recent runs");
+    l.record(&a, 2 * GIB);
+    assert_eq!(l.get(&a), Some(2 * GIB), "the outlier is older than the recent runs");
+}
+
+#[test]
 fn the_learned_table_is_bounded() {
     let mut l = super::learned::Learned::default();
     for i in 0..super::LEARNED_CAPACITY + 10 {
