@@ -13,7 +13,11 @@
 //!
 //! Beside the entries, the file carries the undecided problems' step floors ([`StepFloor`]):
 //! what a step of theirs ran bounded, or had run when its run was killed, on a machine; a fresh
-//! journal there starts such a step bounded at a run's start instead of late.
+//! journal there starts such a step bounded at a run's start instead of late. And their finished
+//! steps whose output is one JSON file ([`CarriedStep`]: measure, beam, verify), with that file's
+//! text: a fresh journal there takes them as its own when their inputs hash the same, instead of
+//! running them again (in session 28 two problems that had only their verify steps left ran from
+//! their measure steps again: the state pack holding their journals was lost with its machine).
 
 use crate::Question;
 use crate::Report;
@@ -85,18 +89,46 @@ pub struct StepFloor {
     pub seconds: f64,
 }
 
-/// Every decided problem, one entry per question; and the step floors of undecided ones.
+/// A finished step of an undecided problem on a machine, with its one output file: what a
+/// journal there had done, carried to the next journal of that machine with the decisions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CarriedStep {
+    pub machine: String,
+    pub question: Question,
+    pub step: String,
+    /// The content hash of everything that decides the step's output (the journal's).
+    pub input_hash: String,
+    /// The output file, relative to the run's output folder, and its content hash as journaled.
+    pub output: String,
+    pub output_hash: String,
+    /// The output file's text.
+    pub text: String,
+    /// Its work's seconds (its wait in the daemon's queue left out), and its device seconds.
+    pub seconds: f64,
+    #[serde(default)]
+    pub gpu_seconds: Option<f64>,
+    #[serde(default)]
+    pub gpu_seconds_kind: Option<String>,
+    /// Its one-word answer (`bounded`, a verdict's outcome), as journaled.
+    #[serde(default)]
+    pub outcome: Option<String>,
+}
+
+/// Every decided problem, one entry per question; and the step floors and finished steps of
+/// undecided ones.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Decisions {
     pub decisions: u32,
     pub entries: Vec<Entry>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub floors: Vec<StepFloor>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<CarriedStep>,
 }
 
 impl Default for Decisions {
     fn default() -> Self {
-        Decisions { decisions: DECISIONS_VERSION, entries: Vec::new(), floors: Vec::new() }
+        Decisions { decisions: DECISIONS_VERSION, entries: Vec::new(), floors: Vec::new(), steps: Vec::new() }
     }
 }
 
@@ -225,12 +257,38 @@ impl Decisions {
         true
     }
 
+    /// The finished steps of `question` on `machine` the file carries.
+    pub fn steps_of(&self, machine: &str, question: &Question) -> Vec<&CarriedStep> {
+        self.steps.iter().filter(|c| c.machine == machine && c.question == *question).collect()
+    }
+
+    /// `question`'s carried steps on `machine` made `steps` (what its journal has finished now);
+    /// whether the file changed. A decided question keeps none.
+    pub fn set_steps(&mut self, machine: &str, question: &Question, steps: Vec<CarriedStep>) -> bool {
+        let decided = self.entries.iter().any(|e| e.machine == machine && e.report.question == *question);
+        let mine = |c: &CarriedStep| c.machine == machine && c.question == *question;
+        let key = |c: &CarriedStep| (c.step.clone(), c.input_hash.clone());
+        let mut now: Vec<CarriedStep> = if decided { Vec::new() } else { steps.into_iter().filter(mine).collect() };
+        now.sort_by_key(key);
+        let mut was = self.steps_of(machine, question);
+        was.sort_by_key(|c| key(c));
+        if was.into_iter().eq(now.iter()) {
+            return false;
+        }
+        self.steps.retain(|c| !mine(c));
+        self.steps.extend(now);
+        true
+    }
+
     /// `entry` recorded over its question's entry of its machine (and that question's step
-    /// floors there dropped: it is decided); whether the file changed.
+    /// floors and carried steps there dropped: it is decided); whether the file changed.
     pub fn record(&mut self, entry: Entry) -> bool {
-        let floors = self.floors.len();
-        self.floors.retain(|f| f.machine != entry.machine || f.question != entry.report.question);
-        self.record_entry(entry) || self.floors.len() != floors
+        let (floors, steps) = (self.floors.len(), self.steps.len());
+        let (machine, question) = (&entry.machine, &entry.report.question);
+        self.floors.retain(|f| f.machine != *machine || f.question != *question);
+        self.steps.retain(|c| c.machine != *machine || c.question != *question);
+        let dropped = self.floors.len() != floors || self.steps.len() != steps;
+        self.record_entry(entry) || dropped
     }
 
     fn record_entry(&mut self, entry: Entry) -> bool {
@@ -265,7 +323,18 @@ impl Decisions {
         let floors = floors.iter().map(serde_json::to_string).collect::<Result<Vec<_>, _>>()?;
         let floors =
             if floors.is_empty() { String::new() } else { format!(",\n\"floors\": [\n{}\n]", floors.join(",\n")) };
-        Ok(format!("{{\"decisions\": {},\n\"entries\": [\n{}\n]{floors}}}\n", self.decisions, lines.join(",\n")))
+        let mut steps: Vec<&CarriedStep> = self.steps.iter().collect();
+        steps.sort_by(|a, b| {
+            (&a.question.problem, &a.machine, &a.step, &a.input_hash).cmp(&(
+                &b.question.problem,
+                &b.machine,
+                &b.step,
+                &b.input_hash,
+            ))
+        });
+        let steps = steps.iter().map(serde_json::to_string).collect::<Result<Vec<_>, _>>()?;
+        let steps = if steps.is_empty() { String::new() } else { format!(",\n\"steps\": [\n{}\n]", steps.join(",\n")) };
+        Ok(format!("{{\"decisions\": {},\n\"entries\": [\n{}\n]{floors}{steps}}}\n", self.decisions, lines.join(",\n")))
     }
 
     /// The file written whole: a temporary file beside it, synced, then renamed over it (a run
@@ -416,6 +485,63 @@ mod tests {
         // A file without floors (older runs') reads as none, and is written without the field.
         let plain = Decisions { floors: Vec::new(), ..d.clone() };
         assert!(!plain.text().unwrap().contains("floors"));
+    }
+
+    fn carried(machine: &str, q: &Question, step: &str, hash: &str) -> CarriedStep {
+        CarriedStep {
+            machine: machine.into(),
+            question: q.clone(),
+            step: step.into(),
+            input_hash: hash.into(),
+            output: format!("level3/a/{step}.json"),
+            output_hash: format!("out-{hash}"),
+            text: "{\"modes\": {}}\n".into(),
+            seconds: 348.9,
+            gpu_seconds: Some(40.5),
+            gpu_seconds_kind: Some("region".into()),
+            outcome: Some("bounded".into()),
+        }
+    }
+
+    #[test]
+    fn finished_steps_are_carried_per_machine_and_question_until_decided() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("decisions.json");
+        let (h100, h200) = ("NVIDIA H100, torch 2.11", "NVIDIA H200, torch 2.11");
+        let a = entry("level3/a.py", "default", 1);
+        let q = a.report.question.clone();
+        let mut d = Decisions::default();
+        let both = vec![carried(h100, &q, "measure", "m1"), carried(h100, &q, "beam", "b1")];
+        assert!(d.set_steps(h100, &q, both.clone()));
+        let reversed: Vec<CarriedStep> = both.iter().rev().cloned().collect();
+        assert!(!d.set_steps(h100, &q, reversed), "the same steps in another order: no change");
+        assert!(d.set_steps(h200, &q, vec![carried(h200, &q, "measure", "m2"), carried(h100, &q, "verify", "v")]));
+        assert_eq!(d.steps_of(h200, &q).len(), 1, "a step of another machine is not set as this one's");
+        d.write(&path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains("\n\"steps\": [\n") && text.lines().filter(|l| l.contains("\"input_hash\"")).count() == 3
+        );
+        let back = Decisions::read(&path).unwrap();
+        let mut sorted = d.clone();
+        sorted.steps.sort_by(|x, y| (&x.machine, &x.step).cmp(&(&y.machine, &y.step)));
+        let mut read = back.clone();
+        read.steps.sort_by(|x, y| (&x.machine, &x.step).cmp(&(&y.machine, &y.step)));
+        assert_eq!(read, sorted, "written and read back whole");
+        // What the journal has now replaces the set: a step it no longer stands by goes.
+        let mut d = back;
+        assert!(d.set_steps(h100, &q, vec![carried(h100, &q, "measure", "m1")]));
+        assert_eq!(d.steps_of(h100, &q).iter().map(|c| c.step.as_str()).collect::<Vec<_>>(), ["measure"]);
+        // Decided on the H100: its steps there go, the H200's stay; none is set again there.
+        let mut decided = a.clone();
+        decided.machine = h100.into();
+        assert!(d.record(decided));
+        assert!(d.steps_of(h100, &q).is_empty() && d.steps_of(h200, &q).len() == 1);
+        assert!(!d.set_steps(h100, &q, vec![carried(h100, &q, "measure", "m1")]), "a decided question keeps none");
+        // A file without steps (older runs') reads as none, and is written without the field.
+        let plain = Decisions { steps: Vec::new(), ..d.clone() };
+        assert!(!plain.text().unwrap().contains("\n\"steps\": ["));
+        assert!(Decisions::parse("{\"decisions\": 1, \"entries\": []}", "old.json").unwrap().steps.is_empty());
     }
 
     #[test]

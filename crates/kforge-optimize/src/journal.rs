@@ -410,6 +410,36 @@ impl Journal {
             .collect())
     }
 
+    /// `problem`'s finished steps a decisions file carries to a journal on another machine
+    /// (`decisions::CarriedStep`): of [`CARRIED_STEPS`], done, their output a JSON file named
+    /// relative to the journal's folder; the latest per step and input hash; none from before
+    /// the problem was decided again (`--redecide`). Every run's with `--resume`, else this run's.
+    /// Each row's `seconds` are its work's: its wait in the daemon's queue left out.
+    pub fn carried_steps(&self, problem: &str) -> Result<Vec<StepRow>, StoreError> {
+        let since = self.redecided_since(problem)?;
+        let rows = self.store().journal(if self.resume { None } else { Some(self.run) })?;
+        let mut latest: BTreeMap<(String, String), StepRow> = BTreeMap::new();
+        for s in rows.steps.into_iter().filter(|s| s.problem == problem && carried(s)) {
+            if since.is_none_or(|m| s.run >= m) {
+                let work = s.seconds.map(|t| (t - waited_s(&s)).max(0.0));
+                let s = StepRow { seconds: work, ..s };
+                latest.insert((s.step.clone(), s.input_hash.clone()), s); // in id order: the latest stays
+            }
+        }
+        Ok(latest.into_values().collect())
+    }
+
+    /// A step carried in from a decisions file, journaled as done in this run, its work as long
+    /// as `end` says it took where it ran (no wait in a queue); the caller has written its output.
+    pub fn carried_in(&self, problem: &str, step: &str, input_hash: &str, end: &StepEnd) -> Result<u64, StoreError> {
+        let store = self.store();
+        let now = now_ns();
+        let id = store.step_started(self.run, problem, step, input_hash, now)?;
+        store.step_work_began(id, now)?;
+        store.step_finished(id, &StepEnd { status: "done".into(), finished_ns: now, ..end.clone() })?;
+        Ok(id)
+    }
+
     /// Everything this run journaled.
     pub fn rows(&self) -> Result<kforge_store::Journal, StoreError> {
         self.store().journal(Some(self.run))
@@ -471,6 +501,18 @@ pub struct Floor {
     /// kind's length; a bounded one only its own problem's floor, since its deadlines were its
     /// run's budget's (one cut at the budget's end says nothing of its siblings).
     pub killed: bool,
+}
+
+/// The steps a decisions file carries (`Journal::carried_steps`): those whose one output is a
+/// JSON file. The result and config steps write code besides, which a decisions file does not
+/// hold; the result step takes a second, and a config step is run again.
+pub const CARRIED_STEPS: [Step; 4] = [Step::Measure, Step::Beam, Step::Verify, Step::ConfigVerify];
+
+/// Whether a journaled step is one a decisions file carries: of [`CARRIED_STEPS`], done, its
+/// output a JSON file named relative to the journal's folder, with its hash.
+fn carried(s: &StepRow) -> bool {
+    let json = s.output.as_deref().is_some_and(|o| o.ends_with(".json") && Path::new(o).is_relative());
+    CARRIED_STEPS.iter().any(|c| c.name() == s.step) && s.status == "done" && json && s.output_hash.is_some()
 }
 
 /// Whether a journaled step ran in full: finished, not withdrawn and not bounded.
@@ -540,6 +582,48 @@ mod tests {
         // (python/tests/test_backfill_confirmed.py pins the same values).
         assert_eq!(content_hash(&[]), "cbf29ce484222325");
         assert_eq!(content_hash(&[b"model_new.py", b"a", b"policy.toml", b"b"]), "928b427e3a580832");
+    }
+
+    #[test]
+    fn a_problems_carried_steps_are_its_latest_done_json_steps_and_carry_in_as_done() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.db");
+        let first = resuming(&path);
+        let finish = |step: Step, hash: &str, output: &str, outcome: Option<&str>| {
+            let id = first.started("p.py", step, hash).unwrap();
+            let d = StepDone { outcome: outcome.map(str::to_owned), ..done(output) };
+            first.done(id, &d).unwrap();
+        };
+        finish(Step::Measure, "m", "p/dispatch.json", Some(BOUNDED));
+        finish(Step::Measure, "m", "p/dispatch.json", None); // the same input again, in full: the latest
+        finish(Step::Result, "r", "p/model_new.py", None); // code: not carried
+        finish(Step::Verify, "v", "/abs/p/verdict.json", Some("accepted")); // not relative to the journal
+        let failed = first.started("p.py", Step::Beam, "b").unwrap();
+        first.failed(failed, 3.0, "boom", false).unwrap();
+        let other = first.started("q.py", Step::Measure, "m").unwrap();
+        first.done(other, &done("q/dispatch.json")).unwrap();
+        let carried = first.carried_steps("p.py").unwrap();
+        let names: Vec<(&str, Option<&str>)> =
+            carried.iter().map(|s| (s.step.as_str(), s.outcome.as_deref())).collect();
+        assert_eq!(names, [("measure", None)], "{carried:?}");
+        // Carried into a fresh journal: a finished step of this run there, taken like its own.
+        let fresh_path = dir.path().join("fresh.db");
+        let fresh = resuming(&fresh_path);
+        let end = StepEnd {
+            seconds: 348.9,
+            gpu_seconds: Some(40.5),
+            gpu_seconds_kind: Some("region".into()),
+            output: Some("p/dispatch.json".into()),
+            output_hash: Some("oh".into()),
+            outcome: Some(BOUNDED.into()),
+            ..StepEnd::default()
+        };
+        fresh.carried_in("p.py", "measure", "m", &end).unwrap();
+        let row = fresh.finished(Step::Measure, "m").unwrap().expect("carried in");
+        assert_eq!((row.status.as_str(), row.seconds, row.output_hash.as_deref()), ("done", Some(348.9), Some("oh")));
+        assert_eq!(row.reused_from, None, "its own: a bounded one stays bounded");
+        assert!(fresh.measured().unwrap()["m"].bounded.is_some());
+        assert_eq!(fresh.carried_steps("p.py").unwrap().len(), 1, "and carried on from there");
     }
 
     #[test]

@@ -13,8 +13,8 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use kforge_optimize::budget::{Admission, Budget, Spending, StepOf};
-use kforge_optimize::decisions::{Answer, Decisions, Entry};
-use kforge_optimize::journal::{content_hash, verified_name, verified_of, Journal, Measured, StepDone};
+use kforge_optimize::decisions::{Answer, CarriedStep, Decisions, Entry};
+use kforge_optimize::journal::{content_hash, verified_name, verified_of, Journal, Measured, StepDone, CARRIED_STEPS};
 use kforge_optimize::redecide::Redecide;
 use kforge_optimize::search::{measure_args, Step};
 use kforge_optimize::{
@@ -214,6 +214,15 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
         Some(l) => Some(l.client(&journal_path, journal.run(), journal.run_before()?, a.resume)?),
         None => None,
     };
+    if let Some(d) = decisions.as_ref().filter(|_| a.resume) {
+        let carried = carry_steps_in(&journal, &a.out, d, problems.iter().map(|(_, p)| question(&a, &plan, p)))?;
+        if carried > 0 {
+            eprintln!(
+                "kforge optimize: {carried} finished step(s) taken from the decisions file {} (this journal had not run them)",
+                d.path.display()
+            );
+        }
+    }
     let spending = spending(plan.budget, started, &journal, &redecide)?;
     if let Some(d) = decisions.as_ref().filter(|_| a.resume) {
         carry_floors_in(&spending, d, problems.iter().map(|(_, p)| question(&a, &plan, p)));
@@ -280,12 +289,99 @@ fn spending(budget: Budget, started: Instant, journal: &Journal, redecide: &Rede
 }
 
 impl Run<'_> {
-    /// With `--decisions`, these questions' step floors as the run knows them, into the file;
-    /// the first write that failed, why (the caller warns: a step's result does not depend on it).
+    /// With `--decisions`, these questions' step floors and finished steps as the run knows
+    /// them, into the file; the first write that failed, why (the caller warns: a step's result
+    /// does not depend on it).
     fn save_floors(&self, questions: impl Iterator<Item = Question>) -> std::result::Result<(), String> {
         let Some(d) = &self.decisions else { return Ok(()) };
-        questions.into_iter().try_for_each(|q| d.save_floors(&q, &self.spending.floors_of(&q.problem)))
+        questions.into_iter().try_for_each(|q| {
+            let steps = self.carried_steps(&d.machine, &q).map_err(|e| format!("{e:#}"))?;
+            d.save_undecided(&q, &self.spending.floors_of(&q.problem), steps)
+        })
     }
+
+    /// `q`'s finished steps the decisions file carries (`Journal::carried_steps`), each with its
+    /// output file's text; one whose file is gone, changed since, not UTF-8 or over
+    /// `CARRIED_TEXT_MAX` is left out.
+    fn carried_steps(&self, machine: &str, q: &Question) -> Result<Vec<CarriedStep>> {
+        let rows = self.journal.carried_steps(&q.problem).context("reading the journal's finished steps")?;
+        let carried = rows.into_iter().filter_map(|s| {
+            let (output, output_hash) = (s.output?, s.output_hash?);
+            let text = std::fs::read_to_string(self.a.out.join(&output)).ok()?;
+            (unchanged(&output, &text, &output_hash) && text.len() <= CARRIED_TEXT_MAX).then(|| CarriedStep {
+                machine: machine.into(),
+                question: q.clone(),
+                step: s.step,
+                input_hash: s.input_hash,
+                output,
+                output_hash,
+                text,
+                seconds: s.seconds.unwrap_or(0.0),
+                gpu_seconds: s.gpu_seconds,
+                gpu_seconds_kind: s.gpu_seconds_kind,
+                outcome: s.outcome,
+            })
+        });
+        Ok(carried.collect())
+    }
+}
+
+/// Whether `text`, a step's output file at `output`, still hashes to what the step wrote: the
+/// name it was hashed under is the output's trailing parts (`verdict.json`, `config/verdict.json`).
+fn unchanged(output: &str, text: &str, output_hash: &str) -> bool {
+    let parts: Vec<&str> = output.split('/').collect();
+    (1..=parts.len())
+        .any(|k| hash_of(&[&parts[parts.len() - k..].join("/")], &[text.as_bytes().to_vec()]) == output_hash)
+}
+
+/// The largest output file a decisions file carries (`CarriedStep::text`): a measurement is a
+/// few KiB; a file of this size would make the committed file large.
+const CARRIED_TEXT_MAX: usize = 256 << 10;
+
+/// The decisions file's finished steps of these questions on this machine (`CarriedStep`), into
+/// the journal with their output files, where the journal has no finished step of that input:
+/// a fresh journal (a state pack lost with its machine, a node's scratch) takes them as its own
+/// instead of running them again. A step whose file is here with other content is left to the
+/// journal's own state. Returns how many were taken.
+fn carry_steps_in(
+    journal: &Journal,
+    out: &Path,
+    d: &DecisionsFile,
+    questions: impl Iterator<Item = Question>,
+) -> Result<usize> {
+    let mut taken = 0;
+    for q in questions {
+        for c in d.read.steps_of(&d.machine, &q) {
+            let Some(step) = CARRIED_STEPS.into_iter().find(|s| s.name() == c.step) else { continue };
+            let inside = Path::new(&c.output).components().all(|p| matches!(p, std::path::Component::Normal(_)));
+            if !inside || journal.finished(step, &c.input_hash)?.is_some() {
+                continue;
+            }
+            let path = out.join(&c.output);
+            match std::fs::read_to_string(&path) {
+                Ok(here) if here != c.text => continue,
+                Ok(_) => {}
+                Err(_) => {
+                    if let Some(parent) = path.parent() {
+                        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+                    }
+                    std::fs::write(&path, &c.text).with_context(|| format!("writing {}", path.display()))?;
+                }
+            }
+            let end = kforge_store::StepEnd {
+                seconds: c.seconds,
+                gpu_seconds: c.gpu_seconds,
+                gpu_seconds_kind: c.gpu_seconds_kind.clone(),
+                output: Some(c.output.clone()),
+                output_hash: Some(c.output_hash.clone()),
+                outcome: c.outcome.clone(),
+                ..kforge_store::StepEnd::default()
+            };
+            journal.carried_in(&q.problem, &c.step, &c.input_hash, &end).context("journaling a carried step")?;
+            taken += 1;
+        }
+    }
+    Ok(taken)
 }
 
 /// The decisions file's step floors of these questions on this machine, each its problem's step
@@ -473,11 +569,20 @@ impl DecisionsFile {
         .map_err(|e| e.to_string())
     }
 
-    /// `question`'s step floors on this machine made `floors` (`Decisions::set_floors`).
-    fn save_floors(&self, question: &Question, floors: &BTreeMap<String, f64>) -> std::result::Result<(), String> {
-        Decisions::update(&self.path, |d| d.set_floors(&self.machine, question, floors))
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+    /// `question`'s step floors and carried steps on this machine made `floors` and `steps`
+    /// (`Decisions::set_floors`, `Decisions::set_steps`), in one write.
+    fn save_undecided(
+        &self,
+        question: &Question,
+        floors: &BTreeMap<String, f64>,
+        steps: Vec<CarriedStep>,
+    ) -> std::result::Result<(), String> {
+        Decisions::update(&self.path, |d| {
+            let floors = d.set_floors(&self.machine, question, floors);
+            d.set_steps(&self.machine, question, steps) || floors
+        })
+        .map(|_| ())
+        .map_err(|e| e.to_string())
     }
 
     /// `report` added with this machine, its problem's source hash (as the run read it) and its

@@ -903,6 +903,46 @@ fn a_steps_floor_travels_with_the_decisions_file_to_a_fresh_machine() {
     assert!(d.get("floors").is_none(), "a decided problem keeps no floor: {d}");
 }
 
+/// A problem's finished steps outlive their machine in the decisions file: a run that measured
+/// an undecided problem writes its measure step (input hash, output file's text) into
+/// `--decisions`; a fresh folder (a new machine, or a state pack lost with one) resumed from that
+/// file takes the measurement as its own journal's, runs only what is left, and decides the
+/// problem with it; the decided problem's steps leave the file.
+#[test]
+fn a_problems_finished_steps_travel_with_the_decisions_file_to_a_fresh_machine() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = problems(dir.path(), &[("level1", "vector_add.py", "a.py")]);
+    let (out, file) = (dir.path().join("o"), dir.path().join("decisions.json"));
+    let args = [&dispatch_args(&p)[..], &["--decisions", file.to_str().unwrap(), "--resume"]].concat();
+    let read = || -> Value { serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap() };
+    // Measured, then the GPU budget is spent: undecided, its measure step carried.
+    let (code, text) = optimize(&[&args[..], &["--budget-gpu-s", "0.001"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    let d = read();
+    assert_eq!(d["entries"].as_array().map(Vec::len), Some(0), "{d}");
+    let steps = d["steps"].as_array().unwrap_or_else(|| panic!("no steps in {d}"));
+    let measure = steps.iter().find(|c| c["step"] == "measure").unwrap_or_else(|| panic!("{d}"));
+    let measured = std::fs::read_to_string(out.join("level1/a/dispatch.json")).unwrap();
+    assert_eq!(measure["text"].as_str(), Some(measured.as_str()));
+    assert_eq!(measure["output"].as_str(), Some("level1/a/dispatch.json"));
+    let hash = measure["input_hash"].as_str().unwrap().to_string();
+
+    // A new machine: an empty folder, the file alone. The measure step is not run again.
+    let fresh = dir.path().join("fresh");
+    let (code, text) = optimize(&args, &fresh);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("finished step(s) taken from the decisions file"), "{text}");
+    assert!(!text.contains("measure…"), "measured again: {text}");
+    let j = journal(&fresh);
+    let m: Vec<_> = j.steps.iter().filter(|s| s.step == "measure").collect();
+    assert!(!m.is_empty() && m.iter().all(|s| s.input_hash == hash && s.status != "running"), "{m:?}");
+    assert_eq!(std::fs::read_to_string(fresh.join("level1/a/dispatch.json")).unwrap(), measured);
+    assert_eq!(j.decisions.len(), 1, "decided with the carried measurement");
+    let d = read();
+    assert_eq!(d["entries"].as_array().map(Vec::len), Some(1), "{d}");
+    assert!(d.get("steps").is_none(), "a decided problem's steps leave the file: {d}");
+}
+
 /// Two identical problems (the same source) in one run, in flight at once (`--jobs 2`): measured
 /// and verified once, the other waits and takes the first's outputs. Two different problems with
 /// `--jobs 2` run side by side, and the journal and summary stay whole.
