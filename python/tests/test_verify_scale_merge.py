@@ -84,6 +84,29 @@ def test_a_warm_verify_is_kept_beside_the_cold_one(tmp_path: Path) -> None:
            "  - 2 through a forking warm worker (`--daemon --warm`); ÷ naive: median 1.25, max 1.25, 2/2 at most 3" in table
 
 
+def test_a_warm_only_call_adds_its_warm_verify_on_its_own_card(tmp_path: Path) -> None:
+    """WARM_ONLY=1's rows: the warm verify added to the cold row (its naive run and GPU kept), its
+    ratio against the naive harness of its own call and card, the card named where it differs,
+    and a summary line under that card; `done --warm` lists it."""
+    kept, cold, warm = tmp_path / "kept.json", tmp_path / "cold.json", tmp_path / "warm.json"
+    cold.write_text(json.dumps([{"name": "eager-a", "gpu": "NVIDIA H200", "naive-device": {"exit": 0, "seconds": 5.0},
+                                 "verify": verify(15.0, "accepted", 1.01)}]))
+    run("merge", str(cold), "--kept", str(kept))
+    assert run("done", "--warm", "--kept", str(kept)).split() == []
+    warm.write_text(json.dumps([{"name": "eager-a", "gpu": "NVIDIA H100 80GB HBM3",
+                                 "naive-device": {"exit": 0, "seconds": 4.0},
+                                 "verify-warm": verify(8.0, "accepted", 1.02)}]))
+    run("merge", str(warm), "--kept", str(kept))
+    row = json.loads(kept.read_text())["rows"][0]
+    assert (row["gpu"], row["naive-device"]["seconds"], row["verify"]["seconds"]) == ("NVIDIA H200", 5.0, 15.0)
+    assert (row["verify-warm"]["gpu"], row["verify-warm"]["naive_seconds"]) == ("NVIDIA H100 80GB HBM3", 4.0)
+    table = run("table", "--kept", str(kept))
+    assert "| eager-a | H200 | 5.0 | 15.0 | 3.00 |" in table and "| 8.0 (H100) | 2.00 |" in table, table
+    assert "- H100: 0; verify ÷ naive: none yet\n  - 1 through a forking warm worker" in table, table
+    assert "median 2.00, max 2.00, 1/1 at most 3" in table
+    assert run("done", "--warm", "--kept", str(kept)).split() == ["eager-a"]
+
+
 def test_merge_without_the_call_file_is_refused(tmp_path: Path) -> None:
     p = subprocess.run([sys.executable, str(SCRIPT), "merge", "--kept", str(tmp_path / "k.json")],
                        capture_output=True, text=True)

@@ -4,7 +4,7 @@ whole) merged into one compact committed file, a row per problem, from which the
 list comes (a fresh tree keeps nothing else: devstate/ is gone between sessions).
 
     python3 scripts/analysis/verify_scale_merge.py merge CALL_JSON [--kept FILE]
-    python3 scripts/analysis/verify_scale_merge.py done [--kept FILE]   > skip.txt
+    python3 scripts/analysis/verify_scale_merge.py done [--warm] [--kept FILE]   > skip.txt
     python3 scripts/analysis/verify_scale_merge.py table [--kept FILE]
 
 FILE defaults to bench/results/verify-scale/per_problem.json. A row of a later call replaces an
@@ -12,6 +12,11 @@ earlier one's; a row without a verify verdict (the call was cut before it, the h
 is kept but not listed as done, so the next call runs it again. The table is the README's:
 the naive harness's and verify's wall seconds, their ratio (issue 17's goal: at most 3), the GPU
 memory peak, the verdict and where verify's time went.
+
+A warm verify (`--daemon --warm`, WARM=1) keeps its own GPU and the naive harness's seconds of
+its own call: a call with WARM_ONLY=1 adds the warm verify to a row whose cold verify ran on
+another card, and its ratio compares with the naive harness on its own card. `done --warm` lists
+the rows with a warm verdict (WARM_ONLY's SKIP list).
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ PHASES = ("setup.import-torch", "setup.prime-torch-compile", "checks", "baseline
 
 
 def compact(row: Dict[str, Any]) -> Dict[str, Any]:
-    """One verify_scale.sh row cut to what the table needs."""
+    """One verify_scale.sh row cut to what the table needs; a warm verify with its call's GPU and
+    naive seconds (its ratio's own)."""
     out: Dict[str, Any] = {"name": row["name"]}
     if row.get("gpu"):  # the call's GPU (calls before it named none: the merge keeps an earlier name)
         out["gpu"] = row["gpu"]
@@ -54,11 +60,16 @@ def compact(row: Dict[str, Any]) -> Dict[str, Any]:
                 "phase_seconds": {k: phases[k] for k in PHASES if k in phases},
                 "error": (v.get("verdict_error") or "")[-300:] or None,
             }
+    naive = row.get("naive-device")
+    if "verify-warm" in out:
+        out["verify-warm"]["gpu"] = row.get("gpu")
+        ok = isinstance(naive, dict) and naive.get("exit") == 0
+        out["verify-warm"]["naive_seconds"] = naive.get("seconds") if isinstance(naive, dict) and ok else None
     return out
 
 
-def has_verdict(row: Dict[str, Any]) -> bool:
-    return bool(row.get("verify", {}).get("outcome"))
+def has_verdict(row: Dict[str, Any], what: str = "verify") -> bool:
+    return bool(row.get(what, {}).get("outcome"))
 
 
 def read(kept: Path) -> List[Dict[str, Any]]:
@@ -70,6 +81,11 @@ def merge(kept: List[Dict[str, Any]], call: List[Dict[str, Any]]) -> List[Dict[s
     for r in call:
         c = compact(r)
         old = rows.get(c["name"], {})
+        if "verify" not in c and "verify" in old:
+            # A warm-only call (WARM_ONLY=1): its warm verify added, the cold row's parts kept
+            # (its naive run and GPU are the warm verify's own).
+            rows[c["name"]] = {**old, **{k: v for k, v in c.items() if k == "verify-warm"}}
+            continue
         # A call that ran only part of a row (verify alone, say) keeps the earlier parts.
         rows[c["name"]] = {**old, **c}
     return [rows[k] for k in sorted(rows)]
@@ -100,11 +116,12 @@ def table(rows: List[Dict[str, Any]]) -> str:
     done = [r for r in rows if has_verdict(r)]
     lines.append("")
     lines.append(f"{len(done)}/{len(rows)} with a verdict")
-    for gpu in sorted({short_gpu(r.get("gpu")) for r in done}):
+    warmed = [r for r in rows if has_verdict(r, "verify-warm")]
+    for gpu in sorted({short_gpu(r.get("gpu")) for r in done} | {warm_gpu(r) for r in warmed}):
         on_gpu = [r for r in rows if short_gpu(r.get("gpu")) == gpu]
         ratios = ratios_of([r for r in on_gpu if has_verdict(r)], "verify")
         lines.append(f"- {gpu}: {len(ratios)}; verify ÷ naive: " + ratio_summary(ratios))
-        warm_ratios = ratios_of([r for r in on_gpu if r.get("verify-warm", {}).get("outcome")], "verify-warm")
+        warm_ratios = ratios_of([r for r in warmed if warm_gpu(r) == gpu], "verify-warm")
         if warm_ratios:
             lines.append(f"  - {len(warm_ratios)} through a forking warm worker (`--daemon --warm`); ÷ naive: "
                          + ratio_summary(warm_ratios))
@@ -112,10 +129,17 @@ def table(rows: List[Dict[str, Any]]) -> str:
 
 
 def ratio(r: Dict[str, Any], what: str) -> Optional[float]:
-    """Row ``r``'s ``what`` (``verify``, ``verify-warm``) seconds ÷ its naive harness's; None
-    without both."""
-    secs, naive = r.get(what, {}).get("seconds"), r.get("naive-device", {}).get("seconds")
+    """Row ``r``'s ``what`` (``verify``, ``verify-warm``) seconds ÷ its naive harness's (a warm
+    verify's: that of its own call, where it kept one); None without both."""
+    run = r.get(what, {})
+    naive = run.get("naive_seconds") if run.get("naive_seconds") else r.get("naive-device", {}).get("seconds")
+    secs = run.get("seconds")
     return float(secs) / float(naive) if secs and naive else None
+
+
+def warm_gpu(r: Dict[str, Any]) -> str:
+    """The card row ``r``'s warm verify ran on (its row's when it names none)."""
+    return short_gpu(r.get("verify-warm", {}).get("gpu") or r.get("gpu"))
 
 
 def ratios_of(rows: List[Dict[str, Any]], what: str) -> List[float]:
@@ -144,6 +168,8 @@ def warm_cell(r: Dict[str, Any]) -> str:
         return "- | -"
     same = (w.get("outcome"), w.get("rejected_by")) == (cold.get("outcome"), cold.get("rejected_by"))
     note = "" if same else f" ({w.get('outcome') or 'no verdict'}{' by ' + w['rejected_by'] if w.get('rejected_by') else ''})"
+    if warm_gpu(r) != short_gpu(r.get("gpu")):
+        note += f" ({warm_gpu(r)})"
     return f"{cell(w.get('seconds'))}{note} | {cell(ratio(r, 'verify-warm'), '%.2f')}"
 
 
@@ -153,6 +179,7 @@ def main(argv: List[str]) -> int:
     ap.add_argument("what", choices=("merge", "done", "table"))
     ap.add_argument("call", nargs="?", help="merge: the call's verify_scale.json")
     ap.add_argument("--kept", type=Path, default=KEPT)
+    ap.add_argument("--warm", action="store_true", help="done: the rows with a warm verify's verdict")
     a = ap.parse_args(argv)
     rows = read(a.kept)
     if a.what == "merge":
@@ -162,7 +189,7 @@ def main(argv: List[str]) -> int:
         write_rows(a.kept, "rows", rows)
         print(f"{a.kept}: {sum(map(has_verdict, rows))}/{len(rows)} problems with a verdict")
     elif a.what == "done":
-        print("\n".join(r["name"] for r in rows if has_verdict(r)))
+        print("\n".join(r["name"] for r in rows if has_verdict(r, "verify-warm" if a.warm else "verify")))
     else:
         print(table(rows))
     return 0

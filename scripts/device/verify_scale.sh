@@ -18,7 +18,11 @@
 # kforge verify only; NAIVE_INPUTS=device: the device-input naive harness only. WARM=1: also
 # `kforge verify --daemon --warm` through a daemon whose one warm worker forks each runner
 # (`--worker-fork`, torch, Triton, Dynamo, Inductor and the runner's modules preloaded: the start-up a
-# fresh verify pays, skipped), as "verify-warm". Writes $OUT/verify_scale.json (with
+# fresh verify pays, skipped), as "verify-warm". WARM_ONLY=1: the warm verify alone (no cold
+# one; with the naive harness, whose run is the warm verify's own ratio's), for rows whose cold
+# verify an earlier call made: SKIP then lists the rows with a warm verdict (`verify_scale_merge.py
+# done --warm`), and $OUT/done.txt the names whose warm verify finished. Each warm verify then finds
+# Inductor's cache cold for its problem (no cold verify compiled it first). Writes $OUT/verify_scale.json (with
 # every verdict's JSON) and prints a table last. Needs target/release/kforge carried (and with
 # WARM=1 target/release/libkforge_shim.so).
 set -uo pipefail
@@ -81,6 +85,7 @@ PY
 }
 START=$(date +%s)
 SOCK=$W/kforge.sock
+[ "${WARM_ONLY:-0}" = 1 ] && WARM=1
 gpu_warm() {  # 0 when GPU 0's pool has an idle warm worker
   local st
   st=$(target/release/kforge --socket "$SOCK" status --json 2>/dev/null) || return 1
@@ -92,10 +97,12 @@ if [ "${WARM:-0}" = 1 ]; then
     >"$W/daemon.log" 2>&1 &
   DAEMON=$!
   trap 'target/release/kforge --socket "$SOCK" shutdown >/dev/null 2>&1; kill $DAEMON 2>/dev/null' EXIT
-  # Each preload is tried in a forked child first (a GPU forking worker), so the start takes
-  # about twice the imports; without a warm worker the call goes on cold rather than end.
+  # Without a warm worker the call goes on cold rather than end (WARM_ONLY=1: it ends).
   for _ in $(seq 240); do gpu_warm && break; sleep 0.5; done
-  gpu_warm || { echo "WARM=1: no warm worker on GPU 0 after 120 s: the warm verifies are left out"; tail -n 5 "$W/daemon.log"; WARM=0; }
+  if ! gpu_warm; then
+    echo "WARM=1: no warm worker on GPU 0 after 120 s: the warm verifies are left out"; tail -n 5 "$W/daemon.log"; WARM=0
+    [ "${WARM_ONLY:-0}" = 1 ] && { echo "WARM_ONLY=1: nothing to run without a warm worker"; exit 1; }
+  fi
 fi
 NAMES=()
 declare -A POLICY=()
@@ -129,7 +136,9 @@ for name in "${NAMES[@]}"; do
     rc=$?
     echo "$name naive-$inputs $rc $(awk -v a="$(now)" -v b="$t0" "BEGIN{printf \"%.3f\", a-b}")" >>"$W/walls.txt"
   done
-  for what in verify $( [ "${VERIFY_AGAIN:-0}" = 1 ] && echo verify-again ) $( [ "${WARM:-0}" = 1 ] && echo verify-warm ); do
+  runs="verify $( [ "${VERIFY_AGAIN:-0}" = 1 ] && echo verify-again ) $( [ "${WARM:-0}" = 1 ] && echo verify-warm )"
+  [ "${WARM_ONLY:-0}" = 1 ] && runs=verify-warm
+  for what in $runs; do
     ( while :; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits; sleep 0.5; done ) >"$W/$name.$what.mem.txt" 2>/dev/null &
     sampler=$!
     how=(); [ "$what" = verify-warm ] && how=(--daemon --warm)
@@ -141,7 +150,8 @@ for name in "${NAMES[@]}"; do
     tail -n 3 "$W/$name.$what.out"
   done
   summarize quiet  # $OUT/verify_scale.json after every candidate: a call cut at its limit keeps them
-  [ -f "$W/$name.verify.verdict.json" ] && echo "$name" >>"$OUT/done.txt"
+  kept=verify; [ "${WARM_ONLY:-0}" = 1 ] && kept=verify-warm
+  [ -f "$W/$name.$kept.verdict.json" ] && echo "$name" >>"$OUT/done.txt"
 done
 if [ -f "$W/daemon.log" ]; then  # WARM=1: the warm worker's start, its preloads and any it left out
   echo "== warm worker (daemon log):"
