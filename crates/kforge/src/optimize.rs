@@ -215,7 +215,9 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
         None => None,
     };
     if let Some(d) = decisions.as_ref().filter(|_| a.resume) {
-        let carried = carry_steps_in(&journal, &a.out, d, problems.iter().map(|(_, p)| question(&a, &plan, p)))?;
+        // A problem decided again from this run on runs its steps again, carried or not.
+        let questions = problems.iter().map(|(_, p)| question(&a, &plan, p)).filter(|q| !redecide.matches(&q.problem));
+        let carried = carry_steps_in(&journal, &a.out, d, questions)?;
         if carried > 0 {
             eprintln!(
                 "kforge optimize: {carried} finished step(s) taken from the decisions file {} (this journal had not run them)",

@@ -927,6 +927,15 @@ fn a_problems_finished_steps_travel_with_the_decisions_file_to_a_fresh_machine()
     assert_eq!(measure["output"].as_str(), Some("level1/a/dispatch.json"));
     let hash = measure["input_hash"].as_str().unwrap().to_string();
 
+    // Decided again on a new machine (`--redecide`): nothing carried is taken, the step runs.
+    let (file2, again) = (dir.path().join("decisions2.json"), dir.path().join("again"));
+    std::fs::copy(&file, &file2).unwrap();
+    let redecide = [&dispatch_args(&p)[..], &["--decisions", file2.to_str().unwrap(), "--resume"]].concat();
+    let (code, text) =
+        optimize(&[&redecide[..], &["--redecide", "level1/a*", "--budget-gpu-s", "0.001"]].concat(), &again);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(!text.contains("taken from the decisions file") && text.contains("measure…"), "{text}");
+
     // A new machine: an empty folder, the file alone. The measure step is not run again.
     let fresh = dir.path().join("fresh");
     let (code, text) = optimize(&args, &fresh);
