@@ -364,6 +364,16 @@ impl Spending {
         self.expected_s(of).is_none_or(|e| e.seconds <= left)
     }
 
+    /// Whether a step expected to take `seconds` in full would start in full now: no budget
+    /// spent, and the wall budget's remainder holds it (`fits_in_full` with a length the caller
+    /// knows better, `kforge optimize`'s extrapolation of a bounded result).
+    pub fn holds_s(&self, seconds: f64) -> bool {
+        if self.spent().is_some() {
+            return false;
+        }
+        self.budget.wall_s.is_none_or(|budget| seconds <= budget - self.wall_s())
+    }
+
     /// The safety net's deadlines of a step admitted in full, in seconds from now (its
     /// preparation's and its end's: `SAFETY_PART_SHARE` and `SAFETY_END_SHARE` of the wall
     /// budget's remainder); `None` without a wall budget or with none left.
@@ -752,6 +762,8 @@ mod tests {
         larger.observe_unfinished(m, 360.0);
         assert!(larger.fits_in_full(m), "a budget that holds the floor runs it in full");
         assert!(Spending::new(Budget::default()).fits_in_full(m), "no budget: in full");
+        assert!(larger.holds_s(360.0) && !larger.holds_s(1744.0), "a length the caller judged longer");
+        assert!(Spending::new(Budget::default()).holds_s(1e9), "no budget holds any length");
         let (part, end) = larger.safety_net().unwrap();
         assert!(part > 0.99 * 400.0 && part <= 400.0 && end > part && end <= 1.1 * 400.0, "{part} {end}");
         assert_eq!(Spending::new(Budget::default()).safety_net(), None, "no wall budget: no net");

@@ -873,11 +873,30 @@ impl Run<'_> {
     /// level3/004's bounded measure step (the rewrite left out) was run again in full, failed
     /// after 430 s with torch's CUDA graph trees assertion, and took its beam and result steps
     /// with it.
+    ///
+    /// A bounded measure or beam step's floor understates the step: it prepared only some of its
+    /// variants. Its length in full is judged by that share (`full_length`); in session 28
+    /// level3/010's bounded measure step ran 348.8 s with 2 of its 10 variants prepared, so a
+    /// 420 s budget, which its floor fits, would have spent a call running it again.
     fn stopgap(&self, of: StepOf<'_>, latest: &kforge_store::StepRow) -> Result<Option<Stopgap>> {
         if !self.spending.fits_in_full(of) {
             return Ok(Some(Stopgap::NoRoom));
         }
+        if let Some(full) = self.full_length(latest).filter(|f| !self.spending.holds_s(f.seconds)) {
+            return Ok(Some(Stopgap::TooLong(full)));
+        }
         Ok(self.journal.tried_in_full_since(latest)?.map(|tried| Stopgap::FullFailed(Box::new(tried))))
+    }
+
+    /// What a bounded step (`latest`) would take in full, judged by the share of its variants it
+    /// prepared: its seconds × all ÷ prepared. `None` for a step that ran in full, or whose output
+    /// is not a measurement with variants left out.
+    fn full_length(&self, latest: &kforge_store::StepRow) -> Option<FullLength> {
+        if latest.outcome.as_deref() != Some(kforge_optimize::journal::BOUNDED) {
+            return None;
+        }
+        let text = std::fs::read_to_string(self.a.out.join(latest.output.as_deref()?)).ok()?;
+        full_length_of(&text, latest.seconds?)
     }
 
     /// One problem of a campaign, whatever happened to it.
@@ -1329,8 +1348,34 @@ struct Deadline {
 enum Stopgap {
     /// The run's wall budget cannot hold the step in full.
     NoRoom,
+    /// Nor what the step would take in full, judged by the variants it prepared.
+    TooLong(FullLength),
     /// Running it in full was tried since and came to nothing: that attempt.
     FullFailed(Box<kforge_store::StepRow>),
+}
+
+/// A bounded measurement's length in full, extrapolated (`full_length_of`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct FullLength {
+    seconds: f64,
+    prepared: usize,
+    variants: usize,
+}
+
+/// What a bounded measurement (a measure or beam step's output `text`, which ran `seconds`)
+/// would take in full: `seconds` × its variants ÷ those it prepared (tried, whether they
+/// compiled or not; the baseline among them). `None` when it left none out, prepared none, or
+/// is not such a measurement.
+fn full_length_of(text: &str, seconds: f64) -> Option<FullLength> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let left_out = v["not_prepared"].as_array()?.len();
+    let prepared =
+        v["prepared"].as_object()?.values().filter(|p| p.get("not_prepared").is_none_or(|n| n.is_null())).count();
+    if left_out == 0 || prepared == 0 {
+        return None;
+    }
+    let variants = prepared + left_out;
+    Some(FullLength { seconds: seconds * variants as f64 / prepared as f64, prepared, variants })
 }
 
 /// One problem's run: its steps, each journaled.
@@ -1734,6 +1779,19 @@ impl ProblemRun<'_> {
         }
         let Some(latest) = journal.finished(step, input_hash)? else { return Ok(None) };
         let Some(why) = self.run.stopgap(of, &latest)? else { return Ok(None) };
+        if let Stopgap::TooLong(full) = why {
+            self.progress(&format!(
+                "{}: takes its bounded result (step {} of run {}): in full it would take about {:.0} s ({} of {} \
+                 variants prepared in {:.0} s), more than this run's wall budget holds",
+                step.name(),
+                latest.id,
+                latest.run,
+                full.seconds,
+                full.prepared,
+                full.variants,
+                latest.seconds.unwrap_or(0.0),
+            ));
+        }
         if let Stopgap::FullFailed(tried) = why {
             let error =
                 tried.error.as_deref().map_or(String::new(), |e| format!(": {}", kforge_llm::wire::excerpt(e, 200)));
@@ -2534,6 +2592,29 @@ fn expected_ms_of(seconds: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bounded_measurements_length_in_full_is_its_seconds_over_the_share_it_prepared() {
+        // Session 28's level3/010: the baseline and eager prepared, eight variants left out.
+        let left: Vec<String> = (0..7).map(|i| format!("mode-{i}")).chain(["the rewrite".into()]).collect();
+        let mut prepared = serde_json::json!({
+            "max-autotune": {"ok": true, "first_call_s": 51.4},
+            "eager": {"ok": true, "first_call_s": 0.03},
+            "default": {"ok": false, "not_prepared": "the step's deadline came first"},
+        });
+        let text = |prepared: &serde_json::Value, left: &[String]| {
+            serde_json::json!({"prepared": prepared, "not_prepared": left, "modes": {}}).to_string()
+        };
+        let full = full_length_of(&text(&prepared, &left), 348.8).unwrap();
+        assert_eq!((full.prepared, full.variants), (2, 10));
+        assert!((full.seconds - 1744.0).abs() < 1e-9, "{full:?}");
+        // A variant that was tried and failed to compile counts as prepared (its time was spent).
+        prepared["broken"] = serde_json::json!({"ok": false, "error": "no valid triton configs"});
+        assert_eq!(full_length_of(&text(&prepared, &left), 300.0).map(|f| f.prepared), Some(3));
+        assert_eq!(full_length_of(&text(&prepared, &[]), 300.0), None, "none left out: it ran in full");
+        assert_eq!(full_length_of(&text(&serde_json::json!({}), &left), 300.0), None, "none prepared");
+        assert_eq!(full_length_of("{\"not_tuned\": []}", 300.0), None, "not a measurement of variants");
+    }
 
     #[test]
     fn an_expected_length_is_whole_milliseconds_and_never_zero() {
