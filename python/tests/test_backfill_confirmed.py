@@ -70,6 +70,19 @@ def test_not_a_folder_is_named(tmp_path: Path, capsys: Any) -> None:
     assert "is not a folder" in capsys.readouterr().err
 
 
+def test_the_rewritten_file_keeps_its_carried_steps(tmp_path: Path) -> None:
+    """The undecided problems' finished steps (kforge's ``"steps"``, one a line after the floors)
+    survive the rewrite, with their output files' text."""
+    m = module()
+    path = str(tmp_path / "decisions.json")
+    step = {"machine": "gpu", "question": {"problem": "level3/a.py"}, "step": "measure", "input_hash": "h",
+            "output": "level3/a/dispatch.json", "output_hash": "o", "text": "{\"modes\": {}}\n", "seconds": 348.8}
+    d = {"decisions": 1, "entries": [], "floors": [{"step": "measure", "seconds": 1.0}], "steps": [step]}
+    m.write(path, d)
+    text = Path(path).read_text()
+    assert json.loads(text) == d and text.endswith('"steps": [\n' + json.dumps(step, separators=(",", ":")) + "\n]}\n")
+
+
 def test_the_rewritten_file_keeps_its_step_floors(tmp_path: Path) -> None:
     """A decisions file's undecided problems' step floors (kforge's ``"floors"``, one a line after
     the entries) survive the rewrite; a file without them gets none."""

@@ -91,12 +91,13 @@ def backfill(entry: Dict[str, Any], out: str) -> Tuple[str, Optional[float]]:
 
 def write(path: str, d: Dict[str, Any]) -> None:
     """The layout kforge writes: the header, then one compact entry a line, then the undecided
-    problems' step floors (if any) one a line."""
+    problems' step floors and carried steps (if any) one a line."""
     def compact(rows: Any) -> str:
         return ",\n".join(json.dumps(r, separators=(",", ":"), ensure_ascii=False) for r in rows)
 
     floors = ',\n"floors": [\n%s\n]' % compact(d["floors"]) if d.get("floors") else ""
-    text = '{"decisions": %d,\n"entries": [\n%s\n]%s}\n' % (d["decisions"], compact(d["entries"]), floors)
+    steps = ',\n"steps": [\n%s\n]' % compact(d["steps"]) if d.get("steps") else ""
+    text = '{"decisions": %d,\n"entries": [\n%s\n]%s%s}\n' % (d["decisions"], compact(d["entries"]), floors, steps)
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
