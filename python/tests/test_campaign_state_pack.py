@@ -6,6 +6,7 @@ max-autotune compile that outlives a call started its benchmarks over on every n
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import tarfile
@@ -19,11 +20,11 @@ KFORGE = ROOT / "target" / "debug" / "kforge"
 VECTOR_ADD = ROOT / "tests" / "candidates" / "problems" / "vector_add.py"
 
 
-def campaign(problems: Path, out: Path, state: Path, cache: Path) -> "subprocess.CompletedProcess[str]":
+def campaign(problems: Path, out: Path, state: Path, cache: Path, **more: str) -> "subprocess.CompletedProcess[str]":
     """One call of campaign.sh on the CPU: the dispatch agent, no re-verification."""
     env: Dict[str, str] = {k: v for k, v in os.environ.items() if not k.startswith("KFORGE_")}
     env.update(OUT=str(out), STATE=str(state), K=str(KFORGE), RESERVE_CORES="0", DEVICE="cpu",
-               INDUCTOR_CACHE=str(cache), REVERIFY="0", BUDGET_WALL_S="300")
+               INDUCTOR_CACHE=str(cache), REVERIFY="0", BUDGET_WALL_S="300", **more)
     args = ["--device", "cpu", "--baseline", "default", "--agents", "dispatch", "--rounds", "2", "--jobs", "1"]
     r = subprocess.run(["bash", "scripts/device/campaign.sh", str(problems), *args], cwd=ROOT, env=env,
                        capture_output=True, text=True, timeout=600)
@@ -60,3 +61,25 @@ def test_a_cache_too_large_for_the_pack_leaves_its_autotuning_results_in_it(tmp_
     assert (fresh / "cache" / "0123abcd").read_text() == '{"system": {}, "cache": {}}'
     assert (fresh / "ab" / "k.best_config").read_text() == '{"XBLOCK": 64}'
     assert not (fresh / "ab" / "compiled.so").exists()
+
+
+def test_autotuning_results_outlive_the_session_in_the_committed_file(tmp_path: Path) -> None:
+    """AUTOTUNED: a fresh machine with no pack (a new session) restores this GPU's autotuning
+    results from the committed file into its empty cache before the run, and writes them, with
+    the cache's own, to $OUT/autotuned.json after it (the next call's AUTOTUNED)."""
+    pytest.importorskip("torch")
+    if not KFORGE.exists():
+        pytest.skip("target/debug/kforge is not built (cargo test builds it)")
+    problems = tmp_path / "problems" / "level1"
+    problems.mkdir(parents=True)
+    (problems / "a.py").write_text(VECTOR_ADD.read_text())
+    kept = tmp_path / "autotuned.json"
+    kept.write_text(json.dumps({"autotuned": 1, "machines": {"cpu": {"cache/0123abcd": '{"system": {}}'},
+                                                            "NVIDIA H200": {"ab/h200.best_config": "{}"}}}))
+    cache, out = tmp_path / "cache", tmp_path / "out"
+    r = campaign(tmp_path / "problems", out, tmp_path / "missing.tgz", cache, AUTOTUNED=str(kept))
+    assert "1 of 1 autotuning results of cpu restored" in r.stdout, r.stdout[-2000:]
+    assert (cache / "cache" / "0123abcd").read_text() == '{"system": {}}'
+    d = json.loads((out / "autotuned.json").read_text())
+    assert "cache/0123abcd" in d["machines"]["cpu"] and d["machines"]["NVIDIA H200"] == {"ab/h200.best_config": "{}"}
+    assert len(os.listdir(out)) <= 8, "a call returns at most 8 files"

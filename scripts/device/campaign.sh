@@ -35,6 +35,13 @@
 # reports only. CALL_S (default 560): the call's own limit; tasks of the re-verification start
 # only while more than VERIFY_TAIL_S (default 90, a verify's time under load) is left of it,
 # and what is not reached waits for the next call of the session.
+#
+# AUTOTUNED, a committed file (e.g. bench/results/optimize-campaign/large-max-autotune/autotuned.json):
+# Inductor's autotuning results per GPU (scripts/device/autotuned.py), restored into the cache before
+# the run where the cache has none of that name, and written with the cache's own to
+# $OUT/autotuned.json after it: copy it over AUTOTUNED and commit it after every call. The state
+# pack keeps them within a session; this keeps them across sessions, so a max-autotune compile that
+# outlives a call (level3/007's baseline) goes on from the benchmarks the last session finished.
 set -uo pipefail
 START=$(date +%s)
 OUT=${OUT:-/tmp/kforge-out}
@@ -70,6 +77,9 @@ else
   echo "Inductor's cache: $CACHE ($(du -sh "$CACHE" | cut -f1), kept on this machine)"
 fi
 rm -rf "$W/state/inductor-cache" && ln -s "$CACHE" "$W/state/inductor-cache"
+if [ -n "${AUTOTUNED:-}" ] && [ -f "$AUTOTUNED" ]; then
+  python3 scripts/device/autotuned.py restore "$AUTOTUNED" "$CACHE" --machine "$MACHINE" || echo "autotuned: restore failed (exit $?)"
+fi
 export PYTHONUNBUFFERED=1 TORCHINDUCTOR_CACHE_DIR=$CACHE
 nvidia-smi -L
 setsid "$K" --socket "$S" daemon --db "$W/store.db" --reserve-cores "${RESERVE_CORES:-2}" --freeze node --max-concurrent "${PER_GPU:-8}" >"$W/daemon.log" 2>&1 &
@@ -176,6 +186,10 @@ else
     echo "state: Inductor's cache left out ($(du -sh "$CACHE" | cut -f1); the pack holds at most 15 MiB; it stays in $CACHE on this machine)"
     tar -czf "$OUT/campaign.tgz" --exclude='*/logs' -C "$W/state" machine.txt out || echo "state: packing failed (exit $?)"
   fi
+fi
+if [ -n "${AUTOTUNED:-}" ]; then  # the autotuning results across sessions (the pack's last a session)
+  python3 scripts/device/autotuned.py export "$CACHE" "$OUT/autotuned.json" --machine "$MACHINE" --kept "$AUTOTUNED" \
+    || echo "autotuned: export failed (exit $?)"
 fi
 REVERIFY_DEADLINE=$(( ${CALL_S:-560} - ($(date +%s) - START) - ${VERIFY_TAIL_S:-90} ))
 if [ "${REVERIFY:-1}" = 1 ] && [ "$REVERIFY_DEADLINE" -lt 15 ]; then
