@@ -155,6 +155,6 @@ for name in "${NAMES[@]}"; do
 done
 if [ -f "$W/daemon.log" ]; then  # WARM=1: the warm worker's start, its preloads and any it left out
   echo "== warm worker (daemon log):"
-  grep -E "left out|ready on device|before it was ready|before becoming ready" "$W/daemon.log" | head -n 6
+  grep -E "left out|starting again|ready on device|before it was ready|before becoming ready" "$W/daemon.log" | head -n 8
 fi
 summarize table
