@@ -14,7 +14,7 @@
 //! Beside the entries, the file carries the undecided problems' step floors ([`StepFloor`]):
 //! what a step of theirs ran bounded, or had run when its run was killed, on a machine; a fresh
 //! journal there starts such a step bounded at a run's start instead of late. And their finished
-//! steps whose output is one JSON file ([`CarriedStep`]: measure, beam, verify), with that file's
+//! steps whose output is one JSON file ([`CarriedStep`]: measure, beam, verify, config-verify), with that file's
 //! text: a fresh journal there takes them as its own when their inputs hash the same, instead of
 //! running them again (in session 28 two problems that had only their verify steps left ran from
 //! their measure steps again: the state pack holding their journals was lost with its machine).
@@ -324,14 +324,7 @@ impl Decisions {
         let floors =
             if floors.is_empty() { String::new() } else { format!(",\n\"floors\": [\n{}\n]", floors.join(",\n")) };
         let mut steps: Vec<&CarriedStep> = self.steps.iter().collect();
-        steps.sort_by(|a, b| {
-            (&a.question.problem, &a.machine, &a.step, &a.input_hash).cmp(&(
-                &b.question.problem,
-                &b.machine,
-                &b.step,
-                &b.input_hash,
-            ))
-        });
+        steps.sort_by(|a, b| carried_order(a).cmp(&carried_order(b)));
         let steps = steps.iter().map(serde_json::to_string).collect::<Result<Vec<_>, _>>()?;
         let steps = if steps.is_empty() { String::new() } else { format!(",\n\"steps\": [\n{}\n]", steps.join(",\n")) };
         Ok(format!("{{\"decisions\": {},\n\"entries\": [\n{}\n]{floors}{steps}}}\n", self.decisions, lines.join(",\n")))
@@ -383,6 +376,11 @@ impl Decisions {
         }
         Ok(now)
     }
+}
+
+/// The order the file lists carried steps in: by problem, machine, step and input.
+fn carried_order(c: &CarriedStep) -> (&str, &str, &str, &str) {
+    (&c.question.problem, &c.machine, &c.step, &c.input_hash)
 }
 
 /// `.NAME.WHAT` beside `path`.
