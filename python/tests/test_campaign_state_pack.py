@@ -32,13 +32,18 @@ def campaign(problems: Path, out: Path, state: Path, cache: Path, **more: str) -
     return r
 
 
-def test_a_cache_too_large_for_the_pack_leaves_its_autotuning_results_in_it(tmp_path: Path) -> None:
+def one_problem(tmp_path: Path) -> None:
+    """`tmp_path/problems`: one small level-1 problem (skips without torch or the debug kforge)."""
     pytest.importorskip("torch")
     if not KFORGE.exists():
         pytest.skip("target/debug/kforge is not built (cargo test builds it)")
     problems = tmp_path / "problems" / "level1"
     problems.mkdir(parents=True)
     (problems / "a.py").write_text(VECTOR_ADD.read_text())
+
+
+def test_a_cache_too_large_for_the_pack_leaves_its_autotuning_results_in_it(tmp_path: Path) -> None:
+    one_problem(tmp_path)
     cache = tmp_path / "cache"
     (cache / "cache").mkdir(parents=True)
     (cache / "ab").mkdir()
@@ -67,12 +72,7 @@ def test_autotuning_results_outlive_the_session_in_the_committed_file(tmp_path: 
     """AUTOTUNED: a fresh machine with no pack (a new session) restores this GPU's autotuning
     results from the committed file into its empty cache before the run, and writes them, with
     the cache's own, to $OUT/autotuned.json after it (the next call's AUTOTUNED)."""
-    pytest.importorskip("torch")
-    if not KFORGE.exists():
-        pytest.skip("target/debug/kforge is not built (cargo test builds it)")
-    problems = tmp_path / "problems" / "level1"
-    problems.mkdir(parents=True)
-    (problems / "a.py").write_text(VECTOR_ADD.read_text())
+    one_problem(tmp_path)
     kept = tmp_path / "autotuned.json"
     kept.write_text(json.dumps({"autotuned": 1, "machines": {"cpu": {"cache/0123abcd": '{"system": {}}'},
                                                             "NVIDIA H200": {"ab/h200.best_config": "{}"}}}))

@@ -251,8 +251,10 @@ pub fn optimize(socket: &Path, a: OptimizeArgs) -> Result<i32> {
         let ran = if a.problem.is_dir() { run.campaign(&problems) } else { run.single(&problems[0].1) };
         drop(stop);
         // Every problem's floors as the run ends (one held back has no step end to write them).
-        if let Err(e) = run.save_floors(problems.iter().map(|(_, p)| question(&a, &plan, p))) {
-            eprintln!("kforge optimize: warning: the decisions file's step floors were not written: {e}");
+        if let Err(e) = run.save_undecided(problems.iter().map(|(_, p)| question(&a, &plan, p))) {
+            eprintln!(
+                "kforge optimize: warning: the decisions file's step floors and carried steps were not written: {e}"
+            );
         }
         ran
     })
@@ -294,7 +296,7 @@ impl Run<'_> {
     /// With `--decisions`, these questions' step floors and finished steps as the run knows
     /// them, into the file; the first write that failed, why (the caller warns: a step's result
     /// does not depend on it).
-    fn save_floors(&self, questions: impl Iterator<Item = Question>) -> std::result::Result<(), String> {
+    fn save_undecided(&self, questions: impl Iterator<Item = Question>) -> std::result::Result<(), String> {
         let Some(d) = &self.decisions else { return Ok(()) };
         questions.into_iter().try_for_each(|q| {
             let steps = self.carried_steps(&d.machine, &q).map_err(|e| format!("{e:#}"))?;
@@ -1897,7 +1899,7 @@ impl ProblemRun<'_> {
                 } else {
                     self.run.spending.observe_bounded(self.step_of(step), ran);
                 }
-                self.save_floors();
+                self.save_undecided();
                 let gpu = d.gpu_seconds.map(|g| g.0).unwrap_or(0.0);
                 if !charged {
                     self.run.spending.charge(gpu);
@@ -1915,18 +1917,21 @@ impl ProblemRun<'_> {
                 if self.deadline.get().is_some() {
                     let ran = self.began.get().map_or(0.0, |b| b.elapsed().as_secs_f64());
                     self.run.spending.observe_bounded(self.step_of(step), ran);
-                    self.save_floors();
+                    self.save_undecided();
                 }
                 Err(e)
             }
         }
     }
 
-    /// With `--decisions`, the problem's step floors as the run knows them now, into the file,
-    /// for a fresh journal on the next machine (a failed write is said, not the step's failure).
-    fn save_floors(&self) {
-        if let Err(e) = self.run.save_floors(std::iter::once(self.question.clone())) {
-            self.progress(&format!("warning: the decisions file's step floors were not written: {e}"));
+    /// With `--decisions`, the problem's step floors and finished steps as the run knows them
+    /// now, into the file, for a fresh journal on the next machine (a failed write is said, not
+    /// the step's failure).
+    fn save_undecided(&self) {
+        if let Err(e) = self.run.save_undecided(std::iter::once(self.question.clone())) {
+            self.progress(&format!(
+                "warning: the decisions file's step floors and carried steps were not written: {e}"
+            ));
         }
     }
 
