@@ -123,7 +123,7 @@ def table(rows: List[Dict[str, Any]]) -> str:
         lines.append(f"- {gpu}: {len(ratios)}; verify ÷ naive: " + ratio_summary(ratios))
         warm_ratios = ratios_of([r for r in warmed if warm_gpu(r) == gpu], "verify-warm")
         if warm_ratios:
-            lines.append(f"  - {len(warm_ratios)} through a forking warm worker (`--daemon --warm`); ÷ naive: "
+            lines.append(f"  - warm verifies on this card: {len(warm_ratios)}, through a forking warm worker (`--daemon --warm`); ÷ naive: "
                          + ratio_summary(warm_ratios))
     return "\n".join(lines)
 
