@@ -1,5 +1,5 @@
 //! The decisions file: a campaign's decided problems in one compact JSON file, each problem's report
-//! and nothing else (no journal, no result files, no caches), so that a campaign outlives the
+//! and its result files' text (no journal, no caches), so that a campaign outlives the
 //! machine it ran on. `kforge optimize DIR --resume --decisions FILE` on a fresh machine (a new
 //! output folder, an empty journal: a batch job with a time limit on node-local scratch, a
 //! lent GPU that goes back after each call) takes every problem the file holds a decision for
@@ -62,6 +62,13 @@ pub struct Entry {
     /// were written: a folder still holding them keeps them on a restore.
     #[serde(default)]
     pub result_hash: Option<String>,
+    /// The result files' text by name (`model_new.py`, `policy.toml`: what `result_hash` hashes),
+    /// where the run wrote them: a fresh folder restored from the file gets the decided result
+    /// back, not only its report. Without them a winner lived only as long as its folder (in
+    /// session 29 two decided problems could not be verified again: their folders had been lost
+    /// with a machine).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub result_files: BTreeMap<String, String>,
     pub report: Report,
 }
 
@@ -219,9 +226,6 @@ impl Decisions {
         }
     }
 
-    /// `entry` recorded: it replaces the entry of the same question and machine (another machine's
-    /// stays); true when that changed the file (the same report, machine and source again change
-    /// nothing, whenever decided).
     /// Remove `machine`'s entry of `question` (decided again); how many went (0 or 1).
     pub fn forget(&mut self, machine: &str, question: &Question) -> usize {
         let before = self.entries.len();
@@ -291,10 +295,13 @@ impl Decisions {
         self.record_entry(entry) || dropped
     }
 
+    /// `entry` recorded: it replaces the entry of the same question and machine (another machine's
+    /// stays); true when that changed the file (the same report, machine, source and result again
+    /// change nothing, whenever decided).
     fn record_entry(&mut self, entry: Entry) -> bool {
         let same = |a: &Entry, b: &Entry| {
-            (&a.report, &a.machine, &a.source_hash, &a.result_hash)
-                == (&b.report, &b.machine, &b.source_hash, &b.result_hash)
+            (&a.report, &a.machine, &a.source_hash, &a.result_hash, &a.result_files)
+                == (&b.report, &b.machine, &b.source_hash, &b.result_hash, &b.result_files)
         };
         match self.entries.iter_mut().find(|e| e.report.question == entry.report.question && e.machine == entry.machine)
         {
@@ -400,8 +407,39 @@ mod tests {
             machine: "NVIDIA H200, torch 2.11".into(),
             source_hash: "s1".into(),
             result_hash: Some("r1".into()),
+            result_files: BTreeMap::new(),
             report: report_for(problem, baseline),
         }
+    }
+
+    /// The result files travel with their entry and read back as written; a file written before
+    /// they were carried (no `result_files`) still reads, its entries without them.
+    #[test]
+    fn an_entrys_result_files_read_back_and_older_entries_have_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("decisions.json");
+        let files: BTreeMap<String, String> = [
+            ("model_new.py".to_string(), "class ModelNew:\n    pass\n".to_string()),
+            ("policy.toml".into(), "x = 1\n".into()),
+        ]
+        .into();
+        let with = Entry { result_files: files.clone(), ..entry("a.py", "max-autotune", 1) };
+        Decisions::update(&path, |d| d.record(with.clone()) | d.record(entry("b.py", "max-autotune", 2))).unwrap();
+        let back = Decisions::read(&path).unwrap();
+        assert_eq!(back.entries[0].result_files, files);
+        assert!(back.entries[1].result_files.is_empty());
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(text.matches("\"result_files\"").count(), 1, "left out where there are none: {text}");
+        let mut d = back.clone();
+        assert!(!d.record(with.clone()), "the same entry again");
+        assert!(d.record(Entry { result_files: BTreeMap::new(), ..with }), "its files gone is a change");
+        let older = text.replace(
+            ",\"result_files\":{\"model_new.py\":\"class ModelNew:\\n    pass\\n\",\"policy.toml\":\"x = 1\\n\"}",
+            "",
+        );
+        assert_ne!(older, text, "the test's own premise: {text}");
+        let old = Decisions::parse(&older, "old.json").unwrap();
+        assert!(old.entries.iter().all(|e| e.result_files.is_empty()));
     }
 
     #[test]

@@ -593,15 +593,41 @@ impl DecisionsFile {
     /// result files' hash, over the entry of its question and machine.
     fn record(&self, report: &Report, source_hash: String, out: &Path) -> std::result::Result<(), String> {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        let result_hash = files_hash(out, &RESULT_FILES).ok();
+        let result_files = if result_hash.is_some() { result_texts(out) } else { BTreeMap::new() };
         let entry = Entry {
             decided_unix_s: now,
             machine: self.machine.clone(),
             source_hash,
-            result_hash: files_hash(out, &RESULT_FILES).ok(),
+            result_hash,
+            result_files,
             report: report.clone(),
         };
         Decisions::update(&self.path, |d| d.record(entry)).map(|_| ()).map_err(|e| e.to_string())
     }
+}
+
+/// The result files in `out` by name, as text: every one of [`RESULT_FILES`] or none (one
+/// missing, or not UTF-8: not a result a restore could write back as decided).
+fn result_texts(out: &Path) -> BTreeMap<String, String> {
+    let texts: Option<BTreeMap<String, String>> =
+        RESULT_FILES.iter().map(|n| std::fs::read_to_string(out.join(n)).ok().map(|t| (n.to_string(), t))).collect();
+    texts.unwrap_or_default()
+}
+
+/// `entry`'s result files written into `out`, where it carries all of them and they hash to its
+/// `result_hash` (what was decided); whether they were.
+fn write_result_files(entry: &Entry, out: &Path) -> Result<bool> {
+    let contents: Option<Vec<Vec<u8>>> =
+        RESULT_FILES.iter().map(|n| entry.result_files.get(*n).map(|t| t.as_bytes().to_vec())).collect();
+    let Some(contents) = contents.filter(|c| Some(hash_of(&RESULT_FILES, c)) == entry.result_hash) else {
+        return Ok(false);
+    };
+    for (name, content) in RESULT_FILES.iter().zip(&contents) {
+        let path = out.join(name);
+        std::fs::write(&path, content).with_context(|| format!("writing {} (the decided result)", path.display()))?;
+    }
+    Ok(true)
 }
 
 /// A campaign's summary made public: `campaign.json` in the output folder (`in_out`), `--json`,
@@ -1002,8 +1028,8 @@ impl Run<'_> {
     /// for this source, restored as the problem's `out/report.json` and journaled as its decision
     /// (so that the folder resumes without the file too). Its result files are kept where the
     /// folder still holds the ones it names (`Entry::result_hash`); other result files there are
-    /// another decision's and are removed. An entry that does not hold here is said and decided
-    /// again.
+    /// another decision's and are removed, and the entry's own (`Entry::result_files`) are
+    /// written in their place. An entry that does not hold here is said and decided again.
     fn restored_from_decisions(
         &self,
         index: usize,
@@ -1034,6 +1060,13 @@ impl Run<'_> {
             for stale in RESULT_FILES.map(|n| out.join(n)).iter().filter(|p| p.exists()) {
                 std::fs::remove_file(stale)
                     .with_context(|| format!("removing {} (another decision's)", stale.display()))?;
+            }
+            if !write_result_files(entry, out)? && entry.result_hash.is_some() {
+                self.progress(
+                    index,
+                    problem,
+                    "its result files are not in the decisions file (decided before it carried them): the report alone is restored",
+                );
             }
         }
         (report.result, report.policy) = (journaled(out, RESULT_FILES[0]), journaled(out, RESULT_FILES[1]));

@@ -466,6 +466,18 @@ fn a_campaign_resumes_on_a_fresh_machine_from_its_decisions_file() {
     assert_eq!(entries(&first), [p.join("level1/row_softmax.py").display().to_string()], "written at the decision");
     assert_eq!(first["decisions"], 1);
     let decided = first["entries"][0]["report"].clone();
+    let result_of = |o: &Path| -> Vec<String> {
+        ["model_new.py", "policy.toml"]
+            .map(|n| std::fs::read_to_string(o.join("level1/row_softmax").join(n)).unwrap())
+            .into()
+    };
+    let written = result_of(&out);
+    assert!(written[0].contains("class ModelNew"), "{}", written[0]);
+    let carried = &first["entries"][0]["result_files"];
+    assert_eq!(
+        (carried["model_new.py"].as_str(), carried["policy.toml"].as_str()),
+        (Some(&*written[0]), Some(&*written[1]))
+    );
     std::fs::remove_dir_all(&out).unwrap();
 
     let (code, text) = optimize(&[&with_file[..], &["--resume"]].concat(), &out);
@@ -482,6 +494,20 @@ fn a_campaign_resumes_on_a_fresh_machine_from_its_decisions_file() {
         restored[key] = decided[key].clone();
     }
     assert_eq!(restored, decided, "its report restored as it was decided");
+    assert_eq!(result_of(&out), written, "and its result files, as they were decided");
+    // A file from before the result files were carried: the report alone, and said so.
+    let (bare, older) = (dir.path().join("bare"), dir.path().join("older.json"));
+    let mut without = first.clone();
+    without["entries"][0].as_object_mut().unwrap().remove("result_files");
+    std::fs::write(&older, without.to_string()).unwrap();
+    let from_older =
+        [&args[..], &["--decisions", older.to_str().unwrap(), "--resume", "--budget-wall-s", "0.001"]].concat();
+    let (code, text) = optimize(&from_older, &bare);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("its result files are not in the decisions file"), "{text}");
+    assert!(
+        bare.join("level1/row_softmax/report.json").exists() && !bare.join("level1/row_softmax/model_new.py").exists()
+    );
     let c = campaign(&out);
     assert_eq!((c["problems"][0]["resumed"].clone(), c["problems"][1]["resumed"].clone()), (true.into(), false.into()));
     assert!(c["problems"].as_array().unwrap().iter().all(|p| p["decision"].is_object()), "{c}");
