@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Fill in the result files (``Entry::result_files``: ``model_new.py`` and ``policy.toml``) of
+decisions recorded before the decisions file carried them, so that a fresh machine restores the
+decided result itself and can verify it again.
+
+    python3 scripts/analysis/backfill_result_files.py DECISIONS [OUT ...] [--regenerate --triton V] [--check]
+
+Each entry without result files but with a ``result_hash`` gets them from the first place where
+they hash to exactly that (the hash ``kforge optimize`` computed when it decided):
+
+* ``OUT``: a campaign's output folder (a state pack's ``out/``) whose problem folder still holds
+  them;
+* ``--regenerate``: made again by ``python3 -m kforge.optimize.result PROBLEM MEASURED --out DIR``
+  from the report's own measurement, for a decision of the dispatch family (the result module
+  writes a dispatch, inductor or rewrite winner's file from the problem and the measurement
+  alone). The problem file must be at the report's path, relative to where this runs. The
+  file's header names the torch and Triton it was made with, which a report's measurement does
+  not hold: torch is read from the entry's machine (``GPU, torch VERSION``), Triton is
+  ``--triton`` (the deciding machine's).
+
+Nothing else is taken: a file that does not hash as decided is not the decided result. Entries
+left without are listed with why. The file is rewritten in the layout kforge writes;
+``--check`` writes nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from typing import Any, Dict, List, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from backfill_confirmed import FAMILY, RESULT_FILES, files_hash, folder_of, write  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def texts_of(folder: str) -> Dict[str, str]:
+    """The result files in ``folder`` by name (all of them, as text), or none."""
+    out: Dict[str, str] = {}
+    for name in RESULT_FILES:
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8", newline="") as f:
+                out[name] = f.read()
+        except (OSError, UnicodeDecodeError):
+            return {}
+    return out
+
+
+def regenerated(entry: Dict[str, Any], python: str, triton: Optional[str]) -> Optional[str]:
+    """A folder holding the result files made again from the entry's measurement, with the
+    versions it was made with (None when the result module failed; its error on stderr)."""
+    report = entry["report"]
+    work = tempfile.mkdtemp(prefix="kforge-result-")
+    measured = os.path.join(work, "measured.json")
+    torch = str(entry.get("machine", "")).rpartition(", torch ")[2] or None
+    with open(measured, "w", encoding="utf-8") as f:
+        json.dump({"versions": {"torch": torch, "triton": triton}, **report["measurement"]}, f)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([python, "-m", "kforge.optimize.result", report["problem"], measured, "--out", work],
+                          env=env, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        print(f"  {report['problem']}: the result module exited {done.returncode}: {done.stderr.strip()[-400:]}",
+              file=sys.stderr)
+        return None
+    return work
+
+
+def fill(entry: Dict[str, Any], outs: List[str], regenerate: bool, python: str, triton: Optional[str]) -> str:
+    """What happened to one entry, in a few words."""
+    if entry.get("result_files"):
+        return "had them"
+    wanted = entry.get("result_hash")
+    if wanted is None:
+        return "no result_hash (it wrote no result files)"
+    report = entry["report"]
+    for out in outs:
+        folder = folder_of(out, report["problem"])
+        if files_hash(folder) == wanted:
+            entry["result_files"] = texts_of(folder)
+            return f"filled from {out}" if entry["result_files"] else "not text"
+    if not regenerate:
+        return "not in any OUT"
+    if report.get("decision", {}).get("agent", "dispatch") not in FAMILY or not report.get("measurement"):
+        return "not the dispatch family's (or no measurement): not made again here"
+    folder = regenerated(entry, python, triton)
+    if folder is None:
+        return "the result module failed"
+    if files_hash(folder) != wanted:
+        return "made again, but not as decided (another hash): left out"
+    entry["result_files"] = texts_of(folder)
+    return "filled: made again, as decided"
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("decisions")
+    ap.add_argument("outs", nargs="*", metavar="OUT")
+    ap.add_argument("--regenerate", action="store_true", help="make a dispatch-family result again from its report")
+    ap.add_argument("--python", default=sys.executable, help="the interpreter with torch (for --regenerate)")
+    ap.add_argument("--triton", default=None, help="the deciding machine's Triton version (for --regenerate)")
+    ap.add_argument("--check", action="store_true", help="say what would be filled, write nothing")
+    a = ap.parse_args(argv)
+    for out in a.outs:
+        if not os.path.isdir(out):
+            print(f"backfill_result_files: {out} is not a folder (a campaign's output, e.g. a state pack's out/)",
+                  file=sys.stderr)
+            return 2
+    with open(a.decisions, encoding="utf-8") as f:
+        d = json.load(f)
+    filled = 0
+    for e in d["entries"]:
+        what = fill(e, a.outs, a.regenerate, a.python, a.triton)
+        filled += what.startswith("filled")
+        print(f"{e['report']['problem']:<52} {what}")
+    print(f"{filled} filled of {len(d['entries'])} entries")
+    if filled and not a.check:
+        write(a.decisions, d)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
