@@ -175,6 +175,25 @@ INDUCTOR_RETAKE_STREAK = 3
 #: drains timed out on them). An isolated compile would time it as slow too: the choice made is
 #: the same, from one sample.
 INDUCTOR_SLOW_CALL_S = 1.0
+
+
+def launches_its_kernel_alone(fn: Callable[..., Any]) -> bool:
+    """Whether a call of ``fn`` (a benchmark's callable) does nothing but launch one compiled
+    Triton kernel: a ``functools.partial`` of an Inductor ``CachingAutotuner``'s ``run`` (a
+    max-autotune template choice, as ``select_algorithm`` benchmarks it) that holds exactly one
+    launcher and tunes nothing on its first call (no coordinate descent, no combo tuning). Its
+    first call's time is then the kernel's, not a compile's or a tuning's. False for anything
+    else, and whenever it cannot tell (another torch's internals)."""
+    f: Any = fn
+    while isinstance(f, functools.partial):
+        f = f.func
+    owner = getattr(f, "__self__", None)
+    if getattr(getattr(f, "__func__", None), "__qualname__", "") != "CachingAutotuner.run":
+        return False  # (a subclass's own run, e.g. the kernel benchmark's, does more)
+    launchers, meta = getattr(owner, "launchers", None), getattr(owner, "inductor_meta", None)
+    if not isinstance(launchers, list) or len(launchers) != 1 or not isinstance(meta, dict):
+        return False
+    return not meta.get("coordinate_descent_tuning") and not meta.get("combo_tuning_groups")
 INDUCTOR_UTILS = "torch._inductor.utils"
 #: The name of the bootstrap directory the daemon puts first on an ``--auto-regions`` job's
 #: ``PYTHONPATH`` (``kforge_python::AUTO_REGIONS_DIR``).
@@ -482,12 +501,15 @@ class AutoRegions:
         """Seconds of ``fn``'s second call when its first and second both took longer than
         :data:`INDUCTOR_SLOW_CALL_S` (each timed from a device wait to a device wait); None
         otherwise, and after the first call when that was quick or no device can be waited for.
+        One call is enough when it only launched its kernel (:func:`launches_its_kernel_alone`):
+        in session 29 such choices of a level-3 convolution took 2.9-26 s a call, and their
+        second calls held exclusive regions for as long again.
         Not in Inductor's deterministic mode (its benchmark refuses to run unless vetted), and
         None when a call raises: Inductor's benchmark then calls it again and handles the error
         as it does (an invalid launch configuration is timed as infinite)."""
         if inductor_deterministic() or not self.device_sync():
             return None
-        took = 0.0
+        took, alone = 0.0, launches_its_kernel_alone(fn)
         try:
             for _ in range(2):
                 start = self.clock()
@@ -496,6 +518,8 @@ class AutoRegions:
                 took = self.clock() - start
                 if took <= INDUCTOR_SLOW_CALL_S:
                     return None
+                if alone:
+                    break  # nothing compiled or tuned in it: the first call's time is the kernel's
         except Exception:
             return None
         return took

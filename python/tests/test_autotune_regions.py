@@ -6,6 +6,7 @@ the fake daemon of ``conftest.py``."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -557,3 +558,44 @@ def test_a_module_that_bound_the_functions_by_name_before_gets_the_wrappers(hook
     finally:
         for k in ("fakepkg.utils", "fakepkg.autotune_process", "otherpkg.x"):
             sys.modules.pop(k, None)
+
+
+class CachingAutotuner:
+    """Shaped like Inductor's: ``run`` launches its kernel (here: the fake device's next call)."""
+
+    def __init__(self, dev: "SlowDevice", launchers: int, **meta: Any) -> None:
+        self.dev, self.launchers, self.inductor_meta = dev, [object()] * launchers, dict(meta)
+
+    def run(self, *args: Any, stream: int = 0) -> None:
+        self.dev.call()
+
+
+def test_a_slow_choice_that_only_launches_its_kernel_is_timed_by_its_first_call(daemon: FakeDaemon) -> None:
+    """A max-autotune template choice (``partial(CachingAutotuner.run, ...)`` with one launcher
+    and no tuning left) compiles nothing on its first call: when that call is slow, its time is
+    the result, with no second call holding the region as long again. Two launchers (the first
+    call tunes), coordinate descent or any other callable still take the second call."""
+    dev = SlowDevice([])
+    hooks = AutoRegions(warn=lambda _: None, reaper=False, clock=dev.clock)
+    hooks.device_sync = lambda: True
+    try:
+        m = fake_benchmarking()
+        hooks.patch_inductor_benchmarking(m)
+        bm = m.benchmarker  # type: ignore[attr-defined]
+        slow = ar.INDUCTOR_SLOW_CALL_S
+        alone = functools.partial(CachingAutotuner(dev, 1).run, "x", stream=0)
+        assert ar.launches_its_kernel_alone(alone)
+        dev.seconds = [slow + 4.0, slow + 9.0]
+        assert bm.benchmark_gpu(alone) == pytest.approx((slow + 4.0) * 1e3) and dev.calls == 1
+        dev.seconds = [slow + 4.0, 0.01]  # quick after all (a cold first launch): Inductor's benchmark runs
+        before = dev.calls
+        assert bm.benchmark_gpu(functools.partial(CachingAutotuner(dev, 2).run, "x")) == 2.0 and dev.calls == before + 3
+        for other in (functools.partial(CachingAutotuner(dev, 2).run, "x"),
+                      functools.partial(CachingAutotuner(dev, 1, coordinate_descent_tuning=True).run, "x"),
+                      functools.partial(CachingAutotuner(dev, 0).run, "x"), dev.call):
+            assert not ar.launches_its_kernel_alone(other)
+            dev.seconds, before = [slow + 1.0, slow + 2.0], dev.calls
+            assert bm.benchmark_gpu(other) == pytest.approx((slow + 2.0) * 1e3) and dev.calls == before + 2
+        assert region_log(daemon) == ["enter auto:inductor.benchmark_gpu", "exit"] * 6
+    finally:
+        hooks.uninstall()
