@@ -169,6 +169,9 @@ class Warmed:
     def wait(self, variant: str, deadline: Any = None) -> Any:
         return {"variant": variant, "ok": True, "seconds": 1.0} if variant in self.done else None
 
+    def release(self) -> None:
+        """None of them is held."""
+
 
 def test_a_bounded_step_still_prepares_eager_and_the_warmed_variants_after_a_long_baseline(
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -1147,6 +1150,201 @@ def test_a_silent_worker_is_given_up_at_the_deadline_and_a_stopped_one_is_asked_
                               python=str(fake))
     two.stop()
     assert two.wait("default+freezing") is None, "stopped: not a read of a closed pipe"
+
+
+HELD_WORKER = """\
+#!/bin/sh
+printf '%s\\n' "$@" > LOG
+if [ -p /dev/stdin ]; then echo 'stdin: a pipe' >> LOG; else echo 'stdin: not a pipe' >> LOG; fi
+echo '{"variant": "default", "ok": true, "seconds": 0.5}'
+read line
+echo '{"variant": "max-autotune+freezing", "ok": true, "seconds": 2.0}'
+"""
+
+
+def test_held_compile_workers_compile_their_autotuning_variants_only_after_release(tmp_path: Path) -> None:
+    """With ``hold_autotuning`` (the step's baseline autotunes) a worker is passed
+    ``--hold-autotuning`` and a stdin pipe: a worker that said its cheap variant and waits on its
+    stdin has said nothing of its autotuning one until ``release()`` writes it a line; then it
+    does. ``release()`` twice, and after ``stop()``, does nothing; ``stop()`` leaves no pipe open.
+    Without ``hold_autotuning`` the flag is not passed and stdin is no pipe (the same worker
+    reads its end at once)."""
+    from kforge.optimize import warm
+
+    log = tmp_path / "worker-args"
+    fake = tmp_path / "fake-python"
+    fake.write_text(HELD_WORKER.replace("LOG", str(log)))
+    fake.chmod(0o755)
+    spec = warm.WarmSpec(VECTOR_ADD, "default", "cpu", 1)
+    variants = ["default", "max-autotune+freezing"]
+    held = warm.CompileWorkers(spec, variants, python=str(fake), hold_autotuning=True)
+    try:
+        assert held.wait("default") == {"variant": "default", "ok": True, "seconds": 0.5}
+        lines = log.read_text().splitlines()  # written before its first line
+        assert "--hold-autotuning" in lines and "stdin: a pipe" in lines, lines
+        assert lines[lines.index("--warm-only") + 1] == "default,max-autotune+freezing", lines
+        proc = held._workers[0].proc
+        assert not held.compiled("max-autotune+freezing"), "held: it waits on its stdin"
+        assert proc.poll() is None, "held: still waiting, not exited"
+        held.release()
+        assert proc.stdin is not None and proc.stdin.closed
+        assert held.wait("max-autotune+freezing", deadline=time.time() + 60.0) == {
+            "variant": "max-autotune+freezing", "ok": True, "seconds": 2.0}, "released: it went on"
+        held.release()  # twice: nothing more
+    finally:
+        held.stop()
+    held.release()  # after stop: nothing, no broken pipe
+    assert proc.returncode is not None
+    stopped = warm.CompileWorkers(spec, variants, python=str(fake), hold_autotuning=True)
+    stopped.stop()  # while it waits on its stdin: terminated, its pipe closed without a write
+    assert all(w.proc.stdin is not None and w.proc.stdin.closed for w in stopped._workers)
+    stopped.release()
+    free = warm.CompileWorkers(spec, variants, python=str(fake))
+    with free:
+        assert free.wait("default") == {"variant": "default", "ok": True, "seconds": 0.5}
+        lines = log.read_text().splitlines()
+        assert "--hold-autotuning" not in lines and "stdin: not a pipe" in lines, lines
+        assert free._workers[0].proc.stdin is None
+        assert free.wait("max-autotune+freezing", deadline=time.time() + 60.0) is not None, "not held"
+        free.release()  # nothing to release
+
+
+def test_a_held_worker_compiles_what_does_not_autotune_first_then_waits_for_the_step(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--hold-autotuning``: the worker prepares its variants without autotuning at once, in the
+    step's order, then reads a line of its stdin (its end too lets it go on) before those that
+    autotune, saying so; one line on stdout per variant as before. Not held, or with nothing that
+    autotunes, it reads nothing."""
+    events: List[str] = []
+
+    def prepare_one(variant: str, model: Any, ref: Any, dev: Any, ready: Dict[str, Any],
+                    report: Dict[str, Dict[str, Any]]) -> None:
+        events.append(variant)
+        report[variant] = {"ok": True}
+
+    class Stdin:
+        def readline(self) -> str:
+            events.append("(held)")
+            return ""  # its end: a step that ended
+
+    monkeypatch.setattr(dispatch, "prepare_one", prepare_one)
+    monkeypatch.setattr(dispatch, "reference", lambda problem, dev: SimpleNamespace(model=None))
+    monkeypatch.setattr(sys, "stdin", Stdin())
+    share = ["max-autotune+freezing", "default", "default+coordinate-descent", "reduce-overhead",
+             "max-autotune-no-cudagraphs", "default+freezing"]
+    cheap = ["default", "reduce-overhead", "default+freezing"]
+    autotuning = ["max-autotune+freezing", "default+coordinate-descent", "max-autotune-no-cudagraphs"]
+    assert dispatch.held_order(share) == (cheap, autotuning)
+    assert dispatch.held_order(cheap) == (cheap, []) and dispatch.held_order([]) == ([], [])
+    capsys.readouterr()
+    dispatch.warm_only(None, share, torch.device("cpu"), hold=True)
+    assert events == [*cheap, "(held)", *autotuning]
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["variant"] for line in out.splitlines()] == [*cheap, *autotuning]
+    assert f"holds {', '.join(autotuning)} (autotuning) until the step prepared its baseline" in err, err
+    for variants, hold in ((share, False), (cheap, True)):
+        events.clear()
+        dispatch.warm_only(None, variants, torch.device("cpu"), hold=hold)
+        assert events == variants, "nothing held"
+    assert "holds" not in capsys.readouterr().err
+
+
+def test_the_step_releases_held_workers_once_its_baseline_is_prepared_or_given_up(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``prepare_modes`` releases the workers right after its baseline, before it waits for any
+    of their variants; a baseline interrupted at the step's end releases them too."""
+
+    class Held:
+        count = 1
+
+        def __init__(self) -> None:
+            self.events: List[str] = []
+
+        def compiled(self, variant: str) -> bool:
+            return False
+
+        def wait(self, variant: str, deadline: Any = None) -> Any:
+            self.events.append(f"wait {variant}")
+            return None
+
+        def release(self) -> None:
+            self.events.append("release")
+
+    real = dispatch.build
+    workers = Held()
+    slow: List[str] = []
+
+    def build(model: Any, mode: str) -> Any:
+        workers.events.append(f"build {mode}")
+        if mode in slow:
+            limit = time.monotonic() + 60.0
+            while time.monotonic() < limit:  # a compile that outlives the step: only the alarm ends it
+                pass
+            raise AssertionError("the step's end never interrupted the baseline")
+        return real(model, "eager")
+
+    monkeypatch.setattr(dispatch, "build", build)
+    ref = dispatch.reference(dispatch.load_problem(VECTOR_ADD, "default"), torch.device("cpu"))
+    modes = ["max-autotune-no-cudagraphs", "default", "max-autotune+freezing"]
+    ready, _ = dispatch.prepare_modes(ref, modes, torch.device("cpu"), workers=workers)  # type: ignore[arg-type]
+    assert sorted(ready) == sorted(modes)
+    assert workers.events == ["wait max-autotune-no-cudagraphs", "build max-autotune-no-cudagraphs", "release",
+                              "wait default", "build default", "wait max-autotune+freezing",
+                              "build max-autotune+freezing"]
+    workers.events.clear()
+    slow.append(modes[0])
+    ready, report = dispatch.prepare_modes(ref, modes, torch.device("cpu"), until=time.time() + 0.5,
+                                           workers=workers, end=time.time() + 1.0)  # type: ignore[arg-type]
+    assert ready == {} and report[modes[0]]["why"].startswith(dispatch.BASELINE_PAST_END)
+    assert workers.events == ["wait max-autotune-no-cudagraphs", "build max-autotune-no-cudagraphs", "release"]
+
+
+def test_compile_workers_are_held_only_beside_a_baseline_that_autotunes_and_the_record_says_so(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The measure step holds its workers' autotuning variants (``hold_autotuning``) when its
+    baseline's compile autotunes, releases them once, and records ``held_autotuning`` beside
+    ``asked`` and ``started``; with a baseline that does not autotune the record is as before."""
+    made: List[Dict[str, Any]] = []
+
+    class Workers:
+        def __init__(self, spec: Any, variants: Any, python: Any = None, hold_autotuning: bool = False) -> None:
+            self.count = spec.workers
+            made.append({"variants": list(variants), "hold": hold_autotuning, "released": 0})
+
+        def compiled(self, variant: str) -> bool:
+            return False
+
+        def wait(self, variant: str, deadline: Any = None) -> Any:
+            return None
+
+        def release(self) -> None:
+            made[-1]["released"] += 1
+
+        def __enter__(self) -> "Workers":
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    real = dispatch.build
+    monkeypatch.setattr(dispatch, "build", lambda model, mode: real(model, "eager"))
+    monkeypatch.setattr(dispatch, "CompileWorkers", Workers)
+    monkeypatch.setenv("KFORGE_SOCKET", "/nonexistent/kforge.sock")
+    warnings.simplefilter("ignore")  # no daemon: regions are not exclusive (pytest restores the filters)
+    problem = dispatch.load_problem(VECTOR_ADD, "default")
+    from kforge.optimize.warm import WarmSpec
+
+    spec = WarmSpec(VECTOR_ADD, "default", "cpu", 2)
+    r = dispatch.measure(problem, ["max-autotune-no-cudagraphs", "default", "max-autotune+freezing"],
+                         torch.device("cpu"), 2, warm=spec)
+    assert r["compile_workers"] == {"asked": 2, "started": 2, "held_autotuning": True}, r["compile_workers"]
+    assert made == [{"variants": ["default", "max-autotune+freezing"], "hold": True, "released": 1}]
+    json.dumps(r["compile_workers"])
+    made.clear()
+    r = dispatch.measure(problem, ["default", "max-autotune-no-cudagraphs", "default+freezing"],
+                         torch.device("cpu"), 2, warm=spec)
+    assert r["compile_workers"] == {"asked": 2, "started": 2}, r["compile_workers"]
+    assert [m["hold"] for m in made] == [False]
 
 
 LEAVING_STEP = """\

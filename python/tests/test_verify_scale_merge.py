@@ -81,7 +81,7 @@ def test_a_warm_verify_is_kept_beside_the_cold_one(tmp_path: Path) -> None:
     assert "| 2.0 | 3.0 | 6.0 | 1.20 |" in table, table
     assert "| 5.0 (rejected) | 1.25 |" in table, table
     assert "- -: 2; verify ÷ naive: median 4.00, max 4.00, 1/2 at most 3\n" \
-           "  - 2 through a forking warm worker (`--daemon --warm`); ÷ naive: median 1.25, max 1.25, 2/2 at most 3" in table
+           "  - warm verifies on this card: 2, through a forking warm worker (`--daemon --warm`); ÷ naive: median 1.25, max 1.25, 2/2 at most 3" in table
 
 
 def test_a_warm_only_call_adds_its_warm_verify_on_its_own_card(tmp_path: Path) -> None:
@@ -102,7 +102,7 @@ def test_a_warm_only_call_adds_its_warm_verify_on_its_own_card(tmp_path: Path) -
     assert (row["verify-warm"]["gpu"], row["verify-warm"]["naive_seconds"]) == ("NVIDIA H100 80GB HBM3", 4.0)
     table = run("table", "--kept", str(kept))
     assert "| eager-a | H200 | 5.0 | 15.0 | 3.00 |" in table and "| 8.0 (H100) | 2.00 |" in table, table
-    assert "- H100: 0; verify ÷ naive: none yet\n  - 1 through a forking warm worker" in table, table
+    assert "- H100: 0; verify ÷ naive: none yet\n  - warm verifies on this card: 1, through a forking warm worker" in table, table
     assert "median 2.00, max 2.00, 1/1 at most 3" in table
     assert run("done", "--warm", "--kept", str(kept)).split() == ["eager-a"]
 

@@ -336,7 +336,10 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optiona
     add a chance to win by noise. With ``workers``, a variant one of them has is prepared after
     that worker said it compiled it (its compile then a cache hit: ``warmed`` in the second
     dict); one that ran out of GPU memory beside them is prepared again after they are
-    stopped (``retried_alone``). ``before_autotuning`` runs once, under the same deadline, just
+    stopped (``retried_alone``). Once the baseline is prepared (or given up), held workers are
+    released (:meth:`CompileWorkers.release`): their autotuning variants, compiled after the
+    baseline's, find its autotune results in Inductor's caches instead of benchmarking the same
+    choices beside it. ``before_autotuning`` runs once, under the same deadline, just
     before the first variant but the baseline whose compile autotunes (:func:`compile_class`), or
     after the last variant when none does: a bounded step's other work that fits before them."""
     ready: Dict[str, Callable[..., Any]] = {}
@@ -355,6 +358,9 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optiona
                 for other in modes[1:]:
                     report[other] = {"ok": False, "not_prepared": NOT_PREPARED}
                 return {}, report
+        finally:  # held workers go on to their autotuning variants: the baseline's autotuning is done
+            if workers is not None:
+                workers.release()
     current: List[int] = []  # the index of the variant being prepared (none: all done, or in the hook)
     hook = [before_autotuning] if before_autotuning is not None else []
     try:  # outside the alarm's block: the alarm may come anywhere in it, its end included
@@ -607,19 +613,44 @@ def fx_cache_hits() -> int:
     return int(counters["inductor"].get("fxgraph_cache_hit", 0)) + int(counters["aot_autograd"].get("autograd_cache_hit", 0))
 
 
-def warm_only(problem: Any, variants: Sequence[str], dev: Any) -> None:
+def warm_only(problem: Any, variants: Sequence[str], dev: Any, hold: bool = False) -> None:
     """A compile worker (``--warm-only``, :mod:`.warm`): each of ``variants`` prepared as the
     measure step prepares it (so that its compile fills the caches the step will read), one
-    line on stdout as each is done."""
+    line on stdout as each is done. With ``hold`` (``--hold-autotuning``: the step's baseline
+    autotunes) those whose compile does not autotune first, then, after a line on stdin (the
+    step's :meth:`CompileWorkers.release` once its baseline is prepared) or its end (a step that
+    ended never leaves a worker waiting), those that do (:func:`held_order`): autotuned beside
+    the baseline's compile, they would run its benchmarks again, each in an exclusive region
+    under a daemon, and delay the compile the step needs first; after it, they find most of their
+    autotuning in Inductor's autotune cache."""
+    now, later = held_order(variants) if hold else (list(variants), [])
     ref = reference(problem, dev)
     with room_to_compile(len(variants) + 1):
-        for v in variants:
-            t0 = time.perf_counter()
-            ready: Dict[str, Callable[..., Any]] = {}
-            report: Dict[str, Dict[str, Any]] = {}
-            prepare_one(v, ref.model, ref, dev, ready, report)
-            why = report[v].get("why")
-            print(worker_line(v, why is None, time.perf_counter() - t0, why), flush=True)
+        for v in now:
+            warm_one(v, ref, dev)
+        if later:
+            say(f"compile worker {os.getpid()} holds {', '.join(later)} (autotuning) until the step prepared its baseline")
+            sys.stdin.readline()
+            say(f"compile worker {os.getpid()} released: compiling {', '.join(later)}")
+        for v in later:
+            warm_one(v, ref, dev)
+
+
+def held_order(variants: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """``variants`` as a held compile worker compiles them: those whose compile does not autotune
+    (:func:`compile_class` below 2) at once, and those that do after the step released it; each
+    list in the order given (the step's)."""
+    return [v for v in variants if compile_class(v) < 2], [v for v in variants if compile_class(v) == 2]
+
+
+def warm_one(variant: str, ref: Reference, dev: Any) -> None:
+    """A compile worker's preparation of ``variant`` (:func:`warm_only`), its line on stdout."""
+    t0 = time.perf_counter()
+    ready: Dict[str, Callable[..., Any]] = {}
+    report: Dict[str, Dict[str, Any]] = {}
+    prepare_one(variant, ref.model, ref, dev, ready, report)
+    why = report[variant].get("why")
+    print(worker_line(variant, why is None, time.perf_counter() - t0, why), flush=True)
 
 
 #: Why a variant was not prepared: the measure step's deadline (``--prepare-until``).
@@ -1142,11 +1173,13 @@ def graph_round(problem: Any, ref: Reference, fns: Dict[str, Callable[..., Any]]
             "round": {**record, "moved_to": name}}
 
 
-def compile_workers(warm: Optional[WarmSpec], variants: Sequence[str], dev: Any) -> Tuple[WarmSpec, Optional[Dict[str, Any]]]:
+def compile_workers(warm: Optional[WarmSpec], variants: Sequence[str], dev: Any, hold: bool = False
+                    ) -> Tuple[WarmSpec, Optional[Dict[str, Any]]]:
     """The compile workers a measure step starts for ``variants`` (those after the baseline): as
     many as ``warm`` asks, no more than there are variants to warm and, on a GPU, than its free
     memory holds beside the step's (:func:`workers_for_memory`); and what to record of it
-    (``None`` when none were asked for)."""
+    (``None`` when none were asked for; ``held_autotuning`` when ``hold``, the baseline
+    autotuning, holds the started workers' autotuning variants until it is prepared)."""
     if warm is None or warm.workers <= 0:
         return WarmSpec("", "", "", 0), None
     n = min(warm.workers, sum(1 for v in variants if warmable(v)))
@@ -1160,8 +1193,11 @@ def compile_workers(warm: Optional[WarmSpec], variants: Sequence[str], dev: Any)
             said["fewer"] = f"the GPU's free memory ({free / 2**30:.1f} GiB) holds {held} beside the step's {footprint / 2**30:.2f} GiB"
         n = held
     said["started"] = n
+    if n and hold:
+        said["held_autotuning"] = True
     if n:
-        say(f"{n} compile worker(s) warm Inductor's caches ahead of the preparation")
+        say(f"{n} compile worker(s) warm Inductor's caches ahead of the preparation"
+            + ("; their autotuning variants after the baseline, which autotunes too" if hold else ""))
     return WarmSpec(warm.problem, warm.size, warm.device, n), said
 
 
@@ -1253,10 +1289,13 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
     to_prepare = [m for m in modes if m not in idle]
     if until is not None:  # bounded: what fits first, the long autotuning compiles last
         to_prepare = to_prepare[:1] + sorted(to_prepare[1:], key=compile_class)
-    spec, workers_said = compile_workers(warm, to_prepare[1:], dev)
+    # A baseline that autotunes: the workers' autotuning variants wait for it (prepare_modes
+    # releases them), or they would benchmark its choices again beside its compile.
+    hold = compile_class(baseline) == 2
+    spec, workers_said = compile_workers(warm, to_prepare[1:], dev, hold)
     rewriting = RewriteStep(problem, ref, baseline, rewrite, dev, late)
     early = rewriting.prepare if until is not None and compile_class(baseline) < 2 else None
-    with CompileWorkers(spec, to_prepare[1:]) as workers:
+    with CompileWorkers(spec, to_prepare[1:], hold_autotuning=hold) as workers:
         rewriting.workers = workers
         fns, report = prepare_modes(ref, to_prepare, dev, until, workers if workers.count else None, end, early)
     rewriting.workers = None  # stopped: the rewrite prepared after them runs alone
@@ -1346,6 +1385,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--warm-only", default=None, metavar="VARIANTS",
                     help="be a compile worker: prepare these variants (comma-separated), print a JSON line as each is "
                          "done, time nothing, write no result")
+    ap.add_argument("--hold-autotuning", action="store_true",
+                    help="with --warm-only: prepare the variants that do not autotune first, then wait for a line on "
+                         "stdin (or its end) before those that do (the measure step passes it when its baseline "
+                         "autotunes and writes the line once that baseline is prepared: autotuned after it, they find "
+                         "its autotune results in Inductor's caches instead of benchmarking them again beside it)")
     ap.add_argument("--prepare-until", type=float, default=None, metavar="UNIX_S",
                     help="prepare no variant but the baseline after this time (Unix seconds), interrupting a compile "
                          "still running then; those left are recorded as not prepared and not timed (kforge optimize "
@@ -1385,7 +1429,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         problem = load_problem(a.problem, a.size)
         inductor_regions()  # under a daemon, max-autotune's own benchmarks run in regions
         if a.warm_only is not None:
-            warm_only(problem, [v for v in a.warm_only.split(",") if v], torch.device(a.device))
+            warm_only(problem, [v for v in a.warm_only.split(",") if v], torch.device(a.device), a.hold_autotuning)
             return 0
         warm = WarmSpec(a.problem, a.size, a.device, a.compile_workers)
         result = measure(problem, modes, torch.device(a.device), a.rounds, classes if rewrite else None, a.graph_rounds,

@@ -14,6 +14,18 @@ before, its compile a cache hit. What is timed and judged is unchanged: the step
 copies, in the step's own process. A worker's failure costs only its warm-up: the step compiles
 the variant itself.
 
+When the baseline's own compile autotunes (a max-autotune baseline), the workers are started
+held (``hold_autotuning``, the worker's ``--hold-autotuning``): each compiles at once its variants
+that do not autotune (``default``, ``reduce-overhead``, knobs without autotuning), then waits for
+a line on its stdin before those that do, which :meth:`CompileWorkers.release` writes once the
+step has prepared its baseline. A max-autotune variant benchmarks the same GEMM and convolution
+choices the baseline does: on an H100 at the large size, three workers autotuning them beside
+the baseline's compile ran the same benchmarks four times over (19.7 s for 21 choices, per
+process), each inside a daemon's exclusive region, and the baseline's compile, which the step
+needs before anything else, did not end within the step's 350 s. Inductor keeps its autotune
+results on disk (its autotune cache and the ``.best_config`` files in ``TORCHINDUCTOR_CACHE_DIR``),
+so a variant compiled after the baseline finds most of its autotuning done.
+
 Each worker prints one JSON line per variant on stdout, as it finishes it: ``{"variant": V,
 "ok": true, "seconds": S}`` or ``{"variant": V, "ok": false, "seconds": S, "why": ...}``.
 
@@ -82,18 +94,28 @@ class CompileWorkers:
     variants itself). ``stop()`` ends the workers (SIGTERM, then SIGKILL after
     ``STOP_PATIENCE_S``) and reaps them; after it ``wait`` returns ``None``. A context manager
     stops them on exit. A worker dies with the step's process (``PR_SET_PDEATHSIG``) even where
-    no daemon kills the job."""
+    no daemon kills the job.
 
-    def __init__(self, spec: WarmSpec, variants: Sequence[str], python: Optional[str] = None) -> None:
+    With ``hold_autotuning`` (the step's baseline autotunes) each worker compiles its autotuning
+    variants only after ``release()``, which the step calls once its baseline is prepared: they
+    would otherwise run the baseline's own autotune benchmarks again beside its compile (see the
+    module's docstring). Its other variants it compiles at once."""
+
+    def __init__(self, spec: WarmSpec, variants: Sequence[str], python: Optional[str] = None,
+                 hold_autotuning: bool = False) -> None:
         self._workers: List[_Worker] = []
         self._of: Dict[str, _Worker] = {}
         for share in shares([v for v in variants if warmable(v)], spec.workers):
             args = [python or sys.executable, "-m", "kforge.optimize.dispatch", spec.problem, "--out", os.devnull,
                     "--device", spec.device, "--size", spec.size, "--warm-only", ",".join(share)]
+            if hold_autotuning:
+                args.append("--hold-autotuning")
             # In the step's own process group and cgroup (no new session): the daemon freezes
             # them with the step during a sibling's region, counts their GPU memory as the job's
             # and does not see them as processes outside its jobs; killing the job kills them.
-            proc = subprocess.Popen(args, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
+            # A held worker reads its stdin (a pipe: ``release``); any other has none.
+            proc = subprocess.Popen(args, stdout=subprocess.PIPE,
+                                    stdin=subprocess.PIPE if hold_autotuning else subprocess.DEVNULL, text=True,
                                     env=worker_env(), preexec_fn=die_with_parent)
             w = _Worker(proc, share, {}, queue.Queue())
             threading.Thread(target=read_rows, args=(proc, w.rows), daemon=True).start()
@@ -133,6 +155,15 @@ class CompileWorkers:
                 break
         return bool(w.seen.get(variant, {}).get("ok"))
 
+    def release(self) -> None:
+        """Held workers (``hold_autotuning``) let go on to their autotuning variants: a line
+        written to each one's stdin, which is then closed. The step calls it once its baseline is
+        prepared, whose autotune results the workers' variants then find in Inductor's caches. A
+        worker that exited meanwhile is passed over; a second call, or one after ``stop()``, does
+        nothing; without ``hold_autotuning`` it does nothing."""
+        for w in self._workers:
+            let_go(w.proc)
+
     def _drop(self, w: _Worker) -> None:
         """``w`` ended and forgotten: ``wait`` returns ``None`` for its variants."""
         end(w.proc)
@@ -167,7 +198,8 @@ def take(w: _Worker, row: Optional[Dict[str, Any]]) -> None:
 
 
 def end(proc: "subprocess.Popen[str]") -> None:
-    """``proc`` terminated (SIGTERM, SIGKILL after ``STOP_PATIENCE_S``) and reaped."""
+    """``proc`` terminated (SIGTERM, SIGKILL after ``STOP_PATIENCE_S``) and reaped, its stdin
+    pipe (a held worker's) closed after it exited: it is not let go on to compile meanwhile."""
     if proc.poll() is None:
         proc.terminate()
     try:
@@ -175,6 +207,34 @@ def end(proc: "subprocess.Popen[str]") -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+    close_stdin(proc)
+
+
+def let_go(proc: "subprocess.Popen[str]") -> None:
+    """A held worker ``proc`` let go (:meth:`CompileWorkers.release`): a line on its stdin, which
+    is then closed; nothing for one with no stdin pipe or whose pipe is closed already. A worker
+    that exited meanwhile has no reader: the write's broken pipe is passed over."""
+    pipe = proc.stdin
+    if pipe is None or pipe.closed:
+        return
+    try:
+        if proc.poll() is None:
+            pipe.write("\n")
+            pipe.flush()
+    except OSError:  # BrokenPipeError: it exited between the poll and the write
+        pass
+    close_stdin(proc)
+
+
+def close_stdin(proc: "subprocess.Popen[str]") -> None:
+    """``proc``'s stdin pipe closed, if it has one still open (a held worker's)."""
+    pipe = proc.stdin
+    if pipe is None or pipe.closed:
+        return
+    try:
+        pipe.close()
+    except OSError:  # what was buffered met a closed pipe; the file descriptor is closed anyway
+        pass
 
 
 def read_rows(proc: "subprocess.Popen[str]", rows: "queue.Queue[Optional[Dict[str, Any]]]") -> None:
