@@ -563,8 +563,11 @@ def test_a_module_that_bound_the_functions_by_name_before_gets_the_wrappers(hook
 class CachingAutotuner:
     """Shaped like Inductor's: ``run`` launches its kernel (here: the fake device's next call)."""
 
-    def __init__(self, dev: "SlowDevice", launchers: int, **meta: Any) -> None:
-        self.dev, self.launchers, self.inductor_meta = dev, [object()] * launchers, dict(meta)
+    def __init__(self, dev: "SlowDevice", launchers: int, kind: str = "TEMPLATE", coordesc_found: bool = False,
+                 **meta: Any) -> None:
+        launcher = types.SimpleNamespace(config=types.SimpleNamespace(found_by_coordesc=coordesc_found))
+        self.dev, self.launchers, self.inductor_meta = dev, [launcher] * launchers, dict(meta)
+        self.heuristic_type = types.SimpleNamespace(name=kind)
 
     def run(self, *args: Any, stream: int = 0) -> None:
         self.dev.call()
@@ -574,7 +577,8 @@ def test_a_slow_choice_that_only_launches_its_kernel_is_timed_by_its_first_call(
     """A max-autotune template choice (``partial(CachingAutotuner.run, ...)`` with one launcher
     and no tuning left) compiles nothing on its first call: when that call is slow, its time is
     the result, with no second call holding the region as long again. Two launchers (the first
-    call tunes), coordinate descent or any other callable still take the second call."""
+    call tunes), coordinate descent still to do (a pointwise kernel), combo tuning or any other
+    callable still take the second call."""
     dev = SlowDevice([])
     hooks = AutoRegions(warn=lambda _: None, reaper=False, clock=dev.clock)
     hooks.device_sync = lambda: True
@@ -583,19 +587,23 @@ def test_a_slow_choice_that_only_launches_its_kernel_is_timed_by_its_first_call(
         hooks.patch_inductor_benchmarking(m)
         bm = m.benchmarker  # type: ignore[attr-defined]
         slow = ar.INDUCTOR_SLOW_CALL_S
-        alone = functools.partial(CachingAutotuner(dev, 1).run, "x", stream=0)
-        assert ar.launches_its_kernel_alone(alone)
+        alone = functools.partial(CachingAutotuner(dev, 1, coordinate_descent_tuning=True).run, "x", stream=0)
+        assert ar.launches_its_kernel_alone(alone), "a template: coordinate descent never tunes it"
+        for tuned_already in (CachingAutotuner(dev, 1, "POINTWISE", coordesc_found=True, coordinate_descent_tuning=True),
+                              CachingAutotuner(dev, 1, "POINTWISE")):
+            assert ar.launches_its_kernel_alone(functools.partial(tuned_already.run, "x"))
         dev.seconds = [slow + 4.0, slow + 9.0]
         assert bm.benchmark_gpu(alone) == pytest.approx((slow + 4.0) * 1e3) and dev.calls == 1
         dev.seconds = [slow + 4.0, 0.01]  # quick after all (a cold first launch): Inductor's benchmark runs
         before = dev.calls
         assert bm.benchmark_gpu(functools.partial(CachingAutotuner(dev, 2).run, "x")) == 2.0 and dev.calls == before + 3
         for other in (functools.partial(CachingAutotuner(dev, 2).run, "x"),
-                      functools.partial(CachingAutotuner(dev, 1, coordinate_descent_tuning=True).run, "x"),
+                      functools.partial(CachingAutotuner(dev, 1, "POINTWISE", coordinate_descent_tuning=True).run, "x"),
+                      functools.partial(CachingAutotuner(dev, 1, combo_tuning_groups=[1]).run, "x"),
                       functools.partial(CachingAutotuner(dev, 0).run, "x"), dev.call):
             assert not ar.launches_its_kernel_alone(other)
             dev.seconds, before = [slow + 1.0, slow + 2.0], dev.calls
             assert bm.benchmark_gpu(other) == pytest.approx((slow + 2.0) * 1e3) and dev.calls == before + 2
-        assert region_log(daemon) == ["enter auto:inductor.benchmark_gpu", "exit"] * 6
+        assert region_log(daemon) == ["enter auto:inductor.benchmark_gpu", "exit"] * 7
     finally:
         hooks.uninstall()
