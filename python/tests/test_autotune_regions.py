@@ -6,6 +6,7 @@ the fake daemon of ``conftest.py``."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import subprocess
@@ -13,7 +14,7 @@ import sys
 import textwrap
 import types
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
 
@@ -163,16 +164,26 @@ class SlowDevice:
         self.now += self.seconds.pop(0) if self.seconds else 0.001
 
 
-def test_a_benchmark_whose_calls_take_over_the_slow_limit_is_timed_by_one_call(
-        daemon: FakeDaemon, monkeypatch: pytest.MonkeyPatch) -> None:
-    lines: List[str] = []
+@contextlib.contextmanager
+def slow_benchmarker(warn: Callable[[str], None]) -> Iterator[Tuple[SlowDevice, AutoRegions, Any]]:
+    """A fake Inductor benchmarking module patched by hooks whose clock and device wait are a
+    :class:`SlowDevice`'s: the device, the hooks and the module (uninstalled afterwards)."""
     dev = SlowDevice([])
-    hooks = AutoRegions(warn=lines.append, reaper=False, clock=dev.clock)
+    hooks = AutoRegions(warn=warn, reaper=False, clock=dev.clock)
     hooks.device_sync = lambda: True
     try:
         m = fake_benchmarking()
         hooks.patch_inductor_benchmarking(m)
-        bm = m.benchmarker  # type: ignore[attr-defined]
+        yield dev, hooks, m
+    finally:
+        hooks.uninstall()
+
+
+def test_a_benchmark_whose_calls_take_over_the_slow_limit_is_timed_by_one_call(
+        daemon: FakeDaemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    lines: List[str] = []
+    with slow_benchmarker(lines.append) as (dev, hooks, m):
+        bm = m.benchmarker
         slow = ar.INDUCTOR_SLOW_CALL_S
         # Quick first call: Inductor's benchmark runs (one more call of its own).
         assert bm.benchmark_gpu(dev.call) == 2.0 and dev.calls == 2
@@ -211,8 +222,6 @@ def test_a_benchmark_whose_calls_take_over_the_slow_limit_is_timed_by_one_call(
         hooks.device_sync = lambda: False
         before = dev.calls
         assert bm.benchmark_gpu(dev.call) == 2.0 and dev.calls == before + 1
-    finally:
-        hooks.uninstall()
 
 
 def test_the_slow_call_check_waits_for_cuda_only_once_it_is_initialized(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -579,13 +588,8 @@ def test_a_slow_choice_that_only_launches_its_kernel_is_timed_by_its_first_call(
     the result, with no second call holding the region as long again. Two launchers (the first
     call tunes), coordinate descent still to do (a pointwise kernel), combo tuning or any other
     callable still take the second call."""
-    dev = SlowDevice([])
-    hooks = AutoRegions(warn=lambda _: None, reaper=False, clock=dev.clock)
-    hooks.device_sync = lambda: True
-    try:
-        m = fake_benchmarking()
-        hooks.patch_inductor_benchmarking(m)
-        bm = m.benchmarker  # type: ignore[attr-defined]
+    with slow_benchmarker(lambda _: None) as (dev, _, m):
+        bm = m.benchmarker
         slow = ar.INDUCTOR_SLOW_CALL_S
         alone = functools.partial(CachingAutotuner(dev, 1, coordinate_descent_tuning=True).run, "x", stream=0)
         assert ar.launches_its_kernel_alone(alone), "a template: coordinate descent never tunes it"
@@ -605,5 +609,3 @@ def test_a_slow_choice_that_only_launches_its_kernel_is_timed_by_its_first_call(
             dev.seconds, before = [slow + 1.0, slow + 2.0], dev.calls
             assert bm.benchmark_gpu(other) == pytest.approx((slow + 2.0) * 1e3) and dev.calls == before + 2
         assert region_log(daemon) == ["enter auto:inductor.benchmark_gpu", "exit"] * 7
-    finally:
-        hooks.uninstall()

@@ -200,6 +200,15 @@ def test_a_bounded_step_still_prepares_eager_and_the_warmed_variants_after_a_lon
     assert sorted(ready) == ["default", "eager"] and report["default+freezing"]["not_prepared"] == dispatch.NOT_PREPARED
 
 
+def compile_outliving_the_step(never: str) -> None:
+    """A compile that outlives the step: it spins until the deadline's alarm interrupts it (at
+    most 60 s, then fails the test with ``never``)."""
+    limit = time.monotonic() + 60.0
+    while time.monotonic() < limit:
+        pass
+    raise AssertionError(never)
+
+
 def test_a_compile_still_running_at_the_deadline_is_interrupted(monkeypatch: pytest.MonkeyPatch,
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     """A max-autotune compile under load outlived a bounded step (expected to take the longest
@@ -210,10 +219,7 @@ def test_a_compile_still_running_at_the_deadline_is_interrupted(monkeypatch: pyt
 
     def build(model: Any, mode: str) -> Any:
         if mode == "max-autotune-no-cudagraphs":
-            limit = time.monotonic() + 60.0
-            while time.monotonic() < limit:  # a compile that outlives the step: only the alarm ends it
-                pass
-            raise AssertionError("the deadline's alarm never interrupted the compile")
+            compile_outliving_the_step("the deadline's alarm never interrupted the compile")
         return real(model, "eager")
 
     monkeypatch.setattr(dispatch, "build", build)
@@ -1277,10 +1283,7 @@ def test_the_step_releases_held_workers_once_its_baseline_is_prepared_or_given_u
     def build(model: Any, mode: str) -> Any:
         workers.events.append(f"build {mode}")
         if mode in slow:
-            limit = time.monotonic() + 60.0
-            while time.monotonic() < limit:  # a compile that outlives the step: only the alarm ends it
-                pass
-            raise AssertionError("the step's end never interrupted the baseline")
+            compile_outliving_the_step("the step's end never interrupted the baseline")
         return real(model, "eager")
 
     monkeypatch.setattr(dispatch, "build", build)

@@ -20,7 +20,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 RESULT_FILES = ("model_new.py", "policy.toml")
 FAMILY = ("dispatch", "inductor", "rewrite")
@@ -113,18 +113,30 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not os.path.isdir(a.out):
         print(f"backfill_confirmed: {a.out} is not a folder (a campaign's output, e.g. a state pack's out/)", file=sys.stderr)
         return 2
-    with open(a.decisions, encoding="utf-8") as f:
+    def one(e: Dict[str, Any]) -> Tuple[bool, str]:
+        what, speedup = backfill(e, a.out)
+        shown = f"{speedup:.3f}x" if speedup is not None else "-"
+        return what == "filled", f"{shown:>8}  {what}"
+
+    fill_entries(a.decisions, one, a.check)
+    return 0
+
+
+def fill_entries(path: str, one: Callable[[Dict[str, Any]], Tuple[bool, str]], check: bool) -> int:
+    """``one`` applied to every entry of the decisions file at ``path`` (it says whether it
+    filled the entry in, and a word for the entry's line), each problem's line and the count
+    printed, the file rewritten when any was filled (not with ``check``); how many were."""
+    with open(path, encoding="utf-8") as f:
         d = json.load(f)
     filled = 0
     for e in d["entries"]:
-        what, speedup = backfill(e, a.out)
-        filled += what == "filled"
-        shown = f"{speedup:.3f}x" if speedup is not None else "-"
-        print(f"{e['report']['problem']:<52} {shown:>8}  {what}")
+        done, shown = one(e)
+        filled += done
+        print(f"{e['report']['problem']:<52} {shown}")
     print(f"{filled} filled of {len(d['entries'])} entries")
-    if filled and not a.check:
-        write(a.decisions, d)
-    return 0
+    if filled and not check:
+        write(path, d)
+    return filled
 
 
 if __name__ == "__main__":

@@ -30,10 +30,10 @@ import os
 import subprocess
 import sys
 import tempfile
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from backfill_confirmed import FAMILY, RESULT_FILES, files_hash, folder_of, write  # noqa: E402
+from backfill_confirmed import FAMILY, RESULT_FILES, files_hash, fill_entries, folder_of  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -109,16 +109,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"backfill_result_files: {out} is not a folder (a campaign's output, e.g. a state pack's out/)",
                   file=sys.stderr)
             return 2
-    with open(a.decisions, encoding="utf-8") as f:
-        d = json.load(f)
-    filled = 0
-    for e in d["entries"]:
+    def one(e: Dict[str, Any]) -> Tuple[bool, str]:
         what = fill(e, a.outs, a.regenerate, a.python, a.triton)
-        filled += what.startswith("filled")
-        print(f"{e['report']['problem']:<52} {what}")
-    print(f"{filled} filled of {len(d['entries'])} entries")
-    if filled and not a.check:
-        write(a.decisions, d)
+        return what.startswith("filled"), what
+
+    fill_entries(a.decisions, one, a.check)
     return 0
 
 
