@@ -297,6 +297,11 @@ def test_count_host_spin_and_samples() -> None:
     assert bench.host_counted_sample(0.500, 0.030, 100.0) == 0.500
     # A call that waited for the GPU (host time reached the spin): device time alone.
     assert bench.host_counted_sample(0.200, 0.350, 100.0) == 0.200
+    # A launch-bound forward of 3 ms of host time a call (2 ms on the GPU): its spin covers three
+    # such calls, so one that takes 5.5 ms (a slower host) is still sampled by its host time,
+    # not taken for a call that waited (a 5 ms spin did that, and its rounds' medians jumped).
+    spin = bench.spin_length_us([3000.0] * 5)
+    assert spin == 9050.0 and bench.host_counted_sample(2.0, 5.5, spin) == 5.5
 
 
 def test_interleaved_bench_calls_in_turn(monkeypatch: pytest.MonkeyPatch, clean_env: str) -> None:
