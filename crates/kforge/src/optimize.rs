@@ -1062,11 +1062,12 @@ impl Run<'_> {
                     .with_context(|| format!("removing {} (another decision's)", stale.display()))?;
             }
             if !write_result_files(entry, out)? && entry.result_hash.is_some() {
-                self.progress(
-                    index,
-                    problem,
-                    "its result files are not in the decisions file (decided before it carried them): the report alone is restored",
-                );
+                let why = if entry.result_files.is_empty() {
+                    "its result files are not in the decisions file (decided before it carried them)"
+                } else {
+                    "the decisions file's result files do not hash as decided (edited since?)"
+                };
+                self.progress(index, problem, &format!("{why}: the report alone is restored"));
             }
         }
         (report.result, report.policy) = (journaled(out, RESULT_FILES[0]), journaled(out, RESULT_FILES[1]));

@@ -508,6 +508,17 @@ fn a_campaign_resumes_on_a_fresh_machine_from_its_decisions_file() {
     assert!(
         bare.join("level1/row_softmax/report.json").exists() && !bare.join("level1/row_softmax/model_new.py").exists()
     );
+    // Carried files that do not hash as decided (edited since) are not written either.
+    let (edited_out, edited) = (dir.path().join("edited"), dir.path().join("edited.json"));
+    let mut changed = first.clone();
+    changed["entries"][0]["result_files"]["model_new.py"] = format!("{}# edited\n", written[0]).into();
+    std::fs::write(&edited, changed.to_string()).unwrap();
+    let from_edited =
+        [&args[..], &["--decisions", edited.to_str().unwrap(), "--resume", "--budget-wall-s", "0.001"]].concat();
+    let (code, text) = optimize(&from_edited, &edited_out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains("result files do not hash as decided"), "{text}");
+    assert!(!edited_out.join("level1/row_softmax/model_new.py").exists());
     let c = campaign(&out);
     assert_eq!((c["problems"][0]["resumed"].clone(), c["problems"][1]["resumed"].clone()), (true.into(), false.into()));
     assert!(c["problems"].as_array().unwrap().iter().all(|p| p["decision"].is_object()), "{c}");
