@@ -175,45 +175,6 @@ INDUCTOR_RETAKE_STREAK = 3
 #: drains timed out on them). An isolated compile would time it as slow too: the choice made is
 #: the same, from one sample.
 INDUCTOR_SLOW_CALL_S = 1.0
-
-
-def launches_its_kernel_alone(fn: Callable[..., Any]) -> bool:
-    """Whether a call of ``fn`` (a benchmark's callable) does nothing but launch one compiled
-    Triton kernel: a ``functools.partial`` of an Inductor ``CachingAutotuner``'s ``run`` (a
-    max-autotune template choice, as ``select_algorithm`` benchmarks it) that holds exactly one
-    launcher and tunes nothing on its first call (no coordinate descent to do for it, no combo
-    tuning). Its
-    first call's time is then the kernel's, not a compile's or a tuning's. False for anything
-    else, and whenever it cannot tell (another torch's internals)."""
-    f: Any = fn
-    while isinstance(f, functools.partial):
-        f = f.func
-    owner = getattr(f, "__self__", None)
-    if getattr(getattr(f, "__func__", None), "__qualname__", "") != "CachingAutotuner.run":
-        return False  # (a subclass's own run, e.g. the kernel benchmark's, does more)
-    launchers, meta = getattr(owner, "launchers", None), getattr(owner, "inductor_meta", None)
-    if not isinstance(launchers, list) or len(launchers) != 1 or not isinstance(meta, dict):
-        return False  # none yet (compiled on the first call), or several (tuned on it)
-    if meta.get("combo_tuning_groups"):
-        return False
-    return not (meta.get("coordinate_descent_tuning") and would_tune_by_coordinate_descent(owner, launchers[0]))
-
-
-#: Inductor's heuristic types whose kernels coordinate descent never tunes (a max-autotune
-#: template choice's among them), though max-autotune turns it on for every kernel.
-NOT_COORDESC_TUNED = frozenset({"TEMPLATE", "USER_AUTOTUNE", "FIXED"})
-
-
-def would_tune_by_coordinate_descent(owner: Any, launcher: Any) -> bool:
-    """Whether a ``CachingAutotuner``'s next ``run``, with coordinate descent on, would tune
-    ``launcher``'s config: not once it was found so (``found_by_coordesc``), nor for a heuristic
-    type Inductor never tunes so (:data:`NOT_COORDESC_TUNED`). On torch 2.11 (H100, session 29)
-    every max-autotune template choice's ``inductor_meta`` had ``coordinate_descent_tuning`` set
-    (``scripts/device/slow_choice_probe.py``)."""
-    if getattr(getattr(launcher, "config", None), "found_by_coordesc", False):
-        return False
-    kind = getattr(getattr(owner, "heuristic_type", None), "name", None)
-    return kind not in NOT_COORDESC_TUNED
 INDUCTOR_UTILS = "torch._inductor.utils"
 #: The name of the bootstrap directory the daemon puts first on an ``--auto-regions`` job's
 #: ``PYTHONPATH`` (``kforge_python::AUTO_REGIONS_DIR``).
@@ -293,6 +254,44 @@ def cuda_synchronize() -> bool:
         return False
     cuda.synchronize()
     return True
+
+
+def launches_its_kernel_alone(fn: Callable[..., Any]) -> bool:
+    """Whether a call of ``fn`` (a benchmark's callable) does nothing but launch one compiled
+    Triton kernel: a ``functools.partial`` of an Inductor ``CachingAutotuner``'s ``run`` (a
+    max-autotune template choice, as ``select_algorithm`` benchmarks it) that holds exactly one
+    launcher and tunes nothing on its first call (no coordinate descent to do for it, no combo
+    tuning). Its first call's time is then the kernel's, not a compile's or a tuning's. False for
+    anything else, and whenever it cannot tell (another torch's internals)."""
+    f: Any = fn
+    while isinstance(f, functools.partial):
+        f = f.func
+    owner = getattr(f, "__self__", None)
+    if getattr(getattr(f, "__func__", None), "__qualname__", "") != "CachingAutotuner.run":
+        return False  # (a subclass's own run, e.g. the kernel benchmark's, does more)
+    launchers, meta = getattr(owner, "launchers", None), getattr(owner, "inductor_meta", None)
+    if not isinstance(launchers, list) or len(launchers) != 1 or not isinstance(meta, dict):
+        return False  # none yet (compiled on the first call), or several (tuned on it)
+    if meta.get("combo_tuning_groups"):
+        return False
+    return not (meta.get("coordinate_descent_tuning") and would_tune_by_coordinate_descent(owner, launchers[0]))
+
+
+#: Inductor's heuristic types whose kernels coordinate descent never tunes (a max-autotune
+#: template choice's among them), though max-autotune turns it on for every kernel.
+NOT_COORDESC_TUNED = frozenset({"TEMPLATE", "USER_AUTOTUNE", "FIXED"})
+
+
+def would_tune_by_coordinate_descent(owner: Any, launcher: Any) -> bool:
+    """Whether a ``CachingAutotuner``'s next ``run``, with coordinate descent on, would tune
+    ``launcher``'s config: not once it was found so (``found_by_coordesc``), nor for a heuristic
+    type Inductor never tunes so (:data:`NOT_COORDESC_TUNED`). On torch 2.11 (H100, session 29)
+    every max-autotune template choice's ``inductor_meta`` had ``coordinate_descent_tuning`` set
+    (``scripts/device/slow_choice_probe.py``)."""
+    if getattr(getattr(launcher, "config", None), "found_by_coordesc", False):
+        return False
+    kind = getattr(getattr(owner, "heuristic_type", None), "name", None)
+    return kind not in NOT_COORDESC_TUNED
 
 
 def inductor_deterministic() -> bool:
@@ -519,7 +518,8 @@ class AutoRegions:
 
     def _slow_call_s(self, fn: Callable[[], Any]) -> Optional[float]:
         """Seconds of ``fn``'s second call when its first and second both took longer than
-        :data:`INDUCTOR_SLOW_CALL_S` (each timed from a device wait to a device wait); None
+        :data:`INDUCTOR_SLOW_CALL_S` (each timed from a device wait to a device wait), or of its
+        first when that one only launched its kernel and was that slow; None
         otherwise, and after the first call when that was quick or no device can be waited for.
         One call is enough when it only launched its kernel (:func:`launches_its_kernel_alone`):
         in session 29 such choices of a level-3 convolution took 2.9-26 s a call, and their
