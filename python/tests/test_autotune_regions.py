@@ -573,10 +573,17 @@ class CachingAutotuner:
     """Shaped like Inductor's: ``run`` launches its kernel (here: the fake device's next call)."""
 
     def __init__(self, dev: "SlowDevice", launchers: int, kind: str = "TEMPLATE", coordesc_found: bool = False,
-                 **meta: Any) -> None:
-        launcher = types.SimpleNamespace(config=types.SimpleNamespace(found_by_coordesc=coordesc_found))
-        self.dev, self.launchers, self.inductor_meta = dev, [launcher] * launchers, dict(meta)
+                 compiles: bool = True, **meta: Any) -> None:
+        self.launcher = types.SimpleNamespace(config=types.SimpleNamespace(found_by_coordesc=coordesc_found))
+        self.dev, self.launchers, self.inductor_meta = dev, [self.launcher] * launchers, dict(meta)
         self.heuristic_type = types.SimpleNamespace(name=kind)
+        self.compiles, self.compiled_in = compiles, []  # type: Tuple[bool, List[Any]]
+
+    def precompile(self) -> None:
+        self.compiled_in.append(active_region())
+        if not self.compiles:
+            raise RuntimeError("ptxas: out of resources")
+        self.launchers = [self.launcher]
 
     def run(self, *args: Any, stream: int = 0) -> None:
         self.dev.call()
@@ -604,8 +611,32 @@ def test_a_slow_choice_that_only_launches_its_kernel_is_timed_by_its_first_call(
         for other in (functools.partial(CachingAutotuner(dev, 2).run, "x"),
                       functools.partial(CachingAutotuner(dev, 1, "POINTWISE", coordinate_descent_tuning=True).run, "x"),
                       functools.partial(CachingAutotuner(dev, 1, combo_tuning_groups=[1]).run, "x"),
-                      functools.partial(CachingAutotuner(dev, 0).run, "x"), dev.call):
+                      functools.partial(CachingAutotuner(dev, 0, compiles=False).run, "x"), dev.call):
             assert not ar.launches_its_kernel_alone(other)
             dev.seconds, before = [slow + 1.0, slow + 2.0], dev.calls
             assert bm.benchmark_gpu(other) == pytest.approx((slow + 2.0) * 1e3) and dev.calls == before + 2
         assert region_log(daemon) == ["enter auto:inductor.benchmark_gpu", "exit"] * 7
+
+
+def test_a_template_choice_not_yet_compiled_is_compiled_outside_its_region(daemon: FakeDaemon) -> None:
+    """A template choice that reaches its benchmark with no launcher (its first ``run`` would
+    compile it, inside the region) is compiled first, outside any region; its first call then
+    only launches it, and a slow one is timed by that call. Through ``benchmark`` (which calls
+    ``benchmark_gpu`` inside its own region) it is compiled before that outer region. A compile
+    that fails is left to ``run`` (two calls, as any choice that may compile on its first)."""
+    with slow_benchmarker(lambda _: None) as (dev, _, m):
+        bm = m.benchmarker
+        slow = ar.INDUCTOR_SLOW_CALL_S
+        fresh = CachingAutotuner(dev, 0)
+        dev.seconds = [slow + 3.0, slow + 9.0]
+        assert bm.benchmark_gpu(functools.partial(fresh.run, "x")) == pytest.approx((slow + 3.0) * 1e3)
+        assert (dev.calls, fresh.compiled_in, len(fresh.launchers)) == (1, [None], 1), "compiled outside, one call"
+        nested = CachingAutotuner(dev, 0)
+        dev.seconds = [slow + 3.0, slow + 9.0]
+        assert bm.benchmark(functools.partial(nested.run, "x")) == pytest.approx((slow + 3.0) * 1e3)
+        assert (dev.calls, nested.compiled_in) == (2, [None]), "before benchmark's own region"
+        broken = CachingAutotuner(dev, 0, compiles=False)
+        assert not ar.compile_choice(functools.partial(broken.run, "x")) and broken.compiled_in == [None]
+        assert not ar.compile_choice(functools.partial(CachingAutotuner(dev, 1).run, "x")), "compiled already"
+        assert not ar.compile_choice(dev.call), "not an Inductor autotuner's run"
+        assert region_log(daemon) == ["enter auto:inductor.benchmark_gpu", "exit", "enter auto:inductor.benchmark", "exit"]

@@ -7,8 +7,10 @@ recognises on this torch: a max-autotune compile of a small GEMM and a convoluti
 
 Run it with a fresh ``TORCHINDUCTOR_CACHE_DIR`` (a warm cache autotunes nothing). Prints a table
 last: per kind of callable, how many calls, how many were recognised as launching their kernel
-alone (the one-call rule of ``INDUCTOR_SLOW_CALL_S``), and, for an Inductor autotuner's ``run``,
-its launchers, coordinate descent flag, combo tuning and heuristic type.
+alone (the one-call rule of ``INDUCTOR_SLOW_CALL_S``), how many kforge's hooks would compile
+before the benchmark (``compile_choice``) and how many are recognised after that
+(``alone_after``), and, for an Inductor autotuner's ``run``, its launchers, coordinate descent
+flag, combo tuning and heuristic type.
 """
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import torch  # noqa: E402
 import torch._inductor.runtime.benchmarking as benchmarking  # noqa: E402
 
-from kforge.autoregions import launches_its_kernel_alone  # noqa: E402
+from kforge.autoregions import compile_choice, launches_its_kernel_alone  # noqa: E402
 
 SEEN: Dict[str, Dict[str, int]] = collections.defaultdict(lambda: {"calls": 0, "alone": 0})
 
@@ -47,6 +49,8 @@ def wrap(cls: Any) -> None:
         row = SEEN[kind_of(_callable)]
         row["calls"] += 1
         row["alone"] += bool(launches_its_kernel_alone(_callable))
+        row["compiled_here"] = row.get("compiled_here", 0) + bool(compile_choice(_callable))  # as kforge's hooks do
+        row["alone_after"] = row.get("alone_after", 0) + bool(launches_its_kernel_alone(_callable))
         f = _callable
         while isinstance(f, functools.partial):
             f = f.func
@@ -79,7 +83,8 @@ def main() -> int:
         json.dump(result, f, indent=1)
     print(f"{'CALLABLE':<60} {'CALLS':>6} {'ALONE':>6}")
     for k, v in sorted(SEEN.items()):
-        print(f"{k[:60]:<60} {v['calls']:>6} {v['alone']:>6} {[w for w in v if w not in ('calls', 'alone')]}")
+        rest = {w: n for w, n in v.items() if w not in ("calls", "alone")}
+        print(f"{k[:60]:<60} {v['calls']:>6} {v['alone']:>6} {rest}")
     print(f"torch {torch.__version__} on {result['gpu']}, compiles {result['compile_s']} s")
     return 0
 
