@@ -256,19 +256,38 @@ def cuda_synchronize() -> bool:
     return True
 
 
-def launches_its_kernel_alone(fn: Callable[..., Any]) -> bool:
-    """Whether a call of ``fn`` (a benchmark's callable) does nothing but launch one compiled
-    Triton kernel: a ``functools.partial`` of an Inductor ``CachingAutotuner``'s ``run`` (a
-    max-autotune template choice, as ``select_algorithm`` benchmarks it) that holds exactly one
-    launcher and tunes nothing on its first call (no coordinate descent to do for it, no combo
-    tuning). Its first call's time is then the kernel's, not a compile's or a tuning's. False for
-    anything else, and whenever it cannot tell (another torch's internals)."""
+def benchmarked_autotuner(fn: Any) -> Any:
+    """The Inductor ``CachingAutotuner`` whose own ``run`` a benchmark's callable calls, or None:
+    a ``functools.partial`` of that bound method (torch 2.11's ``make_run_fn``), or a closure
+    over it (later torch's ``run_fn``). A subclass's own ``run`` (the kernel benchmark's
+    ``DebugAutotuner``) does more than launch, and is not one."""
     f: Any = fn
     while isinstance(f, functools.partial):
         f = f.func
-    owner = getattr(f, "__self__", None)
-    if getattr(getattr(f, "__func__", None), "__qualname__", "") != "CachingAutotuner.run":
-        return False  # (a subclass's own run, e.g. the kernel benchmark's, does more)
+    bound = [f] + [c.cell_contents for c in (getattr(f, "__closure__", None) or ()) if _cell_full(c)]
+    for b in bound:
+        if getattr(getattr(b, "__func__", None), "__qualname__", "") == "CachingAutotuner.run":
+            return getattr(b, "__self__", None)
+    return None
+
+
+def _cell_full(cell: Any) -> bool:
+    """Whether a closure cell holds a value (an unassigned one raises on reading)."""
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def launches_its_kernel_alone(fn: Callable[..., Any]) -> bool:
+    """Whether a call of ``fn`` (a benchmark's callable) does nothing but launch one compiled
+    Triton kernel: a call of an Inductor ``CachingAutotuner``'s ``run`` (:func:`benchmarked_autotuner`:
+    a max-autotune template choice, as ``select_algorithm`` benchmarks it) that holds exactly one
+    launcher and tunes nothing on its first call (no coordinate descent to do for it, no combo
+    tuning). Its first call's time is then the kernel's, not a compile's or a tuning's. False for
+    anything else, and whenever it cannot tell (another torch's internals)."""
+    owner = benchmarked_autotuner(fn)
     launchers, meta = getattr(owner, "launchers", None), getattr(owner, "inductor_meta", None)
     if not isinstance(launchers, list) or len(launchers) != 1 or not isinstance(meta, dict):
         return False  # none yet (compiled on the first call), or several (tuned on it)
@@ -278,18 +297,14 @@ def launches_its_kernel_alone(fn: Callable[..., Any]) -> bool:
 
 
 def compile_choice(fn: Any) -> bool:
-    """Compile the kernel of a benchmark's callable that is a ``functools.partial`` of an Inductor
-    ``CachingAutotuner``'s ``run`` holding no launcher yet (what its first ``run`` would do:
+    """Compile the kernel of a benchmark's callable that calls an Inductor ``CachingAutotuner``'s
+    ``run`` (:func:`benchmarked_autotuner`) holding no launcher yet (what its first ``run`` would do:
     ``precompile``); whether it did. In session 29's probe 12 of 28 max-autotune template choices
     reached their benchmark so on torch 2.11. Nothing when the thread holds a region already (a
-    nested benchmark: the outer call compiled it), and nothing but a return of False when
+    nested benchmark: the outer call compiled it; a lingering event region is ended first, by
+    the caller), and nothing but a return of False when
     ``precompile`` fails (``run`` then tries again and raises as Inductor does)."""
-    f: Any = fn
-    while isinstance(f, functools.partial):
-        f = f.func
-    owner = getattr(f, "__self__", None)
-    if getattr(getattr(f, "__func__", None), "__qualname__", "") != "CachingAutotuner.run":
-        return False
+    owner = benchmarked_autotuner(fn)
     launchers, precompile = getattr(owner, "launchers", None), getattr(owner, "precompile", None)
     if not isinstance(launchers, list) or launchers or not callable(precompile) or active_region() is not None:
         return False
@@ -443,10 +458,7 @@ class AutoRegions:
     def call_in_region(self, name: str, fn: Callable[..., Any], args: Sequence[Any], kwargs: Dict[str, Any]) -> Any:
         """``fn(*args, **kwargs)`` inside region ``name``, or as is when the thread holds one (a
         lingering event region of the thread is exited first: the call gets its own)."""
-        self.close_expired()
-        o = self.held_event_region()
-        if o is not None and o.linger_until is not None:
-            self._close(o)
+        self.end_lingering()
         self._local.quiet = getattr(self._local, "quiet", 0) + 1
         try:
             if active_region() is not None:
@@ -461,6 +473,14 @@ class AutoRegions:
             return result
         finally:
             self._local.quiet -= 1
+
+    def end_lingering(self) -> None:
+        """Expired regions closed, and this thread's event region exited if it only lingers (no
+        interval open in it): a wrapped call that comes now gets a region of its own."""
+        self.close_expired()
+        o = self.held_event_region()
+        if o is not None and o.linger_until is not None:
+            self._close(o)
 
     def _timed(self, name: str, fn: Callable[..., Any], args: Sequence[Any],
                kwargs: Dict[str, Any]) -> Tuple[Any, Optional[Region]]:
@@ -520,8 +540,10 @@ class AutoRegions:
     def slow_call_first(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Inductor's ``benchmark_gpu`` ``fn`` with its callable called once first, and again if
         that took longer than :data:`INDUCTOR_SLOW_CALL_S`: when the second call is as slow, its
-        time (ms) is the benchmark's result and Inductor's benchmark is not run. Without a device
-        to wait for (``device_sync`` returns False) ``fn`` runs as is."""
+        time (ms) is the benchmark's result and Inductor's benchmark is not run; so is the first
+        call's when that one only launched its kernel (:func:`launches_its_kernel_alone`: no
+        second call). Without a device to wait for (``device_sync`` returns False) ``fn`` runs as
+        is."""
 
         @functools.wraps(fn)
         def benchmark_gpu(bench: Any, _callable: Callable[[], Any], *args: Any, **kwargs: Any) -> Any:
@@ -532,9 +554,10 @@ class AutoRegions:
             self.slow_call_count += 1
             self.slowest_call_s = max(self.slowest_call_s, slow)
             if self.slow_call_count == 1:
+                how = "once: it only launched its kernel" if self._local.slow_once else "twice"
                 self.warn(f"kforge --auto-regions: an autotuning benchmark's call took {slow:.1f} s (over "
-                          f"{INDUCTOR_SLOW_CALL_S:g} s, twice): it is timed by that call alone, and so is each "
-                          f"such one (the count at exit); the call timed: {what_was_timed((_callable,))}")
+                          f"{INDUCTOR_SLOW_CALL_S:g} s, {how}): it is timed by that call alone, and so is each such "
+                          f"one (the count at exit); the call timed: {what_was_timed((_callable,))}")
             return [slow * 1e3] if kwargs.get("return_mode") == "all" else slow * 1e3
 
         return benchmark_gpu
@@ -553,6 +576,7 @@ class AutoRegions:
         if inductor_deterministic() or not self.device_sync():
             return None
         took, alone = 0.0, launches_its_kernel_alone(fn)
+        self._local.slow_once = alone
         try:
             for _ in range(2):
                 start = self.clock()
@@ -600,6 +624,7 @@ class AutoRegions:
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if compile_choice_first and len(args) > 1:
+                self.end_lingering()  # the call gets its own region anyway: compile outside any
                 compile_choice(args[1])
             return self.call_in_region(name, fn, args, kwargs)
 

@@ -4,6 +4,7 @@ fresh interpreters. Regions go to the fake daemon of ``conftest.py``."""
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -661,3 +662,42 @@ def test_a_lingering_region_with_a_kforge_region_joined_is_exited_only_after_tha
         assert rig.auto.continued == 0
     rig.auto.reap()
     assert rig.regions() == [f"enter {EVENT_REGION}", "exit"] and active_region() is None
+
+
+class CachingAutotuner:
+    """Shaped like Inductor's, as far as ``compile_choice`` looks: no launcher until compiled."""
+
+    def __init__(self) -> None:
+        self.launchers: List[Any] = []
+        self.compiled_in: List[Any] = []
+
+    def precompile(self) -> None:
+        self.compiled_in.append(active_region())
+        self.launchers = [object()]
+
+    def run(self, *args: Any) -> None:
+        pass
+
+
+def test_a_template_choice_is_compiled_outside_a_lingering_event_region(rig: Rig) -> None:
+    """A benchmark that comes while the thread's event region lingers (a user's timing loop just
+    waited) gets a region of its own: the lingering one is exited first, so the choice is
+    compiled outside any region, not inside the new one by its first call."""
+    start, end = FakeEvent(enable_timing=True), FakeEvent(enable_timing=True)
+    start.record()
+    end.record()
+    rig.cuda.synchronize()
+    assert rig.auto.held_event_region() is not None, "it lingers"
+    choice = CachingAutotuner()
+    seen: List[Any] = []
+
+    def benchmark_gpu(bench: Any, fn: Any) -> float:
+        seen.append(active_region())
+        fn()
+        return 0.5
+
+    wrapped = rig.auto.wrap(benchmark_gpu, "auto:inductor.benchmark_gpu", compile_choice_first=True)
+    assert wrapped(None, functools.partial(choice.run, "x")) == 0.5
+    assert choice.compiled_in == [None] and len(choice.launchers) == 1
+    assert seen[0] is not None and seen[0].name == "auto:inductor.benchmark_gpu"
+    assert rig.regions() == [f"enter {EVENT_REGION}", "exit", "enter auto:inductor.benchmark_gpu", "exit"]

@@ -639,4 +639,13 @@ def test_a_template_choice_not_yet_compiled_is_compiled_outside_its_region(daemo
         assert not ar.compile_choice(functools.partial(broken.run, "x")) and broken.compiled_in == [None]
         assert not ar.compile_choice(functools.partial(CachingAutotuner(dev, 1).run, "x")), "compiled already"
         assert not ar.compile_choice(dev.call), "not an Inductor autotuner's run"
+        # Later torch benchmarks a template choice through a closure over the bound run, not a partial.
+        closed = CachingAutotuner(dev, 0)
+        run_method = closed.run
+
+        def run_fn() -> None:
+            run_method("x", stream=0)
+
+        assert ar.benchmarked_autotuner(run_fn) is closed and ar.compile_choice(run_fn)
+        assert ar.launches_its_kernel_alone(run_fn), "compiled now: it only launches its kernel"
         assert region_log(daemon) == ["enter auto:inductor.benchmark_gpu", "exit", "enter auto:inductor.benchmark", "exit"]

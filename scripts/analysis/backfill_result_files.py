@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -56,15 +57,20 @@ def regenerated(entry: Dict[str, Any], python: str, triton: Optional[str]) -> Op
     report = entry["report"]
     work = tempfile.mkdtemp(prefix="kforge-result-")
     measured = os.path.join(work, "measured.json")
-    torch = str(entry.get("machine", "")).rpartition(", torch ")[2] or None
+    _, sep, version = str(entry.get("machine", "")).rpartition(", torch ")
+    torch = version if sep and version else None
     with open(measured, "w", encoding="utf-8") as f:
         json.dump({"versions": {"torch": torch, "triton": triton}, **report["measurement"]}, f)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.join(ROOT, "python"), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([python, "-m", "kforge.optimize.result", report["problem"], measured, "--out", work],
-                          env=env, capture_output=True, text=True, timeout=600)
-    if done.returncode != 0:
-        print(f"  {report['problem']}: the result module exited {done.returncode}: {done.stderr.strip()[-400:]}",
-              file=sys.stderr)
+    try:
+        done = subprocess.run([python, "-m", "kforge.optimize.result", report["problem"], measured, "--out", work],
+                              env=env, capture_output=True, text=True, timeout=600)
+        why = None if done.returncode == 0 else f"exited {done.returncode}: {done.stderr.strip()[-400:]}"
+    except subprocess.TimeoutExpired:
+        why = "ran past 600 s: stopped"
+    if why is not None:
+        print(f"  {report['problem']}: the result module {why}", file=sys.stderr)
+        shutil.rmtree(work, ignore_errors=True)
         return None
     return work
 
@@ -79,9 +85,10 @@ def fill(entry: Dict[str, Any], outs: List[str], regenerate: bool, python: str, 
     report = entry["report"]
     for out in outs:
         folder = folder_of(out, report["problem"])
-        if files_hash(folder) == wanted:
-            entry["result_files"] = texts_of(folder)
-            return f"filled from {out}" if entry["result_files"] else "not text"
+        texts = texts_of(folder) if files_hash(folder) == wanted else {}
+        if texts:  # (as decided, but not text: looked for further)
+            entry["result_files"] = texts
+            return f"filled from {out}"
     if not regenerate:
         return "not in any OUT"
     if report.get("decision", {}).get("agent", "dispatch") not in FAMILY or not report.get("measurement"):
@@ -89,9 +96,13 @@ def fill(entry: Dict[str, Any], outs: List[str], regenerate: bool, python: str, 
     folder = regenerated(entry, python, triton)
     if folder is None:
         return "the result module failed"
-    if files_hash(folder) != wanted:
+    try:
+        texts = texts_of(folder) if files_hash(folder) == wanted else {}
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    if not texts:
         return "made again, but not as decided (another hash): left out"
-    entry["result_files"] = texts_of(folder)
+    entry["result_files"] = texts
     return "filled: made again, as decided"
 
 

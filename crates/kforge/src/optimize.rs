@@ -1063,7 +1063,7 @@ impl Run<'_> {
             }
             if !write_result_files(entry, out)? && entry.result_hash.is_some() {
                 let why = if entry.result_files.is_empty() {
-                    "its result files are not in the decisions file (decided before it carried them)"
+                    "its result files are not in the decisions file (decided before it carried them, or not text)"
                 } else {
                     "the decisions file's result files do not hash as decided (edited since?)"
                 };

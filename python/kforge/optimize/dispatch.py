@@ -1193,8 +1193,8 @@ def compile_workers(warm: Optional[WarmSpec], variants: Sequence[str], dev: Any,
             said["fewer"] = f"the GPU's free memory ({free / 2**30:.1f} GiB) holds {held} beside the step's {footprint / 2**30:.2f} GiB"
         n = held
     said["started"] = n
-    if n and hold:
-        said["held_autotuning"] = True
+    if n and hold and any(compile_class(v) == 2 for v in variants if warmable(v)):
+        said["held_autotuning"] = True  # (some worker has an autotuning variant to hold)
     if n:
         say(f"{n} compile worker(s) warm Inductor's caches ahead of the preparation"
             + ("; their autotuning variants after the baseline, which autotunes too" if hold else ""))
