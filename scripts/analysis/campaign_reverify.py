@@ -1,12 +1,14 @@
 """Issue 18's re-verification of a campaign's results, made call by call (scripts/device/campaign.sh
-with REVERIFY=1): each result is verified again with `kforge verify` while its files exist (a
-decisions file carries reports only, not result files), in the call that decided it or, when
-that call had no time left, in a later call of the same session (its state pack carries the
-files); the rows are kept in a committed JSON that later calls and sessions add to.
+with REVERIFY=1): each result is verified again with `kforge verify` where its files exist: in
+the call that decided it, in a later call of the same session (its state pack carries the
+files) or, since session 29, in any later call (the decisions file carries a decided problem's
+result files, and a restore writes them back; entries decided before then carry reports only);
+the rows are kept in a committed JSON that later calls and sessions add to.
 
     python3 scripts/analysis/campaign_reverify.py skip OUT_DIR [KEPT] > skip.txt
         the suite.py task keys (verify-results/NAME) of every report folder below OUT_DIR that
-        needs no re-verification here: without a result file (restored from a decisions file),
+        needs no re-verification here: without a result file (restored from a decisions file
+        entry that carries none),
         or with a row in KEPT (earlier calls' rows; missing: none) for the same decision and a
         verdict (not could-not-run); suite.py's SKIP then leaves them out. The last line on
         standard error counts those left to verify
