@@ -285,8 +285,11 @@ def launches_its_kernel_alone(fn: Callable[..., Any]) -> bool:
     Triton kernel: a call of an Inductor ``CachingAutotuner``'s ``run`` (:func:`benchmarked_autotuner`:
     a max-autotune template choice, as ``select_algorithm`` benchmarks it) that holds exactly one
     launcher and tunes nothing on its first call (no coordinate descent to do for it, no combo
-    tuning). Its first call's time is then the kernel's, not a compile's or a tuning's. False for
-    anything else, and whenever it cannot tell (another torch's internals)."""
+    tuning). Its first call's time is then the kernel's, not a compile's or a tuning's: making a
+    launcher (``precompile``) already loaded the kernel's binary and initialized its handles
+    (``make_launcher``: the static launcher's ``load_kernel``, or Triton's ``_init_handles``),
+    so no one-time cost of a second or more is left to a first launch. False for anything else,
+    and whenever it cannot tell (another torch's internals)."""
     owner = benchmarked_autotuner(fn)
     launchers, meta = getattr(owner, "launchers", None), getattr(owner, "inductor_meta", None)
     if not isinstance(launchers, list) or len(launchers) != 1 or not isinstance(meta, dict):
