@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Which of Inductor's autotuning benchmarks ``kforge.autoregions.launches_its_kernel_alone``
 recognises on this torch: a max-autotune compile of a small GEMM and a convolution, with every
-``benchmark_gpu`` call's callable classified (no daemon; nothing is timed differently).
+``benchmark_gpu`` call's callable classified (no daemon; Inductor's own timings unchanged).
 
     python3 scripts/device/slow_choice_probe.py OUT.json
 
@@ -9,7 +9,9 @@ Run it with a fresh ``TORCHINDUCTOR_CACHE_DIR`` (a warm cache autotunes nothing)
 last: per kind of callable, how many calls, how many were recognised as launching their kernel
 alone (the one-call rule of ``INDUCTOR_SLOW_CALL_S``), how many kforge's hooks would compile
 before the benchmark (``compile_choice``) and how many are recognised after that
-(``alone_after``), and, for an Inductor autotuner's ``run``, its launchers, coordinate descent
+(``alone_after``) with, for those, the most a first call took beyond Inductor's own timing of
+the kernel (``one_time_ms_max``: the one-call rule is safe while that stays far below
+``INDUCTOR_SLOW_CALL_S``), and, for an Inductor autotuner's ``run``, its launchers, coordinate descent
 flag, combo tuning and heuristic type.
 """
 from __future__ import annotations
@@ -50,7 +52,15 @@ def wrap(cls: Any) -> None:
         row["calls"] += 1
         row["alone"] += bool(launches_its_kernel_alone(_callable))
         row["compiled_here"] = row.get("compiled_here", 0) + bool(compile_choice(_callable))  # as kforge's hooks do
-        row["alone_after"] = row.get("alone_after", 0) + bool(launches_its_kernel_alone(_callable))
+        alone = launches_its_kernel_alone(_callable)
+        row["alone_after"] = row.get("alone_after", 0) + bool(alone)
+        first_ms = None
+        if alone:  # what the one-call rule would take: the first call, from a device wait to a device wait
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            _callable()
+            torch.cuda.synchronize()
+            first_ms = (time.perf_counter() - t0) * 1e3
         f = _callable
         while isinstance(f, functools.partial):
             f = f.func
@@ -59,7 +69,11 @@ def wrap(cls: Any) -> None:
             meta = getattr(o, "inductor_meta", {}) or {}
             why = f"launchers={len(o.launchers)} cdt={meta.get('coordinate_descent_tuning')} combo={bool(meta.get('combo_tuning_groups'))} kind={getattr(getattr(o, 'heuristic_type', None), 'name', None)} qual={getattr(getattr(f, '__func__', None), '__qualname__', None)}"
             row[why] = row.get(why, 0) + 1
-        return inner(self, _callable, *args, **kwargs)
+        result = inner(self, _callable, *args, **kwargs)
+        if first_ms is not None:  # the first call's cost beyond Inductor's own timing (one-time costs)
+            ms = min(result) if isinstance(result, list) else float(result)
+            row["one_time_ms_max"] = round(max(row.get("one_time_ms_max", 0.0), first_ms - ms), 3)
+        return result
 
     setattr(cls, "benchmark_gpu", benchmark_gpu)
 
