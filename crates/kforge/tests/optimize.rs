@@ -495,30 +495,27 @@ fn a_campaign_resumes_on_a_fresh_machine_from_its_decisions_file() {
     }
     assert_eq!(restored, decided, "its report restored as it was decided");
     assert_eq!(result_of(&out), written, "and its result files, as they were decided");
-    // A file from before the result files were carried: the report alone, and said so.
-    let (bare, older) = (dir.path().join("bare"), dir.path().join("older.json"));
-    let mut without = first.clone();
-    without["entries"][0].as_object_mut().unwrap().remove("result_files");
-    std::fs::write(&older, without.to_string()).unwrap();
-    let from_older =
-        [&args[..], &["--decisions", older.to_str().unwrap(), "--resume", "--budget-wall-s", "0.001"]].concat();
-    let (code, text) = optimize(&from_older, &bare);
-    assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("its result files are not in the decisions file"), "{text}");
-    assert!(
-        bare.join("level1/row_softmax/report.json").exists() && !bare.join("level1/row_softmax/model_new.py").exists()
-    );
-    // Carried files that do not hash as decided (edited since) are not written either.
-    let (edited_out, edited) = (dir.path().join("edited"), dir.path().join("edited.json"));
-    let mut changed = first.clone();
-    changed["entries"][0]["result_files"]["model_new.py"] = format!("{}# edited\n", written[0]).into();
-    std::fs::write(&edited, changed.to_string()).unwrap();
-    let from_edited =
-        [&args[..], &["--decisions", edited.to_str().unwrap(), "--resume", "--budget-wall-s", "0.001"]].concat();
-    let (code, text) = optimize(&from_edited, &edited_out);
-    assert_eq!(code, Some(0), "{text}");
-    assert!(text.contains("result files do not hash as decided"), "{text}");
-    assert!(!edited_out.join("level1/row_softmax/model_new.py").exists());
+    // A file from before the result files were carried, or whose carried files were edited since:
+    // the report alone is restored (no result file written), and the run says which.
+    let restore_from = |entry: Value, name: &str, said: &str| {
+        let (folder, file) = (dir.path().join(name), dir.path().join(format!("{name}.json")));
+        let mut d = first.clone();
+        d["entries"][0] = entry;
+        std::fs::write(&file, d.to_string()).unwrap();
+        let cut =
+            [&args[..], &["--decisions", file.to_str().unwrap(), "--resume", "--budget-wall-s", "0.001"]].concat();
+        let (code, text) = optimize(&cut, &folder);
+        assert_eq!(code, Some(0), "{text}");
+        assert!(text.contains(said), "{name}: {text}");
+        assert!(folder.join("level1/row_softmax/report.json").exists(), "{name}");
+        assert!(!folder.join("level1/row_softmax/model_new.py").exists(), "{name}");
+    };
+    let mut without = first["entries"][0].clone();
+    without.as_object_mut().unwrap().remove("result_files");
+    restore_from(without, "older", "its result files are not in the decisions file");
+    let mut edited = first["entries"][0].clone();
+    edited["result_files"]["model_new.py"] = format!("{}# edited\n", written[0]).into();
+    restore_from(edited, "edited", "result files do not hash as decided");
     let c = campaign(&out);
     assert_eq!((c["problems"][0]["resumed"].clone(), c["problems"][1]["resumed"].clone()), (true.into(), false.into()));
     assert!(c["problems"].as_array().unwrap().iter().all(|p| p["decision"].is_object()), "{c}");
