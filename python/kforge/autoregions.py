@@ -550,14 +550,15 @@ class AutoRegions:
 
         @functools.wraps(fn)
         def benchmark_gpu(bench: Any, _callable: Callable[[], Any], *args: Any, **kwargs: Any) -> Any:
-            slow = self._slow_call_s(_callable)
-            if slow is None:
+            timed = self._slow_call_s(_callable)
+            if timed is None:
                 return fn(bench, _callable, *args, **kwargs)
+            slow, calls = timed
             self._local.slow_call = True
             self.slow_call_count += 1
             self.slowest_call_s = max(self.slowest_call_s, slow)
             if self.slow_call_count == 1:
-                how = "once: it only launched its kernel" if self._local.slow_once else "twice"
+                how = "once: it only launched its kernel" if calls == 1 else "twice"
                 self.warn(f"kforge --auto-regions: an autotuning benchmark's call took {slow:.1f} s (over "
                           f"{INDUCTOR_SLOW_CALL_S:g} s, {how}): it is timed by that call alone, and so is each such "
                           f"one (the count at exit); the call timed: {what_was_timed((_callable,))}")
@@ -565,10 +566,10 @@ class AutoRegions:
 
         return benchmark_gpu
 
-    def _slow_call_s(self, fn: Callable[[], Any]) -> Optional[float]:
+    def _slow_call_s(self, fn: Callable[[], Any]) -> Optional[Tuple[float, int]]:
         """Seconds of ``fn``'s second call when its first and second both took longer than
         :data:`INDUCTOR_SLOW_CALL_S` (each timed from a device wait to a device wait), or of its
-        first when that one only launched its kernel and was that slow; None
+        first when that one only launched its kernel and was that slow, with the calls made; None
         otherwise, and after the first call when that was quick or no device can be waited for.
         One call is enough when it only launched its kernel (:func:`launches_its_kernel_alone`):
         in session 29 such choices of a level-3 convolution took 2.9-26 s a call, and their
@@ -578,10 +579,9 @@ class AutoRegions:
         as it does (an invalid launch configuration is timed as infinite)."""
         if inductor_deterministic() or not self.device_sync():
             return None
-        took, alone = 0.0, launches_its_kernel_alone(fn)
-        self._local.slow_once = alone
+        took, alone, calls = 0.0, launches_its_kernel_alone(fn), 0
         try:
-            for _ in range(2):
+            for calls in (1, 2):
                 start = self.clock()
                 fn()
                 self.device_sync()
@@ -592,7 +592,7 @@ class AutoRegions:
                     break  # nothing compiled or tuned in it: the first call's time is the kernel's
         except Exception:
             return None
-        return took
+        return took, calls
 
     def report_long_hold_at_exit(self, h: _Holding, args: Sequence[Any]) -> None:
         """Without a reaper thread (:func:`inductor_regions`' hooks), the long-hold report comes

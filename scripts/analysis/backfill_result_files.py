@@ -34,21 +34,27 @@ import tempfile
 from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from backfill_confirmed import FAMILY, RESULT_FILES, files_hash, fill_entries, folder_of  # noqa: E402
+from backfill_confirmed import FAMILY, RESULT_FILES, content_hash, files_hash, fill_entries, folder_of  # noqa: E402,F401
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def texts_of(folder: str) -> Dict[str, str]:
-    """The result files in ``folder`` by name (all of them, as text), or none."""
-    out: Dict[str, str] = {}
+def decided_texts(folder: str, wanted: str) -> Dict[str, str]:
+    """The result files in ``folder`` by name, as text, when they hash to ``wanted`` (read once:
+    the text kept is the content hashed); none when one is missing, differs or is not text."""
+    contents: List[bytes] = []
     for name in RESULT_FILES:
         try:
-            with open(os.path.join(folder, name), encoding="utf-8", newline="") as f:
-                out[name] = f.read()
-        except (OSError, UnicodeDecodeError):
+            with open(os.path.join(folder, name), "rb") as f:
+                contents.append(f.read())
+        except OSError:
             return {}
-    return out
+    if content_hash([p for n, c in zip(RESULT_FILES, contents) for p in (n.encode(), c)]) != wanted:
+        return {}
+    try:
+        return {n: c.decode("utf-8") for n, c in zip(RESULT_FILES, contents)}
+    except UnicodeDecodeError:
+        return {}
 
 
 def regenerated(entry: Dict[str, Any], python: str, triton: Optional[str]) -> Optional[str]:
@@ -85,7 +91,7 @@ def fill(entry: Dict[str, Any], outs: List[str], regenerate: bool, python: str, 
     report = entry["report"]
     for out in outs:
         folder = folder_of(out, report["problem"])
-        texts = texts_of(folder) if files_hash(folder) == wanted else {}
+        texts = decided_texts(folder, wanted)
         if texts:  # (as decided, but not text: looked for further)
             entry["result_files"] = texts
             return f"filled from {out}"
@@ -97,7 +103,7 @@ def fill(entry: Dict[str, Any], outs: List[str], regenerate: bool, python: str, 
     if folder is None:
         return "the result module failed"
     try:
-        texts = texts_of(folder) if files_hash(folder) == wanted else {}
+        texts = decided_texts(folder, wanted)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     if not texts:

@@ -593,8 +593,7 @@ impl DecisionsFile {
     /// result files' hash, over the entry of its question and machine.
     fn record(&self, report: &Report, source_hash: String, out: &Path) -> std::result::Result<(), String> {
         let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
-        let result_hash = files_hash(out, &RESULT_FILES).ok();
-        let result_files = if result_hash.is_some() { result_texts(out) } else { BTreeMap::new() };
+        let (result_hash, result_files) = result_of(out);
         let entry = Entry {
             decided_unix_s: now,
             machine: self.machine.clone(),
@@ -607,12 +606,20 @@ impl DecisionsFile {
     }
 }
 
-/// The result files in `out` by name, as text: every one of [`RESULT_FILES`] or none (one
-/// missing, or not UTF-8: not a result a restore could write back as decided).
-fn result_texts(out: &Path) -> BTreeMap<String, String> {
-    let texts: Option<BTreeMap<String, String>> =
-        RESULT_FILES.iter().map(|n| std::fs::read_to_string(out.join(n)).ok().map(|t| (n.to_string(), t))).collect();
-    texts.unwrap_or_default()
+/// The result files in `out`, read once: their hash (none when one is missing) and their texts by
+/// name (none unless every one is UTF-8 text: not a result a restore could write back as decided).
+/// One read for both, so the text carried is the content hashed (a sibling may rewrite them).
+fn result_of(out: &Path) -> (Option<String>, BTreeMap<String, String>) {
+    let Ok(contents) = RESULT_FILES.iter().map(|n| std::fs::read(out.join(n))).collect::<std::io::Result<Vec<_>>>()
+    else {
+        return (None, BTreeMap::new());
+    };
+    let texts: Option<BTreeMap<String, String>> = RESULT_FILES
+        .iter()
+        .zip(&contents)
+        .map(|(n, c)| String::from_utf8(c.clone()).ok().map(|t| (n.to_string(), t)))
+        .collect();
+    (Some(hash_of(&RESULT_FILES, &contents)), texts.unwrap_or_default())
 }
 
 /// `entry`'s result files written into `out`, where it carries all of them and they hash to its
