@@ -1,0 +1,78 @@
+"""scripts/analysis/floor_rounds.py over a small store: the rounds of an inspect job's noise
+floor, in region order, with the floor ``kforge inspect`` computes from them."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import List
+
+from kforge.harness import noise_floor
+from scriptload import analysis_script
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = str(ROOT / "scripts" / "analysis" / "floor_rounds.py")
+
+#: The columns of the daemon store's tables that the script reads (crates/kforge-store/src/lib.rs).
+SCHEMA = """
+CREATE TABLE jobs (id INTEGER PRIMARY KEY, argv TEXT NOT NULL);
+CREATE TABLE regions (id INTEGER PRIMARY KEY, job INTEGER, name TEXT NOT NULL, granted_ns INTEGER NOT NULL,
+  wait_ms REAL NOT NULL, drain_ms REAL NOT NULL, settle_ms REAL NOT NULL, frozen_jobs INTEGER NOT NULL,
+  gpu_temp_c_granted INTEGER, sm_clock_mhz_granted INTEGER, gpu_temp_c_released INTEGER,
+  sm_clock_mhz_released INTEGER, tainted INTEGER NOT NULL);
+CREATE TABLE measurements (id INTEGER PRIMARY KEY, job INTEGER, region INTEGER, name TEXT NOT NULL,
+  samples_ms TEXT NOT NULL, valid INTEGER NOT NULL);
+"""
+
+
+def store(path: Path, rounds: List[List[List[float]]], clocks: List[int]) -> None:
+    db = sqlite3.connect(path)
+    db.executescript(SCHEMA)
+    argv = ["kforge", "inspect", "problems/level2/010_gated_mlp_swiglu_bf16.py", "--daemon"]
+    db.execute("insert into jobs values (1, ?)", (json.dumps(argv),))
+    db.execute("insert into jobs values (2, ?)", (json.dumps(["kforge", "verify", "a.py", "b.py"]),))
+    # Granted in reverse id order: the script orders rounds by grant time, not by id.
+    for i, (sides, mhz) in enumerate(zip(rounds, clocks)):
+        rid = 10 - i
+        db.execute("insert into regions values (?, 1, 'inspect:round-trip', ?, 3.0, 0.5, 200.0, 2, 40, ?, 45, ?, 0)",
+                   (rid, 1000 + i, mhz, mhz - 15))
+        for k, xs in enumerate(sides):
+            db.execute("insert into measurements (job, region, name, samples_ms, valid) values (1, ?, ?, ?, 1)",
+                       (rid, f"inspect:round-trip:{k}", json.dumps(xs)))
+    db.execute("insert into regions values (99, 2, 'verify:timing', 5, 0, 0, 0, 0, 40, 1980, 41, 1980, 0)")
+    db.commit()
+    db.close()
+
+
+def test_rounds_in_grant_order_with_the_inspect_floor(tmp_path: Path) -> None:
+    rounds = [[[6.0, 6.1, 5.9], [6.0, 6.0, 6.0], [6.2, 6.3, 6.1]],
+              [[6.0, 6.0, 6.0], [5.9, 6.0, 6.1], [6.0, 6.1, 5.9]],
+              [[6.3, 6.2, 6.4], [6.0, 6.0, 6.0], [6.3, 6.3, 6.3]]]
+    store(tmp_path / "store.db", rounds, [1980, 1755, 1830])
+    out = tmp_path / "floor.json"
+    r = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "store.db"), "010_", "--json", str(out)],
+                       capture_output=True, text=True, check=True)
+    report = json.loads(out.read_text())
+    assert list(report) == ["level2/010_gated_mlp_swiglu_bf16"]  # the verify job has no round trip
+    job = report["level2/010_gated_mlp_swiglu_bf16"]
+    assert [x["again_over_base"] for x in job["rounds"]] == [6.2 / 6.0, 1.0, 6.3 / 6.3]
+    assert job["summary"]["mhz_range"] == [1740, 1980]
+    expected = math.exp(noise_floor([math.log(6.2 / 6.0), 0.0, 0.0]))
+    assert abs(job["summary"]["floor"] - expected) < 1e-12  # the floor kforge inspect would report
+    assert "floor 1.0" in r.stdout and "1980/1965" in r.stdout
+
+
+def test_a_job_of_one_round_has_no_floor(tmp_path: Path) -> None:
+    store(tmp_path / "store.db", [[[1.0], [1.0], [1.0]]], [1980])
+    r = subprocess.run([sys.executable, SCRIPT, str(tmp_path / "store.db")], capture_output=True, text=True, check=True)
+    assert "1 complete round(s) in the store: no floor" in r.stdout
+
+
+def test_quantile_between_samples() -> None:
+    m = analysis_script("floor_rounds")
+    assert m.quantile([1.0, 2.0, 3.0, 4.0, 5.0], 0.9) == 4.6
+    assert m.floor_of([0.01]) == math.inf

@@ -1,0 +1,130 @@
+"""The noise floor's rounds of every inspect job in a daemon store (issue 17 item 6): why a
+baseline timed against itself moves by more than 1 %.
+
+    python3 scripts/analysis/floor_rounds.py STORE.db [NAME_SUBSTRING] [--json OUT]
+
+Per inspect job (its problem from the job's command line), one line per round-trip region, in
+order: what the region waited for (queue, drain, settle, how many jobs it froze), the SM clock and
+temperature at grant and release, and per side (baseline, re-stitched, baseline again) the number
+of calls, the median in ms and the spread p90/p10 of its calls; then the round's base-again/base.
+Last, per job: the floor as `kforge inspect` computes it (the upper end of the 95 % interval of
+the log ratios), the clock's range over the rounds, and the widest within-round spread — a floor
+from rounds that differ while each round is tight points at the machine between rounds (clocks,
+temperature); a floor from wide rounds points at the calls themselves.
+Reads the SQLite store with the standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import statistics as st
+import sys
+from typing import Any, Dict, List, Optional
+
+SIDES = ("inspect:round-trip:0", "inspect:round-trip:1", "inspect:round-trip:2")
+#: Student's t at 97.5 % for n-1 degrees of freedom, n = 2..10 (kforge.harness.mean_half's).
+T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def quantile(xs: List[float], p: float) -> float:
+    s = sorted(xs)
+    k = p * (len(s) - 1)
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def floor_of(logs: List[float]) -> float:
+    """``|mean| + t·sd/√n`` of the rounds' log ratios, as a ratio (infinite under two rounds)."""
+    if len(logs) < 2:
+        return math.inf
+    half = T975.get(len(logs) - 1, 1.96) * st.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(abs(st.mean(logs)) + half)
+
+
+def problem_of(argv: str) -> str:
+    try:
+        args = json.loads(argv)
+    except ValueError:
+        return argv[:60]
+    paths = [a for a in args if isinstance(a, str) and a.endswith(".py")]
+    return paths[0].split("/", 1)[-1][:-3] if paths else " ".join(map(str, args))[:60]
+
+
+def rounds_of(db: sqlite3.Connection, job: int) -> List[Dict[str, Any]]:
+    out = []
+    q = ("select r.id, r.wait_ms, r.drain_ms, r.settle_ms, r.frozen_jobs, r.sm_clock_mhz_granted, r.sm_clock_mhz_released, "
+         "r.gpu_temp_c_granted, r.gpu_temp_c_released, r.tainted from regions r where r.job = ? and r.name = 'inspect:round-trip' "
+         "order by r.granted_ns")
+    for rid, wait, drain, settle, frozen, mhz_g, mhz_r, c_g, c_r, tainted in db.execute(q, (job,)):
+        sides: Dict[str, List[float]] = {}
+        for name, samples in db.execute("select name, samples_ms from measurements where region = ? and valid = 1", (rid,)):
+            if name in SIDES:
+                sides[name] = json.loads(samples)
+        if len(sides) < 3 or not all(sides.values()):
+            continue
+        med = [st.median(sides[s]) for s in SIDES]
+        out.append({"region": rid, "wait_ms": wait, "drain_ms": drain, "settle_ms": settle, "frozen_jobs": frozen,
+                    "mhz": [mhz_g, mhz_r], "temp_c": [c_g, c_r], "tainted": bool(tainted),
+                    "calls": [len(sides[s]) for s in SIDES], "median_ms": med,
+                    "spread": [quantile(sides[s], 0.9) / quantile(sides[s], 0.1) for s in SIDES],
+                    "again_over_base": med[2] / med[0]})
+    return out
+
+
+def summary(rounds: List[Dict[str, Any]]) -> Dict[str, Any]:
+    clocks = [m for r in rounds for m in r["mhz"] if m]
+    return {"floor": floor_of([math.log(r["again_over_base"]) for r in rounds]),
+            "mhz_range": [min(clocks), max(clocks)] if clocks else None,
+            "widest_spread": max(max(r["spread"]) for r in rounds)}
+
+
+def fmt_mhz(x: Optional[int]) -> str:
+    return "-" if x is None else str(x)
+
+
+def print_job(problem: str, rounds: List[Dict[str, Any]], s: Dict[str, Any]) -> None:
+    print(f"\n{problem}: floor {s['floor']:.4f}, SM clock {s['mhz_range']} MHz, widest p90/p10 {s['widest_spread']:.3f}")
+    print(f"  {'wait ms':>8} {'drain':>6} {'settle':>6} {'froze':>5} {'MHz g/r':>10} {'C g/r':>6} {'calls':>9} "
+          f"{'base':>8} {'new':>8} {'again':>8} {'p90/p10 (3 sides)':>20} {'again/base':>10}")
+    for r in rounds:
+        m = r["median_ms"]
+        print(f"  {r['wait_ms']:>8.0f} {r['drain_ms']:>6.1f} {r['settle_ms']:>6.0f} {r['frozen_jobs']:>5} "
+              f"{fmt_mhz(r['mhz'][0]) + '/' + fmt_mhz(r['mhz'][1]):>10} {fmt_mhz(r['temp_c'][0]) + '/' + fmt_mhz(r['temp_c'][1]):>6} "
+              f"{'/'.join(map(str, r['calls'])):>9} {m[0]:>8.3f} {m[1]:>8.3f} {m[2]:>8.3f} "
+              f"{' '.join(f'{x:.3f}' for x in r['spread']):>20} {r['again_over_base']:>10.4f}{' tainted' if r['tainted'] else ''}")
+
+
+def main(argv: List[str]) -> int:
+    args = [a for a in argv if a != "--json"]
+    out_path = argv[argv.index("--json") + 1] if "--json" in argv else None
+    if out_path:
+        args.remove(out_path)
+    if not args:
+        print(__doc__, file=sys.stderr)
+        return 2
+    db = sqlite3.connect(f"file:{args[0]}?mode=ro", uri=True)
+    want = args[1] if len(args) > 1 else ""
+    jobs = db.execute("select distinct j.id, j.argv from jobs j join measurements m on m.job = j.id "
+                      "where m.name = ? order by j.id", (SIDES[0],)).fetchall()
+    report = {}
+    for job, argv_text in jobs:
+        problem = problem_of(argv_text)
+        if want not in problem:
+            continue
+        rounds = rounds_of(db, job)
+        if len(rounds) < 2:
+            print(f"\n{problem}: {len(rounds)} complete round(s) in the store: no floor")
+            continue
+        s = summary(rounds)
+        print_job(problem, rounds, s)
+        report[problem] = {"summary": s, "rounds": rounds}
+    if out_path:
+        with open(out_path, "w") as f:
+            json.dump(report, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
