@@ -266,12 +266,34 @@ def test_interleaved_ratio_tells_a_change_from_noise() -> None:
         return lambda: next(it)
 
     # Base 1.00 then 1.02 again (noise about 2 %); new is the same: within noise.
-    same = restitch.interleaved_ratio(rounds([(1.0, 1.01, 1.02), (1.02, 1.01, 1.0)] * 2 + [(1.0, 1.01, 1.02)]))
+    same = restitch.interleaved_ratio(rounds([(1.0, 1.01, 1.02), (1.02, 1.01, 1.0)] * 2 + [(1.0, 1.01, 1.02)]), more_rounds=0)
     assert same["within_noise"] and 0.98 < same["ratio"] < 1.03 and same["noise_floor"] > 1.0
     # New is 1.5x slower every round: beyond the noise.
-    slow = restitch.interleaved_ratio(rounds([(1.0, 1.5, 1.01), (1.01, 1.52, 1.0), (1.0, 1.49, 1.01), (1.01, 1.51, 1.0), (1.0, 1.5, 1.01)]))
+    slow = restitch.interleaved_ratio(rounds([(1.0, 1.5, 1.01), (1.01, 1.52, 1.0), (1.0, 1.49, 1.01), (1.01, 1.51, 1.0), (1.0, 1.5, 1.01)]),
+                                      more_rounds=0)
     assert not slow["within_noise"] and slow["ratio_ci95"][0] > 1.4
     assert len(slow["per_round"]) == 5 and slow["per_round"][0] == {"base_ms": 1.0, "new_ms": 1.5, "base_again_ms": 1.01}
+
+
+def test_interleaved_ratio_times_more_rounds_once_when_the_floor_is_wide() -> None:
+    def rounds(values: List[Any]) -> Any:
+        it = iter(values)
+        return lambda: next(it)
+
+    # Steady to 0.1 %: 5 rounds, the floor under the goal.
+    steady = restitch.interleaved_ratio(rounds([(1.0, 1.0, 1.001), (1.001, 1.0, 1.0)] * 2 + [(1.0, 1.0, 1.001)]))
+    assert not steady["extended"] and len(steady["per_round"]) == 5 and steady["noise_floor"] <= restitch.FLOOR_GOAL
+    # Rounds 3 % apart: 5 more (and no more than that, whatever they show).
+    wide = [(1.0, 1.0, 1.03), (1.03, 1.0, 1.0)] * 5
+    more = restitch.interleaved_ratio(rounds(wide))
+    assert more["extended"] and len(more["per_round"]) == 10 and more["noise_floor"] > restitch.FLOOR_GOAL
+    # The tenth round's values are the last ones drawn: an eleventh would raise StopIteration.
+    assert more["per_round"][9] == {"base_ms": 1.03, "new_ms": 1.0, "base_again_ms": 1.0}
+    # A floor that 10 rounds bring under the goal: 5 noisy rounds, then 5 quiet ones.
+    mixed = restitch.interleaved_ratio(rounds([(1.0, 1.0, 1.02), (1.0, 1.0, 0.99)] * 2 + [(1.0, 1.0, 1.0)]
+                                              + [(1.0, 1.0, 1.0)] * 5))
+    assert mixed["extended"] and mixed["noise_floor"] < restitch.interleaved_ratio(
+        rounds([(1.0, 1.0, 1.02), (1.0, 1.0, 0.99)] * 2 + [(1.0, 1.0, 1.0)]), more_rounds=0)["noise_floor"]
 
 
 def test_copy_strided_keeps_padding_strides() -> None:
