@@ -44,7 +44,7 @@ def inspect_entry(d: str, name: str, call: str, seconds: Optional[float]) -> Dic
     if not r["ok"]:
         return {"call": call, "ok": False, "reason": r["reason"], "seconds": seconds}
     ci = r["restitch_ci95"]
-    return {"call": call, "ok": True, "noise_floor": round(r["noise_floor"], 4),
+    return {"call": call, "ok": True, "noise_floor": round(r["noise_floor"], 4), "rounds": r["rounds"],
             "restitch_ratio": round(r["restitch_ratio"], 4), "ci95": [round(ci[0], 4), round(ci[1], 4)] if ci else None,
             "within_noise": r["restitch_within_noise"], "gpu_us": round(r["gpu_us"], 1), "triton": r["triton"],
             "vendor": r["vendor"], "replaceable_share": round(r["replaceable_share"], 3), "seconds": seconds}

@@ -34,7 +34,7 @@ def inspect_row(d: str, name: str) -> Dict[str, Any]:
             "restitch_identical": rs.get("identical"), "restitch_ratio": rs.get("ratio"), "restitch_replaced": rs.get("kernels_replaced"),
             "baseline_ms": rs.get("baseline_ms"), "restitched_ms": rs.get("restitched_ms"),
             "restitch_ci95": rs.get("ratio_ci95"), "restitch_within_noise": rs.get("within_noise"),
-            "noise_floor": rs.get("noise_floor"),
+            "noise_floor": rs.get("noise_floor"), "rounds": len(rs.get("per_round") or []),
             "restitch_against": rs.get("timed_against"),
             "restitch_why": (rs.get("difference") or {}).get("why") or rs.get("timing_skipped")
             or (f"round trip failed: {rs['error']}" if rs.get("error") else None),
@@ -116,14 +116,16 @@ def main() -> None:
     for mode, rows in sorted(inspect.items()):
         good = [r for r in rows.values() if r["ok"]]
         md.append(f"### mode `{mode}`: {len(good)}/{len(rows)} problems inspected\n")
-        md.append("| problem | Triton | templ. | vendor | GPU µs/run | replaceable | replay ok | re-stitch identical | re-stitch T/T0 |")
-        md.append("|---|---|---|---|---|---|---|---|---|")
+        md.append("| problem | Triton | templ. | vendor | GPU µs/run | replaceable | replay ok | re-stitch identical | re-stitch T/T0 "
+                  "| noise floor (rounds) |")
+        md.append("|---|---|---|---|---|---|---|---|---|---|")
         for name, r in sorted(rows.items()):
             if r["ok"]:
                 md.append(f"| {name} | {r['triton']} | {r['templates']} | {r['vendor']} | {r['gpu_us']:.1f} | {r['replaceable_share'] * 100:.1f} % | "
-                          f"{r['replay_ok']}/{r['replay_n']} | {r['restitch_identical']} | {fmt(r['restitch_ratio'], '.3f')}{ci(r).replace('|', '/')} |")
+                          f"{r['replay_ok']}/{r['replay_n']} | {r['restitch_identical']} | {fmt(r['restitch_ratio'], '.3f')}{ci(r).replace('|', '/')} | "
+                          f"{fmt(r['noise_floor'], '.4f')} ({r['rounds']}) |")
             else:
-                md.append(f"| {name} | failed: {r['reason']} ||||||||")
+                md.append(f"| {name} | failed: {r['reason']} |||||||||")
         md.append("")
     open(f"{out}/inspect.md", "w").write("\n".join(md))
     vm = ["| candidate | exploit | expected | outcome | rejected by | first failing evidence | speedup (95 % CI; noise floor) | as expected |",
