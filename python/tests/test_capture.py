@@ -283,12 +283,11 @@ def test_interleaved_ratio_times_more_rounds_once_when_the_floor_is_wide() -> No
     # Steady to 0.1 %: 5 rounds, the floor under the goal.
     steady = restitch.interleaved_ratio(rounds([(1.0, 1.0, 1.001), (1.001, 1.0, 1.0)] * 2 + [(1.0, 1.0, 1.001)]))
     assert not steady["extended"] and len(steady["per_round"]) == 5 and steady["noise_floor"] <= restitch.FLOOR_GOAL
-    # Rounds 3 % apart: 5 more (and no more than that, whatever they show).
-    wide = [(1.0, 1.0, 1.03), (1.03, 1.0, 1.0)] * 5
-    more = restitch.interleaved_ratio(rounds(wide))
+    # Rounds 3 % apart: 5 more, of the longer rounds (and no more than that, whatever they show).
+    more = restitch.interleaved_ratio(rounds([(1.0, 1.0, 1.03), (1.03, 1.0, 1.0)] * 2 + [(1.0, 1.0, 1.03)]),
+                                      time_more_round=rounds([(2.0, 2.0, 2.06), (2.06, 2.0, 2.0)] * 2 + [(2.0, 2.0, 2.06)]))
     assert more["extended"] and len(more["per_round"]) == 10 and more["noise_floor"] > restitch.FLOOR_GOAL
-    # The tenth round's values are the last ones drawn: an eleventh would raise StopIteration.
-    assert more["per_round"][9] == {"base_ms": 1.03, "new_ms": 1.0, "base_again_ms": 1.0}
+    assert [r["base_ms"] for r in more["per_round"]] == [1.0, 1.03, 1.0, 1.03, 1.0, 2.0, 2.06, 2.0, 2.06, 2.0]
     # A floor that 10 rounds bring under the goal: 5 noisy rounds, then 5 quiet ones.
     mixed = restitch.interleaved_ratio(rounds([(1.0, 1.0, 1.02), (1.0, 1.0, 0.99)] * 2 + [(1.0, 1.0, 1.0)]
                                               + [(1.0, 1.0, 1.0)] * 5))

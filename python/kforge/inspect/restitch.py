@@ -67,45 +67,47 @@ ROUND_MIN_CALLS = 15
 
 
 #: The noise floor the round trip aims at: when its first rounds leave it above this, it times
-#: ``MORE_ROUNDS`` more (once). The floor is the upper end of a 95 % interval over the rounds,
-#: whose half width falls with their number (Student's t at 4 degrees of freedom is 2.78, at 9 it
-#: is 2.26): bf16 GEMMs at the large preset, whose calls spread by a few percent at the power
-#: limit, left floors of 1.015–1.019 after 5 rounds (issue 17 item 6). One extension, not
-#: rounds until the floor is met: stopping as soon as an interval is narrow enough would report
-#: floors narrower than the timing is.
+#: ``MORE_ROUNDS`` more (once), each with twice the calls. The floor is the upper end of a 95 %
+#: interval over the rounds: its half width falls with their number (Student's t at 4 degrees of
+#: freedom is 2.78, at 9 it is 2.26) and with each round's spread, which falls with its calls. bf16
+#: GEMMs at the large preset, whose calls spread by a few percent at the power limit, left floors
+#: of 1.015–1.019 after 5 rounds (issue 17 item 6). One extension, not rounds until the floor is
+#: met: stopping as soon as an interval is narrow enough would report floors narrower than the
+#: timing is.
 FLOOR_GOAL = 1.01
 MORE_ROUNDS = 5
 
 
 def interleaved_ratio(time_round: Callable[[], Tuple[float, float, float]], rounds: int = 5,
-                      more_rounds: int = MORE_ROUNDS, floor_goal: float = FLOOR_GOAL) -> Dict[str, Any]:
+                      more_rounds: int = MORE_ROUNDS, floor_goal: float = FLOOR_GOAL,
+                      time_more_round: Optional[Callable[[], Tuple[float, float, float]]] = None) -> Dict[str, Any]:
     """new/base over rounds of ``time_round()`` → (base, new, base again) in ms: the geometric-mean
     ratio with its 95 % interval, and the noise floor — the upper end of that interval for
     base-again/base. ``within_noise``: the ratio's interval reaches into the band the baseline
-    shows against itself. ``rounds`` rounds, then ``more_rounds`` more when the floor they give
-    is above ``floor_goal`` (``extended``)."""
+    shows against itself. ``rounds`` rounds, then ``more_rounds`` more, of ``time_more_round()``
+    (default ``time_round``), when the floor they give is above ``floor_goal`` (``extended``)."""
     per_round: List[Dict[str, float]] = []
     logs: List[float] = []
     noise: List[float] = []
 
-    def one_round() -> None:
-        tb, tn, tb2 = time_round()
+    def one_round(timed: Callable[[], Tuple[float, float, float]]) -> None:
+        tb, tn, tb2 = timed()
         per_round.append({"base_ms": tb, "new_ms": tn, "base_again_ms": tb2})
         logs.append(math.log(tn / tb))
         noise.append(math.log(tb2 / tb))
 
     for _ in range(max(2, rounds)):
-        one_round()
+        one_round(time_round)
     extended = more_rounds > 0 and math.exp(noise_floor(noise)) > floor_goal
     for _ in range(more_rounds if extended else 0):
-        one_round()
+        one_round(time_more_round or time_round)
     mean, half = mean_half(logs)
     floor = noise_floor(noise)
     return {"ratio": math.exp(mean), "ratio_ci95": [math.exp(mean - half), math.exp(mean + half)], "noise_floor": math.exp(floor),
             "within_noise": mean - half <= floor and mean + half >= -floor, "per_round": per_round, "extended": extended}
 
 
-def _round_ms(base: Callable[[], Any], new: Callable[[], Any]) -> Tuple[float, float, float]:
+def _round_ms(base: Callable[[], Any], new: Callable[[], Any], calls: int = 1) -> Tuple[float, float, float]:
     """Baseline, re-stitched and baseline again, call by call in turn in one region (about 50 ms
     of calls, at least ``ROUND_MIN_CALLS`` of each: the round trip takes 5 or 10 rounds, in regions that
     on a shared GPU hold every other job).
@@ -113,9 +115,10 @@ def _round_ms(base: Callable[[], Any], new: Callable[[], Any]) -> Tuple[float, f
     are one model whose kernels are switched in its wrapper module, and a call right after the
     switch runs on CPU caches warmed by the other kernels — on the H200 host-bound GRU and LSTM
     models (64 kernels) timed 9–13 % slower with replacements so timed, at the same device time
-    and the same host time per call when called in a row."""
-    a, b, c = do_bench_interleaved([base, new, base], warmup=10, rep=50, name="inspect:round-trip",
-                                   prepare_each=[base, new, base], min_calls=ROUND_MIN_CALLS)
+    and the same host time per call when called in a row. ``calls``: that many times the calls
+    (an extension round of ``interleaved_ratio``)."""
+    a, b, c = do_bench_interleaved([base, new, base], warmup=10, rep=50 * calls, name="inspect:round-trip",
+                                   prepare_each=[base, new, base], min_calls=ROUND_MIN_CALLS * calls)
     return statistics.median(a), statistics.median(b), statistics.median(c)
 
 
@@ -227,7 +230,7 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
         else:
             a, b = first, second
             try:
-                timing = interleaved_ratio(lambda: _round_ms(a, b))
+                timing = interleaved_ratio(lambda: _round_ms(a, b), time_more_round=lambda: _round_ms(a, b, calls=2))
                 timing["timed_against"] = timed_against
                 if timing.get("within_noise") is False:
                     # Beyond noise: say why — which device work or host time differs per call.
