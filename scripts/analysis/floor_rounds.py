@@ -3,6 +3,9 @@ baseline timed against itself moves by more than 1 %.
 
     python3 scripts/analysis/floor_rounds.py STORE.db [NAME_SUBSTRING] [--json OUT]
 
+STORE.db: an unpacked suite.tgz's suite/store.db (the daemon stopped) or suite/store-snapshot.db
+(the copy packed after the last task a call finished, when the call was cut at its limit).
+
 Per inspect job (its problem from the job's command line), one line per round-trip region, in
 order: what the region waited for (queue, drain, settle, how many jobs it froze), the SM clock and
 temperature at grant and release, and per side (baseline, re-stitched, baseline again) the number

@@ -27,7 +27,7 @@ FINAL_PACK=1 (no tasks): only pack WORKDIR, the stopped daemon's store included.
 A task named twice runs once, at its first place: list the longest first
 (`inspect:max-autotune:problems/level3/*.py inspect:max-autotune`) so they do not end the call.
 After every finished task WORKDIR is packed into OUT/suite.tgz (a call cut short keeps what it
-finished); the tables (one row per problem or candidate) are printed last and written to
+finished, and a copy of the daemon's store then, store-snapshot.db); the tables (one row per problem or candidate) are printed last and written to
 OUT/summary.json.
 """
 
@@ -39,6 +39,7 @@ import json
 import os
 import subprocess
 import sys
+import sqlite3
 import tarfile
 import threading
 import time
@@ -168,17 +169,41 @@ def interleaved(tasks: List[Tuple[str, List[str], str]]) -> List[Tuple[str, List
 
 def _results_only(info: tarfile.TarInfo, with_store: bool = False) -> "tarfile.TarInfo | None":
     """Leave out the daemon's socket folder (its ledger is renamed in place as jobs come and go)
-    and the live SQLite store (packed only once the daemon stopped: ``with_store``)."""
+    and the live SQLite store (packed only once the daemon stopped: ``with_store``; before that
+    its ``store-snapshot.db``), and a snapshot being written."""
     parts = info.name.split("/")
     if len(parts) > 1 and (parts[1].endswith(".sock.d") or parts[1].endswith(".sock")
-                           or (parts[1].startswith("store.db") and not with_store)):
+                           or (parts[1].startswith("store.db") and not with_store)
+                           or parts[1].endswith(".db.tmp")):
         return None
     return info
+
+
+def snapshot_store() -> None:
+    """A consistent copy of the live store as ``store-snapshot.db`` (SQLite's online backup), so
+    that a call cut at its limit, whose daemon never stops, still brings back its regions and
+    measurements (``scripts/analysis/floor_rounds.py`` reads them). A failed copy is said and
+    skipped: the next pack tries again."""
+    live = f"{WORK}/store.db"
+    if not os.path.exists(live):
+        return
+    try:
+        src = sqlite3.connect(live, timeout=5)  # read only in effect; a WAL store's readers may need its -shm
+        dst = sqlite3.connect(f"{WORK}/store-snapshot.db.tmp")
+        with src, dst:
+            src.backup(dst)
+        src.close()
+        dst.close()
+        os.replace(f"{WORK}/store-snapshot.db.tmp", f"{WORK}/store-snapshot.db")
+    except (sqlite3.Error, OSError) as e:
+        print(f"pack: no store snapshot: {e}", flush=True)
 
 
 def pack(with_store: bool = False) -> None:
     with PACK:
         tmp = f"{OUT}/suite.tgz.tmp"
+        if not with_store:
+            snapshot_store()
         try:
             with tarfile.open(tmp, "w:gz") as tf:
                 tf.add(WORK, arcname="suite", filter=lambda i: _results_only(i, with_store))
@@ -317,4 +342,5 @@ def results_agree(rows: List[Dict[str, Any]]) -> None:
                     for r in rows if not r["agrees"]))
 
 
-main()
+if __name__ == "__main__":
+    main()
