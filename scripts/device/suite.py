@@ -27,19 +27,20 @@ FINAL_PACK=1 (no tasks): only pack WORKDIR, the stopped daemon's store included.
 A task named twice runs once, at its first place: list the longest first
 (`inspect:max-autotune:problems/level3/*.py inspect:max-autotune`) so they do not end the call.
 After every finished task WORKDIR is packed into OUT/suite.tgz (a call cut short keeps what it
-finished, and a copy of the daemon's store then, store-snapshot.db); the tables (one row per problem or candidate) are printed last and written to
-OUT/summary.json.
+finished, and a copy of the daemon's store as it was then, store-snapshot.db); the tables (one row
+per problem or candidate) are printed last and written to OUT/summary.json.
 """
 
 from __future__ import annotations
 
 import concurrent.futures as cf
+import contextlib
 import glob
 import json
 import os
+import sqlite3
 import subprocess
 import sys
-import sqlite3
 import tarfile
 import threading
 import time
@@ -188,12 +189,10 @@ def snapshot_store() -> None:
     if not os.path.exists(live):
         return
     try:
-        src = sqlite3.connect(live, timeout=5)  # read only in effect; a WAL store's readers may need its -shm
-        dst = sqlite3.connect(f"{WORK}/store-snapshot.db.tmp")
-        with src, dst:
+        # Read only in effect (a WAL store's readers may need to write its -shm: not mode=ro).
+        with contextlib.closing(sqlite3.connect(live, timeout=5)) as src, \
+                contextlib.closing(sqlite3.connect(f"{WORK}/store-snapshot.db.tmp")) as dst:
             src.backup(dst)
-        src.close()
-        dst.close()
         os.replace(f"{WORK}/store-snapshot.db.tmp", f"{WORK}/store-snapshot.db")
     except (sqlite3.Error, OSError) as e:
         print(f"pack: no store snapshot: {e}", flush=True)
