@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import subprocess
 import sys
@@ -76,3 +77,47 @@ def test_quantile_between_samples() -> None:
     m = analysis_script("floor_rounds")
     assert m.quantile([1.0, 2.0, 3.0, 4.0, 5.0], 0.9) == 4.6
     assert m.floor_of([0.01]) == math.inf
+
+
+KFORGE = ROOT / "target" / "debug" / "kforge"
+ROUNDS_JOB = """
+import time
+import kforge
+
+def busy(ms):
+    end = time.perf_counter() + ms / 1e3
+    while time.perf_counter() < end:
+        pass
+
+for _ in range(3):
+    kforge.do_bench_interleaved([lambda: busy(1.0), lambda: busy(1.5), lambda: busy(1.0)], warmup=1, rep=10,
+                                name="inspect:round-trip", device="cpu", min_calls=3)
+"""
+
+
+def test_the_rounds_of_a_real_daemon_store(tmp_path: Path) -> None:
+    # A job of the real daemon times three rounds as the inspect round trip names them; the
+    # script reads them back from the store the daemon wrote (its real schema, its region and job ids).
+    assert KFORGE.exists(), "target/debug/kforge is not built: cargo build -p kforge first (as .ci/run does)"
+    sock, db = tmp_path / "k.sock", tmp_path / "store.db"
+    (tmp_path / "inspect_rounds.py").write_text(ROUNDS_JOB)
+    daemon = subprocess.Popen([str(KFORGE), "--socket", str(sock), "daemon", "--db", str(db), "--reserve-cores", "0",
+                               "--freeze", "none"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert daemon.stderr is not None
+        first = daemon.stderr.readline()  # said once the socket is bound
+        assert "listening on" in first, first
+        env = {k: v for k, v in os.environ.items() if k != "KFORGE_SOCKET"}
+        env["PYTHONPATH"] = str(ROOT / "python")
+        r = subprocess.run([str(KFORGE), "--socket", str(sock), "run", "--device", "cpu", "--", sys.executable,
+                            str(tmp_path / "inspect_rounds.py")], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+    finally:
+        subprocess.run([str(KFORGE), "--socket", str(sock), "shutdown"], capture_output=True, timeout=30)
+        daemon.communicate(timeout=30)  # the store is closed once the daemon has exited
+    out = tmp_path / "floor.json"
+    subprocess.run([sys.executable, SCRIPT, str(db), "inspect_rounds", "--json", str(out)], capture_output=True, text=True, check=True)
+    (job,) = json.loads(out.read_text()).values()
+    assert len(job["rounds"]) == 3 and all(r["calls"] == [3, 3, 3] for r in job["rounds"])
+    assert all(1.3 < r["median_ms"][1] / r["median_ms"][0] < 1.8 for r in job["rounds"])  # the new side is 1.5x
+    assert job["summary"]["floor"] < 1.5 and job["summary"]["mhz_range"] is None  # no GPU: no clocks
