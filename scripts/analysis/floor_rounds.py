@@ -14,36 +14,31 @@ Last, per job: the floor as `kforge inspect` computes it (the upper end of the 9
 the log ratios), the clock's range over the rounds, and the widest within-round spread — a floor
 from rounds that differ while each round is tight points at the machine between rounds (clocks,
 temperature); a floor from wide rounds points at the calls themselves.
-Reads the SQLite store with the standard library only.
+Reads the SQLite store with the standard library; the floor is `kforge.harness.noise_floor`, from
+the tree's package (no torch needed).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import sqlite3
 import statistics as st
 import sys
 from typing import Any, Dict, List, Optional
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+from eval_diagnostics import q as quantile  # noqa: E402  (the analysis scripts' one quantile)
+from kforge.harness import noise_floor  # noqa: E402  (the tree's package: the floor as kforge inspect computes it)
+
 SIDES = ("inspect:round-trip:0", "inspect:round-trip:1", "inspect:round-trip:2")
-#: Student's t at 97.5 % for n-1 degrees of freedom, n = 2..10 (kforge.harness.mean_half's).
-T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-
-
-def quantile(xs: List[float], p: float) -> float:
-    s = sorted(xs)
-    k = p * (len(s) - 1)
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def floor_of(logs: List[float]) -> float:
-    """``|mean| + t·sd/√n`` of the rounds' log ratios, as a ratio (infinite under two rounds)."""
-    if len(logs) < 2:
-        return math.inf
-    half = T975.get(len(logs) - 1, 1.96) * st.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(abs(st.mean(logs)) + half)
+    """The rounds' log ratios as a floor ratio (infinite under two rounds)."""
+    return math.exp(noise_floor(logs))
 
 
 def problem_of(argv: str) -> str:
