@@ -968,6 +968,7 @@ impl Run<'_> {
                 _ => {
                     self.progress(index, problem, "resumed: its decision is in the journal");
                     let report = self.confirmed_from_decisions(problem, &q, report)?;
+                    self.result_files_from_decisions(index, problem, &q, &report, out)?;
                     return Ok(Outcome::Decided { report: Box::new(report), resumed: true });
                 }
             }
@@ -1029,6 +1030,30 @@ impl Run<'_> {
             }
         }
         Ok(report)
+    }
+
+    /// A journal's decision whose folder lost a result file (a state pack from before result
+    /// files were packed, or a file removed) gets them back from the decisions file's entry of the
+    /// same decision on this machine for this source, where it carries them as decided
+    /// (`Entry::result_files`): a re-verification then finds the result it names. Said when done.
+    fn result_files_from_decisions(
+        &self,
+        index: usize,
+        problem: &Path,
+        q: &Question,
+        report: &Report,
+        out: &Path,
+    ) -> Result<()> {
+        if RESULT_FILES.iter().all(|n| out.join(n).exists()) {
+            return Ok(());
+        }
+        let Some(d) = self.decisions.as_ref() else { return Ok(()) };
+        let Answer::Taken(e) = d.answer(problem, q)? else { return Ok(()) };
+        if e.report.decision == report.decision && write_result_files(e, out)? {
+            let from = d.path.display();
+            self.progress(index, problem, &format!("its result files were missing here: written from {from}"));
+        }
+        Ok(())
     }
 
     /// With `--resume --decisions`, the file's report for this question, decided on this machine

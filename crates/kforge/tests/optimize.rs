@@ -528,6 +528,20 @@ fn a_campaign_resumes_on_a_fresh_machine_from_its_decisions_file() {
     assert_eq!(code, Some(0), "{text}");
     assert_eq!(text.matches("resumed: its decision is in the journal").count(), 2, "{text}");
 
+    // A folder whose journal holds the decision but lost its result files (session 31: a state
+    // pack from before they were packed): resumed from the journal, the files come back from the
+    // decisions file as decided; without the file nothing is written.
+    let lost = || ["model_new.py", "policy.toml"].map(|n| std::fs::remove_file(out.join("level1/row_softmax").join(n)));
+    assert!(lost().iter().all(|r| r.is_ok()));
+    let (code, text) = optimize(&[&args[..], &["--resume"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(!out.join("level1/row_softmax/model_new.py").exists() && !text.contains("were missing here"), "{text}");
+    let (code, text) = optimize(&[&with_file[..], &["--resume"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert_eq!(text.matches("resumed: its decision is in the journal").count(), 2, "{text}");
+    assert_eq!(text.matches("its result files were missing here: written from").count(), 1, "{text}");
+    assert_eq!(result_of(&out), written, "written as they were decided");
+
     // Gate 4's speedup filled into the file afterwards (backfill_confirmed.py): a run resumed from
     // the journal counts it too, for the same decision only.
     let kept = std::fs::read_to_string(&decisions).unwrap();
