@@ -219,7 +219,8 @@ def _bench_cpu(fn: Callable[[], Any], warmup: float, rep: float, grad_to_none: O
 #: GPU spin cycles per microsecond assumed when sizing the spin that covers a call's host time
 #: (an H200 runs at up to 1.98 GHz; a slower clock only lengthens the spin).
 SPIN_CYCLES_PER_US = 2000
-#: Most timed calls with ``count_host`` (each waits for the GPU and a spin).
+#: Most timed calls with ``count_host`` (each waits for the GPU and a spin) that ``rep`` asks
+#: for; a caller's ``min_calls`` may ask for more (the inspect round trip sizes its rounds).
 MAX_HOST_COUNTED_CALLS = 1000
 #: Longest spin put in front of a timed call, microseconds: covers three medians of a host time of
 #: up to about 16.6 ms (the suite's forwards take 1-15 ms). Until session 29 it was 5 ms, less
@@ -453,7 +454,7 @@ def _interleaved_cuda(fns: List[Callable[[], Any]], warmup: float, rep: float, d
 
             estimates.append(warm_up_and_estimate(batch, warmup))
             spins.append(spin_length_us(probe_host_us(torch, fn, before)))
-        rounds = min(max(min_calls, timed_calls(sum(estimates), rep)), max(1, MAX_HOST_COUNTED_CALLS // len(fns)))
+        rounds = max(min_calls, min(timed_calls(sum(estimates), rep), max(1, MAX_HOST_COUNTED_CALLS // len(fns))))
         out: List[List[float]] = [[] for _ in fns]
         for _ in range(rounds):
             for i, fn in enumerate(fns):

@@ -647,6 +647,30 @@ def noise_floor(noise: List[float]) -> float:
     return abs(mean) + half
 
 
+#: The standard error of a median of n samples of spread sd, over sd/sqrt(n) (normal samples).
+MEDIAN_SE = math.sqrt(math.pi / 2)
+
+
+def paired_log(base: Sequence[float], other: Sequence[float]) -> float:
+    """The median of the calls' log ratios other/base, call i with call i: the two sides' calls
+    alternate in one region, so call i of each ran seconds apart at most and a drift of the
+    machine (a slower host for a second, a clock step) falls on both. The ratio of the two
+    medians does not cancel it: a round whose calls split between two host speeds has a median
+    anywhere between them (the unrolled LSTM at the large preset, session 31: 3.2 and 7.3 ms
+    within one round, all three sides alike)."""
+    n = min(len(base), len(other))
+    return statistics.median(math.log(other[i] / base[i]) for i in range(n))
+
+
+def pair_spread(a: Sequence[float], b: Sequence[float], c: Sequence[float]) -> float:
+    """The larger standard deviation of the calls' log ratios new/base and base-again/base (0
+    under two calls): what a round's median of them wanders by, times MEDIAN_SE / sqrt(calls)."""
+    n = min(len(a), len(b), len(c))
+    if n < 2:
+        return 0.0
+    return max(statistics.stdev(math.log(y[i] / a[i]) for i in range(n)) for y in (b, c))
+
+
 def finite_json(x: Any) -> Any:
     """JSON has no NaN or infinity: such floats become the strings "nan", "inf", "-inf"."""
     if isinstance(x, float) and not (x == x and abs(x) != float("inf")):

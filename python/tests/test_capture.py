@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import os
+import statistics
 import subprocess
 import sys
 import types
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 import pytest
 
@@ -260,39 +262,71 @@ def test_identical_is_exact_up_to_nan() -> None:
     assert harness.identical([torch.tensor([1, 2]), 3], [torch.tensor([1, 2]), 3])
 
 
+def fixed_rounds(rounds: List[Tuple[List[float], List[float], List[float]]], seconds: float = 0.1) -> Any:
+    """A ``time_round`` giving these rounds' samples in turn (the calls asked for recorded)."""
+    it = iter(rounds)
+    asked: List[int] = []
+
+    def time_round(calls: int) -> Any:
+        asked.append(calls)
+        return next(it), seconds
+
+    time_round.asked = asked  # type: ignore[attr-defined]
+    return time_round
+
+
 def test_interleaved_ratio_tells_a_change_from_noise() -> None:
-    def rounds(values: List[Any]) -> Any:
-        it = iter(values)
-        return lambda: next(it)
-
-    # Base 1.00 then 1.02 again (noise about 2 %); new is the same: within noise.
-    same = restitch.interleaved_ratio(rounds([(1.0, 1.01, 1.02), (1.02, 1.01, 1.0)] * 2 + [(1.0, 1.01, 1.02)]), more_rounds=0)
-    assert same["within_noise"] and 0.98 < same["ratio"] < 1.03 and same["noise_floor"] > 1.0
+    # Calls steady to 0.1 %, rounds apart by 0.1 % at most: the first round sizes nothing up, 5
+    # rounds of its calls; new is the baseline, within noise.
+    quiet = [1.0, 1.001] * 8
+    moves = [(1.001, 0.999), (0.999, 1.001), (1.0005, 0.9995), (0.9995, 1.0005), (1.0, 1.0)]
+    same = restitch.interleaved_ratio(fixed_rounds([(quiet, [x * f for x in quiet], [x * g for x in quiet]) for f, g in moves]))
+    assert same["within_noise"] and 0.998 < same["ratio"] < 1.002 and 1.0 < same["noise_floor"] < 1.002
+    assert same["plan"]["rounds"] == 5 and len(same["per_round"]) == 5
     # New is 1.5x slower every round: beyond the noise.
-    slow = restitch.interleaved_ratio(rounds([(1.0, 1.5, 1.01), (1.01, 1.52, 1.0), (1.0, 1.49, 1.01), (1.01, 1.51, 1.0), (1.0, 1.5, 1.01)]),
-                                      more_rounds=0)
-    assert not slow["within_noise"] and slow["ratio_ci95"][0] > 1.4
-    assert len(slow["per_round"]) == 5 and slow["per_round"][0] == {"base_ms": 1.0, "new_ms": 1.5, "base_again_ms": 1.01}
+    slow = [x * 1.5 for x in quiet]
+    beyond = restitch.interleaved_ratio(fixed_rounds([(quiet, slow, quiet)] * 5))
+    assert not beyond["within_noise"] and beyond["ratio_ci95"][0] > 1.49
+    r = beyond["per_round"][0]
+    assert (r["calls"], r["base_ms"], r["again_over_base"]) == (16, statistics.median(quiet), 1.0)
+    assert r["new_over_base"] == pytest.approx(1.5)
 
 
-def test_interleaved_ratio_times_more_rounds_once_when_the_floor_is_wide() -> None:
-    def rounds(values: List[Any]) -> Any:
-        it = iter(values)
-        return lambda: next(it)
+def test_paired_ratios_cancel_a_drift_that_the_medians_do_not() -> None:
+    # Session 31's LSTM: the host slows from 3.2 to 7.3 ms halfway through a round, all sides
+    # alike, with 15 calls on each side of the step: the medians land either side of it.
+    base = [3.2] * 15 + [7.3] * 15
+    again = [3.2] * 14 + [7.3] * 16
+    assert statistics.median(again) / statistics.median(base) > 1.3
+    assert harness.paired_log(base, again) == 0.0
+    assert harness.pair_spread(base, base, again) > 0.1  # the step call itself
 
-    # Steady to 0.1 %: 5 rounds, the floor under the goal.
-    steady = restitch.interleaved_ratio(rounds([(1.0, 1.0, 1.001), (1.001, 1.0, 1.0)] * 2 + [(1.0, 1.0, 1.001)]))
-    assert not steady["extended"] and len(steady["per_round"]) == 5 and steady["noise_floor"] <= restitch.FLOOR_GOAL
-    # Rounds 3 % apart: 5 more, of the longer rounds (and no more than that, whatever they show).
-    more = restitch.interleaved_ratio(rounds([(1.0, 1.0, 1.03), (1.03, 1.0, 1.0)] * 2 + [(1.0, 1.0, 1.03)]),
-                                      time_more_round=rounds([(2.0, 2.0, 2.06), (2.06, 2.0, 2.0)] * 2 + [(2.0, 2.0, 2.06)]))
-    assert more["extended"] and len(more["per_round"]) == 10 and more["noise_floor"] > restitch.FLOOR_GOAL
-    assert [r["base_ms"] for r in more["per_round"]] == [1.0, 1.03, 1.0, 1.03, 1.0, 2.0, 2.06, 2.0, 2.06, 2.0]
-    # A floor that 10 rounds bring under the goal: 5 noisy rounds, then 5 quiet ones.
-    mixed = restitch.interleaved_ratio(rounds([(1.0, 1.0, 1.02), (1.0, 1.0, 0.99)] * 2 + [(1.0, 1.0, 1.0)]
-                                              + [(1.0, 1.0, 1.0)] * 5))
-    assert mixed["extended"] and mixed["noise_floor"] < restitch.interleaved_ratio(
-        rounds([(1.0, 1.0, 1.02), (1.0, 1.0, 0.99)] * 2 + [(1.0, 1.0, 1.0)]), more_rounds=0)["noise_floor"]
+
+def test_round_plan_sizes_rounds_by_the_spread_alone() -> None:
+    # Calls that agree: no more than MIN_ROUNDS of the first round's calls.
+    assert restitch.round_plan(15, 0.001, 0.5) == (restitch.MIN_ROUNDS, 15)
+    # A host-bound 70 us call spreading by 20 % a call: more calls a round, each round under
+    # ROUND_MAX_S, and the predicted floor at the aim.
+    rounds, calls = restitch.round_plan(120, 0.2, 0.28)
+    assert restitch.MIN_ROUNDS <= rounds <= restitch.MAX_ROUNDS and calls > 120
+    assert calls * 0.28 / 120 <= restitch.ROUND_MAX_S
+    t = harness.T95[min(rounds - 2, len(harness.T95) - 1)]
+    assert t * harness.MEDIAN_SE * 0.2 / math.sqrt(rounds * calls) <= math.log(restitch.FLOOR_AIM)
+    # A launch-bound 5 ms model whose rounds cannot hold enough calls: MAX_ROUNDS of what fits.
+    rounds, calls = restitch.round_plan(15, 0.2, 1.0)
+    assert (rounds, calls) == (restitch.MAX_ROUNDS, int(restitch.ROUND_MAX_S / (1.0 / 15)))
+
+
+def test_interleaved_ratio_times_the_rounds_its_first_round_plans() -> None:
+    # A first round spreading by about 20 % a call: the others ask for the planned calls.
+    rng = [1.0, 1.3, 0.8, 1.1, 0.9, 1.25, 0.85, 1.05] * 2
+    first = (rng, rng[1:] + rng[:1], rng[2:] + rng[:2])
+    steady = ([1.0] * 16, [1.0] * 16, [1.0] * 16)
+    time_round = fixed_rounds([first] + [steady] * (restitch.MAX_ROUNDS - 1), seconds=0.05)
+    out = restitch.interleaved_ratio(time_round)
+    rounds, calls = restitch.round_plan(16, harness.pair_spread(*first), 0.05)
+    assert out["plan"]["rounds"] == rounds == len(out["per_round"]) and out["plan"]["calls"] == calls > 16
+    assert time_round.asked == [restitch.ROUND_MIN_CALLS] + [calls] * (rounds - 1)
 
 
 def test_copy_strided_keeps_padding_strides() -> None:

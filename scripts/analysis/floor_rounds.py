@@ -9,9 +9,11 @@ STORE.db: an unpacked suite.tgz's suite/store.db (the daemon stopped) or suite/s
 Per inspect job (its problem from the job's command line), one line per round-trip region, in
 order: what the region waited for (queue, drain, settle, how many jobs it froze), the SM clock and
 temperature at grant and release, and per side (baseline, re-stitched, baseline again) the number
-of calls, the median in ms and the spread p90/p10 of its calls; then the round's base-again/base.
+of calls, the median in ms and the spread p90/p10 of its calls; then the round's base-again/base
+as the ratio of the medians (kforge inspect before session 31) and paired (the median of the
+calls' log ratios, call i with call i: `kforge.harness.paired_log`, what it computes since).
 Last, per job: the floor as `kforge inspect` computes it (the upper end of the 95 % interval of
-the log ratios), the clock's range over the rounds, and the widest within-round spread — a floor
+the paired log ratios; of the medians' in brackets), the clock's range over the rounds, and the widest within-round spread — a floor
 from rounds that differ while each round is tight points at the machine between rounds (clocks,
 temperature); a floor from wide rounds points at the calls themselves.
 Reads the SQLite store with the standard library; the floor is `kforge.harness.noise_floor`, from
@@ -31,7 +33,7 @@ from typing import Any, Dict, List, Optional
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from eval_diagnostics import q as quantile  # noqa: E402  (the analysis scripts' one quantile)
-from kforge.harness import noise_floor  # noqa: E402  (the tree's package: the floor as kforge inspect computes it)
+from kforge.harness import noise_floor, paired_log  # noqa: E402  (the tree's package: the floor as kforge inspect computes it)
 
 SIDES = ("inspect:round-trip:0", "inspect:round-trip:1", "inspect:round-trip:2")
 
@@ -67,13 +69,15 @@ def rounds_of(db: sqlite3.Connection, job: int) -> List[Dict[str, Any]]:
                     "mhz": [mhz_g, mhz_r], "temp_c": [c_g, c_r], "tainted": bool(tainted),
                     "calls": [len(sides[s]) for s in SIDES], "median_ms": med,
                     "spread": [quantile(sides[s], 0.9) / quantile(sides[s], 0.1) for s in SIDES],
-                    "again_over_base": med[2] / med[0]})
+                    "again_over_base": med[2] / med[0],
+                    "paired_again_over_base": math.exp(paired_log(sides[SIDES[0]], sides[SIDES[2]]))})
     return out
 
 
 def summary(rounds: List[Dict[str, Any]]) -> Dict[str, Any]:
     clocks = [m for r in rounds for m in r["mhz"] if m]
-    return {"floor": floor_of([math.log(r["again_over_base"]) for r in rounds]),
+    return {"floor": floor_of([math.log(r["paired_again_over_base"]) for r in rounds]),
+            "floor_of_medians": floor_of([math.log(r["again_over_base"]) for r in rounds]),
             "mhz_range": [min(clocks), max(clocks)] if clocks else None,
             "widest_spread": max(max(r["spread"]) for r in rounds)}
 
@@ -83,15 +87,16 @@ def fmt_mhz(x: Optional[int]) -> str:
 
 
 def print_job(problem: str, rounds: List[Dict[str, Any]], s: Dict[str, Any]) -> None:
-    print(f"\n{problem}: floor {s['floor']:.4f}, SM clock {s['mhz_range']} MHz, widest p90/p10 {s['widest_spread']:.3f}")
+    print(f"\n{problem}: floor {s['floor']:.4f} (of the medians {s['floor_of_medians']:.4f}), SM clock {s['mhz_range']} MHz, widest p90/p10 {s['widest_spread']:.3f}")
     print(f"  {'wait ms':>8} {'drain':>6} {'settle':>6} {'froze':>5} {'MHz g/r':>10} {'C g/r':>6} {'calls':>9} "
-          f"{'base':>8} {'new':>8} {'again':>8} {'p90/p10 (3 sides)':>20} {'again/base':>10}")
+          f"{'base':>8} {'new':>8} {'again':>8} {'p90/p10 (3 sides)':>20} {'again/base':>10} {'paired':>7}")
     for r in rounds:
         m = r["median_ms"]
         print(f"  {r['wait_ms']:>8.0f} {r['drain_ms']:>6.1f} {r['settle_ms']:>6.0f} {r['frozen_jobs']:>5} "
               f"{fmt_mhz(r['mhz'][0]) + '/' + fmt_mhz(r['mhz'][1]):>10} {fmt_mhz(r['temp_c'][0]) + '/' + fmt_mhz(r['temp_c'][1]):>6} "
               f"{'/'.join(map(str, r['calls'])):>9} {m[0]:>8.3f} {m[1]:>8.3f} {m[2]:>8.3f} "
-              f"{' '.join(f'{x:.3f}' for x in r['spread']):>20} {r['again_over_base']:>10.4f}{' tainted' if r['tainted'] else ''}")
+              f"{' '.join(f'{x:.3f}' for x in r['spread']):>20} {r['again_over_base']:>10.4f} "
+              f"{r['paired_again_over_base']:>7.4f}{' tainted' if r['tainted'] else ''}")
 
 
 def main(argv: List[str]) -> int:

@@ -10,10 +10,22 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..bench import do_bench_interleaved
-from ..harness import clone_output, identical, max_abs_diff, mean_half, noise_floor, to_device
+from ..harness import (
+    MEDIAN_SE,
+    T95,
+    clone_output,
+    identical,
+    max_abs_diff,
+    mean_half,
+    noise_floor,
+    pair_spread,
+    paired_log,
+    to_device,
+)
 from .inductor import (
     CUDA_GRAPH_MODES,
     WrapperHook,
@@ -61,65 +73,94 @@ def _median(xs: List[Optional[float]]) -> Optional[float]:
     return vals[len(vals) // 2] if vals else None
 
 
-#: Timed calls of each side per round at least: a launch-bound model of 15 ms per call got one
-#: call per side per round from 50 ms of calls, and its noise floor was that one call's jitter.
+#: Timed calls of each side in the first round at least: a launch-bound model of 15 ms per call
+#: got one call per side per round from 50 ms of calls, and its noise floor was that call's jitter.
 ROUND_MIN_CALLS = 15
 
-
-#: The noise floor the round trip aims at: when its first rounds leave it above this, it times
-#: ``MORE_ROUNDS`` more (once), each with twice the calls. The floor is the upper end of a 95 %
-#: interval over the rounds: its half width falls with their number (Student's t at 4 degrees of
-#: freedom is 2.78, at 9 it is 2.26) and with each round's spread, which falls with its calls. bf16
-#: GEMMs at the large preset, whose calls spread by a few percent at the power limit, left floors
-#: of 1.015–1.019 after 5 rounds (issue 17 item 6). One extension, not rounds until the floor is
-#: met: stopping as soon as an interval is narrow enough would report floors narrower than the
-#: timing is.
+#: The noise floor issue 17 asks for (the upper end of the 95 % interval of the baseline timed
+#: against itself), and the one the rounds are sized for: the floor is itself a random quantity,
+#: so the timing aims under the goal.
 FLOOR_GOAL = 1.01
-MORE_ROUNDS = 5
+FLOOR_AIM = 1.006
+#: Rounds at least and at most; each round is one exclusive region of at most ``ROUND_MAX_S``
+#: (as the first round's time per call predicts it), so the round trip's timing takes at most
+#: ``MAX_ROUNDS * ROUND_MAX_S`` of regions.
+MIN_ROUNDS = 5
+MAX_ROUNDS = 20
+ROUND_MAX_S = 3.0
+Samples = Tuple[List[float], List[float], List[float]]
 
 
-def interleaved_ratio(time_round: Callable[[], Tuple[float, float, float]], rounds: int = 5,
-                      more_rounds: int = MORE_ROUNDS, floor_goal: float = FLOOR_GOAL,
-                      time_more_round: Optional[Callable[[], Tuple[float, float, float]]] = None) -> Dict[str, Any]:
-    """new/base over rounds of ``time_round()`` → (base, new, base again) in ms: the geometric-mean
-    ratio with its 95 % interval, and the noise floor — the upper end of that interval for
-    base-again/base. ``within_noise``: the ratio's interval reaches into the band the baseline
-    shows against itself. ``rounds`` rounds, then ``more_rounds`` more, of ``time_more_round()``
-    (default ``time_round``), when the floor they give is above ``floor_goal`` (``extended``)."""
-    per_round: List[Dict[str, float]] = []
+def _t95(rounds: int) -> float:
+    return T95[min(rounds - 2, len(T95) - 1)]
+
+
+def round_plan(calls: int, spread: float, seconds: float, aim: float = FLOOR_AIM) -> Tuple[int, int]:
+    """(rounds, calls of each side per round) after a first round of ``calls`` calls of each side
+    whose paired log ratios spread by ``spread`` and which took ``seconds``: the fewest rounds
+    (at least MIN_ROUNDS) whose calls, each round within ROUND_MAX_S, bring the predicted floor
+    to ``aim`` — t(rounds) * MEDIAN_SE * spread / sqrt(rounds * calls) <= log(aim) — else
+    MAX_ROUNDS of the most calls a round fits. Sized by the spread alone, never by the ratios
+    seen: rounds timed until a floor looks narrow enough would report it narrower than it is."""
+    per_call_s = seconds / max(1, calls)
+    fits = max(calls, int(ROUND_MAX_S / per_call_s)) if per_call_s > 0 else calls
+    half = math.log(aim)
+    for rounds in range(MIN_ROUNDS, MAX_ROUNDS + 1):
+        need = math.ceil((_t95(rounds) * MEDIAN_SE * spread / half) ** 2 / rounds)
+        if need <= fits:
+            return rounds, max(calls, need)
+    return MAX_ROUNDS, fits
+
+
+def interleaved_ratio(time_round: Callable[[int], Tuple[Samples, float]], aim: float = FLOOR_AIM) -> Dict[str, Any]:
+    """new/base over rounds of ``time_round(calls)`` → ((base, new, base again) samples of the
+    calls in the order made, the round's seconds): per round the median of the paired log ratios
+    (:func:`paired_log`); over the rounds the geometric-mean ratio with its 95 % interval, and the
+    noise floor — the upper end of that interval for base-again/base. ``within_noise``: the
+    ratio's interval reaches into the band the baseline shows against itself. The first round
+    (at least ROUND_MIN_CALLS calls of each side) sizes the others (:func:`round_plan`)."""
+    per_round: List[Dict[str, Any]] = []
     logs: List[float] = []
     noise: List[float] = []
 
-    def one_round(timed: Callable[[], Tuple[float, float, float]]) -> None:
-        tb, tn, tb2 = timed()
-        per_round.append({"base_ms": tb, "new_ms": tn, "base_again_ms": tb2})
-        logs.append(math.log(tn / tb))
-        noise.append(math.log(tb2 / tb))
+    def one_round(calls: int) -> Tuple[Samples, float]:
+        (a, b, c), seconds = time_round(calls)
+        logs.append(paired_log(a, b))
+        noise.append(paired_log(a, c))
+        per_round.append({"base_ms": statistics.median(a), "new_ms": statistics.median(b),
+                          "base_again_ms": statistics.median(c), "calls": min(len(a), len(b), len(c)),
+                          "new_over_base": math.exp(logs[-1]), "again_over_base": math.exp(noise[-1])})
+        return (a, b, c), seconds
 
-    for _ in range(max(2, rounds)):
-        one_round(time_round)
-    extended = more_rounds > 0 and math.exp(noise_floor(noise)) > floor_goal
-    for _ in range(more_rounds if extended else 0):
-        one_round(time_more_round or time_round)
+    (a, b, c), seconds = one_round(ROUND_MIN_CALLS)
+    spread = pair_spread(a, b, c)
+    rounds, calls = round_plan(per_round[0]["calls"], spread, seconds, aim)
+    for _ in range(rounds - 1):
+        one_round(calls)
     mean, half = mean_half(logs)
     floor = noise_floor(noise)
     return {"ratio": math.exp(mean), "ratio_ci95": [math.exp(mean - half), math.exp(mean + half)], "noise_floor": math.exp(floor),
-            "within_noise": mean - half <= floor and mean + half >= -floor, "per_round": per_round, "extended": extended}
+            "within_noise": mean - half <= floor and mean + half >= -floor, "per_round": per_round,
+            "plan": {"first_round_calls": per_round[0]["calls"], "first_round_s": seconds, "spread": spread,
+                     "rounds": rounds, "calls": calls, "floor_aim": aim}}
 
 
-def _round_ms(base: Callable[[], Any], new: Callable[[], Any], calls: int = 1) -> Tuple[float, float, float]:
+def _round_samples(base: Callable[[], Any], new: Callable[[], Any], calls: int) -> Tuple[Samples, float]:
     """Baseline, re-stitched and baseline again, call by call in turn in one region (about 50 ms
-    of calls, at least ``ROUND_MIN_CALLS`` of each: the round trip takes 5 or 10 rounds, in regions that
-    on a shared GPU hold every other job).
+    of calls, at least ``calls`` of each), with the seconds the region was held.
     Every timed call follows an untimed call of the same function: without CUDA graphs the two
     are one model whose kernels are switched in its wrapper module, and a call right after the
     switch runs on CPU caches warmed by the other kernels — on the H200 host-bound GRU and LSTM
     models (64 kernels) timed 9–13 % slower with replacements so timed, at the same device time
-    and the same host time per call when called in a row. ``calls``: that many times the calls
-    (an extension round of ``interleaved_ratio``)."""
-    a, b, c = do_bench_interleaved([base, new, base], warmup=10, rep=50 * calls, name="inspect:round-trip",
-                                   prepare_each=[base, new, base], min_calls=ROUND_MIN_CALLS * calls)
-    return statistics.median(a), statistics.median(b), statistics.median(c)
+    and the same host time per call when called in a row."""
+    held: List[Any] = []
+    t0 = time.monotonic()
+    a, b, c = do_bench_interleaved([base, new, base], warmup=10, rep=50, name="inspect:round-trip",
+                                   prepare_each=[base, new, base], min_calls=calls, regions=held)
+    seconds = time.monotonic() - t0  # the wait for the region too, where it held none
+    if held and held[0].held_ms is not None:
+        seconds = held[0].held_ms / 1e3
+    return (a, b, c), seconds
 
 
 def swapping(kernels: Sequence[Tuple[Any, str, Any, Any]], call: Callable[[], Any]) -> Tuple[Callable[[], Any], Callable[[], Any]]:
@@ -230,7 +271,7 @@ def restitch_round_trip(path: str, problem: Any, mode: str, dev: Any, expected: 
         else:
             a, b = first, second
             try:
-                timing = interleaved_ratio(lambda: _round_ms(a, b), time_more_round=lambda: _round_ms(a, b, calls=2))
+                timing = interleaved_ratio(lambda calls: _round_samples(a, b, calls))
                 timing["timed_against"] = timed_against
                 if timing.get("within_noise") is False:
                     # Beyond noise: say why — which device work or host time differs per call.
