@@ -427,6 +427,13 @@ def _interleaved_cpu(fns: List[Callable[[], Any]], warmup: float, rep: float,
     return out
 
 
+def host_counted_calls(min_calls: int, from_rep: int, functions: int) -> int:
+    """Timed calls of each of ``functions`` interleaved ``count_host`` functions: the ``from_rep``
+    that ``rep`` asks for, with at most ``MAX_HOST_COUNTED_CALLS`` calls in all, but at least
+    ``min_calls`` however long they take (a caller's own ask: the inspect round trip's rounds)."""
+    return max(min_calls, min(from_rep, max(1, MAX_HOST_COUNTED_CALLS // functions)))
+
+
 def _interleaved_cuda(fns: List[Callable[[], Any]], warmup: float, rep: float, device: str,
                       befores: List[Optional[Callable[[], Any]]], grads: Sequence[Any] = (),
                       min_calls: int = 1) -> List[List[float]]:
@@ -454,7 +461,7 @@ def _interleaved_cuda(fns: List[Callable[[], Any]], warmup: float, rep: float, d
 
             estimates.append(warm_up_and_estimate(batch, warmup))
             spins.append(spin_length_us(probe_host_us(torch, fn, before)))
-        rounds = max(min_calls, min(timed_calls(sum(estimates), rep), max(1, MAX_HOST_COUNTED_CALLS // len(fns))))
+        rounds = host_counted_calls(min_calls, timed_calls(sum(estimates), rep), len(fns))
         out: List[List[float]] = [[] for _ in fns]
         for _ in range(rounds):
             for i, fn in enumerate(fns):

@@ -366,3 +366,13 @@ def test_interleaved_bench_times_at_least_min_calls_of_slow_functions(monkeypatc
         for bad in (0, -1, 2.5, True):
             with pytest.raises(ValueError, match="min_calls"):
                 kforge.do_bench_interleaved([slow], device="cpu", min_calls=bad)  # type: ignore[arg-type]
+
+
+def test_host_counted_calls_cap_what_rep_asks_not_what_min_calls_asks() -> None:
+    from kforge import bench
+
+    cap = bench.MAX_HOST_COUNTED_CALLS // 3
+    assert bench.host_counted_calls(1, 10 * cap, 3) == cap  # rep's ask, capped
+    assert bench.host_counted_calls(15, 40, 3) == 40
+    assert bench.host_counted_calls(2 * cap, 40, 3) == 2 * cap  # the round trip's planned calls
+    assert bench.host_counted_calls(1, 5, 10 * bench.MAX_HOST_COUNTED_CALLS) == 1
