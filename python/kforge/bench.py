@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import statistics
 import time
-from typing import Any, Callable, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
 
 from .client import MAX_FRAME
 from .region import region as _region
@@ -346,6 +347,7 @@ def do_bench_interleaved(
     prepare_each: Optional[Sequence[Callable[[], Any]]] = None,
     min_calls: int = 1,
     regions: Optional[List[Any]] = None,
+    shuffle: bool = False,
 ) -> List[List[float]]:
     """Time several functions call by call in turn — A, B, C, A, B, C, … — inside one kforge
     region; returns each function's samples in milliseconds. A slow drift of the machine (clocks,
@@ -361,7 +363,13 @@ def do_bench_interleaved(
     that many timed calls of each function, however long they take (``rep`` alone gives one call
     each when the calls together take longer than ``rep``: a median of one sample is the call's
     raw jitter). ``regions``: a list the region it timed in is appended to once exited (its
-    ``tainted``: not exclusive, a sibling's GPU work may have run beside it)."""
+    ``tainted``: not exclusive, a sibling's GPU work may have run beside it). ``shuffle``: each
+    turn calls the functions in a new order (a fixed seed: the same orders every time), each
+    function's samples still listed turn by turn — so sample i of every function comes from the
+    same turn — where a fixed order lets a periodic disturbance of the host (a timer tick, a
+    hypervisor's work) that keeps step with the turns fall on one function for a while (session
+    31: one position of the inspect round trip ran 25 % slower than another for 25 turns in a row,
+    both calling the same function)."""
     if not fns or not all(callable(f) for f in fns):
         raise ValueError("do_bench_interleaved: fns must be a non-empty sequence of callables")
     if warmup < 0 or rep <= 0:
@@ -377,9 +385,10 @@ def do_bench_interleaved(
     dev = resolve_device(device)
     with _region(name or "do_bench_interleaved") as r:
         if dev == "cpu":
-            samples = _interleaved_cpu(list(fns), float(warmup), float(rep), befores, min_calls)
+            samples = _interleaved_cpu(list(fns), float(warmup), float(rep), befores, min_calls, turn_orders(len(fns), shuffle))
         else:
-            samples = _interleaved_cuda(list(fns), float(warmup), float(rep), dev, befores, min_calls=min_calls)
+            samples = _interleaved_cuda(list(fns), float(warmup), float(rep), dev, befores, min_calls=min_calls,
+                                        orders=turn_orders(len(fns), shuffle))
         for i, xs in enumerate(samples):
             report_measurement(f"{name or 'do_bench_interleaved'}:{i}", _subsample(xs, MAX_REPORTED_SAMPLES), region=r.region)
     if regions is not None:
@@ -399,8 +408,24 @@ def _then(first: Optional[Callable[[], Any]], second: Optional[Callable[[], Any]
     return both
 
 
+#: The seed of ``do_bench_interleaved(shuffle=True)``'s orders.
+SHUFFLE_SEED = 31
+
+
+def turn_orders(n: int, shuffle: bool) -> Iterator[List[int]]:
+    """The order of ``n`` functions' calls in each turn, one list a turn, without end: 0..n-1
+    every turn, or with ``shuffle`` a new permutation each turn (seeded: ``SHUFFLE_SEED``)."""
+    rng = random.Random(SHUFFLE_SEED)
+    order = list(range(n))
+    while True:
+        if shuffle:
+            rng.shuffle(order)
+        yield list(order)
+
+
 def _interleaved_cpu(fns: List[Callable[[], Any]], warmup: float, rep: float,
-                     befores: List[Optional[Callable[[], Any]]], min_calls: int = 1) -> List[List[float]]:
+                     befores: List[Optional[Callable[[], Any]]], min_calls: int = 1,
+                     orders: Optional[Iterator[List[int]]] = None) -> List[List[float]]:
     estimates = []
     for fn, before in zip(fns, befores):
         if before is not None:
@@ -416,9 +441,10 @@ def _interleaved_cpu(fns: List[Callable[[], Any]], warmup: float, rep: float,
         estimates.append(warm_up_and_estimate(batch, warmup))
     rounds = max(min_calls, timed_calls(sum(estimates), rep))
     out: List[List[float]] = [[] for _ in fns]
+    turns = orders if orders is not None else turn_orders(len(fns), False)
     for _ in range(rounds):
-        for i, fn in enumerate(fns):
-            before = befores[i]
+        for i in next(turns):
+            fn, before = fns[i], befores[i]
             if before is not None:
                 before()
             t0 = time.perf_counter_ns()
@@ -436,7 +462,7 @@ def host_counted_calls(min_calls: int, from_rep: int, functions: int) -> int:
 
 def _interleaved_cuda(fns: List[Callable[[], Any]], warmup: float, rep: float, device: str,
                       befores: List[Optional[Callable[[], Any]]], grads: Sequence[Any] = (),
-                      min_calls: int = 1) -> List[List[float]]:
+                      min_calls: int = 1, orders: Optional[Iterator[List[int]]] = None) -> List[List[float]]:
     import torch  # type: ignore[import-not-found, unused-ignore]
 
     dev = torch.device(device)
@@ -463,9 +489,10 @@ def _interleaved_cuda(fns: List[Callable[[], Any]], warmup: float, rep: float, d
             spins.append(spin_length_us(probe_host_us(torch, fn, before)))
         rounds = host_counted_calls(min_calls, timed_calls(sum(estimates), rep), len(fns))
         out: List[List[float]] = [[] for _ in fns]
+        turns = orders if orders is not None else turn_orders(len(fns), False)
         for _ in range(rounds):
-            for i, fn in enumerate(fns):
-                out[i].append(_one_host_counted(torch, fn, cache, spins[i], events, befores[i], grads))
+            for i in next(turns):
+                out[i].append(_one_host_counted(torch, fns[i], cache, spins[i], events, befores[i], grads))
         return out
 
 

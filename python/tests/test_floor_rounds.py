@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import List
 
 from kforge.harness import noise_floor
+from kforge.inspect import restitch
 from scriptload import analysis_script
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,7 +25,7 @@ CREATE TABLE jobs (id INTEGER PRIMARY KEY, argv TEXT NOT NULL);
 CREATE TABLE regions (id INTEGER PRIMARY KEY, job INTEGER, name TEXT NOT NULL, granted_ns INTEGER NOT NULL,
   wait_ms REAL NOT NULL, drain_ms REAL NOT NULL, settle_ms REAL NOT NULL, frozen_jobs INTEGER NOT NULL,
   gpu_temp_c_granted INTEGER, sm_clock_mhz_granted INTEGER, gpu_temp_c_released INTEGER,
-  sm_clock_mhz_released INTEGER, tainted INTEGER NOT NULL);
+  sm_clock_mhz_released INTEGER, tainted INTEGER NOT NULL, released_ns INTEGER);
 CREATE TABLE measurements (id INTEGER PRIMARY KEY, job INTEGER, region INTEGER, name TEXT NOT NULL,
   samples_ms TEXT NOT NULL, valid INTEGER NOT NULL);
 """
@@ -39,12 +40,12 @@ def store(path: Path, rounds: List[List[List[float]]], clocks: List[int]) -> Non
     # Granted in reverse id order: the script orders rounds by grant time, not by id.
     for i, (sides, mhz) in enumerate(zip(rounds, clocks)):
         rid = 10 - i
-        db.execute("insert into regions values (?, 1, 'inspect:round-trip', ?, 3.0, 0.5, 200.0, 2, 40, ?, 45, ?, 0)",
-                   (rid, 1000 + i, mhz, mhz - 15))
+        db.execute("insert into regions values (?, 1, 'inspect:round-trip', ?, 3.0, 0.5, 200.0, 2, 40, ?, 45, ?, 0, ?)",
+                   (rid, 1000 + i, mhz, mhz - 15, 1000 + i + 300_000_000))
         for k, xs in enumerate(sides):
             db.execute("insert into measurements (job, region, name, samples_ms, valid) values (1, ?, ?, ?, 1)",
                        (rid, f"inspect:round-trip:{k}", json.dumps(xs)))
-    db.execute("insert into regions values (99, 2, 'verify:timing', 5, 0, 0, 0, 0, 40, 1980, 41, 1980, 0)")
+    db.execute("insert into regions values (99, 2, 'verify:timing', 5, 0, 0, 0, 0, 40, 1980, 41, 1980, 0, 10)")
     db.commit()
     db.close()
 
@@ -70,6 +71,10 @@ def test_rounds_in_grant_order_with_the_inspect_floor(tmp_path: Path) -> None:
     expected = math.exp(noise_floor([math.log(6.2 / 6.0), 0.0, 0.0]))
     assert abs(job["summary"]["floor"] - expected) < 1e-12  # the floor kforge inspect reports (paired)
     assert "floor 1.0" in r.stdout and "1980/1965" in r.stdout
+    # What the round trip plans now from such a first round (3 calls a side in 0.3 s).
+    plan = job["summary"]["plan"]
+    assert (plan["rounds"], plan["calls"]) == restitch.round_plan(3, job["rounds"][0]["pair_spread"], 0.3)
+    assert "planned now:" in r.stdout
 
 
 def test_a_job_of_one_round_has_no_floor(tmp_path: Path) -> None:

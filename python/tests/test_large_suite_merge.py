@@ -63,3 +63,22 @@ def test_the_committed_results_render_a_row_per_problem(capsys: pytest.CaptureFi
     rows = [ln for ln in lines[2:] if ln.startswith("| ")]
     assert len(rows) == len(problems) == len(list((REPO / "problems").glob("level*/*.py")))
     assert all(" | ? | " not in r for r in rows), "every problem's level found"
+
+
+def test_a_merged_call_keeps_its_summary_and_the_machine_it_ran_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    m = merge_module()
+    results = tmp_path / "large_suite.json"
+    results.write_text(json.dumps({"device": "nvidia-h200", "problems": {}, "calls": {}}))
+    monkeypatch.setattr(m, "RESULTS", results)
+    monkeypatch.setattr(m, "ROOT", tmp_path)
+    suite = tmp_path / "call" / "suite"
+    (suite / "verify-eager").mkdir(parents=True)
+    (suite / "verify-eager" / "003_gemm_scale_residual_fp32.json").write_text(
+        json.dumps({"outcome": "rejected", "rejected_by": "performance:speedup", "phase_seconds": {"total": 22.8}}))
+    (tmp_path / "call" / "summary.json").write_text(json.dumps({"wall_s": 258.6, "parallel": 4, "memory": {"jobs": 1}}))
+    m.merge("8", str(suite), None, None, None, device="nvidia-h100-x1")
+    data = json.loads(results.read_text())
+    assert data["calls"]["8"] == {"parallel": 4, "tasks": 1, "wall_s": 258.6, "memory": {"jobs": 1}, "device": "nvidia-h100-x1"}
+    assert data["problems"]["003_gemm_scale_residual_fp32"]["verify"]["call"] == "8"
+    m.merge("9", str(suite), None, 10.0, 2)  # no device given: the file's
+    assert "device" not in json.loads(results.read_text())["calls"]["9"]

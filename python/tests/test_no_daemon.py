@@ -376,3 +376,35 @@ def test_host_counted_calls_cap_what_rep_asks_not_what_min_calls_asks() -> None:
     assert bench.host_counted_calls(15, 40, 3) == 40
     assert bench.host_counted_calls(2 * cap, 40, 3) == 2 * cap  # the round trip's planned calls
     assert bench.host_counted_calls(1, 5, 10 * bench.MAX_HOST_COUNTED_CALLS) == 1
+
+
+def test_shuffled_turns_call_each_function_once_a_turn_in_new_orders(monkeypatch: pytest.MonkeyPatch,
+                                                                     clean_env: str) -> None:
+    """``shuffle``: every turn calls each function once, the orders change from turn to turn (the
+    same orders every time), and sample i of each function comes from turn i."""
+    monkeypatch.setenv("KFORGE_SOCKET", os.path.join(clean_env, "missing.sock"))
+    log: List[int] = []
+
+    def f(i: int) -> Callable[[], None]:
+        return lambda: log.append(i)
+
+    def timed_turns(shuffle: bool) -> List[List[int]]:
+        log.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", kforge.KforgeWarning)
+            samples = kforge.do_bench_interleaved([f(0), f(1), f(2)], warmup=0.1, rep=0.5, device="cpu",
+                                                  min_calls=12, shuffle=shuffle)
+        n = len(samples[0])
+        assert all(len(s) == n for s in samples) and n >= 12
+        timed = log[len(log) - 3 * n:]
+        return [timed[3 * t:3 * t + 3] for t in range(n)]
+
+    fixed = timed_turns(False)
+    assert all(turn == [0, 1, 2] for turn in fixed)
+    shuffled = timed_turns(True)
+    assert all(sorted(turn) == [0, 1, 2] for turn in shuffled)
+    assert len({tuple(turn) for turn in shuffled}) > 1
+    from kforge import bench
+
+    orders = bench.turn_orders(3, True)
+    assert [next(orders) for _ in range(len(shuffled))] == shuffled  # seeded: the same orders every time

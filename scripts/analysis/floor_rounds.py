@@ -33,7 +33,8 @@ from typing import Any, Dict, List, Optional
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from eval_diagnostics import q as quantile  # noqa: E402  (the analysis scripts' one quantile)
-from kforge.harness import noise_floor, paired_log  # noqa: E402  (the tree's package: the floor as kforge inspect computes it)
+from kforge.harness import noise_floor, pair_spread, paired_log  # noqa: E402  (the tree's package: the floor as kforge inspect computes it)
+from kforge.inspect.restitch import round_plan  # noqa: E402  (imports no torch)
 
 SIDES = ("inspect:round-trip:0", "inspect:round-trip:1", "inspect:round-trip:2")
 
@@ -55,9 +56,9 @@ def problem_of(argv: str) -> str:
 def rounds_of(db: sqlite3.Connection, job: int) -> List[Dict[str, Any]]:
     out = []
     q = ("select r.id, r.wait_ms, r.drain_ms, r.settle_ms, r.frozen_jobs, r.sm_clock_mhz_granted, r.sm_clock_mhz_released, "
-         "r.gpu_temp_c_granted, r.gpu_temp_c_released, r.tainted from regions r where r.job = ? and r.name = 'inspect:round-trip' "
-         "order by r.granted_ns")
-    for rid, wait, drain, settle, frozen, mhz_g, mhz_r, c_g, c_r, tainted in db.execute(q, (job,)):
+         "r.gpu_temp_c_granted, r.gpu_temp_c_released, r.tainted, (r.released_ns - r.granted_ns) / 1e9 from regions r "
+         "where r.job = ? and r.name = 'inspect:round-trip' order by r.granted_ns")
+    for rid, wait, drain, settle, frozen, mhz_g, mhz_r, c_g, c_r, tainted, held_s in db.execute(q, (job,)):
         sides: Dict[str, List[float]] = {}
         for name, samples in db.execute("select name, samples_ms from measurements where region = ? and valid = 1", (rid,)):
             if name in SIDES:
@@ -70,7 +71,8 @@ def rounds_of(db: sqlite3.Connection, job: int) -> List[Dict[str, Any]]:
                     "calls": [len(sides[s]) for s in SIDES], "median_ms": med,
                     "spread": [quantile(sides[s], 0.9) / quantile(sides[s], 0.1) for s in SIDES],
                     "again_over_base": med[2] / med[0],
-                    "paired_again_over_base": math.exp(paired_log(sides[SIDES[0]], sides[SIDES[2]]))})
+                    "paired_again_over_base": math.exp(paired_log(sides[SIDES[0]], sides[SIDES[2]])),
+                    "pair_spread": pair_spread(*(sides[s] for s in SIDES)), "held_s": held_s})
     return out
 
 
@@ -78,8 +80,20 @@ def summary(rounds: List[Dict[str, Any]]) -> Dict[str, Any]:
     clocks = [m for r in rounds for m in r["mhz"] if m]
     return {"floor": floor_of([math.log(r["paired_again_over_base"]) for r in rounds]),
             "floor_of_medians": floor_of([math.log(r["again_over_base"]) for r in rounds]),
+            "plan": plan_of(rounds[0]),
             "mhz_range": [min(clocks), max(clocks)] if clocks else None,
             "widest_spread": max(max(r["spread"]) for r in rounds)}
+
+
+def plan_of(first: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+    """What `kforge inspect` since session 31 plans from a first round like ``first``
+    (`restitch.round_plan`): rounds, calls of each side per round, and the seconds of regions
+    they take as the first round's time per call predicts; None without the region's time."""
+    if first["held_s"] is None:
+        return None
+    calls = min(first["calls"])
+    rounds, per_round = round_plan(calls, first["pair_spread"], first["held_s"])
+    return {"rounds": rounds, "calls": per_round, "seconds": round(rounds * per_round * first["held_s"] / calls, 1)}
 
 
 def fmt_mhz(x: Optional[int]) -> str:
@@ -87,7 +101,10 @@ def fmt_mhz(x: Optional[int]) -> str:
 
 
 def print_job(problem: str, rounds: List[Dict[str, Any]], s: Dict[str, Any]) -> None:
-    print(f"\n{problem}: floor {s['floor']:.4f} (of the medians {s['floor_of_medians']:.4f}), SM clock {s['mhz_range']} MHz, widest p90/p10 {s['widest_spread']:.3f}")
+    plan = s["plan"]
+    planned = f"; planned now: {plan['rounds']} rounds of {plan['calls']} calls, {plan['seconds']} s" if plan else ""
+    print(f"\n{problem}: floor {s['floor']:.4f} (of the medians {s['floor_of_medians']:.4f}), SM clock {s['mhz_range']} MHz, "
+          f"widest p90/p10 {s['widest_spread']:.3f}{planned}")
     print(f"  {'wait ms':>8} {'drain':>6} {'settle':>6} {'froze':>5} {'MHz g/r':>10} {'C g/r':>6} {'calls':>9} "
           f"{'base':>8} {'new':>8} {'again':>8} {'p90/p10 (3 sides)':>20} {'again/base':>10} {'paired':>7}")
     for r in rounds:

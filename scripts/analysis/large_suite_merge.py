@@ -1,12 +1,13 @@
 """Merge one `scripts/device/suite.sh` call at the large preset (an unpacked suite.tgz folder) into
 bench/results/large-suite/large_suite.json, then print the per-problem Markdown table of the README.
 
-    python3 scripts/analysis/large_suite_merge.py CALL SUITE_DIR [--times FILE] [--wall S --parallel N]
+    python3 scripts/analysis/large_suite_merge.py CALL SUITE_DIR [--times FILE] [--wall S --parallel N] [--device TEXT]
     python3 scripts/analysis/large_suite_merge.py --table
 
 A task's result from a later call replaces an earlier one's. The task seconds come from the call's
 summary.json when it has one (a call cut at its limit has none), else from --times: the call's
-progress lines ("HH:MM:SS KEY rc=N S s"), kept from its output.
+progress lines ("HH:MM:SS KEY rc=N S s"), kept from its output. --device names the call's machine
+where it is not the file's (`device`): a call on another GPU.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def verify_entry(path: str, call: str) -> Dict[str, Any]:
             "ci95": ev.get("ci95"), "seconds": round(phases.get("total", 0.0), 1), "phase_seconds": phases}
 
 
-def merge(call: str, suite: str, times: Optional[str], wall: Optional[float], parallel: Optional[int]) -> None:
+def merge(call: str, suite: str, times: Optional[str], wall: Optional[float], parallel: Optional[int],
+          device: Optional[str] = None) -> None:
     data = json.loads(RESULTS.read_text())
     secs = task_seconds(suite, times)
     done = 0
@@ -78,6 +80,8 @@ def merge(call: str, suite: str, times: Optional[str], wall: Optional[float], pa
         record.update(wall_s=s.get("wall_s"), parallel=s.get("parallel"), memory=s.get("memory"))
     else:
         record["note"] = "cut at the call's limit: the tasks done were packed; no summary (no memory record)"
+    if device:
+        record["device"] = device
     data["calls"][call] = record
     RESULTS.write_text(json.dumps(data, indent=1) + "\n")
     print(f"call {call}: {done} task results merged into {RESULTS.relative_to(ROOT)}", file=sys.stderr)
@@ -120,6 +124,7 @@ def main() -> int:
     ap.add_argument("--times")
     ap.add_argument("--wall", type=float)
     ap.add_argument("--parallel", type=int)
+    ap.add_argument("--device", help="the call's machine, where it is not the file's")
     ap.add_argument("--table", action="store_true")
     a = ap.parse_args()
     if a.table:
@@ -127,7 +132,7 @@ def main() -> int:
         return 0
     if not (a.call and a.suite and os.path.isdir(a.suite)):
         ap.error("give CALL and an unpacked suite folder (or --table)")
-    merge(a.call, a.suite, a.times, a.wall, a.parallel)
+    merge(a.call, a.suite, a.times, a.wall, a.parallel, a.device)
     return 0
 
 

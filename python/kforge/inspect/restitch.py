@@ -146,8 +146,9 @@ def interleaved_ratio(time_round: Callable[[int], Tuple[Samples, float]], aim: f
 
 
 def _round_samples(base: Callable[[], Any], new: Callable[[], Any], calls: int) -> Tuple[Samples, float]:
-    """Baseline, re-stitched and baseline again, call by call in turn in one region (about 50 ms
-    of calls, at least ``calls`` of each), with the seconds the region was held.
+    """Baseline, re-stitched and baseline again, call by call in turns of the three in a new order
+    each (``shuffle``), in one region (about 50 ms of calls, at least ``calls`` of each), with the
+    seconds the region was held.
     Every timed call follows an untimed call of the same function: without CUDA graphs the two
     are one model whose kernels are switched in its wrapper module, and a call right after the
     switch runs on CPU caches warmed by the other kernels — on the H200 host-bound GRU and LSTM
@@ -156,7 +157,7 @@ def _round_samples(base: Callable[[], Any], new: Callable[[], Any], calls: int) 
     held: List[Any] = []
     t0 = time.monotonic()
     a, b, c = do_bench_interleaved([base, new, base], warmup=10, rep=50, name="inspect:round-trip",
-                                   prepare_each=[base, new, base], min_calls=calls, regions=held)
+                                   prepare_each=[base, new, base], min_calls=calls, regions=held, shuffle=True)
     seconds = time.monotonic() - t0  # the wait for the region too, where it held none
     if held and held[0].held_ms is not None:
         seconds = held[0].held_ms / 1e3
