@@ -131,3 +131,6 @@ def test_the_rounds_of_a_real_daemon_store(tmp_path: Path) -> None:
     assert len(job["rounds"]) == 3 and all(r["calls"] == [3, 3, 3] for r in job["rounds"])
     assert all(1.3 < r["median_ms"][1] / r["median_ms"][0] < 1.8 for r in job["rounds"])  # the new side is 1.5x
     assert job["summary"]["floor"] < 1.5 and job["summary"]["mhz_range"] is None  # no GPU: no clocks
+    # The daemon's host counters of each round: all cpus (no core reserved), steal and irq read.
+    hosts = [r["host"] for r in job["rounds"]]
+    assert all(h is not None and h["cpu"] is None and h["steal_ms"] is not None and h["irq_ms"] is not None for h in hosts), hosts

@@ -8,7 +8,8 @@ STORE.db: an unpacked suite.tgz's suite/store.db (the daemon stopped) or suite/s
 
 Per inspect job (its problem from the job's command line), one line per round-trip region, in
 order: what the region waited for (queue, drain, settle, how many jobs it froze), the SM clock and
-temperature at grant and release, and per side (baseline, re-stitched, baseline again) the number
+temperature at grant and release, what took the measuring thread's cpu meanwhile (the core's
+steal and irq ms, the thread's run-queue wait: the daemon's region_host table, since session 31), and per side (baseline, re-stitched, baseline again) the number
 of calls, the median in ms and the spread p90/p10 of its calls; then the round's base-again/base
 as the ratio of the medians (kforge inspect before session 31) and paired (the median of the
 calls' log ratios, call i with call i: `kforge.harness.paired_log`, what it computes since).
@@ -53,6 +54,15 @@ def problem_of(argv: str) -> str:
     return paths[0].split("/", 1)[-1][:-3] if paths else " ".join(map(str, args))[:60]
 
 
+def host_of(db: sqlite3.Connection, region: int) -> Optional[Dict[str, Any]]:
+    """What took the cpu from the region's measuring thread (the daemon's region_host row, since
+    session 31): the core's steal and irq ms and the thread's run-queue wait; None before."""
+    if not db.execute("select 1 from sqlite_master where type = 'table' and name = 'region_host'").fetchone():
+        return None
+    row = db.execute("select cpu, steal_ms, irq_ms, run_delay_ms from region_host where region = ?", (region,)).fetchone()
+    return None if row is None else dict(zip(("cpu", "steal_ms", "irq_ms", "run_delay_ms"), row))
+
+
 def rounds_of(db: sqlite3.Connection, job: int) -> List[Dict[str, Any]]:
     out = []
     q = ("select r.id, r.wait_ms, r.drain_ms, r.settle_ms, r.frozen_jobs, r.sm_clock_mhz_granted, r.sm_clock_mhz_released, "
@@ -72,7 +82,8 @@ def rounds_of(db: sqlite3.Connection, job: int) -> List[Dict[str, Any]]:
                     "spread": [quantile(sides[s], 0.9) / quantile(sides[s], 0.1) for s in SIDES],
                     "again_over_base": med[2] / med[0],
                     "paired_again_over_base": math.exp(paired_log(sides[SIDES[0]], sides[SIDES[2]])),
-                    "pair_spread": pair_spread(*(sides[s] for s in SIDES)), "held_s": held_s})
+                    "pair_spread": pair_spread(*(sides[s] for s in SIDES)), "held_s": held_s,
+                    "host": host_of(db, rid)})
     return out
 
 
@@ -96,6 +107,13 @@ def plan_of(first: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     return {"rounds": rounds, "calls": per_round, "seconds": round(rounds * per_round * first["held_s"] / calls, 1)}
 
 
+def fmt_host(h: Optional[Dict[str, Any]]) -> str:
+    """The round's host counters as steal/irq/wait ms (- where missing or not recorded)."""
+    if h is None:
+        return "-"
+    return "/".join("-" if h[k] is None else f"{h[k]:.0f}" for k in ("steal_ms", "irq_ms", "run_delay_ms"))
+
+
 def fmt_mhz(x: Optional[int]) -> str:
     return "-" if x is None else str(x)
 
@@ -106,14 +124,15 @@ def print_job(problem: str, rounds: List[Dict[str, Any]], s: Dict[str, Any]) -> 
     print(f"\n{problem}: floor {s['floor']:.4f} (of the medians {s['floor_of_medians']:.4f}), SM clock {s['mhz_range']} MHz, "
           f"widest p90/p10 {s['widest_spread']:.3f}{planned}")
     print(f"  {'wait ms':>8} {'drain':>6} {'settle':>6} {'froze':>5} {'MHz g/r':>10} {'C g/r':>6} {'calls':>9} "
-          f"{'base':>8} {'new':>8} {'again':>8} {'p90/p10 (3 sides)':>20} {'again/base':>10} {'paired':>7}")
+          f"{'base':>8} {'new':>8} {'again':>8} {'p90/p10 (3 sides)':>20} {'again/base':>10} {'paired':>7} "
+          f"{'steal/irq/wait ms':>18}")
     for r in rounds:
         m = r["median_ms"]
         print(f"  {r['wait_ms']:>8.0f} {r['drain_ms']:>6.1f} {r['settle_ms']:>6.0f} {r['frozen_jobs']:>5} "
               f"{fmt_mhz(r['mhz'][0]) + '/' + fmt_mhz(r['mhz'][1]):>10} {fmt_mhz(r['temp_c'][0]) + '/' + fmt_mhz(r['temp_c'][1]):>6} "
               f"{'/'.join(map(str, r['calls'])):>9} {m[0]:>8.3f} {m[1]:>8.3f} {m[2]:>8.3f} "
               f"{' '.join(f'{x:.3f}' for x in r['spread']):>20} {r['again_over_base']:>10.4f} "
-              f"{r['paired_again_over_base']:>7.4f}{' tainted' if r['tainted'] else ''}")
+              f"{r['paired_again_over_base']:>7.4f} {fmt_host(r['host']):>18}{' tainted' if r['tainted'] else ''}")
 
 
 def main(argv: List[str]) -> int:

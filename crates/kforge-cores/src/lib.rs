@@ -3,6 +3,8 @@
 //! CPUs are identified by their kernel number (`u32`). Lists returned by this crate are sorted
 //! ascending without duplicates. CPU numbers up to [`MAX_CPUS`]` - 1` are supported.
 
+pub mod host;
+
 use std::fs;
 use std::io;
 

@@ -4,7 +4,8 @@
 //! ("Worker" means a warm worker process only: see `warm`.)
 
 use crate::effect::RegionStep;
-use crate::event::{EnterReport, Event, Inbound, PendingProcess};
+use crate::event::{EnterReport, Event, Inbound, PendingProcess, RegionHost};
+use kforge_cores::host::{self, HostCounters};
 use kforge_freeze::{Freezer, JobTarget};
 use kforge_gate::{Gate, Straggler};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -49,8 +50,15 @@ pub fn spawn(name: String, cfg: DeviceThreadConfig, events: Sender<Inbound>) -> 
     std::thread::Builder::new()
         .name(format!("kforge-dev-{name}"))
         .spawn(move || {
-            let mut device =
-                DeviceThread { cfg, events, frozen: Vec::new(), pinned: None, gate_closed: false, nvml: None };
+            let mut device = DeviceThread {
+                cfg,
+                events,
+                frozen: Vec::new(),
+                pinned: None,
+                gate_closed: false,
+                nvml: None,
+                host_at_grant: None,
+            };
             for op in rx {
                 match op {
                     RegionStep::Enter { region, holder_pid, tid, targets, core, managed_pgids, stragglers } => {
@@ -76,6 +84,28 @@ struct DeviceThread {
     gate_closed: bool,
     /// NVML, initialised on the first region of a GPU device (inner None: it failed to start).
     nvml: Option<Option<nvml_wrapper::Nvml>>,
+    /// The host counters of the current region's measuring thread at its grant.
+    host_at_grant: Option<HostWatch>,
+}
+
+/// Whose host counters a region reads at grant and release (`kforge_cores::host`): the
+/// measuring thread's core (`None`: all cpus, not pinned) and the thread, and what they were.
+struct HostWatch {
+    cpu: Option<u32>,
+    pid: u32,
+    tid: u32,
+    at_grant: HostCounters,
+}
+
+impl HostWatch {
+    fn start(cpu: Option<u32>, pid: u32, tid: u32) -> HostWatch {
+        HostWatch { cpu, pid, tid, at_grant: host::read(cpu, pid, tid) }
+    }
+
+    fn at_release(&self) -> RegionHost {
+        let delta = host::read(self.cpu, self.pid, self.tid).since(&self.at_grant, host::ms_per_tick());
+        RegionHost { cpu: self.cpu, delta }
+    }
 }
 
 impl DeviceThread {
@@ -91,6 +121,8 @@ impl DeviceThread {
         self.freeze_siblings(&mut s, targets);
         self.settle_gpu(&mut s);
         self.isolate_thread(&mut s, e.tid, e.core);
+        let pinned_to = if s.pinned { e.core } else { None };
+        self.host_at_grant = Some(HostWatch::start(pinned_to, e.holder_pid, e.tid));
         let region = e.region;
         if let (Some(idx), Some(n)) = (self.cfg.nvml_index, self.nvml()) {
             s.gpu = sample(n, idx);
@@ -173,6 +205,7 @@ impl DeviceThread {
 
     /// Undo what entering did, in reverse: unpin, thaw, open the gate.
     fn leave_region(&mut self, region: u64) {
+        let host = self.host_at_grant.take().map(|w| w.at_release());
         if let Some((tid, before)) = self.pinned.take() {
             let _ = kforge_cores::set_affinity(tid, &before);
         }
@@ -190,7 +223,7 @@ impl DeviceThread {
             _ => None,
         };
         self.cfg.in_region.store(false, Ordering::Release);
-        let _ = self.events.send(Event::RegionLeft { region, gpu }.into());
+        let _ = self.events.send(Event::RegionLeft { region, gpu, host }.into());
     }
 
     /// Channel closed (daemon stopping): undo whatever is still in force.

@@ -8,7 +8,7 @@
 use crate::event::ConnId;
 use kforge_freeze::JobTarget;
 use kforge_proto::Reply;
-use kforge_store::{JobMemoryRow, JobRow, MeasurementRow, RegionRow};
+use kforge_store::{JobMemoryRow, JobRow, MeasurementRow, RegionHostRow, RegionRow};
 use std::path::PathBuf;
 
 /// Warm worker ids live in their own range of cgroup names (`job-<WORKER_CGROUP_BASE + id>`).
@@ -82,6 +82,8 @@ pub enum StoreWrite {
         gpu: Option<(u32, u32)>,
     },
     InsertMeasurement(MeasurementRow),
+    /// A released region's host counters (`kforge_cores::host`).
+    RegionHost(RegionHostRow),
     /// A job's GPU memory, when it ends.
     JobMemory(JobMemoryRow),
 }

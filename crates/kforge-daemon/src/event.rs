@@ -4,6 +4,7 @@
 //! A bottom module: the state machine and the threads that report to it (`server`, `jobs`, `warm`,
 //! `device_thread`) all use it; it uses none of them.
 
+use kforge_cores::host::HostDelta;
 use kforge_proto::{ErrorCode, GpuSample, Reply, Request, StepTimings};
 use serde::Deserialize;
 use std::os::unix::net::UnixStream;
@@ -12,6 +13,14 @@ use std::sync::mpsc::Sender;
 use std::time::Instant;
 
 pub type ConnId = u64;
+
+/// What took the cpu from a region's measuring thread while the region was held: the counters'
+/// growth on `cpu`, the core it was pinned to (`None`: not pinned, all cpus counted).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RegionHost {
+    pub cpu: Option<u32>,
+    pub delta: HostDelta,
+}
 
 /// What a connection's writer thread sends.
 // `Close` is sent once per connection; boxing every reply instead would allocate per message.
@@ -94,10 +103,12 @@ pub enum Event {
         region: u64,
         report: EnterReport,
     },
-    /// The device thread left the region (`RegionStep::Leave` done): the GPU at that moment.
+    /// The device thread left the region (`RegionStep::Leave` done): the GPU at that moment, and
+    /// what took the cpu from the measuring thread while the region was held.
     RegionLeft {
         region: u64,
         gpu: Option<GpuSample>,
+        host: Option<RegionHost>,
     },
     /// A warm worker process started (`Effect::SpawnWorker` carried out).
     WorkerSpawned {

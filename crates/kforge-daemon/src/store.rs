@@ -97,6 +97,7 @@ fn write(s: &Store, w: StoreWrite) -> Result<(), kforge_store::StoreError> {
             s.region_released(id, ns, revoked, tainted, gpu)
         }
         StoreWrite::InsertMeasurement(m) => s.insert_measurement(&m),
+        StoreWrite::RegionHost(h) => s.insert_region_host(&h),
         StoreWrite::JobMemory(m) => s.insert_job_memory(&m),
     }
 }

@@ -115,6 +115,19 @@ pub struct JobMemoryRow {
     pub retried: bool,
 }
 
+/// What took the cpu away from a region's measuring thread while the region was held (the
+/// daemon reads `kforge_cores::host` at grant and release): the hypervisor's steal and the
+/// interrupt time of its core (`cpu`; `None`: all cpus, the thread not pinned), and the
+/// thread's own run-queue wait. A field Linux does not expose is `None`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RegionHostRow {
+    pub region: u64,
+    pub cpu: Option<u32>,
+    pub steal_ms: Option<f64>,
+    pub irq_ms: Option<f64>,
+    pub run_delay_ms: Option<f64>,
+}
+
 /// Everything recorded for a set of jobs.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct Report {
@@ -243,6 +256,8 @@ CREATE TABLE IF NOT EXISTS measurements (
 CREATE TABLE IF NOT EXISTS job_memory (
   job INTEGER PRIMARY KEY, expected_bytes INTEGER, source TEXT, peak_bytes INTEGER NOT NULL,
   siblings_peak_bytes INTEGER NOT NULL, retried INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS region_host (
+  region INTEGER PRIMARY KEY, cpu INTEGER, steal_ms REAL, irq_ms REAL, run_delay_ms REAL);
 CREATE INDEX IF NOT EXISTS regions_job ON regions(job);
 CREATE INDEX IF NOT EXISTS measurements_job ON measurements(job);
 CREATE INDEX IF NOT EXISTS jobs_label ON jobs(label);
@@ -413,6 +428,36 @@ impl Store {
             )
             .map_err(|e| self.err(e))?;
         Ok(())
+    }
+
+    pub fn insert_region_host(&self, h: &RegionHostRow) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "INSERT OR REPLACE INTO region_host(region,cpu,steal_ms,irq_ms,run_delay_ms) VALUES(?1,?2,?3,?4,?5)",
+                params![h.region as i64, h.cpu, h.steal_ms, h.irq_ms, h.run_delay_ms],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// The host counters of region `region`, if the daemon recorded them.
+    pub fn region_host(&self, region: u64) -> Result<Option<RegionHostRow>, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT region,cpu,steal_ms,irq_ms,run_delay_ms FROM region_host WHERE region=?1",
+                [region as i64],
+                |r| {
+                    Ok(RegionHostRow {
+                        region: r.get::<_, i64>(0)? as u64,
+                        cpu: r.get(1)?,
+                        steal_ms: r.get(2)?,
+                        irq_ms: r.get(3)?,
+                        run_delay_ms: r.get(4)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(|e| self.err(e))
     }
 
     /// The peaks of the `limit` most recent jobs with a peak, oldest first (so that replaying
@@ -866,6 +911,26 @@ mod tests {
         // A report JSON without the field (an older daemon's) still reads.
         let old: Report = serde_json::from_str(r#"{"jobs": [], "regions": [], "measurements": []}"#).unwrap();
         assert!(old.job_memory.is_empty());
+    }
+
+    #[test]
+    fn a_regions_host_counters_read_back_and_an_older_file_gains_the_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("old.db");
+        {
+            // A file as the schema before the region_host table wrote it.
+            let s = Store::open(&p).unwrap();
+            s.conn.execute_batch("DROP TABLE region_host;").unwrap();
+        }
+        let s = Store::open(&p).unwrap();
+        assert_eq!(s.region_host(7).unwrap(), None, "none recorded");
+        let row =
+            RegionHostRow { region: 7, cpu: Some(0), steal_ms: Some(30.0), irq_ms: None, run_delay_ms: Some(2.5) };
+        s.insert_region_host(&row).unwrap();
+        assert_eq!(s.region_host(7).unwrap(), Some(row.clone()));
+        let unpinned = RegionHostRow { cpu: None, ..row };
+        s.insert_region_host(&unpinned).unwrap();
+        assert_eq!(s.region_host(7).unwrap(), Some(unpinned), "recorded again: replaced");
     }
 
     #[test]

@@ -372,6 +372,13 @@ fn core_isolation_pins_holder_and_keeps_jobs_off_reserved_cores() {
     }
     std::fs::write(d.path("h.release"), "").unwrap();
     assert!(holder.wait().unwrap().success());
+    // What took the reserved core from the measuring thread meanwhile, stored with the release
+    // (before the holder's exit was answered): that core's steal and irq, the thread's wait.
+    let store = kforge_store::Store::open(&d.db).unwrap();
+    let host = store.region_host(g["region"].as_u64().unwrap()).unwrap().expect("the region's host counters");
+    assert_eq!(host.cpu, Some(cpus[0]));
+    assert!(host.steal_ms.is_some_and(|x| x >= 0.0) && host.irq_ms.is_some_and(|x| x >= 0.0), "{host:?}");
+    assert!(host.run_delay_ms.is_some_and(|x| x >= 0.0), "{host:?}");
     drop(sib.kill());
     let _ = sib.wait();
 }

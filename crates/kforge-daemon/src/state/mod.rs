@@ -232,7 +232,7 @@ impl Daemon {
             Event::JobSpawnFailed { job, error } => self.on_job_spawn_failed(job, &error),
             Event::JobExited { job, code, signal, oom } => self.on_job_exited(job, code, signal, oom),
             Event::RegionEntered { region, report } => self.on_region_entered(region, report),
-            Event::RegionLeft { region, gpu } => self.on_region_left(region, gpu),
+            Event::RegionLeft { region, gpu, host } => self.on_region_left(region, gpu, host),
             Event::WorkerSpawned { worker, pid, cgroup } => self.on_worker_spawned(worker, pid, cgroup),
             Event::WorkerSpawnFailed { worker, error } => self.on_worker_spawn_failed(worker, &error),
             Event::HandedToWorker { worker, job, result } => self.on_handed_to_worker(worker, job, result),

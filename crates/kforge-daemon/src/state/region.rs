@@ -4,11 +4,11 @@
 use super::{ms, ConnId, Daemon};
 use crate::config::FreezeScope;
 use crate::effect::{Effect, RegionStep, StoreWrite};
-use crate::event::EnterReport;
+use crate::event::{EnterReport, RegionHost};
 use kforge_freeze::JobTarget;
 use kforge_gate::Straggler;
 use kforge_proto::{ErrorCode, GpuSample, Grant, Policy, RegionStatus, Reply};
-use kforge_store::RegionRow;
+use kforge_store::{RegionHostRow, RegionRow};
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -511,11 +511,11 @@ impl Daemon {
             let device = r.device;
             self.emit(Effect::Step { device, step: RegionStep::Leave { region: id } });
         } else {
-            self.on_region_left(id, None);
+            self.on_region_left(id, None, None);
         }
     }
 
-    pub(super) fn on_region_left(&mut self, id: u64, gpu: Option<GpuSample>) {
+    pub(super) fn on_region_left(&mut self, id: u64, gpu: Option<GpuSample>, host: Option<RegionHost>) {
         let Some(RegionState::Leaving { granted, why }) = self.regions.get(&id).map(|r| r.state) else { return };
         let r = self.regions.remove(&id).expect("checked above");
         let revoked = matches!(why, Leave::Revoked { .. });
@@ -527,6 +527,16 @@ impl Daemon {
                 tainted: r.tainted,
                 gpu: gpu.map(|g| (g.temp_c, g.sm_clock_mhz)),
             });
+            if let Some(RegionHost { cpu, delta: d }) = host {
+                let row = RegionHostRow {
+                    region: id,
+                    cpu,
+                    steal_ms: d.steal_ms,
+                    irq_ms: d.irq_ms,
+                    run_delay_ms: d.run_delay_ms,
+                };
+                self.store(StoreWrite::RegionHost(row));
+            }
         }
         if let Some(core) = r.core {
             self.busy_cores.remove(&core);

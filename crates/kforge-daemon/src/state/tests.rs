@@ -3,8 +3,10 @@
 
 use super::*;
 use crate::effect::{RegionStep, StoreWrite};
-use crate::event::{EnterReport, PendingProcess, WorkerMsg};
+use crate::event::{EnterReport, PendingProcess, RegionHost, WorkerMsg};
+use kforge_cores::host::HostDelta;
 use kforge_proto::{Grant, Policy, Reply, Request, SubmitSpec};
+use kforge_store::RegionHostRow;
 use std::collections::VecDeque;
 
 const GPU0: usize = 1;
@@ -169,7 +171,7 @@ impl Sim {
     }
 
     fn left(&mut self, region: u64) -> Vec<Effect> {
-        self.handle(Event::RegionLeft { region, gpu: None })
+        self.handle(Event::RegionLeft { region, gpu: None, host: None })
     }
 }
 
@@ -266,6 +268,40 @@ fn regions_are_granted_in_request_order_one_per_device() {
     assert_eq!(released_to(&la, a), Some((ra, true, false)));
     assert_eq!(enters(&la).iter().map(|e| e.1).collect::<Vec<_>>(), vec![rb], "b asked before c");
     assert_eq!(queue_of(&s.status(), GPU0), (Some(rb), vec![rc]));
+}
+
+#[test]
+fn a_released_regions_host_counters_are_stored_after_its_release_and_a_region_never_granted_has_none() {
+    let mut s = Sim::new(|_| {});
+    let (a, b) = (s.connect(), s.connect());
+    let ra = enters(&s.enter(a, None, "0", None))[0].1;
+    let rb = {
+        s.enter(b, None, "0", None);
+        queue_of(&s.status(), GPU0).1[0]
+    };
+    assert!(grant_to(&s.entered(ra), a).is_some());
+    s.request(a, Request::RegionExit { region: ra });
+    let delta = HostDelta { steal_ms: Some(30.0), irq_ms: Some(0.0), run_delay_ms: Some(2.5) };
+    let l = s.handle(Event::RegionLeft { region: ra, gpu: None, host: Some(RegionHost { cpu: Some(3), delta }) });
+    let stored: Vec<&StoreWrite> = l
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Store(w) => Some(w),
+            _ => None,
+        })
+        .collect();
+    let row =
+        RegionHostRow { region: ra, cpu: Some(3), steal_ms: Some(30.0), irq_ms: Some(0.0), run_delay_ms: Some(2.5) };
+    assert!(
+        matches!(stored[..], [StoreWrite::RegionReleased { id, .. }, StoreWrite::RegionHost(ref h)] if *id == ra && *h == row),
+        "{stored:?}"
+    );
+    // b dies while its region is entering: left once entered, never granted, nothing stored.
+    assert_eq!(enters(&l)[0].1, rb);
+    s.handle(Event::Hangup { conn: b });
+    s.entered(rb);
+    let l = s.handle(Event::RegionLeft { region: rb, gpu: None, host: Some(RegionHost { cpu: None, delta }) });
+    assert!(!l.iter().any(|e| matches!(e, Effect::Store(_))), "{l:?}");
 }
 
 #[test]
