@@ -121,6 +121,24 @@ fn pct(x: f64) -> String {
 
 /// The table `kforge inspect` prints last: one row per launch (GPU time, share, replaceable and
 /// why), then unattributed kernels and the replay / re-stitch summary.
+/// The round trip's timing in one line: T/T0 with its interval against the noise floor, and the
+/// rounds it took (`plan`: of how many calls a side, sized by the first round's spread); None
+/// when it was not timed.
+fn round_trip_timing(x: &Value) -> Option<String> {
+    let (ratio, floor) = (x["ratio"].as_f64()?, x["noise_floor"].as_f64()?);
+    let ci = x["ratio_ci95"].as_array().map(|c| c.iter().filter_map(Value::as_f64).collect::<Vec<_>>());
+    let interval = match ci.as_deref() {
+        Some([lo, hi]) => format!(" ({lo:.4}–{hi:.4})"),
+        _ => String::new(),
+    };
+    let verdict = if x["within_noise"] == Value::Bool(true) { "within noise" } else { "beyond noise" };
+    let rounds = x["per_round"].as_array().map_or(0, Vec::len);
+    let calls = x["plan"]["calls"].as_u64().map(|c| format!(" of {c} calls a side")).unwrap_or_default();
+    Some(format!(
+        "re-stitched against the baseline: T/T0 {ratio:.4}{interval}, {verdict}; noise floor {floor:.4} over {rounds} rounds{calls}\n"
+    ))
+}
+
 pub fn table(r: &InspectReport) -> String {
     if r.kind == "triton" {
         // A standalone Triton file has no wrapper: its kernels are the profile's, by GPU time.
@@ -182,6 +200,9 @@ pub fn table(r: &InspectReport) -> String {
             "re-stitch round trip: {} kernels replaced by their own source, outputs identical: {}, {} ms vs {} ms compiled\n",
             x["kernels_replaced"], x["identical"], x["restitched_ms"], x["baseline_ms"]
         ));
+        if let Some(line) = round_trip_timing(x) {
+            s.push_str(&line);
+        }
     }
     s.push_str(&format!("replaceable Triton share of GPU time: {}\n", pct(r.attribution.replaceable_share)));
     s

@@ -28,7 +28,9 @@ fn capture() -> Value {
         "wrappers": [wrapper()], "iterations": [it.clone(), it],
         "check": {"max_abs_diff_vs_eager": 0.0},
         "replay": [{"kernel": "triton_poi_fused_addmm_relu_0", "ok": true}, {"kernel": "triton_per_fused__softmax_1", "ok": false}],
-        "restitch": {"kernels_replaced": 2, "identical": true, "baseline_ms": 0.2, "restitched_ms": 0.2}
+        "restitch": {"kernels_replaced": 2, "identical": true, "baseline_ms": 0.2, "restitched_ms": 0.2,
+                     "ratio": 1.0012, "ratio_ci95": [0.9981, 1.0043], "noise_floor": 1.0047, "within_noise": true,
+                     "per_round": [{}, {}, {}, {}, {}, {}], "plan": {"rounds": 6, "calls": 480}}
     })
 }
 
@@ -46,6 +48,12 @@ fn report_from_a_capture() {
         "{stdout}"
     );
     assert!(stdout.contains("replay: 1/2 kernels"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "T/T0 1.0012 (0.9981–1.0043), within noise; noise floor 1.0047 over 6 rounds of 480 calls a side"
+        ),
+        "{stdout}"
+    );
     assert!(stdout.contains("replaceable Triton share of GPU time: 15.0%"), "{stdout}");
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     let l = &r["attribution"]["launches"];
@@ -64,6 +72,14 @@ fn report_from_a_capture() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(r["size"], "large");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("noise floor 1.0047"));
+    // A round trip that was not timed (its timing skipped): no timing line.
+    let mut untimed = capture();
+    untimed["restitch"]["ratio"] = Value::Null;
+    std::fs::write(&cap, untimed.to_string()).unwrap();
+    let o = kforge().args(["inspect", "--from-capture"]).arg(&cap).output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && stdout.contains("re-stitch round trip:") && !stdout.contains("T/T0"), "{stdout}");
 }
 
 #[test]
