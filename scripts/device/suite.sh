@@ -7,7 +7,8 @@
 #   bash scripts/device/suite.sh TASK...     (TASK: inspect:MODE[:GLOB] | verify; see suite.py)
 #
 # Env: PARALLEL, DEADLINE_S (default 540: no task starts later), SKIP (done.txt of an earlier call),
-# FREEZE (node, default: a region freezes every other task, those of the other GPU too; or device).
+# FREEZE (node, default: a region freezes every other task, those of the other GPU too; or device),
+# REGION_CPUS (the region holders' cpus, e.g. 8,9; default the two lowest-numbered cores).
 # Writes $OUT/suite.tgz (per task: capture, report or verdict JSON and log; the daemon's store and
 # log) after every task, $OUT/summary.json, and prints the tables last.
 set -uo pipefail
@@ -22,7 +23,9 @@ nvidia-smi -L
 NGPU=$(nvidia-smi -L | grep -c '^GPU')
 export NGPU
 PER_GPU=${PER_GPU:-6}
-setsid "$K" --socket "$S" daemon --db "$W/store.db" --reserve-cores 2 --freeze "${FREEZE:-node}" --max-concurrent "$PER_GPU" >"$W/daemon.log" 2>&1 &
+CORES=(--reserve-cores 2)
+[ -n "${REGION_CPUS:-}" ] && CORES=(--region-cpus "$REGION_CPUS")
+setsid "$K" --socket "$S" daemon --db "$W/store.db" "${CORES[@]}" --freeze "${FREEZE:-node}" --max-concurrent "$PER_GPU" >"$W/daemon.log" 2>&1 &
 for _ in $(seq 200); do "$K" --socket "$S" status >/dev/null 2>&1 && break; sleep 0.05; done
 "$K" --socket "$S" status | head -20
 # The Python package runs from the binary (embedded at build time): a binary built before the last

@@ -46,6 +46,12 @@ pub enum CoreError {
     /// The process does not exist (or has no readable threads).
     #[error("no such process {0}")]
     NoSuchProcess(i32),
+    /// A cpu asked for region holders is not one this process may use.
+    #[error("cpu {cpu} is not usable here (usable: {usable})")]
+    NotUsable { cpu: u32, usable: String },
+    /// Two cpus asked for region holders are one physical core's (SMT siblings).
+    #[error("cpus {0} and {1} are one physical core's: give one cpu per core")]
+    SameCore(u32, u32),
 }
 
 fn sorted(cpus: &[u32]) -> Vec<u32> {
@@ -182,6 +188,43 @@ pub fn split_whole_cores(
     Ok(CoreSplit { reserved, idle_siblings: Vec::new(), jobs, shared_siblings: sorted(&shared) })
 }
 
+/// Split usable `cpus` like [`split_whole_cores`], but with the region cpus `chosen` by the user
+/// (`kforge daemon --region-cpus`: away from the cpu that takes the interrupts, or near the GPU),
+/// each on its own physical core (`siblings_of`), their usable SMT siblings kept idle — given to
+/// jobs after all where that would leave none (`shared_siblings`). Errors: a chosen cpu not in
+/// `cpus` ([`CoreError::NotUsable`]), two on one core ([`CoreError::SameCore`]), none given
+/// ([`CoreError::Empty`]), or no cpu left for jobs ([`CoreError::TooManyReserved`]).
+pub fn split_chosen_cores(
+    cpus: &[u32],
+    chosen: &[u32],
+    siblings_of: impl Fn(u32) -> Vec<u32>,
+) -> Result<CoreSplit, CoreError> {
+    let (all, reserved) = (sorted(cpus), sorted(chosen));
+    if reserved.is_empty() {
+        return Err(CoreError::Empty);
+    }
+    if let Some(&cpu) = reserved.iter().find(|c| !all.contains(c)) {
+        return Err(CoreError::NotUsable { cpu, usable: format_cpu_list(&all) });
+    }
+    let mut idle: Vec<u32> = Vec::new();
+    for &cpu in &reserved {
+        let others: Vec<u32> = siblings_of(cpu).into_iter().filter(|&c| c != cpu).collect();
+        if let Some(&other) = reserved.iter().find(|c| others.contains(c)) {
+            return Err(CoreError::SameCore(cpu.min(other), cpu.max(other)));
+        }
+        idle.extend(others.into_iter().filter(|c| all.contains(c)));
+    }
+    let idle = sorted(&idle);
+    let jobs: Vec<u32> = all.iter().copied().filter(|c| !reserved.contains(c) && !idle.contains(c)).collect();
+    if !jobs.is_empty() {
+        return Ok(CoreSplit { reserved, idle_siblings: idle, jobs, shared_siblings: vec![] });
+    }
+    if idle.is_empty() {
+        return Err(CoreError::TooManyReserved { reserve: reserved.len(), available: all.len() });
+    }
+    Ok(CoreSplit { reserved, idle_siblings: vec![], jobs: idle.clone(), shared_siblings: idle })
+}
+
 /// The SMT siblings of `cpu` (itself included) as the kernel lists them under `sys_root`
 /// (normally `/sys`): `devices/system/cpu/cpuN/topology/thread_siblings_list`, or `core_cpus_list`
 /// where only the newer name exists; just `cpu` when neither can be read (no topology exposed, as
@@ -310,6 +353,29 @@ pub fn parse_cpu_list(s: &str) -> Result<Vec<u32>, CoreError> {
 #[cfg(test)]
 mod smt_tests {
     use super::*;
+
+    #[test]
+    fn chosen_region_cpus_keep_their_siblings_idle_and_bad_choices_are_named() {
+        let cpus: Vec<u32> = (0..8).collect();
+        let s = split_chosen_cores(&cpus, &[6, 3], paired).unwrap();
+        assert_eq!(
+            s,
+            CoreSplit {
+                reserved: vec![3, 6],
+                idle_siblings: vec![2, 7],
+                jobs: vec![0, 1, 4, 5],
+                shared_siblings: vec![]
+            }
+        );
+        let err = |chosen: &[u32], cpus: &[u32]| split_chosen_cores(cpus, chosen, paired).unwrap_err().to_string();
+        assert_eq!(err(&[9], &cpus), "cpu 9 is not usable here (usable: 0-7)");
+        assert_eq!(err(&[1, 5], &cpus), "cpus 1 and 5 are one physical core's: give one cpu per core");
+        assert_eq!(err(&[], &cpus), "empty cpu set");
+        // Two cpus on two cores: the siblings go to jobs after all; one cpu alone: nothing for jobs.
+        let two = split_chosen_cores(&[0, 4], &[0], paired).unwrap();
+        assert_eq!((two.jobs, two.shared_siblings), (vec![4], vec![4]));
+        assert!(err(&[0], &[0]).contains("cannot reserve 1 of 1 cpus"));
+    }
 
     /// 8 cpus on 4 physical cores, siblings i and i + 4 (the common Linux numbering).
     fn paired(cpu: u32) -> Vec<u32> {

@@ -49,6 +49,8 @@ pub struct Config {
     pub freeze_mechanism: Option<MechanismKind>,
     /// Cores kept for region holders' measuring threads.
     pub reserve_cores: usize,
+    /// The region holders' cpus chosen by the user instead (`--region-cpus`).
+    pub region_cpus: Option<Vec<u32>>,
     /// Concurrent commands per device; None = default (cpu: number of job cores, GPU: 4).
     pub max_concurrent: Option<usize>,
     pub lease: Duration,
@@ -97,6 +99,7 @@ impl Config {
             freeze_scope: FreezeScope::Device,
             freeze_mechanism: None,
             reserve_cores: 0,
+            region_cpus: None,
             max_concurrent: None,
             lease: Duration::from_secs(60),
             drain_timeout: Duration::from_secs(2),
@@ -137,6 +140,8 @@ pub struct DaemonFlags {
     /// None: auto-detect.
     pub freeze_mechanism: Option<MechanismKind>,
     pub reserve_cores: usize,
+    /// `--region-cpus`: a cpu list (`8,9`, `8-9`).
+    pub region_cpus: Option<String>,
     pub max_concurrent: Option<usize>,
     pub lease_ms: u64,
     pub drain_timeout_ms: u64,
@@ -184,6 +189,16 @@ impl ShimChoice {
     }
 }
 
+/// `--region-cpus`' list: cpu numbers, at least one (whether this machine has them is checked
+/// when the daemon starts, against the cpus it may use).
+fn parse_region_cpus(list: &str) -> Result<Vec<u32>, ConfigError> {
+    let cpus = kforge_cores::parse_cpu_list(list).map_err(|e| ConfigError::RegionCpus(e.to_string()))?;
+    if cpus.is_empty() {
+        return Err(ConfigError::RegionCpus("no cpu given".into()));
+    }
+    Ok(cpus)
+}
+
 /// A flag of `kforge daemon` out of its range.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -191,6 +206,10 @@ pub enum ConfigError {
     AtLeastOne(&'static str),
     #[error("--lease-ms must be positive")]
     LeaseNotPositive,
+    #[error("--region-cpus: {0}")]
+    RegionCpus(String),
+    #[error("give --reserve-cores or --region-cpus, not both")]
+    ReserveTwice,
     #[error("--settle-power-fraction must lie in [0, 1], got {0}")]
     PowerFraction(f64),
     #[error("--job-timeout-s must be a positive number of seconds")]
@@ -214,6 +233,11 @@ impl Config {
         if f.lease_ms == 0 {
             return Err(ConfigError::LeaseNotPositive);
         }
+        let region_cpus = match f.region_cpus.as_deref() {
+            None => None,
+            Some(_) if f.reserve_cores > 0 => return Err(ConfigError::ReserveTwice),
+            Some(list) => Some(parse_region_cpus(list)?),
+        };
         if !(0.0..=1.0).contains(&f.settle_power_fraction) {
             return Err(ConfigError::PowerFraction(f.settle_power_fraction));
         }
@@ -230,6 +254,7 @@ impl Config {
             freeze_scope: f.freeze_scope,
             freeze_mechanism: f.freeze_mechanism,
             reserve_cores: f.reserve_cores,
+            region_cpus,
             max_concurrent: f.max_concurrent,
             lease: Duration::from_millis(f.lease_ms),
             drain_timeout: Duration::from_millis(f.drain_timeout_ms),
@@ -283,6 +308,7 @@ mod tests {
             freeze_scope: FreezeScope::Device,
             freeze_mechanism: None,
             reserve_cores: 0,
+            region_cpus: None,
             max_concurrent: None,
             lease_ms: 60_000,
             drain_timeout_ms: 2_000,
@@ -351,6 +377,15 @@ mod tests {
             );
         }
         assert!(error_of(DaemonFlags { gpus: "0,x".into(), ..flags() }).contains("--gpus: \"x\" is not a GPU index"));
+        let cpus = |list: &str| DaemonFlags { region_cpus: Some(list.into()), ..flags() };
+        assert!(error_of(cpus("8,x")).starts_with("--region-cpus: bad cpu list"), "{}", error_of(cpus("8,x")));
+        assert_eq!(error_of(cpus("")), "--region-cpus: no cpu given");
+        assert_eq!(
+            error_of(DaemonFlags { reserve_cores: 2, ..cpus("8") }),
+            "give --reserve-cores or --region-cpus, not both"
+        );
+        let c = Config::from_flags("/tmp/s.sock".into(), cpus("9,8,10-11")).unwrap();
+        assert_eq!(c.region_cpus, Some(vec![8, 9, 10, 11]));
     }
 
     #[test]

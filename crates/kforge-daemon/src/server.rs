@@ -76,7 +76,7 @@ pub fn start(cfg: Config, guardian: Option<Vec<OsString>>) -> Result<DaemonHandl
 
     let freezer_name = format!("kforge-{pid}");
     let freezer = Arc::new(Freezer::detect(&freezer_name, cfg.freeze_mechanism)?);
-    let cores = split_cores(cfg.reserve_cores)?;
+    let cores = split_cores(cfg.reserve_cores, cfg.region_cpus.as_deref())?;
     let devs = devices::discover(&cfg.gpus)?;
 
     let store = open_store(&cfg.db)?;
@@ -174,11 +174,15 @@ fn claim_socket_and_recover(cfg: &Config) -> Result<PathBuf, DaemonError> {
 /// The online CPUs split by physical core: one cpu of each reserved core for measuring threads,
 /// its SMT siblings idle (shared with jobs on a machine of too few cores), the rest for jobs
 /// (`kforge_cores::split_whole_cores`, topology from /sys).
-fn split_cores(reserve_cores: usize) -> Result<kforge_cores::CoreSplit, DaemonError> {
+fn split_cores(reserve_cores: usize, chosen: Option<&[u32]>) -> Result<kforge_cores::CoreSplit, DaemonError> {
     let cpus = kforge_cores::online_cpus().map_err(|e| DaemonError::Config(e.to_string()))?;
-    let sys = Path::new("/sys");
-    kforge_cores::split_whole_cores(&cpus, reserve_cores, |c| kforge_cores::smt_siblings(sys, c))
-        .map_err(|e| DaemonError::Config(format!("--reserve-cores: {e}")))
+    let siblings = |c| kforge_cores::smt_siblings(Path::new("/sys"), c);
+    match chosen {
+        Some(chosen) => kforge_cores::split_chosen_cores(&cpus, chosen, siblings)
+            .map_err(|e| DaemonError::Config(format!("--region-cpus: {e}"))),
+        None => kforge_cores::split_whole_cores(&cpus, reserve_cores, siblings)
+            .map_err(|e| DaemonError::Config(format!("--reserve-cores: {e}"))),
+    }
 }
 
 /// The store at `db` (`:memory:`: an in-memory one), its directory created if missing.

@@ -384,6 +384,30 @@ fn core_isolation_pins_holder_and_keeps_jobs_off_reserved_cores() {
 }
 
 #[test]
+fn region_cpus_chosen_by_the_user_pin_the_holder_there_and_a_cpu_not_here_is_refused() {
+    let cpus = kforge_cores::online_cpus().unwrap();
+    if cpus.len() < 2 {
+        eprintln!("skipping: needs 2 cores");
+        return;
+    }
+    let last = *cpus.last().unwrap();
+    let d = TestDaemon::start(&["--region-cpus", &last.to_string(), "--freeze", "none"]);
+    assert_eq!(d.status().reserved_cores, vec![last]);
+    let mut holder = d.spawn_job("h", &holder_args("h", &[]));
+    let g = wait_for("grant", T, || read_json(&d.path("h.in")));
+    let (pid, tid) = (g["pid"].as_i64().unwrap() as i32, g["tid"].as_i64().unwrap() as i32);
+    assert_eq!((g["core"].as_u64(), cpus_allowed(pid, tid)), (Some(u64::from(last)), vec![last]));
+    std::fs::write(d.path("h.release"), "").unwrap();
+    assert!(holder.wait().unwrap().success());
+    let host = kforge_store::Store::open(&d.db).unwrap().region_host(g["region"].as_u64().unwrap()).unwrap();
+    assert_eq!(host.and_then(|h| h.cpu), Some(last), "its host counters are that cpu's");
+    let refused = TestDaemon::try_start(&["--region-cpus", "8191"]).err().expect("a cpu this machine lacks");
+    assert!(refused.contains("--region-cpus: cpu 8191 is not usable here"), "{refused}");
+    let both = TestDaemon::try_start(&["--region-cpus", "0", "--reserve-cores", "1"]).err().expect("both flags");
+    assert!(both.contains("give --reserve-cores or --region-cpus, not both"), "{both}");
+}
+
+#[test]
 fn killed_region_holder_releases_within_100ms() {
     // --freeze none so that the second holder can ask while the first holds the region.
     let d = TestDaemon::start(&["--freeze", "none"]);
