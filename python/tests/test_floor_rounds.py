@@ -63,8 +63,8 @@ def test_rounds_in_grant_order_with_the_inspect_floor(tmp_path: Path) -> None:
     job = report["level2/010_gated_mlp_swiglu_bf16"]
     # Round 2's host slowed for one call of each side, not the same one: the medians are 6/9
     # apart, the calls paired agree.
-    assert [x["again_over_base"] for x in job["rounds"]] == [6.2 / 6.0, 6.0 / 9.0, 6.3 / 6.3]
-    assert [round(x["paired_again_over_base"], 12) for x in job["rounds"]] == [round(6.2 / 6.0, 12), 1.0, 1.0]
+    assert [x["medians_again_over_base"] for x in job["rounds"]] == [6.2 / 6.0, 6.0 / 9.0, 6.3 / 6.3]
+    assert [round(x["again_over_base"], 12) for x in job["rounds"]] == [round(6.2 / 6.0, 12), 1.0, 1.0]
     medians = math.exp(noise_floor([math.log(6.2 / 6.0), math.log(6.0 / 9.0), 0.0]))
     assert abs(job["summary"]["floor_of_medians"] - medians) < 1e-12
     assert job["summary"]["mhz_range"] == [1740, 1980]
@@ -100,7 +100,7 @@ def busy(ms):
         pass
 
 for _ in range(3):
-    kforge.do_bench_interleaved([lambda: busy(1.0), lambda: busy(1.5), lambda: busy(1.0)], warmup=1, rep=10,
+    kforge.do_bench_interleaved([lambda: busy(1.0), lambda: busy(4.0), lambda: busy(1.0)], warmup=1, rep=10,
                                 name="inspect:round-trip", device="cpu", min_calls=3)
 """
 
@@ -129,8 +129,11 @@ def test_the_rounds_of_a_real_daemon_store(tmp_path: Path) -> None:
     subprocess.run([sys.executable, SCRIPT, str(db), "inspect_rounds", "--json", str(out)], capture_output=True, text=True, check=True)
     (job,) = json.loads(out.read_text()).values()
     assert len(job["rounds"]) == 3 and all(r["calls"] == [3, 3, 3] for r in job["rounds"])
-    assert all(1.3 < r["median_ms"][1] / r["median_ms"][0] < 1.8 for r in job["rounds"])  # the new side is 1.5x
-    assert job["summary"]["floor"] < 1.5 and job["summary"]["mhz_range"] is None  # no GPU: no clocks
+    # The sides in order: the new one is the 4x slower (a wide margin: busy loops on a shared machine).
+    assert sorted(r["median_ms"][1] / r["median_ms"][0] for r in job["rounds"])[1] > 2.0
+    # A floor (three rounds of three busy-loop calls on a shared CI machine: its size says nothing).
+    assert math.isfinite(job["summary"]["floor"]) and job["summary"]["floor"] >= 1.0
+    assert job["summary"]["mhz_range"] is None  # no GPU: no clocks
     # The daemon's host counters of each round: all cpus (no core reserved), steal and irq read.
     hosts = [r["host"] for r in job["rounds"]]
     assert all(h is not None and h["cpu"] is None and h["steal_ms"] is not None and h["irq_ms"] is not None for h in hosts), hosts

@@ -80,8 +80,8 @@ def rounds_of(db: sqlite3.Connection, job: int) -> List[Dict[str, Any]]:
                     "mhz": [mhz_g, mhz_r], "temp_c": [c_g, c_r], "tainted": bool(tainted),
                     "calls": [len(sides[s]) for s in SIDES], "median_ms": med,
                     "spread": [quantile(sides[s], 0.9) / quantile(sides[s], 0.1) for s in SIDES],
-                    "again_over_base": med[2] / med[0],
-                    "paired_again_over_base": math.exp(paired_log(sides[SIDES[0]], sides[SIDES[2]])),
+                    "medians_again_over_base": med[2] / med[0],
+                    "again_over_base": math.exp(paired_log(sides[SIDES[0]], sides[SIDES[2]])),
                     "pair_spread": pair_spread(*(sides[s] for s in SIDES)), "held_s": held_s,
                     "host": host_of(db, rid)})
     return out
@@ -89,8 +89,8 @@ def rounds_of(db: sqlite3.Connection, job: int) -> List[Dict[str, Any]]:
 
 def summary(rounds: List[Dict[str, Any]]) -> Dict[str, Any]:
     clocks = [m for r in rounds for m in r["mhz"] if m]
-    return {"floor": floor_of([math.log(r["paired_again_over_base"]) for r in rounds]),
-            "floor_of_medians": floor_of([math.log(r["again_over_base"]) for r in rounds]),
+    return {"floor": floor_of([math.log(r["again_over_base"]) for r in rounds]),
+            "floor_of_medians": floor_of([math.log(r["medians_again_over_base"]) for r in rounds]),
             "plan": plan_of(rounds[0]),
             "mhz_range": [min(clocks), max(clocks)] if clocks else None,
             "widest_spread": max(max(r["spread"]) for r in rounds)}
@@ -131,8 +131,8 @@ def print_job(problem: str, rounds: List[Dict[str, Any]], s: Dict[str, Any]) -> 
         print(f"  {r['wait_ms']:>8.0f} {r['drain_ms']:>6.1f} {r['settle_ms']:>6.0f} {r['frozen_jobs']:>5} "
               f"{fmt_mhz(r['mhz'][0]) + '/' + fmt_mhz(r['mhz'][1]):>10} {fmt_mhz(r['temp_c'][0]) + '/' + fmt_mhz(r['temp_c'][1]):>6} "
               f"{'/'.join(map(str, r['calls'])):>9} {m[0]:>8.3f} {m[1]:>8.3f} {m[2]:>8.3f} "
-              f"{' '.join(f'{x:.3f}' for x in r['spread']):>20} {r['again_over_base']:>10.4f} "
-              f"{r['paired_again_over_base']:>7.4f} {fmt_host(r['host']):>18}{' tainted' if r['tainted'] else ''}")
+              f"{' '.join(f'{x:.3f}' for x in r['spread']):>20} {r['medians_again_over_base']:>10.4f} "
+              f"{r['again_over_base']:>7.4f} {fmt_host(r['host']):>18}{' tainted' if r['tainted'] else ''}")
 
 
 def main(argv: List[str]) -> int:
