@@ -317,6 +317,24 @@ def test_round_plan_sizes_rounds_by_the_spread_alone() -> None:
     assert (rounds, calls) == (restitch.MAX_ROUNDS, int(restitch.ROUND_MAX_S / (1.0 / 15)))
 
 
+def test_rounds_that_differ_more_than_their_calls_ask_for_more_rounds() -> None:
+    # Calls that agree within each round, rounds 1 % apart (base-again/base): the calls plan 5
+    # rounds, the rounds' own spread asks for more, MAX_ROUNDS at most.
+    quiet = [1.0] * 16
+    moves = [1.01, 0.99] * restitch.MAX_ROUNDS
+    time_round = fixed_rounds([(quiet, quiet, [x * g for x in quiet]) for g in moves])
+    out = restitch.interleaved_ratio(time_round)
+    plan = out["plan"]
+    assert plan["rounds_by_calls"] == restitch.MIN_ROUNDS and plan["rounds_by_rounds"] > restitch.MAX_ROUNDS
+    assert plan["rounds"] == len(out["per_round"]) == restitch.MAX_ROUNDS
+    assert time_round.asked == [restitch.ROUND_MIN_CALLS] + [16] * (restitch.MAX_ROUNDS - 1)
+    # Rounds 0.1 % apart: what the first MIN_ROUNDS ask for is no more than they are.
+    noise = [0.0005, -0.0005, 0.0005, -0.0005, 0.0]
+    assert restitch.rounds_for([0.0] * 5, noise) == restitch.MIN_ROUNDS
+    s = statistics.stdev(noise)
+    assert restitch.rounds_for([0.0] * 5, [10 * x for x in noise]) == math.ceil((2.776 * 10 * s / math.log(restitch.FLOOR_AIM)) ** 2)
+
+
 def test_interleaved_ratio_times_the_rounds_its_first_round_plans() -> None:
     # A first round spreading by about 20 % a call: the others ask for the planned calls.
     rng = [1.0, 1.3, 0.8, 1.1, 0.9, 1.25, 0.85, 1.05] * 2

@@ -71,9 +71,13 @@ def test_rounds_in_grant_order_with_the_inspect_floor(tmp_path: Path) -> None:
     expected = math.exp(noise_floor([math.log(6.2 / 6.0), 0.0, 0.0]))
     assert abs(job["summary"]["floor"] - expected) < 1e-12  # the floor kforge inspect reports (paired)
     assert "floor 1.0" in r.stdout and "1980/1965" in r.stdout
-    # What the round trip plans now from such a first round (3 calls a side in 0.3 s).
+    # What the round trip plans now from such rounds: calls from the first (3 a side in 0.3 s),
+    # rounds from that and from these three rounds' spread (round 1 is 3 % off: many more).
     plan = job["summary"]["plan"]
-    assert (plan["rounds"], plan["calls"]) == restitch.round_plan(3, job["rounds"][0]["pair_spread"], 0.3)
+    assert (plan["rounds_by_calls"], plan["calls"]) == restitch.round_plan(3, job["rounds"][0]["pair_spread"], 0.3)
+    logs = [[math.log(r[k]) for r in job["rounds"]] for k in ("new_over_base", "again_over_base")]
+    assert plan["rounds_by_rounds"] == restitch.rounds_for(*logs) > restitch.MAX_ROUNDS
+    assert plan["rounds"] == restitch.MAX_ROUNDS
     assert "planned now:" in r.stdout
 
 

@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 from eval_diagnostics import q as quantile  # noqa: E402  (the analysis scripts' one quantile)
 from kforge.harness import noise_floor, pair_spread, paired_log  # noqa: E402  (the tree's package: the floor as kforge inspect computes it)
-from kforge.inspect.restitch import round_plan  # noqa: E402  (imports no torch)
+from kforge.inspect.restitch import MAX_ROUNDS, MIN_ROUNDS, round_plan, rounds_for  # noqa: E402  (imports no torch)
 
 SIDES = ("inspect:round-trip:0", "inspect:round-trip:1", "inspect:round-trip:2")
 
@@ -82,6 +82,7 @@ def rounds_of(db: sqlite3.Connection, job: int) -> List[Dict[str, Any]]:
                     "spread": [quantile(sides[s], 0.9) / quantile(sides[s], 0.1) for s in SIDES],
                     "medians_again_over_base": med[2] / med[0],
                     "again_over_base": math.exp(paired_log(sides[SIDES[0]], sides[SIDES[2]])),
+                    "new_over_base": math.exp(paired_log(sides[SIDES[0]], sides[SIDES[1]])),
                     "pair_spread": pair_spread(*(sides[s] for s in SIDES)), "held_s": held_s,
                     "host": host_of(db, rid)})
     return out
@@ -91,20 +92,26 @@ def summary(rounds: List[Dict[str, Any]]) -> Dict[str, Any]:
     clocks = [m for r in rounds for m in r["mhz"] if m]
     return {"floor": floor_of([math.log(r["again_over_base"]) for r in rounds]),
             "floor_of_medians": floor_of([math.log(r["medians_again_over_base"]) for r in rounds]),
-            "plan": plan_of(rounds[0]),
+            "plan": plan_of(rounds),
             "mhz_range": [min(clocks), max(clocks)] if clocks else None,
             "widest_spread": max(max(r["spread"]) for r in rounds)}
 
 
-def plan_of(first: Dict[str, Any]) -> Optional[Dict[str, Any]]:
-    """What `kforge inspect` since session 31 plans from a first round like ``first``
-    (`restitch.round_plan`): rounds, calls of each side per round, and the seconds of regions
-    they take as the first round's time per call predicts; None without the region's time."""
+def plan_of(rounds: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """What `kforge inspect` since session 31 plans from rounds like these: calls of each side per
+    round from the first round (`restitch.round_plan`), rounds from that and from the first
+    MIN_ROUNDS rounds' spread (`restitch.rounds_for`), and the seconds of regions they take as the
+    first round's time per call predicts; None without the region's time."""
+    first = rounds[0]
     if first["held_s"] is None:
         return None
     calls = min(first["calls"])
-    rounds, per_round = round_plan(calls, first["pair_spread"], first["held_s"])
-    return {"rounds": rounds, "calls": per_round, "seconds": round(rounds * per_round * first["held_s"] / calls, 1)}
+    planned, per_round = round_plan(calls, first["pair_spread"], first["held_s"])
+    stage = rounds[:MIN_ROUNDS]
+    asked = rounds_for([math.log(r["new_over_base"]) for r in stage], [math.log(r["again_over_base"]) for r in stage])
+    total = min(MAX_ROUNDS, max(planned, asked))
+    return {"rounds": total, "calls": per_round, "rounds_by_calls": planned, "rounds_by_rounds": asked,
+            "seconds": round(total * per_round * first["held_s"] / calls, 1)}
 
 
 def fmt_host(h: Optional[Dict[str, Any]]) -> str:

@@ -111,13 +111,25 @@ def round_plan(calls: int, spread: float, seconds: float, aim: float = FLOOR_AIM
     return MAX_ROUNDS, fits
 
 
+def rounds_for(logs: Sequence[float], noise: Sequence[float], aim: float = FLOOR_AIM) -> int:
+    """Rounds in all that the first rounds' spread asks for (Stein's two stages: the spread of
+    the rounds so far, never their mean): the larger standard deviation of the rounds' new/base
+    and base-again/base logs, s, over ``len(logs)`` rounds gives t(those rounds) * s / sqrt(N)
+    <= log(aim) at N rounds. Rounds differ by more than their calls explain when a machine's
+    state moves between them (session 31: host-bound rounds 3-8 % apart at 120-240 calls each)."""
+    s = max(statistics.stdev(logs), statistics.stdev(noise)) if len(logs) > 1 else 0.0
+    return max(len(logs), math.ceil((_t95(len(logs)) * s / math.log(aim)) ** 2))
+
+
 def interleaved_ratio(time_round: Callable[[int], Tuple[Samples, float]], aim: float = FLOOR_AIM) -> Dict[str, Any]:
     """new/base over rounds of ``time_round(calls)`` → ((base, new, base again) samples of the
     calls in the order made, the round's seconds): per round the median of the paired log ratios
     (:func:`paired_log`); over the rounds the geometric-mean ratio with its 95 % interval, and the
     noise floor — the upper end of that interval for base-again/base. ``within_noise``: the
     ratio's interval reaches into the band the baseline shows against itself. The first round
-    (at least ROUND_MIN_CALLS calls of each side) sizes the others (:func:`round_plan`)."""
+    (at least ROUND_MIN_CALLS calls of each side) sizes the others' calls and rounds
+    (:func:`round_plan`: the calls' spread); after MIN_ROUNDS, the rounds' own spread may ask for
+    more rounds (:func:`rounds_for`), at most MAX_ROUNDS in all."""
     per_round: List[Dict[str, Any]] = []
     logs: List[float] = []
     noise: List[float] = []
@@ -133,15 +145,20 @@ def interleaved_ratio(time_round: Callable[[int], Tuple[Samples, float]], aim: f
 
     (a, b, c), seconds = one_round(ROUND_MIN_CALLS)
     spread = pair_spread(a, b, c)
-    rounds, calls = round_plan(per_round[0]["calls"], spread, seconds, aim)
-    for _ in range(rounds - 1):
+    planned, calls = round_plan(per_round[0]["calls"], spread, seconds, aim)
+    for _ in range(MIN_ROUNDS - 1):
+        one_round(calls)
+    asked = rounds_for(logs, noise, aim)
+    rounds = min(MAX_ROUNDS, max(planned, asked))
+    for _ in range(rounds - MIN_ROUNDS):
         one_round(calls)
     mean, half = mean_half(logs)
     floor = noise_floor(noise)
     return {"ratio": math.exp(mean), "ratio_ci95": [math.exp(mean - half), math.exp(mean + half)], "noise_floor": math.exp(floor),
             "within_noise": mean - half <= floor and mean + half >= -floor, "per_round": per_round,
             "plan": {"first_round_calls": per_round[0]["calls"], "first_round_s": seconds, "spread": spread,
-                     "rounds": rounds, "calls": calls, "floor_aim": aim}}
+                     "rounds": rounds, "calls": calls, "rounds_by_calls": planned, "rounds_by_rounds": asked,
+                     "floor_aim": aim}}
 
 
 def _round_samples(base: Callable[[], Any], new: Callable[[], Any], calls: int) -> Tuple[Samples, float]:
