@@ -31,10 +31,10 @@ pub struct DaemonArgs {
     /// jobs run on the other cpus.
     #[arg(long, default_value_t = 0)]
     reserve_cores: usize,
-    /// The cpus of region holders' measuring threads, chosen instead of --reserve-cores' lowest-
-    /// numbered ones: a cpu list such as `8,9` or `8-9`, one cpu per physical core, their SMT
-    /// siblings kept idle. For a cpu away from the one that takes the interrupts (often cpu 0,
-    /// which the daemon's `region_host` rows show as irq and steal time), or near the GPU.
+    /// The cpus of region holders' measuring threads, chosen instead of the lowest-numbered ones
+    /// that --reserve-cores takes: a cpu list such as `8,9` or `8-9`, one cpu per physical core,
+    /// their SMT siblings kept idle. For a cpu away from the one that takes the interrupts (often
+    /// cpu 0; the store's `region_host` rows show each region's irq and steal time), or near the GPU.
     #[arg(long, value_name = "LIST")]
     region_cpus: Option<String>,
     /// Concurrent commands per device (default: cpu 2 per job core, GPU 4).
