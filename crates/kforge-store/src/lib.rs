@@ -137,6 +137,10 @@ pub struct Report {
     /// GPU memory per job (jobs on devices without memory samples have none).
     #[serde(default)]
     pub job_memory: Vec<JobMemoryRow>,
+    /// What took the cpu from each released region's measuring thread (regions released by a
+    /// daemon from before it recorded them have none).
+    #[serde(default)]
+    pub region_host: Vec<RegionHostRow>,
 }
 
 impl Report {
@@ -160,6 +164,9 @@ impl Report {
         for r in self.job_memory {
             parts.add(r, |p| &mut p.job_memory);
         }
+        for r in self.region_host {
+            parts.add(r, |p| &mut p.region_host);
+        }
         parts.done.push(parts.open);
         parts.done
     }
@@ -179,6 +186,7 @@ impl Report {
         self.regions.extend(other.regions);
         self.measurements.extend(other.measurements);
         self.job_memory.extend(other.job_memory);
+        self.region_host.extend(other.region_host);
     }
 
     /// Seconds job `job` spent inside released regions (its exclusive GPU time).
@@ -606,7 +614,27 @@ impl Store {
             })
             .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
             .map_err(|e| self.err(e))?;
-        Ok(Report { jobs, regions, measurements, job_memory })
+        let region_host = self.region_hosts(label)?;
+        Ok(Report { jobs, regions, measurements, job_memory, region_host })
+    }
+
+    /// The host counters of the regions of the jobs labelled `label` (all: None), by region.
+    fn region_hosts(&self, label: Option<&str>) -> Result<Vec<RegionHostRow>, StoreError> {
+        let sql = "SELECT h.region, h.cpu, h.steal_ms, h.irq_ms, h.run_delay_ms FROM region_host h \
+                   LEFT JOIN regions r ON r.id = h.region LEFT JOIN jobs j ON j.id = r.job \
+                   WHERE ?1 IS NULL OR j.label = ?1 ORDER BY h.region";
+        let mut st = self.conn.prepare(sql).map_err(|e| self.err(e))?;
+        st.query_map([label], |r| {
+            Ok(RegionHostRow {
+                region: r.get::<_, i64>(0)? as u64,
+                cpu: r.get(1)?,
+                steal_ms: r.get(2)?,
+                irq_ms: r.get(3)?,
+                run_delay_ms: r.get(4)?,
+            })
+        })
+        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| self.err(e))
     }
 
     /// The region time of the jobs labelled `label` (only job `job`; only those queued at or after
@@ -771,6 +799,15 @@ mod tests {
             regions: (1..=40).map(|i| region(i, 1 + i % 2)).collect(),
             measurements: vec![measured(1, 10), measured(2, 3000), measured(3, 10)],
             job_memory: vec![],
+            region_host: (1..=5)
+                .map(|i| RegionHostRow {
+                    region: i,
+                    cpu: Some(0),
+                    steal_ms: Some(1.0),
+                    irq_ms: None,
+                    run_delay_ms: None,
+                })
+                .collect(),
         };
         let parts = r.clone().split(4096);
         assert!(parts.len() > 3, "{} parts", parts.len());
@@ -930,7 +967,18 @@ mod tests {
         assert_eq!(s.region_host(7).unwrap(), Some(row.clone()));
         let unpinned = RegionHostRow { cpu: None, ..row };
         s.insert_region_host(&unpinned).unwrap();
-        assert_eq!(s.region_host(7).unwrap(), Some(unpinned), "recorded again: replaced");
+        assert_eq!(s.region_host(7).unwrap(), Some(unpinned.clone()), "recorded again: replaced");
+        // In the report: all of them, or those of a label's jobs' regions.
+        s.insert_job(&job(1, Some("a"))).unwrap();
+        s.insert_region(&region(7, 1)).unwrap();
+        s.insert_job(&job(2, Some("b"))).unwrap();
+        s.insert_region(&region(8, 2)).unwrap();
+        let other = RegionHostRow { region: 8, ..unpinned.clone() };
+        s.insert_region_host(&other).unwrap();
+        assert_eq!(s.report(None).unwrap().region_host, vec![unpinned.clone(), other]);
+        assert_eq!(s.report(Some("a")).unwrap().region_host, vec![unpinned]);
+        let old: Report = serde_json::from_str(r#"{"jobs": [], "regions": [], "measurements": []}"#).unwrap();
+        assert!(old.region_host.is_empty(), "a report from before the field reads");
     }
 
     #[test]

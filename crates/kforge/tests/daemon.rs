@@ -400,7 +400,8 @@ fn region_cpus_chosen_by_the_user_pin_the_holder_there_and_a_cpu_not_here_is_ref
     std::fs::write(d.path("h.release"), "").unwrap();
     assert!(holder.wait().unwrap().success());
     let host = kforge_store::Store::open(&d.db).unwrap().region_host(g["region"].as_u64().unwrap()).unwrap();
-    assert_eq!(host.and_then(|h| h.cpu), Some(last), "its host counters are that cpu's");
+    assert_eq!(host.clone().and_then(|h| h.cpu), Some(last), "its host counters are that cpu's");
+    assert_eq!(d.report().region_host, host.into_iter().collect::<Vec<_>>(), "and in the daemon's report");
     let refused = TestDaemon::try_start(&["--region-cpus", "8191"]).err().expect("a cpu this machine lacks");
     assert!(refused.contains("--region-cpus: cpu 8191 is not usable here"), "{refused}");
     let both = TestDaemon::try_start(&["--region-cpus", "0", "--reserve-cores", "1"]).err().expect("both flags");
