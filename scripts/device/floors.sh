@@ -6,10 +6,17 @@
 #   2. default: the suite's inspects in default mode at the default preset, 4 in flight, every
 #      problem of problems/level$LEVELS (default *) that starts before DEFAULT_DEADLINE_S
 #      (default 240) and is not in SKIP_DEFAULT (a done.txt of an earlier call): $OUT/default/.
-# Builds nothing: carry target/release/kforge and target/release/libkforge_shim.so.
+#   0. PROBE=1 first: scripts/device/host_jitter_probe.py (about 40 s, no daemon): launch-bound
+#      calls' host time per cpu with its steal and irq ticks, $OUT/host_jitter_probe.json.
+# REGION_CPUS (suite.sh) picks the region holders' cpus. Builds nothing: carry
+# target/release/kforge and target/release/libkforge_shim.so.
 set -u
 OUT=${OUT:-/tmp/kforge-out}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+if [ "${PROBE:-0}" = 1 ]; then
+  mkdir -p "$OUT"
+  timeout 120 python3 scripts/device/host_jitter_probe.py "$OUT/host_jitter_probe.json" 2>&1 | tail -12
+fi
 if [ "${LARGE:-1}" = 1 ]; then
   OUT=$OUT/large SIZE=large PARALLEL=4 INTERLEAVE=1 DEADLINE_S=${LARGE_DEADLINE_S:-150} bash scripts/device/suite.sh \
     "inspect:default:problems/level3/009_*.py" "inspect:default:problems/level2/010_*.py" \
