@@ -64,6 +64,11 @@ def q(xs: List[float], p: float) -> float:
     return s[min(len(s) - 1, int(p * len(s)))]
 
 
+def group_medians(xs: List[float], w: int) -> List[float]:
+    """Medians of consecutive groups of ``w`` values (a last partial group left out)."""
+    return [st.median(xs[i:i + w]) for i in range(0, len(xs) - w + 1, w)]
+
+
 def main(out_path: str) -> int:
     import torch
 
@@ -74,11 +79,13 @@ def main(out_path: str) -> int:
         "model": next((l.split(":", 1)[1].strip() for l in read("/proc/cpuinfo").splitlines() if l.startswith("model name")), "-"),
         "governor": read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor"),
         "cur_khz": read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_cur_freq"),
-        "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "none (CPU tensors: a smoke run)",
+        "torch": torch.__version__,
         "irqs_per_cpu_at_start": interrupts_per_cpu(),
     }
     print(json.dumps({k: v for k, v in machine.items() if k != "irqs_per_cpu_at_start"}))
-    x = torch.zeros(1024, device="cuda")
+    cuda = torch.cuda.is_available()
+    x = torch.zeros(1024, device="cuda" if cuda else "cpu")
 
     def launches() -> None:
         for _ in range(20):
@@ -90,7 +97,7 @@ def main(out_path: str) -> int:
             s += i * i
 
     def one(fn: Any, sync: bool) -> float:
-        if sync:
+        if sync and cuda:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
         fn()
@@ -125,7 +132,8 @@ def main(out_path: str) -> int:
     os.sched_setaffinity(0, set(cpus))
     machine["irqs_per_cpu_at_end"] = interrupts_per_cpu()
     with open(out_path, "w") as f:
-        json.dump({"machine": machine, "blocks": blocks, "timeline_cpu0_us": [round(t, 1) for t in timeline]}, f)
+        json.dump({"machine": machine, "blocks": blocks, "timeline_calls": len(timeline),
+                   "timeline_cpu0_medians_of_50_us": [round(m, 1) for m in group_medians(timeline, 50)]}, f)
     irq_delta = [a - b for a, b in zip(machine["irqs_per_cpu_at_end"], machine["irqs_per_cpu_at_start"])]
     print("interrupts per cpu during the probe:", irq_delta)
     print(f"{'cpu':>5} {'blocks':>6} {'launch med':>10} {'range of block medians':>24} {'p90/p10 med':>11} "
@@ -139,9 +147,9 @@ def main(out_path: str) -> int:
         irq = sum(b["ticks"]["irq"] + b["ticks"]["softirq"] for b in bs)
         print(f"{'all' if cpu is None else cpu:>5} {len(bs):>6} {st.median(lm):>10.1f} {min(lm):>11.1f}-{max(lm):<11.1f} "
               f"{spread:>11.3f} {st.median(pm):>10.1f} {min(pm):>7.1f}-{max(pm):<8.1f} {steal:>6} {irq:>8}")
-    w = 200
-    meds = [st.median(timeline[i:i + w]) for i in range(0, len(timeline) - w + 1, w)]
-    print("cpu0 timeline, medians of 200 calls in order (us):", " ".join(f"{m:.0f}" for m in meds))
+    w = max(1, len(timeline) // 60)
+    print(f"cpu0 timeline, {len(timeline)} calls in 5 s, medians of {w} calls in order (us):",
+          " ".join(f"{m:.0f}" for m in group_medians(timeline, w)))
     return 0
 
 
