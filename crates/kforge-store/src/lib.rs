@@ -128,6 +128,17 @@ pub struct RegionHostRow {
     pub run_delay_ms: Option<f64>,
 }
 
+/// A `region_host` row selected as `region, cpu, steal_ms, irq_ms, run_delay_ms`.
+fn host_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RegionHostRow> {
+    Ok(RegionHostRow {
+        region: r.get::<_, i64>(0)? as u64,
+        cpu: r.get(1)?,
+        steal_ms: r.get(2)?,
+        irq_ms: r.get(3)?,
+        run_delay_ms: r.get(4)?,
+    })
+}
+
 /// Everything recorded for a set of jobs.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct Report {
@@ -454,15 +465,7 @@ impl Store {
             .query_row(
                 "SELECT region,cpu,steal_ms,irq_ms,run_delay_ms FROM region_host WHERE region=?1",
                 [region as i64],
-                |r| {
-                    Ok(RegionHostRow {
-                        region: r.get::<_, i64>(0)? as u64,
-                        cpu: r.get(1)?,
-                        steal_ms: r.get(2)?,
-                        irq_ms: r.get(3)?,
-                        run_delay_ms: r.get(4)?,
-                    })
-                },
+                host_row,
             )
             .optional()
             .map_err(|e| self.err(e))
@@ -624,17 +627,7 @@ impl Store {
                    LEFT JOIN regions r ON r.id = h.region LEFT JOIN jobs j ON j.id = r.job \
                    WHERE ?1 IS NULL OR j.label = ?1 ORDER BY h.region";
         let mut st = self.conn.prepare(sql).map_err(|e| self.err(e))?;
-        st.query_map([label], |r| {
-            Ok(RegionHostRow {
-                region: r.get::<_, i64>(0)? as u64,
-                cpu: r.get(1)?,
-                steal_ms: r.get(2)?,
-                irq_ms: r.get(3)?,
-                run_delay_ms: r.get(4)?,
-            })
-        })
-        .and_then(|rows| rows.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| self.err(e))
+        st.query_map([label], host_row).and_then(|rows| rows.collect::<Result<Vec<_>, _>>()).map_err(|e| self.err(e))
     }
 
     /// The region time of the jobs labelled `label` (only job `job`; only those queued at or after
