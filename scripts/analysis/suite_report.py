@@ -35,6 +35,7 @@ def inspect_row(d: str, name: str) -> Dict[str, Any]:
             "baseline_ms": rs.get("baseline_ms"), "restitched_ms": rs.get("restitched_ms"),
             "restitch_ci95": rs.get("ratio_ci95"), "restitch_within_noise": rs.get("within_noise"),
             "noise_floor": rs.get("noise_floor"), "rounds": len(rs.get("per_round") or []),
+            "calls": (rs.get("plan") or {}).get("calls"),
             "restitch_against": rs.get("timed_against"),
             "restitch_why": (rs.get("difference") or {}).get("why") or rs.get("timing_skipped")
             or (f"round trip failed: {rs['error']}" if rs.get("error") else None),
@@ -94,6 +95,12 @@ def fmt(x: Optional[float], f: str) -> str:
     return format(x, f) if isinstance(x, (int, float)) else "-"
 
 
+def rounds_of(r: Dict[str, Any]) -> str:
+    """`×CALLS` after a row's rounds where its round trip planned them (the calls a side per round
+    after the first, since session 31), else nothing."""
+    return f"×{r['calls']}" if r.get("calls") else ""
+
+
 def main() -> None:
     out, dirs = sys.argv[1], sys.argv[2:]
     os.makedirs(out, exist_ok=True)
@@ -117,13 +124,13 @@ def main() -> None:
         good = [r for r in rows.values() if r["ok"]]
         md.append(f"### mode `{mode}`: {len(good)}/{len(rows)} problems inspected\n")
         md.append("| problem | Triton | templ. | vendor | GPU µs/run | replaceable | replay ok | re-stitch identical | re-stitch T/T0 "
-                  "| noise floor (rounds) |")
+                  "| noise floor (rounds×calls) |")
         md.append("|---|---|---|---|---|---|---|---|---|---|")
         for name, r in sorted(rows.items()):
             if r["ok"]:
                 md.append(f"| {name} | {r['triton']} | {r['templates']} | {r['vendor']} | {r['gpu_us']:.1f} | {r['replaceable_share'] * 100:.1f} % | "
                           f"{r['replay_ok']}/{r['replay_n']} | {r['restitch_identical']} | {fmt(r['restitch_ratio'], '.3f')}{ci(r).replace('|', '/')} | "
-                          f"{fmt(r['noise_floor'], '.4f')} ({r['rounds']}) |")
+                          f"{fmt(r['noise_floor'], '.4f')} ({r['rounds']}{rounds_of(r)}) |")
             else:
                 md.append(f"| {name} | failed: {r['reason']} |||||||||")
         md.append("")
