@@ -630,11 +630,17 @@ def retake_tainted(regions: Sequence[Any], taint: Dict[str, int], room: bool = T
     return fate
 
 
+def t95(rounds: int) -> float:
+    """Student's t for a 95 % interval over ``rounds`` values (``rounds - 1`` degrees of freedom;
+    beyond the table, its last entry: a slightly wider interval)."""
+    return T95[min(rounds - 2, len(T95) - 1)]
+
+
 def mean_half(logs: List[float]) -> Tuple[float, float]:
     """Mean of log ratios and the half-width of its 95 % t interval."""
     mean = statistics.fmean(logs)
     sd = statistics.stdev(logs) if len(logs) > 1 else 0.0
-    return mean, T95[min(len(logs) - 2, len(T95) - 1)] * sd / math.sqrt(len(logs))
+    return mean, t95(len(logs)) * sd / math.sqrt(len(logs))
 
 
 def noise_floor(noise: List[float]) -> float:

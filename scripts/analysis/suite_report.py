@@ -95,7 +95,7 @@ def fmt(x: Optional[float], f: str) -> str:
     return format(x, f) if isinstance(x, (int, float)) else "-"
 
 
-def rounds_of(r: Dict[str, Any]) -> str:
+def calls_suffix(r: Dict[str, Any]) -> str:
     """`×CALLS` after a row's rounds where its round trip planned them (the calls a side per round
     after the first, since session 31), else nothing."""
     return f"×{r['calls']}" if r.get("calls") else ""
@@ -130,7 +130,7 @@ def main() -> None:
             if r["ok"]:
                 md.append(f"| {name} | {r['triton']} | {r['templates']} | {r['vendor']} | {r['gpu_us']:.1f} | {r['replaceable_share'] * 100:.1f} % | "
                           f"{r['replay_ok']}/{r['replay_n']} | {r['restitch_identical']} | {fmt(r['restitch_ratio'], '.3f')}{ci(r).replace('|', '/')} | "
-                          f"{fmt(r['noise_floor'], '.4f')} ({r['rounds']}{rounds_of(r)}) |")
+                          f"{fmt(r['noise_floor'], '.4f')} ({r['rounds']}{calls_suffix(r)}) |")
             else:
                 md.append(f"| {name} | failed: {r['reason']} |||||||||")
         md.append("")

@@ -122,12 +122,13 @@ impl DeviceThread {
         self.settle_gpu(&mut s);
         self.isolate_thread(&mut s, e.tid, e.core);
         let pinned_to = if s.pinned { e.core } else { None };
-        self.host_at_grant = Some(HostWatch::start(pinned_to, e.holder_pid, e.tid));
         let region = e.region;
         if let (Some(idx), Some(n)) = (self.cfg.nvml_index, self.nvml()) {
             s.gpu = sample(n, idx);
         }
         let _ = self.events.send(Event::RegionEntered { region, report: s }.into());
+        // After the grant is on its way: /proc reads never delay the hand-over.
+        self.host_at_grant = Some(HostWatch::start(pinned_to, e.holder_pid, e.tid));
     }
 
     /// The taint check: processes on the GPU that no managed job owns.
@@ -205,7 +206,6 @@ impl DeviceThread {
 
     /// Undo what entering did, in reverse: unpin, thaw, open the gate.
     fn leave_region(&mut self, region: u64) {
-        let host = self.host_at_grant.take().map(|w| w.at_release());
         if let Some((tid, before)) = self.pinned.take() {
             let _ = kforge_cores::set_affinity(tid, &before);
         }
@@ -218,6 +218,8 @@ impl DeviceThread {
             }
             self.gate_closed = false;
         }
+        // The siblings thawed and the gate open first: /proc reads never delay them.
+        let host = self.host_at_grant.take().map(|w| w.at_release());
         let gpu = match (self.cfg.nvml_index, self.nvml()) {
             (Some(idx), Some(n)) => sample(n, idx),
             _ => None,

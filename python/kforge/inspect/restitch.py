@@ -16,7 +16,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from ..bench import do_bench_interleaved
 from ..harness import (
     MEDIAN_SE,
-    T95,
     clone_output,
     identical,
     max_abs_diff,
@@ -24,6 +23,7 @@ from ..harness import (
     noise_floor,
     pair_spread,
     paired_log,
+    t95,
     to_device,
 )
 from .inductor import (
@@ -90,10 +90,6 @@ ROUND_MAX_S = 3.0
 Samples = Tuple[List[float], List[float], List[float]]
 
 
-def _t95(rounds: int) -> float:
-    return T95[min(rounds - 2, len(T95) - 1)]
-
-
 def round_plan(calls: int, spread: float, seconds: float, aim: float = FLOOR_AIM) -> Tuple[int, int]:
     """(rounds, calls of each side per round) after a first round of ``calls`` calls of each side
     whose paired log ratios spread by ``spread`` and which took ``seconds``: the fewest rounds
@@ -105,7 +101,7 @@ def round_plan(calls: int, spread: float, seconds: float, aim: float = FLOOR_AIM
     fits = max(calls, int(ROUND_MAX_S / per_call_s)) if per_call_s > 0 else calls
     half = math.log(aim)
     for rounds in range(MIN_ROUNDS, MAX_ROUNDS + 1):
-        need = math.ceil((_t95(rounds) * MEDIAN_SE * spread / half) ** 2 / rounds)
+        need = math.ceil((t95(rounds) * MEDIAN_SE * spread / half) ** 2 / rounds)
         if need <= fits:
             return rounds, max(calls, need)
     return MAX_ROUNDS, fits
@@ -118,7 +114,7 @@ def rounds_for(logs: Sequence[float], noise: Sequence[float], aim: float = FLOOR
     <= log(aim) at N rounds. Rounds differ by more than their calls explain when a machine's
     state moves between them (session 31: host-bound rounds 3-8 % apart at 120-240 calls each)."""
     s = max(statistics.stdev(logs), statistics.stdev(noise)) if len(logs) > 1 else 0.0
-    return max(len(logs), math.ceil((_t95(len(logs)) * s / math.log(aim)) ** 2))
+    return max(len(logs), math.ceil((t95(len(logs)) * s / math.log(aim)) ** 2))
 
 
 def interleaved_ratio(time_round: Callable[[int], Tuple[Samples, float]], aim: float = FLOOR_AIM) -> Dict[str, Any]:
