@@ -23,6 +23,7 @@ the tree's package (no torch needed).
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -143,13 +144,14 @@ def print_job(problem: str, rounds: List[Dict[str, Any]], s: Dict[str, Any]) -> 
 
 
 def main(argv: List[str]) -> int:
-    args = [a for a in argv if a != "--json"]
-    out_path = argv[argv.index("--json") + 1] if "--json" in argv else None
-    if out_path:
-        args.remove(out_path)
-    if not args:
-        print(__doc__, file=sys.stderr)
-        return 2
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("store", metavar="STORE.db", help="a daemon store (suite/store.db or suite/store-snapshot.db)")
+    ap.add_argument("want", metavar="NAME_SUBSTRING", nargs="?", default="", help="only problems whose name holds it")
+    ap.add_argument("--json", metavar="OUT", help="also write the rounds and summaries to OUT")
+    a = ap.parse_args(argv)
+    if not os.path.isfile(a.store):
+        ap.error(f"{a.store}: no such file (an unpacked suite.tgz's suite/store.db or suite/store-snapshot.db)")
+    args, out_path = [a.store, a.want], a.json
     db = sqlite3.connect(f"file:{args[0]}?mode=ro", uri=True)
     want = args[1] if len(args) > 1 else ""
     jobs = db.execute("select distinct j.id, j.argv from jobs j join measurements m on m.job = j.id "

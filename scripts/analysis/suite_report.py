@@ -8,6 +8,7 @@ Writes OUT_DIR/inspect.md, OUT_DIR/verify.md and OUT_DIR/summary.json.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -102,7 +103,14 @@ def calls_suffix(r: Dict[str, Any]) -> str:
 
 
 def main() -> None:
-    out, dirs = sys.argv[1], sys.argv[2:]
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", metavar="OUT_DIR", help="where inspect.md, verify.md and summary.json go")
+    ap.add_argument("dirs", metavar="SUITE_DIR", nargs="+", help="unpacked suite.tgz folders (suite/), in call order")
+    a = ap.parse_args()
+    out, dirs = a.out, a.dirs
+    for d in dirs:
+        if not os.path.isdir(d):
+            ap.error(f"{d}: no such folder (an unpacked suite.tgz's suite/)")
     os.makedirs(out, exist_ok=True)
     expect = json.load(open(EXPECT))
     inspect: Dict[str, Dict[str, Dict[str, Any]]] = {}
