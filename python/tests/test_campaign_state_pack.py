@@ -83,3 +83,23 @@ def test_autotuning_results_outlive_the_session_in_the_committed_file(tmp_path: 
     d = json.loads((out / "autotuned.json").read_text())
     assert "cache/0123abcd" in d["machines"]["cpu"] and d["machines"]["NVIDIA H200"] == {"ab/h200.best_config": "{}"}
     assert len(os.listdir(out)) <= 8, "a call returns at most 8 files"
+
+
+@pytest.mark.parametrize("budget,hard,said", [
+    ("500", "540", "HARD_S=540 is too tight for BUDGET_WALL_S=500: a step's safety net may run to 1.1 × the budget; "
+                   "give HARD_S >= 560"),
+    ("5x", "600", "BUDGET_WALL_S is whole seconds: got '5x'"),
+    ("300", "soon", "HARD_S is whole seconds: got 'soon'"),
+])
+def test_a_hard_limit_before_the_safety_nets_end_is_refused_before_anything_runs(
+        tmp_path: Path, budget: str, hard: str, said: str) -> None:
+    """Session 32: HARD_S=540 under a 500 s budget killed a step in its last timing round, past
+    which its safety net would have ended it (1.1 × the budget); such a call is refused at once."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KFORGE_")}
+    env.update(OUT=str(tmp_path / "out"), K="/bin/true", BUDGET_WALL_S=budget, HARD_S=hard,
+               STATE=str(tmp_path / "state.tgz"))
+    r = subprocess.run(["bash", "scripts/device/campaign.sh", str(tmp_path)], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert said in r.stdout, r.stdout + r.stderr
+    assert not (tmp_path / "out" / "campaign.json").exists()

@@ -16,7 +16,8 @@
 # no problem or step starts later, so the call ends inside its limit; problems not reached are
 # continued by the next call (--resume); nor does a step that the budget's remainder cannot hold
 # (each kind expected to take the upper quartile of the journal's finished ones). HARD_S (default
-# BUDGET_WALL_S + 60) kills the run if a step started before the budget is still running then (its
+# BUDGET_WALL_S + 60; refused below 1.1 x BUDGET_WALL_S + 10, where a step's safety net still runs)
+# kills the run if a step started before the budget is still running then (its
 # step is redone by the next call; a summary pass then writes campaign.json and campaign.html from
 # the journal): the state is packed either way, so a long step never costs the call's journal. Builds nothing: carry target/release/kforge and
 # target/release/libkforge_shim.so (and STATE).
@@ -48,6 +49,19 @@ OUT=${OUT:-/tmp/kforge-out}
 mkdir -p "$OUT"
 K=${K:-$PWD/target/release/kforge}  # K: another build (e.g. target/debug/kforge to try the script on a CPU)
 test -x "$K" || { echo "carry target/release/kforge"; exit 2; }
+BUDGET_WALL_S=${BUDGET_WALL_S:-360}  # leaves the re-verification about a minute and a half of CALL_S
+case "$BUDGET_WALL_S" in ''|*[!0-9]*) echo "BUDGET_WALL_S is whole seconds: got '$BUDGET_WALL_S'"; exit 2;; esac
+HARD_S=${HARD_S:-$((BUDGET_WALL_S + 60))}
+# A step admitted under the budget may run to its safety net's end, 1.1 × the remainder past its
+# start (SAFETY_END_SHARE in crates/kforge-optimize/src/budget.rs): a HARD_S before that kills the
+# run as the step ends (session 32: HARD_S=540 with a 500 s budget killed level3/004's measure step
+# in its last timing round).
+case "$HARD_S" in ''|*[!0-9]*) echo "HARD_S is whole seconds: got '$HARD_S'"; exit 2;; esac
+MIN_HARD_S=$(( BUDGET_WALL_S * 11 / 10 + 10 ))
+if [ "$HARD_S" -lt "$MIN_HARD_S" ]; then
+  echo "HARD_S=$HARD_S is too tight for BUDGET_WALL_S=$BUDGET_WALL_S: a step's safety net may run to 1.1 × the budget; give HARD_S >= $MIN_HARD_S (or a smaller budget)"
+  exit 2
+fi
 [ $# -ge 1 ] || { echo "usage: campaign.sh PROBLEMS [kforge optimize flags...]"; exit 2; }
 PROBLEMS=$1; shift
 STATE=${STATE:-devstate/campaign.tgz}
@@ -89,13 +103,12 @@ if ! diff -rq --exclude=__pycache__ python/kforge "$S.d/python/kforge" >/dev/nul
   "$K" --socket "$S" shutdown >/dev/null 2>&1; exit 2
 fi
 t0=$(date +%s)
-BUDGET_WALL_S=${BUDGET_WALL_S:-360}  # leaves the re-verification about a minute and a half of CALL_S
 DECISIONS_ARGS=()
 if [ -n "${DECISIONS:-}" ]; then
   [ -f "$DECISIONS" ] && cp "$DECISIONS" "$OUT/decisions.json" && echo "decisions: $DECISIONS ($(grep -c '"decided_unix_s"' "$DECISIONS") decided)"
   DECISIONS_ARGS=(--decisions "$OUT/decisions.json")
 fi
-timeout --signal=TERM --kill-after=10 "${HARD_S:-$((BUDGET_WALL_S + 60))}" \
+timeout --signal=TERM --kill-after=10 "$HARD_S" \
   "$K" --socket "$S" optimize "$PROBLEMS" --daemon --resume --out "$W/state/out" --budget-wall-s "$BUDGET_WALL_S" \
   --json "$OUT/campaign.json" --html "$OUT/campaign.html" ${DECISIONS_ARGS[@]+"${DECISIONS_ARGS[@]}"} "$@" 2>"$W/progress.log"
 rc=$?

@@ -305,14 +305,18 @@ impl Run<'_> {
     }
 
     /// `q`'s finished steps the decisions file carries (`Journal::carried_steps`), each with its
-    /// output file's text; one whose file is gone, changed since, not UTF-8 or over
-    /// `CARRIED_TEXT_MAX` is left out.
+    /// output file's text, from the kept copy (`kept_root`) where the file changed since (a rerun
+    /// killed after it wrote); one whose file is gone, changed with no kept copy, not UTF-8 or
+    /// over `CARRIED_TEXT_MAX` is left out.
     fn carried_steps(&self, machine: &str, q: &Question) -> Result<Vec<CarriedStep>> {
         let rows = self.journal.carried_steps(&q.problem).context("reading the journal's finished steps")?;
         let carried = rows.into_iter().filter_map(|s| {
             let (output, output_hash) = (s.output?, s.output_hash?);
-            let text = std::fs::read_to_string(self.a.out.join(&output)).ok()?;
-            (unchanged(&output, &text, &output_hash) && text.len() <= CARRIED_TEXT_MAX).then(|| CarriedStep {
+            let text = [self.a.out.clone(), kept_root(&self.a.out, &output_hash)]
+                .iter()
+                .filter_map(|root| std::fs::read_to_string(root.join(&output)).ok())
+                .find(|text| unchanged(&output, text, &output_hash))?;
+            (text.len() <= CARRIED_TEXT_MAX).then(|| CarriedStep {
                 machine: machine.into(),
                 question: q.clone(),
                 step: s.step,
@@ -346,7 +350,8 @@ const CARRIED_TEXT_MAX: usize = 256 << 10;
 /// the journal with their output files, where the journal has no finished step of that input:
 /// a fresh journal (a state pack lost with its machine, a node's scratch) takes them as its own
 /// instead of running them again. A step whose file is here with other content is left to the
-/// journal's own state. Returns how many were taken.
+/// journal's own state; one the journal has finished with the same output, but whose file has
+/// changed since, is kept (`keep_carried`) for a reuse to take back. Returns how many were taken.
 fn carry_steps_in(
     journal: &Journal,
     out: &Path,
@@ -358,7 +363,11 @@ fn carry_steps_in(
         for c in d.read.steps_of(&d.machine, &q) {
             let Some(step) = CARRIED_STEPS.into_iter().find(|s| s.name() == c.step) else { continue };
             let inside = Path::new(&c.output).components().all(|p| matches!(p, std::path::Component::Normal(_)));
-            if !inside || journal.finished(step, &c.input_hash)?.is_some() {
+            if !inside {
+                continue;
+            }
+            if let Some(row) = journal.finished(step, &c.input_hash)? {
+                keep_carried(out, &row, c)?;
                 continue;
             }
             let path = out.join(&c.output);
@@ -386,6 +395,42 @@ fn carry_steps_in(
         }
     }
     Ok(taken)
+}
+
+/// `c`, a carried step the journal has finished as `row` with the same output, into the kept
+/// store (`kept_root`) when its file here no longer holds that output and no kept copy does: in
+/// session 32 a rerun in full of level3/004's bounded measure step rewrote its `dispatch.json`
+/// and was killed before it finished, and the journal's bounded result (what the next call was
+/// to take) no longer matched its file.
+fn keep_carried(out: &Path, row: &kforge_store::StepRow, c: &CarriedStep) -> Result<()> {
+    if row.output_hash.as_deref() != Some(c.output_hash.as_str()) || !unchanged(&c.output, &c.text, &c.output_hash) {
+        return Ok(());
+    }
+    let standing = |root: &Path| {
+        std::fs::read_to_string(root.join(&c.output)).is_ok_and(|t| unchanged(&c.output, &t, &c.output_hash))
+    };
+    let kept = kept_root(out, &c.output_hash);
+    if standing(out) || standing(&kept) {
+        return Ok(());
+    }
+    write_creating(&kept.join(&c.output), c.text.as_bytes())
+}
+
+/// Where a finished step's output files are kept, by their content hash, when a step of the same
+/// input runs again over them (`ProblemRun::keep_standing`) or a decisions file carries them
+/// (`keep_carried`): under the journal's folder `out`, each file at its journaled path. A reuse
+/// takes them back from there (`ProblemRun::take`) when the files themselves were rewritten by a
+/// run that never finished.
+fn kept_root(out: &Path, output_hash: &str) -> PathBuf {
+    out.join(".kept").join(output_hash)
+}
+
+/// Write `bytes` to `path`, creating its folder.
+fn write_creating(path: &Path, bytes: &[u8]) -> Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+    }
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
 }
 
 /// The decisions file's step floors of these questions on this machine, each its problem's step
@@ -1925,6 +1970,7 @@ impl ProblemRun<'_> {
             }
         }
         self.mark_redecision()?;
+        self.keep_standing(step, input_hash, outputs)?;
         let id = journal.started(&self.question.problem, step, input_hash)?;
         self.progress(&format!("{}…", step.name()));
         let t0 = Instant::now();
@@ -2006,22 +2052,44 @@ impl ProblemRun<'_> {
     fn take(&self, output: &Option<String>, hash: &Option<String>, names: &[&str]) -> Result<bool> {
         let (Some(output), Some(hash)) = (output, hash) else { return Ok(false) };
         // The folder the names are relative to: the output (the first name) without its parts,
-        // where the journal's folder is now (it may have moved since the step ran).
-        let Some((dir, contents)) = step_output_in(&self.run.a.out, output, names, hash) else {
+        // where the journal's folder is now (it may have moved since the step ran); else the
+        // kept copy, where a rerun that never finished rewrote the files.
+        let root = &self.run.a.out;
+        let Some((dir, contents)) = step_output_in(root, output, names, hash)
+            .or_else(|| step_output_in(&kept_root(root, hash), output, names, hash))
+        else {
             return Ok(false);
         };
         // Another folder's (a file is never copied onto itself).
         if dir != absolute_or_as_is(self.out) {
             for (n, bytes) in names.iter().zip(&contents) {
-                let to = self.out.join(n);
-                if let Some(parent) = to.parent() {
-                    std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-                }
-                std::fs::write(&to, bytes)
+                write_creating(&self.out.join(n), bytes)
                     .with_context(|| format!("copying {} into {}", dir.join(n).display(), self.out.display()))?;
             }
         }
         Ok(true)
+    }
+
+    /// Before a step runs again over the files of a finished step of the same input (a bounded
+    /// result run in full, a redecision): those files copied into the kept store (`kept_root`),
+    /// so that a rerun killed after it rewrote them does not take the finished result with it.
+    fn keep_standing(&self, step: Step, input_hash: &str, outputs: &[&str]) -> Result<()> {
+        let Some(row) = self.run.journal.finished(step, input_hash)? else { return Ok(()) };
+        let (Some(output), Some(hash)) = (&row.output, &row.output_hash) else { return Ok(()) };
+        let root = &self.run.a.out;
+        let Some((dir, contents)) = step_output_in(root, output, outputs, hash) else { return Ok(()) };
+        if dir != absolute_or_as_is(self.out) {
+            return Ok(()); // another problem's (an identical input): not what this run rewrites
+        }
+        let within = relative_to_journal(root, &dir);
+        if Path::new(&within).is_absolute() {
+            return Ok(()); // outside the journal's folder: no kept store for it
+        }
+        let kept = kept_root(root, hash).join(within);
+        for (n, bytes) in outputs.iter().zip(&contents) {
+            write_creating(&kept.join(n), bytes).context("keeping a finished step's output before it runs again")?;
+        }
+        Ok(())
     }
 
     fn progress(&self, what: &str) {

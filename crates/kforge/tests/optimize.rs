@@ -805,12 +805,17 @@ fn journal_step(
 /// ran bounded (a killed run's floor, 1000 s, passes the 200 s budget); then the GPU budget was
 /// spent: undecided.
 fn measured_bounded(root: &Path) -> (PathBuf, PathBuf) {
+    measured_bounded_with(root, &[])
+}
+
+/// `measured_bounded`, its run given `extra` arguments too.
+fn measured_bounded_with(root: &Path, extra: &[&str]) -> (PathBuf, PathBuf) {
     let p = problems(root, &[("level3", "vector_add.py", "a.py")]);
     let out = root.join("o");
     journal_with_a_killed_measure(&p, &out);
     let args = dispatch_args(&p);
-    let (code, text) =
-        optimize(&[&args[..], &["--resume", "--budget-wall-s", "200", "--budget-gpu-s", "0.001"]].concat(), &out);
+    let budgets = ["--resume", "--budget-wall-s", "200", "--budget-gpu-s", "0.001"];
+    let (code, text) = optimize(&[&args[..], &budgets, extra].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     assert!(text.contains("measure: bounded: "), "{text}");
     (p, out)
@@ -872,6 +877,80 @@ fn a_bounded_measurement_is_taken_once_running_it_in_full_failed() {
     assert_eq!(measured.iter().filter(|(status, _)| *status == "done").count(), 1, "not run in full: {measured:?}");
     let c = campaign(&out);
     assert!(c["problems"][0]["decision"].is_object(), "decided with it: {c}");
+}
+
+/// The bounded measurement's row and its file's bytes in `out` (one problem, level3/a).
+fn bounded_measurement(out: &Path) -> (kforge_store::StepRow, Vec<u8>) {
+    let j = journal(out);
+    let row = j.steps.iter().find(|s| s.step == "measure" && s.status == "done").unwrap().clone();
+    assert_eq!(row.outcome.as_deref(), Some("bounded"), "{row:?}");
+    (row, std::fs::read(out.join("level3/a/dispatch.json")).unwrap())
+}
+
+/// A step run again over a finished result of the same input keeps that result's files first
+/// (`.kept/<output hash>/`): a rerun that never finished but rewrote them (session 32: level3/004's
+/// measure step run in full, killed at the call's `HARD_S` after it wrote `dispatch.json`) does not
+/// take the finished result with it. Here the rerun in full is killed by `--step-limit-s` and its
+/// rewrite is made by hand; the next run takes the bounded result back from the kept copy.
+#[test]
+fn a_rerun_that_never_finished_does_not_take_the_finished_result_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, out) = measured_bounded(dir.path());
+    let args = dispatch_args(&p);
+    let (bounded, bytes) = bounded_measurement(&out);
+    let hash = bounded.output_hash.clone().unwrap();
+    // A budget that holds the step in full: run again, and killed at its limit.
+    let (code, text) =
+        optimize(&[&args[..], &["--resume", "--budget-wall-s", "2000", "--step-limit-s", "1"]].concat(), &out);
+    assert_ne!(code, Some(0), "{text}");
+    assert!(text.contains("passed its limit of 1 s (--step-limit-s) and was killed"), "{text}");
+    let kept = out.join(".kept").join(&hash).join("level3/a/dispatch.json");
+    assert_eq!(std::fs::read(&kept).unwrap(), bytes, "kept before the rerun: {}", kept.display());
+    // What the killed rerun had written over it.
+    std::fs::write(out.join("level3/a/dispatch.json"), "{\"written by\": \"a run that never finished\"}").unwrap();
+    let (code, text) = optimize(&[&args[..], &["--resume", "--budget-wall-s", "2000"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        text.contains(&format!("measure: takes its bounded result (step {} of run {})", bounded.id, bounded.run)),
+        "{text}"
+    );
+    assert!(text.contains(&format!("measure: reused (step {} of run {})", bounded.id, bounded.run)), "{text}");
+    assert_eq!(std::fs::read(out.join("level3/a/dispatch.json")).unwrap(), bytes, "taken back from the kept copy");
+    let c = campaign(&out);
+    assert!(c["problems"][0]["decision"].is_object(), "decided with it: {c}");
+}
+
+/// The same loss where no kept copy was made (a journal of an older binary, session 32's call
+/// 12): the decisions file carries the finished step's text, and a run whose journal has the step
+/// finished but whose file has changed keeps the carried text and takes it back.
+#[test]
+fn a_rewritten_result_is_taken_back_from_the_decisions_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let decisions = dir.path().join("decisions.json");
+    let (p, out) = measured_bounded_with(dir.path(), &["--decisions", decisions.to_str().unwrap()]);
+    let args = dispatch_args(&p);
+    let (bounded, bytes) = bounded_measurement(&out);
+    let d: Value = serde_json::from_str(&std::fs::read_to_string(&decisions).unwrap()).unwrap();
+    let carried: Vec<&Value> =
+        d["steps"].as_array().unwrap_or_else(|| panic!("{d}")).iter().filter(|c| c["step"] == "measure").collect();
+    assert_eq!(carried.len(), 1, "{d}");
+    assert_eq!(carried[0]["output_hash"].as_str(), bounded.output_hash.as_deref());
+    // A rerun in full began, rewrote the file and was killed (journaled as such, no kept copy).
+    let store = kforge_store::Store::open(&out.join("journal.db")).unwrap();
+    let all = store.journal(None).unwrap();
+    let run = store.insert_run(&kforge_store::RunRow { id: 0, ..all.runs[0].clone() }).unwrap();
+    let id = store.step_started(run, &bounded.problem, "measure", &bounded.input_hash, 1).unwrap();
+    store.step_work_began(id, 1).unwrap();
+    drop(store);
+    std::fs::write(out.join("level3/a/dispatch.json"), "{}").unwrap();
+    let (code, text) = optimize(
+        &[&args[..], &["--resume", "--budget-wall-s", "2000", "--decisions", decisions.to_str().unwrap()]].concat(),
+        &out,
+    );
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains(&format!("measure: reused (step {} of run {})", bounded.id, bounded.run)), "{text}");
+    assert_eq!(std::fs::read(out.join("level3/a/dispatch.json")).unwrap(), bytes, "taken back from the carried text");
+    assert!(out.join(".kept").join(bounded.output_hash.unwrap()).join("level3/a/dispatch.json").is_file());
 }
 
 /// A measure step that a killed run had left running for longer than the whole wall budget (a
