@@ -367,7 +367,9 @@ fn carry_steps_in(
                 continue;
             }
             if let Some(row) = journal.finished(step, &c.input_hash)? {
-                keep_carried(out, &row, c)?;
+                if let Err(e) = keep_carried(out, &row, c) {
+                    eprintln!("kforge optimize: warning: a carried step's output was not kept: {e:#}");
+                }
                 continue;
             }
             let path = out.join(&c.output);
@@ -1970,7 +1972,12 @@ impl ProblemRun<'_> {
             }
         }
         self.mark_redecision()?;
-        self.keep_standing(step, input_hash, outputs)?;
+        if let Err(e) = self.keep_standing(step, input_hash, outputs) {
+            self.progress(&format!(
+                "warning: the finished {} step's output was not kept before it runs again: {e:#}",
+                step.name()
+            ));
+        }
         let id = journal.started(&self.question.problem, step, input_hash)?;
         self.progress(&format!("{}…", step.name()));
         let t0 = Instant::now();
@@ -2073,11 +2080,17 @@ impl ProblemRun<'_> {
     /// Before a step runs again over the files of a finished step of the same input (a bounded
     /// result run in full, a redecision): those files copied into the kept store (`kept_root`),
     /// so that a rerun killed after it rewrote them does not take the finished result with it.
+    /// The latest finished step is looked at, and the latest that ran in full (an older full
+    /// result may be what the files hold); a failure to keep is a warning, not the step's.
     fn keep_standing(&self, step: Step, input_hash: &str, outputs: &[&str]) -> Result<()> {
-        let Some(row) = self.run.journal.finished(step, input_hash)? else { return Ok(()) };
-        let (Some(output), Some(hash)) = (&row.output, &row.output_hash) else { return Ok(()) };
+        let journal = &self.run.journal;
+        let rows = [journal.finished(step, input_hash)?, journal.finished_in_full(step, input_hash)?];
         let root = &self.run.a.out;
-        let Some((dir, contents)) = step_output_in(root, output, outputs, hash) else { return Ok(()) };
+        let standing = rows.iter().flatten().find_map(|row| {
+            let (output, hash) = (row.output.as_deref()?, row.output_hash.as_deref()?);
+            step_output_in(root, output, outputs, hash).map(|(dir, contents)| (dir, contents, hash))
+        });
+        let Some((dir, contents, hash)) = standing else { return Ok(()) };
         if dir != absolute_or_as_is(self.out) {
             return Ok(()); // another problem's (an identical input): not what this run rewrites
         }
@@ -2086,10 +2099,7 @@ impl ProblemRun<'_> {
             return Ok(()); // outside the journal's folder: no kept store for it
         }
         let kept = kept_root(root, hash).join(within);
-        for (n, bytes) in outputs.iter().zip(&contents) {
-            write_creating(&kept.join(n), bytes).context("keeping a finished step's output before it runs again")?;
-        }
-        Ok(())
+        outputs.iter().zip(&contents).try_for_each(|(n, bytes)| write_creating(&kept.join(n), bytes))
     }
 
     fn progress(&self, what: &str) {
