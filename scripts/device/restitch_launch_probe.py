@@ -14,7 +14,9 @@ up at every call); every Triton kernel replaced the way `kforge inspect`'s round
     arguments the wrapper passed it (recorded once), in alternating blocks;
   - cProfile of each side over the same calls: the functions whose own time differs most;
   - the attributes that differ between each original and its replacement (their types, the
-    launcher's type and fields, `inductor_meta` and `triton_meta` keys whose values differ).
+    launcher's type and fields, `inductor_meta` and `triton_meta` keys whose values differ, the
+    instance attributes and the size of the instance dict: a shared-keys dict against a
+    materialized one changes how fast every `self.x` in `run` is).
 Writes OUT.json (small) and prints a short table last.
 """
 
@@ -80,6 +82,9 @@ def differing_attributes(old: Any, new: Any) -> Dict[str, Any]:
         out["launcher_fields"] = {k: [fa.get(k), fb.get(k)] for k in diff}
     own_a = sorted(k for k in vars(old)) if hasattr(old, "__dict__") else []
     own_b = sorted(k for k in vars(new)) if hasattr(new, "__dict__") else []
+    sizes = [sys.getsizeof(vars(x)) if hasattr(x, "__dict__") else None for x in (old, new)]
+    if sizes[0] != sizes[1]:  # a shared-keys (split) instance dict against a materialized one
+        out["instance_dict_bytes"] = sizes
     if own_a != own_b:
         out["instance_attributes"] = {"only_original": sorted(set(own_a) - set(own_b)),
                                       "only_replacement": sorted(set(own_b) - set(own_a))}
