@@ -138,6 +138,45 @@ def summary(xs: List[float]) -> Dict[str, float]:
             "p90_us": round(xs[(9 * len(xs)) // 10], 2), "n": len(xs)}
 
 
+def per_kernel_run(torch: Any, pairs: List[Tuple[Any, str, Any, Any]], args: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The first 12 kernels' `run` alone, original against replacement, on recorded arguments (us)."""
+    rows = []
+    for _mod, name, old, new in pairs[:12]:
+        if name not in args:
+            continue
+        pos, kw = args[name]
+        one = {"original": lambda o=old, p=pos, k=kw: o.run(*p, **k),
+               "replacement": lambda n=new, p=pos, k=kw: n.run(*p, **k)}
+        t = host_blocks(torch, one, 120)
+        rows.append({"kernel": name, **{k: summary(v)["median_us"] for k, v in t.items()}})
+    return rows
+
+
+def own_time_deltas(prof: Dict[str, Dict[str, Tuple[int, float]]], calls_n: int) -> List[Dict[str, Any]]:
+    """The 15 functions whose own time per forward differs most, replacements minus originals."""
+    keys = set(prof["originals"]) | set(prof["replacements"])
+    own = sorted(((prof["replacements"].get(k, (0, 0.0))[1] - prof["originals"].get(k, (0, 0.0))[1], k) for k in keys),
+                 key=lambda x: -abs(x[0]))[:15]
+    return [{"function": k, "delta_us": round(d / calls_n * 1e6, 2),
+             "calls_per_forward": [round(prof[s].get(k, (0, 0))[0] / calls_n, 1) for s in ("originals", "replacements")]}
+            for d, k in own]
+
+
+def print_table(report: Dict[str, Any]) -> None:
+    """The probe's findings, short, for people."""
+    print(f"{report['problem']} ({report['size']}): {report['kernels_replaced']} kernels replaced, "
+          f"{len(report['unpinned'])} unpinned; launchers {report['launchers']}")
+    print(f"{'forward':<24} {'median us':>10} {'p10':>9} {'p90':>9}")
+    for k, v in report["forward_host"].items():
+        print(f"{k:<24} {v['median_us']:>10.1f} {v['p10_us']:>9.1f} {v['p90_us']:>9.1f}")
+    print(f"{'kernel run (first 12)':<60} {'orig us':>8} {'repl us':>8}")
+    for r in report["per_kernel_run_us"]:
+        print(f"{r['kernel'][:60]:<60} {r['original']:>8.2f} {r['replacement']:>8.2f}")
+    print("own time, replacements minus originals, per forward (us):")
+    for r in report["profile_own_time_delta_us_per_forward"][:8]:
+        print(f"  {r['delta_us']:>8.2f}  {r['function'][:90]}  calls {r['calls_per_forward']}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("problem")
@@ -170,46 +209,23 @@ def main() -> int:
             for _ in range(5):
                 fn()
         forward_host = {k: summary(v) for k, v in host_blocks(torch, plain, a.calls).items()}
-        # The same forward without the swaps' setattr calls: the originals left in place.
+        # The same forward without the swaps' setattr calls: the originals set once, left in place.
+        originals()
         forward_host["originals_no_setattr"] = summary(host_blocks(torch, {"x": forward}, a.calls)["x"])
-        args = recorded_args(torch, pairs, originals)
-        per_kernel = []
-        for _mod, name, old, new in pairs[:12]:
-            if name not in args:
-                continue
-            pos, kw = args[name]
-            one = {"original": lambda o=old, p=pos, k=kw: o.run(*p, **k),
-                   "replacement": lambda n=new, p=pos, k=kw: n.run(*p, **k)}
-            t = host_blocks(torch, one, 120)
-            per_kernel.append({"kernel": name, **{k: summary(v)["median_us"] for k, v in t.items()}})
-        prof = {k: profiled(fn, max(20, a.calls // 5)) for k, fn in plain.items()}
-    keys = set(prof["originals"]) | set(prof["replacements"])
-    own = sorted(((prof["replacements"].get(k, (0, 0.0))[1] - prof["originals"].get(k, (0, 0.0))[1], k) for k in keys),
-                 key=lambda x: -abs(x[0]))[:15]
-    calls_n = max(20, a.calls // 5)
+        per_kernel = per_kernel_run(torch, pairs, recorded_args(torch, pairs, originals))
+        calls_n = max(20, a.calls // 5)
+        prof = {k: profiled(fn, calls_n) for k, fn in plain.items()}
     report = {
         "problem": a.problem, "size": a.size, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
         "kernels_replaced": len(pairs), "unpinned": unpinned,
         "launchers": {"original": launcher_kinds([p[2] for p in pairs]), "replacement": launcher_kinds([p[3] for p in pairs])},
         "forward_host": forward_host, "per_kernel_run_us": per_kernel,
-        "profile_own_time_delta_us_per_forward": [
-            {"function": k, "delta_us": round(d / calls_n * 1e6, 2),
-             "calls_per_forward": [round(prof[s].get(k, (0, 0))[0] / calls_n, 1) for s in ("originals", "replacements")]}
-            for d, k in own],
+        "profile_own_time_delta_us_per_forward": own_time_deltas(prof, calls_n),
         "differing_attributes": {name: differing_attributes(old, new) for _m, name, old, new in pairs[:5]},
     }
     with open(a.out, "w") as f:
         json.dump(report, f, indent=1)
-    print(f"{a.problem} ({a.size}): {len(pairs)} kernels replaced, {len(unpinned)} unpinned; launchers {report['launchers']}")
-    print(f"{'forward':<24} {'median us':>10} {'p10':>9} {'p90':>9}")
-    for k, v in forward_host.items():
-        print(f"{k:<24} {v['median_us']:>10.1f} {v['p10_us']:>9.1f} {v['p90_us']:>9.1f}")
-    print(f"{'kernel run (first 12)':<60} {'orig us':>8} {'repl us':>8}")
-    for r in per_kernel:
-        print(f"{r['kernel'][:60]:<60} {r['original']:>8.2f} {r['replacement']:>8.2f}")
-    print("own time, replacements minus originals, per forward (us):")
-    for r in report["profile_own_time_delta_us_per_forward"][:8]:
-        print(f"  {r['delta_us']:>8.2f}  {r['function'][:90]}  calls {r['calls_per_forward']}")
+    print_table(report)
     return 0
 
 
