@@ -10,7 +10,7 @@ import subprocess
 import sys
 import types
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import pytest
 
@@ -479,6 +479,59 @@ def test_round_trip_difference_names_host_time_and_extra_device_work() -> None:
     assert "memset ×0→1 +0.5 µs" in small["why"] and "A +10.0 µs" in small["why"] and "B " not in small["why"]
     same = traces.explain_difference(base, base, 200.0, 201.0)
     assert same["why"] == "no difference in device work or host time per call"
+
+
+class FakeClock:
+    """A clock that moves only when a fake call spends time (no sleeping, no real timing)."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_the_host_probe_pairs_its_calls_and_stops_by_its_budget() -> None:
+    """Two runs' host time, paired call by call: the sides alternate (each pair in the other order
+    from the last), the GPU synchronized before each call; the difference is the median of the
+    pairs' differences, so a host phase that doubles both sides' calls (session 32's LSTM) moves
+    the pairs together; at least HOST_PAIRS_MIN pairs, more while within the budget, at most
+    HOST_PAIRS_MAX."""
+    clock, order, syncs = FakeClock(), [], [0]
+    n = [0]
+
+    def side(name: str, us: float, clock: FakeClock = clock) -> Callable[[], None]:
+        def call() -> None:
+            phase = 2.0 if (n[0] // 10) % 2 else 1.0  # the host twice as slow every other 10 calls
+            clock.t += us * phase * 1e-6
+            n[0] += 1
+            order.append(name)
+        return call
+
+    host = traces.paired_host_us(lambda: syncs.__setitem__(0, syncs[0] + 1), side("b", 100.0), side("n", 110.0), clock)
+    assert host["pairs"] == traces.HOST_PAIRS_MAX, host  # cheap calls: the most pairs
+    assert order[:6] == ["b", "n", "n", "b", "b", "n"]
+    assert syncs[0] == 2 * host["pairs"] + 1  # before every call, and once after
+    assert host["delta_us"] == pytest.approx(10.0, abs=1e-3)
+    assert 0 < host["half_us"] < 2.0, host
+    slow_clock = FakeClock()
+    slow = traces.paired_host_us(lambda: None, side("b", 1e5, slow_clock), side("n", 1e5, slow_clock), slow_clock)
+    assert slow["pairs"] == traces.HOST_PAIRS_MIN  # 0.1 s calls: the least pairs, past the budget
+    assert slow["delta_us"] == pytest.approx(0.0, abs=1e-3) and slow["half_us"] == pytest.approx(0.0, abs=1e-3)
+
+
+def test_a_paired_host_difference_is_named_only_beyond_its_own_interval() -> None:
+    """Host time is a reason a round trip is beyond noise only when the paired difference is
+    beyond its interval (and 2 % of the call); within it, nothing is said about the host."""
+    same = {"k": {"count": 1.0, "us": 50.0}}
+    wide = traces.explain_difference(same, same, 1000.0, 1030.0, host_delta={"delta_us": 30.0, "half_us": 40.0, "pairs": 20})
+    assert wide["why"] == "no difference in device work or host time per call", wide
+    assert wide["host_us"] == {"base": 1000.0, "new": 1030.0, "delta": 30.0, "half": 40.0, "pairs": 20}
+    tight = traces.explain_difference(same, same, 1000.0, 1030.0, host_delta={"delta_us": 30.0, "half_us": 10.0, "pairs": 20})
+    assert tight["why"] == "host +30 µs/call (1000 → 1030, ±10 paired)", tight
+    # The paired difference, not the medians': here they disagree in sign.
+    signed = traces.explain_difference(same, same, 4198.0, 3492.0, host_delta={"delta_us": 150.0, "half_us": 20.0, "pairs": 60})
+    assert signed["why"].startswith("host +150 µs/call"), signed
 
 
 def test_pin_config_pins_or_says_why_not() -> None:
