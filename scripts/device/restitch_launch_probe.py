@@ -82,6 +82,11 @@ def differing_attributes(old: Any, new: Any) -> Dict[str, Any]:
         out["launcher_fields"] = {k: [fa.get(k), fb.get(k)] for k in diff}
     own_a = sorted(k for k in vars(old)) if hasattr(old, "__dict__") else []
     own_b = sorted(k for k in vars(new)) if hasattr(new, "__dict__") else []
+    # Newer Inductors keep a steady-state launcher after the first launch (a fast path, "~2us"
+    # in their comments): one side without it would cost about what the LSTM's re-stitch does.
+    fast = [type(getattr(x, "_cached_launcher", "absent")).__qualname__ for x in (old, new)]
+    if fast[0] != fast[1]:
+        out["cached_launcher"] = fast
     sizes = [sys.getsizeof(vars(x)) if hasattr(x, "__dict__") else None for x in (old, new)]
     if sizes[0] != sizes[1]:  # a shared-keys (split) instance dict against a materialized one
         out["instance_dict_bytes"] = sizes
