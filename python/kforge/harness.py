@@ -668,6 +668,18 @@ def paired_log(base: Sequence[float], other: Sequence[float]) -> float:
     return statistics.median(math.log(other[i] / base[i]) for i in range(n))
 
 
+def paired_round(samples: Sequence[Sequence[float]]) -> List[float]:
+    """One round of functions timed call by call in turn, the first the baseline: the baseline's
+    median, and for each other function that median times its paired ratio to the baseline
+    (``exp(paired_log(baseline, other))``). A ratio of an entry to the baseline's is then the
+    paired one, what every consumer of a round's (baseline, other, baseline again) rows computes:
+    verify's performance gate, the dispatch and config agents' choices. Ratios between two
+    non-baseline entries are differences of paired logs."""
+    base = samples[0]
+    m = statistics.median(base)
+    return [m] + [m * math.exp(paired_log(base, xs)) for xs in samples[1:]]
+
+
 def pair_spread(a: Sequence[float], b: Sequence[float], c: Sequence[float]) -> float:
     """The larger standard deviation of the calls' log ratios new/base and base-again/base (0
     under two calls): what a round's median of them wanders by, times MEDIAN_SE / sqrt(calls)."""

@@ -302,6 +302,19 @@ def test_paired_ratios_cancel_a_drift_that_the_medians_do_not() -> None:
     assert harness.pair_spread(base, base, again) > 0.1  # the step call itself
 
 
+def test_a_paired_round_puts_the_others_on_the_baselines_scale_by_their_paired_ratios() -> None:
+    """``harness.paired_round``, the round every gate and agent reads (verify's performance gate,
+    the dispatch and config agents): the baseline's median, the others times their paired ratio,
+    so the same LSTM step gives a baseline-again ratio of 1 and a 10 % slower side 1.1."""
+    base = [3.2] * 15 + [7.3] * 15
+    again = [3.2] * 14 + [7.3] * 16
+    slower = [x * 1.1 for x in again]
+    tb, ts, tb2 = harness.paired_round([base, slower, again])
+    assert tb == statistics.median(base)
+    assert tb2 / tb == pytest.approx(1.0) and ts / tb == pytest.approx(1.1)
+    assert statistics.median(slower) / statistics.median(base) > 1.4  # what the medians said
+
+
 def test_round_plan_sizes_rounds_by_the_spread_alone() -> None:
     # Calls that agree: no more than MIN_ROUNDS of the first round's calls.
     assert restitch.round_plan(15, 0.001, 0.5) == (restitch.MIN_ROUNDS, 15)

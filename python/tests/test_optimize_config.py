@@ -228,6 +228,10 @@ def test_choose_config_needs_the_noise_floor_and_skips_changed_results() -> None
 
 def test_split_rounds_medians_per_slice() -> None:
     assert C.split_rounds([[1, 2, 3, 10, 11, 12], [5, 5, 5, 5, 5, 5, 5]], 2) == [[2, 11], [5, 5]]
+    # The others by their paired ratios to the original within each slice: a host phase that
+    # slows both sides' later calls (3x) moves the medians apart (2 against 1.1), not the pairs.
+    phased = C.split_rounds([[1, 1, 3, 3], [1.1, 1.1, 1.1, 3.3]], 1)
+    assert phased[0] == [2.0] and phased[1] == [pytest.approx(2.2)]
 
 
 def test_check_outputs_bitwise_then_tolerance() -> None:

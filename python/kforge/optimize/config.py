@@ -42,7 +42,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from ..autoregions import inductor_regions
 from ..bench import do_bench_interleaved
-from ..harness import SIZES, clone_output, compare, finite_json, identical, max_abs_diff, to_device
+from ..harness import SIZES, clone_output, compare, finite_json, identical, max_abs_diff, paired_round, to_device
 from ..inspect.capture import copy_strided
 from ..inspect.inductor import CUDA_GRAPH_MODES, WrapperHook, kernel_sources, triton_globals
 from ..inspect.restitch import compile_problem, swapping
@@ -346,13 +346,14 @@ def check_outputs(out: Sequence[Any], ref: Sequence[Any]) -> Dict[str, Any]:
 
 
 def split_rounds(samples: Sequence[Sequence[float]], rounds: int) -> List[List[float]]:
-    """Per function, the medians of ``rounds`` consecutive slices of its samples (all functions
-    were timed call by call in turn: slice r of each covers the same stretch of time)."""
-    out = []
-    for xs in samples:
-        n = max(1, len(xs) // rounds)
-        out.append([statistics.median(xs[i * n:(i + 1) * n] if i < rounds - 1 else xs[i * n:]) for i in range(rounds)])
-    return out
+    """Per function, one value per ``rounds`` consecutive slices of its samples (all functions
+    were timed call by call in turn: slice r of each covers the same stretch of time): the first
+    function's (the original's) median, the others on its scale by their paired ratios to it in
+    that slice (``harness.paired_round``)."""
+    n = max(1, min(len(xs) for xs in samples) // rounds)
+    cut = [[list(xs[i * n:(i + 1) * n] if i < rounds - 1 else xs[i * n:]) for xs in samples] for i in range(rounds)]
+    per_round = [paired_round(r) for r in cut]
+    return [[per_round[i][f] for i in range(rounds)] for f in range(len(samples))]
 
 
 def choose_config(original: str, per_round: Dict[str, List[Tuple[float, float, float]]],
@@ -590,7 +591,8 @@ def tuned_config(kernel: Any) -> Optional[LaunchConfig]:
 
 def model_rounds(first: Callable[[], Any], second: Callable[[], Any], rounds: int,
                  end: Optional[float] = None) -> List[Tuple[float, float, float]]:
-    """(baseline, re-stitched, baseline again) medians per round, each round in one region, every
+    """(baseline, re-stitched, baseline again) per round (the baseline's median, the others by their
+    paired ratios to it: ``harness.paired_round``), each round in one region, every
     timed call after an untimed call of the same function (the switch is not timed). With ``end``
     (Unix seconds: the step's end) no round past the first two starts that would end after it
     (:func:`another_round_fits`): fewer rounds, a wider interval, a step that ends in its budget."""
@@ -603,7 +605,8 @@ def model_rounds(first: Callable[[], Any], second: Callable[[], Any], rounds: in
         a, b, c = do_bench_interleaved([first, second, first], name=f"optimize:config-round-{r}",
                                        prepare_each=[first, second, first], min_calls=MODEL_ROUND_CALLS)
         last_s = time.time() - t0
-        rows.append((statistics.median(a), statistics.median(b), statistics.median(c)))
+        tb, tn, tb2 = paired_round([a, b, c])
+        rows.append((tb, tn, tb2))
     return rows
 
 

@@ -49,7 +49,7 @@ from typing import Any, Callable, Dict, FrozenSet, Iterator, List, NoReturn, Opt
 
 from ..autoregions import inductor_regions, release_inductor_regions
 from ..bench import do_bench_interleaved
-from ..harness import SIZES, TAINTED_RETAKES, Fp64Reference, retake_tainted, clone_output, finite_json, judge, make_inputs, mean_half, noise_floor
+from ..harness import SIZES, TAINTED_RETAKES, Fp64Reference, retake_tainted, clone_output, finite_json, judge, make_inputs, mean_half, noise_floor, paired_round
 from ..harness import load_problem as harness_load_problem
 from ..inspect.inductor import CUDA_GRAPH_MODES, WrapperHook
 from ..inspect.traces import device_totals, trace_events
@@ -940,7 +940,7 @@ def time_rounds(problem: Any, fns: Dict[str, Callable[..., Any]], baseline: str,
             say(f"round {r + 1}: kept, timed in a region that was not exclusive (tainted)")
         say("timed a warm-up round" if warm else f"timed round {r + 1} of {rounds} ({len(calls)} calls in turn)")
         if not warm:
-            med = [sorted(s)[len(s) // 2] for s in samples]
+            med = paired_round(samples)  # the baseline's median, the others by their paired ratios to it
             for i, m in enumerate(others):
                 out[m].append((med[0], med[1 + i], med[-1]))
         if rewarm and r >= 0:

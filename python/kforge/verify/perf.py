@@ -34,7 +34,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..autoregions import inductor_regions
 from ..bench import do_bench_interleaved, median_ms
-from ..harness import Check, Fp64Reference, retake_tainted, clone_all, clone_output, flat, judge, make_inputs, mean_half, native_threads, noise_floor, thread_check
+from ..harness import Check, Fp64Reference, retake_tainted, clone_all, clone_output, flat, judge, make_inputs, mean_half, native_threads, noise_floor, paired_round, thread_check
 
 #: Timed candidate calls per round whose outputs are kept and compared with the reference.
 TIMED_SAMPLES = 2
@@ -119,7 +119,9 @@ def inputs_of(sets: List[List[Any]], i: int) -> Callable[[], List[Any]]:
 def _round_ms(base: Any, cand: Any, sets: List[List[Any]], name: str,
               sample: Optional[TimedSample] = None, regions: Optional[List[Any]] = None) -> "tuple[float, float, float]":
     """One round: baseline, candidate and baseline again timed call by call in turn in one
-    region (``do_bench_interleaved``; the input sets rotated before every call), their medians.
+    region (``do_bench_interleaved``; the input sets rotated before every call): the baseline's
+    median, and the other two on its scale by their paired ratios to it (``paired_round``: call i
+    with call i, so a host phase within the round falls on both sides).
     With ``sample``, the candidate's timed calls are sampled (``TimedSample``); with
     ``regions``, the region is appended to it once exited."""
     rot = Rotation(sets)
@@ -134,7 +136,8 @@ def _round_ms(base: Any, cand: Any, sets: List[List[Any]], name: str,
                                    name=name, before_each=before, min_calls=ROUND_MIN_CALLS, regions=regions)
     if sample is not None:
         sample.settle()
-    return statistics.median(a), statistics.median(b), statistics.median(c)
+    tb, tc, tb2 = paired_round([a, b, c])
+    return tb, tc, tb2
 
 
 def timed_outputs_round(ref_model: Any, base: Any, cand: Any, sets: List[List[Any]], name: str, policy: Dict[str, Any],
