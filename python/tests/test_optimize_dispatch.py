@@ -297,7 +297,19 @@ def test_a_bounded_step_prepares_what_fits_first_and_the_autotuning_compiles_las
     dispatch.measure(problem, modes, torch.device("cpu"), 2)  # unbounded: in the order given
     assert built == modes
     assert [dispatch.compile_class(v) for v in ("eager~rewrite", "reduce-overhead", "max-autotune+freezing",
-                                                "default+freezing+max-autotune-pointwise")] == [0, 1, 2, 2]
+                                                "default+freezing+max-autotune-pointwise",
+                                                "max-autotune+max-autotune-pointwise",
+                                                "max-autotune-no-cudagraphs+coordinate-descent")] == [0, 1, 2, 2, 3, 3]
+    # A max-autotune mode that autotunes more besides goes after every other knob variant of it
+    # (session 32: level3/004's max-autotune+max-autotune-pointwise ran 482 s and cut
+    # max-autotune+no-epilogue-fusion, prepared after it).
+    built.clear()
+    modes = ["max-autotune-no-cudagraphs", "max-autotune-no-cudagraphs+max-autotune-pointwise",
+             "max-autotune-no-cudagraphs+no-epilogue-fusion", "default", "eager"]
+    dispatch.measure(problem, modes, torch.device("cpu"), 2, until=time.time() + 600.0)
+    assert built == ["max-autotune-no-cudagraphs", "eager", "default", "max-autotune-no-cudagraphs+no-epilogue-fusion",
+                     "max-autotune-no-cudagraphs+max-autotune-pointwise"]
+    assert all(dispatch.autotunes(m) for m in modes[:3]) and not any(dispatch.autotunes(m) for m in modes[3:])
 
 
 def test_a_deadline_that_comes_between_two_variants_is_taken_too(monkeypatch: pytest.MonkeyPatch) -> None:

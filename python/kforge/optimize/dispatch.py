@@ -366,7 +366,7 @@ def prepare_modes(ref: Reference, modes: Sequence[str], dev: Any, until: Optiona
     try:  # outside the alarm's block: the alarm may come anywhere in it, its end included
         with deadline_alarm(until):
             for i in range(2, len(modes) + 1):
-                if hook and compile_class(modes[i - 1]) == 2:
+                if hook and autotunes(modes[i - 1]):
                     current.clear()
                     hook.pop()(ready, report)
                 current[:] = [i]
@@ -393,13 +393,24 @@ AUTOTUNING_KNOBS = frozenset({"max-autotune-pointwise", "coordinate-descent"})
 def compile_class(variant: str) -> int:
     """How long ``variant``'s preparation is expected to be, in classes a bounded step prepares
     in order: 0 eager (no compile), 1 a compile without autotuning (the cost of the baseline's
-    default compile), 2 one that autotunes (a max-autotune mode or an autotuning knob). A large
-    decoder layer's default compile took 8 s on an H100 and its max-autotune compile outlived
-    the 220 s left of the step; prepared third, it cut every knob variant after it."""
+    default compile), 2 one that autotunes (a max-autotune mode or an autotuning knob), 3 a
+    max-autotune mode that autotunes more besides (an autotuning knob on top: every pointwise
+    kernel's configurations, or coordinate descent). A large decoder layer's default compile
+    took 8 s on an H100 and its max-autotune compile outlived the 220 s left of the step;
+    prepared third, it cut every knob variant after it. In session 32 the same layer's
+    max-autotune compile took 104.5 s and max-autotune+max-autotune-pointwise ran 482 s until
+    the step's deadline, prepared before max-autotune+no-epilogue-fusion, which it cut."""
     mode, knobs = variant_knobs(variant.split("~")[0])
     if mode == "eager":
         return 0
-    return 2 if mode.startswith("max-autotune") or AUTOTUNING_KNOBS & set(knobs) else 1
+    if mode.startswith("max-autotune"):
+        return 3 if AUTOTUNING_KNOBS & set(knobs) else 2
+    return 2 if AUTOTUNING_KNOBS & set(knobs) else 1
+
+
+def autotunes(variant: str) -> bool:
+    """Whether ``variant``'s compile autotunes (:func:`compile_class` 2 or more)."""
+    return compile_class(variant) >= 2
 
 
 def prepare_next(i: int, modes: Sequence[str], ref: Reference, dev: Any, ready: Dict[str, Callable[..., Any]],
@@ -640,7 +651,7 @@ def held_order(variants: Sequence[str]) -> Tuple[List[str], List[str]]:
     """``variants`` as a held compile worker compiles them: those whose compile does not autotune
     (:func:`compile_class` below 2) at once, and those that do after the step released it; each
     list in the order given (the step's)."""
-    return [v for v in variants if compile_class(v) < 2], [v for v in variants if compile_class(v) == 2]
+    return [v for v in variants if not autotunes(v)], [v for v in variants if autotunes(v)]
 
 
 def warm_one(variant: str, ref: Reference, dev: Any) -> None:
@@ -1193,7 +1204,7 @@ def compile_workers(warm: Optional[WarmSpec], variants: Sequence[str], dev: Any,
             said["fewer"] = f"the GPU's free memory ({free / 2**30:.1f} GiB) holds {held} beside the step's {footprint / 2**30:.2f} GiB"
         n = held
     said["started"] = n
-    if n and hold and any(compile_class(v) == 2 for v in variants if warmable(v)):
+    if n and hold and any(autotunes(v) for v in variants if warmable(v)):
         said["held_autotuning"] = True  # (some worker has an autotuning variant to hold)
     if n:
         say(f"{n} compile worker(s) warm Inductor's caches ahead of the preparation"
@@ -1291,10 +1302,10 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
         to_prepare = to_prepare[:1] + sorted(to_prepare[1:], key=compile_class)
     # A baseline that autotunes: the workers' autotuning variants wait for it (prepare_modes
     # releases them), or they would benchmark its choices again beside its compile.
-    hold = compile_class(baseline) == 2
+    hold = autotunes(baseline)
     spec, workers_said = compile_workers(warm, to_prepare[1:], dev, hold)
     rewriting = RewriteStep(problem, ref, baseline, rewrite, dev, late)
-    early = rewriting.prepare if until is not None and compile_class(baseline) < 2 else None
+    early = rewriting.prepare if until is not None and not autotunes(baseline) else None
     with CompileWorkers(spec, to_prepare[1:], hold_autotuning=hold) as workers:
         rewriting.workers = workers
         fns, report = prepare_modes(ref, to_prepare, dev, until, workers if workers.count else None, end, early)
