@@ -33,7 +33,6 @@ import importlib.util
 import json
 import math
 import re
-import statistics
 import sys
 import tempfile
 import time
