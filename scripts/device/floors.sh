@@ -5,7 +5,8 @@
 #      two bf16 GEMMs) with six eager verifies beside them, 4 in flight: $OUT/large/;
 #   2. default: the suite's inspects in default mode at the default preset, 4 in flight, every
 #      problem of problems/level$LEVELS (default *) that starts before DEFAULT_DEADLINE_S
-#      (default 240) and is not in SKIP_DEFAULT (a done.txt of an earlier call): $OUT/default/.
+#      (default 240) and is not in SKIP_DEFAULT (a done.txt of an earlier call): $OUT/default/;
+#      DEFAULT_GLOBS names the problems instead (e.g. 'problems/level1/01[1-9]_*.py problems/level1/02*.py').
 #   0. PROBE=1 first: scripts/device/host_jitter_probe.py (about 40 s, no daemon): launch-bound
 #      calls' host time per cpu with its steal and irq ticks, $OUT/host_jitter_probe.json.
 # REGION_CPUS (suite.sh) picks the region holders' cpus. Builds nothing: carry
@@ -22,5 +23,10 @@ if [ "${LARGE:-1}" = 1 ]; then
     "inspect:default:problems/level3/009_*.py" "inspect:default:problems/level2/010_*.py" \
     "inspect:default:problems/level2/002_*.py" "verify-eager:problems/level2/00[3-8]_*.py" 2>&1 | tail -16
 fi
+# DEFAULT_GLOBS (space-separated, Python's glob syntax, expanded by suite.py, not the shell):
+# the default part's problems instead of problems/level$LEVELS/*.py.
+read -ra GLOBS <<<"${DEFAULT_GLOBS:-problems/level${LEVELS:-*}/*.py}"
+TASKS=()
+for g in "${GLOBS[@]}"; do TASKS+=("inspect:default:$g"); done
 OUT=$OUT/default SKIP=${SKIP_DEFAULT:-} SIZE=default PARALLEL=4 DEADLINE_S=${DEFAULT_DEADLINE_S:-240} \
-  bash scripts/device/suite.sh "inspect:default:problems/level${LEVELS:-*}/*.py" 2>&1 | tail -30
+  bash scripts/device/suite.sh "${TASKS[@]}" 2>&1 | tail -30
