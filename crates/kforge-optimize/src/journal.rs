@@ -134,6 +134,13 @@ impl Journal {
         self.store().unfinished_attempt_after(&bounded.step, &bounded.input_hash, bounded.id, self.run)
     }
 
+    /// The problem's verify step that finished after the bounded result `bounded` (in run
+    /// `since` or later: a redecision's window), if any: the problem went on from the bounded
+    /// result, and it is taken rather than run in full again (`Run::stopgap`'s caller).
+    pub fn verified_after(&self, bounded: &StepRow, since: u64) -> Result<Option<StepRow>, StoreError> {
+        self.store().finished_after(&bounded.problem, Step::Verify.name(), bounded.id, since)
+    }
+
     pub fn started(&self, problem: &str, step: Step, input_hash: &str) -> Result<u64, StoreError> {
         self.store().step_started(self.run, problem, step.name(), input_hash, now_ns())
     }

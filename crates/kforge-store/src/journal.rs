@@ -493,6 +493,28 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    /// The latest step `step` of `problem` that finished (done, or reused) after the row `after`,
+    /// in run `since` or later.
+    pub fn finished_after(
+        &self,
+        problem: &str,
+        step: &str,
+        after: u64,
+        since: u64,
+    ) -> Result<Option<StepRow>, StoreError> {
+        self.conn
+            .query_row(
+                &format!(
+                    "SELECT {STEP_COLUMNS} WHERE s.problem=?1 AND s.step=?2 AND s.id>?3 AND s.run>=?4
+                       AND s.status IN ('done', 'reused') ORDER BY s.id DESC LIMIT 1"
+                ),
+                params![problem, step, after as i64, since as i64],
+                step_row,
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
     pub fn finished_step(&self, step: &str, input_hash: &str, run: Option<u64>) -> Result<Option<StepRow>, StoreError> {
         self.conn
             .query_row(

@@ -950,7 +950,8 @@ impl Run<'_> {
 
     /// Why a finished step's result (`latest`: bounded, or an older full one) stands for `of`'s
     /// step in this run: this run cannot hold the step in full; or running it in full was tried
-    /// since and came to nothing (failed, or killed with its run after its work began).
+    /// since and came to nothing (failed, or killed with its run after its work began). (The
+    /// caller adds one more: the problem went on from a bounded result, `Stopgap::MovedOn`.)
     /// `None`: run it in full. A bounded result is a stopgap, but in session 23
     /// level3/004's bounded measure step (the rewrite left out) was run again in full, failed
     /// after 430 s with torch's CUDA graph trees assertion, and took its beam and result steps
@@ -1467,6 +1468,13 @@ enum Stopgap {
     TooLong(FullLength),
     /// Running it in full was tried since and came to nothing: that attempt.
     FullFailed(Box<kforge_store::StepRow>),
+    /// The problem went on from it: its verify step (this row) finished since.
+    MovedOn(Box<kforge_store::StepRow>),
+}
+
+/// Whether a journaled step ran bounded (`journal::BOUNDED`).
+fn is_bounded(row: &kforge_store::StepRow) -> bool {
+    row.outcome.as_deref() == Some(kforge_optimize::journal::BOUNDED)
 }
 
 /// A bounded measurement's length in full, extrapolated (`full_length_of`).
@@ -1893,7 +1901,24 @@ impl ProblemRun<'_> {
             }
         }
         let Some(latest) = journal.finished(step, input_hash)? else { return Ok(None) };
-        let Some(why) = self.run.stopgap(of, &latest)? else { return Ok(None) };
+        let why = match self.run.stopgap(of, &latest)? {
+            Some(why) => why,
+            None => match journal.verified_after(&latest, self.since.unwrap_or(0))? {
+                Some(verified) if is_bounded(&latest) => Stopgap::MovedOn(Box::new(verified)),
+                _ => return Ok(None),
+            },
+        };
+        if let Stopgap::MovedOn(verified) = &why {
+            self.progress(&format!(
+                "{}: takes its bounded result (step {} of run {}): the problem went on from it (its verify step, \
+                 step {} of run {}, finished since)",
+                step.name(),
+                latest.id,
+                latest.run,
+                verified.id,
+                verified.run,
+            ));
+        }
         if let Stopgap::TooLong(full) = why {
             self.progress(&format!(
                 "{}: takes its bounded result (step {} of run {}): in full it would take about {:.0} s ({} of {} \

@@ -879,6 +879,37 @@ fn a_bounded_measurement_is_taken_once_running_it_in_full_failed() {
     assert!(c["problems"][0]["decision"].is_object(), "decided with it: {c}");
 }
 
+/// A bounded measurement the problem went on from (its verify step finished since, the problem
+/// still undecided: its config step was left) is taken by a run whose budget holds the step in
+/// full: in session 32 a 500 s budget ran level3/007's bounded measure step again in full (207 s
+/// for a 1.0255x in place of 1.0235x) and level3/004's until the call was killed, both of them
+/// past their verify steps already, their config steps all that was left.
+#[test]
+fn a_bounded_measurement_the_problem_went_on_from_is_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p, out) = measured_bounded(dir.path());
+    let args = dispatch_args(&p);
+    let store = kforge_store::Store::open(&out.join("journal.db")).unwrap();
+    let all = store.journal(None).unwrap();
+    let bounded = all.steps.iter().find(|s| s.step == "measure" && s.status == "done").unwrap().clone();
+    let run = store.insert_run(&kforge_store::RunRow { id: 0, ..all.runs[0].clone() }).unwrap();
+    let end = kforge_store::StepEnd { status: "done".into(), outcome: Some("accepted".into()), ..Default::default() };
+    let verified = journal_step(&store, (run, &bounded.problem, "verify", "its winner's result"), 20.0, end);
+    drop(store);
+    let (code, text) = optimize(&[&args[..], &["--resume", "--budget-wall-s", "2000"]].concat(), &out);
+    assert_eq!(code, Some(0), "{text}");
+    let said = format!(
+        "measure: takes its bounded result (step {} of run {}): the problem went on from it (its verify step, \
+         step {verified} of run {run}, finished since)",
+        bounded.id, bounded.run
+    );
+    assert!(text.contains(&said), "{said}\n{text}");
+    let j = journal(&out);
+    let measured: Vec<&str> = j.steps.iter().filter(|s| s.step == "measure").map(|s| s.status.as_str()).collect();
+    assert_eq!(measured.iter().filter(|s| **s == "done").count(), 1, "not run in full: {measured:?}");
+    assert_eq!(measured.last(), Some(&"reused"));
+}
+
 /// The bounded measurement's row and its file's bytes in `out` (one problem, level3/a).
 fn bounded_measurement(out: &Path) -> (kforge_store::StepRow, Vec<u8>) {
     let j = journal(out);
