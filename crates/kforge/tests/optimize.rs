@@ -841,6 +841,24 @@ fn a_bounded_measurement_is_not_taken_by_a_run_that_holds_the_step_in_full() {
     assert_ne!(outcomes[1], Some("bounded"));
 }
 
+/// In `out`'s journal, a later run that journaled `step` of the bounded measurement's problem
+/// (the measure step itself when `step` is "measure", on its input) ending as `end`, `seconds`
+/// long: (the bounded measurement, that run, the step's id).
+fn after_the_bounded_measurement(
+    out: &Path,
+    step: &str,
+    seconds: f64,
+    end: kforge_store::StepEnd,
+) -> (kforge_store::StepRow, u64, u64) {
+    let store = kforge_store::Store::open(&out.join("journal.db")).unwrap();
+    let all = store.journal(None).unwrap();
+    let bounded = all.steps.iter().find(|s| s.step == "measure" && s.status == "done").unwrap().clone();
+    let run = store.insert_run(&kforge_store::RunRow { id: 0, ..all.runs[0].clone() }).unwrap();
+    let input = if step == "measure" { bounded.input_hash.clone() } else { format!("its {step} input") };
+    let id = journal_step(&store, (run, &bounded.problem, step, &input), seconds, end);
+    (bounded, run, id)
+}
+
 /// A bounded measurement is taken after all once running the step in full was tried since and
 /// came to nothing: a full run that fails once (session 23: torch's CUDA graph trees asserted
 /// after 430 s of level3/004's second measure step) is not tried in every later run, each time
@@ -851,17 +869,12 @@ fn a_bounded_measurement_is_taken_once_running_it_in_full_failed() {
     let (p, out) = measured_bounded(dir.path());
     let args = dispatch_args(&p);
     // A later run tried the step in full: its work began, then it failed.
-    let store = kforge_store::Store::open(&out.join("journal.db")).unwrap();
-    let all = store.journal(None).unwrap();
-    let bounded = all.steps.iter().find(|s| s.step == "measure" && s.status == "done").unwrap().clone();
-    let run = store.insert_run(&kforge_store::RunRow { id: 0, ..all.runs[0].clone() }).unwrap();
     let end = kforge_store::StepEnd {
         status: "failed".into(),
         error: Some("the dispatch step ended with Some(1): AssertionError".into()),
         ..kforge_store::StepEnd::default()
     };
-    let tried = journal_step(&store, (run, &bounded.problem, "measure", &bounded.input_hash), 430.0, end);
-    drop(store);
+    let (bounded, run, tried) = after_the_bounded_measurement(&out, "measure", 430.0, end);
     let (code, text) = optimize(&[&args[..], &["--resume", "--budget-wall-s", "2000"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     let said = format!(
@@ -889,13 +902,8 @@ fn a_bounded_measurement_the_problem_went_on_from_is_taken() {
     let dir = tempfile::tempdir().unwrap();
     let (p, out) = measured_bounded(dir.path());
     let args = dispatch_args(&p);
-    let store = kforge_store::Store::open(&out.join("journal.db")).unwrap();
-    let all = store.journal(None).unwrap();
-    let bounded = all.steps.iter().find(|s| s.step == "measure" && s.status == "done").unwrap().clone();
-    let run = store.insert_run(&kforge_store::RunRow { id: 0, ..all.runs[0].clone() }).unwrap();
     let end = kforge_store::StepEnd { status: "done".into(), outcome: Some("accepted".into()), ..Default::default() };
-    let verified = journal_step(&store, (run, &bounded.problem, "verify", "its winner's result"), 20.0, end);
-    drop(store);
+    let (bounded, run, verified) = after_the_bounded_measurement(&out, "verify", 20.0, end);
     let (code, text) = optimize(&[&args[..], &["--resume", "--budget-wall-s", "2000"]].concat(), &out);
     assert_eq!(code, Some(0), "{text}");
     let said = format!(
