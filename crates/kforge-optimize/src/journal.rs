@@ -136,7 +136,7 @@ impl Journal {
 
     /// The problem's verify step that finished after the bounded result `bounded` (in run
     /// `since` or later: a redecision's window), if any: the problem went on from the bounded
-    /// result, and it is taken rather than run in full again (`Run::stopgap`'s caller).
+    /// result, and it is taken rather than run in full again (`Run::stopgap`).
     pub fn verified_after(&self, bounded: &StepRow, since: u64) -> Result<Option<StepRow>, StoreError> {
         self.store().finished_after(&bounded.problem, Step::Verify.name(), bounded.id, since)
     }

@@ -312,10 +312,7 @@ impl Run<'_> {
         let rows = self.journal.carried_steps(&q.problem).context("reading the journal's finished steps")?;
         let carried = rows.into_iter().filter_map(|s| {
             let (output, output_hash) = (s.output?, s.output_hash?);
-            let text = [self.a.out.clone(), kept_root(&self.a.out, &output_hash)]
-                .iter()
-                .filter_map(|root| std::fs::read_to_string(root.join(&output)).ok())
-                .find(|text| unchanged(&output, text, &output_hash))?;
+            let text = output_text(&self.a.out, &output, &output_hash)?;
             (text.len() <= CARRIED_TEXT_MAX).then(|| CarriedStep {
                 machine: machine.into(),
                 question: q.clone(),
@@ -408,14 +405,10 @@ fn keep_carried(out: &Path, row: &kforge_store::StepRow, c: &CarriedStep) -> Res
     if row.output_hash.as_deref() != Some(c.output_hash.as_str()) || !unchanged(&c.output, &c.text, &c.output_hash) {
         return Ok(());
     }
-    let standing = |root: &Path| {
-        std::fs::read_to_string(root.join(&c.output)).is_ok_and(|t| unchanged(&c.output, &t, &c.output_hash))
-    };
-    let kept = kept_root(out, &c.output_hash);
-    if standing(out) || standing(&kept) {
+    if output_text(out, &c.output, &c.output_hash).is_some() {
         return Ok(());
     }
-    write_creating(&kept.join(&c.output), c.text.as_bytes())
+    write_creating(&kept_root(out, &c.output_hash).join(&c.output), c.text.as_bytes())
 }
 
 /// Where a finished step's output files are kept, by their content hash, when a step of the same
@@ -425,6 +418,15 @@ fn keep_carried(out: &Path, row: &kforge_store::StepRow, c: &CarriedStep) -> Res
 /// run that never finished.
 fn kept_root(out: &Path, output_hash: &str) -> PathBuf {
     out.join(".kept").join(output_hash)
+}
+
+/// A finished step's output file's text (`output`, relative to the journal's folder `out`) that
+/// still hashes to `output_hash`: the file itself, else its kept copy (`kept_root`).
+fn output_text(out: &Path, output: &str, output_hash: &str) -> Option<String> {
+    [out.to_path_buf(), kept_root(out, output_hash)]
+        .iter()
+        .filter_map(|root| std::fs::read_to_string(root.join(output)).ok())
+        .find(|text| unchanged(output, text, output_hash))
 }
 
 /// Write `bytes` to `path`, creating its folder.
@@ -943,15 +945,17 @@ impl Run<'_> {
     fn is_measured(&self, m: Option<&Measured>, of: StepOf<'_>) -> Result<bool> {
         match m {
             Some(m) if m.in_full => Ok(true),
-            Some(Measured { bounded: Some(bounded), .. }) => Ok(self.stopgap(of, bounded)?.is_some()),
+            // Any run's verify counts: a redecided problem is never counted measured (the caller).
+            Some(Measured { bounded: Some(bounded), .. }) => Ok(self.stopgap(of, bounded, 0)?.is_some()),
             _ => Ok(false),
         }
     }
 
     /// Why a finished step's result (`latest`: bounded, or an older full one) stands for `of`'s
     /// step in this run: this run cannot hold the step in full; or running it in full was tried
-    /// since and came to nothing (failed, or killed with its run after its work began). (The
-    /// caller adds one more: the problem went on from a bounded result, `Stopgap::MovedOn`.)
+    /// since and came to nothing (failed, or killed with its run after its work began); or the
+    /// problem went on from a bounded result (its verify step finished since, in run `since` or
+    /// later: a redecision's window).
     /// `None`: run it in full. A bounded result is a stopgap, but in session 23
     /// level3/004's bounded measure step (the rewrite left out) was run again in full, failed
     /// after 430 s with torch's CUDA graph trees assertion, and took its beam and result steps
@@ -961,21 +965,26 @@ impl Run<'_> {
     /// variants. Its length in full is judged by that share (`full_length`); in session 28
     /// level3/010's bounded measure step ran 348.8 s with 2 of its 10 variants prepared, so a
     /// 420 s budget, which its floor fits, would have spent a call running it again.
-    fn stopgap(&self, of: StepOf<'_>, latest: &kforge_store::StepRow) -> Result<Option<Stopgap>> {
+    fn stopgap(&self, of: StepOf<'_>, latest: &kforge_store::StepRow, since: u64) -> Result<Option<Stopgap>> {
         if !self.spending.fits_in_full(of) {
             return Ok(Some(Stopgap::NoRoom));
         }
         if let Some(full) = self.full_length(latest).filter(|f| !self.spending.holds_s(f.seconds)) {
             return Ok(Some(Stopgap::TooLong(full)));
         }
-        Ok(self.journal.tried_in_full_since(latest)?.map(|tried| Stopgap::FullFailed(Box::new(tried))))
+        if let Some(tried) = self.journal.tried_in_full_since(latest)? {
+            return Ok(Some(Stopgap::FullFailed(Box::new(tried))));
+        }
+        let went_on =
+            if is_bounded(latest.outcome.as_deref()) { self.journal.verified_after(latest, since)? } else { None };
+        Ok(went_on.map(|verified| Stopgap::MovedOn(Box::new(verified))))
     }
 
     /// What a bounded step (`latest`) would take in full, judged by the share of its variants it
     /// prepared: its seconds × all ÷ prepared. `None` for a step that ran in full, or whose output
     /// is not a measurement with variants left out.
     fn full_length(&self, latest: &kforge_store::StepRow) -> Option<FullLength> {
-        if latest.outcome.as_deref() != Some(kforge_optimize::journal::BOUNDED) {
+        if !is_bounded(latest.outcome.as_deref()) {
             return None;
         }
         let text = std::fs::read_to_string(self.a.out.join(latest.output.as_deref()?)).ok()?;
@@ -1472,9 +1481,9 @@ enum Stopgap {
     MovedOn(Box<kforge_store::StepRow>),
 }
 
-/// Whether a journaled step ran bounded (`journal::BOUNDED`).
-fn is_bounded(row: &kforge_store::StepRow) -> bool {
-    row.outcome.as_deref() == Some(kforge_optimize::journal::BOUNDED)
+/// Whether a step's one-word answer says it ran bounded (`journal::BOUNDED`).
+fn is_bounded(outcome: Option<&str>) -> bool {
+    outcome == Some(kforge_optimize::journal::BOUNDED)
 }
 
 /// A bounded measurement's length in full, extrapolated (`full_length_of`).
@@ -1901,13 +1910,7 @@ impl ProblemRun<'_> {
             }
         }
         let Some(latest) = journal.finished(step, input_hash)? else { return Ok(None) };
-        let why = match self.run.stopgap(of, &latest)? {
-            Some(why) => why,
-            None => match journal.verified_after(&latest, self.since.unwrap_or(0))? {
-                Some(verified) if is_bounded(&latest) => Stopgap::MovedOn(Box::new(verified)),
-                _ => return Ok(None),
-            },
-        };
+        let Some(why) = self.run.stopgap(of, &latest, self.since.unwrap_or(0))? else { return Ok(None) };
         if let Stopgap::MovedOn(verified) = &why {
             self.progress(&format!(
                 "{}: takes its bounded result (step {} of run {}): the problem went on from it (its verify step, \
@@ -2038,7 +2041,7 @@ impl ProblemRun<'_> {
                 // The time its job waited in the daemon's queue is not what its kind takes; nor
                 // is a bounded step's time what its kind takes in full.
                 let ran = self.began.get().map_or(d.seconds, |b| b.elapsed().as_secs_f64().min(d.seconds));
-                if d.outcome.as_deref() != Some(kforge_optimize::journal::BOUNDED) {
+                if !is_bounded(d.outcome.as_deref()) {
                     self.run.spending.observe(self.step_of(step), ran);
                 } else {
                     self.run.spending.observe_bounded(self.step_of(step), ran);
