@@ -2,7 +2,9 @@
 //! (fallbacks counted as 1.0), the cost goals per problem, and, where a goal is missed, why — the
 //! problems that kept their baseline, split into those whose generated Triton kernels are a small
 //! share of the baseline's device time (vendor-bound: a search over them has a low Amdahl
-//! ceiling) and the rest (nothing beat the baseline beyond noise, or its result did not verify).
+//! ceiling), those whose generated kernels already move their bytes near the device's copy
+//! bandwidth (at the bandwidth roof: the config agent's roofline ceiling) and the rest (nothing
+//! beat the baseline beyond noise, or its result did not verify).
 
 use crate::{Baseline, Decision, LevelSummary, ProblemOutcome};
 use serde::{Deserialize, Serialize};
@@ -15,6 +17,9 @@ pub const GPU_S_PER_PROBLEM: f64 = 60.0;
 /// A Triton share below this is vendor-bound: the Amdahl ceiling of a search over the generated
 /// kernels is below 1 / (1 − 0.25) = 1.33×.
 pub const VENDOR_BOUND_SHARE: f64 = 0.25;
+/// A roofline ceiling at or below this is at the bandwidth roof: were every generated kernel to
+/// move its least traffic at the device's copy bandwidth, the model would be at most 5 % faster.
+pub const AT_ROOF_CEILING: f64 = 1.05;
 
 /// The geomean goal of a level (`level1`..`level3`) over a baseline; `None` for another folder.
 pub fn geomean_goal(level: &str, baseline: Baseline) -> Option<f64> {
@@ -43,6 +48,10 @@ pub struct GoalCheck {
     pub lowest: f64,
     /// Problems that kept the baseline with a Triton share below [`VENDOR_BOUND_SHARE`].
     pub vendor_bound: Vec<String>,
+    /// Problems that kept the baseline, not vendor-bound, whose roofline ceiling is at most
+    /// [`AT_ROOF_CEILING`]: their generated kernels already move their bytes near the copy bandwidth.
+    #[serde(default)]
+    pub at_roof: Vec<String>,
     /// Problems that kept the baseline otherwise (or without a known share).
     pub nothing_won: Vec<String>,
     /// Failed or not reached: counted as 1.0 though nothing was decided.
@@ -65,6 +74,8 @@ pub fn check(outcomes: &[ProblemOutcome], summary: &[LevelSummary], baseline: Ba
             let goal = geomean_goal(&s.level, baseline);
             let kept = |o: &ProblemOutcome| matches!(o.decision, Some(Decision::Fallback { .. }));
             let vendor_bound = |o: &ProblemOutcome| o.triton_share.is_some_and(|x| x < VENDOR_BOUND_SHARE);
+            let roof =
+                |o: &ProblemOutcome| !vendor_bound(o) && o.roofline_ceiling.is_some_and(|c| c <= AT_ROOF_CEILING);
             let names = |f: &dyn Fn(&ProblemOutcome) -> bool| -> Vec<String> {
                 of.iter().filter(|o| f(o)).map(|o| o.problem.clone()).collect()
             };
@@ -78,7 +89,8 @@ pub fn check(outcomes: &[ProblemOutcome], summary: &[LevelSummary], baseline: Ba
                 cost_met: (!settled.is_empty()).then_some(wall <= WALL_S_PER_PROBLEM && gpu <= GPU_S_PER_PROBLEM),
                 lowest: of.iter().map(|o| o.confirmed_speedup()).fold(f64::INFINITY, f64::min),
                 vendor_bound: names(&|o| kept(o) && vendor_bound(o)),
-                nothing_won: names(&|o| kept(o) && !vendor_bound(o)),
+                at_roof: names(&|o| kept(o) && roof(o)),
+                nothing_won: names(&|o| kept(o) && !vendor_bound(o) && !roof(o)),
                 undecided: names(&|o| o.decision.is_none()),
             }
         })
@@ -99,9 +111,10 @@ pub fn lines(checks: &[GoalCheck]) -> String {
             None => "-",
         };
         let why = format!(
-            "{} vendor-bound (Triton < {:.0} %), {} nothing beat it, {} undecided",
+            "{} vendor-bound (Triton < {:.0} %), {} at the bandwidth roof, {} nothing beat it, {} undecided",
             c.vendor_bound.len(),
             VENDOR_BOUND_SHARE * 100.0,
+            c.at_roof.len(),
             c.nothing_won.len(),
             c.undecided.len()
         );
@@ -141,6 +154,7 @@ mod tests {
             resumed: false,
             triton_share: share,
             confirmed: None,
+            roofline_ceiling: None,
             not_prepared: 0,
         }
     }
@@ -194,9 +208,38 @@ mod tests {
         assert!(
             t.contains("level1")
                 && t.contains("1.25x")
-                && t.contains("1 vendor-bound (Triton < 25 %), 1 nothing beat it, 0 undecided"),
+                && t.contains(
+                    "1 vendor-bound (Triton < 25 %), 0 at the bandwidth roof, 1 nothing beat it, 0 undecided"
+                ),
             "{t}"
         );
         assert!(t.lines().any(|l| l.starts_with("level2") && l.contains(" no ")), "{t}");
+    }
+
+    #[test]
+    fn a_kept_baseline_whose_kernels_run_at_their_roof_is_told_apart_from_one_nothing_beat() {
+        let roof = |p: &str, share: f64, ceiling: f64| ProblemOutcome {
+            roofline_ceiling: Some(ceiling),
+            ..outcome(p, kept(), Some(share))
+        };
+        let won = ProblemOutcome { decision: improved(1.2), ..roof("level1/won.py", 1.0, 1.02) }; // not kept
+        let outcomes = [
+            roof("level1/silu.py", 1.0, 1.03),    // at the roof
+            roof("level1/softmax.py", 1.0, 1.05), // at the bound: at the roof
+            roof("level1/norm.py", 1.0, 1.4),     // room left: nothing beat it
+            roof("level1/gemm.py", 0.02, 1.01),   // vendor-bound first
+            won,
+            outcome("level1/unknown.py", kept(), Some(0.9)), // no roofline: nothing beat it
+        ];
+        let c = check(&outcomes, &summarize(&outcomes), Baseline::Default).remove(0);
+        let names = |v: &[String]| v.iter().map(|p| p.trim_start_matches("level1/").to_string()).collect::<Vec<_>>();
+        assert_eq!(names(&c.at_roof), ["silu.py", "softmax.py"], "{c:?}");
+        assert_eq!(names(&c.vendor_bound), ["gemm.py"]);
+        assert_eq!(names(&c.nothing_won), ["norm.py", "unknown.py"]);
+        assert!(lines(&[c]).contains("1 vendor-bound (Triton < 25 %), 2 at the bandwidth roof, 2 nothing beat it"));
+        // A campaign file written before the field reads back without it.
+        let old = r#"{"level":"level1","geomean_goal":1.35,"geomean_confirmed":1.0,"geomean_met":false,"wall_s_per_problem":1.0,
+            "gpu_s_per_problem":1.0,"cost_met":true,"lowest":1.0,"vendor_bound":[],"nothing_won":[],"undecided":[]}"#;
+        assert!(serde_json::from_str::<GoalCheck>(old).unwrap().at_roof.is_empty());
     }
 }

@@ -269,6 +269,9 @@ fn config_section(r: &Report) -> String {
             if ceiling.is_finite() { format!("{ceiling:.2}x") } else { "unbounded".into() }
         );
     }
+    if let Some(r) = &m.roofline {
+        let _ = write!(s, "<p>{}</p>", escape(r.line().trim_end().trim_start_matches("config: ")));
+    }
     s.push_str(
         "<table><tr><th>kernel</th><th>kind</th><th>share before</th><th>share after (est.)</th><th>choice</th></tr>",
     );
@@ -288,6 +291,15 @@ fn config_section(r: &Report) -> String {
             before * 100.0,
             after * 100.0,
             escape(&k.choice())
+        );
+    }
+    for (name, k) in m.roofline.iter().flat_map(crate::Roofline::at_roof) {
+        let _ = write!(
+            s,
+            "<tr><td>{}</td><td>{}</td><td>—</td><td>—</td><td>not tuned: {}</td></tr>",
+            escape(name),
+            escape(k.kind.as_deref().unwrap_or("?")),
+            escape(&k.at_roof_text())
         );
     }
     s.push_str("</table>");
@@ -431,7 +443,7 @@ fn goals_table(goals: &[GoalCheck]) -> String {
     let mut s = String::from(
         "<h2>Against the goals</h2><table><tr><th>level</th><th>confirmed geomean</th><th>goal</th><th>met</th>\
          <th>wall s / problem</th><th>GPU s / problem</th><th>cost met</th><th>lowest</th>\
-         <th>vendor-bound kept</th><th>kept otherwise</th><th>undecided</th></tr>",
+         <th>vendor-bound kept</th><th>at the bandwidth roof</th><th>kept otherwise</th><th>undecided</th></tr>",
     );
     for g in goals {
         let met = |m: Option<bool>| match m {
@@ -442,7 +454,7 @@ fn goals_table(goals: &[GoalCheck]) -> String {
         let _ = write!(
             s,
             "<tr><td>{}</td><td>{:.3}x</td><td>{}</td><td>{}</td><td>{:.1}</td><td>{:.1}</td><td>{}</td><td>{:.3}x</td>\
-             <td>{}</td><td>{}</td><td>{}</td></tr>",
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
             escape(&g.level),
             g.geomean_confirmed,
             g.geomean_goal.map(|x| format!("{x:.2}x")).unwrap_or_else(|| "—".into()),
@@ -452,6 +464,7 @@ fn goals_table(goals: &[GoalCheck]) -> String {
             met(g.cost_met),
             g.lowest,
             escape(&g.vendor_bound.join(", ")),
+            escape(&g.at_roof.join(", ")),
             escape(&g.nothing_won.join(", ")),
             escape(&g.undecided.join(", "))
         );
@@ -459,9 +472,11 @@ fn goals_table(goals: &[GoalCheck]) -> String {
     let _ = write!(
         s,
         "</table><p class=\"note\">Vendor-bound: the baseline's Triton kernels are below {:.0} % of its device time, so a \
-         search over them is capped below {:.2}x (Amdahl). Cost goals: {:.0} s wall and {:.0} s GPU per problem.</p>",
+         search over them is capped below {:.2}x (Amdahl). At the bandwidth roof: were every generated kernel to move \
+         its least traffic at the device's copy bandwidth, the model would be at most {:.2}x faster. Cost goals: {:.0} s wall and {:.0} s GPU per problem.</p>",
         crate::goals::VENDOR_BOUND_SHARE * 100.0,
         crate::amdahl_ceiling(crate::goals::VENDOR_BOUND_SHARE),
+        crate::goals::AT_ROOF_CEILING,
         crate::goals::WALL_S_PER_PROBLEM,
         crate::goals::GPU_S_PER_PROBLEM
     );
@@ -792,6 +807,7 @@ mod tests {
             resumed: false,
             triton_share: None,
             confirmed: None,
+            roofline_ceiling: None,
             not_prepared: 0,
         };
         let won = |a: Agent, s: f64| Some(Decision::Improved { agent: a, mode: "m".into(), speedup: s, ci95: [s, s] });

@@ -550,6 +550,81 @@ pub struct ConfigMeasurement {
     /// of how many were timed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rounds_cut: Option<String>,
+    /// The generated kernels against the device's copy bandwidth (absent in steps before it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roofline: Option<Roofline>,
+}
+
+/// The config agent's roofline (python/kforge/optimize/config.py `roofline_summary`): each
+/// generated pointwise or reduction kernel's least traffic against the device's copy bandwidth,
+/// and the model's speedup were every one of them at its roof.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Roofline {
+    /// Bytes per second of a device-to-device copy (read + write); `None`: not measured (`why`).
+    #[serde(default)]
+    pub copy_bytes_per_s: Option<f64>,
+    /// The fraction of the copy bandwidth at which a kernel was left untuned.
+    #[serde(default)]
+    pub skip_at: Option<f64>,
+    /// The model's roofline ceiling: vendor time unchanged, each kernel with a roofline at its
+    /// roof, the others at no time; `None` (also for an unbounded one) when not known.
+    #[serde(default)]
+    pub ceiling: Option<f64>,
+    #[serde(default)]
+    pub kernels: BTreeMap<String, KernelRoof>,
+    #[serde(default)]
+    pub why: Option<String>,
+}
+
+/// One kernel against the copy bandwidth.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelRoof {
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// Its least traffic per launch, bytes.
+    #[serde(default)]
+    pub bytes: Option<f64>,
+    /// The fraction of the copy bandwidth that traffic moves at.
+    #[serde(default)]
+    pub of_peak: Option<f64>,
+    /// The most any launch configuration can speed it up; `None` where the estimate does not hold (`why`).
+    #[serde(default)]
+    pub ceiling: Option<f64>,
+    #[serde(default)]
+    pub why: Option<String>,
+}
+
+impl Roofline {
+    /// The kernels left untuned at their roof (`of_peak` at least `skip_at`, with a ceiling), by name.
+    pub fn at_roof(&self) -> Vec<(&String, &KernelRoof)> {
+        let skip_at = self.skip_at.unwrap_or(f64::INFINITY);
+        self.kernels.iter().filter(|(_, k)| k.ceiling.is_some() && k.of_peak.is_some_and(|f| f >= skip_at)).collect()
+    }
+
+    /// `config: roofline ceiling 1.03x (copy bandwidth 2.95 TB/s); 2 kernels at their roof`, or
+    /// why there is none.
+    pub fn line(&self) -> String {
+        let Some(peak) = self.copy_bytes_per_s else {
+            return format!("config: no roofline: {}\n", self.why.as_deref().unwrap_or("no copy bandwidth measured"));
+        };
+        let ceiling = self.ceiling.map(|c| format!("{c:.3}x")).unwrap_or_else(|| "unbounded".into());
+        let roof = self.at_roof().len();
+        format!(
+            "config: roofline ceiling {ceiling} (every generated kernel at its bandwidth roof; copy bandwidth {:.2} TB/s){}\n",
+            peak / 1e12,
+            if roof > 0 { format!("; {roof} at their roof, not tuned") } else { String::new() }
+        )
+    }
+}
+
+impl KernelRoof {
+    /// `at 97% of the copy bandwidth: at most 1.031x`.
+    pub fn at_roof_text(&self) -> String {
+        match (self.of_peak, self.ceiling) {
+            (Some(f), Some(c)) => format!("at {:.0}% of the copy bandwidth: at most {c:.3}x", f * 100.0),
+            _ => self.why.clone().unwrap_or_default(),
+        }
+    }
 }
 
 impl ConfigMeasurement {
@@ -712,10 +787,16 @@ impl ConfigReport {
             ),
             _ => String::new(),
         };
+        if let Some(r) = &m.roofline {
+            t.push_str(&r.line());
+        }
         t.push_str(&format!("{:<52} {:>6}  {}\n", "CONFIG KERNEL", "SHARE", "OLD -> NEW (KERNEL SPEEDUP)"));
         for (name, k) in m.kernels_by_share() {
             let share = k.share.map(|s| format!("{:.0}%", s * 100.0)).unwrap_or_else(|| "-".into());
             t.push_str(&format!("{name:<52} {share:>6}  {}\n", k.choice()));
+        }
+        for (name, k) in m.roofline.iter().flat_map(Roofline::at_roof) {
+            t.push_str(&format!("{name:<52} {:>6}  not tuned: {}\n", "-", k.at_roof_text()));
         }
         for name in &m.not_tuned {
             t.push_str(&format!("{name:<52} {:>6}  not tuned: the step's deadline came first\n", "-"));
@@ -1114,6 +1195,10 @@ pub struct ProblemOutcome {
     /// Gate 4's speedup of the shipped result file (`Report::confirmed`), where it measured one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirmed: Option<f64>,
+    /// The config agent's roofline ceiling (`Roofline::ceiling`), where its step measured one:
+    /// what `goals` calls at the bandwidth roof.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub roofline_ceiling: Option<f64>,
     /// How much its bounded measure step left out (variants, the rewrite, the per-graph search:
     /// `DispatchMeasurement::not_prepared`): decided over a partial search when above 0.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -1130,6 +1215,12 @@ impl Report {
     pub fn triton_share(&self) -> Option<f64> {
         let config = self.config.as_ref().and_then(|c| c.measurement.as_ref()).and_then(|m| m.triton_share);
         config.or_else(|| self.measurement.baseline_profile.as_ref().and_then(|p| p.triton_share))
+    }
+
+    /// The config agent's roofline ceiling, where its step measured one.
+    pub fn roofline_ceiling(&self) -> Option<f64> {
+        let m = self.config.as_ref().and_then(|c| c.measurement.as_ref())?;
+        m.roofline.as_ref().and_then(|r| r.ceiling)
     }
 }
 
@@ -1954,6 +2045,39 @@ pub(crate) mod tests {
         assert_eq!(ConfigMeasurement::parse(CONFIG_JSON).unwrap().rounds_cut, None);
     }
 
+    #[test]
+    fn the_roofline_is_read_and_its_kernels_at_their_roof_are_named_in_the_table() {
+        // As python/kforge/optimize/config.py `roofline_summary` writes it (one kernel at 97 %
+        // of the copy bandwidth, one within the L2, the model's ceiling 1.08x).
+        let roof = r#"{"roofline": {"copy_bytes_per_s": 2.9e12, "l2_bytes": 52428800, "skip_at": 0.95, "ceiling": 1.08,
+            "kernels": {"triton_poi_fused_silu_0": {"kind": "pointwise", "bytes": 6.4e9, "us_per_launch": 2275.1,
+                            "bytes_per_s": 2.813e12, "of_peak": 0.97, "ceiling": 1.0309},
+                        "triton_red_fused_sum_1": {"kind": "reduction", "bytes": 1.0e6, "us_per_launch": 3.0,
+                            "bytes_per_s": 3.3e11, "of_peak": 0.11, "why": "its traffic (1.0 MB a launch) is within 4x the L2"}}},"#;
+        let m = ConfigMeasurement::parse(&CONFIG_JSON.replacen('{', roof, 1)).unwrap();
+        let r = m.roofline.clone().unwrap();
+        let at_roof: Vec<&str> = r.at_roof().iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(at_roof, ["triton_poi_fused_silu_0"]);
+        let t = ConfigReport { measurement: Some(m.clone()), ..ConfigReport::default() }.lines();
+        for want in [
+            "config: roofline ceiling 1.080x (every generated kernel at its bandwidth roof; copy bandwidth 2.90 TB/s); 1 at their roof, not tuned",
+            "not tuned: at 97% of the copy bandwidth: at most 1.031x",
+        ] {
+            assert!(t.contains(want), "{want} in\n{t}");
+        }
+        assert!(!t.contains("triton_red_fused_sum_1"), "a kernel within the L2 is not at its roof: {t}");
+        let none =
+            Roofline { copy_bytes_per_s: None, why: Some("no copy bandwidth measured: OutOfMemoryError".into()), ..r };
+        assert_eq!(none.line(), "config: no roofline: no copy bandwidth measured: OutOfMemoryError\n");
+        // The report's ceiling is the config step's; an older step without one reads as none.
+        let report = |m: ConfigMeasurement| Report {
+            config: Some(ConfigReport { measurement: Some(m), ..ConfigReport::default() }),
+            ..report_for("level1/a.py", "max-autotune")
+        };
+        assert_eq!(report(m).roofline_ceiling(), Some(1.08));
+        assert_eq!(report(ConfigMeasurement::parse(CONFIG_JSON).unwrap()).roofline_ceiling(), None);
+    }
+
     fn outcome(problem: &str, level: &str, decision: Option<Decision>) -> ProblemOutcome {
         ProblemOutcome {
             problem: problem.into(),
@@ -1966,6 +2090,7 @@ pub(crate) mod tests {
             resumed: false,
             triton_share: None,
             confirmed: None,
+            roofline_ceiling: None,
             not_prepared: 0,
         }
     }

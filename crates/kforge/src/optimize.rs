@@ -2699,6 +2699,7 @@ fn outcome_of(rel: &Path, report: Option<&Report>, unspent: Spent) -> ProblemOut
         resumed: false,
         triton_share: report.and_then(Report::triton_share),
         confirmed: report.and_then(|r| r.confirmed),
+        roofline_ceiling: report.and_then(Report::roofline_ceiling),
         not_prepared: report.map(|r| r.measurement.not_prepared.len()).unwrap_or(0),
     }
 }

@@ -45,7 +45,8 @@ from ..harness import SIZES, clone_output, compare, finite_json, identical, max_
 from ..inspect.capture import copy_strided
 from ..inspect.inductor import CUDA_GRAPH_MODES, WrapperHook, kernel_sources, triton_globals
 from ..inspect.restitch import compile_problem, swapping
-from .dispatch import (MODES, DispatchError, another_round_fits, choose, device_us, load_problem, run_then_leave,
+from ..verify.perf import copy_bandwidth
+from .dispatch import (MODES, DispatchError, another_round_fits, choose, device_profile, load_problem, run_then_leave,
                        rounds_cut, triton_version)
 from .result import ResultError, policy_text, renamed_reference, write_files
 
@@ -700,6 +701,169 @@ def pruned_why(share: float, beat: float) -> Optional[str]:
             f"is {ceiling:.3f}x, not above the {beat:.3f}x another family's verified result has")
 
 
+#: The kernels the roofline speaks for: Inductor's pointwise and reduction kernels, bound by
+#: device memory at the sizes it matters (a template's roof is its arithmetic, not its bytes).
+ROOF_KINDS = ("pointwise", "reduction", "persistent_reduction")
+#: A kernel whose least traffic moves at this fraction of the device's copy bandwidth or more is at
+#: its roof: no launch configuration makes it more than ``1 / ROOF_SKIP`` (1.053x) faster, and the
+#: config agent does not tune it (at the large preset a config step costs about 400 s, and the
+#: campaigns' config wins on bandwidth-bound level-1 problems were 1.001-1.015x).
+ROOF_SKIP = 0.95
+#: Above this fraction of the copy bandwidth the traffic estimate does not hold (data served from
+#: L2, a buffer read in part): the kernel gets no roofline.
+ROOF_TRUST_MAX = 1.25
+#: A kernel's least traffic must be this many times the device's L2 for its roofline to hold (a
+#: smaller one may never reach device memory).
+ROOF_MIN_L2 = 4
+#: fp32 elements of the copy that measures the peak: 256 MiB each way, far past any L2.
+ROOF_COPY_ELEMENTS = 1 << 26
+
+
+def kernel_arg_names(name: str, source: str) -> List[str]:
+    """A kernel's runtime parameters in order (its ``tl.constexpr`` blocks left out): what the
+    wrapper's ``kernel.run(...)`` passes positionally."""
+    fn = _kernel_function(source, name)
+    return [a.arg for a in fn.args.args if a.annotation is None or "constexpr" not in ast.unparse(a.annotation)]
+
+
+def iterations(spec: KernelSpec, arg_names: Sequence[str], args: Sequence[Any]) -> Optional[int]:
+    """A kernel's iteration space: the product of its extents, the body's constants first (static
+    shapes), else the ``*numel`` arguments of a launch; ``None`` when it names none."""
+    extents = dict(spec.numels)
+    for n, v in zip(arg_names, args):
+        if n.endswith("numel") and isinstance(v, int) and not isinstance(v, bool):
+            extents.setdefault(n[: -len("numel")], v)
+    return math.prod(extents.values()) if extents else None
+
+
+def kernel_traffic(arg_names: Sequence[str], args: Sequence[Any], space: Optional[int]) -> int:
+    """The fewest bytes one launch moves to and from device memory: every tensor argument once, an
+    ``in_out_ptr`` twice (read, then written), and of each no more elements than the kernel has
+    iterations (``space``: a kernel handed a whole buffer of which it reads or writes a slice, as
+    Inductor's own estimate caps it). Workspaces and scalars move nothing here."""
+    total = 0
+    for n, x in zip(arg_names, args):
+        if not n.startswith(("in_ptr", "out_ptr", "in_out_ptr")) or not hasattr(x, "element_size"):
+            continue
+        elements = x.numel() if space is None else min(x.numel(), space)
+        total += elements * x.element_size() * (2 if n.startswith("in_out_ptr") else 1)
+    return total
+
+
+def roofline_row(kind: str, traffic: int, launches: float, us: float, peak: Optional[float], l2: int) -> Dict[str, Any]:
+    """One kernel against the copy bandwidth ``peak`` (bytes/s): its least traffic per launch
+    (``bytes``), the rate that moves it at (``of_peak``: the fraction of ``peak``) and, where the
+    estimate holds, its ``ceiling`` (the most any configuration can speed it up, at least 1), else
+    ``why`` not."""
+    per_launch_us = us / launches if launches > 0 else 0.0
+    row: Dict[str, Any] = {"kind": kind, "bytes": traffic, "us_per_launch": round(per_launch_us, 3)}
+    if kind not in ROOF_KINDS:
+        row["why"] = f"a {kind} kernel: its roof is its arithmetic, not its bytes"
+        return row
+    if not peak or per_launch_us <= 0 or traffic <= 0:
+        row["why"] = "no copy bandwidth measured" if not peak else "no device time or no traffic"
+        return row
+    row["bytes_per_s"] = traffic / (per_launch_us / 1e6)
+    row["of_peak"] = row["bytes_per_s"] / peak
+    if traffic < ROOF_MIN_L2 * l2:
+        row["why"] = (f"its traffic ({traffic / 1e6:.1f} MB a launch) is within {ROOF_MIN_L2}x the L2 "
+                      f"({l2 / 1e6:.0f} MB): it may not reach device memory")
+    elif row["of_peak"] > ROOF_TRUST_MAX:
+        row["why"] = (f"{row['of_peak']:.0%} of the copy bandwidth: the traffic estimate does not hold "
+                      f"(data served from L2, or a buffer read in part)")
+    else:
+        row["ceiling"] = max(1.0, 1.0 / row["of_peak"])
+    return row
+
+
+def at_roof(row: Dict[str, Any], skip_at: float = ROOF_SKIP) -> Optional[str]:
+    """Why a kernel is not tuned because it already runs at its bandwidth roof, or ``None``."""
+    if row.get("ceiling") is None or row["of_peak"] < skip_at:
+        return None
+    return (f"at its bandwidth roof: its least traffic ({row['bytes'] / 1e9:.2f} GB a launch) moves at "
+            f"{row['of_peak']:.0%} of the device's copy bandwidth, so no launch configuration makes it more "
+            f"than {row['ceiling']:.3f}x faster")
+
+
+def roofline_ceiling(device_us: Dict[str, float], triton: Iterable[str], rows: Dict[str, Dict[str, Any]]) -> Optional[float]:
+    """The model's speedup if every generated kernel ran at its roof: the vendor calls and other
+    device work unchanged, a kernel with a roofline at ``us / ceiling``, one without at no time at
+    all (the Amdahl bound). ``None`` without device time; infinite when nothing would be left."""
+    total = sum(device_us.values())
+    if total <= 0:
+        return None
+    names = set(triton)
+    left = total - sum(device_us.get(n, 0.0) for n in names)
+    for n in names:
+        ceiling = rows.get(n, {}).get("ceiling")
+        if ceiling:
+            left += device_us.get(n, 0.0) / ceiling
+    return math.inf if left <= 0 else total / left
+
+
+def roofline(found: Sequence[Tuple[Any, str, Any, str]], recorded: Dict[str, Dict[str, Any]],
+             totals: Dict[str, Dict[str, float]], peak: Optional[float], l2: int) -> Dict[str, Dict[str, Any]]:
+    """Each recorded Triton kernel of the baseline (``found``: the wrapper kernels) against the
+    copy bandwidth: :func:`roofline_row` on its first launch's arguments and its profile
+    (``totals``: launches and device time per call)."""
+    rows: Dict[str, Dict[str, Any]] = {}
+    for _m, name, _k, src in found:
+        t, rec = totals.get(name), recorded.get(name)
+        if not t or rec is None or name in rows:
+            continue
+        try:
+            spec, arg_names = kernel_spec(name, src), kernel_arg_names(name, src)
+        except ConfigError as e:
+            rows[name] = {"why": str(e)}
+            continue
+        args = rec["before"]
+        traffic = kernel_traffic(arg_names, args, iterations(spec, arg_names, args))
+        rows[name] = roofline_row(spec.kind, traffic, t["count"], t["us"], peak, l2)
+    return rows
+
+
+def device_peak(dev: Any) -> Tuple[Optional[float], int, Optional[str]]:
+    """The device's copy bandwidth (bytes/s; ``None`` and why when it could not be measured) and
+    its L2 size (bytes)."""
+    import torch
+
+    l2 = int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0))
+    try:
+        return copy_bandwidth(dev, ROOF_COPY_ELEMENTS, "optimize:copy-bandwidth"), l2, None
+    except Exception as e:  # out of memory beside a large problem: the search runs without a roofline
+        torch.cuda.empty_cache()
+        return None, l2, f"{type(e).__name__}: {str(e)[:200]}"
+
+
+def roofline_summary(us: Dict[str, float], names: Sequence[str], rows: Dict[str, Dict[str, Any]],
+                     peak: Optional[float], l2: int, why: Optional[str]) -> Dict[str, Any]:
+    """The result's ``roofline``: the peak it was measured against, the kernels, the model's
+    ceiling and the fraction at which a kernel is left untuned."""
+    out: Dict[str, Any] = {"copy_bytes_per_s": peak, "l2_bytes": l2, "skip_at": ROOF_SKIP, "kernels": rows,
+                           "ceiling": roofline_ceiling(us, names, rows) if peak else None}
+    if why:
+        out["why"] = f"no copy bandwidth measured: {why}"
+    return out
+
+
+def roof_pruned_why(ceiling: Optional[float], beat: float) -> Optional[str]:
+    """Why the search is not worth its cost by the roofline, or ``None``: with every generated
+    kernel at its roof (those without a roofline at no time) the model would be at most
+    ``ceiling`` faster, and that does not exceed ``beat``."""
+    if ceiling is None or ceiling > beat:
+        return None
+    return (f"not searched: its roofline ceiling (every generated kernel at its bandwidth roof) is {ceiling:.3f}x, "
+            f"not above the {beat:.3f}x to beat")
+
+
+def nothing_tuned_why(skipped: Dict[str, str]) -> str:
+    """Why no kernel was tuned: every one the search would take is at its roof, or none was left."""
+    roof = [n for n, why in skipped.items() if why.startswith("at its bandwidth roof")]
+    if roof and len(roof) == len(skipped):
+        return f"no kernel was tuned: every generated kernel runs at its bandwidth roof ({', '.join(roof[:3])})"
+    return "no kernel was tuned" + (f" ({len(roof)} at their bandwidth roof)" if roof else "")
+
+
 def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, top_k: int,
             problem_path: Optional[str] = None, result_dir: Optional[str] = None, beat: float = 1.0,
             tune_until: Optional[float] = None, end: Optional[float] = None) -> Dict[str, Any]:
@@ -731,7 +895,8 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
         for _ in range(3):
             compiled(*inputs)
         torch.cuda.synchronize()
-        us = device_us(compiled, inputs, 3, "optimize:config-profile")
+        totals = device_profile(compiled, inputs, 3, "optimize:config-profile")
+        us = {n: t["us"] for n, t in totals.items()}
         found = wrapper_kernels(hook.modules)
         names = [n for _m, n, _k, _s in found]
         pins = {src: cfg for _m, n, k, src in found if pinnable(n) for cfg in [tuned_config(k)] if cfg is not None}
@@ -740,8 +905,12 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
             "not autotuned to one configuration" if src not in pins else
             "its name is in more than one wrapper module" if names.count(n) > 1 else
             "its launch was not recorded" if n not in recorded else ""] if why}
+        peak, l2, peak_why = device_peak(dev)
+        rows = roofline(found, recorded, totals, peak, l2)
+        skipped.update({n: why for n, r in rows.items() if n not in skipped for why in [at_roof(r)] if why})
+        roof = roofline_summary(us, names, rows, peak, l2, peak_why)
         share = sum(us.get(n, 0.0) for n in set(names)) / max(sum(us.values()), 1e-9)
-        pruned = pruned_why(share, beat)
+        pruned = pruned_why(share, beat) or roof_pruned_why(roof["ceiling"], beat)
         selected = [] if pruned else select_kernels(us, [n for n in names if n not in skipped], top_k)
         by_name = {n: (m, k, s) for m, n, k, s in found}
         kernels: Dict[str, Any] = {}
@@ -764,14 +933,14 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
         result: Dict[str, Any] = {
             "baseline": mode, "kernels_seen": len(found), "skipped": skipped, "kernels": kernels,
             "device_us": {n: round(v, 2) for n, v in sorted(us.items(), key=lambda t: -t[1])[:40]},
-            "triton_share": share, "beat": beat, "compile_s": round(compile_s, 2),
+            "triton_share": share, "roofline": roof, "beat": beat, "compile_s": round(compile_s, 2),
             "tune_until": tune_until, "until": end, "not_tuned": not_tuned,
             "prepared": {mode: {"ok": True}}, "modes": {}, "noise_floor": None, "winner": mode, "fallback": True,
             "compile_options": compile_options(mode),
             "pins": {lookup_hash(s): {"kernel": n, **(winners.get(s) or pins[s]).entry()} for _m, n, _k, s in found if s in pins}}
         if not winners:
             result["why"] = pruned or ("no kernel's configuration beat its original beyond noise" if kernels else
-                                       "no kernel was tuned")
+                                       nothing_tuned_why(skipped))
             return result
         out, first, second = restitch_winners(problem, mode, dev, compiled, inputs, hook.modules, pins, winners)
         check = check_outputs([out], [expected])

@@ -979,9 +979,9 @@ def choose(baseline: str, per_round: Dict[str, List[Tuple[float, float, float]]]
     return {"modes": modes, "noise_floor": math.exp(floor), "winner": winner, "fallback": not winners}
 
 
-def device_us(compiled: Callable[..., Any], inputs: Sequence[Any], calls: int, name: str) -> Dict[str, float]:
-    """Device time per call by name of device work: torch.profiler over ``calls`` calls, in a
-    region named ``name``."""
+def device_profile(compiled: Callable[..., Any], inputs: Sequence[Any], calls: int, name: str) -> Dict[str, Dict[str, float]]:
+    """Per name of device work, its launches (``count``) and device time (``us``) per call:
+    torch.profiler over ``calls`` calls, in a region named ``name``."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -989,7 +989,12 @@ def device_us(compiled: Callable[..., Any], inputs: Sequence[Any], calls: int, n
         for _ in range(calls):
             compiled(*inputs)
         torch.cuda.synchronize()
-    return {n: t["us"] for n, t in device_totals(trace_events(prof), calls).items()}
+    return device_totals(trace_events(prof), calls)
+
+
+def device_us(compiled: Callable[..., Any], inputs: Sequence[Any], calls: int, name: str) -> Dict[str, float]:
+    """Device time per call by name of device work (:func:`device_profile`)."""
+    return {n: t["us"] for n, t in device_profile(compiled, inputs, calls, name).items()}
 
 
 #: Inductor's names of its generated Triton kernels (pointwise, reduction, persistent, template...).

@@ -222,15 +222,15 @@ def matmul_rate(dev: Any, dtype: Any) -> float:
     return max(rates)
 
 
-def copy_bandwidth(dev: Any) -> float:
-    """Bytes per second of a 1 GiB device-to-device copy (read + write)."""
+def copy_bandwidth(dev: Any, elements: int = 1 << 28, name: str = "verify:copy-bandwidth") -> float:
+    """Bytes per second of a device-to-device copy of ``elements`` fp32 values (1 GiB by default;
+    read + write), timed in the region ``name``."""
     import torch
 
-    n = 1 << 28
-    src = torch.empty(n, dtype=torch.float32, device=dev)
+    src = torch.empty(elements, dtype=torch.float32, device=dev)
     dst = torch.empty_like(src)
-    ms = median_ms(lambda: dst.copy_(src), "verify:copy-bandwidth", warmup=10, rep=50)
-    return 2 * n * 4 / (ms / 1e3)
+    ms = median_ms(lambda: dst.copy_(src), name, warmup=10, rep=50)
+    return 2 * elements * 4 / (ms / 1e3)
 
 
 def compiled_calls_while_tracing_run_eagerly() -> bool:
