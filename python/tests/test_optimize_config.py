@@ -323,6 +323,9 @@ def test_bad_arguments_are_named_before_anything_runs(capsys: pytest.CaptureFixt
         assert "--beat must be a positive speedup" in capsys.readouterr().err
     assert C.main(["p.py", "--out", out, "--tune-until", "2000", "--until", "1000"]) == 2
     assert "--until 1000.000 is before --tune-until 2000.000" in capsys.readouterr().err
+    for frac in ("0", "inf", "-0.5"):
+        assert C.main(["p.py", "--out", out, "--roof-skip", frac]) == 2
+        assert "--roof-skip must be a positive fraction" in capsys.readouterr().err
     pytest.importorskip("torch")
     assert C.main([str(tmp_path / "missing.py"), "--out", out]) == 2  # the problem is named before the GPU is looked for
     assert "missing.py: no such file" in capsys.readouterr().err
@@ -541,6 +544,7 @@ def test_a_kernel_at_its_bandwidth_roof_is_left_untuned_with_its_ceiling_named(g
     assert row["ceiling"] == pytest.approx(3.0 / gb_per_ms)
     why = C.at_roof(row)
     assert (why is not None) == at_roof, why
+    assert C.at_roof(row, C.ROOF_TRUST_MAX + 1) is None  # --roof-skip above the trusted rate: every kernel is tuned
     if why:
         assert f"{gb_per_ms / 3.0:.0%} of the device's copy bandwidth" in why and f"{3.0 / gb_per_ms:.3f}x" in why
 

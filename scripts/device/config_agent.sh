@@ -10,7 +10,10 @@
 # Override: PROBLEMS="level1/009_layernorm_fp32:default ..." (problem:baseline), ROUNDS, MAX_CONFIGS,
 #   TOP_KERNELS, PER_PROBLEM_S (each problem's time limit, default 180 s; a max-autotune problem
 #   compiles three times: the baseline, the re-stitch with CUDA graphs, the result file's check).
-#   A problem is not started after BUDGET_S (default 420 s) of the call.
+#   A problem is not started after BUDGET_S (default 420 s) of the call. SIZE (default `default`)
+#   is the problems' preset; EXTRA goes to every config step as it is (e.g. `--roof-skip 2`: every
+#   kernel searched whatever its roofline, to see what the 95 % rule would have left out; the
+#   roofline table, scripts/analysis/roofline_table.py, is printed after the agent's).
 # $OUT gets, per problem, NAME.json (the agent's result), NAME/model_new.py, NAME/policy.toml,
 #   NAME.log (stderr) and, when verified, NAME.verdict.json; config_agent.txt is the table, printed last.
 set -uo pipefail
@@ -23,6 +26,8 @@ TOP_KERNELS=${TOP_KERNELS:-4}
 PER_PROBLEM_S=${PER_PROBLEM_S:-180}
 BUDGET_S=${BUDGET_S:-420}
 VERIFY=${VERIFY:-0}
+SIZE=${SIZE:-default}
+read -ra EXTRA_ARGS <<<"${EXTRA:-}"
 K=$PWD/target/release/kforge
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
 nvidia-smi -L | tee "$OUT/gpu.txt"
@@ -36,7 +41,7 @@ for item in $PROBLEMS; do
   echo "== $p against $base ($(date +%T))"
   timeout "$PER_PROBLEM_S" python3 -m kforge.optimize.config "problems/$p.py" --out "$OUT/$name.json" \
     --baseline "$base" --rounds "$ROUNDS" --max-configs "$MAX_CONFIGS" --top-kernels "$TOP_KERNELS" \
-    --result-dir "$OUT/$name" 2>"$OUT/$name.log"
+    --size "$SIZE" --result-dir "$OUT/$name" "${EXTRA_ARGS[@]}" 2>"$OUT/$name.log"
   echo "exit $?" | tee -a "$OUT/$name.log"
   if [ "$VERIFY" = 1 ] && [ -x "$K" ] && [ -f "$OUT/$name.json" ] && python3 -c "import json,sys; sys.exit(0 if json.load(open('$OUT/$name.json'))['winner'] == 'config' else 1)"; then
     timeout 240 "$K" verify "problems/$p.py" "$OUT/$name/model_new.py" --policy "$OUT/$name/policy.toml" \
@@ -76,6 +81,8 @@ for path in sorted(glob.glob(os.path.join(out, "*.json"))):
               f"x{fmt(k.get('speedup'), '%.3f')} {'WIN ' + k.get('winner', '') if k.get('fallback') is False else k.get('error', 'kept')}"
               f" (tried {k.get('configs_tried', '-')}, excluded {len(k.get('excluded', {}))})")
 EOF
+python3 scripts/analysis/roofline_table.py $(grep -l '"agent": "config"' "$OUT"/*.json 2>/dev/null) \
+  --json "$OUT/roofline.json" 2>&1 | tee "$OUT/roofline.txt"
 # A device call brings back at most 8 files: the table stays, everything else goes into one archive.
-(cd "$OUT" && tar -czf /tmp/config_agent.tgz --exclude=config_agent.txt .) &&
-  find "$OUT" -mindepth 1 ! -name config_agent.txt -delete && mv /tmp/config_agent.tgz "$OUT/"
+(cd "$OUT" && tar -czf /tmp/config_agent.tgz --exclude=config_agent.txt --exclude=roofline.txt --exclude=roofline.json .) &&
+  find "$OUT" -mindepth 1 ! -name config_agent.txt ! -name roofline.txt ! -name roofline.json -delete && mv /tmp/config_agent.tgz "$OUT/"

@@ -866,7 +866,7 @@ def nothing_tuned_why(skipped: Dict[str, str]) -> str:
 
 def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, top_k: int,
             problem_path: Optional[str] = None, result_dir: Optional[str] = None, beat: float = 1.0,
-            tune_until: Optional[float] = None, end: Optional[float] = None) -> Dict[str, Any]:
+            tune_until: Optional[float] = None, end: Optional[float] = None, roof_skip: float = ROOF_SKIP) -> Dict[str, Any]:
     """The whole agent step on a GPU (see the module's docstring). With ``problem_path`` and
     ``result_dir`` the result file is written there and, for a winner, checked: imported, compiled,
     its kernels' configurations read back against the table and its output against the baseline's
@@ -875,7 +875,9 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
     (:func:`pruned_why`). With ``tune_until`` (Unix seconds: the tuning's deadline) a kernel is
     tuned only while its tuning and what follows it fit before then (:func:`next_fits`); the others
     are listed in ``not_tuned``. With ``end`` (Unix seconds: the step's end, after ``tune_until``) the
-    re-stitched model's timing rounds past the first two stop before it (``rounds_cut``)."""
+    re-stitched model's timing rounds past the first two stop before it (``rounds_cut``). A kernel
+    whose least traffic moves at ``roof_skip`` of the device's copy bandwidth or more is not tuned
+    (:func:`at_roof`; the result's ``roofline`` has every kernel's row)."""
     import torch
     import torch._inductor.config as icfg
 
@@ -907,8 +909,8 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
             "its launch was not recorded" if n not in recorded else ""] if why}
         peak, l2, peak_why = device_peak(dev)
         rows = roofline(found, recorded, totals, peak, l2)
-        skipped.update({n: why for n, r in rows.items() if n not in skipped for why in [at_roof(r)] if why})
-        roof = roofline_summary(us, names, rows, peak, l2, peak_why)
+        skipped.update({n: why for n, r in rows.items() if n not in skipped for why in [at_roof(r, roof_skip)] if why})
+        roof = {**roofline_summary(us, names, rows, peak, l2, peak_why), "skip_at": roof_skip}
         share = sum(us.get(n, 0.0) for n in set(names)) / max(sum(us.values()), 1e-9)
         pruned = pruned_why(share, beat) or roof_pruned_why(roof["ceiling"], beat)
         selected = [] if pruned else select_kernels(us, [n for n in names if n not in skipped], top_k)
@@ -1097,8 +1099,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--until", type=float, default=None, metavar="UNIX_S",
                     help="the step's end: no timing round of the re-stitched model past the first two starts that "
                          "would end after it (kforge optimize gives every config step under a wall budget one)")
+    ap.add_argument("--roof-skip", type=float, default=ROOF_SKIP, metavar="FRACTION",
+                    help=f"a kernel whose least traffic moves at this fraction of the device's copy bandwidth or more "
+                         f"is at its roof and not tuned (default {ROOF_SKIP}; above {ROOF_TRUST_MAX}: every kernel is tuned)")
     a = ap.parse_args(argv)
     try:
+        if not (math.isfinite(a.roof_skip) and a.roof_skip > 0):
+            raise ConfigError(f"--roof-skip must be a positive fraction of the copy bandwidth, got {a.roof_skip}")
         if a.rounds < 2:
             raise ConfigError(f"--rounds must be at least 2 (an interval needs two rounds), got {a.rounds}")
         if a.until is not None and a.tune_until is not None and a.until < a.tune_until:
@@ -1128,7 +1135,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         result_dir = a.result_dir or tempfile.mkdtemp(prefix="kforge-config-")
         inductor_regions()  # under a daemon, the baseline compile's own autotuning runs in regions
         result = note_not_tuned(measure(problem, a.baseline, torch.device(a.device), a.rounds, a.max_configs,
-                                        a.top_kernels, a.problem, result_dir, a.beat, a.tune_until, a.until))
+                                        a.top_kernels, a.problem, result_dir, a.beat, a.tune_until, a.until,
+                                        a.roof_skip))
         result.update(problem=a.problem, size=a.size, device=a.device, agent="config", versions=versions())
         if a.result_dir:
             write_result(a.problem, result, a.result_dir)
