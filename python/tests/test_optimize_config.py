@@ -590,6 +590,8 @@ def test_the_roofline_rows_come_from_each_kernels_first_launch_and_its_profile()
     summary = C.roofline_summary({n: 30.0, "nvjet": 30.0}, [n], rows, PEAK, 1_000_000, None)
     assert summary["skip_at"] == C.ROOF_SKIP and summary["ceiling"] == pytest.approx(60 / (30 + 30 / rows[n]["ceiling"]))
     assert C.roofline_summary({}, [], {}, None, 0, "OutOfMemoryError: x")["why"].startswith("no copy bandwidth measured")
+    unbounded = C.roofline_summary({n: 30.0}, [n], {}, PEAK, 1_000_000, None)  # every microsecond free: no number
+    assert unbounded["ceiling"] is None and json.loads(json.dumps(unbounded, allow_nan=False))["ceiling"] is None
 
 
 def test_why_nothing_was_tuned_names_the_kernels_at_their_roof() -> None:

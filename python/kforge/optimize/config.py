@@ -838,9 +838,11 @@ def device_peak(dev: Any) -> Tuple[Optional[float], int, Optional[str]]:
 def roofline_summary(us: Dict[str, float], names: Sequence[str], rows: Dict[str, Dict[str, Any]],
                      peak: Optional[float], l2: int, why: Optional[str]) -> Dict[str, Any]:
     """The result's ``roofline``: the peak it was measured against, the kernels, the model's
-    ceiling and the fraction at which a kernel is left untuned."""
+    ceiling (``None`` when unknown or unbounded: JSON has no infinity, and the report reads a
+    number or nothing) and the fraction at which a kernel is left untuned."""
+    ceiling = roofline_ceiling(us, names, rows) if peak else None
     out: Dict[str, Any] = {"copy_bytes_per_s": peak, "l2_bytes": l2, "skip_at": ROOF_SKIP, "kernels": rows,
-                           "ceiling": roofline_ceiling(us, names, rows) if peak else None}
+                           "ceiling": ceiling if ceiling is not None and math.isfinite(ceiling) else None}
     if why:
         out["why"] = f"no copy bandwidth measured: {why}"
     return out
