@@ -741,6 +741,33 @@ mod tests {
             );
         }
         assert!(html.contains("The model with every winner pinned") && html.contains("Amdahl ceiling"), "{html}");
+        assert!(!html.contains("roofline ceiling"), "a step before the roofline has none");
+        // With a roofline: its line, and a row for the kernel left at its roof.
+        let roof = crate::KernelRoof {
+            kind: Some("pointwise".into()),
+            bytes: Some(6.4e9),
+            of_peak: Some(0.97),
+            ceiling: Some(1.031),
+            why: None,
+        };
+        let m = r.config.as_mut().unwrap().measurement.as_mut().unwrap();
+        m.roofline = Some(crate::Roofline {
+            copy_bytes_per_s: Some(2.9e12),
+            skip_at: Some(0.95),
+            ceiling: Some(1.08),
+            kernels: [("triton_poi_fused_silu_9<".to_string(), roof)].into(),
+            why: None,
+        });
+        let html = problem_html(&r, None);
+        assert_self_contained(&html);
+        assert!(html.contains("roofline ceiling 1.080x (every generated kernel at its bandwidth roof"), "{html}");
+        assert!(
+            html.contains(
+                "<td>triton_poi_fused_silu_9&lt;</td><td>pointwise</td><td>—</td><td>—</td>\
+                 <td>not tuned: at 97% of the copy bandwidth: at most 1.031x</td>"
+            ),
+            "{html}"
+        );
     }
 
     #[test]
