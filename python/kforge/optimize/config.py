@@ -828,11 +828,14 @@ def device_peak(dev: Any) -> Tuple[Optional[float], int, Optional[str]]:
     import torch
 
     l2 = int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0))
+    peak: Optional[float] = None
+    why: Optional[str] = None
     try:
-        return copy_bandwidth(dev, ROOF_COPY_ELEMENTS, "optimize:copy-bandwidth"), l2, None
+        peak = copy_bandwidth(dev, ROOF_COPY_ELEMENTS, "optimize:copy-bandwidth")
     except Exception as e:  # out of memory beside a large problem: the search runs without a roofline
-        torch.cuda.empty_cache()
-        return None, l2, f"{type(e).__name__}: {str(e)[:200]}"
+        why = f"{type(e).__name__}: {str(e)[:200]}"
+    torch.cuda.empty_cache()  # the copy's 512 MiB back to the device, not held in torch's cache beside siblings
+    return peak, l2, why
 
 
 def roofline_summary(us: Dict[str, float], names: Sequence[str], rows: Dict[str, Dict[str, Any]],
