@@ -813,11 +813,11 @@ def roofline(found: Sequence[Tuple[Any, str, Any, str]], recorded: Dict[str, Dic
             continue
         try:
             spec, arg_names = kernel_spec(name, src), kernel_arg_names(name, src)
-        except ConfigError as e:
-            rows[name] = {"why": str(e)}
+            args = rec["before"]
+            traffic = kernel_traffic(arg_names, args, iterations(spec, arg_names, args))
+        except Exception as e:  # a roofline is advice: a source it cannot read leaves the kernel without one
+            rows[name] = {"why": f"{type(e).__name__}: {str(e)[:200]}"}
             continue
-        args = rec["before"]
-        traffic = kernel_traffic(arg_names, args, iterations(spec, arg_names, args))
         rows[name] = roofline_row(spec.kind, traffic, t["count"], t["us"], peak, l2)
     return rows
 
