@@ -564,3 +564,14 @@ def median_ms(fn: Callable[[], Any], name: str, **kw: Any) -> float:
     v = do_bench(fn, return_mode="median", name=name, **kw)
     assert isinstance(v, float)
     return v
+
+
+def copy_bandwidth(dev: Any, elements: int = 1 << 28, name: str = "verify:copy-bandwidth") -> float:
+    """Bytes per second of a device-to-device copy of ``elements`` fp32 values (1 GiB by default;
+    read + write), timed in the region ``name``."""
+    import torch
+
+    src = torch.empty(elements, dtype=torch.float32, device=dev)
+    dst = torch.empty_like(src)
+    ms = median_ms(lambda: dst.copy_(src), name, warmup=10, rep=50)
+    return 2 * elements * 4 / (ms / 1e3)

@@ -26,9 +26,9 @@ import json
 import sys
 from typing import Any, Callable, Optional, Sequence, Tuple
 
+from ..bench import copy_bandwidth
 from ..harness import SIZES, to_device
 from ..region import region
-from ..verify.perf import copy_bandwidth
 from .capture import MODES, load_sized
 from .inductor import CaptureError
 from .restitch import compile_problem

@@ -33,7 +33,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from ..autoregions import inductor_regions
-from ..bench import do_bench_interleaved, median_ms
+from ..bench import copy_bandwidth, do_bench_interleaved, median_ms
 from ..harness import Check, Fp64Reference, retake_tainted, clone_all, clone_output, flat, judge, make_inputs, mean_half, native_threads, noise_floor, paired_round, thread_check
 
 #: Timed candidate calls per round whose outputs are kept and compared with the reference.
@@ -220,17 +220,6 @@ def matmul_rate(dev: Any, dtype: Any) -> float:
     finally:
         torch.backends.cuda.matmul.allow_tf32 = saved
     return max(rates)
-
-
-def copy_bandwidth(dev: Any, elements: int = 1 << 28, name: str = "verify:copy-bandwidth") -> float:
-    """Bytes per second of a device-to-device copy of ``elements`` fp32 values (1 GiB by default;
-    read + write), timed in the region ``name``."""
-    import torch
-
-    src = torch.empty(elements, dtype=torch.float32, device=dev)
-    dst = torch.empty_like(src)
-    ms = median_ms(lambda: dst.copy_(src), name, warmup=10, rep=50)
-    return 2 * elements * 4 / (ms / 1e3)
 
 
 def compiled_calls_while_tracing_run_eagerly() -> bool:

@@ -1,0 +1,118 @@
+"""The roofline (python/kforge/inspect/roofline.py): each generated kernel's least traffic against
+the device's copy bandwidth, on the H200 fixtures' kernel sources; no GPU."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Dict, Tuple
+
+import pytest
+
+from kforge.inspect import inductor
+from kforge.inspect import kernel_source as K
+from kforge.inspect import roofline as R
+
+H200 = Path(__file__).resolve().parents[2] / "crates/kforge-inductor/tests/fixtures/h200"
+
+
+def one(fixture: str, prefix: str) -> Tuple[str, str]:
+    cap = json.loads((H200 / f"{fixture}.capture.json").read_text())
+    out: Dict[str, str] = {}
+    for w in cap["wrappers"]:
+        out.update(inductor.kernel_sources(w))
+    return next((n, s) for n, s in out.items() if n.startswith(prefix))
+
+
+GB = 1e9
+
+
+def test_a_kernels_least_traffic_counts_each_buffer_once_an_in_out_buffer_twice_capped_by_its_iterations() -> None:
+    import torch
+
+    n, s = one("default_009_layernorm_fp32", "triton_red_")  # x 8192 rows of r0_ 4096
+    names = K.kernel_arg_names(n, s)
+    assert names == ["in_ptr0", "in_ptr1", "in_ptr2", "out_ptr2", "xnumel", "r0_numel"]
+    x, w, b, out = torch.empty(8192, 4096), torch.empty(4096), torch.empty(4096), torch.empty(8192, 4096)
+    args = [x, w, b, out, 8192, 4096]
+    space = R.iterations(K.kernel_spec(n, s), names, args)
+    assert space == 8192 * 4096
+    assert R.kernel_traffic(names, args, space) == (2 * 8192 * 4096 + 2 * 4096) * 4
+    n, s = one("default_002_multihead_attention_bf16", "triton_per_")  # softmax in place
+    names = K.kernel_arg_names(n, s)
+    buf = torch.empty(131072, 1024, dtype=torch.bfloat16)
+    assert R.kernel_traffic(names, [buf, 131072, 1024], 131072 * 1024) == 2 * 131072 * 1024 * 2  # read, then written
+    # A kernel handed a whole buffer of which its 1,000 iterations touch a slice: no more than 1,000 elements.
+    assert R.kernel_traffic(["in_ptr0", "out_ptr0", "ws_ptr", "xnumel"],
+                            [torch.empty(10_000), torch.empty(1000), torch.empty(50), 1000], 1000) == 2 * 1000 * 4
+    assert R.kernel_traffic(["in_ptr0"], [torch.empty(10)], None) == 40  # no extent named: the whole tensor
+
+
+def test_the_iteration_space_takes_the_bodys_constants_then_the_launchs_numel_arguments() -> None:
+    spec = K.KernelSpec("k", "pointwise", {"x": 1024}, ("XBLOCK",), {})
+    assert R.iterations(spec, ["in_ptr0", "out_ptr0", "xnumel"], [None, None, 1000]) == 1000
+    assert R.iterations(spec, ["in_ptr0", "out_ptr0", "xnumel"], [None, None, True]) is None  # not an extent
+    fixed = K.KernelSpec("k", "reduction", None, ("XBLOCK", "R0_BLOCK"), {"x": 64, "r0_": 3000})
+    assert R.iterations(fixed, ["in_ptr0", "xnumel", "r0_numel"], [None, 7, 7]) == 64 * 3000
+
+
+PEAK = 3.0e12  # bytes/s
+L2 = 50 * 1_000_000
+
+
+@pytest.mark.parametrize("gb_per_ms, at_roof", [(2.9, True), (2.85, True), (2.8, False), (1.5, False)])
+def test_a_kernel_at_its_bandwidth_roof_is_left_untuned_with_its_ceiling_named(gb_per_ms: float, at_roof: bool) -> None:
+    """One launch of 1 ms moving 2.9 GB runs at 97 % of a 3 TB/s copy: at most 1.034x faster, not tuned;
+    at 2.8 GB (93 %) it is tuned (ROOF_SKIP is 0.95)."""
+    row = R.roofline_row("pointwise", int(gb_per_ms * GB), 2.0, 2000.0, PEAK, L2)  # two launches, 1 ms each
+    assert row["us_per_launch"] == 1000.0 and row["of_peak"] == pytest.approx(gb_per_ms / 3.0)
+    assert row["ceiling"] == pytest.approx(3.0 / gb_per_ms)
+    why = R.at_roof(row)
+    assert (why is not None) == at_roof, why
+    assert R.at_roof(row, R.ROOF_TRUST_MAX + 1) is None  # --roof-skip above the trusted rate: every kernel is tuned
+    if why:
+        assert f"{gb_per_ms / 3.0:.0%} of the device's copy bandwidth" in why and f"{3.0 / gb_per_ms:.3f}x" in why
+
+
+def test_the_roofline_holds_only_for_memory_bound_kinds_past_the_l2_and_below_an_implausible_rate() -> None:
+    tem = R.roofline_row("template", int(3 * GB), 1.0, 1000.0, PEAK, L2)
+    assert "ceiling" not in tem and "arithmetic" in tem["why"] and R.at_roof(tem) is None
+    small = R.roofline_row("pointwise", 100 * 1_000_000, 1.0, 30.0, PEAK, L2)  # 100 MB: within 4x a 50 MB L2
+    assert "ceiling" not in small and "within 4x the L2" in small["why"] and R.at_roof(small) is None
+    fast = R.roofline_row("reduction", int(4 * GB), 1.0, 1000.0, PEAK, L2)  # 4 TB/s against a 3 TB/s copy
+    assert "ceiling" not in fast and "does not hold" in fast["why"] and R.at_roof(fast) is None
+    over = R.roofline_row("reduction", int(3.3 * GB), 1.0, 1000.0, PEAK, L2)  # 110 %: a kernel may beat the copy
+    assert over["ceiling"] == 1.0 and R.at_roof(over) is not None
+    assert R.roofline_row("pointwise", int(GB), 1.0, 1000.0, None, L2)["why"] == "no copy bandwidth measured"
+    assert R.roofline_row("pointwise", 0, 1.0, 1000.0, PEAK, L2)["why"] == "no device time or no traffic"
+
+
+def test_the_models_roofline_ceiling_keeps_vendor_time_and_frees_kernels_without_a_roofline() -> None:
+    us = {"nvjet_gemm": 600.0, "triton_poi_a": 300.0, "triton_red_b": 100.0}
+    rows = {"triton_poi_a": {"ceiling": 1.5}, "triton_red_b": {"why": "within 4x the L2"}}
+    # 1000 us -> 600 + 300 / 1.5 + 0 = 800 us
+    assert R.roofline_ceiling(us, ["triton_poi_a", "triton_red_b"], rows) == pytest.approx(1.25)
+    assert R.roofline_ceiling(us, ["triton_poi_a", "triton_poi_a"], rows) == pytest.approx(1000 / 900)  # once each
+    assert R.roofline_ceiling({"triton_poi_a": 5.0}, ["triton_poi_a"], {}) == math.inf
+    assert R.roofline_ceiling({}, [], {}) is None
+
+
+def test_the_roofline_rows_come_from_each_kernels_first_launch_and_its_profile() -> None:
+    import torch
+
+    n, s = one("default_002_multihead_attention_bf16", "triton_poi_")  # in_ptr0, out_ptr0, xnumel = 8388608
+    x = torch.empty(8388608, dtype=torch.bfloat16)
+    found = [(None, n, None, s), (None, n, None, s), (None, "triton_poi_unrecorded", None, s), (None, "triton_x", None, "def (")]
+    recorded = {n: {"before": [x, torch.empty_like(x), 8388608]}, "triton_x": {"before": []}}
+    totals = {n: {"count": 2.0, "us": 30.0}, "triton_x": {"count": 1.0, "us": 1.0}}
+    rows = R.roofline(found, recorded, totals, PEAK, 1_000_000)  # a 1 MB L2
+    assert set(rows) == {n, "triton_x"}  # the unrecorded kernel has no row
+    assert rows[n]["bytes"] == 2 * 8388608 * 2 and rows[n]["us_per_launch"] == 15.0
+    assert rows[n]["of_peak"] == pytest.approx(2 * 8388608 * 2 / 15e-6 / PEAK)
+    assert "does not parse" in rows["triton_x"]["why"]
+    summary = R.roofline_summary({n: 30.0, "nvjet": 30.0}, [n], rows, PEAK, 1_000_000, None)
+    assert summary["skip_at"] == R.ROOF_SKIP and summary["ceiling"] == pytest.approx(60 / (30 + 30 / rows[n]["ceiling"]))
+    assert R.roofline_summary({}, [], {}, None, 0, "OutOfMemoryError: x")["why"].startswith("no copy bandwidth measured")
+    unbounded = R.roofline_summary({n: 30.0}, [n], {}, PEAK, 1_000_000, None)  # every microsecond free: no number
+    assert unbounded["ceiling"] is None and json.loads(json.dumps(unbounded, allow_nan=False))["ceiling"] is None
