@@ -112,7 +112,39 @@ def test_the_roofline_rows_come_from_each_kernels_first_launch_and_its_profile()
     assert rows[n]["of_peak"] == pytest.approx(2 * 8388608 * 2 / 15e-6 / PEAK)
     assert "does not parse" in rows["triton_x"]["why"]
     summary = R.roofline_summary({n: 30.0, "nvjet": 30.0}, [n], rows, PEAK, 1_000_000, None)
-    assert summary["skip_at"] == R.ROOF_SKIP and summary["ceiling"] == pytest.approx(60 / (30 + 30 / rows[n]["ceiling"]))
+    assert "skip_at" not in summary and summary["ceiling"] == pytest.approx(60 / (30 + 30 / rows[n]["ceiling"]))
     assert R.roofline_summary({}, [], {}, None, 0, "OutOfMemoryError: x")["why"].startswith("no copy bandwidth measured")
     unbounded = R.roofline_summary({n: 30.0}, [n], {}, PEAK, 1_000_000, None)  # every microsecond free: no number
     assert unbounded["ceiling"] is None and json.loads(json.dumps(unbounded, allow_nan=False))["ceiling"] is None
+
+
+def test_the_capture_sets_every_recorded_kernel_against_the_copy_bandwidth(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an H200 capture's wrapper: the kernel whose launch was recorded gets its row (its least
+    traffic from the recorded arguments, its time from the profile's totals), the others none;
+    the model's ceiling counts the vendor time as it is. A failure is the roofline's why."""
+    import torch
+
+    from kforge.inspect import capture
+
+    cap = json.loads((H200 / "default_002_multihead_attention_bf16.capture.json").read_text())
+    n, _s = one("default_002_multihead_attention_bf16", "triton_poi_")  # in_ptr0, out_ptr0, xnumel = 8388608
+    x = torch.empty(8388608, dtype=torch.bfloat16)
+    recorded = {n: {"before": [x, torch.empty_like(x), 8388608]}}
+    totals = {n: {"count": 1.0, "us": 20.0}, "nvjet_gemm": {"count": 2.0, "us": 80.0}}
+    regions = []
+    monkeypatch.setattr(capture, "device_peak", lambda dev, region: regions.append(region) or (3.0e12, 1_000_000, None))
+    r = capture.capture_roofline(cap["wrappers"], recorded, totals, "cuda")
+    assert regions == ["inspect:copy-bandwidth"]
+    assert list(r["kernels"]) == [n] and r["copy_bytes_per_s"] == 3.0e12
+    row = r["kernels"][n]
+    assert row["bytes"] == 2 * 8388608 * 2 and row["of_peak"] == pytest.approx(2 * 8388608 * 2 / 20e-6 / 3.0e12)
+    # The other generated kernels have no row: no time of theirs is in totals, so the ceiling is 100 / (80 + 20 / c).
+    assert r["ceiling"] == pytest.approx(100 / (80 + 20 / row["ceiling"]))
+    assert json.loads(json.dumps(r, allow_nan=False)) == r
+
+    def boom(dev: object, region: str) -> object:
+        raise RuntimeError("no device")
+
+    monkeypatch.setattr(capture, "device_peak", boom)
+    failed = capture.capture_roofline(cap["wrappers"], recorded, totals, "cuda")
+    assert failed["copy_bytes_per_s"] is None and failed["why"] == "the roofline failed: RuntimeError: no device"

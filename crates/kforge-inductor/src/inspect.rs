@@ -38,6 +38,10 @@ pub struct Capture {
     pub replay: Vec<Value>,
     #[serde(default)]
     pub restitch: Option<Value>,
+    /// Each recorded Triton kernel's least traffic against the device's copy bandwidth
+    /// (python/kforge/inspect/roofline.py `roofline_summary`); absent in older captures.
+    #[serde(default)]
+    pub roofline: Option<Value>,
 }
 
 /// Why a capture could not be reported.
@@ -71,6 +75,9 @@ pub struct InspectReport {
     pub check: Option<Value>,
     pub replay: Vec<Value>,
     pub restitch: Option<Value>,
+    /// The capture's roofline, as it wrote it.
+    #[serde(default)]
+    pub roofline: Option<Value>,
 }
 
 /// Parse every wrapper of `cap`, merge them in order and attribute the profiled GPU time.
@@ -108,7 +115,36 @@ pub fn report(cap: &Capture) -> Result<InspectReport, InspectError> {
         check: cap.check.clone(),
         replay: cap.replay.clone(),
         restitch: cap.restitch.clone(),
+        roofline: cap.roofline.clone(),
     })
+}
+
+/// A Triton kernel's fraction of the copy bandwidth in the roofline, where its estimate holds
+/// (`COPY%`: `93%`), else `-`.
+fn copy_pct(roofline: Option<&Value>, kernel: &str) -> String {
+    let row = roofline.map(|r| &r["kernels"][kernel]);
+    match row.filter(|k| k["ceiling"].is_number()).and_then(|k| k["of_peak"].as_f64()) {
+        Some(f) => format!("{:.0}%", f * 100.0),
+        None => "-".into(),
+    }
+}
+
+/// The roofline's line: the copy bandwidth, the model's ceiling and how many kernels have one, or
+/// why there is none; `None` for a capture without a roofline.
+fn roofline_line(roofline: Option<&Value>) -> Option<String> {
+    let r = roofline?;
+    let Some(peak) = r["copy_bytes_per_s"].as_f64() else {
+        let why = r["why"].as_str().unwrap_or("no copy bandwidth measured");
+        return Some(format!("roofline: none ({why})\n"));
+    };
+    let kernels = r["kernels"].as_object().map(|k| (k.len(), k.values().filter(|v| v["ceiling"].is_number()).count()));
+    let (all, with) = kernels.unwrap_or((0, 0));
+    let ceiling = r["ceiling"].as_f64().map(|c| format!("{c:.3}x")).unwrap_or_else(|| "unbounded".into());
+    Some(format!(
+        "roofline: copy bandwidth {:.2} TB/s; {with} of {all} kernels with a roofline (COPY%: their least traffic's rate \
+         against it); every generated kernel at its roof: at most {ceiling}\n",
+        peak / 1e12
+    ))
 }
 
 fn pct(x: f64) -> String {
@@ -156,8 +192,8 @@ pub fn table(r: &InspectReport) -> String {
         r.source, r.kind, r.mode, r.graphs, r.triton_kernels, r.template_kernels, r.vendor_calls, r.attribution.total_us
     );
     s.push_str(&format!(
-        "{:>3} {:<7} {:<44} {:>10} {:>7}  {}\n",
-        "#", "KIND", "ENTRY", "GPU_US", "SHARE", "REPLACEABLE"
+        "{:>3} {:<7} {:<44} {:>10} {:>7} {:>6}  {}\n",
+        "#", "KIND", "ENTRY", "GPU_US", "SHARE", "COPY%", "REPLACEABLE"
     ));
     for l in &r.attribution.launches {
         let label: String = if l.label.chars().count() > 44 {
@@ -165,13 +201,15 @@ pub fn table(r: &InspectReport) -> String {
         } else {
             l.label.clone()
         };
+        let copy = if l.kind == "triton" { copy_pct(r.roofline.as_ref(), &l.label) } else { "-".into() };
         s.push_str(&format!(
-            "{:>3} {:<7} {:<44} {:>10.1} {:>7}  {} ({})\n",
+            "{:>3} {:<7} {:<44} {:>10.1} {:>7} {:>6}  {} ({})\n",
             l.launch,
             l.kind,
             label,
             l.gpu_us,
             pct(l.share),
+            copy,
             if l.replaceable { "yes" } else { "no" },
             l.why
         ));
@@ -203,6 +241,9 @@ pub fn table(r: &InspectReport) -> String {
         if let Some(line) = round_trip_timing(x) {
             s.push_str(&line);
         }
+    }
+    if let Some(line) = roofline_line(r.roofline.as_ref()) {
+        s.push_str(&line);
     }
     s.push_str(&format!("replaceable Triton share of GPU time: {}\n", pct(r.attribution.replaceable_share)));
     s

@@ -15,7 +15,9 @@ SOURCE is a KernelBench-format problem (``class Model``, ``get_inputs()``,
   run alone on copies of them and compared with what it produced inside the model;
 * ``restitch``: a fresh compile in which every Triton kernel is replaced by a kernel compiled
   from its own source (:mod:`.restitch`; the same CUDA-graph setting as the mode), outputs compared
-  with the unmodified compiled model and both timed.
+  with the unmodified compiled model and both timed;
+* ``roofline``: each recorded Triton kernel's least traffic (from its recorded arguments) against
+  the device's copy bandwidth, with its device time from the profile (:mod:`.roofline`).
 
 Bad input gives one line on stderr naming the file and the cause, and exit status 2. torch is
 imported inside the functions that use it: a missing torch is such a bad input, reported so.
@@ -33,9 +35,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from ..bench import median_ms
 from ..harness import SIZES, apply_size, clone_all, clone_output, finite_json, identical, max_abs_diff, strict_fp32, to_device
 from ..region import region
-from .inductor import CaptureError, WrapperHook, triton_globals
+from .inductor import CaptureError, WrapperHook, kernel_sources, triton_globals
 from .restitch import compile_problem, restitch_round_trip
-from .traces import group_iterations, trace_events
+from .roofline import device_peak, roofline, roofline_summary
+from .traces import device_totals, group_iterations, trace_events
 
 CAPTURE_VERSION = 1
 MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
@@ -114,6 +117,23 @@ def _time_ms(fn: Callable[[], Any]) -> float:
     return median_ms(fn, "inspect", warmup=10, rep=50, count_host=True)
 
 
+def capture_roofline(codes: Sequence[str], recorded: Dict[str, Dict[str, Any]], totals: Dict[str, Dict[str, float]],
+                     dev: Any) -> Dict[str, Any]:
+    """Each recorded Triton kernel's least traffic against the device's copy bandwidth (measured
+    here, in the region ``inspect:copy-bandwidth``) and the model's roofline ceiling
+    (:mod:`.roofline`); a failure is the roofline's ``why``, never the capture's."""
+    try:
+        sources: Dict[str, str] = {}
+        for code in codes:
+            sources.update(kernel_sources(code))
+        peak, l2, why = device_peak(dev, "inspect:copy-bandwidth")
+        rows = roofline([(None, n, None, src) for n, src in sources.items()], recorded, totals, peak, l2)
+        return roofline_summary({n: t["us"] for n, t in totals.items()}, list(sources), rows, peak, l2, why)
+    except Exception as e:  # advice: the inventory, replay and profile stand without it
+        return {"copy_bytes_per_s": None, "kernels": {}, "ceiling": None,
+                "why": f"the roofline failed: {type(e).__name__}: {str(e)[:200]}"}
+
+
 def capture_problem(path: str, problem: Any, mode: str, iterations: int, restitch: bool) -> Dict[str, Any]:
     import torch
     import torch._inductor.config as icfg
@@ -187,7 +207,9 @@ def capture_problem(path: str, problem: Any, mode: str, iterations: int, restitc
                 with record_function(f"kforge_iter_{i}"):
                     compiled(*inputs)
                 torch.cuda.synchronize()
-        result["iterations"] = group_iterations(trace_events(prof), iterations)
+        events = trace_events(prof)
+        result["iterations"] = group_iterations(events, iterations)
+        result["roofline"] = capture_roofline(list(codes), recorded, device_totals(events, iterations), dev)
 
         if restitch:
             try:

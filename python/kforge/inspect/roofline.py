@@ -127,17 +127,17 @@ def roofline(found: Sequence[Tuple[Any, str, Any, str]], recorded: Dict[str, Dic
     return rows
 
 
-def device_peak(dev: Any) -> Tuple[Optional[float], int, Optional[str]]:
-    """The device's copy bandwidth (bytes/s; ``None`` and why when it could not be measured) and
-    its L2 size (bytes)."""
+def device_peak(dev: Any, region: str = "optimize:copy-bandwidth") -> Tuple[Optional[float], int, Optional[str]]:
+    """The device's copy bandwidth (bytes/s, timed in the region ``region``; ``None`` and why when
+    it could not be measured) and its L2 size (bytes)."""
     import torch
 
     l2 = int(getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 0))
     peak: Optional[float] = None
     why: Optional[str] = None
     try:
-        peak = copy_bandwidth(dev, ROOF_COPY_ELEMENTS, "optimize:copy-bandwidth")
-    except Exception as e:  # out of memory beside a large problem: the search runs without a roofline
+        peak = copy_bandwidth(dev, ROOF_COPY_ELEMENTS, region)
+    except Exception as e:  # out of memory beside a large problem: no roofline, nothing skipped
         why = f"{type(e).__name__}: {str(e)[:200]}"
     torch.cuda.empty_cache()  # the copy's 512 MiB back to the device, not held in torch's cache beside siblings
     return peak, l2, why
@@ -145,11 +145,11 @@ def device_peak(dev: Any) -> Tuple[Optional[float], int, Optional[str]]:
 
 def roofline_summary(us: Dict[str, float], names: Sequence[str], rows: Dict[str, Dict[str, Any]],
                      peak: Optional[float], l2: int, why: Optional[str]) -> Dict[str, Any]:
-    """The result's ``roofline``: the peak it was measured against, the kernels, the model's
-    ceiling (``None`` when unknown or unbounded: JSON has no infinity, and the report reads a
-    number or nothing) and the fraction at which a kernel is left untuned."""
+    """A result's ``roofline``: the peak it was measured against, the L2, the kernels' rows and
+    the model's ceiling (``None`` when unknown or unbounded: JSON has no infinity, and the reports
+    read a number or nothing)."""
     ceiling = roofline_ceiling(us, names, rows) if peak else None
-    out: Dict[str, Any] = {"copy_bytes_per_s": peak, "l2_bytes": l2, "skip_at": ROOF_SKIP, "kernels": rows,
+    out: Dict[str, Any] = {"copy_bytes_per_s": peak, "l2_bytes": l2, "kernels": rows,
                            "ceiling": ceiling if ceiling is not None and math.isfinite(ceiling) else None}
     if why:
         out["why"] = f"no copy bandwidth measured: {why}"
