@@ -501,10 +501,24 @@ def test_model_rounds_time_both_sides_per_round() -> None:
 
 def test_why_nothing_was_tuned_names_the_kernels_at_their_roof() -> None:
     roof = {"triton_poi_a": "at its bandwidth roof: ...", "triton_red_b": "at its bandwidth roof: ..."}
-    assert "every generated kernel runs at its bandwidth roof (triton_poi_a, triton_red_b)" in C.nothing_tuned_why(roof)
+    assert "every generated kernel runs at its bandwidth roof (triton_poi_a, triton_red_b)" in C.nothing_tuned_why(roof, [])
     mixed = {**roof, "triton_poi_c": "not autotuned to one configuration"}
-    assert C.nothing_tuned_why(mixed) == "no kernel was tuned (2 at their bandwidth roof)"
-    assert C.nothing_tuned_why({}) == "no kernel was tuned"
+    assert C.nothing_tuned_why(mixed, []) == "no kernel was tuned (2 at their bandwidth roof)"
+    # A kernel the deadline deferred was not at its roof: not "every".
+    assert C.nothing_tuned_why(roof, ["triton_poi_d"]) == "no kernel was tuned (2 at their bandwidth roof)"
+    assert C.nothing_tuned_why({}, []) == "no kernel was tuned"
+
+
+def test_kernels_at_their_roof_are_skipped_and_marked_unless_skipped_already() -> None:
+    at = {"kind": "pointwise", "bytes": 6_000_000_000, "of_peak": 0.97, "ceiling": 1.031}
+    below = {"kind": "pointwise", "bytes": 6_000_000_000, "of_peak": 0.90, "ceiling": 1.111}
+    rows = {"triton_poi_fused_a": dict(at), "triton_poi_fused_b": below, "triton_poi_c": dict(at)}
+    already = {"triton_poi_c": "not *_fused_*: Inductor's lookup table does not apply"}
+    out = C.roof_skipped(rows, already, C.ROOF_SKIP)
+    assert list(out) == ["triton_poi_fused_a"] and out["triton_poi_fused_a"].startswith("at its bandwidth roof")
+    assert rows["triton_poi_fused_a"]["skipped"] is True
+    assert "skipped" not in rows["triton_poi_fused_b"] and "skipped" not in rows["triton_poi_c"]  # below; skipped for another reason
+    assert C.roof_skipped({"k": dict(at)}, {}, 0.98) == {}  # --roof-skip 0.98
 
 
 def test_the_search_is_pruned_when_its_roofline_ceiling_cannot_beat_the_result_to_beat() -> None:

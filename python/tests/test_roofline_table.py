@@ -13,7 +13,7 @@ from scriptload import analysis_script
 def result(problem: str, rows: Dict[str, Dict[str, Any]], kernels: Dict[str, Dict[str, Any]],
            skipped: Dict[str, str]) -> Dict[str, Any]:
     return {"agent": "config", "problem": f"problems/level1/{problem}.py", "kernels": kernels, "skipped": skipped,
-            "roofline": {"copy_bytes_per_s": 2.9e12, "skip_at": 0.95, "kernels": rows}}
+            "roofline": {"peak_bytes_per_s": 2.9e12, "skip_at": 0.95, "kernels": rows}}
 
 
 def test_each_kernels_roofline_is_set_beside_what_its_search_found(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -5,7 +5,7 @@ and why; is ROOF_SKIP's 95 % the right place to stop tuning?).
 
 Each RESULT.json is what ``python3 -m kforge.optimize.config`` wrote (best run with
 ``--roof-skip 2``, so that every kernel is searched whatever its roofline). One row per kernel
-with a roofline row: its least traffic per launch, the fraction of the copy bandwidth it moves at,
+with a roofline row: its least traffic per launch, the fraction of the device's bandwidth it moves at,
 its ceiling, and what the search found for it (its kernel-level speedup, or why none: skipped at
 its roof, not selected, failed). The last lines count, among the kernels that were searched, how
 many the 95 % rule would have left untuned and whether any of those won beyond noise.
@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-#: The config agent's default (python/kforge/optimize/config.py ROOF_SKIP).
+#: The config agent's default (python/kforge/inspect/roofline.py ROOF_SKIP).
 ROOF_SKIP = 0.95
 
 
@@ -43,7 +43,7 @@ def rows_of(path: str, result: Dict[str, Any]) -> List[Dict[str, Any]]:
         out.append({"problem": problem, "kernel": name, "kind": r.get("kind"), "gb": (r.get("bytes") or 0) / 1e9,
                     "us": r.get("us_per_launch"), "of_peak": r.get("of_peak"), "ceiling": r.get("ceiling"),
                     "why": r.get("why"), "found": found, "speedup": speedup,
-                    "copy_tb_s": (roof.get("copy_bytes_per_s") or 0) / 1e12})
+                    "peak_tb_s": (roof.get("peak_bytes_per_s") or 0) / 1e12})
     return out
 
 
@@ -61,13 +61,13 @@ def fmt(x: Any, f: str) -> str:
 
 
 def table(rows: Sequence[Dict[str, Any]], v: Dict[str, Any]) -> str:
-    lines = [f"{'problem':<34} {'kernel':<46} {'kind':<10} {'GB':>6} {'us':>8} {'of copy':>7} {'ceiling':>7}  found"]
+    lines = [f"{'problem':<34} {'kernel':<46} {'kind':<10} {'GB':>6} {'us':>8} {'of peak':>7} {'ceiling':>7}  found"]
     for r in rows:
         found = r["found"] + (f" {r['speedup']:.3f}x" if r["speedup"] else "")
         lines.append(f"{r['problem'][:34]:<34} {r['kernel'][:46]:<46} {str(r['kind'])[:10]:<10} {r['gb']:>6.2f} "
                      f"{fmt(r['us'], '%.1f'):>8} {fmt(r['of_peak'], '%.3f'):>7} {fmt(r['ceiling'], '%.3f'):>7}  "
                      f"{found}{'  (' + r['why'][:50] + ')' if r['why'] else ''}")
-    lines.append(f"searched with a roofline: {v['searched_with_roofline']}; at >= {ROOF_SKIP:.0%} of the copy bandwidth: "
+    lines.append(f"searched with a roofline: {v['searched_with_roofline']}; at >= {ROOF_SKIP:.0%} of the device's bandwidth: "
                  f"{v['at_or_above_skip']}; of those won: {len(v['won_above_skip'])} {v['won_above_skip']}")
     return "\n".join(lines)
 

@@ -38,7 +38,7 @@ pub struct Capture {
     pub replay: Vec<Value>,
     #[serde(default)]
     pub restitch: Option<Value>,
-    /// Each recorded Triton kernel's least traffic against the device's copy bandwidth
+    /// Each recorded Triton kernel's least traffic against the device's bandwidth
     /// (python/kforge/inspect/roofline.py `roofline_summary`); absent in older captures.
     #[serde(default)]
     pub roofline: Option<Value>,
@@ -119,9 +119,9 @@ pub fn report(cap: &Capture) -> Result<InspectReport, InspectError> {
     })
 }
 
-/// A Triton kernel's fraction of the copy bandwidth in the roofline, where its estimate holds
-/// (`COPY%`: `93%`), else `-`.
-fn copy_pct(roofline: Option<&Value>, kernel: &str) -> String {
+/// A Triton kernel's fraction of the device's bandwidth in the roofline, where its estimate holds
+/// (`BW%`: `93%`), else `-`.
+fn bandwidth_pct(roofline: Option<&Value>, kernel: &str) -> String {
     let row = roofline.map(|r| &r["kernels"][kernel]);
     match row.filter(|k| k["ceiling"].is_number()).and_then(|k| k["of_peak"].as_f64()) {
         Some(f) => format!("{:.0}%", f * 100.0),
@@ -129,20 +129,20 @@ fn copy_pct(roofline: Option<&Value>, kernel: &str) -> String {
     }
 }
 
-/// The roofline's line: the copy bandwidth, the model's ceiling and how many kernels have one, or
-/// why there is none; `None` for a capture without a roofline.
+/// The roofline's line: the device's bandwidth, the model's ceiling and how many kernels have
+/// one, or why there is none; `None` for a capture without a roofline.
 fn roofline_line(roofline: Option<&Value>) -> Option<String> {
     let r = roofline?;
-    let Some(peak) = r["copy_bytes_per_s"].as_f64() else {
-        let why = r["why"].as_str().unwrap_or("no copy bandwidth measured");
+    let Some(peak) = r["peak_bytes_per_s"].as_f64() else {
+        let why = r["why"].as_str().unwrap_or("no bandwidth measured");
         return Some(format!("roofline: none ({why})\n"));
     };
     let kernels = r["kernels"].as_object().map(|k| (k.len(), k.values().filter(|v| v["ceiling"].is_number()).count()));
     let (all, with) = kernels.unwrap_or((0, 0));
     let ceiling = r["ceiling"].as_f64().map(|c| format!("{c:.3}x")).unwrap_or_else(|| "unbounded".into());
     Some(format!(
-        "roofline: copy bandwidth {:.2} TB/s; {with} of {all} kernels with a roofline (COPY%: their least traffic's rate \
-         against it); every generated kernel at its roof: at most {ceiling}\n",
+        "roofline: device bandwidth {:.2} TB/s; {with} of {all} kernels with a roofline (BW%: the rate of their least \
+         traffic against it); every generated kernel at its roof: at most {ceiling}\n",
         peak / 1e12
     ))
 }
@@ -193,7 +193,7 @@ pub fn table(r: &InspectReport) -> String {
     );
     s.push_str(&format!(
         "{:>3} {:<7} {:<44} {:>10} {:>7} {:>6}  {}\n",
-        "#", "KIND", "ENTRY", "GPU_US", "SHARE", "COPY%", "REPLACEABLE"
+        "#", "KIND", "ENTRY", "GPU_US", "SHARE", "BW%", "REPLACEABLE"
     ));
     for l in &r.attribution.launches {
         let label: String = if l.label.chars().count() > 44 {
@@ -201,7 +201,7 @@ pub fn table(r: &InspectReport) -> String {
         } else {
             l.label.clone()
         };
-        let copy = if l.kind == "triton" { copy_pct(r.roofline.as_ref(), &l.label) } else { "-".into() };
+        let bw = if l.kind == "triton" { bandwidth_pct(r.roofline.as_ref(), &l.label) } else { "-".into() };
         s.push_str(&format!(
             "{:>3} {:<7} {:<44} {:>10.1} {:>7} {:>6}  {} ({})\n",
             l.launch,
@@ -209,7 +209,7 @@ pub fn table(r: &InspectReport) -> String {
             label,
             l.gpu_us,
             pct(l.share),
-            copy,
+            bw,
             if l.replaceable { "yes" } else { "no" },
             l.why
         ));

@@ -18,7 +18,7 @@ pub const GPU_S_PER_PROBLEM: f64 = 60.0;
 /// kernels is below 1 / (1 − 0.25) = 1.33×.
 pub const VENDOR_BOUND_SHARE: f64 = 0.25;
 /// A roofline ceiling at or below this is at the bandwidth roof: were every generated kernel to
-/// move its least traffic at the device's copy bandwidth, the model would be at most 5 % faster.
+/// move its least traffic at the device's bandwidth, the model would be at most 5 % faster.
 pub const AT_ROOF_CEILING: f64 = 1.05;
 
 /// The geomean goal of a level (`level1`..`level3`) over a baseline; `None` for another folder.
@@ -49,7 +49,7 @@ pub struct GoalCheck {
     /// Problems that kept the baseline with a Triton share below [`VENDOR_BOUND_SHARE`].
     pub vendor_bound: Vec<String>,
     /// Problems that kept the baseline, not vendor-bound, whose roofline ceiling is at most
-    /// [`AT_ROOF_CEILING`]: their generated kernels already move their bytes near the copy bandwidth.
+    /// [`AT_ROOF_CEILING`]: their generated kernels already move their bytes near the device's bandwidth.
     #[serde(default)]
     pub at_roof: Vec<String>,
     /// Problems that kept the baseline otherwise (or without a known share).

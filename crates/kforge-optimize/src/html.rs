@@ -473,7 +473,7 @@ fn goals_table(goals: &[GoalCheck]) -> String {
         s,
         "</table><p class=\"note\">Vendor-bound: the baseline's Triton kernels are below {:.0} % of its device time, so a \
          search over them is capped below {:.2}x (Amdahl). At the bandwidth roof: were every generated kernel to move \
-         its least traffic at the device's copy bandwidth, the model would be at most {:.2}x faster. Cost goals: {:.0} s wall and {:.0} s GPU per problem.</p>",
+         its least traffic at the device's bandwidth, the model would be at most {:.2}x faster. Cost goals: {:.0} s wall and {:.0} s GPU per problem.</p>",
         crate::goals::VENDOR_BOUND_SHARE * 100.0,
         crate::amdahl_ceiling(crate::goals::VENDOR_BOUND_SHARE),
         crate::goals::AT_ROOF_CEILING,
@@ -749,10 +749,11 @@ mod tests {
             of_peak: Some(0.97),
             ceiling: Some(1.031),
             why: None,
+            skipped: true,
         };
         let m = r.config.as_mut().unwrap().measurement.as_mut().unwrap();
         m.roofline = Some(crate::Roofline {
-            copy_bytes_per_s: Some(2.9e12),
+            peak_bytes_per_s: Some(2.9e12),
             skip_at: Some(0.95),
             ceiling: Some(1.08),
             kernels: [("triton_poi_fused_silu_9<".to_string(), roof)].into(),
@@ -764,7 +765,7 @@ mod tests {
         assert!(
             html.contains(
                 "<td>triton_poi_fused_silu_9&lt;</td><td>pointwise</td><td>—</td><td>—</td>\
-                 <td>not tuned: at 97% of the copy bandwidth: at most 1.031x</td>"
+                 <td>not tuned: at 97% of the device&#39;s bandwidth: at most 1.031x</td>"
             ),
             "{html}"
         );

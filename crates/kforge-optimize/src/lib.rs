@@ -550,20 +550,21 @@ pub struct ConfigMeasurement {
     /// of how many were timed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rounds_cut: Option<String>,
-    /// The generated kernels against the device's copy bandwidth (absent in steps before it).
+    /// The generated kernels against the device's bandwidth (absent in steps before it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub roofline: Option<Roofline>,
 }
 
-/// The config agent's roofline (python/kforge/optimize/config.py `roofline_summary`): each
-/// generated pointwise or reduction kernel's least traffic against the device's copy bandwidth,
-/// and the model's speedup were every one of them at its roof.
+/// The config agent's roofline (python/kforge/inspect/roofline.py `roofline_summary`): each
+/// generated pointwise or reduction kernel's least traffic against the device's bandwidth (the
+/// larger of a copy's and a read's rate), and the model's speedup were every one of them at its roof.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Roofline {
-    /// Bytes per second of a device-to-device copy (read + write); `None`: not measured (`why`).
+    /// The device's bandwidth the kernels are held against, bytes per second (the larger of a
+    /// device-to-device copy's rate, read + write, and a read's); `None`: not measured (`why`).
     #[serde(default)]
-    pub copy_bytes_per_s: Option<f64>,
-    /// The fraction of the copy bandwidth at which a kernel was left untuned.
+    pub peak_bytes_per_s: Option<f64>,
+    /// The fraction of the device's bandwidth at which a kernel was left untuned.
     #[serde(default)]
     pub skip_at: Option<f64>,
     /// The model's roofline ceiling: vendor time unchanged, each kernel with a roofline at its
@@ -576,7 +577,7 @@ pub struct Roofline {
     pub why: Option<String>,
 }
 
-/// One kernel against the copy bandwidth.
+/// One kernel against the device's bandwidth.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct KernelRoof {
     #[serde(default)]
@@ -584,7 +585,7 @@ pub struct KernelRoof {
     /// Its least traffic per launch, bytes.
     #[serde(default)]
     pub bytes: Option<f64>,
-    /// The fraction of the copy bandwidth that traffic moves at.
+    /// The fraction of the device's bandwidth that traffic moves at.
     #[serde(default)]
     pub of_peak: Option<f64>,
     /// The most any launch configuration can speed it up; `None` where the estimate does not hold (`why`).
@@ -592,25 +593,27 @@ pub struct KernelRoof {
     pub ceiling: Option<f64>,
     #[serde(default)]
     pub why: Option<String>,
+    /// Left untuned because it runs at its roof (the config agent marks it so).
+    #[serde(default)]
+    pub skipped: bool,
 }
 
 impl Roofline {
-    /// The kernels left untuned at their roof (`of_peak` at least `skip_at`, with a ceiling), by name.
+    /// The kernels the config agent left untuned at their roof, by name.
     pub fn at_roof(&self) -> Vec<(&String, &KernelRoof)> {
-        let skip_at = self.skip_at.unwrap_or(f64::INFINITY);
-        self.kernels.iter().filter(|(_, k)| k.ceiling.is_some() && k.of_peak.is_some_and(|f| f >= skip_at)).collect()
+        self.kernels.iter().filter(|(_, k)| k.skipped).collect()
     }
 
-    /// `config: roofline ceiling 1.03x (copy bandwidth 2.95 TB/s); 2 kernels at their roof`, or
-    /// why there is none.
+    /// `config: roofline ceiling 1.030x (…; device bandwidth 2.95 TB/s); 2 at their roof, not
+    /// tuned`, or why there is none.
     pub fn line(&self) -> String {
-        let Some(peak) = self.copy_bytes_per_s else {
-            return format!("config: no roofline: {}\n", self.why.as_deref().unwrap_or("no copy bandwidth measured"));
+        let Some(peak) = self.peak_bytes_per_s else {
+            return format!("config: no roofline: {}\n", self.why.as_deref().unwrap_or("no bandwidth measured"));
         };
         let ceiling = self.ceiling.map(|c| format!("{c:.3}x")).unwrap_or_else(|| "unbounded".into());
         let roof = self.at_roof().len();
         format!(
-            "config: roofline ceiling {ceiling} (every generated kernel at its bandwidth roof; copy bandwidth {:.2} TB/s){}\n",
+            "config: roofline ceiling {ceiling} (every generated kernel at its bandwidth roof; device bandwidth {:.2} TB/s){}\n",
             peak / 1e12,
             if roof > 0 { format!("; {roof} at their roof, not tuned") } else { String::new() }
         )
@@ -618,10 +621,10 @@ impl Roofline {
 }
 
 impl KernelRoof {
-    /// `at 97% of the copy bandwidth: at most 1.031x`.
+    /// `at 97% of the device's bandwidth: at most 1.031x`.
     pub fn at_roof_text(&self) -> String {
         match (self.of_peak, self.ceiling) {
-            (Some(f), Some(c)) => format!("at {:.0}% of the copy bandwidth: at most {c:.3}x", f * 100.0),
+            (Some(f), Some(c)) => format!("at {:.0}% of the device's bandwidth: at most {c:.3}x", f * 100.0),
             _ => self.why.clone().unwrap_or_default(),
         }
     }
@@ -2047,11 +2050,14 @@ pub(crate) mod tests {
 
     #[test]
     fn the_roofline_is_read_and_its_kernels_at_their_roof_are_named_in_the_table() {
-        // As python/kforge/optimize/config.py `roofline_summary` writes it (one kernel at 97 %
-        // of the copy bandwidth, one within the L2, the model's ceiling 1.08x).
-        let roof = r#"{"roofline": {"copy_bytes_per_s": 2.9e12, "l2_bytes": 52428800, "skip_at": 0.95, "ceiling": 1.08,
+        // As python/kforge/inspect/roofline.py `roofline_summary` and the config agent write it:
+        // one kernel left at its roof (97 %), one at 96 % but skipped for another reason (not
+        // marked), one within the L2; the model's ceiling 1.08x.
+        let roof = r#"{"roofline": {"peak_bytes_per_s": 2.9e12, "copy_bytes_per_s": 2.9e12, "read_bytes_per_s": 2.8e12,
+            "l2_bytes": 52428800, "skip_at": 0.95, "ceiling": 1.08,
             "kernels": {"triton_poi_fused_silu_0": {"kind": "pointwise", "bytes": 6.4e9, "us_per_launch": 2275.1,
-                            "bytes_per_s": 2.813e12, "of_peak": 0.97, "ceiling": 1.0309},
+                            "bytes_per_s": 2.813e12, "of_peak": 0.97, "ceiling": 1.0309, "skipped": true},
+                        "triton_poi_2": {"kind": "pointwise", "bytes": 6.4e9, "of_peak": 0.96, "ceiling": 1.0417},
                         "triton_red_fused_sum_1": {"kind": "reduction", "bytes": 1.0e6, "us_per_launch": 3.0,
                             "bytes_per_s": 3.3e11, "of_peak": 0.11, "why": "its traffic (1.0 MB a launch) is within 4x the L2"}}},"#;
         let m = ConfigMeasurement::parse(&CONFIG_JSON.replacen('{', roof, 1)).unwrap();
@@ -2060,15 +2066,15 @@ pub(crate) mod tests {
         assert_eq!(at_roof, ["triton_poi_fused_silu_0"]);
         let t = ConfigReport { measurement: Some(m.clone()), ..ConfigReport::default() }.lines();
         for want in [
-            "config: roofline ceiling 1.080x (every generated kernel at its bandwidth roof; copy bandwidth 2.90 TB/s); 1 at their roof, not tuned",
-            "not tuned: at 97% of the copy bandwidth: at most 1.031x",
+            "config: roofline ceiling 1.080x (every generated kernel at its bandwidth roof; device bandwidth 2.90 TB/s); 1 at their roof, not tuned",
+            "not tuned: at 97% of the device's bandwidth: at most 1.031x",
         ] {
             assert!(t.contains(want), "{want} in\n{t}");
         }
-        assert!(!t.contains("triton_red_fused_sum_1"), "a kernel within the L2 is not at its roof: {t}");
+        assert!(!t.contains("triton_red_fused_sum_1") && !t.contains("triton_poi_2"), "not left at the roof: {t}");
         let none =
-            Roofline { copy_bytes_per_s: None, why: Some("no copy bandwidth measured: OutOfMemoryError".into()), ..r };
-        assert_eq!(none.line(), "config: no roofline: no copy bandwidth measured: OutOfMemoryError\n");
+            Roofline { peak_bytes_per_s: None, why: Some("no bandwidth measured: OutOfMemoryError".into()), ..r };
+        assert_eq!(none.line(), "config: no roofline: no bandwidth measured: OutOfMemoryError\n");
         // The report's ceiling is the config step's; an older step without one reads as none.
         let report = |m: ConfigMeasurement| Report {
             config: Some(ConfigReport { measurement: Some(m), ..ConfigReport::default() }),

@@ -98,7 +98,8 @@ fn the_roofline_of_a_capture_is_a_column_and_a_line() {
     // roofline, one within the L2 (a rate, but no ceiling).
     let mut c = capture();
     c["roofline"] = json!({
-        "copy_bytes_per_s": 2.9e12, "l2_bytes": 52428800, "ceiling": 1.1,
+        "peak_bytes_per_s": 2.9e12, "copy_bytes_per_s": 2.9e12, "read_bytes_per_s": 2.7e12, "l2_bytes": 52428800,
+        "ceiling": 1.1,
         "kernels": {
             "triton_poi_fused_addmm_relu_0": {"kind": "pointwise", "bytes": 6.4e9, "of_peak": 0.934, "ceiling": 1.0707},
             "triton_per_fused__softmax_1": {"kind": "persistent_reduction", "bytes": 1.0e6, "of_peak": 0.2,
@@ -107,20 +108,20 @@ fn the_roofline_of_a_capture_is_a_column_and_a_line() {
     });
     let t = run(&c);
     let row = |name: &str| t.lines().find(|l| l.contains(name)).unwrap_or_else(|| panic!("{name} in {t}")).to_string();
-    assert!(t.contains("SHARE  COPY%  REPLACEABLE"), "{t}");
+    assert!(t.contains("SHARE    BW%  REPLACEABLE"), "{t}");
     assert!(row("triton_poi_fused_addmm_relu_0").contains("   93%  yes"), "{t}");
     assert!(row("triton_per_fused__softmax_1").contains("     -  yes"), "{t}");
     assert!(row("extern_kernels.mm").contains("     -  no"), "{t}");
     assert!(
         t.contains(
-            "roofline: copy bandwidth 2.90 TB/s; 1 of 2 kernels with a roofline (COPY%: their least traffic's rate \
-             against it); every generated kernel at its roof: at most 1.100x"
+            "roofline: device bandwidth 2.90 TB/s; 1 of 2 kernels with a roofline (BW%: the rate of their least \
+             traffic against it); every generated kernel at its roof: at most 1.100x"
         ),
         "{t}"
     );
-    c["roofline"] = json!({"copy_bytes_per_s": null, "kernels": {}, "ceiling": null,
-                           "why": "no copy bandwidth measured: OutOfMemoryError: x"});
-    assert!(run(&c).contains("roofline: none (no copy bandwidth measured: OutOfMemoryError: x)"));
+    c["roofline"] = json!({"peak_bytes_per_s": null, "kernels": {}, "ceiling": null,
+                           "why": "no bandwidth measured: OutOfMemoryError: x"});
+    assert!(run(&c).contains("roofline: none (no bandwidth measured: OutOfMemoryError: x)"));
 }
 
 #[test]

@@ -17,7 +17,7 @@ SOURCE is a KernelBench-format problem (``class Model``, ``get_inputs()``,
   from its own source (:mod:`.restitch`; the same CUDA-graph setting as the mode), outputs compared
   with the unmodified compiled model and both timed;
 * ``roofline``: each recorded Triton kernel's least traffic (from its recorded arguments) against
-  the device's copy bandwidth, with its device time from the profile (:mod:`.roofline`).
+  the device's bandwidth, with its device time from the profile (:mod:`.roofline`).
 
 Bad input gives one line on stderr naming the file and the cause, and exit status 2. torch is
 imported inside the functions that use it: a missing torch is such a bad input, reported so.
@@ -37,7 +37,7 @@ from ..harness import SIZES, apply_size, clone_all, clone_output, finite_json, i
 from ..region import region
 from .inductor import CaptureError, WrapperHook, kernel_sources, triton_globals
 from .restitch import compile_problem, restitch_round_trip
-from .roofline import device_peak, roofline, roofline_summary
+from .roofline import device_peak, peak_of, roofline, roofline_summary
 from .traces import device_totals, group_iterations, trace_events
 
 CAPTURE_VERSION = 1
@@ -119,18 +119,17 @@ def _time_ms(fn: Callable[[], Any]) -> float:
 
 def capture_roofline(codes: Sequence[str], recorded: Dict[str, Dict[str, Any]], totals: Dict[str, Dict[str, float]],
                      dev: Any) -> Dict[str, Any]:
-    """Each recorded Triton kernel's least traffic against the device's copy bandwidth (measured
-    here, in the region ``inspect:copy-bandwidth``) and the model's roofline ceiling
+    """Each recorded Triton kernel's least traffic against the device's bandwidth (measured here,
+    in the region ``inspect:bandwidth``) and the model's roofline ceiling
     (:mod:`.roofline`); a failure is the roofline's ``why``, never the capture's."""
     try:
-        sources: Dict[str, str] = {}
-        for code in codes:
-            sources.update(kernel_sources(code))
-        peak, l2, why = device_peak(dev, "inspect:copy-bandwidth")
-        rows = roofline([(None, n, None, src) for n, src in sources.items()], recorded, totals, peak, l2)
-        return roofline_summary({n: t["us"] for n, t in totals.items()}, list(sources), rows, peak, l2, why)
+        found = [(None, n, None, src) for code in codes for n, src in kernel_sources(code).items()]
+        sources = sorted({n for _m, n, _k, _s in found})
+        rates, l2, why = device_peak(dev, "inspect:bandwidth")
+        rows = roofline(found, recorded, totals, peak_of(rates), l2)
+        return roofline_summary({n: t["us"] for n, t in totals.items()}, list(sources), rows, rates, l2, why)
     except Exception as e:  # advice: the inventory, replay and profile stand without it
-        return {"copy_bytes_per_s": None, "kernels": {}, "ceiling": None,
+        return {"peak_bytes_per_s": None, "kernels": {}, "ceiling": None,
                 "why": f"the roofline failed: {type(e).__name__}: {str(e)[:200]}"}
 
 

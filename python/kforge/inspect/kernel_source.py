@@ -87,3 +87,10 @@ def kernel_arg_names(name: str, source: str) -> List[str]:
     wrapper's ``kernel.run(...)`` passes positionally."""
     fn = _kernel_function(source, name)
     return [a.arg for a in fn.args.args if a.annotation is None or "constexpr" not in ast.unparse(a.annotation)]
+
+
+def kernel_body(name: str, source: str) -> str:
+    """The text of a kernel function's body (its signature and decorators left out)."""
+    fn = _kernel_function(source, name)
+    lines = source.splitlines()
+    return "\n".join(lines[fn.body[0].lineno - 1: fn.end_lineno])

@@ -27,7 +27,6 @@ Exit status: 0 result written, 2 could not run (bad input or the environment: on
 from __future__ import annotations
 
 import argparse
-import ast
 import hashlib
 import importlib.util
 import json
@@ -46,7 +45,7 @@ from ..inspect.capture import copy_strided
 from ..inspect.inductor import CUDA_GRAPH_MODES, WrapperHook, kernel_sources, triton_globals
 from ..inspect.kernel_source import KernelSpec, kernel_spec
 from ..inspect.restitch import compile_problem, swapping
-from ..inspect.roofline import ROOF_SKIP, ROOF_TRUST_MAX, at_roof, device_peak, roofline, roofline_summary
+from ..inspect.roofline import ROOF_SKIP, ROOF_TRUST_MAX, at_roof, device_peak, peak_of, roofline, roofline_summary
 from .dispatch import (MODES, DispatchError, another_round_fits, choose, device_profile, load_problem, run_then_leave,
                        rounds_cut, triton_version)
 from .result import ResultError, policy_text, renamed_reference, write_files
@@ -635,6 +634,18 @@ def pruned_why(share: float, beat: float) -> Optional[str]:
             f"is {ceiling:.3f}x, not above the {beat:.3f}x another family's verified result has")
 
 
+def roof_skipped(rows: Dict[str, Dict[str, Any]], skipped: Dict[str, str], skip_at: float) -> Dict[str, str]:
+    """The kernels not skipped for another reason that run at their roof (:func:`at_roof`), with
+    why; their rows are marked ``skipped`` (what the report lists as not tuned at the roof)."""
+    out: Dict[str, str] = {}
+    for n, r in rows.items():
+        why = None if n in skipped else at_roof(r, skip_at)
+        if why:
+            out[n] = why
+            r["skipped"] = True
+    return out
+
+
 def roof_pruned_why(ceiling: Optional[float], beat: float) -> Optional[str]:
     """Why the search is not worth its cost by the roofline, or ``None``: with every generated
     kernel at its roof (those without a roofline at no time) the model would be at most
@@ -645,10 +656,11 @@ def roof_pruned_why(ceiling: Optional[float], beat: float) -> Optional[str]:
             f"not above the {beat:.3f}x to beat")
 
 
-def nothing_tuned_why(skipped: Dict[str, str]) -> str:
-    """Why no kernel was tuned: every one the search would take is at its roof, or none was left."""
+def nothing_tuned_why(skipped: Dict[str, str], not_tuned: Sequence[str]) -> str:
+    """Why no kernel was tuned: every one with device time is at its roof (none was selected, none
+    deferred by the deadline), or how many of those that were not tuned are."""
     roof = [n for n, why in skipped.items() if why.startswith("at its bandwidth roof")]
-    if roof and len(roof) == len(skipped):
+    if roof and len(roof) == len(skipped) and not not_tuned:
         return f"no kernel was tuned: every generated kernel runs at its bandwidth roof ({', '.join(roof[:3])})"
     return "no kernel was tuned" + (f" ({len(roof)} at their bandwidth roof)" if roof else "")
 
@@ -665,7 +677,7 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
     tuned only while its tuning and what follows it fit before then (:func:`next_fits`); the others
     are listed in ``not_tuned``. With ``end`` (Unix seconds: the step's end, after ``tune_until``) the
     re-stitched model's timing rounds past the first two stop before it (``rounds_cut``). A kernel
-    whose least traffic moves at ``roof_skip`` of the device's copy bandwidth or more is not tuned
+    whose least traffic moves at ``roof_skip`` of the device's bandwidth or more is not tuned
     (:func:`at_roof`; the result's ``roofline`` has every kernel's row)."""
     import torch
     import torch._inductor.config as icfg
@@ -696,10 +708,10 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
             "not autotuned to one configuration" if src not in pins else
             "its name is in more than one wrapper module" if names.count(n) > 1 else
             "its launch was not recorded" if n not in recorded else ""] if why}
-        peak, l2, peak_why = device_peak(dev)
-        rows = roofline(found, recorded, totals, peak, l2)
-        skipped.update({n: why for n, r in rows.items() if n not in skipped for why in [at_roof(r, roof_skip)] if why})
-        roof = {**roofline_summary(us, names, rows, peak, l2, peak_why), "skip_at": roof_skip}
+        rates, l2, peak_why = device_peak(dev)
+        rows = roofline(found, recorded, totals, peak_of(rates), l2)
+        skipped.update(roof_skipped(rows, skipped, roof_skip))
+        roof = {**roofline_summary(us, names, rows, rates, l2, peak_why), "skip_at": roof_skip}
         share = sum(us.get(n, 0.0) for n in set(names)) / max(sum(us.values()), 1e-9)
         pruned = pruned_why(share, beat) or roof_pruned_why(roof["ceiling"], beat)
         selected = [] if pruned else select_kernels(us, [n for n in names if n not in skipped], top_k)
@@ -731,7 +743,7 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
             "pins": {lookup_hash(s): {"kernel": n, **(winners.get(s) or pins[s]).entry()} for _m, n, _k, s in found if s in pins}}
         if not winners:
             result["why"] = pruned or ("no kernel's configuration beat its original beyond noise" if kernels else
-                                       nothing_tuned_why(skipped))
+                                       nothing_tuned_why(skipped, not_tuned))
             return result
         out, first, second = restitch_winners(problem, mode, dev, compiled, inputs, hook.modules, pins, winners)
         check = check_outputs([out], [expected])
@@ -889,12 +901,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="the step's end: no timing round of the re-stitched model past the first two starts that "
                          "would end after it (kforge optimize gives every config step under a wall budget one)")
     ap.add_argument("--roof-skip", type=float, default=ROOF_SKIP, metavar="FRACTION",
-                    help=f"a kernel whose least traffic moves at this fraction of the device's copy bandwidth or more "
+                    help=f"a kernel whose least traffic moves at this fraction of the device's bandwidth or more "
                          f"is at its roof and not tuned (default {ROOF_SKIP}; above {ROOF_TRUST_MAX}: every kernel is tuned)")
     a = ap.parse_args(argv)
     try:
         if not (math.isfinite(a.roof_skip) and a.roof_skip > 0):
-            raise ConfigError(f"--roof-skip must be a positive fraction of the copy bandwidth, got {a.roof_skip}")
+            raise ConfigError(f"--roof-skip must be a positive fraction of the device's bandwidth, got {a.roof_skip}")
         if a.rounds < 2:
             raise ConfigError(f"--rounds must be at least 2 (an interval needs two rounds), got {a.rounds}")
         if a.until is not None and a.tune_until is not None and a.until < a.tune_until:
