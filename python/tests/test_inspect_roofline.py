@@ -61,21 +61,34 @@ PEAK = 3.0e12  # bytes/s
 L2 = 50 * 1_000_000
 
 
-@pytest.mark.parametrize("gb_per_ms, at_roof", [(3.0, True), (2.95, True), (2.85, False), (1.5, False)])
-def test_a_kernel_at_its_bandwidth_roof_is_left_untuned_with_its_ceiling_named(gb_per_ms: float, at_roof: bool) -> None:
-    """One launch of 1 ms moving 2.95 GB, of which all but a 50 MB L2's worth surely reached device
-    memory: 2.9 TB/s, 97 % of a 3 TB/s device, at most 1.034x faster, not tuned; 2.85 GB (93 %) is
-    tuned (ROOF_SKIP is 0.95)."""
-    row = R.roofline_row("pointwise", int(gb_per_ms * GB), 2.0, 2000.0, PEAK, L2)  # two launches, 1 ms each
-    rate = (gb_per_ms * GB - L2) / 1e-3
-    assert row["us_per_launch"] == 1000.0 and row["bytes"] == int(gb_per_ms * GB)
-    assert row["bytes_per_s"] == pytest.approx(rate) and row["of_peak"] == pytest.approx(rate / PEAK)
-    assert row["ceiling"] == pytest.approx(PEAK / rate)
+# Session 33 on an H100 at the large preset (bench/results/roofline/): the device-to-device copy
+# moved 2.958 TB/s; the kernels, their least traffic and time per launch, and what a search found.
+H100_COPY = 2.9579e12
+
+
+@pytest.mark.parametrize("kernel, traffic, us, at_roof", [
+    ("silu (nothing beat it)", 6_442_450_944, 2108.366, True),         # 1.022x the copy's rate
+    ("softmax (nothing beat it)", 8_589_934_592, 2796.272, True),      # 1.031x
+    ("rmsnorm (tuned 1.017x faster)", 4_294_975_488, 1435.676, False),  # 0.999x
+])
+def test_a_kernel_at_its_bandwidth_roof_is_left_untuned_with_its_ceiling_named(kernel: str, traffic: int, us: float,
+                                                                                at_roof: bool) -> None:
+    """The roof stands ROOF_MARGIN (5 %) above the measured bandwidth: a kernel moving its least
+    traffic (all but one L2's worth) at 1.02x that or more can gain at most 1.029x and is not
+    tuned; the RMSNorm kernel at 0.999x was tuned 1.017x faster, and its ceiling says 1.051x."""
+    l2 = 52_428_800
+    row = R.roofline_row("reduction", traffic, 2.0, 2 * us, H100_COPY, l2)  # two launches
+    rate = (traffic - l2) / (us / 1e6)
+    assert row["us_per_launch"] == pytest.approx(us) and row["bytes"] == traffic
+    assert row["bytes_per_s"] == pytest.approx(rate) and row["of_peak"] == pytest.approx(rate / H100_COPY)
+    assert row["ceiling"] == pytest.approx(max(1.0, R.ROOF_MARGIN * H100_COPY / rate))
     why = R.at_roof(row)
-    assert (why is not None) == at_roof, why
+    assert (why is not None) == at_roof, (kernel, row)
     assert R.at_roof(row, R.ROOF_TRUST_MAX + 1) is None  # --roof-skip above the trusted rate: every kernel is tuned
     if why:
-        assert f"{rate / PEAK:.0%} of the device's bandwidth" in why and f"{PEAK / rate:.3f}x" in why
+        assert f"{rate / H100_COPY:.0%} of the device's bandwidth" in why and f"{row['ceiling']:.3f}x" in why
+    else:
+        assert row["ceiling"] > 1.017  # what the search found stays under the ceiling
 
 
 def test_the_roofline_holds_only_for_memory_bound_kinds_past_the_l2_and_below_an_implausible_rate() -> None:
@@ -86,7 +99,7 @@ def test_the_roofline_holds_only_for_memory_bound_kinds_past_the_l2_and_below_an
     fast = R.roofline_row("reduction", int(4 * GB), 1.0, 1000.0, PEAK, L2)  # 3.95 TB/s against 3 TB/s
     assert "ceiling" not in fast and "does not hold" in fast["why"] and R.at_roof(fast) is None
     over = R.roofline_row("reduction", int(3.35 * GB), 1.0, 1000.0, PEAK, L2)  # 110 %: within the trusted 125 %
-    assert over["ceiling"] == 1.0 and R.at_roof(over) is not None
+    assert over["ceiling"] == 1.0 and R.at_roof(over) is not None  # past the roof's margin: no gain left
     assert R.roofline_row("pointwise", int(GB), 1.0, 1000.0, None, L2)["why"] == "no bandwidth measured"
     assert R.roofline_row("pointwise", 0, 1.0, 1000.0, PEAK, L2)["why"] == "no device time or no traffic"
 

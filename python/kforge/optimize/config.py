@@ -713,7 +713,8 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
         skipped.update(roof_skipped(rows, skipped, roof_skip))
         roof = {**roofline_summary(us, names, rows, rates, l2, peak_why), "skip_at": roof_skip}
         share = sum(us.get(n, 0.0) for n in set(names)) / max(sum(us.values()), 1e-9)
-        pruned = pruned_why(share, beat) or roof_pruned_why(roof["ceiling"], beat)
+        by_roof = roof_pruned_why(roof["ceiling"], beat) if roof_skip <= ROOF_TRUST_MAX else None
+        pruned = pruned_why(share, beat) or by_roof
         selected = [] if pruned else select_kernels(us, [n for n in names if n not in skipped], top_k)
         by_name = {n: (m, k, s) for m, n, k, s in found}
         kernels: Dict[str, Any] = {}
