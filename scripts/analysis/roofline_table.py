@@ -1,5 +1,5 @@
 """The config agent's roofline against its own search, per kernel (issue 18: where a goal is missed
-and why; is ROOF_SKIP's 95 % the right place to stop tuning?).
+and why; is ROOF_SKIP (1.02 of the measured bandwidth) the right place to stop tuning?).
 
     python3 scripts/analysis/roofline_table.py RESULT.json... [--json OUT.json]
 
@@ -8,7 +8,7 @@ Each RESULT.json is what ``python3 -m kforge.optimize.config`` wrote (best run w
 with a roofline row: its least traffic per launch, the fraction of the device's bandwidth it moves at,
 its ceiling, and what the search found for it (its kernel-level speedup, or why none: skipped at
 its roof, not selected, failed). The last lines count, among the kernels that were searched, how
-many the 95 % rule would have left untuned and whether any of those won beyond noise.
+many the ROOF_SKIP rule would have left untuned and whether any of those won beyond noise.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 from typing import Any, Dict, List, Optional, Sequence
 
 #: The config agent's default (python/kforge/inspect/roofline.py ROOF_SKIP).
-ROOF_SKIP = 0.95
+ROOF_SKIP = 1.02
 
 
 def rows_of(path: str, result: Dict[str, Any]) -> List[Dict[str, Any]]:
@@ -33,7 +33,9 @@ def rows_of(path: str, result: Dict[str, Any]) -> List[Dict[str, Any]]:
     for name, r in sorted((roof.get("kernels") or {}).items()):
         k = kernels.get(name)
         if k is None:
-            found = "skipped: " + skipped[name][:60] if name in skipped else "not selected"
+            why = str(result.get("why") or "")
+            found = ("skipped: " + skipped[name][:60] if name in skipped else
+                     "not searched (pruned)" if why.startswith("not searched") else "not selected")
             speedup: Optional[float] = None
         elif k.get("error"):
             found, speedup = "failed", None
