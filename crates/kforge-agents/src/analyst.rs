@@ -9,6 +9,12 @@ use serde::Serialize;
 pub const NEAR_OPTIMAL_PCT: f64 = 80.0;
 /// Both percentages below this: the kernel under-utilizes the device.
 pub const UNDER_UTILIZED_PCT: f64 = 40.0;
+/// Without a profile, a generated kernel whose least traffic moves at this fraction of the
+/// device's measured bandwidth (a copy's rate, about 88 % of an H100's nominal HBM3 rate) or more
+/// is near optimal: about the memory speed-of-light percentage `NEAR_OPTIMAL_PCT` says.
+pub const NEAR_OPTIMAL_BANDWIDTH: f64 = 0.9;
+/// Below this fraction it under-utilizes the device (as `UNDER_UTILIZED_PCT`).
+pub const UNDER_UTILIZED_BANDWIDTH: f64 = 0.45;
 
 /// What limits a kernel (DESIGN-NOTES §5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -45,6 +51,19 @@ impl Tier {
         }
     }
 
+    /// The tier of a generated kernel from the roofline alone (no profile: memory only): near
+    /// optimal from `NEAR_OPTIMAL_BANDWIDTH` of the device's measured bandwidth, under-utilized
+    /// below `UNDER_UTILIZED_BANDWIDTH`, memory-bound between (a pointwise or reduction kernel).
+    pub fn from_bandwidth(of_peak: f64) -> Tier {
+        if of_peak >= NEAR_OPTIMAL_BANDWIDTH {
+            Tier::NearOptimal
+        } else if of_peak < UNDER_UTILIZED_BANDWIDTH {
+            Tier::UnderUtilized
+        } else {
+            Tier::MemoryBound
+        }
+    }
+
     /// The tier's name as the prompt shows it.
     pub fn name(self) -> &'static str {
         match self {
@@ -64,6 +83,10 @@ pub struct KernelTier {
     pub kind: Option<KernelKind>,
     pub share: Option<f64>,
     pub tier: Tier,
+    /// Set when the tier came from the roofline (no profile row): the fraction of the device's
+    /// measured bandwidth.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from_bandwidth: Option<f64>,
 }
 
 /// The analysis of a problem.
@@ -79,20 +102,32 @@ pub struct Analysis {
 /// Tiers every kernel of `ctx` and computes the Amdahl ceiling.
 pub fn analyze(ctx: &ProblemContext) -> Analysis {
     let profile_of = |name: &str| ctx.profile.as_ref().and_then(|ps| ps.iter().find(|p| p.name == name));
-    let tier_of = |name: &str| profile_of(name).map(Tier::of).unwrap_or(Tier::Unknown);
     let Some(inventory) = &ctx.inventory else {
         let kernels = ctx
             .profile
             .iter()
             .flatten()
-            .map(|p| KernelTier { name: p.name.clone(), kind: None, share: None, tier: Tier::of(p) })
+            .map(|p| KernelTier {
+                name: p.name.clone(),
+                kind: None,
+                share: None,
+                tier: Tier::of(p),
+                from_bandwidth: None,
+            })
             .collect();
         return Analysis { kernels, amdahl_ceiling: None };
     };
     let kernels = inventory
         .kernels
         .iter()
-        .map(|k| KernelTier { name: k.name.clone(), kind: Some(k.kind), share: Some(k.share), tier: tier_of(&k.name) })
+        .map(|k| {
+            let (tier, from_bandwidth) = match (profile_of(&k.name), k.bandwidth_of_peak) {
+                (Some(p), _) => (Tier::of(p), None),
+                (None, Some(f)) if k.kind == KernelKind::Generated => (Tier::from_bandwidth(f), Some(f)),
+                _ => (Tier::Unknown, None),
+            };
+            KernelTier { name: k.name.clone(), kind: Some(k.kind), share: Some(k.share), tier, from_bandwidth }
+        })
         .collect();
     let generated: f64 = inventory.kernels.iter().filter(|k| k.kind == KernelKind::Generated).map(|k| k.share).sum();
     let amdahl_ceiling = (generated < 1.0).then(|| 1.0 / (1.0 - generated.max(0.0)));
@@ -116,7 +151,16 @@ impl Analysis {
                     None => "",
                 };
                 let share = k.share.map(|s| format!(" {:.1}% of GPU time", s * 100.0)).unwrap_or_default();
-                format!("- {}{kind}{share}: {}", k.name, k.tier.name())
+                let basis = k
+                    .from_bandwidth
+                    .map(|f| {
+                        format!(
+                            " (no profile; roofline: its least traffic at {:.0}% of the device's bandwidth)",
+                            f * 100.0
+                        )
+                    })
+                    .unwrap_or_default();
+                format!("- {}{kind}{share}: {}{basis}", k.name, k.tier.name())
             })
             .collect();
         match self.amdahl_ceiling {
@@ -153,7 +197,13 @@ mod tests {
 
     #[test]
     fn the_ceiling_comes_from_the_generated_share() {
-        let kernel = |name: &str, kind, share| KernelInfo { name: name.into(), kind, share, source: None };
+        let kernel = |name: &str, kind, share| KernelInfo {
+            name: name.into(),
+            kind,
+            share,
+            source: None,
+            bandwidth_of_peak: None,
+        };
         let ctx = ProblemContext {
             problem: "p".into(),
             source: String::new(),
@@ -171,5 +221,47 @@ mod tests {
         let text = a.render();
         assert!(text.contains("- t0 generated 25.0% of GPU time: memory-bound"), "{text}");
         assert!(text.contains("1.33x"), "{text}");
+    }
+
+    #[test]
+    fn without_a_profile_row_a_generated_kernel_is_tiered_by_its_roofline() {
+        let kernel = |name: &str, kind, f: Option<f64>| KernelInfo {
+            name: name.into(),
+            kind,
+            share: 0.25,
+            source: None,
+            bandwidth_of_peak: f,
+        };
+        let ctx = ProblemContext {
+            problem: "p".into(),
+            source: String::new(),
+            baseline: BaselineInfo { source: String::new(), label: "b".into(), time_ms: None },
+            inventory: Some(Inventory {
+                kernels: vec![
+                    kernel("silu", KernelKind::Generated, Some(1.022)),
+                    kernel("norm", KernelKind::Generated, Some(0.62)),
+                    kernel("tiny", KernelKind::Generated, Some(0.2)),
+                    kernel("mm", KernelKind::Vendor, Some(0.95)), // a vendor call is not tiered by it
+                    kernel("profiled", KernelKind::Generated, Some(0.99)),
+                ],
+            }),
+            profile: Some(vec![profile("profiled", 50.0, 5.0)]), // a profile row wins
+            device: "cuda:0".into(),
+        };
+        let a = analyze(&ctx);
+        let tiers: Vec<Tier> = a.kernels.iter().map(|k| k.tier).collect();
+        assert_eq!(
+            tiers,
+            [Tier::NearOptimal, Tier::MemoryBound, Tier::UnderUtilized, Tier::Unknown, Tier::MemoryBound]
+        );
+        let text = a.render();
+        assert!(
+            text.contains(
+                "- silu generated 25.0% of GPU time: near-optimal (no profile; roofline: its least traffic at 102% of \
+                 the device's bandwidth)"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("- profiled generated 25.0% of GPU time: memory-bound\n"), "{text}");
     }
 }

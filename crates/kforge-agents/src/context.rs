@@ -48,6 +48,11 @@ pub struct KernelInfo {
     /// Its source (generated kernels).
     #[serde(default)]
     pub source: Option<String>,
+    /// The rate its least traffic moves at as a fraction of the device's measured bandwidth
+    /// (`kforge inspect`'s roofline, python/kforge/inspect/roofline.py), where that estimate
+    /// holds: the analyst's tier when no profile row has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_of_peak: Option<f64>,
 }
 
 /// Who wrote a kernel.

@@ -112,6 +112,7 @@ fn planner_tools_are_answered_from_the_context() {
             kind: KernelKind::Generated,
             share: 0.5,
             source: Some(format!("@triton.jit\ndef k():\n    pass\n{}", "x".repeat(100))),
+            bandwidth_of_peak: None,
         }],
     });
     ctx.profile = Some(vec![kforge_agents::KernelProfile {
@@ -293,7 +294,13 @@ fn an_accepted_synthesis_kernel_seeds_a_chain() {
         other => panic!("unexpected role {other}"),
     });
     let mut ctx = context();
-    let k = |name: &str, kind, share| KernelInfo { name: name.into(), kind, share, source: Some(format!("# {name}")) };
+    let k = |name: &str, kind, share| KernelInfo {
+        name: name.into(),
+        kind,
+        share,
+        source: Some(format!("# {name}")),
+        bandwidth_of_peak: None,
+    };
     ctx.inventory = Some(Inventory {
         kernels: vec![
             k("triton_poi_0", KernelKind::Generated, 0.1),
@@ -482,7 +489,13 @@ fn busy_script(req: &Request, scope: &Scope) -> Result<kforge_llm::Reply, LlmErr
 /// The problem with two adjacent generated kernels (a synthesis group).
 fn busy_context() -> kforge_agents::ProblemContext {
     let mut ctx = context();
-    let k = |name: &str| KernelInfo { name: name.into(), kind: KernelKind::Generated, share: 0.3, source: None };
+    let k = |name: &str| KernelInfo {
+        name: name.into(),
+        kind: KernelKind::Generated,
+        share: 0.3,
+        source: None,
+        bandwidth_of_peak: None,
+    };
     ctx.inventory = Some(Inventory { kernels: vec![k("triton_poi_0"), k("triton_poi_1")] });
     ctx
 }

@@ -541,11 +541,19 @@ pub fn inventory_of(r: &kforge_inductor::inspect::InspectReport) -> (Inventory, 
                 _ => KernelKind::Aten,
             };
             let source = if kind == KernelKind::Generated { source(&l.label) } else { None };
-            KernelInfo { name: l.label.clone(), kind, share: l.share, source }
+            let bandwidth_of_peak = if kind == KernelKind::Generated { bandwidth_of_peak(r, &l.label) } else { None };
+            KernelInfo { name: l.label.clone(), kind, share: l.share, source, bandwidth_of_peak }
         })
         .collect();
     let ms = r.attribution.total_us / 1000.0;
     (Inventory { kernels }, (ms > 0.0).then_some(ms))
+}
+
+/// A generated kernel's fraction of the device's bandwidth in the inspect report's roofline,
+/// where its estimate holds (its row has a ceiling).
+fn bandwidth_of_peak(r: &kforge_inductor::inspect::InspectReport, kernel: &str) -> Option<f64> {
+    let row = &r.roofline.as_ref()?["kernels"][kernel];
+    row["ceiling"].is_number().then(|| row["of_peak"].as_f64()).flatten()
 }
 
 /// The analyst's rows of a profile: with an inventory, one row per inventory entry, named as
@@ -986,6 +994,29 @@ mod tests {
         let raw = profile_rows(&p, None);
         assert_eq!(raw.len(), 4);
         assert_eq!(raw[0].name, "void sm90_xmma_gemm(int)");
+    }
+
+    #[test]
+    fn the_agents_inventory_carries_each_generated_kernels_roofline() {
+        let mut r = inspect_report();
+        let (inv, ms) = inventory_of(&r);
+        assert!(inv.kernels.iter().all(|k| k.bandwidth_of_peak.is_none()), "no roofline in the report: none");
+        assert_eq!(ms, Some(0.2));
+        r.roofline = Some(serde_json::json!({"peak_bytes_per_s": 2.9e12, "ceiling": 1.2, "kernels": {
+            "triton_poi_fused_addmm_relu_0": {"of_peak": 0.93, "ceiling": 1.129},
+            "triton_per_fused__softmax_1": {"of_peak": 0.2, "why": "its traffic (1.0 MB a launch) is within 4x the L2"}
+        }}));
+        let (inv, _) = inventory_of(&r);
+        let f: Vec<(&str, Option<f64>)> = inv.kernels.iter().map(|k| (k.name.as_str(), k.bandwidth_of_peak)).collect();
+        assert_eq!(
+            f,
+            [
+                ("extern_kernels.mm", None),
+                ("triton_poi_fused_addmm_relu_0", Some(0.93)),
+                ("extern_kernels.addmm", None),
+                ("triton_per_fused__softmax_1", None), // no ceiling: its estimate does not hold
+            ]
+        );
     }
 
     fn verdict(outcome: &str, rejected_by: Option<&str>, checks: serde_json::Value) -> kforge_verify::verdict::Verdict {
