@@ -746,15 +746,15 @@ mod tests {
         let roof = crate::KernelRoof {
             kind: Some("pointwise".into()),
             bytes: Some(6.4e9),
-            of_peak: Some(0.97),
-            ceiling: Some(1.031),
+            of_peak: Some(1.022),
+            ceiling: Some(1.027),
             why: None,
             skipped: true,
         };
         let m = r.config.as_mut().unwrap().measurement.as_mut().unwrap();
         m.roofline = Some(crate::Roofline {
             peak_bytes_per_s: Some(2.9e12),
-            skip_at: Some(0.95),
+            skip_at: Some(1.02),
             ceiling: Some(1.08),
             kernels: [("triton_poi_fused_silu_9<".to_string(), roof)].into(),
             why: None,
@@ -765,7 +765,7 @@ mod tests {
         assert!(
             html.contains(
                 "<td>triton_poi_fused_silu_9&lt;</td><td>pointwise</td><td>—</td><td>—</td>\
-                 <td>not tuned: at 97% of the device&#39;s bandwidth: at most 1.031x</td>"
+                 <td>not tuned: at 102% of the device&#39;s bandwidth: at most 1.027x</td>"
             ),
             "{html}"
         );
