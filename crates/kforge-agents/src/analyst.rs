@@ -195,25 +195,28 @@ mod tests {
         assert_eq!(Tier::of(&profile("a", 20.0, 30.0)), Tier::UnderUtilized);
     }
 
-    #[test]
-    fn the_ceiling_comes_from_the_generated_share() {
-        let kernel = |name: &str, kind, share| KernelInfo {
-            name: name.into(),
-            kind,
-            share,
-            source: None,
-            bandwidth_of_peak: None,
-        };
-        let ctx = ProblemContext {
+    /// A problem of these inventory kernels and profile rows.
+    fn context(kernels: Vec<KernelInfo>, profile: Vec<KernelProfile>) -> ProblemContext {
+        ProblemContext {
             problem: "p".into(),
             source: String::new(),
             baseline: BaselineInfo { source: String::new(), label: "b".into(), time_ms: None },
-            inventory: Some(Inventory {
-                kernels: vec![kernel("mm", KernelKind::Vendor, 0.75), kernel("t0", KernelKind::Generated, 0.25)],
-            }),
-            profile: Some(vec![profile("t0", 50.0, 5.0)]),
+            inventory: Some(Inventory { kernels }),
+            profile: Some(profile),
             device: "cpu".into(),
-        };
+        }
+    }
+
+    fn kernel(name: &str, kind: KernelKind, share: f64, bandwidth_of_peak: Option<f64>) -> KernelInfo {
+        KernelInfo { name: name.into(), kind, share, source: None, bandwidth_of_peak }
+    }
+
+    #[test]
+    fn the_ceiling_comes_from_the_generated_share() {
+        let ctx = context(
+            vec![kernel("mm", KernelKind::Vendor, 0.75, None), kernel("t0", KernelKind::Generated, 0.25, None)],
+            vec![profile("t0", 50.0, 5.0)],
+        );
         let a = analyze(&ctx);
         assert_eq!(a.amdahl_ceiling, Some(1.0 / 0.75));
         assert_eq!(a.kernels[0].tier, Tier::Unknown);
@@ -225,29 +228,17 @@ mod tests {
 
     #[test]
     fn without_a_profile_row_a_generated_kernel_is_tiered_by_its_roofline() {
-        let kernel = |name: &str, kind, f: Option<f64>| KernelInfo {
-            name: name.into(),
-            kind,
-            share: 0.25,
-            source: None,
-            bandwidth_of_peak: f,
-        };
-        let ctx = ProblemContext {
-            problem: "p".into(),
-            source: String::new(),
-            baseline: BaselineInfo { source: String::new(), label: "b".into(), time_ms: None },
-            inventory: Some(Inventory {
-                kernels: vec![
-                    kernel("silu", KernelKind::Generated, Some(1.022)),
-                    kernel("norm", KernelKind::Generated, Some(0.62)),
-                    kernel("tiny", KernelKind::Generated, Some(0.2)),
-                    kernel("mm", KernelKind::Vendor, Some(0.95)), // a vendor call is not tiered by it
-                    kernel("profiled", KernelKind::Generated, Some(0.99)),
-                ],
-            }),
-            profile: Some(vec![profile("profiled", 50.0, 5.0)]), // a profile row wins
-            device: "cuda:0".into(),
-        };
+        let generated = |name: &str, f: f64| kernel(name, KernelKind::Generated, 0.25, Some(f));
+        let ctx = context(
+            vec![
+                generated("silu", 1.022),
+                generated("norm", 0.62),
+                generated("tiny", 0.2),
+                kernel("mm", KernelKind::Vendor, 0.25, Some(0.95)), // a vendor call is not tiered by it
+                generated("profiled", 0.99),
+            ],
+            vec![profile("profiled", 50.0, 5.0)], // a profile row wins
+        );
         let a = analyze(&ctx);
         let tiers: Vec<Tier> = a.kernels.iter().map(|k| k.tier).collect();
         assert_eq!(

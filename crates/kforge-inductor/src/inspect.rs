@@ -119,13 +119,12 @@ pub fn report(cap: &Capture) -> Result<InspectReport, InspectError> {
     })
 }
 
-/// A Triton kernel's fraction of the device's bandwidth in the roofline, where its estimate holds
-/// (`BW%`: `93%`), else `-`.
-fn bandwidth_pct(roofline: Option<&Value>, kernel: &str) -> String {
-    let row = roofline.map(|r| &r["kernels"][kernel]);
-    match row.filter(|k| k["ceiling"].is_number()).and_then(|k| k["of_peak"].as_f64()) {
-        Some(f) => format!("{:.0}%", f * 100.0),
-        None => "-".into(),
+impl InspectReport {
+    /// A Triton kernel's fraction of the device's bandwidth in the roofline, where its estimate
+    /// holds (its row has a ceiling).
+    pub fn bandwidth_of_peak(&self, kernel: &str) -> Option<f64> {
+        let row = &self.roofline.as_ref()?["kernels"][kernel];
+        row["ceiling"].is_number().then(|| row["of_peak"].as_f64()).flatten()
     }
 }
 
@@ -201,7 +200,10 @@ pub fn table(r: &InspectReport) -> String {
         } else {
             l.label.clone()
         };
-        let bw = if l.kind == "triton" { bandwidth_pct(r.roofline.as_ref(), &l.label) } else { "-".into() };
+        let bw = match r.bandwidth_of_peak(&l.label).filter(|_| l.kind == "triton") {
+            Some(f) => format!("{:.0}%", f * 100.0),
+            None => "-".into(),
+        };
         s.push_str(&format!(
             "{:>3} {:<7} {:<44} {:>10.1} {:>7} {:>6}  {} ({})\n",
             l.launch,

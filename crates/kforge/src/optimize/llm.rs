@@ -541,19 +541,12 @@ pub fn inventory_of(r: &kforge_inductor::inspect::InspectReport) -> (Inventory, 
                 _ => KernelKind::Aten,
             };
             let source = if kind == KernelKind::Generated { source(&l.label) } else { None };
-            let bandwidth_of_peak = if kind == KernelKind::Generated { bandwidth_of_peak(r, &l.label) } else { None };
+            let bandwidth_of_peak = if kind == KernelKind::Generated { r.bandwidth_of_peak(&l.label) } else { None };
             KernelInfo { name: l.label.clone(), kind, share: l.share, source, bandwidth_of_peak }
         })
         .collect();
     let ms = r.attribution.total_us / 1000.0;
     (Inventory { kernels }, (ms > 0.0).then_some(ms))
-}
-
-/// A generated kernel's fraction of the device's bandwidth in the inspect report's roofline,
-/// where its estimate holds (its row has a ceiling).
-fn bandwidth_of_peak(r: &kforge_inductor::inspect::InspectReport, kernel: &str) -> Option<f64> {
-    let row = &r.roofline.as_ref()?["kernels"][kernel];
-    row["ceiling"].is_number().then(|| row["of_peak"].as_f64()).flatten()
 }
 
 /// The analyst's rows of a profile: with an inventory, one row per inventory entry, named as
