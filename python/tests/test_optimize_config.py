@@ -524,3 +524,60 @@ def test_kernels_at_their_roof_are_skipped_and_marked_unless_skipped_already() -
 def test_the_search_is_pruned_when_its_roofline_ceiling_cannot_beat_the_result_to_beat() -> None:
     assert C.roof_pruned_why(1.02, 1.05) is not None and "1.020x, not above the 1.050x" in str(C.roof_pruned_why(1.02, 1.05))
     assert C.roof_pruned_why(1.25, 1.0) is None and C.roof_pruned_why(None, 2.0) is None
+
+
+def test_unsearchable_kernels_are_named_with_the_first_reason_that_applies() -> None:
+    """Of a step's wrapper kernels only a pinned, recorded ``*_fused_*`` kernel with a name of its
+    own is searched; each other one says why not (the first reason that applies)."""
+    pinned = C.LaunchConfig.make({"XBLOCK": 128}, 4, 1)
+    found = [(None, "triton_poi_fused_add_0", None, "src0"), (None, "triton_tem_fused_mm_1", None, "src1"),
+             (None, "triton_poi_helper_2", None, "src2"), (None, "triton_red_fused_sum_3", None, "src3"),
+             (None, "triton_red_fused_sum_3", None, "src3b"), (None, "triton_poi_fused_mul_4", None, "src4")]
+    pins = {"src0": pinned, "src1": pinned, "src3": pinned, "src3b": pinned}
+    recorded: Dict[str, Dict[str, Any]] = {"triton_poi_fused_add_0": {}, "triton_tem_fused_mm_1": {}, "triton_red_fused_sum_3": {}}
+    why = C.unsearchable(found, pins, recorded)
+    assert "triton_poi_fused_add_0" not in why and "triton_tem_fused_mm_1" not in why
+    assert why["triton_poi_helper_2"].startswith("not *_fused_*")
+    assert why["triton_red_fused_sum_3"] == "its name is in more than one wrapper module"
+    assert why["triton_poi_fused_mul_4"] == "not autotuned to one configuration"
+    del pins["src0"], recorded["triton_tem_fused_mm_1"]
+    later = C.unsearchable(found, pins, recorded)
+    assert later["triton_poi_fused_add_0"] == "not autotuned to one configuration"
+    assert later["triton_tem_fused_mm_1"] == "its launch was not recorded"
+
+
+def test_tune_selected_keeps_a_failed_kernels_original_and_stops_at_the_deadline() -> None:
+    """Kernels are tuned in the selection's order; one whose search raises is a fallback naming
+    the error and the next is still tuned; once the next one no longer fits before the deadline
+    it and the rest are listed as not tuned (the clock is the test's)."""
+    now = [1000.0]
+
+    def tune(name: str) -> Dict[str, Any]:
+        now[0] += 50.0
+        if name == "b":
+            raise RuntimeError("out of resources: shared memory")
+        return {"fallback": False, "speedup": 1.1}
+
+    selected = [{"kernel": k, "share": 0.3} for k in ("a", "b", "c", "d")]
+    reserve = 100.0
+    # Each tuning takes 50 s: after a (at 1050) b fits with 50 s expected; after b (at 1100) c does not.
+    until = now[0] + reserve + 125.0
+    assert C.FIRST_TUNE_S <= 125.0
+    kernels, not_tuned = C.tune_selected(selected, tune, until, reserve, clock=lambda: now[0])
+    assert kernels["a"] == {"kernel": "a", "share": 0.3, "fallback": False, "speedup": 1.1}
+    assert kernels["b"]["fallback"] is True and kernels["b"]["error"] == "RuntimeError: out of resources: shared memory"
+    assert list(kernels) == ["a", "b"] and not_tuned == ["c", "d"], (kernels, not_tuned)
+    everything, none_cut = C.tune_selected(selected, tune, None, reserve, clock=lambda: now[0])
+    assert list(everything) == ["a", "b", "c", "d"] and none_cut == []
+
+
+def test_a_result_file_that_misses_a_tuned_kernel_falls_back_with_the_reason() -> None:
+    kernels = {"k1": {"fallback": False}, "k2": {"fallback": True}}
+    good: Dict[str, Any] = {"kernels": kernels, "winner": "config", "fallback": False,
+            "model_new": {"ok": True, "missed": ["k2"], "not_found": []}}  # k2 kept its original anyway
+    assert C.unreproduced(good, "max-autotune") is False and good["winner"] == "config"
+    missed: Dict[str, Any] = {**good, "model_new": {"ok": True, "missed": [], "not_found": ["k1"]}}
+    assert C.unreproduced(missed, "max-autotune") is True
+    assert missed["winner"] == "max-autotune" and missed["fallback"] is True and "missed ['k1']" in missed["why"]
+    wrong: Dict[str, Any] = {**good, "model_new": {"ok": False, "missed": [], "not_found": []}}
+    assert C.unreproduced(wrong, "default") is True and "output ok: False" in wrong["why"] and wrong["winner"] == "default"

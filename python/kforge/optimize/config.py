@@ -703,11 +703,7 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
         found = wrapper_kernels(hook.modules)
         names = [n for _m, n, _k, _s in found]
         pins = {src: cfg for _m, n, k, src in found if pinnable(n) for cfg in [tuned_config(k)] if cfg is not None}
-        skipped = {n: why for _m, n, k, src in found for why in [
-            "not *_fused_*: Inductor's lookup table does not apply" if not pinnable(n) else
-            "not autotuned to one configuration" if src not in pins else
-            "its name is in more than one wrapper module" if names.count(n) > 1 else
-            "its launch was not recorded" if n not in recorded else ""] if why}
+        skipped = unsearchable(found, pins, recorded)
         rates, l2, peak_why = device_peak(dev)
         rows = roofline(found, recorded, totals, peak_of(rates), l2)
         skipped.update(roof_skipped(rows, skipped, roof_skip))
@@ -717,21 +713,12 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
         pruned = pruned_why(share, beat) or by_roof
         selected = [] if pruned else select_kernels(us, [n for n in names if n not in skipped], top_k)
         by_name = {n: (m, k, s) for m, n, k, s in found}
-        kernels: Dict[str, Any] = {}
-        tuned_s: List[float] = []
-        not_tuned: List[str] = []
-        for sel in selected:
-            name = sel["kernel"]
-            if not next_fits(time.time(), tune_until, reserve_s(compile_s, mode), tuned_s):
-                not_tuned.append(name)
-                continue
+
+        def tune(name: str) -> Dict[str, Any]:
             _mod, old, src = by_name[name]
-            t = time.perf_counter()
-            try:
-                kernels[name] = {**sel, **tune_kernel(name, src, old, recorded[name], dev, max_configs, rounds)}
-            except Exception as e:  # one kernel's failure is its result, not the run's
-                kernels[name] = {**sel, "fallback": True, "error": f"{type(e).__name__}: {str(e)[:300]}"}
-            tuned_s.append(time.perf_counter() - t)
+            return tune_kernel(name, src, old, recorded[name], dev, max_configs, rounds)
+
+        kernels, not_tuned = tune_selected(selected, tune, tune_until, reserve_s(compile_s, mode))
         recorded.clear()
         winners = {by_name[n][2]: LaunchConfig.of_dict(r["new"]) for n, r in kernels.items() if r.get("fallback") is False}
         result: Dict[str, Any] = {
@@ -764,13 +751,60 @@ def measure(problem: Any, mode: str, dev: Any, rounds: int, max_configs: int, to
             model_path, _policy = write_result(problem_path, result, result_dir)
             if not result["fallback"]:
                 result["model_new"] = check_model_new(model_path, problem, dev, result["pins"], expected)
-                tuned = {n for n, r in kernels.items() if r.get("fallback") is False}
-                missed = [n for n in result["model_new"]["missed"] + result["model_new"]["not_found"] if n in tuned]
-                if missed or not result["model_new"]["ok"]:
-                    result.update(winner=mode, fallback=True,
-                                  why=f"the result file does not reproduce the winners (missed {missed}; output ok: {result['model_new']['ok']})")
+                if unreproduced(result, mode):
                     write_result(problem_path, result, result_dir)
     return result
+
+
+def unsearchable(found: Sequence[Tuple[Any, str, Any, str]], pins: Dict[str, LaunchConfig],
+                 recorded: Dict[str, Dict[str, Any]]) -> Dict[str, str]:
+    """Why each of the wrapper modules' kernels (``(module, name, kernel, source)``) cannot be
+    searched, by name: a name that is not Inductor's ``*_fused_*`` (the lookup table keys on
+    those), a kernel not autotuned to one configuration (no pin), a name that two modules share, a
+    kernel whose launch was not recorded (no arguments to replay). A searchable kernel has no row."""
+    names = [n for _m, n, _k, _s in found]
+    return {n: why for _m, n, _k, src in found for why in [
+        "not *_fused_*: Inductor's lookup table does not apply" if not pinnable(n) else
+        "not autotuned to one configuration" if src not in pins else
+        "its name is in more than one wrapper module" if names.count(n) > 1 else
+        "its launch was not recorded" if n not in recorded else ""] if why}
+
+
+def tune_selected(selected: Sequence[Dict[str, Any]], tune: Callable[[str], Dict[str, Any]], tune_until: Optional[float],
+                  reserve: float, clock: Callable[[], float] = time.time) -> Tuple[Dict[str, Any], List[str]]:
+    """Each selected kernel tuned in turn (``tune(name)``: its search's result) while it and what
+    follows fit before ``tune_until`` (:func:`next_fits`, ``reserve`` kept for the re-stitch);
+    the rest are returned as not tuned. A kernel whose tuning raises keeps its original
+    (``fallback``, the error named): one kernel's failure is its result, not the step's."""
+    kernels: Dict[str, Any] = {}
+    tuned_s: List[float] = []
+    not_tuned: List[str] = []
+    for sel in selected:
+        name = sel["kernel"]
+        if not next_fits(clock(), tune_until, reserve, tuned_s):
+            not_tuned.append(name)
+            continue
+        t = clock()
+        try:
+            kernels[name] = {**sel, **tune(name)}
+        except Exception as e:
+            kernels[name] = {**sel, "fallback": True, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+        tuned_s.append(clock() - t)
+    return kernels, not_tuned
+
+
+def unreproduced(result: Dict[str, Any], mode: str) -> bool:
+    """Whether the written result file failed to reproduce the winners (its check is
+    ``result["model_new"]``: a tuned kernel missed or not found, or its output wrong); if so the
+    result falls back to ``mode``, saying why, and is to be written again."""
+    check = result["model_new"]
+    tuned = {n for n, r in result["kernels"].items() if r.get("fallback") is False}
+    missed = [n for n in check["missed"] + check["not_found"] if n in tuned]
+    if not missed and check["ok"]:
+        return False
+    result.update(winner=mode, fallback=True,
+                  why=f"the result file does not reproduce the winners (missed {missed}; output ok: {check['ok']})")
+    return True
 
 
 def versions() -> Dict[str, Optional[str]]:
