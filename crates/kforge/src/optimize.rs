@@ -1966,38 +1966,11 @@ impl ProblemRun<'_> {
         // A step with the same input in flight in another problem: wait for it, then take its output.
         let same = self.run.in_flight.lock_for(step, input_hash);
         let _one = same.lock().unwrap_or_else(|e| e.into_inner());
-        let complete = |f: &kforge_store::StepRow| !f.outcome.as_deref().is_some_and(|o| o.starts_with(INCOMPLETE));
-        let taken = |f: &kforge_store::StepRow| self.since.is_none_or(|s| f.run >= s);
-        let finished = self.finished_step(step, input_hash)?;
-        if let Some(from) = finished.filter(complete).filter(taken) {
-            if self.take(&from.output, &from.output_hash, outputs)? {
-                self.mark_redecision()?;
-                let id = journal.started(&self.question.problem, step, input_hash)?;
-                journal.reused(id, &from, &self.journaled_step_output(outputs[0]))?;
-                // Another problem's step (an identical input) is that problem's cost, counted there.
-                if from.run != journal.run() && from.problem == self.question.problem {
-                    let mut e = self.earlier.get();
-                    e.seconds += from.seconds.unwrap_or(0.0);
-                    e.gpu_seconds += from.gpu_seconds.unwrap_or(0.0);
-                    self.earlier.set(e);
-                }
-                self.progress(&format!("{}: reused (step {} of run {})", step.name(), from.id, from.run));
-                return Ok(Some(from.outcome));
-            }
+        if let Some(outcome) = self.reuse_finished(step, input_hash, outputs)? {
+            return Ok(Some(outcome));
         }
-        self.until.set(None);
-        self.deadline.set(None);
-        match self.run.spending.admit(self.step_of(step), step.bounds_itself()) {
-            Admission::Start => {}
-            Admission::Bounded { seconds, end_seconds, why } => {
-                self.progress(&format!("{}: bounded: {why}", step.name()));
-                let now = unix_now_s();
-                self.until.set(Some(Deadline { part: now + seconds, end: now + end_seconds }));
-            }
-            Admission::Refused(why) => {
-                self.progress(&format!("not reached: budget (before its {} step: {why})", step.name()));
-                return Ok(None);
-            }
+        if !self.admit(step) {
+            return Ok(None);
         }
         self.mark_redecision()?;
         if let Err(e) = self.keep_standing(step, input_hash, outputs) {
@@ -2036,29 +2009,7 @@ impl ProblemRun<'_> {
             return Ok(None);
         }
         match done {
-            Ok((d, charged)) => {
-                journal.done(id, &d)?;
-                // The time its job waited in the daemon's queue is not what its kind takes; nor
-                // is a bounded step's time what its kind takes in full.
-                let ran = self.began.get().map_or(d.seconds, |b| b.elapsed().as_secs_f64().min(d.seconds));
-                if !is_bounded(d.outcome.as_deref()) {
-                    self.run.spending.observe(self.step_of(step), ran);
-                } else {
-                    self.run.spending.observe_bounded(self.step_of(step), ran);
-                }
-                self.save_undecided();
-                let gpu = d.gpu_seconds.map(|g| g.0).unwrap_or(0.0);
-                if !charged {
-                    self.run.spending.charge(gpu);
-                }
-                self.gpu_s.set(self.gpu_s.get() + gpu);
-                let kind = d.gpu_seconds.map(|g| format!(", gpu {:.1} s {}", g.0, g.1)).unwrap_or_default();
-                let waited = d.seconds - ran;
-                let queued =
-                    if waited >= 1.0 { format!(" ({waited:.1} s of it in the daemon's queue)") } else { String::new() };
-                self.progress(&format!("{} done in {:.1} s{queued}{kind}", step.name(), d.seconds));
-                Ok(Some(d.outcome))
-            }
+            Ok((d, charged)) => self.record_done(id, step, d, charged).map(Some),
             Err(e) => {
                 journal.failed(id, t0.elapsed().as_secs_f64(), &format!("{e:#}"), self.deadline.get().is_some())?;
                 if self.deadline.get().is_some() {
@@ -2069,6 +2020,78 @@ impl ProblemRun<'_> {
                 Err(e)
             }
         }
+    }
+
+    /// A finished, complete step with this input (of this run, or of one `--resume` may take)
+    /// whose output files can be taken: journaled as reused, its cost counted where it was
+    /// spent, and its outcome returned. `None`: the step is to run.
+    fn reuse_finished(&self, step: Step, input_hash: &str, outputs: &[&str]) -> Result<Option<Option<String>>> {
+        let journal = &self.run.journal;
+        let complete = |f: &kforge_store::StepRow| !f.outcome.as_deref().is_some_and(|o| o.starts_with(INCOMPLETE));
+        let taken = |f: &kforge_store::StepRow| self.since.is_none_or(|s| f.run >= s);
+        let Some(from) = self.finished_step(step, input_hash)?.filter(complete).filter(taken) else {
+            return Ok(None);
+        };
+        if !self.take(&from.output, &from.output_hash, outputs)? {
+            return Ok(None);
+        }
+        self.mark_redecision()?;
+        let id = journal.started(&self.question.problem, step, input_hash)?;
+        journal.reused(id, &from, &self.journaled_step_output(outputs[0]))?;
+        // Another problem's step (an identical input) is that problem's cost, counted there.
+        if from.run != journal.run() && from.problem == self.question.problem {
+            let mut e = self.earlier.get();
+            e.seconds += from.seconds.unwrap_or(0.0);
+            e.gpu_seconds += from.gpu_seconds.unwrap_or(0.0);
+            self.earlier.set(e);
+        }
+        self.progress(&format!("{}: reused (step {} of run {})", step.name(), from.id, from.run));
+        Ok(Some(from.outcome))
+    }
+
+    /// Whether the run's budget lets the step start: in full, or bounded (its deadline set,
+    /// the progress line saying why); `false` when it is refused (the line says why).
+    fn admit(&self, step: Step) -> bool {
+        self.until.set(None);
+        self.deadline.set(None);
+        match self.run.spending.admit(self.step_of(step), step.bounds_itself()) {
+            Admission::Start => true,
+            Admission::Bounded { seconds, end_seconds, why } => {
+                self.progress(&format!("{}: bounded: {why}", step.name()));
+                let now = unix_now_s();
+                self.until.set(Some(Deadline { part: now + seconds, end: now + end_seconds }));
+                true
+            }
+            Admission::Refused(why) => {
+                self.progress(&format!("not reached: budget (before its {} step: {why})", step.name()));
+                false
+            }
+        }
+    }
+
+    /// A step that ran to its end: journaled, its time taught to the budget (the time its job
+    /// waited in the daemon's queue is not what its kind takes; nor is a bounded step's time
+    /// what its kind takes in full), its GPU seconds charged unless the work charged them.
+    fn record_done(&self, id: u64, step: Step, d: StepDone, charged: bool) -> Result<Option<String>> {
+        self.run.journal.done(id, &d)?;
+        let ran = self.began.get().map_or(d.seconds, |b| b.elapsed().as_secs_f64().min(d.seconds));
+        if !is_bounded(d.outcome.as_deref()) {
+            self.run.spending.observe(self.step_of(step), ran);
+        } else {
+            self.run.spending.observe_bounded(self.step_of(step), ran);
+        }
+        self.save_undecided();
+        let gpu = d.gpu_seconds.map(|g| g.0).unwrap_or(0.0);
+        if !charged {
+            self.run.spending.charge(gpu);
+        }
+        self.gpu_s.set(self.gpu_s.get() + gpu);
+        let kind = d.gpu_seconds.map(|g| format!(", gpu {:.1} s {}", g.0, g.1)).unwrap_or_default();
+        let waited = d.seconds - ran;
+        let queued =
+            if waited >= 1.0 { format!(" ({waited:.1} s of it in the daemon's queue)") } else { String::new() };
+        self.progress(&format!("{} done in {:.1} s{queued}{kind}", step.name(), d.seconds));
+        Ok(d.outcome)
     }
 
     /// With `--decisions`, the problem's step floors and finished steps as the run knows them
