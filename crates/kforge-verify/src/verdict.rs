@@ -359,66 +359,79 @@ pub fn classify(e: &Ended) -> (RunnerResult, Cause) {
             cause.message = format!("the daemon ended the job {running}: {reason}");
             cause.fix = Some("run it again (the daemon's log says why it ended the job)".into());
         }
-        ending => {
-            let (status, signal) = match ending {
-                Ending::Exit(c) => (Some(*c), None),
-                Ending::Signal(s) => (None, Some(*s)),
-                _ => (None, None),
-            };
-            cause.exit_status = status;
-            cause.signal = signal.map(signal_name);
-            let how = match (status, signal) {
-                (_, Some(s)) => format!("was killed by {}", signal_name(s)),
-                (Some(0), _) => "exited with status 0 before writing its result".to_string(),
-                (Some(c), _) => format!("exited with status {c}"),
-                _ => "ended".to_string(),
-            };
-            match &tb {
-                Some((files, tail)) => {
-                    let last = tail.last().cloned().unwrap_or_default();
-                    if files.iter().any(|f| f == e.candidate_file) {
-                        cause.side = Side::Candidate;
-                        cause.kind = "crash".into();
-                        cause.message = format!("the candidate's code raised {last} {running} (the process {how})");
-                        if stage.is_none() {
-                            cause.stage = Some("dry-run".into());
-                        }
-                    } else {
-                        cause.kind = "harness".into();
-                        cause.message = format!("the harness failed {running}: {last} (the process {how})");
-                        cause.fix = Some(
-                            "no frame of the traceback is in the candidate's file: the problem file or kforge \
-                             failed (the traceback names the frame)"
-                                .into(),
-                        );
-                    }
-                }
-                None if signal == Some(9) => {
-                    cause.kind = "killed".into();
-                    cause.message = format!("the process {how} from outside kforge {running}");
-                    cause.fix = Some("run it again; the kernel's OOM killer sends SIGKILL (dmesg says)".into());
-                }
-                None if in_candidate => {
-                    cause.side = Side::Candidate;
-                    cause.kind = "crash".into();
-                    cause.message = format!(
-                        "the process {how}, with no Python traceback, {running}: the candidate ended it (os._exit, \
-                         sys.exit, a native crash or abort)"
-                    );
-                }
-                None => {
-                    cause.kind = if status == Some(0) { "no-result" } else { "crash" }.into();
-                    cause.message = format!("the runner {how} {running}, before the candidate ran");
-                    cause.fix = Some("the runner's own output above says why".into());
-                }
-            }
-        }
+        ending => process_ended(&mut cause, ending, tb.as_ref(), e.candidate_file, &running, in_candidate),
     }
     if cause.message.is_empty() {
         cause.message = format!("the candidate process ended {running}");
     }
     let result = RunnerResult { checks: e.progress.checks.clone(), ..Default::default() };
     (result, cause)
+}
+
+/// The cause of a process that ended by itself or by a signal (not a limit, not the daemon):
+/// the candidate's when the traceback has a frame in its file, or it ended with no traceback
+/// while the candidate ran; the harness's when the traceback has no such frame; the
+/// environment's for a SIGKILL from outside or a runner that ended before the candidate ran.
+fn process_ended(
+    cause: &mut Cause,
+    ending: &Ending,
+    tb: Option<&(Vec<String>, Vec<String>)>,
+    candidate_file: &str,
+    running: &str,
+    in_candidate: bool,
+) {
+    let (status, signal) = match ending {
+        Ending::Exit(c) => (Some(*c), None),
+        Ending::Signal(s) => (None, Some(*s)),
+        _ => (None, None),
+    };
+    cause.exit_status = status;
+    cause.signal = signal.map(signal_name);
+    let how = match (status, signal) {
+        (_, Some(s)) => format!("was killed by {}", signal_name(s)),
+        (Some(0), _) => "exited with status 0 before writing its result".to_string(),
+        (Some(c), _) => format!("exited with status {c}"),
+        _ => "ended".to_string(),
+    };
+    match tb {
+        Some((files, tail)) => {
+            let last = tail.last().cloned().unwrap_or_default();
+            if files.iter().any(|f| f == candidate_file) {
+                cause.side = Side::Candidate;
+                cause.kind = "crash".into();
+                cause.message = format!("the candidate's code raised {last} {running} (the process {how})");
+                if cause.stage.is_none() {
+                    cause.stage = Some("dry-run".into());
+                }
+            } else {
+                cause.kind = "harness".into();
+                cause.message = format!("the harness failed {running}: {last} (the process {how})");
+                cause.fix = Some(
+                    "no frame of the traceback is in the candidate's file: the problem file or kforge \
+                         failed (the traceback names the frame)"
+                        .into(),
+                );
+            }
+        }
+        None if signal == Some(9) => {
+            cause.kind = "killed".into();
+            cause.message = format!("the process {how} from outside kforge {running}");
+            cause.fix = Some("run it again; the kernel's OOM killer sends SIGKILL (dmesg says)".into());
+        }
+        None if in_candidate => {
+            cause.side = Side::Candidate;
+            cause.kind = "crash".into();
+            cause.message = format!(
+                "the process {how}, with no Python traceback, {running}: the candidate ended it (os._exit, \
+                     sys.exit, a native crash or abort)"
+            );
+        }
+        None => {
+            cause.kind = if status == Some(0) { "no-result" } else { "crash" }.into();
+            cause.message = format!("the runner {how} {running}, before the candidate ran");
+            cause.fix = Some("the runner's own output above says why".into());
+        }
+    }
 }
 
 fn finding_check(f: &Finding) -> CheckResult {
