@@ -440,8 +440,8 @@ def order_of_preparation(monkeypatch: pytest.MonkeyPatch) -> List[str]:
 
 def test_a_bounded_step_prepares_the_rewrite_before_the_autotuning_compiles(monkeypatch: pytest.MonkeyPatch) -> None:
     """At the large preset a max-autotune compile outlasted the bounded step and left the rewrite
-    out (a decoder layer's attention-sdpa, 1.108x at the default preset): a bounded step whose
-    rewrite compiles do not autotune prepares the rewrite before those that do."""
+    out (a decoder layer's attention-sdpa, 1.108x at the default preset): a bounded step prepares
+    the rewrite before the compiles that autotune, whatever its baseline."""
     built = order_of_preparation(monkeypatch)
     problem = dispatch.load_problem(DIAG_SCALE, "default")
     modes = ["default", "max-autotune-no-cudagraphs", "eager", "default+coordinate-descent"]
@@ -456,14 +456,47 @@ def test_a_bounded_step_prepares_the_rewrite_before_the_autotuning_compiles(monk
         warnings.simplefilter("ignore")
         dispatch.measure(problem, modes, torch.device("cpu"), 2, ["exact"])
     assert built == modes + ["REWRITE", "eager", "default"], built
-    built.clear()  # against an autotuning baseline its BASELINE~rewrite autotunes too: last
+    built.clear()  # against an autotuning baseline too (its BASELINE~rewrite autotunes): before the knobs
     problem = dispatch.load_problem(DIAG_SCALE, "default")
+    other = "max-autotune"  # another autotuning variant
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        dispatch.measure(problem, ["max-autotune-no-cudagraphs", "default", "eager"], torch.device("cpu"), 2, ["exact"],
-                         until=time.time() + 600.0)
+        r = dispatch.measure(problem, ["max-autotune-no-cudagraphs", other, "default", "eager"], torch.device("cpu"), 2,
+                             ["exact"], until=time.time() + 600.0)
     assert built == ["max-autotune-no-cudagraphs", "eager", "default", "REWRITE", "eager",
-                     "max-autotune-no-cudagraphs"], built
+                     "max-autotune-no-cudagraphs", other], built
+    assert {"eager~rewrite", "max-autotune-no-cudagraphs~rewrite"} <= set(r["prepared"]), r["prepared"].keys()
+
+
+def test_the_rewrite_is_expected_to_take_one_baseline_compile_and_eagers_first_call() -> None:
+    """``eager~rewrite`` compiles nothing: eager's first call where eager was prepared, else the
+    baseline's again (cautious); ``BASELINE~rewrite`` one compile of the baseline's mode."""
+    report = {"max-autotune": {"ok": True, "first_call_s": 120.0}, "eager": {"ok": True, "first_call_s": 0.5}}
+    assert dispatch.rewrite_expected_s(report, "max-autotune") == pytest.approx(120.5)
+    del report["eager"]
+    assert dispatch.rewrite_expected_s(report, "max-autotune") == pytest.approx(240.0)
+    assert dispatch.rewrite_expected_s({}, "default") == 0.0  # nothing known: it is tried
+    assert dispatch.rewrite_expected_s({"eager": {"first_call_s": 0.2}}, "eager") == pytest.approx(0.2)
+
+
+def test_a_rewrite_that_would_end_past_the_deadline_is_left_out_before_any_rule_runs(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The early rewrite asks the step's clock with its expected time: past the deadline, no rule
+    runs and nothing is proposed (the run says ``the rewrite`` was not prepared)."""
+    ran: List[str] = []
+    monkeypatch.setattr(dispatch, "prepare_rewrite", lambda *a: ran.append("REWRITE") or {"fired": False})
+    asked: List[float] = []
+
+    def late(ahead: float) -> bool:
+        asked.append(ahead)
+        return ahead > 100.0
+
+    step = dispatch.RewriteStep(None, None, "max-autotune", ["exact"], torch.device("cpu"), late)
+    ready: Dict[str, Any] = {"max-autotune": object()}
+    report = {"max-autotune": {"ok": True, "first_call_s": 150.0}, "eager": {"ok": True, "first_call_s": 1.0}}
+    assert step.run(ready, report) is None and ran == [] and asked == [pytest.approx(151.0)]
+    report["max-autotune"]["first_call_s"] = 60.0
+    assert step.run(ready, report) == {"fired": False} and ran == ["REWRITE"]
 
 
 def test_a_deadline_during_an_early_rewrite_leaves_it_and_the_autotuning_compiles_out(
