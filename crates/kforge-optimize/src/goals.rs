@@ -56,6 +56,10 @@ pub struct GoalCheck {
     pub nothing_won: Vec<String>,
     /// Failed or not reached: counted as 1.0 though nothing was decided.
     pub undecided: Vec<String>,
+    /// Decided problems whose bounded measure step left variants, the rewrite or the per-graph
+    /// search out (`ProblemOutcome::not_prepared`): decided over a part of the search, kept or not.
+    #[serde(default)]
+    pub searched_in_part: Vec<String>,
 }
 
 /// Every level of `summary` (not `all`) against the goals for `baseline`.
@@ -92,6 +96,7 @@ pub fn check(outcomes: &[ProblemOutcome], summary: &[LevelSummary], baseline: Ba
                 at_roof: names(&|o| kept(o) && roof(o)),
                 nothing_won: names(&|o| kept(o) && !vendor_bound(o) && !roof(o)),
                 undecided: names(&|o| o.decision.is_none()),
+                searched_in_part: names(&|o| o.decision.is_some() && o.not_prepared > 0),
             }
         })
         .collect()
@@ -101,7 +106,15 @@ pub fn check(outcomes: &[ProblemOutcome], summary: &[LevelSummary], baseline: Ba
 pub fn lines(checks: &[GoalCheck]) -> String {
     let mut t = format!(
         "\n{:<10} {:>9} {:>8} {:>6} {:>10} {:>8} {:>6} {:>8}  {}\n",
-        "GOALS", "CONFIRMED", "GOAL", "MET", "WALL-S/P", "GPU-S/P", "COST", "LOWEST", "WHY BASELINES WERE KEPT"
+        "GOALS",
+        "CONFIRMED",
+        "GOAL",
+        "MET",
+        "WALL-S/P",
+        "GPU-S/P",
+        "COST",
+        "LOWEST",
+        "WHY BASELINES WERE KEPT; PARTIAL SEARCHES"
     );
     for c in checks {
         let goal = c.geomean_goal.map(|g| format!("{g:.2}x")).unwrap_or_else(|| "-".into());
@@ -111,12 +124,13 @@ pub fn lines(checks: &[GoalCheck]) -> String {
             None => "-",
         };
         let why = format!(
-            "{} vendor-bound (Triton < {:.0} %), {} at the bandwidth roof, {} nothing beat it, {} undecided",
+            "{} vendor-bound (Triton < {:.0} %), {} at the bandwidth roof, {} nothing beat it, {} undecided; {} searched in part",
             c.vendor_bound.len(),
             VENDOR_BOUND_SHARE * 100.0,
             c.at_roof.len(),
             c.nothing_won.len(),
-            c.undecided.len()
+            c.undecided.len(),
+            c.searched_in_part.len()
         );
         t.push_str(&format!(
             "{:<10} {:>8.3}x {:>8} {:>6} {:>10.1} {:>8.1} {:>6} {:>7.3}x  {why}\n",
@@ -209,7 +223,7 @@ mod tests {
             t.contains("level1")
                 && t.contains("1.25x")
                 && t.contains(
-                    "1 vendor-bound (Triton < 25 %), 0 at the bandwidth roof, 1 nothing beat it, 0 undecided"
+                    "1 vendor-bound (Triton < 25 %), 0 at the bandwidth roof, 1 nothing beat it, 0 undecided; 0 searched in part"
                 ),
             "{t}"
         );
@@ -240,6 +254,23 @@ mod tests {
         // A campaign file written before the field reads back without it.
         let old = r#"{"level":"level1","geomean_goal":1.35,"geomean_confirmed":1.0,"geomean_met":false,"wall_s_per_problem":1.0,
             "gpu_s_per_problem":1.0,"cost_met":true,"lowest":1.0,"vendor_bound":[],"nothing_won":[],"undecided":[]}"#;
-        assert!(serde_json::from_str::<GoalCheck>(old).unwrap().at_roof.is_empty());
+        let read = serde_json::from_str::<GoalCheck>(old).unwrap();
+        assert!(read.at_roof.is_empty() && read.searched_in_part.is_empty());
+    }
+
+    #[test]
+    fn problems_decided_over_a_bounded_measure_step_are_named_as_searched_in_part() {
+        let part =
+            |p: &str, d: Option<Decision>, n: usize| ProblemOutcome { not_prepared: n, ..outcome(p, d, Some(0.5)) };
+        let outcomes = [
+            part("level3/decoder.py", improved(1.004), 5), // won, but over a part of the search
+            part("level3/moe.py", kept(), 8),              // kept over a part of it
+            part("level3/mlp.py", improved(1.002), 0),     // searched whole
+            ProblemOutcome { not_reached: Some("budget".into()), ..part("level3/gru.py", None, 3) }, // undecided
+        ];
+        let c = check(&outcomes, &summarize(&outcomes), Baseline::MaxAutotune).remove(0);
+        assert_eq!(c.searched_in_part, ["level3/decoder.py", "level3/moe.py"], "{c:?}");
+        assert_eq!(c.undecided, ["level3/gru.py"]);
+        assert!(lines(&[c]).contains("1 nothing beat it, 1 undecided; 2 searched in part"));
     }
 }
