@@ -430,9 +430,9 @@ def order_of_preparation(monkeypatch: pytest.MonkeyPatch) -> List[str]:
     real_build, real_rewrite = dispatch.build, dispatch.prepare_rewrite
     monkeypatch.setattr(dispatch, "build", lambda model, mode: built.append(mode) or real_build(model, "eager"))
 
-    def prepare_rewrite(*args: Any) -> Any:
+    def prepare_rewrite(*args: Any, **kw: Any) -> Any:
         built.append("REWRITE")
-        return real_rewrite(*args)
+        return real_rewrite(*args, **kw)
 
     monkeypatch.setattr(dispatch, "prepare_rewrite", prepare_rewrite)
     return built
@@ -477,14 +477,17 @@ def test_the_rewrite_is_expected_to_take_one_baseline_compile_and_eagers_first_c
     assert dispatch.rewrite_expected_s(report, "max-autotune") == pytest.approx(240.0)
     assert dispatch.rewrite_expected_s({}, "default") == 0.0  # nothing known: it is tried
     assert dispatch.rewrite_expected_s({"eager": {"first_call_s": 0.2}}, "eager") == pytest.approx(0.2)
+    assert dispatch.eager_rewrite_expected_s({"max-autotune": {"first_call_s": 9.0}}, "max-autotune") == 9.0
 
 
-def test_a_rewrite_that_would_end_past_the_deadline_is_left_out_before_any_rule_runs(
+def test_a_rewrite_that_would_end_past_the_deadline_is_cut_to_its_eager_variant_or_left_out(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """The early rewrite asks the step's clock with its expected time: past the deadline, no rule
-    runs and nothing is proposed (the run says ``the rewrite`` was not prepared)."""
+    """The early rewrite asks the step's clock with its expected time: both variants when they
+    fit; ``eager~rewrite`` alone when only it fits (eager~rewrite won level-2 007 and level-3
+    002 at the default preset); else no rule runs and nothing is proposed (the run says ``the
+    rewrite`` was not prepared)."""
     ran: List[str] = []
-    monkeypatch.setattr(dispatch, "prepare_rewrite", lambda *a: ran.append("REWRITE") or {"fired": False})
+    monkeypatch.setattr(dispatch, "prepare_rewrite", lambda *a, modes: ran.append(",".join(modes)) or {"fired": True})
     asked: List[float] = []
 
     def late(ahead: float) -> bool:
@@ -493,10 +496,16 @@ def test_a_rewrite_that_would_end_past_the_deadline_is_left_out_before_any_rule_
 
     step = dispatch.RewriteStep(None, None, "max-autotune", ["exact"], torch.device("cpu"), late)
     ready: Dict[str, Any] = {"max-autotune": object()}
-    report = {"max-autotune": {"ok": True, "first_call_s": 150.0}, "eager": {"ok": True, "first_call_s": 1.0}}
-    assert step.run(ready, report) is None and ran == [] and asked == [pytest.approx(151.0)]
-    report["max-autotune"]["first_call_s"] = 60.0
-    assert step.run(ready, report) == {"fired": False} and ran == ["REWRITE"]
+    report = {"max-autotune": {"ok": True, "first_call_s": 60.0}, "eager": {"ok": True, "first_call_s": 1.0}}
+    assert step.run(ready, report) == {"fired": True} and ran == ["eager,max-autotune"] and step.left_out is None
+    # Both would end past the deadline, eager~rewrite alone would not: it alone (it compiles nothing).
+    report["max-autotune"]["first_call_s"] = 150.0
+    assert step.run(ready, report) == {"fired": True} and ran[-1] == "eager" and step.left_out == "max-autotune~rewrite"
+    assert asked[-2:] == [pytest.approx(151.0), pytest.approx(1.0)]
+    # Without eager prepared its time is guessed at the baseline's: nothing fits, no rule runs.
+    del report["eager"]
+    ran.clear()
+    assert step.run(ready, report) is None and ran == []
 
 
 def test_a_deadline_during_an_early_rewrite_leaves_it_and_the_autotuning_compiles_out(
@@ -506,8 +515,8 @@ def test_a_deadline_during_an_early_rewrite_leaves_it_and_the_autotuning_compile
     not prepared; what was prepared before it is timed."""
     real = dispatch.prepare_rewrite
 
-    def prepare_rewrite(*args: Any) -> Any:
-        real(*args)  # its variants prepared, then the alarm
+    def prepare_rewrite(*args: Any, **kw: Any) -> Any:
+        real(*args, **kw)  # its variants prepared, then the alarm
         raise dispatch.StepDeadline()
 
     monkeypatch.setattr(dispatch, "prepare_rewrite", prepare_rewrite)
@@ -1484,7 +1493,7 @@ def test_an_early_rewrite_out_of_memory_beside_the_compile_workers_is_prepared_a
     tries: List[int] = []
 
     def prepare_rewrite(problem: Any, ref: Any, baseline: str, classes: Any, dev: Any, ready: Dict[str, Any],
-                        report: Dict[str, Any]) -> Dict[str, Any]:
+                        report: Dict[str, Any], modes: Any = None) -> Dict[str, Any]:
         tries.append(len(tries))
         report["eager~rewrite"] = {"ok": True} if len(tries) > 1 else {"ok": False, "why": "OutOfMemoryError: CUDA out of memory"}
         return {"fired": True}
@@ -1514,3 +1523,18 @@ def test_resetting_the_graph_trees_drops_dynamos_compiled_code_too(monkeypatch: 
     monkeypatch.setattr(torch._dynamo, "reset", lambda: order.append("dynamo"))
     dispatch.reset_graph_trees()
     assert order == ["trees", "dynamo"]
+
+
+def test_a_bounded_step_with_room_for_the_eager_rewrite_alone_times_it_and_names_the_other(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rewrite as a whole would end past the step's deadline, its eager variant would not:
+    ``eager~rewrite`` is prepared and timed, ``BASELINE~rewrite`` is listed as not prepared."""
+    built = order_of_preparation(monkeypatch)
+    monkeypatch.setattr(dispatch, "rewrite_expected_s", lambda report, baseline: 1e6)
+    problem = dispatch.load_problem(DIAG_SCALE, "default")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = dispatch.measure(problem, ["default", "eager"], torch.device("cpu"), 2, ["exact"], until=time.time() + 600.0)
+    assert built == ["default", "eager", "REWRITE", "eager"], built
+    assert "eager~rewrite" in r["modes"] and "default~rewrite" not in r["prepared"], r["prepared"].keys()
+    assert r["not_prepared"] == ["default~rewrite"] and r["rewrite"]["fired"], r

@@ -781,11 +781,13 @@ def rewrite_without_failing_rules(ref: Reference, rules: List[Any], info: Dict[s
 
 
 def prepare_rewrite(problem: Any, ref: Reference, baseline: str, classes: Sequence[str], dev: Any,
-                    ready: Dict[str, Callable[..., Any]], report: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+                    ready: Dict[str, Callable[..., Any]], report: Dict[str, Dict[str, Any]],
+                    modes: Optional[Sequence[str]] = None) -> Dict[str, Any]:
     """The rewrite agent: the rules of ``classes`` applied to the reference's FX graph (the
     rewritten module shares the reference's parameters), and when one fired, its variants
-    ``eager~rewrite`` and ``BASELINE~rewrite`` prepared as :func:`prepare_one` prepares a mode
-    (each on its own copy, compared with the reference's eager output). Returns what it proposed:
+    ``eager~rewrite`` and ``BASELINE~rewrite`` (those of ``modes`` when given) prepared as
+    :func:`prepare_one` prepares a mode (each on its own copy, compared with the reference's
+    eager output). Returns what it proposed:
     ``fired``, the applications with their classes, the weakest class, the forward's key, and what
     the rewrite introduced (:func:`kforge.optimize.rewrite.introduced`) — or why it proposes
     nothing (no rule fired; or the rewrite cannot be shipped or measured: the other agents' variants
@@ -807,7 +809,7 @@ def prepare_rewrite(problem: Any, ref: Reference, baseline: str, classes: Sequen
         info["why"] = f"a rule fired but the rewrite cannot be shipped: {type(e).__name__}: {e}"
         return info
     info.update(fired=True, rules=found["changes"], exactness=found["exactness"], key=found["key"], **brought)
-    for mode in dict.fromkeys(("eager", baseline)):
+    for mode in dict.fromkeys(("eager", baseline) if modes is None else modes):
         variant = mode + REWRITE
         prepare_one(variant, result.module, ref, dev, ready, report)
         report[variant].update(rules=[c["rule"] for c in found["changes"]], exactness=found["exactness"])
@@ -1248,8 +1250,17 @@ def rewrite_expected_s(report: Dict[str, Dict[str, Any]], baseline: str) -> floa
     base = first_call(baseline) or 0.0
     if baseline == "eager":
         return base
-    eager = first_call("eager")
-    return base + (base if eager is None else eager)
+    return base + eager_rewrite_expected_s(report, baseline)
+
+
+def eager_rewrite_expected_s(report: Dict[str, Dict[str, Any]], baseline: str) -> float:
+    """How long ``eager~rewrite`` alone is expected to take: eager's first call where eager was
+    prepared, else the baseline's (the cautious guess)."""
+    for variant in ("eager", baseline):
+        got = report.get(variant, {}).get("first_call_s")
+        if got is not None:
+            return float(got)
+    return 0.0
 
 
 class RewriteStep:
@@ -1267,17 +1278,26 @@ class RewriteStep:
                  dev: Any, late: Callable[[float], bool]) -> None:
         self.problem, self.ref, self.baseline, self.classes, self.dev, self.late = problem, ref, baseline, classes, dev, late
         self.proposed: Optional[Dict[str, Any]] = None
+        #: ``BASELINE~rewrite`` when only ``eager~rewrite`` fitted before the deadline.
+        self.left_out: Optional[str] = None
         #: The compile workers running beside it (the early rewrite: they compile the autotuning
         #: variants meanwhile), stopped when it runs out of GPU memory beside them.
         self.workers: Optional[CompileWorkers] = None
 
     def run(self, ready: Dict[str, Callable[..., Any]], report: Dict[str, Dict[str, Any]]) -> Optional[Dict[str, Any]]:
         """What the agent proposed; None when it was not asked for or would end past the deadline
-        (:func:`rewrite_expected_s`)."""
-        if self.classes is None or self.baseline not in ready or self.late(rewrite_expected_s(report, self.baseline)):
+        (:func:`rewrite_expected_s`). When both variants would end past it but ``eager~rewrite``
+        alone would not (it compiles nothing), that one alone (``left_out`` names the other)."""
+        if self.classes is None or self.baseline not in ready:
             return None
+        modes = ["eager", self.baseline]
+        if self.late(rewrite_expected_s(report, self.baseline)):
+            if self.baseline == "eager" or self.late(eager_rewrite_expected_s(report, self.baseline)):
+                return None
+            modes, self.left_out = ["eager"], self.baseline + REWRITE
         try:
-            self.proposed = prepare_rewrite(self.problem, self.ref, self.baseline, self.classes, self.dev, ready, report)
+            self.proposed = prepare_rewrite(self.problem, self.ref, self.baseline, self.classes, self.dev, ready, report,
+                                            modes=modes)
             if self.workers is not None and self.workers.count and any(
                     out_of_memory(str(p.get("why", ""))) for v, p in report.items() if v.endswith(REWRITE)):
                 import torch
@@ -1286,7 +1306,8 @@ class RewriteStep:
                 self.workers.stop()
                 torch.cuda.empty_cache()
                 self.forget(ready, report)
-                self.proposed = prepare_rewrite(self.problem, self.ref, self.baseline, self.classes, self.dev, ready, report)
+                self.proposed = prepare_rewrite(self.problem, self.ref, self.baseline, self.classes, self.dev, ready,
+                                                report, modes=modes)
                 for variant in [v for v in report if v.endswith(REWRITE)]:
                     report[variant]["retried_alone"] = True
         except StepDeadline:  # interrupted: none of its variants is timed without what it proposed
@@ -1353,6 +1374,8 @@ def measure_in(problem: Any, modes: Sequence[str], dev: Any, rounds: int,
         result["until"] = end
     if rewrite is not None and proposed is None:
         cut.append("the rewrite")
+    elif rewriting.left_out is not None and proposed is not None and proposed.get("fired"):
+        cut.append(rewriting.left_out)
     if len(fns) < 2:
         why = "no mode besides the baseline runs and matches eager"
         alike = sorted(v for v, p in report.items() if p.get("same_code_as"))
