@@ -1243,11 +1243,7 @@ def rewrite_expected_s(report: Dict[str, Dict[str, Any]], baseline: str) -> floa
     ``BASELINE~rewrite`` one compile of the baseline's mode (its first call), ``eager~rewrite``
     no compile (eager's first call where eager was prepared; the baseline's again where it was
     not, the cautious guess). The rules themselves run on the FX graph in well under a second."""
-    def first_call(variant: str) -> Optional[float]:
-        got = report.get(variant, {}).get("first_call_s")
-        return None if got is None else float(got)
-
-    base = first_call(baseline) or 0.0
+    base = float(report.get(baseline, {}).get("first_call_s") or 0.0)
     if baseline == "eager":
         return base
     return base + eager_rewrite_expected_s(report, baseline)
