@@ -23,6 +23,7 @@ here before anything imports Triton, and by ``kforge verify`` in the process's e
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -30,7 +31,7 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from ..harness import SIZES, Check, apply_size, finite_json, native_threads, record_thread_origins, strict_fp32
 from .cascade import run_checks
@@ -135,6 +136,64 @@ class Laps:
         self.last = now
 
 
+def interpret_triton() -> None:
+    """``--device cpu``: Triton's kernels run in its interpreter on CPU tensors, which it reads
+    from ``TRITON_INTERPRET`` when it is imported; a warm worker that imported Triton already
+    cannot give that."""
+    if warm_isolation() is not None and "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+        raise RunnerError("the warm worker imported Triton before TRITON_INTERPRET=1 could be set: "
+                          "on the cpu device its kernels would not run in the interpreter",
+                          "start the daemon with --worker-preload torch (no triton) for cpu jobs, "
+                          "or verify without --warm")
+    os.environ["TRITON_INTERPRET"] = "1"
+
+
+def torch_for(device: str, ck: Check, laps: Laps) -> Tuple[Any, str]:
+    """torch imported (strict fp32 set before the problem and the candidate are) and the device
+    the checks run on (``auto``: the GPU, which must be visible)."""
+    ck.begin("setup", "import-torch")
+    try:
+        import torch
+    except ImportError as e:
+        raise RunnerError(f"torch is not importable here ({e})", "pip install torch") from e
+    strict_fp32()
+    laps.mark("setup.import-torch")
+    ck.begin("setup", "device")
+    if device == "auto" and not torch.cuda.is_available():
+        raise RunnerError("--device auto and no CUDA GPU is visible", NO_DRIVER_FIX)
+    dev_s = device if device != "auto" else "cuda"
+    if dev_s.startswith("cuda") and not torch.cuda.is_available():
+        raise RunnerError("--device cuda but no CUDA GPU is visible", NO_DRIVER_FIX)
+    return torch, dev_s
+
+
+def load_problem(path: str, size: str) -> Any:
+    """The problem's module at its size preset, with the three names a KernelBench problem needs."""
+    problem = load_module(path, "problem")
+    try:
+        apply_size(problem, size, path)
+    except ValueError as e:
+        raise RunnerError(str(e), f"add a LARGE dict to {path} (see problems/README.md)") from e
+    for fn in ("Model", "get_inputs", "get_init_inputs"):
+        if getattr(problem, fn, None) is None:
+            raise RunnerError(f"{path}: no {fn} (a KernelBench problem needs class Model, get_inputs(), get_init_inputs())")
+    return problem
+
+
+def module_checks(path: str, ck: Check, checks: Callable[[Any], Dict[str, Any]]) -> Dict[str, Any]:
+    """A candidate module's result: rejected by the dry run when importing it raises or it has no
+    ``ModelNew``, else ``checks(module)``."""
+    ck.begin("dry-run", "import")
+    try:
+        cand = load_module(path, "candidate")
+    except CandidateImportError as e:
+        cause = e.__cause__ if e.__cause__ is not None else e
+        return rejected(ck, "dry-run", "import", error=f"importing {path} raised {e}", traceback=traceback_tail(cause))
+    if getattr(cand, "ModelNew", None) is None:
+        return rejected(ck, "dry-run", "interface", error=f"{path}: no class ModelNew")
+    return checks(cand)
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m kforge.verify.runner")
     ap.add_argument("problem")
@@ -159,37 +218,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ck = Check(a.progress)
     try:
         if a.device == "cpu":
-            if warm_isolation() is not None and "triton" in sys.modules \
-                    and os.environ.get("TRITON_INTERPRET") != "1":
-                raise RunnerError("the warm worker imported Triton before TRITON_INTERPRET=1 could be set: "
-                                  "on the cpu device its kernels would not run in the interpreter",
-                                  "start the daemon with --worker-preload torch (no triton) for cpu jobs, "
-                                  "or verify without --warm")
-            # Before anything imports Triton: its kernels then run in the interpreter on CPU tensors.
-            os.environ["TRITON_INTERPRET"] = "1"
-        ck.begin("setup", "import-torch")
-        try:
-            import torch
-        except ImportError as e:
-            raise RunnerError(f"torch is not importable here ({e})", "pip install torch") from e
-        strict_fp32()  # before the problem and the candidate are imported
-        laps.mark("setup.import-torch")
-        ck.begin("setup", "device")
-        if a.device == "auto" and not torch.cuda.is_available():
-            raise RunnerError("--device auto and no CUDA GPU is visible", NO_DRIVER_FIX)
-        dev_s = a.device if a.device != "auto" else "cuda"
-        if dev_s.startswith("cuda") and not torch.cuda.is_available():
-            raise RunnerError("--device cuda but no CUDA GPU is visible", NO_DRIVER_FIX)
+            interpret_triton()
+        torch, dev_s = torch_for(a.device, ck, laps)
         policy = json.loads(a.policy_json)
         ck.begin("setup", "load-problem")
-        problem = load_module(a.problem, "problem")
-        try:
-            apply_size(problem, a.size, a.problem)
-        except ValueError as e:
-            raise RunnerError(str(e), f"add a LARGE dict to {a.problem} (see problems/README.md)") from e
-        for fn in ("Model", "get_inputs", "get_init_inputs"):
-            if getattr(problem, fn, None) is None:
-                raise RunnerError(f"{a.problem}: no {fn} (a KernelBench problem needs class Model, get_inputs(), get_init_inputs())")
+        problem = load_problem(a.problem, a.size)
         if a.kernel and not dev_s.startswith("cuda"):
             raise RunnerError("a replacement kernel is verified inside the torch.compile'd problem, which needs a CUDA GPU")
         # A replacement kernel runs inside a compiled problem; gate 4's baseline compiles beside
@@ -203,27 +236,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         timers0, threads0, native0 = timer_identities(), set(threading.enumerate()), native_threads()
         libs0 = library_identities(problem)
         laps.mark("setup.snapshots")
-        cand: Any
-        res: Dict[str, Any]
         checking = time.perf_counter()  # torch, the problem, the identities: set up
+        dev = torch.device(dev_s)
+        checks = functools.partial(run_checks, policy=policy, dev=dev, performance=not a.no_performance, timers0=timers0,
+                                   threads0=threads0, libs0=libs0, progress=a.progress, native0=native0)
+        res: Dict[str, Any]
         if a.kernel:
             with open(a.candidate) as f:
-                cand = KernelCandidate(problem, a.kernel, f.read(), str(policy.get("baseline_mode", "default")), torch.device(dev_s), policy)
-            res = run_checks(problem, cand, policy, torch.device(dev_s), not a.no_performance, timers0, threads0, libs0,
-                             progress=a.progress, native0=native0)  # the kernel's harness compiles the problem itself
+                kernel = KernelCandidate(problem, a.kernel, f.read(), str(policy.get("baseline_mode", "default")), dev, policy)
+            res = checks(problem, kernel)  # the kernel's harness compiles the problem itself
         else:
-            ck.begin("dry-run", "import")
-            try:
-                cand = load_module(a.candidate, "candidate")
-            except CandidateImportError as e:
-                cause = e.__cause__ if e.__cause__ is not None else e
-                res = rejected(ck, "dry-run", "import", error=f"importing {a.candidate} raised {e}", traceback=traceback_tail(cause))
-            else:
-                if getattr(cand, "ModelNew", None) is None:
-                    res = rejected(ck, "dry-run", "interface", error=f"{a.candidate}: no class ModelNew")
-                else:
-                    res = run_checks(problem, cand, policy, torch.device(dev_s), not a.no_performance, timers0, threads0,
-                                     libs0, progress=a.progress, native0=native0, background_compile=background)
+            res = module_checks(a.candidate, ck, lambda cand: checks(problem, cand, background_compile=background))
         res["device"] = dev_s
         res["phase_seconds"] = {"setup": round(checking - began, 3), **laps.seconds, **res.get("phase_seconds", {})}
         if dev_s == "cpu":
